@@ -1,0 +1,220 @@
+package sampler
+
+import "fmt"
+
+// Signal identifies one canonical pressure signal. Names and units are fixed by
+// ../shared/cases/README.md and are used unchanged in config keys, metrics
+// labels, traces and the status output. String returns the canonical name.
+type Signal uint8
+
+// The canonical signals. Fractions are 0..1 (never percent or per-mille),
+// durations are seconds, rates are per second.
+const (
+	// CPUBusy is the share of all CPUs' time not idle or iowait over the
+	// interval (fraction 0..1). Steal counts as busy; guest and guest_nice
+	// are already inside user and nice and are not added again.
+	CPUBusy Signal = iota
+	// Load1 is the 1-minute load average from /proc/loadavg (tasks).
+	Load1
+	// Load1PerCore is Load1 divided by the number of online CPUs (tasks).
+	Load1PerCore
+	// Runnable is procs_running from /proc/stat (tasks).
+	Runnable
+	// RunqPerCore is Runnable divided by the number of online CPUs (tasks).
+	RunqPerCore
+
+	// PSICPUSomeAvg10 is /proc/pressure/cpu "some avg10" / 100 (fraction 0..1).
+	PSICPUSomeAvg10
+	// PSICPUFullAvg10 is /proc/pressure/cpu "full avg10" / 100 (fraction 0..1).
+	PSICPUFullAvg10
+	// PSIMemorySomeAvg10 is /proc/pressure/memory "some avg10" / 100 (fraction 0..1).
+	PSIMemorySomeAvg10
+	// PSIMemoryFullAvg10 is /proc/pressure/memory "full avg10" / 100 (fraction 0..1).
+	PSIMemoryFullAvg10
+	// PSIIOSomeAvg10 is /proc/pressure/io "some avg10" / 100 (fraction 0..1).
+	PSIIOSomeAvg10
+	// PSIIOFullAvg10 is /proc/pressure/io "full avg10" / 100 (fraction 0..1).
+	PSIIOFullAvg10
+
+	// PSICPUSome is Δ"some total" (µs) of /proc/pressure/cpu divided by the
+	// interval: the share of the interval stalled (fraction 0..1).
+	PSICPUSome
+	// PSICPUFull is the "full" counterpart of PSICPUSome (fraction 0..1).
+	PSICPUFull
+	// PSIMemorySome is Δ"some total" of /proc/pressure/memory over the interval (fraction 0..1).
+	PSIMemorySome
+	// PSIMemoryFull is Δ"full total" of /proc/pressure/memory over the interval (fraction 0..1).
+	PSIMemoryFull
+	// PSIIOSome is Δ"some total" of /proc/pressure/io over the interval (fraction 0..1).
+	PSIIOSome
+	// PSIIOFull is Δ"full total" of /proc/pressure/io over the interval (fraction 0..1).
+	PSIIOFull
+
+	// CgroupCPUUsageOfQuota is Δusage / (interval × quota CPUs) of the
+	// watched cgroup (fraction; may exceed 1 slightly through accounting
+	// jitter). Unavailable when the cgroup has no quota.
+	CgroupCPUUsageOfQuota
+	// CgroupThrottledRatio is Δnr_throttled / Δnr_periods (fraction 0..1).
+	// Unavailable when the keys are missing or Δnr_periods is 0.
+	CgroupThrottledRatio
+	// CgroupThrottledS is the Δ throttled time over the interval (seconds);
+	// v1 throttled_time (ns) and v2 throttled_usec (µs) are converted once.
+	CgroupThrottledS
+
+	// CgroupPSICPUSomeAvg10 is the watched cgroup's cpu.pressure "some avg10" / 100 (v2 only).
+	CgroupPSICPUSomeAvg10
+	// CgroupPSICPUFullAvg10 is the watched cgroup's cpu.pressure "full avg10" / 100 (v2 only).
+	CgroupPSICPUFullAvg10
+	// CgroupPSIMemorySomeAvg10 is the watched cgroup's memory.pressure "some avg10" / 100 (v2 only).
+	CgroupPSIMemorySomeAvg10
+	// CgroupPSIMemoryFullAvg10 is the watched cgroup's memory.pressure "full avg10" / 100 (v2 only).
+	CgroupPSIMemoryFullAvg10
+	// CgroupPSIIOSomeAvg10 is the watched cgroup's io.pressure "some avg10" / 100 (v2 only).
+	CgroupPSIIOSomeAvg10
+	// CgroupPSIIOFullAvg10 is the watched cgroup's io.pressure "full avg10" / 100 (v2 only).
+	CgroupPSIIOFullAvg10
+	// CgroupPSICPUSome is Δ"some total" of the cgroup's cpu.pressure over the interval (fraction 0..1).
+	CgroupPSICPUSome
+	// CgroupPSICPUFull is Δ"full total" of the cgroup's cpu.pressure over the interval (fraction 0..1).
+	CgroupPSICPUFull
+	// CgroupPSIMemorySome is Δ"some total" of the cgroup's memory.pressure over the interval (fraction 0..1).
+	CgroupPSIMemorySome
+	// CgroupPSIMemoryFull is Δ"full total" of the cgroup's memory.pressure over the interval (fraction 0..1).
+	CgroupPSIMemoryFull
+	// CgroupPSIIOSome is Δ"some total" of the cgroup's io.pressure over the interval (fraction 0..1).
+	CgroupPSIIOSome
+	// CgroupPSIIOFull is Δ"full total" of the cgroup's io.pressure over the interval (fraction 0..1).
+	CgroupPSIIOFull
+
+	// ListenOverflowsPerS is Δ TcpExt ListenOverflows of /proc/net/netstat
+	// per second (1/s): SYNs or final ACKs the kernel refused because an
+	// accept queue was full.
+	ListenOverflowsPerS
+	// AcceptQueueFill is the largest accept-queue fill (current queue ÷
+	// backlog) over the listeners of the protected TCP ports (fraction 0..1).
+	AcceptQueueFill
+
+	// NumSignals is the number of canonical signals; it sizes the per-signal
+	// arrays of Snapshot and of the controller's thresholds.
+	NumSignals
+)
+
+// Unit is the unit a signal's value is expressed in.
+type Unit uint8
+
+// The units of the canonical signals.
+const (
+	// UnitFraction is a dimensionless share, 0..1.
+	UnitFraction Unit = iota
+	// UnitTasks is a count of tasks (load average, run queue).
+	UnitTasks
+	// UnitSeconds is a duration in seconds.
+	UnitSeconds
+	// UnitPerSecond is an event rate in 1/s.
+	UnitPerSecond
+)
+
+// String returns the unit as written in docs and metric help texts.
+func (u Unit) String() string {
+	switch u {
+	case UnitFraction:
+		return "fraction"
+	case UnitTasks:
+		return "tasks"
+	case UnitSeconds:
+		return "seconds"
+	case UnitPerSecond:
+		return "per_second"
+	}
+	return fmt.Sprintf("unit(%d)", uint8(u))
+}
+
+var signalNames = [NumSignals]string{
+	CPUBusy:                  "cpu_busy",
+	Load1:                    "load1",
+	Load1PerCore:             "load1_per_core",
+	Runnable:                 "runnable",
+	RunqPerCore:              "runq_per_core",
+	PSICPUSomeAvg10:          "psi_cpu_some_avg10",
+	PSICPUFullAvg10:          "psi_cpu_full_avg10",
+	PSIMemorySomeAvg10:       "psi_memory_some_avg10",
+	PSIMemoryFullAvg10:       "psi_memory_full_avg10",
+	PSIIOSomeAvg10:           "psi_io_some_avg10",
+	PSIIOFullAvg10:           "psi_io_full_avg10",
+	PSICPUSome:               "psi_cpu_some",
+	PSICPUFull:               "psi_cpu_full",
+	PSIMemorySome:            "psi_memory_some",
+	PSIMemoryFull:            "psi_memory_full",
+	PSIIOSome:                "psi_io_some",
+	PSIIOFull:                "psi_io_full",
+	CgroupCPUUsageOfQuota:    "cgroup_cpu_usage_of_quota",
+	CgroupThrottledRatio:     "cgroup_throttled_ratio",
+	CgroupThrottledS:         "cgroup_throttled_s",
+	CgroupPSICPUSomeAvg10:    "cgroup_psi_cpu_some_avg10",
+	CgroupPSICPUFullAvg10:    "cgroup_psi_cpu_full_avg10",
+	CgroupPSIMemorySomeAvg10: "cgroup_psi_memory_some_avg10",
+	CgroupPSIMemoryFullAvg10: "cgroup_psi_memory_full_avg10",
+	CgroupPSIIOSomeAvg10:     "cgroup_psi_io_some_avg10",
+	CgroupPSIIOFullAvg10:     "cgroup_psi_io_full_avg10",
+	CgroupPSICPUSome:         "cgroup_psi_cpu_some",
+	CgroupPSICPUFull:         "cgroup_psi_cpu_full",
+	CgroupPSIMemorySome:      "cgroup_psi_memory_some",
+	CgroupPSIMemoryFull:      "cgroup_psi_memory_full",
+	CgroupPSIIOSome:          "cgroup_psi_io_some",
+	CgroupPSIIOFull:          "cgroup_psi_io_full",
+	ListenOverflowsPerS:      "listen_overflows_per_s",
+	AcceptQueueFill:          "accept_queue_fill",
+}
+
+var signalByName = func() map[string]Signal {
+	m := make(map[string]Signal, NumSignals)
+	for s, n := range signalNames {
+		m[n] = Signal(s)
+	}
+	return m
+}()
+
+// String returns the canonical name, e.g. "psi_cpu_some_avg10".
+func (s Signal) String() string {
+	if s < NumSignals {
+		return signalNames[s]
+	}
+	return fmt.Sprintf("signal(%d)", uint8(s))
+}
+
+// ParseSignal returns the signal with the canonical name, and false when no
+// signal has that name.
+func ParseSignal(name string) (Signal, bool) {
+	s, ok := signalByName[name]
+	return s, ok
+}
+
+// Signals returns every canonical signal in declaration order.
+func Signals() []Signal {
+	out := make([]Signal, NumSignals)
+	for i := range out {
+		out[i] = Signal(i)
+	}
+	return out
+}
+
+// Unit returns the unit of the signal's values.
+func (s Signal) Unit() Unit {
+	switch s {
+	case Load1, Load1PerCore, Runnable, RunqPerCore:
+		return UnitTasks
+	case CgroupThrottledS:
+		return UnitSeconds
+	case ListenOverflowsPerS:
+		return UnitPerSecond
+	}
+	return UnitFraction
+}
+
+// IsFraction reports whether the signal is a share in 0..1, so that a
+// threshold above 1 is a unit mistake (percent or per-mille).
+func (s Signal) IsFraction() bool { return s.Unit() == UnitFraction }
+
+// IsCgroup reports whether the signal describes the watched cgroup rather
+// than the whole node.
+func (s Signal) IsCgroup() bool { return s >= CgroupCPUUsageOfQuota && s <= CgroupPSIIOFull }
