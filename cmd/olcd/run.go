@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/olcd/olcd/internal/daemon"
+	"github.com/olcd/olcd/internal/rules"
+)
+
+// cmdRun runs the daemon in the foreground until SIGTERM/SIGINT.
+func cmdRun(args []string, stderr io.Writer) error {
+	fs := newFlagSet("run", stderr)
+	config := fs.String("config", "", "config `file`; without it olcd runs on the embedded default (observe mode, ports: auto)")
+	level := fs.String("log-level", "info", "operational log level: debug, info, warn or error")
+	format := fs.String("log-format", "text", "operational log format: text or json")
+	socket := fs.String("admin-socket", "", "admin API unix socket `path`, overriding the config (default "+daemon.DefaultAdminSocket+")")
+	metricsAddr := fs.String("metrics-address", "", "Prometheus listen `address`, overriding the config; \"off\" disables it")
+	decisions := fs.String("decision-log", "", "decision log `path`, overriding the config; \"-\" disables it")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: olcd run [flags]\n\nRuns the daemon until SIGTERM/SIGINT; SIGHUP reloads the config.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "olcd run: unexpected argument %q\n", fs.Arg(0))
+		return errUsage
+	}
+	log, err := newLogger(stderr, *level, *format)
+	if err != nil {
+		fmt.Fprintf(stderr, "olcd run: %v\n", err)
+		return errUsage
+	}
+	d, err := daemon.New(daemon.Options{
+		ConfigPath:     *config,
+		Version:        version,
+		Logger:         log,
+		AdminSocket:    *socket,
+		MetricsAddress: *metricsAddr,
+		DecisionLog:    *decisions,
+	})
+	if err != nil {
+		return describeConfigError(err, stderr)
+	}
+	return d.Run(context.Background())
+}
+
+// newLogger builds the operational logger (stderr, which journald collects).
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("log format %q: want text or json", format)
+}
+
+// describeConfigError prints a config's problem list one per line and
+// returns errProblems; other errors are returned as they are.
+func describeConfigError(err error, w io.Writer) error {
+	if ve, ok := err.(*rules.ValidationError); ok {
+		fmt.Fprintf(w, "olcd: invalid config: %d problem(s):\n", len(ve.Problems))
+		for _, line := range ve.ProblemLines() {
+			fmt.Fprintf(w, "  %s\n", line)
+		}
+		return errProblems
+	}
+	return err
+}
+
+// cmdCheckConfig validates config files; every problem of every file is
+// listed, and the exit status is 1 when any file is invalid.
+func cmdCheckConfig(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("check-config", stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: olcd check-config FILE...\n\nValidates config files and lists every problem with file:line.\n")
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return errUsage
+	}
+	failed := false
+	for _, path := range fs.Args() {
+		_, warns, err := rules.Load(path)
+		if err != nil {
+			failed = true
+			if ve, ok := err.(*rules.ValidationError); ok {
+				fmt.Fprintf(stderr, "%s: invalid: %d problem(s):\n", path, len(ve.Problems))
+				for _, line := range ve.ProblemLines() {
+					fmt.Fprintf(stderr, "  %s\n", line)
+				}
+			} else {
+				fmt.Fprintf(stderr, "%s: %v\n", path, err)
+			}
+			continue
+		}
+		for _, w := range warns {
+			fmt.Fprintf(stderr, "warning: %s\n", w)
+		}
+		fmt.Fprintf(stdout, "%s: ok\n", path)
+	}
+	if failed {
+		return errProblems
+	}
+	return nil
+}
+
+// socketFlag adds the --socket flag shared by the client commands.
+func socketFlag(fs interface {
+	String(name, value, usage string) *string
+}) *string {
+	def := daemon.DefaultAdminSocket
+	if env := os.Getenv("OLCD_SOCKET"); env != "" {
+		def = env
+	}
+	return fs.String("socket", def, "admin API unix socket `path` ($OLCD_SOCKET)")
+}

@@ -1,0 +1,446 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"image/color"
+	"io"
+	"math"
+	"os"
+	"strconv"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/rules"
+	"github.com/olcd/olcd/internal/sampler"
+)
+
+const simulateUsage = `Usage: olcd simulate --config FILE --trace FILE.csv [--out FILE.csv] [--plot FILE.png]
+
+Replays a trace (the format of the field cases: t_s,<signal>,… one row per
+tick, an empty cell = unavailable) through the controller with the config's
+thresholds and parameters, and writes one CSV row per tick:
+  t_s,pressure,smoothed_pressure,drop_probability,p_critical,p_normal,p_best_effort,overloaded
+(pressure is empty when no signal was usable). Overload events go to stderr.
+A config that sets nothing but signals.<name>.threshold is enough.
+
+Flags:
+`
+
+// simulation is the outcome of replaying a trace.
+type simulation struct {
+	trace     *adaptive.Trace
+	cfg       *rules.Config
+	decisions []adaptive.Decision
+}
+
+// simulate replays tr through a controller configured by cfg. Without port
+// counts in a trace, the class columns assume every configured port (or,
+// under ports: auto, every class) carries the same demand.
+func simulate(cfg *rules.Config, tr *adaptive.Trace) (*simulation, error) {
+	c, err := adaptive.New(cfg.ControllerConfig(nil))
+	if err != nil {
+		return nil, fmt.Errorf("build controller: %w", err)
+	}
+	sim := &simulation{trace: tr, cfg: cfg, decisions: make([]adaptive.Decision, len(tr.Rows))}
+	for i := range tr.Rows {
+		sim.decisions[i] = c.Step(tr.Snapshot(i), nil)
+	}
+	return sim, nil
+}
+
+// cmdSimulate implements `olcd simulate`.
+func cmdSimulate(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("simulate", stderr)
+	configPath := fs.String("config", "", "config `FILE` (thresholds and controller parameters; required)")
+	tracePath := fs.String("trace", "", "trace `FILE.csv` to replay (required)")
+	outPath := fs.String("out", "", "write the per-tick CSV to `FILE.csv` instead of stdout")
+	plotPath := fs.String("plot", "", "draw signals, pressure and drop probabilities into `FILE.png`")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), simulateUsage)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *configPath == "" || *tracePath == "" || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "olcd simulate: --config and --trace are required, and nothing else")
+		fs.Usage()
+		return errUsage
+	}
+
+	cfg, warnings, err := rules.Load(*configPath)
+	if err != nil {
+		var ve *rules.ValidationError
+		if errors.As(err, &ve) {
+			for _, line := range ve.ProblemLines() {
+				fmt.Fprintln(stderr, line)
+			}
+			return errProblems
+		}
+		return err
+	}
+	for _, w := range warnings {
+		fmt.Fprintf(stderr, "warning: %s\n", w)
+	}
+	tr, err := adaptive.ReadTraceFile(*tracePath)
+	if err != nil {
+		return err
+	}
+	if step := medianStep(tr); step > 0 && math.Abs(step-cfg.Interval.Seconds()) > 1e-6 {
+		fmt.Fprintf(stderr, "note: the trace ticks every %gs, the config's interval is %v; the trace's times are used\n", step, cfg.Interval)
+	}
+	sim, err := simulate(cfg, tr)
+	if err != nil {
+		return err
+	}
+
+	if *outPath == "" {
+		if err := sim.writeCSV(stdout); err != nil {
+			return fmt.Errorf("write csv: %w", err)
+		}
+	} else if err := writeFile(*outPath, sim.writeCSV); err != nil {
+		return err
+	}
+	sim.writeEvents(stderr)
+	if *plotPath != "" {
+		if err := writeFile(*plotPath, sim.writePlot); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeFile creates path and fills it with write.
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("create output: %w", err)
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", path, err)
+	}
+	return nil
+}
+
+// medianStep returns the median time between rows (seconds).
+func medianStep(tr *adaptive.Trace) float64 {
+	if len(tr.Rows) < 2 {
+		return 0
+	}
+	steps := make([]float64, len(tr.Rows)-1)
+	for i := 1; i < len(tr.Rows); i++ {
+		steps[i-1] = math.Round((tr.Rows[i].T-tr.Rows[i-1].T)*1e6) / 1e6
+	}
+	counts := map[float64]int{}
+	best, bestN := 0.0, 0
+	for _, s := range steps {
+		counts[s]++
+		if counts[s] > bestN {
+			best, bestN = s, counts[s]
+		}
+	}
+	return best
+}
+
+// csvHeader is the first line of the per-tick CSV.
+const csvHeader = "t_s,pressure,smoothed_pressure,drop_probability,p_critical,p_normal,p_best_effort,overloaded"
+
+// num formats a value for the CSV.
+func num(x float64) string { return strconv.FormatFloat(x, 'g', 6, 64) }
+
+// writeCSV writes one row per tick.
+func (s *simulation) writeCSV(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	fmt.Fprintln(bw, csvHeader)
+	for i, d := range s.decisions {
+		pressure, smoothed := "", ""
+		if d.PressureAvailable {
+			pressure, smoothed = num(d.Pressure), num(d.SmoothedPressure)
+		}
+		over := 0
+		if d.Overloaded {
+			over = 1
+		}
+		fmt.Fprintf(bw, "%s,%s,%s,%s,%s,%s,%s,%d\n", num(s.trace.Rows[i].T), pressure, smoothed, num(d.DropProbability),
+			num(d.Classes[adaptive.ClassCritical]), num(d.Classes[adaptive.ClassNormal]), num(d.Classes[adaptive.ClassBestEffort]), over)
+	}
+	return bw.Flush()
+}
+
+// writeEvents prints the overload events and a summary line.
+func (s *simulation) writeEvents(w io.Writer) {
+	var maxP float64
+	first, zeroFrom := -1.0, -1.0
+	for i, d := range s.decisions {
+		t := s.trace.Rows[i].T
+		for _, ev := range d.Events {
+			if ev.Kind != adaptive.EventProbabilityChange {
+				fmt.Fprintf(w, "t=%gs %s: %s\n", t, ev.Kind, ev.Reason)
+			}
+		}
+		maxP = math.Max(maxP, d.DropProbability)
+		if d.DropProbability > 0 {
+			if first < 0 {
+				first = t
+			}
+			zeroFrom = -1
+		} else if zeroFrom < 0 {
+			zeroFrom = t
+		}
+	}
+	fmt.Fprintf(w, "%d ticks; max drop probability %.3f", len(s.decisions), maxP)
+	if first >= 0 {
+		fmt.Fprintf(w, "; first shed at t=%gs", first)
+		if zeroFrom >= 0 {
+			fmt.Fprintf(w, "; 0 again from t=%gs", zeroFrom)
+		}
+	}
+	fmt.Fprintln(w)
+}
+
+// usable reports whether v is a value the controller would use.
+func usable(sig sampler.Signal, v float64) bool {
+	return !math.IsNaN(v) && !math.IsInf(v, 0) && v >= 0 && (!sig.IsFraction() || v <= 1.05)
+}
+
+// segments splits a series into the runs of points where ok holds, so that
+// gaps (unavailable or invalid samples) show as gaps.
+func segments(ts, ys []float64, ok []bool) []plotter.XYs {
+	var out []plotter.XYs
+	var cur plotter.XYs
+	for i := range ts {
+		if !ok[i] {
+			if len(cur) > 0 {
+				out = append(out, cur)
+				cur = nil
+			}
+			continue
+		}
+		cur = append(cur, plotter.XY{X: ts[i], Y: ys[i]})
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// addSeries adds a series as line segments with one legend entry.
+func addSeries(p *plot.Plot, name string, ts, ys []float64, ok []bool, style draw.LineStyle) error {
+	for i, seg := range segments(ts, ys, ok) {
+		if len(seg) == 1 {
+			// A lone point between gaps: draw it as a dot.
+			sc, err := plotter.NewScatter(seg)
+			if err != nil {
+				return err
+			}
+			sc.GlyphStyle.Color, sc.GlyphStyle.Radius = style.Color, vg.Points(1.5)
+			p.Add(sc)
+			continue
+		}
+		l, err := plotter.NewLine(seg)
+		if err != nil {
+			return err
+		}
+		l.LineStyle = style
+		p.Add(l)
+		if i == 0 {
+			p.Legend.Add(name, l)
+		}
+	}
+	return nil
+}
+
+// hline adds a horizontal reference line across the trace.
+func hline(p *plot.Plot, name string, y, t0, t1 float64, style draw.LineStyle) error {
+	l, err := plotter.NewLine(plotter.XYs{{X: t0, Y: y}, {X: t1, Y: y}})
+	if err != nil {
+		return err
+	}
+	l.LineStyle = style
+	p.Add(l)
+	if name != "" {
+		p.Legend.Add(name, l)
+	}
+	return nil
+}
+
+// newPanel returns a plot with the house style.
+func newPanel(title, ylabel string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.Y.Label.Text = ylabel
+	p.X.Label.Text = "t (s)"
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Legend.Padding = vg.Points(2)
+	p.Add(plotter.NewGrid())
+	return p
+}
+
+func lineStyle(c color.Color, width float64, dashed bool) draw.LineStyle {
+	s := draw.LineStyle{Color: c, Width: vg.Points(width)}
+	if dashed {
+		s.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+	}
+	return s
+}
+
+// writePlot draws the signals (fractions in one panel, other units in a
+// second one when the trace has any), the node pressure and the drop
+// probabilities over time as a PNG.
+func (s *simulation) writePlot(w io.Writer) error {
+	rows := s.trace.Rows
+	ts := make([]float64, len(rows))
+	for i, r := range rows {
+		ts[i] = r.T
+	}
+	t0, t1 := ts[0], ts[len(ts)-1]
+
+	fractions := newPanel("Signals (fractions) and their thresholds", "value")
+	others := newPanel("Signals (other units) and their thresholds", "value")
+	var nOthers int
+	for j, sig := range s.trace.Columns {
+		ys, ok := make([]float64, len(rows)), make([]bool, len(rows))
+		for i, r := range rows {
+			ys[i], ok[i] = r.Values[j], r.Present[j] && usable(sig, r.Values[j])
+		}
+		p := fractions
+		if !sig.IsFraction() {
+			p = others
+			nOthers++
+		}
+		c := plotutil.Color(j)
+		if err := addSeries(p, sig.String(), ts, ys, ok, lineStyle(c, 1.2, false)); err != nil {
+			return err
+		}
+		if th := s.cfg.Thresholds[sig]; th > 0 {
+			if err := hline(p, "", th, t0, t1, lineStyle(c, 0.8, true)); err != nil {
+				return err
+			}
+		}
+	}
+	fractions.Y.Min, fractions.Y.Max = 0, 1.05
+
+	pressure := newPanel("Node pressure (1 = at the target)", "pressure")
+	raw, smooth, ok := make([]float64, len(rows)), make([]float64, len(rows)), make([]bool, len(rows))
+	top := 1.3
+	for i, d := range s.decisions {
+		raw[i], smooth[i], ok[i] = d.Pressure, d.SmoothedPressure, d.PressureAvailable
+		if ok[i] {
+			top = math.Max(top, 1.1*d.Pressure)
+		}
+	}
+	grey := color.RGBA{R: 150, G: 150, B: 150, A: 255}
+	if err := addSeries(pressure, "pressure", ts, raw, ok, lineStyle(grey, 1, false)); err != nil {
+		return err
+	}
+	if err := addSeries(pressure, "smoothed", ts, smooth, ok, lineStyle(color.Black, 1.5, false)); err != nil {
+		return err
+	}
+	red := color.RGBA{R: 200, A: 255}
+	if err := hline(pressure, "target", 1, t0, t1, lineStyle(red, 1, true)); err != nil {
+		return err
+	}
+	if h := s.cfg.Controller.Hysteresis; h > 0 {
+		if err := hline(pressure, "release below", 1-h, t0, t1, lineStyle(grey, 0.8, true)); err != nil {
+			return err
+		}
+	}
+	pressure.Y.Min, pressure.Y.Max = 0, top
+
+	prob := newPanel("Drop probability", "p")
+	all := make([]bool, len(rows))
+	for i := range all {
+		all[i] = true
+	}
+	classes := []adaptive.Class{adaptive.ClassBestEffort, adaptive.ClassNormal, adaptive.ClassCritical}
+	classColors := []color.Color{color.RGBA{R: 230, G: 140, A: 255}, color.RGBA{B: 200, A: 255}, color.RGBA{G: 150, A: 255}}
+	for k, cl := range classes {
+		ys := make([]float64, len(rows))
+		for i, d := range s.decisions {
+			ys[i] = d.Classes[cl]
+		}
+		if err := addSeries(prob, "p "+cl.String(), ts, ys, all, lineStyle(classColors[k], 1, false)); err != nil {
+			return err
+		}
+	}
+	node := make([]float64, len(rows))
+	for i, d := range s.decisions {
+		node[i] = d.DropProbability
+	}
+	if err := addSeries(prob, "p node", ts, node, all, lineStyle(color.Black, 2, false)); err != nil {
+		return err
+	}
+	if err := hline(prob, "bound 1 − min_pass_rate", s.cfg.Controller.Bound(), t0, t1, lineStyle(red, 1, true)); err != nil {
+		return err
+	}
+	prob.Y.Min, prob.Y.Max = 0, 1.05
+
+	panels := [][]*plot.Plot{{fractions}}
+	if nOthers > 0 {
+		panels = append(panels, []*plot.Plot{others})
+	}
+	panels = append(panels, []*plot.Plot{pressure}, []*plot.Plot{prob})
+	for _, row := range panels {
+		row[0].X.Min, row[0].X.Max = t0, t1
+		row[0].X.Tick.Marker = timeTicks{}
+	}
+	const width, panelHeight, legendMargin = 12 * vg.Inch, 2.6 * vg.Inch, 2.6 * vg.Inch
+	img := vgimg.NewWith(vgimg.UseWH(width, panelHeight*vg.Length(len(panels))), vgimg.UseDPI(100),
+		vgimg.UseBackgroundColor(color.White))
+	dc := draw.New(img)
+	// The legends go into a margin right of the data, where they never
+	// hide a line.
+	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadY: vg.Points(6), PadTop: vg.Points(4), PadBottom: vg.Points(4),
+		PadLeft: vg.Points(4), PadRight: legendMargin}
+	canvases := plot.Align(panels, tiles, dc)
+	for j := range panels {
+		p := panels[j][0]
+		data := p.DataCanvas(canvases[j][0])
+		p.Legend.XOffs = data.Max.X - data.Min.X + vg.Points(10)
+		p.Draw(canvases[j][0])
+	}
+	_, err := vgimg.PngCanvas{Canvas: img}.WriteTo(w)
+	return err
+}
+
+// timeTicks puts about ten labelled ticks on the time axis, at 1, 2 or 5 ×
+// a power of ten seconds.
+type timeTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (timeTicks) Ticks(lo, hi float64) []plot.Tick {
+	if !(hi > lo) {
+		return nil
+	}
+	raw := (hi - lo) / 10
+	mag := math.Pow(10, math.Floor(math.Log10(raw)))
+	step := mag
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*mag >= raw {
+			step = m * mag
+			break
+		}
+	}
+	var out []plot.Tick
+	for v := math.Ceil(lo/step) * step; v <= hi+1e-9; v += step / 2 {
+		label := ""
+		if math.Abs(math.Remainder(v, step)) < 1e-9 {
+			label = strconv.FormatFloat(v, 'g', -1, 64)
+		}
+		out = append(out, plot.Tick{Value: v, Label: label})
+	}
+	return out
+}

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"bytes"
+	"encoding/csv"
+	"errors"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/rules"
+)
+
+const sharedTraces = "../../../shared/cases/traces"
+
+// writeConfig writes a config document into a temporary file.
+func writeConfig(t *testing.T, doc string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "olcd.yaml")
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// readCSV parses the simulate output.
+func readCSV(t *testing.T, data []byte) [][]string {
+	t.Helper()
+	recs, err := csv.NewReader(bytes.NewReader(data)).ReadAll()
+	if err != nil {
+		t.Fatalf("output is not CSV: %v", err)
+	}
+	return recs
+}
+
+// TestSimulateStepTrace replays the step-overload field case with a config
+// that sets nothing but its threshold, and checks the output against the
+// case's expectations and against the controller driven directly.
+func TestSimulateStepTrace(t *testing.T) {
+	cfgPath := writeConfig(t, "signals:\n  cpu_busy: {threshold: 0.8}\n")
+	trace := filepath.Join(sharedTraces, "step-overload.csv")
+	out := filepath.Join(t.TempDir(), "out.csv")
+	var stdout, stderr bytes.Buffer
+	if err := cmdSimulate([]string{"--config", cfgPath, "--trace", trace, "--out", out}, &stdout, &stderr); err != nil {
+		t.Fatalf("simulate: %v\n%s", err, stderr.String())
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := readCSV(t, data)
+	if strings.Join(recs[0], ",") != csvHeader {
+		t.Fatalf("header %v", recs[0])
+	}
+	tr, err := adaptive.ReadTraceFile(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs)-1 != len(tr.Rows) {
+		t.Fatalf("%d rows, want %d", len(recs)-1, len(tr.Rows))
+	}
+	cfg, _, err := rules.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := adaptive.New(cfg.ControllerConfig(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var positiveBy11, zeroFrom45 = false, true
+	for i, rec := range recs[1:] {
+		d := c.Step(tr.Snapshot(i), nil)
+		ts, _ := strconv.ParseFloat(rec[0], 64)
+		p, err := strconv.ParseFloat(rec[3], 64)
+		if err != nil {
+			t.Fatalf("row %d: drop_probability %q", i+1, rec[3])
+		}
+		if ts != tr.Rows[i].T || strconv.FormatFloat(d.DropProbability, 'g', 6, 64) != rec[3] {
+			t.Errorf("row %d: t %v p %v, controller says t %v p %v", i+1, ts, p, tr.Rows[i].T, d.DropProbability)
+		}
+		positiveBy11 = positiveBy11 || (ts <= 11 && p > 0)
+		if ts >= 45 && p != 0 {
+			zeroFrom45 = false
+		}
+		if len(rec) != 8 || rec[4] == "" || rec[5] == "" || rec[6] == "" {
+			t.Errorf("row %d: class columns missing: %v", i+1, rec)
+		}
+	}
+	if !positiveBy11 || !zeroFrom45 {
+		t.Errorf("p > 0 by 11 s: %v; p = 0 from 45 s: %v", positiveBy11, zeroFrom45)
+	}
+	for _, want := range []string{"overload_start", "overload_end", "first shed at t=10.5s"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+		}
+	}
+	if stdout.Len() != 0 {
+		t.Errorf("stdout not empty with --out: %q", stdout.String())
+	}
+}
+
+// TestSimulateStdoutAndPlot writes the CSV to stdout and a PNG plot with
+// ports of every class and a signal in another unit (a fourth panel).
+func TestSimulateStdoutAndPlot(t *testing.T) {
+	cfgPath := writeConfig(t, `signals:
+  cpu_busy: {threshold: 0.8}
+  cgroup_throttled_ratio: {threshold: 0.25}
+  cgroup_cpu_usage_of_quota: {threshold: 0.9}
+ports:
+  - {port: 443, class: critical}
+  - {port: 80}
+  - {port: 8080, class: best-effort}
+`)
+	tracePath := filepath.Join(t.TempDir(), "t.csv")
+	var b strings.Builder
+	b.WriteString("t_s,cpu_busy,load1,cgroup_throttled_ratio\n")
+	for i := 0; i < 120; i++ {
+		cpu := "0.5"
+		switch {
+		case i >= 40 && i < 80:
+			cpu = "0.97"
+		case i == 90:
+			cpu = "NaN"
+		case i == 95:
+			cpu = ""
+		}
+		b.WriteString(strconv.FormatFloat(float64(i)*0.5, 'g', -1, 64) + "," + cpu + ",3,0.1\n")
+	}
+	if err := os.WriteFile(tracePath, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plotPath := filepath.Join(t.TempDir(), "p.png")
+	var stdout, stderr bytes.Buffer
+	if err := cmdSimulate([]string{"--config", cfgPath, "--trace", tracePath, "--plot", plotPath}, &stdout, &stderr); err != nil {
+		t.Fatalf("simulate: %v\n%s", err, stderr.String())
+	}
+	recs := readCSV(t, stdout.Bytes())
+	if len(recs) != 121 {
+		t.Fatalf("%d CSV lines, want 121", len(recs))
+	}
+	// With every class present and no measured demand, best-effort sheds
+	// first and critical least.
+	var sawShed bool
+	for _, rec := range recs[1:] {
+		pc, _ := strconv.ParseFloat(rec[4], 64)
+		pn, _ := strconv.ParseFloat(rec[5], 64)
+		pb, _ := strconv.ParseFloat(rec[6], 64)
+		if pc > pn || pn > pb {
+			t.Errorf("t=%s: classes out of order: critical %v normal %v best-effort %v", rec[0], pc, pn, pb)
+		}
+		sawShed = sawShed || pb > 0
+	}
+	if !sawShed {
+		t.Error("no shedding in the overload")
+	}
+	if recs[96][1] != "" {
+		t.Errorf("pressure at the unavailable tick: %q, want empty", recs[96][1])
+	}
+	f, err := os.Open(plotPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("plot is not a PNG: %v", err)
+	}
+	// 12 in × 100 dpi wide; four panels of 2.6 in (fractions, other units,
+	// pressure, p).
+	if b := img.Bounds(); b.Dx() != 1200 || b.Dy() != 1040 {
+		t.Errorf("plot is %dx%d, want 1200x1040", b.Dx(), b.Dy())
+	}
+}
+
+func TestSimulateErrors(t *testing.T) {
+	good := writeConfig(t, "signals:\n  cpu_busy: {threshold: 0.8}\n")
+	bad := writeConfig(t, "signals:\n  cpu_busy: {threshold: 80}\n")
+	trace := filepath.Join(sharedTraces, "step-overload.csv")
+	badTrace := filepath.Join(t.TempDir(), "bad.csv")
+	if err := os.WriteFile(badTrace, []byte("t_s,cpu_bussy\n0,0.5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		args   []string
+		is     error  // errors.Is target, or nil for any error
+		stderr string // substring of stderr or of the error
+	}{
+		{"no flags", nil, errUsage, "--config and --trace are required"},
+		{"no trace", []string{"--config", good}, errUsage, "required"},
+		{"stray argument", []string{"--config", good, "--trace", trace, "extra"}, errUsage, "required"},
+		{"unknown flag", []string{"--confg", good}, errUsage, "flag provided but not defined"},
+		{"invalid config", []string{"--config", bad, "--trace", trace}, errProblems, "olcd.yaml:2: signals.cpu_busy.threshold: threshold 80 is outside (0, 1]"},
+		{"missing config", []string{"--config", "/nonexistent/olcd.yaml", "--trace", trace}, os.ErrNotExist, "read config"},
+		{"missing trace", []string{"--config", good, "--trace", "/nonexistent.csv"}, os.ErrNotExist, "read trace"},
+		{"bad trace", []string{"--config", good, "--trace", badTrace}, nil, `bad.csv:1: column 2: unknown signal "cpu_bussy" (did you mean "cpu_busy"?)`},
+		{"unwritable output", []string{"--config", good, "--trace", trace, "--out", "/nonexistent/dir/out.csv"}, os.ErrNotExist, "create output"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			err := cmdSimulate(tt.args, &stdout, &stderr)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if tt.is != nil && !errors.Is(err, tt.is) {
+				t.Errorf("error %v, want %v", err, tt.is)
+			}
+			if !strings.Contains(stderr.String()+err.Error(), tt.stderr) {
+				t.Errorf("error %v / stderr %q lack %q", err, stderr.String(), tt.stderr)
+			}
+		})
+	}
+}

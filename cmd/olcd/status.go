@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/olcd/olcd/internal/daemon"
+	"github.com/olcd/olcd/internal/sampler"
+)
+
+// clientTimeout bounds an admin request. A write waits for the tick loop,
+// which may be mid-tick, so it is generous.
+const clientTimeout = 10 * time.Second
+
+// cmdStatus prints what the running daemon sees and does.
+func cmdStatus(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("status", stderr)
+	asJSON := fs.Bool("json", false, "print the status document as JSON")
+	all := fs.Bool("all", false, "also list available signals that have no threshold")
+	socket := socketFlag(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
+	defer cancel()
+	st, err := daemon.NewClient(*socket, clientTimeout).Status(ctx)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
+	}
+	printStatus(stdout, st, *all, time.Now())
+	return nil
+}
+
+// printStatus renders the status as aligned tables.
+func printStatus(w io.Writer, st *daemon.Status, all bool, now time.Time) {
+	src := st.ConfigSource
+	if n := len(st.Overrides); n > 0 {
+		src += fmt.Sprintf(" + %d live override(s)", n)
+	}
+	fmt.Fprintf(w, "olcd %s   mode %s   config %s\n", st.Version, strings.ToUpper(st.Mode), src)
+	fmt.Fprintf(w, "tick %d every %gs, last %s ago, up %s\n\n", st.Ticks, st.IntervalS,
+		ago(now, st.UpdatedAt), now.Sub(st.StartedAt).Round(time.Second))
+
+	ov := st.Overload
+	if ov.Active {
+		since := ""
+		if ov.Since != nil {
+			since = fmt.Sprintf(" since %s (%s)", ov.Since.Local().Format("15:04:05"), now.Sub(*ov.Since).Round(time.Second))
+		}
+		verb := "shedding"
+		if st.Mode != "enforce" {
+			verb = "would shed (" + st.Mode + " mode)"
+		}
+		fmt.Fprintf(w, "OVERLOAD%s: pressure %.2f, %s %.1f%% of new connections\n", since, ov.Pressure, verb, 100*ov.DropProbability)
+	} else {
+		fmt.Fprintf(w, "no overload: pressure %.2f, drop probability %.3f\n", ov.Pressure, ov.DropProbability)
+	}
+	if ov.Reason != "" {
+		fmt.Fprintf(w, "  %s\n", ov.Reason)
+	}
+	fmt.Fprintln(w)
+
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SIGNAL\tVALUE\tTHRESHOLD\tPRESSURE\tSTATE")
+	for _, s := range st.Signals {
+		if s.Threshold == nil && !all {
+			continue
+		}
+		state := "ok"
+		switch {
+		case !s.Available:
+			state = "unavailable"
+		case s.Pressure != nil && *s.Pressure > 1 && !s.Corroborated:
+			state = "over, not corroborated"
+		case s.Pressure != nil && *s.Pressure > 1:
+			state = "OVER"
+		case s.Threshold == nil:
+			state = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Name, fmtSignal(s.Name, s.Value), fmtSignal(s.Name, s.Threshold), fmtPtr(s.Pressure, 2), state)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+
+	fmt.Fprint(w, "classes:")
+	for _, c := range st.Classes {
+		fmt.Fprintf(w, "  %s p=%.3f", c.Class, c.DropProbability)
+	}
+	fmt.Fprint(w, "\n\n")
+
+	if len(st.Ports) == 0 {
+		fmt.Fprintln(w, "no protected ports (ports: auto protects TCP ports listening on non-loopback addresses)")
+	} else {
+		fmt.Fprintln(tw, "PORT\tCLASS\tMODE\tSOURCE\tP\tNEW/S\tUNIQUE/S\tRETX/S\tDROP%\tWOULD-DROP%\tMARK%\tEXEMPT/S\tSTALE/S\tACCEPTQ")
+		for _, p := range st.Ports {
+			fmt.Fprintf(tw, "%s/%d\t%s\t%s\t%s\t%.3f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\n",
+				p.Proto, p.Port, p.Class, p.Mode, p.Source, p.DropProbability, p.NewPerS, p.UniquePerS,
+				p.RetransmitsPerS, 100*p.DropShare, 100*p.WouldDropShare, 100*p.MarkedShare, p.ExemptPerS, p.StalePerS,
+				fmtPtr(p.AcceptQueueFill, 2))
+		}
+		tw.Flush()
+	}
+	if len(st.Exceptions) > 0 {
+		fmt.Fprintf(w, "exempt: %s\n", strings.Join(st.Exceptions, ", "))
+	}
+	fmt.Fprintln(w)
+
+	fmt.Fprintln(tw, "INTERFACE\tHOOK\tATTACH MODE")
+	for _, a := range st.Interfaces {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", a.Name, a.Hook, a.Mode)
+	}
+	tw.Flush()
+	if st.Unclassified > 0 {
+		fmt.Fprintf(w, "unclassified frames passed since start: %d\n", st.Unclassified)
+	}
+	if len(st.Overrides) > 0 {
+		fmt.Fprintln(w, "\nlive overrides (dropped on reload):")
+		for _, o := range st.Overrides {
+			fmt.Fprintf(w, "  %s  %s  %s\n", o.At.Local().Format("15:04:05"), o.Kind, strings.TrimSpace(o.Value))
+		}
+	}
+	if len(st.SampleErrors) > 0 {
+		fmt.Fprintln(w, "\nsources unreadable in the last tick:")
+		for _, e := range st.SampleErrors {
+			fmt.Fprintf(w, "  %s\n", e)
+		}
+	}
+}
+
+// fmtSignal formats a signal value with the precision its unit deserves.
+func fmtSignal(name string, v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	if s, ok := sampler.ParseSignal(name); ok && s.IsFraction() {
+		return strconv.FormatFloat(*v, 'f', 3, 64)
+	}
+	return strconv.FormatFloat(*v, 'f', 2, 64)
+}
+
+func fmtPtr(v *float64, prec int) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*v, 'f', prec, 64)
+}
+
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return now.Sub(t).Round(10 * time.Millisecond).String()
+}
+
+// cmdSet changes the running daemon: mode, one threshold, or a patch.
+func cmdSet(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("set", stderr)
+	socket := socketFlag(fs)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `Usage:
+  olcd set mode off|observe|enforce     off is the kill switch: nothing is shed from the next tick
+  olcd set threshold SIGNAL VALUE       e.g. olcd set threshold cpu_busy 0.75
+  olcd set patch FILE|-                 a partial config document (YAML or JSON)
+
+Live overrides show in 'olcd status' and are dropped on reload.
+
+`)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		fs.Usage()
+		return errUsage
+	}
+	c := daemon.NewClient(*socket, clientTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
+	defer cancel()
+	var err error
+	switch {
+	case rest[0] == "mode" && len(rest) == 2:
+		err = c.SetMode(ctx, rest[1])
+	case rest[0] == "threshold" && len(rest) == 3:
+		if _, perr := strconv.ParseFloat(rest[2], 64); perr != nil {
+			fmt.Fprintf(stderr, "olcd set threshold: %q is not a number\n", rest[2])
+			return errUsage
+		}
+		doc := fmt.Sprintf("signals:\n  %s:\n    threshold: %s\n", rest[1], rest[2])
+		err = c.Patch(ctx, []byte(doc))
+	case rest[0] == "patch" && len(rest) == 2:
+		var doc []byte
+		if rest[1] == "-" {
+			doc, err = io.ReadAll(os.Stdin)
+		} else {
+			doc, err = os.ReadFile(rest[1])
+		}
+		if err != nil {
+			return fmt.Errorf("read patch: %w", err)
+		}
+		err = c.Patch(ctx, doc)
+	default:
+		fs.Usage()
+		return errUsage
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "ok: %s applied; it takes effect at the next tick\n", strings.Join(rest, " "))
+	return nil
+}
+
+// cmdReload asks the daemon to re-read its config file.
+func cmdReload(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("reload", stderr)
+	socket := socketFlag(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
+	defer cancel()
+	if err := daemon.NewClient(*socket, clientTimeout).Reload(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "ok: config reloaded; live overrides dropped")
+	return nil
+}

@@ -1,0 +1,145 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// maxPatchBytes bounds the body of PATCH /v1/config; a config document is a
+// few KiB, so anything larger is a mistake.
+const maxPatchBytes = 1 << 20
+
+// adminBackend is what the admin API acts on. The daemon implements it; each
+// write is applied by the tick loop between two ticks, so it takes effect
+// within one tick and is never half-applied.
+type adminBackend interface {
+	// Status returns the JSON document of GET /v1/status.
+	Status() *Status
+	// SetMode switches the global mode ("off", "observe", "enforce").
+	SetMode(ctx context.Context, mode string) error
+	// Reload re-reads the config file.
+	Reload(ctx context.Context) error
+	// Patch applies a partial config document as a live override.
+	Patch(ctx context.Context, doc []byte) error
+}
+
+// APIError is the JSON body of every non-2xx admin API answer.
+type APIError struct {
+	// Error is the message in one line.
+	Error string `json:"error"`
+	// Problems lists every config problem, one per line with file:line and
+	// field path, when the request carried or triggered an invalid config.
+	Problems []string `json:"problems,omitempty"`
+}
+
+// problemLister is implemented by errors that carry a list of config
+// problems (rules.ValidationError).
+type problemLister interface {
+	ProblemLines() []string
+}
+
+func newAdminHandler(b adminBackend, log *slog.Logger) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, b.Status())
+	})
+	mux.HandleFunc("POST /v1/mode", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Mode string `json:"mode"`
+		}
+		if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&req); err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Errorf("decode mode request: %w", err))
+			return
+		}
+		if err := b.SetMode(r.Context(), req.Mode); err != nil {
+			writeError(w, http.StatusUnprocessableEntity, err)
+			return
+		}
+		log.Info("mode changed through admin API", "mode", req.Mode)
+		writeJSON(w, http.StatusOK, b.Status())
+	})
+	mux.HandleFunc("POST /v1/reload", func(w http.ResponseWriter, r *http.Request) {
+		if err := b.Reload(r.Context()); err != nil {
+			writeError(w, http.StatusUnprocessableEntity, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, b.Status())
+	})
+	mux.HandleFunc("PATCH /v1/config", func(w http.ResponseWriter, r *http.Request) {
+		doc, err := io.ReadAll(io.LimitReader(r.Body, maxPatchBytes+1))
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Errorf("read patch: %w", err))
+			return
+		}
+		if len(doc) > maxPatchBytes {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("patch larger than %d bytes", maxPatchBytes))
+			return
+		}
+		if err := b.Patch(r.Context(), doc); err != nil {
+			writeError(w, http.StatusUnprocessableEntity, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, b.Status())
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, err error) {
+	body := APIError{Error: err.Error()}
+	var pl problemLister
+	if errors.As(err, &pl) {
+		body.Problems = pl.ProblemLines()
+		body.Error = fmt.Sprintf("%d config problem(s)", len(body.Problems))
+	}
+	writeJSON(w, code, body)
+}
+
+// listenAdmin opens the admin unix socket at path with mode 0600 in a
+// directory of mode 0700. A socket file left by a dead daemon is replaced;
+// a live one (another olcd answering) is a refusal, because two daemons would
+// fight over the same interfaces.
+func listenAdmin(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("create admin socket directory: %w", err)
+	}
+	if _, err := os.Lstat(path); err == nil {
+		c, err := net.DialTimeout("unix", path, time.Second)
+		if err == nil {
+			c.Close()
+			return nil, fmt.Errorf("admin socket %s: another olcd is running", path)
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.ENOENT) {
+			return nil, fmt.Errorf("probe admin socket %s: %w", path, err)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("remove stale admin socket %s: %w", path, err)
+		}
+	}
+	// The umask makes the socket 0600 from its creation: a chmod after
+	// bind would leave a window in which any local user could connect.
+	old := syscall.Umask(0o177)
+	ln, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("listen on admin socket %s: %w", path, err)
+	}
+	return ln, nil
+}

@@ -1,0 +1,113 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// DefaultAdminSocket is where the daemon listens unless the config says
+// otherwise: under /run (tmpfs, gone after reboot) in a 0700 directory.
+const DefaultAdminSocket = "/run/olcd/olcd.sock"
+
+// Client talks to a running daemon over its admin unix socket. It is what
+// `olcd status` and `olcd set` use.
+type Client struct {
+	socket string
+	hc     *http.Client
+}
+
+// NewClient returns a client for the admin socket at path. Requests time out
+// after timeout (a write waits for the next tick, so allow at least two
+// intervals).
+func NewClient(path string, timeout time.Duration) *Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		},
+	}
+	return &Client{socket: path, hc: &http.Client{Transport: tr, Timeout: timeout}}
+}
+
+// ProblemsError is returned when the daemon refused a request because of
+// config problems; Problems has one line per problem.
+type ProblemsError struct {
+	Msg      string
+	Problems []string
+}
+
+// Error returns the message followed by every problem on its own line.
+func (e *ProblemsError) Error() string {
+	if len(e.Problems) == 0 {
+		return e.Msg
+	}
+	return e.Msg + ":\n  " + strings.Join(e.Problems, "\n  ")
+}
+
+// ProblemLines returns the problems one per line.
+func (e *ProblemsError) ProblemLines() []string { return e.Problems }
+
+// Status fetches GET /v1/status.
+func (c *Client) Status(ctx context.Context) (*Status, error) {
+	var st Status
+	if err := c.do(ctx, http.MethodGet, "/v1/status", "", nil, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// SetMode posts the global mode ("off", "observe" or "enforce").
+func (c *Client) SetMode(ctx context.Context, mode string) error {
+	body, _ := json.Marshal(map[string]string{"mode": mode})
+	return c.do(ctx, http.MethodPost, "/v1/mode", "application/json", body, nil)
+}
+
+// Reload asks the daemon to re-read its config file.
+func (c *Client) Reload(ctx context.Context) error {
+	return c.do(ctx, http.MethodPost, "/v1/reload", "", nil, nil)
+}
+
+// Patch sends a partial config document (YAML or JSON) as a live override.
+func (c *Client) Patch(ctx context.Context, doc []byte) error {
+	return c.do(ctx, http.MethodPatch, "/v1/config", "application/yaml", doc, nil)
+}
+
+func (c *Client) do(ctx context.Context, method, path, ctype string, body []byte, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, "http://olcd"+path, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("build %s %s: %w", method, path, err)
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s on %s (is olcd running?): %w", method, path, c.socket, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return fmt.Errorf("read answer to %s %s: %w", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var ae APIError
+		if json.Unmarshal(data, &ae) != nil || ae.Error == "" {
+			return fmt.Errorf("%s %s: %s", method, path, resp.Status)
+		}
+		return &ProblemsError{Msg: ae.Error, Problems: ae.Problems}
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("decode answer to %s %s: %w", method, path, err)
+	}
+	return nil
+}

@@ -1,0 +1,621 @@
+// Package daemon runs olcd: every tick it samples the node, steps the
+// controller, writes drop probabilities and the heartbeat into the datapath's
+// maps and publishes what it saw. It owns the admin API (unix socket), the
+// Prometheus endpoint, the decision log, config reload (SIGHUP, file change)
+// and the discovery of listening ports under `ports: auto`.
+//
+// One goroutine, the tick loop, owns the controller, the sampler and every
+// write to the datapath. Admin requests and reloads are handed to it as
+// commands and run between two ticks, so a change is never half-applied and
+// takes effect at the next tick.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"slices"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/loader"
+	"github.com/olcd/olcd/internal/rules"
+	"github.com/olcd/olcd/internal/sampler"
+)
+
+// DiscoverEvery is how often listening ports are rediscovered under
+// `ports: auto`: often enough that a new service is protected within
+// seconds, rare enough that the sock_diag dump costs nothing.
+const DiscoverEvery = 10 * time.Second
+
+// EmbeddedSource is the ConfigSource shown when olcd runs without a file.
+const EmbeddedSource = "embedded default"
+
+// Options are the daemon's start-up settings that do not come from the
+// config file.
+type Options struct {
+	// ConfigPath is the config file; "" runs on the embedded default
+	// (rules.Default: observe mode, every non-loopback interface, ports:
+	// auto).
+	ConfigPath string
+	// Version is reported in status and the olcd_build_info metric.
+	Version string
+	// Logger receives the operational log; nil logs nothing.
+	Logger *slog.Logger
+	// AdminSocket, MetricsAddress and DecisionLog override the config's
+	// values when non-empty (MetricsAddress "off" disables metrics). They
+	// exist so tests and the demo can run beside an installed olcd.
+	AdminSocket    string
+	MetricsAddress string
+	DecisionLog    string
+	// Ready, when non-nil, is closed once the datapath is attached and the
+	// admin API listens (tests use it; systemd gets READY=1 at the same
+	// point).
+	Ready chan<- struct{}
+}
+
+// Daemon is one running olcd. Create it with New and start it with Run.
+type Daemon struct {
+	opts    Options
+	log     *slog.Logger
+	started time.Time
+
+	// Owned by the tick loop goroutine.
+	base      *rules.Config // as loaded from the file (or the embedded default)
+	cfg       *rules.Config // base + live overrides: what is in force
+	overrides []Override
+	smp       *sampler.Sampler
+	ctrl      *adaptive.Controller
+	dp        *loader.Datapath
+	ports     []portEntry
+	prev      loader.Stats
+	prevAt    time.Time
+	last      tickResult
+	ticks     uint64
+	ticker    *time.Ticker
+	dlog      *decisionLog
+	cmds      chan command
+
+	status  atomic.Pointer[Status]
+	metrics *metrics
+}
+
+// portEntry is one protected port as the daemon tracks it.
+type portEntry struct {
+	key    adaptive.PortKey
+	class  adaptive.Class
+	mode   rules.Mode // effective mode
+	source string     // "config" or "auto"
+}
+
+// command is work handed to the tick loop; done receives its result.
+type command struct {
+	run  func() error
+	done chan error
+}
+
+// New checks the options and loads the config; nothing is attached yet.
+// Errors: an unreadable or invalid config file (a *rules.ValidationError
+// listing every problem).
+func New(opts Options) (*Daemon, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	d := &Daemon{opts: opts, log: log, cmds: make(chan command)}
+	cfg, err := d.loadConfig()
+	if err != nil {
+		return nil, err
+	}
+	d.base, d.cfg = cfg, cfg
+	d.metrics = newMetrics(d)
+	return d, nil
+}
+
+// loadConfig reads the config file, or returns the embedded default, and
+// logs its warnings.
+func (d *Daemon) loadConfig() (*rules.Config, error) {
+	if d.opts.ConfigPath == "" {
+		return rules.Default(), nil
+	}
+	cfg, warns, err := rules.Load(d.opts.ConfigPath)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range warns {
+		d.log.Warn("config warning", "warning", w.String())
+	}
+	return cfg, nil
+}
+
+func (d *Daemon) configSource() string {
+	if d.opts.ConfigPath == "" {
+		return EmbeddedSource
+	}
+	return d.opts.ConfigPath
+}
+
+func (d *Daemon) adminSocket() string {
+	if d.opts.AdminSocket != "" {
+		return d.opts.AdminSocket
+	}
+	if d.cfg.AdminSocket != "" {
+		return d.cfg.AdminSocket
+	}
+	return DefaultAdminSocket
+}
+
+func (d *Daemon) metricsAddress() string {
+	switch a := d.opts.MetricsAddress; a {
+	case "off":
+		return ""
+	case "":
+		return d.cfg.MetricsAddress
+	default:
+		return a
+	}
+}
+
+func (d *Daemon) decisionLogPath() string {
+	if d.opts.DecisionLog != "" {
+		return d.opts.DecisionLog
+	}
+	return d.cfg.DecisionLog
+}
+
+// Run attaches the datapath, serves the admin API and metrics, and runs the
+// tick loop until ctx is done or SIGTERM/SIGINT arrives; then it detaches
+// everything. SIGHUP and a change of the config file reload the config.
+// Errors: no interface to attach to, a failed load or attach (naming the
+// interface and mode), a busy admin socket or metrics address.
+func (d *Daemon) Run(ctx context.Context) (err error) {
+	d.started = time.Now()
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	ln, err := listenAdmin(d.adminSocket())
+	if err != nil {
+		return err
+	}
+	defer os.Remove(d.adminSocket())
+	defer ln.Close()
+
+	if d.dlog, err = openDecisionLog(d.decisionLogPath(), nil); err != nil {
+		return err
+	}
+	defer d.dlog.Close()
+
+	if err := d.start(); err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := d.dp.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("detach datapath: %w", cerr))
+		}
+		d.log.Info("datapath detached")
+	}()
+
+	admin := &http.Server{Handler: newAdminHandler(d, d.log), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := admin.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.log.Error("admin API stopped", "err", err)
+		}
+	}()
+	defer admin.Close()
+
+	if addr := d.metricsAddress(); addr != "" {
+		mln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("listen for metrics on %s: %w", addr, err)
+		}
+		msrv := &http.Server{Handler: d.metrics.handler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := msrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				d.log.Error("metrics endpoint stopped", "err", err)
+			}
+		}()
+		defer msrv.Close()
+		d.log.Info("metrics endpoint listening", "address", mln.Addr().String())
+	}
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	fileChanged := d.watchConfig(ctx)
+
+	d.tick()
+	if err := sdNotify("READY=1"); err != nil {
+		d.log.Warn("systemd notification failed", "err", err)
+	}
+	if d.opts.Ready != nil {
+		close(d.opts.Ready)
+	}
+	d.log.Info("olcd running", "mode", d.cfg.Mode.String(), "config", d.configSource(),
+		"interval", d.cfg.Interval, "admin_socket", d.adminSocket(), "ports", len(d.ports))
+
+	d.ticker = time.NewTicker(d.cfg.Interval)
+	defer d.ticker.Stop()
+	discover := time.NewTicker(DiscoverEvery)
+	defer discover.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			_ = sdNotify("STOPPING=1")
+			d.log.Info("stopping", "reason", context.Cause(ctx))
+			return nil
+		case <-d.ticker.C:
+			d.tick()
+		case <-discover.C:
+			if d.cfg.PortsAuto {
+				d.rediscover()
+			}
+		case c := <-d.cmds:
+			c.done <- c.run()
+			d.publish()
+		case <-hup:
+			_ = sdNotify("RELOADING=1")
+			if err := d.reload("SIGHUP"); err != nil {
+				d.log.Error("reload refused: the running config stays", "trigger", "SIGHUP", "err", err)
+			}
+			if err := d.dlog.Reopen(); err != nil {
+				d.log.Error("reopen decision log", "err", err)
+			}
+			_ = sdNotify("READY=1")
+		case <-fileChanged:
+			if err := d.reload("file change"); err != nil {
+				d.log.Error("reload refused: the running config stays", "trigger", "file change", "err", err)
+			}
+		}
+	}
+}
+
+// start resolves interfaces and ports, creates the sampler and controller,
+// and loads and attaches the datapath. On error nothing stays attached.
+func (d *Daemon) start() error {
+	ifaces, err := resolveInterfaces(d.cfg.Interfaces)
+	if err != nil {
+		return err
+	}
+	d.ports = d.resolvePorts(d.cfg)
+	if d.smp, err = sampler.New(d.cfg.SamplerConfig(tcpPorts(d.ports)), d.log.With("component", "sampler")); err != nil {
+		return fmt.Errorf("start sampler: %w", err)
+	}
+	if d.ctrl, err = adaptive.New(d.cfg.ControllerConfig(controllerPorts(d.ports))); err != nil {
+		return fmt.Errorf("start controller: %w", err)
+	}
+	lcfg := loaderConfig(d.cfg, ifaces)
+	if d.dp, err = loader.Open(lcfg, d.log.With("component", "loader")); err != nil {
+		return err
+	}
+	if err := d.program(); err != nil {
+		d.dp.Close()
+		return err
+	}
+	for _, a := range d.dp.Attachments() {
+		d.log.Info("attached", "interface", a.Interface, "hook", a.Hook, "mode", a.Mode)
+	}
+	return nil
+}
+
+// resolveInterfaces returns the configured interfaces, or every
+// non-loopback interface that is up. Errors: none found.
+func resolveInterfaces(configured []string) ([]string, error) {
+	if len(configured) > 0 {
+		return configured, nil
+	}
+	all, err := net.Interfaces()
+	if err != nil {
+		return nil, fmt.Errorf("list interfaces: %w", err)
+	}
+	var out []string
+	for _, ifc := range all {
+		if ifc.Flags&net.FlagLoopback != 0 || ifc.Flags&net.FlagUp == 0 {
+			continue
+		}
+		out = append(out, ifc.Name)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no interface to attach to: no non-loopback interface is up (set interfaces: in the config)")
+	}
+	return out, nil
+}
+
+// loaderConfig maps the config onto the datapath's own types.
+func loaderConfig(cfg *rules.Config, ifaces []string) loader.Config {
+	lc := loader.Config{
+		Interfaces:   ifaces,
+		Attach:       loader.AttachMode(cfg.Attach),
+		MaxPorts:     cfg.Datapath.MaxPorts,
+		SYNTableSize: cfg.Datapath.SYNTableSize,
+		MaxPrefixes:  cfg.Datapath.MaxPrefixes,
+		MarkFwmark:   cfg.Action.Fwmark,
+		StaleAfter:   cfg.StaleAfter,
+	}
+	if cfg.Action.SetDSCP {
+		lc.MarkDSCP = cfg.Action.DSCP
+	}
+	return lc
+}
+
+// restartOnly lists the settings a reload cannot change while attached; a
+// reload that changes them applies everything else and says so.
+func restartOnly(old, cfg *rules.Config) []string {
+	var out []string
+	if !slices.Equal(old.Interfaces, cfg.Interfaces) {
+		out = append(out, "interfaces")
+	}
+	if old.Attach != cfg.Attach {
+		out = append(out, "attach")
+	}
+	if old.Datapath != cfg.Datapath {
+		out = append(out, "datapath")
+	}
+	if old.Action.DSCP != cfg.Action.DSCP || old.Action.SetDSCP != cfg.Action.SetDSCP || old.Action.Fwmark != cfg.Action.Fwmark {
+		out = append(out, "action.dscp/fwmark")
+	}
+	if old.StaleAfter != cfg.StaleAfter {
+		out = append(out, "heartbeat.stale_after")
+	}
+	if old.MetricsAddress != cfg.MetricsAddress {
+		out = append(out, "metrics.address")
+	}
+	if old.AdminSocket != cfg.AdminSocket {
+		out = append(out, "admin.socket")
+	}
+	return out
+}
+
+// do hands fn to the tick loop and waits for its result.
+func (d *Daemon) do(ctx context.Context, fn func() error) error {
+	c := command{run: fn, done: make(chan error, 1)}
+	select {
+	case d.cmds <- c:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-c.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Status returns the status published after the last tick or command.
+func (d *Daemon) Status() *Status {
+	if st := d.status.Load(); st != nil {
+		return st
+	}
+	return &Status{Version: d.opts.Version, ConfigSource: d.configSource(), StartedAt: d.started}
+}
+
+// SetMode switches the global mode as a live override. "off" is the kill
+// switch: the datapath stops shedding at once and every drop probability is
+// written as 0 before the call returns.
+func (d *Daemon) SetMode(ctx context.Context, mode string) error {
+	if _, err := rules.ParseMode(mode); err != nil {
+		return err
+	}
+	return d.do(ctx, func() error {
+		return d.override("mode", mode, []byte("mode: "+mode+"\n"))
+	})
+}
+
+// Patch applies a partial config document as a live override, validated
+// exactly like the file. Errors: a *rules.ValidationError.
+func (d *Daemon) Patch(ctx context.Context, doc []byte) error {
+	return d.do(ctx, func() error {
+		return d.override("patch", string(doc), doc)
+	})
+}
+
+// Reload re-reads the config file; live overrides are dropped. Errors: the
+// file is unreadable or invalid (the running config stays).
+func (d *Daemon) Reload(ctx context.Context) error {
+	return d.do(ctx, func() error { return d.reload("admin API") })
+}
+
+func (d *Daemon) override(kind, value string, doc []byte) error {
+	cfg, warns, err := d.cfg.Patch(doc, "admin "+kind)
+	if err != nil {
+		d.dlog.Record("config_override_refused", "kind", kind, "value", value, "err", err.Error())
+		return err
+	}
+	for _, w := range warns {
+		d.log.Warn("config warning", "warning", w.String())
+	}
+	if err := d.apply(cfg); err != nil {
+		return err
+	}
+	d.overrides = append(d.overrides, Override{At: time.Now(), Kind: kind, Value: value})
+	d.log.Info("live override applied", "kind", kind, "value", value)
+	d.dlog.Record("config_override", "kind", kind, "value", value, "mode", cfg.Mode.String())
+	return nil
+}
+
+func (d *Daemon) reload(trigger string) error {
+	if d.opts.ConfigPath == "" {
+		d.metrics.reloads.Inc()
+		d.overrides = nil
+		d.dlog.Record("config_reload", "trigger", trigger, "source", EmbeddedSource)
+		return d.apply(rules.Default())
+	}
+	cfg, err := d.loadConfig()
+	if err != nil {
+		d.metrics.reloadFailures.Inc()
+		d.dlog.Record("config_reload_failed", "trigger", trigger, "source", d.opts.ConfigPath, "err", err.Error())
+		return err
+	}
+	if err := d.apply(cfg); err != nil {
+		d.metrics.reloadFailures.Inc()
+		return err
+	}
+	d.metrics.reloads.Inc()
+	d.base = cfg
+	dropped := len(d.overrides)
+	d.overrides = nil
+	d.log.Info("config reloaded", "trigger", trigger, "source", d.opts.ConfigPath, "overrides_dropped", dropped)
+	d.dlog.Record("config_reload", "trigger", trigger, "source", d.opts.ConfigPath, "overrides_dropped", dropped, "mode", cfg.Mode.String())
+	return nil
+}
+
+// apply makes cfg the config in force: the controller, sampler and datapath
+// take it before the next tick. Settings that need a restart are kept at
+// their running values and named in the log.
+func (d *Daemon) apply(cfg *rules.Config) error {
+	old := d.cfg
+	ports := d.resolvePorts(cfg)
+	if err := d.ctrl.Reconfigure(cfg.ControllerConfig(controllerPorts(ports))); err != nil {
+		return fmt.Errorf("reconfigure controller: %w", err)
+	}
+	if old.Cgroup != cfg.Cgroup {
+		smp, err := sampler.New(cfg.SamplerConfig(tcpPorts(ports)), d.log.With("component", "sampler"))
+		if err != nil {
+			return fmt.Errorf("restart sampler: %w", err)
+		}
+		d.smp = smp
+	} else {
+		d.smp.SetTCPPorts(tcpPorts(ports))
+	}
+	if old.Mode == rules.ModeOff && cfg.Mode != rules.ModeOff {
+		// Leaving the kill switch starts from p = 0: while off, nothing was
+		// shed, so what the controller learnt does not describe this node
+		// under shedding.
+		ctrl, err := adaptive.New(cfg.ControllerConfig(controllerPorts(ports)))
+		if err != nil {
+			return fmt.Errorf("restart controller: %w", err)
+		}
+		d.ctrl = ctrl
+	}
+	d.cfg = cfg
+	d.ports = ports
+	if err := d.program(); err != nil {
+		return err
+	}
+	if old.Interval != cfg.Interval && d.ticker != nil {
+		d.ticker.Reset(cfg.Interval)
+	}
+	if old.DecisionLog != cfg.DecisionLog && d.opts.DecisionLog == "" {
+		if nl, err := openDecisionLog(cfg.DecisionLog, nil); err != nil {
+			d.log.Error("open new decision log; keeping the old one", "err", err)
+		} else {
+			d.dlog.Close()
+			d.dlog = nl
+		}
+	}
+	if fields := restartOnly(old, cfg); len(fields) > 0 {
+		d.log.Warn("settings changed that take effect only after a restart", "fields", fields)
+	}
+	return nil
+}
+
+// program writes mode, exceptions and port policies into the datapath.
+// Probabilities already in force are kept (they change at the next tick);
+// in mode off they are written as 0.
+func (d *Daemon) program() error {
+	cfg := d.cfg
+	var ex []loader.PortKey
+	for _, k := range cfg.Exceptions.Ports {
+		ex = append(ex, loaderKey(k))
+	}
+	if err := d.dp.SetExceptions(ex, cfg.Exceptions.Sources); err != nil {
+		return fmt.Errorf("set exceptions: %w", err)
+	}
+	current := map[adaptive.PortKey]float64{}
+	for _, pd := range d.last.decision.Ports {
+		current[pd.Key] = pd.DropProbability
+	}
+	var pol []loader.PortPolicy
+	for _, p := range d.ports {
+		pp := loader.PortPolicy{
+			Key:    loaderKey(p.key),
+			Mode:   loaderMode(p.mode),
+			Action: loaderAction(cfg.Action.Kind),
+			Class:  loader.Class(p.class),
+		}
+		if cfg.Mode != rules.ModeOff {
+			pp.DropProbability = current[p.key]
+		}
+		pol = append(pol, pp)
+	}
+	// The global datapath mode only caps the ports' modes; a port's own
+	// mode decides, so one port can be enforced while the rest observe.
+	global := loader.ModeEnforce
+	if cfg.Mode == rules.ModeOff {
+		global = loader.ModeOff
+	}
+	if global == loader.ModeOff {
+		// The kill switch must not wait for the policies.
+		if err := d.dp.SetMode(global); err != nil {
+			return fmt.Errorf("set datapath mode: %w", err)
+		}
+	}
+	if err := d.dp.SetPolicies(pol); err != nil {
+		return fmt.Errorf("set port policies: %w", err)
+	}
+	if err := d.dp.SetMode(global); err != nil {
+		return fmt.Errorf("set datapath mode: %w", err)
+	}
+	return d.dp.Heartbeat()
+}
+
+// watchConfig returns a channel that receives when the config file changes.
+// The directory is watched, not the file, because editors and config
+// management replace files by rename, which a watch on the file would miss.
+// Bursts of events are coalesced over 200 ms.
+func (d *Daemon) watchConfig(ctx context.Context) <-chan struct{} {
+	out := make(chan struct{}, 1)
+	if d.opts.ConfigPath == "" {
+		return out
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		d.log.Warn("config file watch unavailable; reload with SIGHUP", "err", err)
+		return out
+	}
+	path := d.opts.ConfigPath
+	dir := dirOf(path)
+	if err := w.Add(dir); err != nil {
+		d.log.Warn("config file watch unavailable; reload with SIGHUP", "dir", dir, "err", err)
+		w.Close()
+		return out
+	}
+	go func() {
+		defer w.Close()
+		var debounce <-chan time.Time
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-w.Events:
+				if !ok {
+					return
+				}
+				if sameFile(ev.Name, path) && ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename) != 0 {
+					debounce = time.After(200 * time.Millisecond)
+				}
+			case err, ok := <-w.Errors:
+				if !ok {
+					return
+				}
+				d.log.Warn("config file watch error", "err", err)
+			case <-debounce:
+				debounce = nil
+				select {
+				case out <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return out
+}

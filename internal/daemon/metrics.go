@@ -1,0 +1,196 @@
+package daemon
+
+import (
+	"net/http"
+	"runtime"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/olcd/olcd/internal/loader"
+)
+
+// metrics holds the daemon's own counters and the collector that reads the
+// datapath's counters from the BPF maps at scrape time (so a scrape always
+// sees the kernel's current numbers, not the last tick's copy).
+type metrics struct {
+	reg            *prometheus.Registry
+	ticks          prometheus.Counter
+	tickSeconds    prometheus.Histogram
+	sampleErrors   *prometheus.CounterVec
+	reloads        prometheus.Counter
+	reloadFailures prometheus.Counter
+}
+
+func newMetrics(d *Daemon) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		ticks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "olcd_ticks_total", Help: "Control ticks run (sample, decide, write maps).",
+		}),
+		tickSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "olcd_tick_duration_seconds",
+			Help:    "Wall time of one control tick in seconds.",
+			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25},
+		}),
+		sampleErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "olcd_sample_errors_total", Help: "Sources that could not be read in a tick, by source.",
+		}, []string{"source"}),
+		reloads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "olcd_config_reloads_total", Help: "Successful config reloads (SIGHUP, file change, admin API).",
+		}),
+		reloadFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "olcd_config_reload_failures_total", Help: "Config reloads refused because the file was unreadable or invalid; the running config stayed.",
+		}),
+	}
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "olcd_build_info", Help: "Build information; always 1.",
+	}, []string{"version", "goversion"})
+	build.WithLabelValues(d.opts.Version, runtime.Version()).Set(1)
+	m.reg.MustRegister(m.ticks, m.tickSeconds, m.sampleErrors, m.reloads, m.reloadFailures, build,
+		&stateCollector{d: d},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *metrics) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("olcd: metrics at /metrics\n"))
+	})
+	return mux
+}
+
+var (
+	portLabels   = []string{"proto", "port", "class"}
+	descMode     = prometheus.NewDesc("olcd_mode", "Global mode: 1 for the mode in force, 0 for the others.", []string{"mode"}, nil)
+	descSigValue = prometheus.NewDesc("olcd_signal_value", "Signal value in its canonical unit (see unit label); absent when unavailable.", []string{"signal", "unit"}, nil)
+	descSigThr   = prometheus.NewDesc("olcd_signal_threshold", "Configured signal threshold in the signal's unit.", []string{"signal", "unit"}, nil)
+	descSigPress = prometheus.NewDesc("olcd_signal_pressure_ratio", "Signal value divided by its threshold (1 = at the threshold).", []string{"signal"}, nil)
+	descSigAvail = prometheus.NewDesc("olcd_signal_available", "1 when the signal had a valid value in the last tick.", []string{"signal"}, nil)
+	descSigCorr  = prometheus.NewDesc("olcd_signal_corroborated", "1 when the signal counted towards node pressure (corroboration rules).", []string{"signal"}, nil)
+	descPressure = prometheus.NewDesc("olcd_node_pressure_ratio", "Node pressure the control law acted on (1 = at the target).", nil, nil)
+	descOverload = prometheus.NewDesc("olcd_overload_active", "1 while the node is overloaded (shedding, or would shed in observe mode).", nil, nil)
+	descNodeP    = prometheus.NewDesc("olcd_drop_probability_ratio", "Node-level share of new work to shed (0..1).", nil, nil)
+	descClassP   = prometheus.NewDesc("olcd_class_drop_probability_ratio", "Drop probability of a priority class (0..1).", []string{"class"}, nil)
+	descPortP    = prometheus.NewDesc("olcd_port_drop_probability_ratio", "Drop probability written to the datapath for a port (0..1).", portLabels, nil)
+	descNew      = prometheus.NewDesc("olcd_port_new_connections_total", "New connections (TCP SYN without ACK) or UDP requests seen by the datapath, SYN retransmits included.", portLabels, nil)
+	descRetrans  = prometheus.NewDesc("olcd_port_syn_retransmits_total", "Retransmitted SYNs of SYNs the datapath dropped (also in new_connections).", portLabels, nil)
+	descPassed   = prometheus.NewDesc("olcd_port_passed_total", "New connections passed (including exempt, marked, would-drop and stale).", portLabels, nil)
+	descDropped  = prometheus.NewDesc("olcd_port_dropped_total", "New connections dropped.", portLabels, nil)
+	descMarked   = prometheus.NewDesc("olcd_port_marked_total", "New connections marked (DSCP/fwmark) and passed.", portLabels, nil)
+	descWould    = prometheus.NewDesc("olcd_port_would_drop_total", "New connections that would have been dropped (observe mode).", portLabels, nil)
+	descExempt   = prometheus.NewDesc("olcd_port_exempt_total", "New connections from exception sources, always passed.", portLabels, nil)
+	descStale    = prometheus.NewDesc("olcd_port_stale_total", "New connections passed because the daemon's heartbeat was stale (fail-open).", portLabels, nil)
+	descOtherNew = prometheus.NewDesc("olcd_unprotected_new_connections_total", "New TCP connections to ports without a policy.", nil, nil)
+	descOtherEx  = prometheus.NewDesc("olcd_unprotected_exempt_total", "New connections to exception ports without a policy.", nil, nil)
+	descUncl     = prometheus.NewDesc("olcd_unclassified_packets_total", "Frames the datapath could not examine (malformed, truncated, too deep); always passed.", nil, nil)
+	descAttach   = prometheus.NewDesc("olcd_attachment_info", "Datapath attachments; always 1.", []string{"interface", "hook", "mode"}, nil)
+	descOverride = prometheus.NewDesc("olcd_live_overrides", "Live overrides in force on top of the config file.", nil, nil)
+	descLastTick = prometheus.NewDesc("olcd_last_tick_timestamp_seconds", "Unix time of the last control tick.", nil, nil)
+	descDPErr    = prometheus.NewDesc("olcd_datapath_stats_up", "1 when the datapath counters could be read at scrape time.", nil, nil)
+)
+
+// stateCollector exports the last published status and the datapath's
+// counters, read from the BPF maps at scrape time.
+type stateCollector struct{ d *Daemon }
+
+// Describe sends every descriptor the collector may emit.
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descMode, descSigValue, descSigThr, descSigPress, descSigAvail,
+		descSigCorr, descPressure, descOverload, descNodeP, descClassP, descPortP, descNew, descRetrans,
+		descPassed, descDropped, descMarked, descWould, descExempt, descStale, descOtherNew, descOtherEx,
+		descUncl, descAttach, descOverride, descLastTick, descDPErr} {
+		ch <- d
+	}
+}
+
+// Collect reads the status and the BPF maps.
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.d.status.Load()
+	if st == nil {
+		return
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	for _, m := range []string{"off", "observe", "enforce"} {
+		gauge(descMode, b2f(st.Mode == m), m)
+	}
+	for _, s := range st.Signals {
+		if s.Value != nil {
+			gauge(descSigValue, *s.Value, s.Name, s.Unit)
+		}
+		if s.Threshold == nil {
+			continue
+		}
+		gauge(descSigThr, *s.Threshold, s.Name, s.Unit)
+		gauge(descSigAvail, b2f(s.Available), s.Name)
+		gauge(descSigCorr, b2f(s.Corroborated), s.Name)
+		if s.Pressure != nil {
+			gauge(descSigPress, *s.Pressure, s.Name)
+		}
+	}
+	gauge(descPressure, st.Overload.Pressure)
+	gauge(descOverload, b2f(st.Overload.Active))
+	gauge(descNodeP, st.Overload.DropProbability)
+	for _, cl := range st.Classes {
+		gauge(descClassP, cl.DropProbability, cl.Class)
+	}
+	gauge(descOverride, float64(len(st.Overrides)))
+	if !st.UpdatedAt.IsZero() {
+		gauge(descLastTick, float64(st.UpdatedAt.UnixNano())/1e9)
+	}
+	for _, a := range st.Interfaces {
+		gauge(descAttach, 1, a.Name, a.Hook, a.Mode)
+	}
+
+	stats, err := c.d.dp.Stats()
+	gauge(descDPErr, b2f(err == nil))
+	if err != nil {
+		return
+	}
+	for _, p := range st.Ports {
+		labels := []string{p.Proto, strconv.Itoa(int(p.Port)), p.Class}
+		gauge(descPortP, p.DropProbability, labels...)
+		proto := loader.ProtoTCP
+		if p.Proto == "udp" {
+			proto = loader.ProtoUDP
+		}
+		k := loader.PortKey{Proto: proto, Port: p.Port}
+		cn, ok := stats.Ports[k]
+		if !ok {
+			continue
+		}
+		counter(descNew, cn.NewConns, labels...)
+		counter(descRetrans, cn.SYNRetransmits, labels...)
+		counter(descPassed, cn.Passed, labels...)
+		counter(descDropped, cn.Dropped, labels...)
+		counter(descMarked, cn.Marked, labels...)
+		counter(descWould, cn.WouldDrop, labels...)
+		counter(descExempt, cn.Exempt, labels...)
+		counter(descStale, cn.Stale, labels...)
+	}
+	counter(descOtherNew, stats.Other.NewConns)
+	counter(descOtherEx, stats.Other.Exempt)
+	counter(descUncl, stats.Unclassified)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,161 @@
+package daemon
+
+import "time"
+
+// Status is the JSON document of GET /v1/status and `olcd status --json`.
+// Rates are per second over the last tick; probabilities and shares are
+// fractions 0..1.
+type Status struct {
+	// Version is the daemon's build version.
+	Version string `json:"version"`
+	// Mode is the global mode: "off", "observe" or "enforce".
+	Mode string `json:"mode"`
+	// ConfigSource is the config file path, or "embedded default".
+	ConfigSource string `json:"config_source"`
+	// Overrides lists the live overrides (PATCH /v1/config, POST /v1/mode)
+	// applied since the last load of the config file, oldest first.
+	Overrides []Override `json:"overrides"`
+	// IntervalS is the tick interval in seconds.
+	IntervalS float64 `json:"interval_s"`
+	// Ticks counts the ticks since start.
+	Ticks uint64 `json:"ticks"`
+	// UpdatedAt is when the last tick finished.
+	UpdatedAt time.Time `json:"updated_at"`
+	// StartedAt is when the daemon started.
+	StartedAt time.Time `json:"started_at"`
+	// Overload is the controller's overload state.
+	Overload OverloadStatus `json:"overload"`
+	// Signals lists every signal with a threshold, then every other
+	// available signal (without threshold and pressure).
+	Signals []SignalStatus `json:"signals"`
+	// Classes lists the drop probability per priority class.
+	Classes []ClassStatus `json:"classes"`
+	// Ports lists the protected ports with their counters.
+	Ports []PortStatus `json:"ports"`
+	// Exceptions lists the exempt ports ("tcp/9100") and source prefixes.
+	Exceptions []string `json:"exceptions"`
+	// Interfaces lists the datapath attachments.
+	Interfaces []InterfaceStatus `json:"interfaces"`
+	// Unclassified counts packets the datapath could not parse (passed)
+	// since start.
+	Unclassified uint64 `json:"unclassified_total"`
+	// SampleErrors lists the sources that could not be read in the last
+	// tick, as "source: error".
+	SampleErrors []string `json:"sample_errors,omitempty"`
+}
+
+// Override is one live change on top of the config file.
+type Override struct {
+	// At is when it was applied.
+	At time.Time `json:"at"`
+	// Kind is "mode" or "patch".
+	Kind string `json:"kind"`
+	// Value is the new mode or the patch document as sent.
+	Value string `json:"value"`
+}
+
+// OverloadStatus is the controller's view of the node.
+type OverloadStatus struct {
+	// Active is true while the node is shedding (or, in observe mode,
+	// would shed).
+	Active bool `json:"active"`
+	// Since is when the current overload started; zero when not active.
+	Since *time.Time `json:"since,omitempty"`
+	// Pressure is the node pressure the control law acted on (1 = at the
+	// threshold).
+	Pressure float64 `json:"pressure"`
+	// DropProbability is the node-level share of new work to shed (0..1).
+	DropProbability float64 `json:"drop_probability"`
+	// Reason says in words which signal drives the state.
+	Reason string `json:"reason,omitempty"`
+}
+
+// SignalStatus is one canonical signal in the last tick.
+type SignalStatus struct {
+	// Name is the canonical signal name, e.g. "cpu_busy".
+	Name string `json:"name"`
+	// Unit is "fraction", "tasks", "seconds" or "per_second".
+	Unit string `json:"unit"`
+	// Available is false when the signal could not be read (or was an
+	// invalid sample) this tick.
+	Available bool `json:"available"`
+	// Value is the signal's value in its unit; null when unavailable.
+	Value *float64 `json:"value"`
+	// Threshold is the configured threshold; null when none is set.
+	Threshold *float64 `json:"threshold"`
+	// Pressure is value ÷ threshold; null without threshold or value.
+	Pressure *float64 `json:"pressure"`
+	// Corroborated is false when the signal is over its threshold but the
+	// corroboration rule discounted it (e.g. load without CPU pressure).
+	Corroborated bool `json:"corroborated"`
+}
+
+// ClassStatus is the drop probability of one priority class.
+type ClassStatus struct {
+	// Class is "critical", "normal" or "best-effort".
+	Class string `json:"class"`
+	// DropProbability is the class's drop probability (0..1).
+	DropProbability float64 `json:"drop_probability"`
+}
+
+// PortStatus is one protected port.
+type PortStatus struct {
+	// Proto is "tcp" or "udp".
+	Proto string `json:"proto"`
+	// Port is the destination port.
+	Port uint16 `json:"port"`
+	// Class is "critical", "normal" or "best-effort".
+	Class string `json:"class"`
+	// Mode is the port's effective mode: "off", "observe" or "enforce".
+	Mode string `json:"mode"`
+	// Source is "config" or "auto" (discovered listener).
+	Source string `json:"source"`
+	// DropProbability is the probability written to the datapath (0..1).
+	DropProbability float64 `json:"drop_probability"`
+	// NewPerS is new connections (or UDP requests) per second, retransmitted
+	// SYNs included.
+	NewPerS float64 `json:"new_per_s"`
+	// UniquePerS is new connections per second without SYN retransmits:
+	// the demand the controller sees.
+	UniquePerS float64 `json:"unique_per_s"`
+	// RetransmitsPerS is retransmitted SYNs of dropped SYNs per second.
+	RetransmitsPerS float64 `json:"retransmits_per_s"`
+	// DropShare is dropped ÷ new over the last tick (0..1).
+	DropShare float64 `json:"drop_share"`
+	// WouldDropShare is would-drop (observe mode) ÷ new over the last tick.
+	WouldDropShare float64 `json:"would_drop_share"`
+	// MarkedShare is marked ÷ new over the last tick.
+	MarkedShare float64 `json:"marked_share"`
+	// ExemptPerS is exempt packets (exception sources) per second.
+	ExemptPerS float64 `json:"exempt_per_s"`
+	// StalePerS is packets passed because the heartbeat was stale, per
+	// second.
+	StalePerS float64 `json:"stale_per_s"`
+	// AcceptQueueFill is the port's accept-queue fill (0..1); null when
+	// unknown.
+	AcceptQueueFill *float64 `json:"accept_queue_fill,omitempty"`
+	// Totals are the datapath counters since the program was loaded.
+	Totals PortTotals `json:"totals"`
+}
+
+// PortTotals are cumulative datapath counters of one port.
+type PortTotals struct {
+	NewConns       uint64 `json:"new_conns"`
+	Passed         uint64 `json:"passed"`
+	Dropped        uint64 `json:"dropped"`
+	Marked         uint64 `json:"marked"`
+	WouldDrop      uint64 `json:"would_drop"`
+	Exempt         uint64 `json:"exempt"`
+	Stale          uint64 `json:"stale"`
+	SYNRetransmits uint64 `json:"syn_retransmits"`
+}
+
+// InterfaceStatus is one datapath attachment.
+type InterfaceStatus struct {
+	// Name is the interface name.
+	Name string `json:"name"`
+	// Hook is "xdp" or "tc".
+	Hook string `json:"hook"`
+	// Mode is "tcx", "clsact", "native" or "generic".
+	Mode string `json:"mode"`
+}

@@ -1,0 +1,397 @@
+package daemon
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/loader"
+	"github.com/olcd/olcd/internal/rules"
+	"github.com/olcd/olcd/internal/sampler"
+)
+
+// tickResult is what one tick saw and decided; status and metrics read it.
+type tickResult struct {
+	at       time.Time
+	interval time.Duration
+	snap     sampler.Snapshot
+	decision adaptive.Decision
+	stats    loader.Stats
+	deltas   map[adaptive.PortKey]loader.Counters
+	probs    map[adaptive.PortKey]float64
+}
+
+// tick runs sample → stats → controller → maps → heartbeat once.
+func (d *Daemon) tick() {
+	start := time.Now()
+	snap := d.smp.Sample()
+	for _, e := range snap.Errors {
+		d.metrics.sampleErrors.WithLabelValues(e.Source).Inc()
+	}
+
+	st, err := d.dp.Stats()
+	if err != nil {
+		d.log.Error("read datapath statistics", "err", err)
+		d.metrics.sampleErrors.WithLabelValues("datapath_stats").Inc()
+	}
+	deltas := make(map[adaptive.PortKey]loader.Counters, len(d.ports))
+	stats := make(map[adaptive.PortKey]adaptive.PortStats, len(d.ports))
+	if err == nil {
+		for _, p := range d.ports {
+			cur, ok := st.Ports[loaderKey(p.key)]
+			if !ok {
+				continue
+			}
+			dl := counterDelta(cur, d.prev.Ports[loaderKey(p.key)])
+			deltas[p.key] = dl
+			stats[p.key] = adaptive.PortStats{New: dl.NewConns, Retransmits: dl.SYNRetransmits}
+		}
+		d.prev = st
+	}
+
+	dec := d.ctrl.Step(snap, stats)
+
+	probs := make(map[adaptive.PortKey]float64, len(dec.Ports))
+	lp := make(map[loader.PortKey]float64, len(dec.Ports))
+	for _, pd := range dec.Ports {
+		p := pd.DropProbability
+		if d.cfg.Mode == rules.ModeOff {
+			p = 0
+		}
+		probs[pd.Key] = p
+		lp[loaderKey(pd.Key)] = p
+	}
+	if err := d.dp.SetDropProbabilities(lp); err != nil {
+		d.log.Error("write drop probabilities", "err", err)
+	}
+	// The heartbeat comes last: if anything above hangs, the datapath's
+	// view of the daemon goes stale and it fails open.
+	if err := d.dp.Heartbeat(); err != nil {
+		d.log.Error("write heartbeat", "err", err)
+	}
+
+	interval := snap.Interval
+	if interval <= 0 {
+		interval = d.cfg.Interval
+	}
+	d.last = tickResult{at: snap.At, interval: interval, snap: snap, decision: dec, stats: st, deltas: deltas, probs: probs}
+	d.ticks++
+	d.metrics.ticks.Inc()
+	d.metrics.tickSeconds.Observe(time.Since(start).Seconds())
+	d.recordEvents(dec)
+	d.publish()
+}
+
+// counterDelta returns cur − prev field by field; a counter that went
+// backwards (the port lost and regained its slot) counts from zero.
+func counterDelta(cur, prev loader.Counters) loader.Counters {
+	sub := func(a, b uint64) uint64 {
+		if a < b {
+			return a
+		}
+		return a - b
+	}
+	return loader.Counters{
+		NewConns:       sub(cur.NewConns, prev.NewConns),
+		Passed:         sub(cur.Passed, prev.Passed),
+		Dropped:        sub(cur.Dropped, prev.Dropped),
+		Marked:         sub(cur.Marked, prev.Marked),
+		WouldDrop:      sub(cur.WouldDrop, prev.WouldDrop),
+		Exempt:         sub(cur.Exempt, prev.Exempt),
+		Stale:          sub(cur.Stale, prev.Stale),
+		SYNRetransmits: sub(cur.SYNRetransmits, prev.SYNRetransmits),
+	}
+}
+
+// recordEvents writes the controller's events to the decision log.
+func (d *Daemon) recordEvents(dec adaptive.Decision) {
+	for _, ev := range dec.Events {
+		args := []any{
+			"at", ev.At,
+			"reason", ev.Reason,
+			"pressure", round4(ev.Pressure),
+			"drop_probability", round4(ev.DropProbability),
+			"mode", d.cfg.Mode.String(),
+			"signals", signalValues(ev.Signals),
+		}
+		if !ev.OverloadSince.IsZero() {
+			args = append(args, "overload_since", ev.OverloadSince)
+		}
+		if ev.Kind == adaptive.EventProbabilityChange {
+			if ev.Port != (adaptive.PortKey{}) {
+				args = append(args, "port", ev.Port.String(), "class", ev.Class.String())
+			} else {
+				args = append(args, "port", "node")
+			}
+			args = append(args, "from", round4(ev.From), "to", round4(ev.To))
+		}
+		d.dlog.Record(ev.Kind.String(), args...)
+		if ev.Kind != adaptive.EventProbabilityChange {
+			d.log.Info(ev.Kind.String(), "reason", ev.Reason, "pressure", round4(ev.Pressure),
+				"drop_probability", round4(ev.DropProbability), "mode", d.cfg.Mode.String())
+		}
+	}
+}
+
+// signalValues renders signal states as {name: value} for the log; an
+// unavailable signal is null.
+func signalValues(ss []adaptive.SignalState) map[string]any {
+	out := make(map[string]any, len(ss))
+	for _, s := range ss {
+		if s.Available {
+			out[s.Signal.String()] = round4(s.Value)
+		} else {
+			out[s.Signal.String()] = nil
+		}
+	}
+	return out
+}
+
+// round4 keeps four decimals: the decision log is read by people, and
+// 0.30000000000000004 helps nobody.
+func round4(v float64) float64 { return math.Round(v*1e4) / 1e4 }
+
+// resolvePorts returns the ports cfg protects: the configured list, or under
+// ports: auto every TCP port with a listener on a non-loopback address, minus
+// exception ports.
+func (d *Daemon) resolvePorts(cfg *rules.Config) []portEntry {
+	if !cfg.PortsAuto {
+		out := make([]portEntry, 0, len(cfg.Ports))
+		for _, p := range cfg.Ports {
+			out = append(out, portEntry{key: p.Key(), class: p.Class, mode: p.EffectiveMode(cfg.Mode), source: "config"})
+		}
+		return out
+	}
+	listeners, err := sampler.Listeners()
+	if err != nil {
+		d.log.Error("discover listening ports", "err", err)
+		d.metrics.sampleErrors.WithLabelValues("sock_diag").Inc()
+		// Keep protecting what was found before rather than nothing.
+		var out []portEntry
+		for _, p := range d.ports {
+			if p.source == "auto" {
+				p.mode = cfg.Mode
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	return autoPorts(cfg, listeners)
+}
+
+// autoPorts turns listeners into class-normal TCP ports: a listener on a
+// loopback address serves only this host and is never protected; port
+// numbers are deduplicated across addresses and families.
+func autoPorts(cfg *rules.Config, listeners []sampler.Listener) []portEntry {
+	seen := map[uint16]bool{}
+	var out []portEntry
+	for _, l := range listeners {
+		addr := l.Addr.Addr().Unmap()
+		port := l.Addr.Port()
+		if addr.IsLoopback() || port == 0 || seen[port] {
+			continue
+		}
+		key := adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: port}
+		if cfg.ExemptPort(key) {
+			continue
+		}
+		seen[port] = true
+		out = append(out, portEntry{key: key, class: adaptive.ClassNormal, mode: cfg.Mode, source: "auto"})
+	}
+	slices.SortFunc(out, func(a, b portEntry) int { return cmp.Compare(a.key.Port, b.key.Port) })
+	return out
+}
+
+// rediscover refreshes the ports under ports: auto and reprograms when the
+// set changed.
+func (d *Daemon) rediscover() {
+	ports := d.resolvePorts(d.cfg)
+	if slices.Equal(ports, d.ports) {
+		return
+	}
+	added, removed := diffPorts(d.ports, ports)
+	if err := d.ctrl.Reconfigure(d.cfg.ControllerConfig(controllerPorts(ports))); err != nil {
+		d.log.Error("reconfigure controller for discovered ports", "err", err)
+		return
+	}
+	d.ports = ports
+	d.smp.SetTCPPorts(tcpPorts(ports))
+	if err := d.program(); err != nil {
+		d.log.Error("program discovered ports", "err", err)
+		return
+	}
+	d.log.Info("protected ports changed", "added", added, "removed", removed)
+	d.dlog.Record("ports_changed", "added", added, "removed", removed)
+	d.publish()
+}
+
+func diffPorts(old, cur []portEntry) (added, removed []string) {
+	has := func(ps []portEntry, k adaptive.PortKey) bool {
+		return slices.ContainsFunc(ps, func(p portEntry) bool { return p.key == k })
+	}
+	for _, p := range cur {
+		if !has(old, p.key) {
+			added = append(added, p.key.String())
+		}
+	}
+	for _, p := range old {
+		if !has(cur, p.key) {
+			removed = append(removed, p.key.String())
+		}
+	}
+	return added, removed
+}
+
+func controllerPorts(ports []portEntry) []adaptive.PortConfig {
+	out := make([]adaptive.PortConfig, len(ports))
+	for i, p := range ports {
+		out[i] = adaptive.PortConfig{Key: p.key, Class: p.class}
+	}
+	return out
+}
+
+func tcpPorts(ports []portEntry) []uint16 {
+	var out []uint16
+	for _, p := range ports {
+		if p.key.Proto == adaptive.ProtoTCP {
+			out = append(out, p.key.Port)
+		}
+	}
+	return out
+}
+
+func loaderKey(k adaptive.PortKey) loader.PortKey {
+	return loader.PortKey{Proto: loader.Proto(k.Proto), Port: k.Port}
+}
+
+func loaderMode(m rules.Mode) loader.Mode {
+	switch m {
+	case rules.ModeEnforce:
+		return loader.ModeEnforce
+	case rules.ModeObserve:
+		return loader.ModeObserve
+	}
+	return loader.ModeOff
+}
+
+func loaderAction(a rules.Action) loader.Action {
+	if a == rules.ActionMark {
+		return loader.ActionMark
+	}
+	return loader.ActionDrop
+}
+
+func dirOf(path string) string { return filepath.Dir(path) }
+
+func sameFile(a, b string) bool { return filepath.Clean(a) == filepath.Clean(b) }
+
+// publish builds the status document from the last tick and stores it for
+// the admin API.
+func (d *Daemon) publish() {
+	r := d.last
+	dec := r.decision
+	st := &Status{
+		Version:      d.opts.Version,
+		Mode:         d.cfg.Mode.String(),
+		ConfigSource: d.configSource(),
+		Overrides:    slices.Clone(d.overrides),
+		IntervalS:    d.cfg.Interval.Seconds(),
+		Ticks:        d.ticks,
+		UpdatedAt:    r.at,
+		StartedAt:    d.started,
+		Overload: OverloadStatus{
+			Active:          dec.Overloaded,
+			Pressure:        dec.SmoothedPressure,
+			DropProbability: dec.DropProbability,
+			Reason:          dec.Reason,
+		},
+		Unclassified: r.stats.Unclassified,
+	}
+	if st.Overrides == nil {
+		st.Overrides = []Override{}
+	}
+	if dec.Overloaded && !dec.OverloadSince.IsZero() {
+		since := dec.OverloadSince
+		st.Overload.Since = &since
+	}
+	withThreshold := map[sampler.Signal]bool{}
+	for _, s := range dec.Signals {
+		withThreshold[s.Signal] = true
+		ss := SignalStatus{Name: s.Signal.String(), Unit: s.Signal.Unit().String(), Available: s.Available, Corroborated: s.Corroborated}
+		th := s.Threshold
+		ss.Threshold = &th
+		if s.Available {
+			v, p := s.Value, s.Pressure
+			ss.Value, ss.Pressure = &v, &p
+		}
+		st.Signals = append(st.Signals, ss)
+	}
+	for sig := range sampler.NumSignals {
+		if withThreshold[sig] {
+			continue
+		}
+		if v, ok := r.snap.Get(sig); ok {
+			st.Signals = append(st.Signals, SignalStatus{Name: sig.String(), Unit: sig.Unit().String(), Available: true, Value: &v})
+		}
+	}
+	for c := range adaptive.NumClasses {
+		st.Classes = append(st.Classes, ClassStatus{Class: c.String(), DropProbability: dec.Classes[c]})
+	}
+	secs := r.interval.Seconds()
+	rate := func(n uint64) float64 {
+		if secs <= 0 {
+			return 0
+		}
+		return float64(n) / secs
+	}
+	share := func(n, of uint64) float64 {
+		if of == 0 {
+			return 0
+		}
+		return float64(n) / float64(of)
+	}
+	for _, p := range d.ports {
+		dl := r.deltas[p.key]
+		tot := r.stats.Ports[loaderKey(p.key)]
+		ps := PortStatus{
+			Proto: p.key.Proto.String(), Port: p.key.Port, Class: p.class.String(),
+			Mode: p.mode.String(), Source: p.source,
+			DropProbability: r.probs[p.key],
+			NewPerS:         rate(dl.NewConns),
+			UniquePerS:      rate(dl.NewConns - min(dl.SYNRetransmits, dl.NewConns)),
+			RetransmitsPerS: rate(dl.SYNRetransmits),
+			DropShare:       share(dl.Dropped, dl.NewConns),
+			WouldDropShare:  share(dl.WouldDrop, dl.NewConns),
+			MarkedShare:     share(dl.Marked, dl.NewConns),
+			ExemptPerS:      rate(dl.Exempt),
+			StalePerS:       rate(dl.Stale),
+			Totals: PortTotals{
+				NewConns: tot.NewConns, Passed: tot.Passed, Dropped: tot.Dropped, Marked: tot.Marked,
+				WouldDrop: tot.WouldDrop, Exempt: tot.Exempt, Stale: tot.Stale, SYNRetransmits: tot.SYNRetransmits,
+			},
+		}
+		if f, ok := r.snap.AcceptQueueFill[p.key.Port]; ok && p.key.Proto == adaptive.ProtoTCP {
+			ps.AcceptQueueFill = &f
+		}
+		st.Ports = append(st.Ports, ps)
+	}
+	for _, k := range d.cfg.Exceptions.Ports {
+		st.Exceptions = append(st.Exceptions, k.String())
+	}
+	for _, pfx := range d.cfg.Exceptions.Sources {
+		st.Exceptions = append(st.Exceptions, "from "+pfx.String())
+	}
+	if d.dp != nil {
+		for _, a := range d.dp.Attachments() {
+			st.Interfaces = append(st.Interfaces, InterfaceStatus{Name: a.Interface, Hook: a.Hook, Mode: a.Mode})
+		}
+	}
+	for _, e := range r.snap.Errors {
+		st.SampleErrors = append(st.SampleErrors, fmt.Sprintf("%s: %v", e.Source, e.Err))
+	}
+	d.status.Store(st)
+}

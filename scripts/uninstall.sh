@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Removes what scripts/install.sh installed: stops and disables the service,
+# then deletes every path recorded in the install manifest. A config the
+# operator edited is kept (and named); an untouched one is removed.
+set -euo pipefail
+
+DESTDIR=${DESTDIR:-}
+PREFIX=${PREFIX:-/usr/local}
+share="$DESTDIR$PREFIX/share/olcd"
+manifest="$share/install-manifest"
+config="$DESTDIR/etc/olcd/olcd.yaml"
+
+if [ -z "$DESTDIR" ] && [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+	systemctl disable --now olcd.service 2>/dev/null || true
+fi
+if [ ! -f "$manifest" ]; then
+	echo "uninstall: no install manifest at $manifest: nothing to remove"
+	exit 0
+fi
+
+if [ -f "$config" ] && grep -qxF "$config" "$manifest" && ! cmp -s "$config" "$share/olcd.yaml.default"; then
+	echo "uninstall: keeping $config: it differs from the shipped default"
+	keep=$config
+else
+	keep=
+fi
+
+# Files first, in reverse order of creation, then directories (deepest
+# first); a directory is removed only when empty, so nothing foreign goes.
+mapfile -t paths < <(tac "$manifest")
+for p in "${paths[@]}"; do
+	case $p in */) continue ;; esac
+	[ "$p" = "$keep" ] && continue
+	[ "$p" = "$manifest" ] && continue
+	rm -f -- "$p"
+done
+rm -f -- "$manifest"
+for p in "${paths[@]}"; do
+	case $p in */) rmdir -- "${p%/}" 2>/dev/null || true ;; esac
+done
+if [ -z "$DESTDIR" ]; then
+	systemctl daemon-reload 2>/dev/null || true
+	rm -rf /run/olcd
+fi
+echo "uninstall: olcd removed from ${DESTDIR:-/}"
