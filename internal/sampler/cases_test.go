@@ -1,0 +1,156 @@
+package sampler
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fieldCase is ../shared/cases/sampler/<case>/case.json.
+type fieldCase struct {
+	IntervalS float64             `json:"interval_s"`
+	Cgroup    string              `json:"cgroup"`
+	Tolerance float64             `json:"tolerance"`
+	Note      string              `json:"note"`
+	Expect    map[string]*float64 `json:"expect"`
+}
+
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// moduleRoot walks up from the package directory to the directory of go.mod.
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("go.mod not found above the package directory")
+		}
+		dir = parent
+	}
+}
+
+// caseDirs lists every sampler case folder: those of ../shared/cases/sampler
+// (next to the checkout) and of each directory in $OLCD_EXTRA_CASES. An extra
+// directory may have the layout of cases/ (a sampler/ subfolder) or hold
+// case folders directly; folders without case.json (packet or trace cases)
+// are not sampler cases.
+func caseDirs(t *testing.T) []string {
+	t.Helper()
+	shared := filepath.Join(moduleRoot(t), "..", "shared", "cases", "sampler")
+	if _, err := os.Stat(shared); err != nil {
+		t.Fatalf("field cases: %v (expected ../shared/cases/sampler next to the checkout)", err)
+	}
+	roots := []string{shared}
+	if extra := os.Getenv("OLCD_EXTRA_CASES"); extra != "" {
+		for _, d := range strings.Split(extra, ":") {
+			if d == "" {
+				continue
+			}
+			if fi, err := os.Stat(filepath.Join(d, "sampler")); err == nil && fi.IsDir() {
+				d = filepath.Join(d, "sampler")
+			}
+			roots = append(roots, d)
+		}
+	}
+	var out []string
+	for _, r := range roots {
+		entries, err := os.ReadDir(r)
+		if err != nil {
+			t.Fatalf("field cases: read %s: %v", r, err)
+		}
+		for _, e := range entries {
+			if !e.IsDir() {
+				continue
+			}
+			d := filepath.Join(r, e.Name())
+			if _, err := os.Stat(filepath.Join(d, "case.json")); err != nil {
+				continue
+			}
+			out = append(out, d)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// runCase samples the case's before/ root, then its after/ root, and computes
+// the snapshot over the case's interval with the code Sample uses.
+func runCase(t *testing.T, dir string, c fieldCase) Snapshot {
+	t.Helper()
+	var readings [2]reading
+	for i, sub := range []string{"before", "after"} {
+		s, err := New(Config{Root: filepath.Join(dir, sub), Cgroup: c.Cgroup}, discardLogger())
+		if err != nil {
+			t.Fatalf("new sampler on %s: %v", sub, err)
+		}
+		s.collect(&readings[i])
+	}
+	return compute(&readings[0], &readings[1], true, time.Duration(c.IntervalS*float64(time.Second)))
+}
+
+func TestFieldCases(t *testing.T) {
+	dirs := caseDirs(t)
+	if len(dirs) == 0 {
+		t.Fatal("no sampler field cases found")
+	}
+	for _, dir := range dirs {
+		name := filepath.Base(dir)
+		t.Run(name, func(t *testing.T) {
+			raw, err := os.ReadFile(filepath.Join(dir, "case.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var c fieldCase
+			if err := json.Unmarshal(raw, &c); err != nil {
+				t.Fatalf("case %s: parse case.json: %v", dir, err)
+			}
+			if c.IntervalS <= 0 {
+				t.Fatalf("case %s: interval_s %v must be positive", dir, c.IntervalS)
+			}
+			if len(c.Expect) == 0 {
+				t.Fatalf("case %s: expects nothing", dir)
+			}
+			tol := c.Tolerance
+			if tol <= 0 {
+				tol = 1e-9
+			}
+			snap := runCase(t, dir, c)
+			names := make([]string, 0, len(c.Expect))
+			for n := range c.Expect {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			for _, n := range names {
+				want := c.Expect[n]
+				sig, ok := ParseSignal(n)
+				if !ok {
+					t.Errorf("case %s: unknown signal %q in expect", name, n)
+					continue
+				}
+				got, valid := snap.Get(sig)
+				switch {
+				case want == nil && valid:
+					t.Errorf("case %s: %s = %v, want unavailable (%s)", name, n, got, c.Note)
+				case want != nil && !valid:
+					t.Errorf("case %s: %s unavailable, want %v (%s); errors: %v", name, n, *want, c.Note, snap.Errors)
+				case want != nil && math.Abs(got-*want) > tol:
+					t.Errorf("case %s: %s = %v, want %v ± %v (%s)", name, n, got, *want, tol, c.Note)
+				}
+			}
+		})
+	}
+}
