@@ -94,6 +94,9 @@ func cmdSimulate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	for _, w := range tr.Warnings {
+		fmt.Fprintf(stderr, "warning: %s\n", w)
+	}
 	if step := medianStep(tr); step > 0 && math.Abs(step-cfg.Interval.Seconds()) > 1e-6 {
 		fmt.Fprintf(stderr, "note: the trace ticks every %gs, the config's interval is %v; the trace's times are used\n", step, cfg.Interval)
 	}
@@ -322,11 +325,20 @@ func (s *simulation) writePlot(w io.Writer) error {
 			nOthers++
 		}
 		c := plotutil.Color(j)
+		usableAny := false
+		for _, o := range ok {
+			usableAny = usableAny || o
+		}
 		if err := addSeries(p, sig.String(), ts, ys, ok, lineStyle(c, 1.2, false)); err != nil {
 			return err
 		}
 		if th := s.cfg.Thresholds[sig]; th > 0 {
-			if err := hline(p, "", th, t0, t1, lineStyle(c, 0.8, true)); err != nil {
+			name := ""
+			if !usableAny {
+				// Keep the signal in the legend: its absence is the point.
+				name = sig.String() + " (no usable sample)"
+			}
+			if err := hline(p, name, th, t0, t1, lineStyle(c, 0.8, true)); err != nil {
 				return err
 			}
 		}

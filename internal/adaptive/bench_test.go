@@ -1,0 +1,53 @@
+package adaptive
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/olcd/olcd/internal/sampler"
+)
+
+// BenchmarkStep measures one tick with 0, 10 and 100 ports (the daemon's
+// worst case is about 100 ports every 500 ms) under an overload, so the law,
+// the split and the change records all run. Compare ports=100 with ports=0
+// of the same run for the per-port cost; allocs/op is the per-tick
+// allocation count.
+func BenchmarkStep(b *testing.B) {
+	for _, n := range []int{0, 10, 100} {
+		b.Run(fmt.Sprintf("ports=%d", n), func(b *testing.B) {
+			cfg := Config{Interval: 500 * time.Millisecond, Params: DefaultParams()}
+			cfg.Thresholds[sampler.CPUBusy] = 0.8
+			cfg.Thresholds[sampler.PSICPUSome] = 0.4
+			cfg.Thresholds[sampler.Load1PerCore] = 2
+			cfg.Thresholds[sampler.CgroupThrottledRatio] = 0.3
+			stats := make(map[PortKey]PortStats, n)
+			for i := 0; i < n; i++ {
+				k := PortKey{ProtoTCP, uint16(1000 + i)}
+				cfg.Ports = append(cfg.Ports, PortConfig{Key: k, Class: Class(i % int(NumClasses))})
+				stats[k] = PortStats{New: uint64(100 + i), Retransmits: uint64(i % 7)}
+			}
+			c, err := New(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			s := sampler.Snapshot{Interval: 500 * time.Millisecond}
+			s.Set(sampler.PSICPUSome, 0.3)
+			s.Set(sampler.Load1PerCore, 1.5)
+			s.Set(sampler.CgroupThrottledRatio, 0.1)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				s.At = TraceOrigin.Add(time.Duration(i) * 500 * time.Millisecond)
+				// Alternate 60 s of overload with 60 s of calm so that p
+				// keeps moving and events are produced.
+				if (i/120)%2 == 0 {
+					s.Set(sampler.CPUBusy, 0.98)
+				} else {
+					s.Set(sampler.CPUBusy, 0.3)
+				}
+				_ = c.Step(s, stats)
+			}
+		})
+	}
+}

@@ -1,0 +1,565 @@
+package adaptive
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/olcd/olcd/internal/sampler"
+)
+
+// maxValidFraction is the largest value a fraction signal may take before the
+// sample is treated as invalid: accounting jitter pushes honest readings a
+// few percent above 1, anything beyond is a broken source.
+const maxValidFraction = 1.05
+
+// saturationLevel is the value from which a fraction signal is considered
+// pinned at its ceiling: a CPU at 100 % reads 0.95..1.0 through sampling
+// jitter and co-scheduled idle moments, and its pressure then says nothing
+// about how far it is overloaded.
+const saturationLevel = 0.95
+
+// maxSaturatedCut bounds the boosted share of the pass rate removed in one
+// tick: at most half of what passes is cut, so three saturated ticks after the
+// first still leave 1/8 passing before the law sees the plant again.
+const maxSaturatedCut = 0.5
+
+// minPassScale floors the pass rate used for gain scheduling so that p can
+// leave 1 when MinPassRate is 0 (a pass rate of 0 would make every step 0).
+const minPassScale = 0.02
+
+// Controller turns snapshots and port counts into drop probabilities. It is
+// not safe for concurrent use; the daemon calls Step from its tick loop only.
+type Controller struct {
+	cfg     Config
+	signals []sampler.Signal // signals with a threshold, canonical order
+
+	p          float64 // node-level drop probability
+	overloaded bool
+	since      time.Time
+	lastEvent  time.Time // last overload_start/continue
+	overTicks  int       // consecutive ticks with pressure > 1 while not overloaded
+	healthy    int       // consecutive healthy ticks while overloaded
+	smooth     float64   // pressure smoothed with Params.Smoothing while overloaded
+	smoothOK   bool      // smooth holds a value
+	saturated  int       // consecutive over ticks with the driver at its ceiling
+	prevErr    float64   // e of the previous tick (velocity form)
+	lastAt     time.Time
+	started    bool
+
+	recordedNode float64
+	classP       [NumClasses]float64 // class probabilities in force (last tick's split)
+	weights      [NumClasses]float64 // demand per class used by the split
+	attempts     [NumClasses]float64 // new connections/s per class, retransmits included
+	ports        []portState
+	index        map[PortKey]int
+}
+
+type portState struct {
+	cfg      PortConfig
+	demand   float64 // smoothed unique new connections per second
+	attempts float64 // smoothed new connections per second, retransmits included
+	measured bool
+	p        float64
+	recorded float64 // p at the last probability_change record
+}
+
+// New returns a controller for cfg, or an error naming every invalid field.
+func New(cfg Config) (*Controller, error) {
+	c := &Controller{}
+	if err := c.Reconfigure(cfg); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// validate checks cfg and reports every problem at once.
+func validate(cfg Config) error {
+	var errs []error
+	if cfg.Interval <= 0 {
+		errs = append(errs, fmt.Errorf("interval %v: must be positive", cfg.Interval))
+	}
+	for s, t := range cfg.Thresholds {
+		if math.IsNaN(t) || math.IsInf(t, 0) || t < 0 {
+			errs = append(errs, fmt.Errorf("threshold of %s = %v: must be 0 (unused) or positive", sampler.Signal(s), t))
+		}
+	}
+	if err := cfg.Params.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	seen := make(map[PortKey]bool, len(cfg.Ports))
+	for _, pc := range cfg.Ports {
+		switch {
+		case pc.Key.Proto != ProtoTCP && pc.Key.Proto != ProtoUDP:
+			errs = append(errs, fmt.Errorf("port %s: protocol must be tcp or udp", pc.Key))
+		case pc.Key.Port == 0:
+			errs = append(errs, fmt.Errorf("port %s: port 0 cannot be protected", pc.Key))
+		case pc.Class >= NumClasses:
+			errs = append(errs, fmt.Errorf("port %s: unknown %s", pc.Key, pc.Class))
+		case seen[pc.Key]:
+			errs = append(errs, fmt.Errorf("port %s: listed twice", pc.Key))
+		}
+		seen[pc.Key] = true
+	}
+	return errors.Join(errs...)
+}
+
+// Reconfigure switches to cfg between ticks. The node-level p, the overload
+// state and the smoothed demand of ports that stay are kept, so a reload
+// neither releases nor restarts shedding; new ports start with their class's
+// probability. On error the controller is unchanged.
+func (c *Controller) Reconfigure(cfg Config) error {
+	if err := validate(cfg); err != nil {
+		return fmt.Errorf("controller config: %w", err)
+	}
+	cfg.Ports = append([]PortConfig(nil), cfg.Ports...)
+	signals := make([]sampler.Signal, 0, sampler.NumSignals)
+	for s, t := range cfg.Thresholds {
+		if t > 0 {
+			signals = append(signals, sampler.Signal(s))
+		}
+	}
+	ports := make([]portState, len(cfg.Ports))
+	index := make(map[PortKey]int, len(cfg.Ports))
+	for i, pc := range cfg.Ports {
+		ports[i] = portState{cfg: pc}
+		if j, ok := c.index[pc.Key]; ok {
+			old := c.ports[j]
+			ports[i].demand, ports[i].attempts, ports[i].measured = old.demand, old.attempts, old.measured
+			ports[i].p, ports[i].recorded = old.p, old.recorded
+		}
+		index[pc.Key] = i
+	}
+	c.cfg, c.signals, c.ports, c.index = cfg, signals, ports, index
+	if b := cfg.Params.Bound(); c.p > b {
+		c.p = b
+	}
+	return nil
+}
+
+// Config returns the configuration in force.
+func (c *Controller) Config() Config { return c.cfg }
+
+// DropProbability returns the node-level p after the last Step.
+func (c *Controller) DropProbability() float64 { return c.p }
+
+// validSample reports whether v is a usable value of sig: finite, not
+// negative, and for fractions not above maxValidFraction.
+func validSample(sig sampler.Signal, v float64) bool {
+	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		return false
+	}
+	return !sig.IsFraction() || v <= maxValidFraction
+}
+
+// confirmed reports whether one of sigs shows at least ratio × its threshold
+// (or its ConfirmThreshold when it has none) in s.
+func (c *Controller) confirmed(s *sampler.Snapshot, sigs []sampler.Signal) bool {
+	for _, sig := range sigs {
+		v, ok := s.Get(sig)
+		if !ok || !validSample(sig, v) {
+			continue
+		}
+		ref := c.cfg.Thresholds[sig]
+		if ref <= 0 {
+			ref = ConfirmThreshold(sig)
+		}
+		if v >= c.cfg.Params.CorroborationRatio*ref {
+			return true
+		}
+	}
+	return false
+}
+
+// Step runs one tick: it evaluates the signals of s, advances the control
+// law, splits the node-level p over the classes by the ports' demand in
+// stats (counts since the previous tick; a port missing from stats keeps
+// its previous demand estimate) and returns the decision. Time comes only
+// from s.At; a snapshot not later than the previous one is stale and counts
+// as a tick without usable signals.
+func (c *Controller) Step(s sampler.Snapshot, stats map[PortKey]PortStats) Decision {
+	d := Decision{At: s.At}
+	stale := c.started && !s.At.After(c.lastAt)
+	if !stale {
+		c.lastAt = s.At
+	}
+	c.started = true
+
+	// Signals → pressure.
+	d.Signals = make([]SignalState, len(c.signals))
+	var cpuOK, cgroupOK, cpuDone, cgroupDone bool
+	for i, sig := range c.signals {
+		st := SignalState{Signal: sig, Threshold: c.cfg.Thresholds[sig]}
+		if v, ok := s.Get(sig); ok && !stale {
+			st.Value = v
+			if validSample(sig, v) {
+				st.Available = true
+				st.Pressure = v / st.Threshold
+			} else {
+				st.Invalid = true
+			}
+		}
+		st.Corroborated = st.Available
+		switch {
+		case st.Available && needsCPUConfirmation(sig):
+			if !cpuDone {
+				cpuOK, cpuDone = c.confirmed(&s, cpuConfirmers), true
+			}
+			st.Corroborated = cpuOK
+		case st.Available && needsCgroupConfirmation(sig):
+			if !cgroupDone {
+				cgroupOK, cgroupDone = c.confirmed(&s, cgroupConfirmers), true
+			}
+			st.Corroborated = cgroupOK
+		}
+		if st.Corroborated && (!d.PressureAvailable || st.Pressure > d.Pressure) {
+			d.Pressure, d.Driver, d.PressureAvailable = st.Pressure, sig, true
+		}
+		d.Signals[i] = st
+	}
+
+	c.measure(&s, stats)
+	c.law(&d)
+	c.allocate(&d)
+	return d
+}
+
+// errorOf is the law's error for node pressure P: e = 1 − 1/P, the share of
+// the currently admitted work that is above the target (0 at the target,
+// P − 1 to first order, −Inf for P = 0).
+func errorOf(pressure float64) float64 {
+	if pressure <= 0 {
+		return math.Inf(-1)
+	}
+	return 1 - 1/pressure
+}
+
+// law advances the overload state machine and the velocity-form PI law.
+//
+// A tick is over (pressure > 1), healthy (pressure ≤ 1, or no usable
+// signal) or, inside the hysteresis band [1 − Hysteresis, 1], healthy but
+// not low enough to release. Over ticks raise p by the law; p falls only on
+// ticks below the band (or without signal) that follow at least Cooldown
+// healthy ticks, by the law's own decrease and at most RecoveryStep.
+func (c *Controller) law(d *Decision) {
+	prm := &c.cfg.Params
+	bound := prm.Bound()
+	// Outside an overload the raw pressure and the activation count decide;
+	// inside, the smoothed pressure does, so that noise neither ratchets p up
+	// nor releases it.
+	switch {
+	case !d.PressureAvailable:
+		c.smoothOK = false
+	case c.overloaded && c.smoothOK:
+		c.smooth += prm.Smoothing * (d.Pressure - c.smooth)
+	default:
+		c.smooth, c.smoothOK = d.Pressure, true
+	}
+	d.SmoothedPressure = c.smooth
+	over := c.smoothOK && c.smooth > 1
+	below := !c.smoothOK || c.smooth < 1-prm.Hysteresis
+
+	if !c.overloaded {
+		if over {
+			c.overTicks++
+		} else {
+			c.overTicks = 0
+		}
+		if c.overTicks < prm.ActivationTicks {
+			d.Reason = c.quietReason(d)
+			c.finish(d)
+			return
+		}
+		c.overloaded, c.since, c.lastEvent = true, d.At, d.At
+		c.healthy, c.prevErr, c.overTicks, c.saturated = 0, 0, 0, 0
+		d.Events = append(d.Events, Event{Kind: EventOverloadStart, Reason: fmt.Sprintf(
+			"%s over its threshold for %d consecutive ticks", describe(d), prm.ActivationTicks)})
+	}
+
+	if over {
+		c.healthy = 0
+	} else {
+		c.healthy++
+	}
+	var delta float64
+	switch {
+	case over:
+		e := errorOf(c.smooth)
+		gain := prm.Ki * e
+		if c.saturatedDriver(d) {
+			// The driver sits at its ceiling: the pressure understates the
+			// overload, so each further saturated tick multiplies the step.
+			gain *= math.Pow(prm.SaturationBoost, float64(c.saturated))
+			gain = math.Min(gain, maxSaturatedCut)
+			c.saturated++
+		} else {
+			c.saturated = 0
+		}
+		delta = c.scale(true) * (gain + prm.Kp*(e-c.prevErr))
+		// Falling but still above target: hold rather than release
+		// before the cooldown.
+		delta = math.Min(math.Max(delta, 0), prm.MaxStep)
+		c.prevErr = e
+		d.Reason = fmt.Sprintf("%s: shedding", describe(d))
+	case !below:
+		c.saturated = 0
+		c.prevErr = errorOf(c.smooth)
+		d.Reason = fmt.Sprintf("%s: within %.0f%% below the target, holding", describe(d), prm.Hysteresis*100)
+	case c.healthy <= prm.Cooldown:
+		c.saturated = 0
+		if c.smoothOK {
+			c.prevErr = errorOf(c.smooth)
+		}
+		d.Reason = fmt.Sprintf("%s: healthy for %d of %d cooldown ticks, holding", describe(d), c.healthy, prm.Cooldown)
+	case !c.smoothOK:
+		c.saturated = 0
+		delta = -prm.RecoveryStep
+		c.prevErr = 0
+		d.Reason = "no usable signal: recovering"
+	default:
+		c.saturated = 0
+		e := errorOf(c.smooth)
+		want := c.scale(false) * (prm.Ki*e + prm.Kp*(e-c.prevErr))
+		// The law's own decrease, at most RecoveryStep: progressive
+		// recovery that probes capacity rather than jumping back.
+		delta = -math.Min(prm.RecoveryStep, math.Max(-want, 0))
+		if math.IsNaN(delta) {
+			delta = -prm.RecoveryStep
+		}
+		c.prevErr = e
+		d.Reason = fmt.Sprintf("%s: healthy, recovering", describe(d))
+	}
+	c.p = math.Min(math.Max(c.p+delta, 0), bound)
+	if c.p == bound && over {
+		d.Reason += fmt.Sprintf(" at the bound %.2f (min_pass_rate %.2f)", bound, prm.MinPassRate)
+	}
+
+	if c.p == 0 && below {
+		d.Events = append(d.Events, Event{Kind: EventOverloadEnd, OverloadSince: c.since, Reason: fmt.Sprintf(
+			"%s: drop probability back to 0 after %s", describe(d), d.At.Sub(c.since).Round(time.Millisecond))})
+		c.overloaded, c.healthy, c.prevErr = false, 0, 0
+		c.since = time.Time{}
+	} else if d.At.Sub(c.lastEvent) >= prm.ContinueEvery {
+		c.lastEvent = d.At
+		d.Events = append(d.Events, Event{Kind: EventOverloadContinue, Reason: fmt.Sprintf(
+			"%s: overloaded for %s", d.Reason, d.At.Sub(c.since).Round(time.Millisecond))})
+	}
+	c.finish(d)
+}
+
+// saturatedDriver reports whether the driving signal is a fraction at its
+// ceiling (≥ saturationLevel), where its pressure no longer grows with the
+// overload.
+func (c *Controller) saturatedDriver(d *Decision) bool {
+	if !d.PressureAvailable || !d.Driver.IsFraction() {
+		return false
+	}
+	for i := range d.Signals {
+		if st := &d.Signals[i]; st.Signal == d.Driver {
+			return st.Value >= saturationLevel
+		}
+	}
+	return false
+}
+
+// finish copies the state into d and completes the overload events.
+func (c *Controller) finish(d *Decision) {
+	d.DropProbability = c.p
+	d.Overloaded = c.overloaded
+	if c.overloaded {
+		d.OverloadSince = c.since
+	}
+	for i := range d.Events {
+		ev := &d.Events[i]
+		ev.At, ev.Pressure, ev.DropProbability, ev.Signals = d.At, d.Pressure, c.p, d.Signals
+		if ev.OverloadSince.IsZero() {
+			ev.OverloadSince = d.OverloadSince
+		}
+	}
+}
+
+// quietReason explains a tick outside an overload.
+func (c *Controller) quietReason(d *Decision) string {
+	switch {
+	case !d.PressureAvailable:
+		return "no usable signal"
+	case d.Pressure > 1:
+		return fmt.Sprintf("%s over its threshold for %d of %d activation ticks",
+			describe(d), c.overTicks, c.cfg.Params.ActivationTicks)
+	}
+	return fmt.Sprintf("%s: below the target", describe(d))
+}
+
+// describe names the driving signal with its value and pressure, e.g.
+// "cpu_busy 0.98 (pressure 1.23, threshold 0.8)".
+func describe(d *Decision) string {
+	if !d.PressureAvailable {
+		return "no usable signal"
+	}
+	for _, st := range d.Signals {
+		if st.Signal == d.Driver {
+			return fmt.Sprintf("%s %.3g (pressure %.2f, threshold %.3g)", st.Signal, st.Value, st.Pressure, st.Threshold)
+		}
+	}
+	return fmt.Sprintf("pressure %.2f", d.Pressure)
+}
+
+// measure updates the ports' smoothed demand and attempts from stats and
+// the class weights the law and the split use.
+func (c *Controller) measure(s *sampler.Snapshot, stats map[PortKey]PortStats) {
+	prm := &c.cfg.Params
+	dt := s.Interval.Seconds()
+	if dt <= 0 {
+		dt = c.cfg.Interval.Seconds()
+	}
+	var demand, attempts, count [NumClasses]float64
+	var total float64
+	for i := range c.ports {
+		ps := &c.ports[i]
+		if st, ok := stats[ps.cfg.Key]; ok {
+			rate, all := float64(st.Unique())/dt, float64(st.New)/dt
+			if ps.measured {
+				ps.demand += prm.DemandSmoothing * (rate - ps.demand)
+				ps.attempts += prm.DemandSmoothing * (all - ps.attempts)
+			} else {
+				ps.demand, ps.attempts, ps.measured = rate, all, true
+			}
+		}
+		cl := ps.cfg.Class
+		demand[cl] += ps.demand
+		attempts[cl] += ps.attempts
+		count[cl]++
+		total += ps.demand
+	}
+	// Without measured demand the split assumes every port carries the same
+	// load (and, without ports, every class): the priority order still holds
+	// and the node-level share is still what the law asked for.
+	switch {
+	case total > 0:
+		c.weights, c.attempts = demand, attempts
+	case len(c.ports) > 0:
+		c.weights, c.attempts = count, count
+	default:
+		c.weights = [NumClasses]float64{1, 1, 1}
+		c.attempts = c.weights
+	}
+}
+
+// scale converts the law's relative change of admitted work into a change
+// of the node-level p (gain scheduling). For new work W = Σ attempts_c ×
+// (1 − p_c) admitted, a step Δp of the node moves only the marginal class m
+// (the first below its bound when rising, the last above 0 when falling) by
+// Δp × D ÷ D_m, so ΔW ÷ W = −Δp × attempts_m × D ÷ (D_m × W): scale is the
+// inverse factor. Attempts include SYN retransmits, which is where the
+// retries' amplification of a heavily shed class enters. Without
+// measurements every port is assumed to carry the same load and no retries,
+// which reduces scale to 1 − p for a single class.
+func (c *Controller) scale(rising bool) float64 {
+	bound := c.cfg.Params.Bound()
+	var total, admitted float64
+	for cl := range c.weights {
+		total += c.weights[cl]
+		admitted += c.attempts[cl] * (1 - c.classP[cl])
+	}
+	m := -1
+	for _, cl := range [...]Class{ClassBestEffort, ClassNormal, ClassCritical} {
+		if c.weights[cl] <= 0 {
+			continue
+		}
+		if rising && c.classP[cl] < bound {
+			m = int(cl)
+			break
+		}
+		if !rising && c.classP[cl] > 0 {
+			m = int(cl)
+		}
+	}
+	if m < 0 || c.attempts[m] <= 0 || total <= 0 {
+		return math.Max(1-c.p, minPassScale)
+	}
+	return math.Max(admitted*c.weights[m]/(c.attempts[m]*total), minPassScale)
+}
+
+// allocate splits the node-level p over the classes, best-effort first, up
+// to the bound, then normal, then critical, and records the changes.
+func (c *Controller) allocate(d *Decision) {
+	prm := &c.cfg.Params
+	d.Classes = splitClasses(c.p, prm.Bound(), c.weights)
+
+	d.Ports = make([]PortDecision, len(c.ports))
+	for i := range c.ports {
+		ps := &c.ports[i]
+		ps.p = d.Classes[ps.cfg.Class]
+		d.Ports[i] = PortDecision{Key: ps.cfg.Key, Class: ps.cfg.Class, DropProbability: ps.p, Demand: ps.demand}
+		if changed(ps.recorded, ps.p, prm.RecordChange) {
+			d.Events = append(d.Events, Event{
+				Kind: EventProbabilityChange, At: d.At, Port: ps.cfg.Key, Class: ps.cfg.Class,
+				From: ps.recorded, To: ps.p, Pressure: d.Pressure, DropProbability: c.p,
+				Signals: d.Signals, OverloadSince: d.OverloadSince,
+				Reason: d.Reason, // Port and Class name the port
+
+			})
+			ps.recorded = ps.p
+		}
+	}
+	if changed(c.recordedNode, c.p, prm.RecordChange) {
+		d.Events = append(d.Events, Event{
+			Kind: EventProbabilityChange, At: d.At, From: c.recordedNode, To: c.p,
+			Pressure: d.Pressure, DropProbability: c.p, Signals: d.Signals,
+			OverloadSince: d.OverloadSince, Reason: d.Reason,
+		})
+		c.recordedNode = c.p
+	}
+	c.classP = d.Classes
+}
+
+// changed reports whether p moved by more than step since recorded, or
+// reached 0 (so that the log always shows the end of shedding).
+func changed(recorded, p, step float64) bool {
+	return math.Abs(p-recorded) > step || (p == 0 && recorded != 0)
+}
+
+// splitClasses distributes the node-level share p of the total weight over
+// the classes, least protected first, each class up to bound. A class with
+// no weight gets bound when shedding remains at its turn (its first new
+// connections would be shed like the rest of its class), else 0.
+func splitClasses(p, bound float64, weights [NumClasses]float64) [NumClasses]float64 {
+	var out [NumClasses]float64
+	var total float64
+	for _, w := range weights {
+		total += w
+	}
+	if p <= 0 || total <= 0 {
+		return out
+	}
+	remaining := p * total
+	for _, cl := range [...]Class{ClassBestEffort, ClassNormal, ClassCritical} {
+		w := weights[cl]
+		if remaining <= 1e-12*total {
+			break
+		}
+		if w <= 0 {
+			out[cl] = bound
+			continue
+		}
+		q := math.Min(bound, remaining/w)
+		out[cl] = q
+		remaining -= q * w
+	}
+	return out
+}
+
+// ClassSummary renders the class probabilities for logs:
+// "critical=0.000 normal=0.120 best-effort=0.700".
+func ClassSummary(classes [NumClasses]float64) string {
+	var b strings.Builder
+	for cl := Class(0); cl < NumClasses; cl++ {
+		if cl > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s=%.3f", cl, classes[cl])
+	}
+	return b.String()
+}

@@ -1,0 +1,218 @@
+package adaptive
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/olcd/olcd/internal/sampler"
+)
+
+// Params are the control-law parameters. docs/controller.md gives the law
+// they enter; docs/tuning.md what each one trades off. DefaultParams returns
+// the defaults with their reasons.
+type Params struct {
+	// Ki is the integral gain of the velocity-form PI law (> 0, ≤ 2). With
+	// the gain scheduling of the law (see docs/controller.md) Ki = 1 removes
+	// the whole excess of a load proportional to admitted work in one tick;
+	// smaller values take that fraction of the step per tick.
+	Ki float64
+	// Kp is the proportional gain of the velocity-form PI law (≥ 0, ≤ 2): it
+	// reacts to the change of the error between ticks, which helps signals
+	// that lag (avg10, load averages) and adds noise on fast ones.
+	Kp float64
+	// ActivationTicks is how many consecutive ticks the node pressure must be
+	// above 1 before an overload starts (1..10). 2 makes a single-tick spike
+	// noise while a real step is acted on at its second tick.
+	ActivationTicks int
+	// Smoothing is the weight (0 < x ≤ 1) of the newest tick in the
+	// exponential average of the node pressure that the law uses while an
+	// overload is on; 1 disables smoothing.
+	Smoothing float64
+	// Cooldown is how many consecutive healthy ticks (pressure below
+	// 1 − Hysteresis, or no usable signal) must pass before p may fall
+	// (0..1000).
+	Cooldown int
+	// Hysteresis is the width of the band below the target, as a fraction of
+	// the threshold (0..0.5), in which p holds: a tick with pressure in
+	// [1 − Hysteresis, 1] is neither overloaded nor healthy.
+	Hysteresis float64
+	// SaturationBoost (1..4) multiplies the integral step for every further
+	// consecutive over-target tick in which the driving signal is a fraction
+	// pinned at its ceiling (≥ 0.97): a CPU at 100 % shows pressure
+	// 1/threshold whatever the overload, so the law would otherwise creep.
+	// 1 disables the boost.
+	SaturationBoost float64
+	// MaxStep bounds the increase of the node-level p per tick (0 < x ≤ 1).
+	MaxStep float64
+	// RecoveryStep bounds the decrease of the node-level p per tick once the
+	// cooldown has passed (0 < x ≤ 1).
+	RecoveryStep float64
+	// MinPassRate is the share of new work that is always admitted (0..1):
+	// p never exceeds 1 − MinPassRate, so a faulty metric can never silence
+	// a service completely.
+	MinPassRate float64
+	// CorroborationRatio is the share of its threshold (0 < x ≤ 1) a
+	// confirming signal must show for a signal that needs corroboration to
+	// count (see docs/controller.md).
+	CorroborationRatio float64
+	// DemandSmoothing is the weight (0 < x ≤ 1) of the newest tick in the
+	// exponentially smoothed per-port demand; 1 uses the last tick alone.
+	DemandSmoothing float64
+	// ContinueEvery is the period of overload_continue events (≥ 1 s).
+	ContinueEvery time.Duration
+	// RecordChange is the change of a port's p (fraction, 0 < x ≤ 1) since
+	// its last probability_change record that makes a new record.
+	RecordChange float64
+}
+
+// DefaultParams returns the defaults. The figures that justify them are the
+// plant test's (TestPlantStep) and are written down in docs/tuning.md.
+func DefaultParams() Params {
+	return Params{
+		// Ki = 0.5 removes half the measured excess per tick: with the gain
+		// scheduling of the law the closed-loop error halves every tick,
+		// and measurement noise reaches p at half strength. Larger values
+		// settle faster and ring; see docs/tuning.md.
+		Ki: 0.5,
+		// Kp = 0.1 is a small derivative-like kick that shortens the reaction
+		// to lagging signals without making the fast ones ring.
+		Kp: 0.1,
+		// 2 ticks: one 500 ms spike is noise, a real step is acted on at
+		// the second tick (1 s at the default interval).
+		ActivationTicks: 2,
+		// 0.5: the noise of one sample reaches the law at half strength
+		// (standard deviation × 0.58) for a lag of about one tick.
+		Smoothing: 0.5,
+		// 5 healthy ticks (2.5 s) before p may fall: longer than the 1 s SYN
+		// retransmit timeout, so the retries of the connections just shed do
+		// not arrive to a controller that has already let go.
+		Cooldown: 5,
+		// A 5 % band below the target in which p holds: noise of a few
+		// percentage points on CPU busy does not move p either way.
+		Hysteresis: 0.05,
+		// Doubling: a CPU pinned at 100 % under 3× overload (with
+		// retrying clients) is brought to ≤ 1.05 C of admitted work within
+		// 4.5 s in the plant test, while a signal below its ceiling (which
+		// shows the size of the overload) is never boosted.
+		SaturationBoost: 2,
+		// At most +0.25 per tick: a wild sample cannot shed everything at
+		// once, and the default bound is still reachable in 3 ticks.
+		MaxStep: 0.25,
+		// At most −0.05 per tick: from the default bound 0.7 back to 0 in
+		// 14 ticks (7 s) after the cooldown, 9.5 s in all, slow enough to
+		// let the server's queues drain and probe capacity progressively.
+		RecoveryStep: 0.05,
+		// 30 % always pass (OLC practice): a stuck or lying metric can at
+		// most cut a service to 30 %, never to zero. The price: once the
+		// offered load exceeds about target ÷ 0.3 ≈ 3× the capacity at
+		// the target (less when dropped clients retry), the bound is
+		// reached and the node is no longer held at its target.
+		MinPassRate: 0.3,
+		// Half the threshold: a confirming signal at half its target shows
+		// real CPU pressure; below it, load or throttling are artefacts.
+		CorroborationRatio: 0.5,
+		// 0.5: demand follows a change within 2-3 ticks while a burst of one
+		// tick moves the class split by half its size only.
+		DemandSmoothing: 0.5,
+		// Every 10 s: a long overload stays visible in the decision log
+		// without writing a line per tick.
+		ContinueEvery: 10 * time.Second,
+		// 0.01: a change of one percentage point is recorded; smaller
+		// moves are noise in a log meant for people.
+		RecordChange: 0.01,
+	}
+}
+
+// Bound returns the upper bound of every drop probability, 1 − MinPassRate.
+func (p Params) Bound() float64 { return 1 - p.MinPassRate }
+
+// Validate checks every parameter's range and reports every violation,
+// joined with errors.Join. rules reports the same mistakes with file:line
+// before a Params value ever gets here.
+func (p Params) Validate() error {
+	var errs []error
+	check := func(ok bool, name string, v any, want string) {
+		if !ok {
+			errs = append(errs, fmt.Errorf("%s = %v: must be %s", name, v, want))
+		}
+	}
+	finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+	check(finite(p.Ki) && p.Ki > 0 && p.Ki <= 2, "ki", p.Ki, "in (0, 2]")
+	check(finite(p.Kp) && p.Kp >= 0 && p.Kp <= 2, "kp", p.Kp, "in [0, 2]")
+	check(p.ActivationTicks >= 1 && p.ActivationTicks <= 10, "activation_ticks", p.ActivationTicks, "in [1, 10]")
+	check(finite(p.Smoothing) && p.Smoothing > 0 && p.Smoothing <= 1, "smoothing", p.Smoothing, "in (0, 1]")
+	check(p.Cooldown >= 0 && p.Cooldown <= 1000, "cooldown_ticks", p.Cooldown, "in [0, 1000]")
+	check(finite(p.Hysteresis) && p.Hysteresis >= 0 && p.Hysteresis <= 0.5, "hysteresis", p.Hysteresis, "in [0, 0.5]")
+	check(finite(p.SaturationBoost) && p.SaturationBoost >= 1 && p.SaturationBoost <= 4, "saturation_boost", p.SaturationBoost, "in [1, 4]")
+	check(finite(p.MaxStep) && p.MaxStep > 0 && p.MaxStep <= 1, "max_step", p.MaxStep, "in (0, 1]")
+	check(finite(p.RecoveryStep) && p.RecoveryStep > 0 && p.RecoveryStep <= 1, "recovery_step", p.RecoveryStep, "in (0, 1]")
+	check(finite(p.MinPassRate) && p.MinPassRate >= 0 && p.MinPassRate <= 1, "min_pass_rate", p.MinPassRate, "in [0, 1]")
+	check(finite(p.CorroborationRatio) && p.CorroborationRatio > 0 && p.CorroborationRatio <= 1, "corroboration_ratio", p.CorroborationRatio, "in (0, 1]")
+	check(finite(p.DemandSmoothing) && p.DemandSmoothing > 0 && p.DemandSmoothing <= 1, "demand_smoothing", p.DemandSmoothing, "in (0, 1]")
+	check(p.ContinueEvery >= time.Second, "continue_every", p.ContinueEvery, "at least 1s")
+	check(finite(p.RecordChange) && p.RecordChange > 0 && p.RecordChange <= 1, "record_change", p.RecordChange, "in (0, 1]")
+	return errors.Join(errs...)
+}
+
+// ConfirmThreshold is the reference a confirming signal is compared with
+// when it has no threshold of its own configured (see docs/controller.md):
+// a signal counts as confirming when its value is at least
+// CorroborationRatio × its threshold, or × this reference without one.
+func ConfirmThreshold(sig sampler.Signal) float64 {
+	switch sig {
+	case sampler.CPUBusy:
+		// 0.8 is the usual CPU target; half of it (40 % busy) is clearly
+		// a working CPU, not one whose load comes from tasks blocked on I/O.
+		return 0.8
+	case sampler.PSICPUSomeAvg10, sampler.PSICPUSome,
+		sampler.CgroupPSICPUSomeAvg10, sampler.CgroupPSICPUSome:
+		// Tasks waiting for a CPU 20 % of the time is real contention;
+		// half of it (10 %) already shows runnable work queueing.
+		return 0.2
+	case sampler.CgroupCPUUsageOfQuota:
+		// A cgroup using 90 % of its quota is about to be throttled for
+		// good; at half of that (45 %) throttling is plausibly load, below
+		// it bursts of a few threads.
+		return 0.9
+	}
+	return 0
+}
+
+// cpuConfirmers confirm the load and run-queue signals; cgroupConfirmers
+// confirm the cgroup throttling signals.
+var (
+	cpuConfirmers    = []sampler.Signal{sampler.CPUBusy, sampler.PSICPUSomeAvg10, sampler.PSICPUSome}
+	cgroupConfirmers = []sampler.Signal{sampler.CgroupCPUUsageOfQuota, sampler.CgroupPSICPUSomeAvg10, sampler.CgroupPSICPUSome}
+)
+
+// needsCPUConfirmation reports whether sig counts only with CPU pressure:
+// the load average and the run queue include tasks in uninterruptible sleep
+// and grow on an idle CPU that waits on I/O.
+func needsCPUConfirmation(sig sampler.Signal) bool {
+	switch sig {
+	case sampler.Load1, sampler.Load1PerCore, sampler.Runnable, sampler.RunqPerCore:
+		return true
+	}
+	return false
+}
+
+// needsCgroupConfirmation reports whether sig counts only with cgroup CPU
+// usage or cgroup CPU PSI: bursty multi-threaded programs are throttled in
+// many periods while using a small part of their quota.
+func needsCgroupConfirmation(sig sampler.Signal) bool {
+	return sig == sampler.CgroupThrottledRatio || sig == sampler.CgroupThrottledS
+}
+
+// Confirmers returns the signals that can corroborate sig, or nil when sig
+// counts on its own.
+func Confirmers(sig sampler.Signal) []sampler.Signal {
+	switch {
+	case needsCPUConfirmation(sig):
+		return cpuConfirmers
+	case needsCgroupConfirmation(sig):
+		return cgroupConfirmers
+	}
+	return nil
+}

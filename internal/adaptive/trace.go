@@ -1,0 +1,188 @@
+package adaptive
+
+import (
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/olcd/olcd/internal/sampler"
+)
+
+// TraceOrigin is the wall-clock time of t_s = 0 when a trace is replayed.
+// Any fixed instant would do; a fixed one keeps replays deterministic.
+var TraceOrigin = time.Date(2000, time.January, 1, 0, 0, 0, 0, time.UTC)
+
+// Trace is a series of samples in the format of the field cases
+// (../shared/cases/README.md, traces/*.csv): a header "t_s,<signal>,…" and
+// one row per tick. An empty cell is an unavailable signal; a cell may hold
+// an invalid number (NaN, +Inf, a negative) on purpose, which is passed to
+// the controller as is, and a cell that is not a number at all is passed as
+// NaN (an invalid sample) with a warning.
+type Trace struct {
+	// Name is the file name (or the name given to ReadTrace).
+	Name string
+	// Columns are the signal columns, in file order.
+	Columns []sampler.Signal
+	// Rows are the ticks in file order. A row whose time does not advance is
+	// replayed as a stale sample (see Controller.Step).
+	Rows []TraceRow
+	// Warnings name the cells that were not numbers ("file:line: column
+	// …"), replayed as invalid samples.
+	Warnings []string
+}
+
+// TraceRow is one tick of a Trace.
+type TraceRow struct {
+	// T is the time since the start of the trace (seconds, ≥ 0).
+	T float64
+	// Line is the row's line number in the file (1 = header).
+	Line int
+	// Values holds one value per column; meaningful where Present.
+	Values []float64
+	// Present is false for an empty cell (signal unavailable).
+	Present []bool
+}
+
+// ReadTraceFile reads a trace CSV file.
+func ReadTraceFile(path string) (*Trace, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read trace: %w", err)
+	}
+	defer f.Close()
+	return ReadTrace(f, path)
+}
+
+// ReadTrace parses a trace from r; name is used in errors. Errors name the
+// line and the column: a missing or malformed header, an unknown signal
+// (with the closest canonical name), a duplicate column, a row of the wrong
+// width, a time that is not a finite number ≥ 0.
+func ReadTrace(r io.Reader, name string) (*Trace, error) {
+	cr := csv.NewReader(r)
+	cr.ReuseRecord = false
+	cr.TrimLeadingSpace = true
+	header, err := cr.Read()
+	if errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%s: empty trace: want a header t_s,<signal>,…", name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if len(header) < 2 || strings.TrimSpace(header[0]) != "t_s" {
+		return nil, fmt.Errorf("%s:1: header must be t_s followed by at least one signal name, got %q", name, strings.Join(header, ","))
+	}
+	t := &Trace{Name: name}
+	seen := map[sampler.Signal]bool{}
+	for i, h := range header[1:] {
+		h = strings.TrimSpace(h)
+		sig, ok := sampler.ParseSignal(h)
+		if !ok {
+			msg := fmt.Sprintf("%s:1: column %d: unknown signal %q", name, i+2, h)
+			if s := ClosestSignal(h); s != "" {
+				msg += fmt.Sprintf(" (did you mean %q?)", s)
+			}
+			return nil, errors.New(msg)
+		}
+		if seen[sig] {
+			return nil, fmt.Errorf("%s:1: column %d: signal %s listed twice", name, i+2, h)
+		}
+		seen[sig] = true
+		t.Columns = append(t.Columns, sig)
+	}
+	for {
+		rec, err := cr.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		line, _ := cr.FieldPos(0)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		row := TraceRow{Line: line, Values: make([]float64, len(t.Columns)), Present: make([]bool, len(t.Columns))}
+		ts, err := strconv.ParseFloat(strings.TrimSpace(rec[0]), 64)
+		if err != nil || math.IsNaN(ts) || math.IsInf(ts, 0) || ts < 0 {
+			return nil, fmt.Errorf("%s:%d: t_s %q: must be a finite number of seconds ≥ 0", name, line, rec[0])
+		}
+		row.T = ts
+		for i, cell := range rec[1:] {
+			cell = strings.TrimSpace(cell)
+			if cell == "" {
+				continue
+			}
+			v, err := strconv.ParseFloat(cell, 64)
+			if err != nil {
+				t.Warnings = append(t.Warnings, fmt.Sprintf("%s:%d: column %s: %q is not a number; replayed as an invalid sample", name, line, t.Columns[i], cell))
+				v = math.NaN()
+			}
+			row.Values[i], row.Present[i] = v, true
+		}
+		t.Rows = append(t.Rows, row)
+	}
+	if len(t.Rows) == 0 {
+		return nil, fmt.Errorf("%s: no rows after the header", name)
+	}
+	return t, nil
+}
+
+// Snapshot returns row i as a sampler snapshot: At is TraceOrigin + T, and
+// Interval the time since the previous row (0 for the first, or when time
+// did not advance).
+func (t *Trace) Snapshot(i int) sampler.Snapshot {
+	row := t.Rows[i]
+	s := sampler.Snapshot{At: TraceOrigin.Add(seconds(row.T))}
+	if i > 0 && row.T > t.Rows[i-1].T {
+		s.Interval = seconds(row.T - t.Rows[i-1].T)
+	}
+	for j, sig := range t.Columns {
+		if row.Present[j] {
+			s.Set(sig, row.Values[j])
+		}
+	}
+	return s
+}
+
+// seconds converts seconds to a Duration, rounded to the nanosecond.
+func seconds(s float64) time.Duration { return time.Duration(math.Round(s * 1e9)) }
+
+// ClosestSignal returns the canonical signal name closest to name (edit
+// distance at most a third of its length, at least 2), or "" when none is
+// close: the hint for a misspelt signal in a config or a trace.
+func ClosestSignal(name string) string {
+	best, bestD := "", math.MaxInt
+	for _, sig := range sampler.Signals() {
+		if d := Levenshtein(name, sig.String()); d < bestD {
+			best, bestD = sig.String(), d
+		}
+	}
+	if bestD <= max(2, len(name)/3) {
+		return best
+	}
+	return ""
+}
+
+// Levenshtein returns the edit distance between a and b (bytes).
+func Levenshtein(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

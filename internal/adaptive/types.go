@@ -1,0 +1,287 @@
+// Package adaptive turns one tick's pressure signals and per-port connection
+// counts into drop probabilities. The controller is pure and deterministic:
+// Step reads time only from the snapshot and keeps no clock, no randomness and
+// no goroutines, so tests, `olcd simulate` and the daemon drive the same code.
+//
+// The law, the corroboration rules, the hysteresis and the class allocation
+// are described in docs/controller.md; the parameters and their trade-offs in
+// docs/tuning.md.
+package adaptive
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/olcd/olcd/internal/sampler"
+)
+
+// Proto is an IP protocol number of a protected port.
+type Proto uint8
+
+// The protocols a port can be protected for (IANA protocol numbers).
+const (
+	ProtoTCP Proto = 6
+	ProtoUDP Proto = 17
+)
+
+// String returns "tcp", "udp" or "proto(N)".
+func (p Proto) String() string {
+	switch p {
+	case ProtoTCP:
+		return "tcp"
+	case ProtoUDP:
+		return "udp"
+	}
+	return fmt.Sprintf("proto(%d)", uint8(p))
+}
+
+// ParseProto parses "tcp" or "udp"; ok is false for anything else.
+func ParseProto(s string) (Proto, bool) {
+	switch s {
+	case "tcp":
+		return ProtoTCP, true
+	case "udp":
+		return ProtoUDP, true
+	}
+	return 0, false
+}
+
+// PortKey identifies a protected port: protocol and destination port
+// (1..65535).
+type PortKey struct {
+	// Proto is ProtoTCP or ProtoUDP.
+	Proto Proto
+	// Port is the destination port, 1..65535 (0 only in the zero PortKey,
+	// which stands for "the node" in events).
+	Port uint16
+}
+
+// String returns "tcp/443".
+func (k PortKey) String() string { return fmt.Sprintf("%s/%d", k.Proto, k.Port) }
+
+// Class is a port's priority class. Shedding is taken from best-effort ports
+// first, then normal, and from critical ports only when the others are at
+// their bound.
+type Class uint8
+
+// The priority classes, from most to least protected. The zero value is
+// ClassCritical so that the iteration order of the arrays indexed by Class is
+// the protection order; configs default to ClassNormal explicitly.
+const (
+	ClassCritical Class = iota
+	ClassNormal
+	ClassBestEffort
+	// NumClasses sizes arrays indexed by Class.
+	NumClasses
+)
+
+// String returns "critical", "normal" or "best-effort".
+func (c Class) String() string {
+	switch c {
+	case ClassCritical:
+		return "critical"
+	case ClassNormal:
+		return "normal"
+	case ClassBestEffort:
+		return "best-effort"
+	}
+	return fmt.Sprintf("class(%d)", uint8(c))
+}
+
+// ParseClass parses "critical", "normal" or "best-effort"; ok is false for
+// anything else.
+func ParseClass(s string) (Class, bool) {
+	switch s {
+	case "critical":
+		return ClassCritical, true
+	case "normal":
+		return ClassNormal, true
+	case "best-effort":
+		return ClassBestEffort, true
+	}
+	return 0, false
+}
+
+// PortStats are one port's datapath counts since the previous tick.
+type PortStats struct {
+	// New counts new connections (TCP SYNs without ACK, or UDP requests)
+	// seen this tick, retransmitted SYNs included, dropped ones included.
+	New uint64
+	// Retransmits counts the SYNs among New that retransmit a SYN seen
+	// earlier. New − Retransmits is the unique demand the controller weighs
+	// the classes by; a retransmit is a client asking again, not more work.
+	Retransmits uint64
+}
+
+// Unique returns New − Retransmits, and 0 when the counters disagree
+// (Retransmits > New can happen when the two are read at slightly
+// different moments).
+func (s PortStats) Unique() uint64 {
+	if s.Retransmits >= s.New {
+		return 0
+	}
+	return s.New - s.Retransmits
+}
+
+// PortConfig is one protected port as the controller sees it.
+type PortConfig struct {
+	// Key is the port; keys are unique within a Config.
+	Key PortKey
+	// Class is the port's priority class.
+	Class Class
+}
+
+// Config is everything the controller needs. Build it with
+// rules.Config.ControllerConfig in the daemon, or by hand in tests.
+type Config struct {
+	// Interval is the nominal tick interval (> 0). Demand rates use the
+	// snapshot's measured Interval and fall back to this on the first tick.
+	Interval time.Duration
+	// Thresholds holds each signal's target in its canonical unit; 0 means
+	// the signal does not drive shedding. Pressure = value ÷ threshold, so
+	// 1.0 is "at the target".
+	Thresholds [sampler.NumSignals]float64
+	// Params are the control-law parameters; start from DefaultParams.
+	Params Params
+	// Ports lists the protected ports; keys must be unique.
+	Ports []PortConfig
+}
+
+// SignalState is one signal with a threshold, as evaluated in one tick.
+type SignalState struct {
+	// Signal is the canonical signal.
+	Signal sampler.Signal
+	// Value is the sample in the signal's unit; meaningful only when
+	// Available.
+	Value float64
+	// Available is false when the sampler had no value or the value was an
+	// invalid sample (NaN, ±Inf, negative, a fraction above 1.05).
+	Available bool
+	// Invalid is true when a value was delivered but rejected as invalid.
+	Invalid bool
+	// Threshold is the configured threshold (> 0).
+	Threshold float64
+	// Pressure is Value ÷ Threshold; 0 when not Available.
+	Pressure float64
+	// Corroborated is false when a corroboration rule discounted the signal
+	// this tick (load without CPU pressure, cgroup throttling without quota
+	// usage or cgroup PSI). Uncorroborated signals do not count.
+	Corroborated bool
+}
+
+// PortDecision is one protected port's outcome of a tick.
+type PortDecision struct {
+	// Key is the port.
+	Key PortKey
+	// Class is the port's priority class.
+	Class Class
+	// DropProbability is the share of the port's new connections to shed
+	// (0..1 − MinPassRate).
+	DropProbability float64
+	// Demand is the port's unique new connections per second (SYN
+	// retransmits excluded), exponentially smoothed with
+	// Params.DemandSmoothing: the weight the class allocation used. It is 0
+	// until the first measurement.
+	Demand float64
+}
+
+// Decision is the outcome of one Step.
+type Decision struct {
+	// At is the snapshot's time.
+	At time.Time
+	// Signals lists every signal that has a threshold, in canonical order.
+	Signals []SignalState
+	// Pressure is this tick's node pressure: the largest pressure among the
+	// available, corroborated signals (1 = at the target). 0 when
+	// PressureAvailable is false.
+	Pressure float64
+	// SmoothedPressure is the pressure the law compared with the target: the
+	// raw Pressure outside an overload, its exponential average with weight
+	// Params.Smoothing inside one.
+	SmoothedPressure float64
+	// PressureAvailable is false when no signal with a threshold had a
+	// usable, corroborated value this tick; p then decays.
+	PressureAvailable bool
+	// Driver is the signal that set Pressure; meaningful only when
+	// PressureAvailable.
+	Driver sampler.Signal
+	// Overloaded is true from overload_start to overload_end: while the node
+	// is over its target or p is still recovering towards 0.
+	Overloaded bool
+	// OverloadSince is when the current overload started; zero when not
+	// Overloaded.
+	OverloadSince time.Time
+	// DropProbability is the node-level share of new work (unique new
+	// connections) to shed, 0..1 − MinPassRate.
+	DropProbability float64
+	// Classes holds each class's drop probability (indexed by Class).
+	Classes [NumClasses]float64
+	// Ports holds one entry per configured port, in configuration order.
+	Ports []PortDecision
+	// Reason says in words why p is what it is.
+	Reason string
+	// Events lists what the decision log should record for this tick.
+	Events []Event
+}
+
+// EventKind is the kind of a decision-log event.
+type EventKind uint8
+
+// The event kinds.
+const (
+	// EventOverloadStart: the node's pressure stayed above 1 for
+	// ActivationTicks consecutive ticks and shedding begins.
+	EventOverloadStart EventKind = iota + 1
+	// EventOverloadContinue: the overload is still on; repeated every
+	// Params.ContinueEvery.
+	EventOverloadContinue
+	// EventOverloadEnd: p is back at 0.
+	EventOverloadEnd
+	// EventProbabilityChange: a port's (or the node's) p moved by more than
+	// Params.RecordChange since its last record, or reached 0.
+	EventProbabilityChange
+)
+
+// String returns the stable name used in the decision log, e.g.
+// "overload_start".
+func (k EventKind) String() string {
+	switch k {
+	case EventOverloadStart:
+		return "overload_start"
+	case EventOverloadContinue:
+		return "overload_continue"
+	case EventOverloadEnd:
+		return "overload_end"
+	case EventProbabilityChange:
+		return "probability_change"
+	}
+	return fmt.Sprintf("event(%d)", uint8(k))
+}
+
+// Event is one decision-log record.
+type Event struct {
+	// Kind says which event this is.
+	Kind EventKind
+	// At is the tick's time.
+	At time.Time
+	// Reason says in words what happened and why.
+	Reason string
+	// Pressure is the node pressure at the time (0 when unavailable).
+	Pressure float64
+	// DropProbability is the node-level p after this tick.
+	DropProbability float64
+	// Signals are the signal values of the tick (shared with the
+	// Decision; do not modify).
+	Signals []SignalState
+	// OverloadSince is the start of the overload the event belongs to (zero
+	// for a probability change outside an overload).
+	OverloadSince time.Time
+	// Port is the port of a probability_change; the zero PortKey stands for
+	// the node-level p.
+	Port PortKey
+	// Class is the port's class (probability_change of a port only).
+	Class Class
+	// From and To are the previously recorded and the new probability
+	// (probability_change only).
+	From, To float64
+}

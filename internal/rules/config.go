@@ -1,0 +1,271 @@
+package rules
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/sampler"
+)
+
+// Config is one complete, validated configuration. Build it with Default,
+// Load, Parse or Patch; a Config is never modified after it is returned, so
+// the daemon can swap it in between two ticks.
+type Config struct {
+	// Source is the file the config was read from; "" for the embedded
+	// default.
+	Source string
+	// Mode is the global mode (default observe).
+	Mode Mode
+	// Interfaces lists the interfaces to attach to; empty means every
+	// non-loopback interface that is up.
+	Interfaces []string
+	// Attach is the attach mode (default auto).
+	Attach AttachMode
+	// Interval is the tick interval (≥ 100 ms, default 500 ms).
+	Interval time.Duration
+	// Thresholds holds each signal's threshold in its canonical unit; 0 means
+	// the signal does not drive shedding.
+	Thresholds [sampler.NumSignals]float64
+	// Cgroup is the watched cgroup: a filesystem path under /sys/fs/cgroup,
+	// or a path inside the cgroup hierarchy without the leading slash
+	// ("system.slice/nginx.service"); "" watches none.
+	Cgroup string
+	// Controller holds the control-law parameters.
+	Controller adaptive.Params
+	// PortsAuto is true for `ports: auto`: the daemon protects every TCP port
+	// with a listener on a non-loopback address, as class normal.
+	PortsAuto bool
+	// Ports lists the protected ports when PortsAuto is false.
+	Ports []Port
+	// Exceptions are never shed.
+	Exceptions Exceptions
+	// Action is what shedding does to a packet.
+	Action ActionConfig
+	// StaleAfter is the heartbeat age after which the datapath passes
+	// everything, so a dead daemon never keeps shedding (default 5 s).
+	StaleAfter time.Duration
+	// MetricsAddress is the Prometheus listen address (host:port); "" turns
+	// metrics off.
+	MetricsAddress string
+	// AdminSocket is the admin API's unix socket path (absolute).
+	AdminSocket string
+	// DecisionLog is the decision log's path (absolute); "" or "-" turns it
+	// off.
+	DecisionLog string
+	// Datapath sizes the BPF maps.
+	Datapath DatapathConfig
+
+	// doc is the effective document (defaults not included) the config was
+	// decoded from; Patch merges onto it. origins maps its nodes to the
+	// source they came from, so that problems name the right file.
+	doc     *yaml.Node
+	origins map[*yaml.Node]string
+}
+
+// Port is one protected port.
+type Port struct {
+	// Port is the destination port, 1..65535.
+	Port uint16
+	// Proto is adaptive.ProtoTCP or adaptive.ProtoUDP.
+	Proto adaptive.Proto
+	// Class is the priority class (default normal).
+	Class adaptive.Class
+	// Override is the port's own mode, ModeObserve or ModeEnforce; ModeOff
+	// (the zero value) means no override: the port follows the global mode.
+	Override Mode
+}
+
+// Key returns the port's controller key.
+func (p Port) Key() adaptive.PortKey { return adaptive.PortKey{Proto: p.Proto, Port: p.Port} }
+
+// EffectiveMode returns the mode the port runs in under global: off when
+// global is off (the kill switch wins), else the override if set, else
+// global.
+func (p Port) EffectiveMode(global Mode) Mode {
+	if global == ModeOff || p.Override == ModeOff {
+		return global
+	}
+	return p.Override
+}
+
+// Exceptions are ports and source prefixes whose new connections are never
+// shed (counted as exempt).
+type Exceptions struct {
+	// Ports are exempt destination ports (each listed once, none of them
+	// also protected).
+	Ports []adaptive.PortKey
+	// Sources are exempt client prefixes, IPv4 or IPv6, masked (no host
+	// bits beyond the prefix length); a bare address is a /32 or /128.
+	Sources []netip.Prefix
+}
+
+// ActionConfig is the shedding action.
+type ActionConfig struct {
+	// Kind is drop (default) or mark.
+	Kind Action
+	// DSCP is the DSCP (0..63) a mark sets; meaningful when SetDSCP.
+	DSCP uint8
+	// SetDSCP is true when a DSCP was configured.
+	SetDSCP bool
+	// Fwmark is the firewall mark a mark sets; 0 sets none.
+	Fwmark uint32
+}
+
+// DatapathConfig sizes the BPF maps.
+type DatapathConfig struct {
+	// MaxPorts is the capacity of the port policy map (1..65536, default
+	// 1024).
+	MaxPorts int
+	// SYNTableSize is the capacity of the LRU table that recognises SYN
+	// retransmits (1024..16777216, default 65536).
+	SYNTableSize int
+	// MaxPrefixes is the capacity of the exception prefix trie (1..1048576,
+	// default 1024).
+	MaxPrefixes int
+}
+
+// The defaults that are not controller parameters; docs/config.md gives the
+// reason for each.
+const (
+	DefaultInterval       = 500 * time.Millisecond
+	MinInterval           = 100 * time.Millisecond
+	DefaultStaleAfter     = 5 * time.Second
+	DefaultMetricsAddress = "127.0.0.1:9477"
+	DefaultAdminSocket    = "/run/olcd/olcd.sock"
+	DefaultDecisionLog    = "/var/log/olcd/decisions.jsonl"
+	DefaultMaxPorts       = 1024
+	DefaultSYNTableSize   = 65536
+	DefaultMaxPrefixes    = 1024
+)
+
+// DefaultThresholds returns the signals that drive shedding when a config
+// has no `signals` section, with their thresholds (see docs/config.md).
+func DefaultThresholds() [sampler.NumSignals]float64 {
+	var t [sampler.NumSignals]float64
+	t[sampler.CPUBusy] = 0.85
+	t[sampler.PSICPUSome] = 0.5
+	t[sampler.PSIMemoryFull] = 0.1
+	t[sampler.AcceptQueueFill] = 0.9
+	return t
+}
+
+// defaults returns the built-in values every document is decoded onto.
+func defaults() *Config {
+	return &Config{
+		Mode:           ModeObserve,
+		Attach:         AttachAuto,
+		Interval:       DefaultInterval,
+		Thresholds:     DefaultThresholds(),
+		Controller:     adaptive.DefaultParams(),
+		PortsAuto:      true,
+		Action:         ActionConfig{Kind: ActionDrop},
+		StaleAfter:     DefaultStaleAfter,
+		MetricsAddress: DefaultMetricsAddress,
+		AdminSocket:    DefaultAdminSocket,
+		DecisionLog:    DefaultDecisionLog,
+		Datapath:       DatapathConfig{MaxPorts: DefaultMaxPorts, SYNTableSize: DefaultSYNTableSize, MaxPrefixes: DefaultMaxPrefixes},
+	}
+}
+
+// Default returns the embedded default configuration: observe mode, every
+// non-loopback interface, ports: auto, the default signals and controller
+// parameters. It is what `olcd run` uses without --config.
+func Default() *Config {
+	c, _, err := Parse(nil, "")
+	if err != nil {
+		// The empty document decodes onto the built-in defaults, which
+		// TestDefaultValid keeps valid.
+		panic("rules: built-in defaults invalid: " + err.Error())
+	}
+	return c
+}
+
+// PortConfigs returns the configured ports as the controller sees them (nil
+// under ports: auto).
+func (c *Config) PortConfigs() []adaptive.PortConfig {
+	if c.PortsAuto {
+		return nil
+	}
+	out := make([]adaptive.PortConfig, len(c.Ports))
+	for i, p := range c.Ports {
+		out[i] = adaptive.PortConfig{Key: p.Key(), Class: p.Class}
+	}
+	return out
+}
+
+// ControllerConfig returns the controller's config for the resolved port
+// list: the configured ports, or under ports: auto the discovered listeners
+// (the daemon resolves them). A nil ports uses c.PortConfigs().
+func (c *Config) ControllerConfig(ports []adaptive.PortConfig) adaptive.Config {
+	if ports == nil {
+		ports = c.PortConfigs()
+	}
+	return adaptive.Config{
+		Interval:   c.Interval,
+		Thresholds: c.Thresholds,
+		Params:     c.Controller,
+		Ports:      append([]adaptive.PortConfig(nil), ports...),
+	}
+}
+
+// SamplerConfig returns the sampler's config on the real root "/" with the
+// protected TCP ports whose accept queues are watched. A nil tcpPorts uses
+// the configured TCP ports.
+func (c *Config) SamplerConfig(tcpPorts []uint16) sampler.Config {
+	if tcpPorts == nil {
+		for _, p := range c.Ports {
+			if p.Proto == adaptive.ProtoTCP && !c.PortsAuto {
+				tcpPorts = append(tcpPorts, p.Port)
+			}
+		}
+	}
+	return sampler.Config{Root: "/", Cgroup: c.Cgroup, TCPPorts: append([]uint16(nil), tcpPorts...)}
+}
+
+// ExemptPort reports whether k is in the exception list (the daemon skips
+// such ports under ports: auto).
+func (c *Config) ExemptPort(k adaptive.PortKey) bool {
+	for _, e := range c.Exceptions.Ports {
+		if e == k {
+			return true
+		}
+	}
+	return false
+}
+
+// WithMode returns a copy of c in mode m, applied as a patch so that later
+// patches (which merge onto the document) keep it. The copy's warnings are
+// dropped: a mode alone cannot make a valid config invalid.
+func (c *Config) WithMode(m Mode) (*Config, error) {
+	if m > ModeEnforce {
+		return nil, fmt.Errorf("set mode: unknown %s", m)
+	}
+	out, _, err := c.Patch([]byte("mode: "+m.String()), "mode")
+	if err != nil {
+		return nil, fmt.Errorf("set mode %s: %w", m, err)
+	}
+	return out, nil
+}
+
+// Validate checks a Config that was built or changed in Go rather than
+// decoded, and reports every problem at once (*ValidationError, without
+// line numbers). Configs returned by Parse, Load and Patch are valid.
+func (c *Config) Validate() error {
+	name := c.Source
+	if name == "" {
+		name = "config"
+	}
+	d := &decoder{fallback: name, pos: map[string]*yaml.Node{}, failed: map[string]bool{}}
+	for s, t := range c.Thresholds {
+		d.thresholdSet[s] = t != 0
+	}
+	d.validate(c)
+	if len(d.problems) > 0 {
+		return &ValidationError{Problems: d.problems}
+	}
+	return nil
+}

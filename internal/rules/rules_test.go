@@ -1,0 +1,478 @@
+package rules
+
+import (
+	"bufio"
+	"errors"
+	"math"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/sampler"
+)
+
+// expectation is one "# want: LINE FIELD | msg substring | hint substring"
+// (or "# warn: FIELD | substring") header line of a fixture. FIELD "-"
+// stands for the document as a whole.
+type expectation struct {
+	line        int
+	field       string
+	msg, hint   string
+	fixtureLine int
+}
+
+// readExpectations parses a fixture's header comments.
+func readExpectations(t *testing.T, path, tag string) []expectation {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []expectation
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		rest, ok := strings.CutPrefix(sc.Text(), "# "+tag+": ")
+		if !ok {
+			continue
+		}
+		parts := strings.Split(rest, " | ")
+		head := strings.Fields(parts[0])
+		e := expectation{fixtureLine: n}
+		if tag == "want" {
+			if len(head) != 2 {
+				t.Fatalf("%s:%d: want header needs LINE FIELD", path, n)
+			}
+			e.line, err = strconv.Atoi(head[0])
+			if err != nil {
+				t.Fatalf("%s:%d: %v", path, n, err)
+			}
+			e.field = head[1]
+		} else {
+			e.field = head[0]
+		}
+		if e.field == "-" {
+			e.field = ""
+		}
+		if len(parts) > 1 {
+			e.msg = parts[1]
+		}
+		if len(parts) > 2 {
+			e.hint = parts[2]
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// TestInvalidFixtures loads every testdata/invalid-*.yaml: each must fail
+// with exactly the problems its header lists, each naming the file, the
+// line and the field.
+func TestInvalidFixtures(t *testing.T) {
+	paths, err := filepath.Glob("testdata/invalid-*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(paths) < 20 {
+		t.Fatalf("%d invalid fixtures, want at least 20", len(paths))
+	}
+	for _, path := range paths {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			want := readExpectations(t, path, "want")
+			if len(want) == 0 {
+				t.Fatal("fixture has no '# want:' header")
+			}
+			cfg, _, err := Load(path)
+			var ve *ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("Load = %v, %v; want a *ValidationError", cfg, err)
+			}
+			if len(ve.Problems) != len(want) {
+				t.Fatalf("%d problems, want %d:\n%s", len(ve.Problems), len(want), strings.Join(ve.ProblemLines(), "\n"))
+			}
+			for i, w := range want {
+				p := ve.Problems[i]
+				if p.File != path || p.Line != w.line || p.Field != w.field ||
+					!strings.Contains(p.Msg, w.msg) || !strings.Contains(p.Hint, w.hint) {
+					t.Errorf("problem %d = %q\nwant %s:%d: %s: …%s… (…%s…)", i, p.String(), path, w.line, w.field, w.msg, w.hint)
+				}
+				if !strings.HasPrefix(p.String(), path+":"+strconv.Itoa(w.line)+": ") {
+					t.Errorf("rendered problem %q does not start with file:line", p.String())
+				}
+			}
+		})
+	}
+}
+
+// TestValidFixtures loads every testdata/valid-*.yaml: no problem, exactly
+// the warnings its header lists.
+func TestValidFixtures(t *testing.T) {
+	paths, _ := filepath.Glob("testdata/valid-*.yaml")
+	if len(paths) == 0 {
+		t.Fatal("no valid fixtures")
+	}
+	for _, path := range paths {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			want := readExpectations(t, path, "warn")
+			_, warnings, err := Load(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(warnings) != len(want) {
+				t.Fatalf("%d warnings %v, want %d", len(warnings), warnings, len(want))
+			}
+			for i, w := range want {
+				got := warnings[i]
+				if got.Field != w.field || !strings.Contains(got.Msg, w.msg) || got.File != path || got.Line == 0 {
+					t.Errorf("warning %d = %q, want field %s containing %q", i, got.String(), w.field, w.msg)
+				}
+			}
+		})
+	}
+}
+
+// TestValidFull checks that every key of valid-full.yaml lands in the
+// typed config.
+func TestValidFull(t *testing.T) {
+	c, _, err := Load("testdata/valid-full.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var th [sampler.NumSignals]float64
+	th[sampler.CPUBusy], th[sampler.PSICPUSome], th[sampler.Load1PerCore] = 0.8, 0.4, 3
+	th[sampler.CgroupThrottledRatio], th[sampler.ListenOverflowsPerS] = 0.3, 5
+	want := &Config{
+		Source:     "testdata/valid-full.yaml",
+		Mode:       ModeEnforce,
+		Interfaces: []string{"eth0", "eth1"},
+		Attach:     AttachXDP,
+		Interval:   250 * time.Millisecond,
+		Thresholds: th,
+		Cgroup:     "system.slice/nginx.service",
+		Controller: adaptive.Params{Ki: 0.4, Kp: 0.2, ActivationTicks: 3, Smoothing: 0.6, Cooldown: 8, Hysteresis: 0.1,
+			SaturationBoost: 1.5, MaxStep: 0.2, RecoveryStep: 0.02, MinPassRate: 0.2, CorroborationRatio: 0.6,
+			DemandSmoothing: 0.3, ContinueEvery: 30 * time.Second, RecordChange: 0.02},
+		Ports: []Port{
+			{Port: 443, Proto: adaptive.ProtoTCP, Class: adaptive.ClassCritical, Override: ModeEnforce},
+			{Port: 80, Proto: adaptive.ProtoTCP, Class: adaptive.ClassNormal},
+			{Port: 8080, Proto: adaptive.ProtoTCP, Class: adaptive.ClassBestEffort, Override: ModeObserve},
+			{Port: 53, Proto: adaptive.ProtoUDP, Class: adaptive.ClassNormal},
+		},
+		Exceptions: Exceptions{
+			Ports: []adaptive.PortKey{{Proto: adaptive.ProtoTCP, Port: 22}, {Proto: adaptive.ProtoTCP, Port: 9100}},
+			Sources: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.7/32"),
+				netip.MustParsePrefix("2001:db8::/32")},
+		},
+		Action:         ActionConfig{Kind: ActionMark, DSCP: 8, SetDSCP: true, Fwmark: 0x10},
+		StaleAfter:     3 * time.Second,
+		MetricsAddress: "[::1]:9477",
+		AdminSocket:    "/run/olcd/test.sock",
+		DecisionLog:    "/var/log/olcd/test.jsonl",
+		Datapath:       DatapathConfig{MaxPorts: 256, SYNTableSize: 131072, MaxPrefixes: 64},
+	}
+	c.doc, c.origins = nil, nil
+	if !reflect.DeepEqual(c, want) {
+		t.Errorf("decoded\n%+v\nwant\n%+v", c, want)
+	}
+	if got := c.Ports[2].EffectiveMode(ModeEnforce); got != ModeObserve {
+		t.Errorf("port override: %v", got)
+	}
+	if got := c.Ports[1].EffectiveMode(ModeEnforce); got != ModeEnforce {
+		t.Errorf("port without override: %v", got)
+	}
+	if got := c.Ports[0].EffectiveMode(ModeOff); got != ModeOff {
+		t.Errorf("global off must win: %v", got)
+	}
+}
+
+// TestDefault checks the embedded default and that it is valid and quiet.
+func TestDefault(t *testing.T) {
+	c := Default()
+	if c.Mode != ModeObserve || !c.PortsAuto || len(c.Interfaces) != 0 || c.Attach != AttachAuto ||
+		c.Interval != 500*time.Millisecond || c.Controller != adaptive.DefaultParams() || c.Thresholds != DefaultThresholds() {
+		t.Errorf("default = %+v", c)
+	}
+	if _, w, err := Parse(nil, ""); err != nil || len(w) != 0 {
+		t.Errorf("empty document: %v, warnings %v", err, w)
+	}
+	if err := c.Controller.Validate(); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestDeployConfig: deploy/olcd.yaml validates without warning and spells
+// out exactly the embedded default.
+func TestDeployConfig(t *testing.T) {
+	const path = "../../deploy/olcd.yaml"
+	c, w, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(w) != 0 {
+		t.Errorf("warnings: %v", w)
+	}
+	d := Default()
+	c.Source, c.doc, c.origins = "", nil, nil
+	d.doc, d.origins = nil, nil
+	if !reflect.DeepEqual(c, d) {
+		t.Errorf("deploy/olcd.yaml differs from the embedded default:\n%+v\n%+v", c, d)
+	}
+}
+
+// TestThresholdOnlyConfig: a document that sets nothing but one signal's
+// threshold is valid; that signal replaces the default list.
+func TestThresholdOnlyConfig(t *testing.T) {
+	c, w, err := Parse([]byte("signals:\n  psi_cpu_some: {threshold: 0.4}\n"), "t.yaml")
+	if err != nil || len(w) != 0 {
+		t.Fatalf("%v %v", err, w)
+	}
+	var want [sampler.NumSignals]float64
+	want[sampler.PSICPUSome] = 0.4
+	if c.Thresholds != want {
+		t.Errorf("thresholds %v", c.Thresholds)
+	}
+	if c.Mode != ModeObserve || !c.PortsAuto || c.Controller != adaptive.DefaultParams() {
+		t.Errorf("non-signal settings are not the defaults: %+v", c)
+	}
+}
+
+func TestThresholdHints(t *testing.T) {
+	tests := []struct {
+		sig       sampler.Signal
+		x         float64
+		msg, hint string
+	}{
+		{sampler.CPUBusy, 950, "outside (0, 1]", "per-mille; did you mean 0.95?"},
+		{sampler.CPUBusy, 80, "outside (0, 1]", "percent; did you mean 0.8?"},
+		{sampler.PSIMemoryFull, 2, "outside (0, 1]", "percent; did you mean 0.02?"},
+		{sampler.CPUBusy, 1.5, "outside (0, 1]", "fractions are written 0..1"},
+		{sampler.CPUBusy, 5000, "outside (0, 1]", "fractions are written 0..1"},
+		{sampler.CPUBusy, 1, "", ""},
+		{sampler.Load1PerCore, 80, "", ""},
+		{sampler.ListenOverflowsPerS, 950, "", ""},
+		{sampler.Load1, -1, "must be positive", ""},
+		{sampler.Load1, math.Inf(1), "not a finite number", ""},
+	}
+	for _, tt := range tests {
+		msg, hint := thresholdCheck(tt.sig, tt.x)
+		if (tt.msg == "") != (msg == "") || !strings.Contains(msg, tt.msg) || !strings.Contains(hint, tt.hint) {
+			t.Errorf("%s %v: %q (%q), want %q (%q)", tt.sig, tt.x, msg, hint, tt.msg, tt.hint)
+		}
+	}
+}
+
+func TestPatch(t *testing.T) {
+	base, _, err := Load("testdata/valid-full.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		base  *Config
+		patch string
+		check func(t *testing.T, c *Config)
+		fail  string // substring of the rendered problems
+	}{
+		{"one threshold (YAML)", base, "signals: {cpu_busy: {threshold: 0.7}}", func(t *testing.T, c *Config) {
+			if c.Thresholds[sampler.CPUBusy] != 0.7 || c.Thresholds[sampler.PSICPUSome] != 0.4 {
+				t.Errorf("thresholds %v", c.Thresholds)
+			}
+			if c.Mode != ModeEnforce || len(c.Ports) != 4 {
+				t.Error("the rest of the config changed")
+			}
+		}, ""},
+		{"one threshold (JSON)", base, `{"signals": {"listen_overflows_per_s": {"threshold": 12}}}`, func(t *testing.T, c *Config) {
+			if c.Thresholds[sampler.ListenOverflowsPerS] != 12 || c.Thresholds[sampler.CPUBusy] != 0.8 {
+				t.Errorf("thresholds %v", c.Thresholds)
+			}
+		}, ""},
+		{"new signal on the default list", Default(), "signals: {psi_io_some: {threshold: 0.3}}", func(t *testing.T, c *Config) {
+			want := DefaultThresholds()
+			want[sampler.PSIIOSome] = 0.3
+			if c.Thresholds != want {
+				t.Errorf("thresholds %v, want the defaults plus psi_io_some", c.Thresholds)
+			}
+		}, ""},
+		{"null removes a signal", base, "signals: {psi_cpu_some: null}", func(t *testing.T, c *Config) {
+			if c.Thresholds[sampler.PSICPUSome] != 0 || c.Thresholds[sampler.CPUBusy] != 0.8 {
+				t.Errorf("thresholds %v", c.Thresholds)
+			}
+		}, ""},
+		{"null restores a default", base, "interval: null", func(t *testing.T, c *Config) {
+			if c.Interval != DefaultInterval {
+				t.Errorf("interval %v", c.Interval)
+			}
+		}, ""},
+		{"mode", base, "mode: observe", func(t *testing.T, c *Config) {
+			if c.Mode != ModeObserve {
+				t.Errorf("mode %v", c.Mode)
+			}
+		}, ""},
+		{"list replaces", base, "ports: [{port: 9000, proto: udp}]", func(t *testing.T, c *Config) {
+			if len(c.Ports) != 1 || c.Ports[0].Key() != (adaptive.PortKey{Proto: adaptive.ProtoUDP, Port: 9000}) {
+				t.Errorf("ports %v", c.Ports)
+			}
+		}, ""},
+		{"per-mille threshold", base, "signals:\n  cpu_busy:\n    threshold: 950\n", nil, "patch:3: signals.cpu_busy.threshold: threshold 950 is outside (0, 1]"},
+		{"unknown key", base, "controler: {ki: 1}", nil, `patch:1: controler: unknown key (did you mean "controller"?)`},
+		{"conflict with the file", base, "exceptions: {ports: [{port: 443, proto: tcp}]}", nil, "patch:1: exceptions.ports[0]: tcp/443 is both protected (ports[0], line 29)"},
+		{"syntax", base, "signals: {cpu_busy: {threshold: 0.7}", nil, "patch:1: yaml syntax"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, _, err := tt.base.Patch([]byte(tt.patch), "")
+			if tt.fail != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.fail) {
+					t.Fatalf("error %v, want %q", err, tt.fail)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Source != tt.base.Source {
+				t.Errorf("source %q", c.Source)
+			}
+			tt.check(t, c)
+		})
+	}
+	// Patches stack, and never modify the config they start from.
+	c1, _, err := base.Patch([]byte("signals: {cpu_busy: {threshold: 0.7}}"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, _, err := c1.Patch([]byte("mode: off"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c2.Thresholds[sampler.CPUBusy] != 0.7 || c2.Mode != ModeOff || base.Thresholds[sampler.CPUBusy] != 0.8 || c1.Mode != ModeEnforce {
+		t.Error("patches do not stack or modified their base")
+	}
+}
+
+// TestParamRangesAgree: rules and adaptive accept exactly the same values
+// at the edges of every range.
+func TestParamRangesAgree(t *testing.T) {
+	for _, r := range paramRanges {
+		for _, x := range []float64{r.lo - 0.01, r.lo, r.lo + 0.01, r.hi - 0.01, r.hi, r.hi + 0.01, math.NaN()} {
+			p := adaptive.DefaultParams()
+			*paramField(&p, r.key) = x
+			if (p.Validate() == nil) != r.contains(x) {
+				t.Errorf("%s = %v: rules says %v, adaptive says %v", r.key, x, r.contains(x), p.Validate())
+			}
+		}
+	}
+}
+
+func TestControllerAndSamplerConfig(t *testing.T) {
+	c, _, err := Load("testdata/valid-full.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac := c.ControllerConfig(nil)
+	if ac.Interval != 250*time.Millisecond || ac.Thresholds != c.Thresholds || ac.Params != c.Controller || len(ac.Ports) != 4 ||
+		ac.Ports[0] != (adaptive.PortConfig{Key: adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: 443}, Class: adaptive.ClassCritical}) {
+		t.Errorf("controller config %+v", ac)
+	}
+	if _, err := adaptive.New(ac); err != nil {
+		t.Errorf("controller rejects a validated config: %v", err)
+	}
+	sc := c.SamplerConfig(nil)
+	if sc.Root != "/" || sc.Cgroup != "system.slice/nginx.service" || !reflect.DeepEqual(sc.TCPPorts, []uint16{443, 80, 8080}) {
+		t.Errorf("sampler config %+v", sc)
+	}
+	auto := Default()
+	if auto.PortConfigs() != nil || len(auto.ControllerConfig([]adaptive.PortConfig{{Key: adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: 22}}}).Ports) != 1 {
+		t.Error("ports: auto must take the resolved list")
+	}
+	if !c.ExemptPort(adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: 22}) || c.ExemptPort(adaptive.PortKey{Proto: adaptive.ProtoUDP, Port: 22}) {
+		t.Error("ExemptPort")
+	}
+}
+
+func TestParseModeAction(t *testing.T) {
+	for _, s := range []string{"off", "observe", "enforce"} {
+		if m, err := ParseMode(s); err != nil || m.String() != s {
+			t.Errorf("%s: %v %v", s, m, err)
+		}
+	}
+	if _, err := ParseMode("on"); err == nil || !strings.Contains(err.Error(), "want off, observe or enforce") {
+		t.Errorf("ParseMode(on) = %v", err)
+	}
+	if a, err := ParseAction("mark"); err != nil || a != ActionMark {
+		t.Error("mark")
+	}
+	if _, err := ParseAction("reject"); err == nil {
+		t.Error("reject accepted")
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	_, _, err := Load("testdata/does-not-exist.yaml")
+	var ve *ValidationError
+	if err == nil || errors.As(err, &ve) || !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("error %v: want a wrapped not-exist error", err)
+	}
+}
+
+// TestDocsExamples parses every ```yaml block of docs/config.md: the
+// documented examples must be valid configs.
+func TestDocsExamples(t *testing.T) {
+	data, err := os.ReadFile("../../docs/config.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := strings.Split(string(data), "```yaml\n")
+	if len(blocks) < 3 {
+		t.Fatalf("%d yaml blocks in docs/config.md, want the minimal and the complete example", len(blocks)-1)
+	}
+	for i, b := range blocks[1:] {
+		doc, _, ok := strings.Cut(b, "```")
+		if !ok {
+			t.Fatalf("block %d not closed", i+1)
+		}
+		if _, _, err := Parse([]byte(doc), "docs/config.md block "+strconv.Itoa(i+1)); err != nil {
+			t.Errorf("%v", err)
+		}
+	}
+}
+
+func TestWithModeAndValidate(t *testing.T) {
+	c, _, err := Load("testdata/valid-full.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, err := c.WithMode(ModeOff)
+	if err != nil || off.Mode != ModeOff || c.Mode != ModeEnforce {
+		t.Fatalf("WithMode: %v %v", off, err)
+	}
+	// A later patch keeps the mode.
+	p, _, err := off.Patch([]byte("signals: {cpu_busy: {threshold: 0.6}}"), "")
+	if err != nil || p.Mode != ModeOff || p.Thresholds[sampler.CPUBusy] != 0.6 {
+		t.Fatalf("patch after WithMode: mode %v, %v", p.Mode, err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("valid config: %v", err)
+	}
+	bad := *c
+	bad.Interval = time.Millisecond
+	bad.Thresholds[sampler.CPUBusy] = 80
+	bad.Ports = append([]Port{}, c.Ports...)
+	bad.Ports = append(bad.Ports, c.Ports[0])
+	err = bad.Validate()
+	var ve *ValidationError
+	if !errors.As(err, &ve) || len(ve.Problems) != 3 {
+		t.Fatalf("Validate = %v, want 3 problems (interval, threshold, duplicate port)", err)
+	}
+	for _, want := range []string{"interval", "signals.cpu_busy.threshold", "ports[4]"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%v lacks %s", err, want)
+		}
+	}
+}

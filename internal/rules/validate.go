@@ -1,0 +1,332 @@
+package rules
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/sampler"
+)
+
+// MaxInterval is the longest accepted tick interval: beyond it the
+// controller reacts too late to protect anything.
+const MaxInterval = 60 * time.Second
+
+// paramRange is the valid range of one float controller parameter. The
+// ranges match adaptive.Params.Validate (TestParamRangesAgree).
+type paramRange struct {
+	key            string
+	lo, hi         float64
+	loOpen, hiOpen bool
+}
+
+var paramRanges = []paramRange{
+	{key: "ki", lo: 0, hi: 2, loOpen: true},
+	{key: "kp", lo: 0, hi: 2},
+	{key: "smoothing", lo: 0, hi: 1, loOpen: true},
+	{key: "hysteresis", lo: 0, hi: 0.5},
+	{key: "saturation_boost", lo: 1, hi: 4},
+	{key: "max_step", lo: 0, hi: 1, loOpen: true},
+	{key: "recovery_step", lo: 0, hi: 1, loOpen: true},
+	{key: "min_pass_rate", lo: 0, hi: 1},
+	{key: "corroboration_ratio", lo: 0, hi: 1, loOpen: true},
+	{key: "demand_smoothing", lo: 0, hi: 1, loOpen: true},
+	{key: "record_change", lo: 0, hi: 1, loOpen: true},
+}
+
+// contains reports whether x lies in the range.
+func (r paramRange) contains(x float64) bool {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return false
+	}
+	if x < r.lo || x > r.hi || (r.loOpen && x == r.lo) || (r.hiOpen && x == r.hi) {
+		return false
+	}
+	return true
+}
+
+// String renders "[0, 1]", "(0, 2]", ….
+func (r paramRange) String() string {
+	l, h := "[", "]"
+	if r.loOpen {
+		l = "("
+	}
+	if r.hiOpen {
+		h = ")"
+	}
+	return fmt.Sprintf("%s%g, %g%s", l, r.lo, r.hi, h)
+}
+
+// thresholdCheck returns what is wrong with threshold x of sig, and a hint.
+func thresholdCheck(sig sampler.Signal, x float64) (msg, hint string) {
+	switch {
+	case math.IsNaN(x) || math.IsInf(x, 0):
+		return fmt.Sprintf("threshold %v is not a finite number", x), ""
+	case x <= 0:
+		return fmt.Sprintf("threshold %g must be positive", x), "remove the signal to stop using it"
+	case sig.IsFraction() && x > 1:
+		msg = fmt.Sprintf("threshold %g is outside (0, 1]: %s is a fraction", x, sig)
+		switch {
+		case x > 100 && x <= 1000:
+			hint = fmt.Sprintf("looks like per-mille; did you mean %g?", x/1000)
+		case x >= 2 && x <= 100:
+			hint = fmt.Sprintf("looks like percent; did you mean %g?", x/100)
+		default:
+			hint = "fractions are written 0..1, e.g. 0.8 for 80 %"
+		}
+		return msg, hint
+	}
+	return "", ""
+}
+
+// validate checks the typed config; every problem is placed at the node of
+// its field.
+func (d *decoder) validate(c *Config) {
+	if c.Interval < MinInterval {
+		d.addAt("interval", fmt.Sprintf("%v is below the minimum %v", c.Interval, MinInterval),
+			"the sampler's deltas get too noisy below 100ms; use 100ms..1s")
+	} else if c.Interval > MaxInterval {
+		d.addAt("interval", fmt.Sprintf("%v is above the maximum %v", c.Interval, MaxInterval), "olcd would react too late; use 100ms..1s")
+	}
+
+	for s := range c.Thresholds {
+		sig := sampler.Signal(s)
+		x := c.Thresholds[s]
+		if !d.thresholdSet[s] && x == 0 {
+			continue
+		}
+		if msg, hint := thresholdCheck(sig, x); msg != "" {
+			d.addAt("signals."+sig.String()+".threshold", msg, hint)
+		}
+	}
+
+	p := &c.Controller
+	for _, r := range paramRanges {
+		if x := *paramField(p, r.key); !r.contains(x) {
+			hint := ""
+			if r.key == "min_pass_rate" && x > 1 && x <= 100 {
+				hint = fmt.Sprintf("looks like percent; did you mean %g?", x/100)
+			}
+			d.addAt("controller."+r.key, fmt.Sprintf("%g is outside %s", x, r), hint)
+		}
+	}
+	if p.ActivationTicks < 1 || p.ActivationTicks > 10 {
+		d.addAt("controller.activation_ticks", fmt.Sprintf("%d is outside [1, 10]", p.ActivationTicks), "2 ignores single-tick spikes and acts at the second tick")
+	}
+	if p.Cooldown < 0 || p.Cooldown > 1000 {
+		d.addAt("controller.cooldown_ticks", fmt.Sprintf("%d is outside [0, 1000]", p.Cooldown), "")
+	}
+	if p.ContinueEvery < time.Second {
+		d.addAt("controller.continue_every", fmt.Sprintf("%v is below 1s", p.ContinueEvery), "overload_continue is meant for people reading the log; 10s is the default")
+	}
+
+	d.validateInterfaces(c)
+	d.validatePorts(c)
+
+	if c.Action.Kind == ActionMark && !c.Action.SetDSCP && c.Action.Fwmark == 0 && !d.failed["action.dscp"] && !d.failed["action.fwmark"] {
+		d.addAt("action.kind", "mark needs a dscp or a non-zero fwmark to set", "add action.dscp (0..63) and/or action.fwmark")
+	}
+	if c.StaleAfter <= c.Interval && !d.failed["interval"] && !d.failed["heartbeat.stale_after"] {
+		d.addAt("heartbeat.stale_after", fmt.Sprintf("%v is not longer than the interval %v: the datapath would go stale between two ticks", c.StaleAfter, c.Interval),
+			fmt.Sprintf("use at least 3 × interval, e.g. %v", 10*c.Interval))
+	}
+	if c.MetricsAddress != "" {
+		host, port, err := net.SplitHostPort(c.MetricsAddress)
+		n, perr := strconv.Atoi(port)
+		switch {
+		case err != nil:
+			d.addAt("metrics.address", fmt.Sprintf("%q is not host:port", c.MetricsAddress), "write e.g. 127.0.0.1:9477, or \"\" to turn metrics off")
+		case perr != nil || n < 1 || n > 65535:
+			d.addAt("metrics.address", fmt.Sprintf("port %q must be a number 1..65535", port), "")
+		case host != "" && net.ParseIP(host) == nil && strings.ContainsAny(host, " /"):
+			d.addAt("metrics.address", fmt.Sprintf("host %q is not an address or a name", host), "")
+		}
+	}
+	if !filepath.IsAbs(c.AdminSocket) {
+		d.addAt("admin.socket", fmt.Sprintf("%q must be an absolute path", c.AdminSocket), "the default is "+DefaultAdminSocket)
+	} else if len(c.AdminSocket) > 107 {
+		d.addAt("admin.socket", fmt.Sprintf("path is %d bytes: unix socket paths hold at most 107", len(c.AdminSocket)), "")
+	}
+	if c.DecisionLog != "" && c.DecisionLog != "-" && !filepath.IsAbs(c.DecisionLog) {
+		d.addAt("decision_log", fmt.Sprintf("%q must be an absolute path (or \"\" to turn the log off)", c.DecisionLog), "the default is "+DefaultDecisionLog)
+	}
+	d.validateCgroup(c.Cgroup)
+	if !c.PortsAuto && len(c.Ports) > c.Datapath.MaxPorts {
+		d.addAt("datapath.max_ports", fmt.Sprintf("%d is fewer than the %d ports listed", c.Datapath.MaxPorts, len(c.Ports)), "")
+	}
+	if len(c.Exceptions.Sources) > c.Datapath.MaxPrefixes {
+		d.addAt("datapath.max_prefixes", fmt.Sprintf("%d is fewer than the %d exception sources listed", c.Datapath.MaxPrefixes, len(c.Exceptions.Sources)), "")
+	}
+}
+
+// validateInterfaces checks interface names: kernel names are 1..15 bytes
+// without '/', ':' or white space, and each is listed once.
+func (d *decoder) validateInterfaces(c *Config) {
+	seen := map[string]int{}
+	for i, name := range c.Interfaces {
+		field := pathOf(d.ifacePaths, i, "interfaces")
+		switch {
+		case name == "" || len(name) > 15:
+			d.addAt(field, fmt.Sprintf("interface name %q must be 1..15 characters", name), "")
+		case strings.ContainsAny(name, "/: \t") || name == "." || name == "..":
+			d.addAt(field, fmt.Sprintf("%q is not a valid interface name", name), "")
+		case name == "lo":
+			d.addAt(field, "lo cannot be protected: loopback traffic never comes from a client", "remove it; leave interfaces empty for every non-loopback interface")
+		}
+		if j, dup := seen[name]; dup {
+			d.addAt(field, fmt.Sprintf("%q is listed twice (also %s)", name, pathOf(d.ifacePaths, j, "interfaces")), "")
+		}
+		seen[name] = i
+	}
+}
+
+// validatePorts checks duplicates among protected and exempt ports and
+// prefixes, and ports both protected and exempt.
+func (d *decoder) validatePorts(c *Config) {
+	protected := map[adaptive.PortKey]int{}
+	for i, p := range c.Ports {
+		field := pathOf(d.portPaths, i, "ports")
+		if j, dup := protected[p.Key()]; dup {
+			other := pathOf(d.portPaths, j, "ports")
+			d.addAt(field, fmt.Sprintf("%s is listed twice (also %s, line %d)", p.Key(), other, d.line(other)), "keep one entry per port and protocol")
+			continue
+		}
+		protected[p.Key()] = i
+	}
+	exempt := map[adaptive.PortKey]int{}
+	for i, k := range c.Exceptions.Ports {
+		field := pathOf(d.exPortPaths, i, "exceptions.ports")
+		if j, dup := exempt[k]; dup {
+			d.addAt(field, fmt.Sprintf("%s is listed twice (also %s)", k, pathOf(d.exPortPaths, j, "exceptions.ports")), "")
+			continue
+		}
+		exempt[k] = i
+		if j, both := protected[k]; both {
+			other := pathOf(d.portPaths, j, "ports")
+			d.addAt(field, fmt.Sprintf("%s is both protected (%s, line %d) and exempt", k, other, d.line(other)),
+				"remove it from one of the two lists")
+		}
+	}
+	prefixes := map[string]int{}
+	for i, p := range c.Exceptions.Sources {
+		field := pathOf(d.sourcePaths, i, "exceptions.sources")
+		if j, dup := prefixes[p.String()]; dup {
+			d.addAt(field, fmt.Sprintf("%s is listed twice (also %s)", p, pathOf(d.sourcePaths, j, "exceptions.sources")), "")
+			continue
+		}
+		prefixes[p.String()] = i
+	}
+}
+
+// line returns the line of field's node, 0 if unknown.
+func (d *decoder) line(field string) int {
+	if n := d.at(field); n != nil {
+		return n.Line
+	}
+	return 0
+}
+
+// warn returns the valid but surprising settings of c.
+func (d *decoder) warn(c *Config) []Warning {
+	var anySignal bool
+	for _, t := range c.Thresholds {
+		anySignal = anySignal || t > 0
+	}
+	switch {
+	case c.Mode == ModeOff:
+		d.warnAt("mode", "off: olcd reports what it sees but never sheds")
+	case !anySignal:
+		d.warnAt("signals", fmt.Sprintf("no signal has a threshold: the controller never sheds, even in %s mode", c.Mode))
+	case c.Mode == ModeEnforce && !c.PortsAuto && len(c.Ports) > 0:
+		allObserve := true
+		for _, p := range c.Ports {
+			allObserve = allObserve && p.Override == ModeObserve
+		}
+		if allObserve {
+			d.warnAt("mode", "enforce, but every port overrides it to observe: nothing is enforced")
+		}
+	case c.Mode == ModeObserve && !c.PortsAuto && len(c.Ports) > 0:
+		allObserve := true
+		for _, p := range c.Ports {
+			allObserve = allObserve && p.Override != ModeEnforce
+		}
+		if allObserve && d.at("mode") != nil {
+			d.warnAt("mode", "observe on every port: olcd only counts what it would drop (fine for a first rollout; enforce one port next)")
+		}
+	}
+	if !c.PortsAuto && len(c.Ports) == 0 {
+		d.warnAt("ports", "the port list is empty: nothing is protected")
+	}
+	if !c.PortsAuto && len(c.Ports) > 1 {
+		allCritical := true
+		for _, p := range c.Ports {
+			allCritical = allCritical && p.Class == adaptive.ClassCritical
+		}
+		if allCritical {
+			d.warnAt("ports", "every port is critical: the classes make no difference")
+		}
+	}
+	if c.Controller.MinPassRate < 0.1 {
+		d.warnAt("controller.min_pass_rate", fmt.Sprintf("%g lets a faulty metric cut a service to below 10 %% of its new connections", c.Controller.MinPassRate))
+	}
+	if c.Controller.MinPassRate == 1 {
+		d.warnAt("controller.min_pass_rate", "1 admits everything: nothing can ever be shed")
+	}
+	if c.StaleAfter > c.Interval && c.StaleAfter < 3*c.Interval {
+		d.warnAt("heartbeat.stale_after", fmt.Sprintf("%v is less than 3 intervals: one slow tick lets the datapath go stale and pass everything", c.StaleAfter))
+	}
+	if c.Interval > 5*time.Second {
+		d.warnAt("interval", fmt.Sprintf("%v: overload is acted on only after %v", c.Interval, time.Duration(c.Controller.ActivationTicks)*c.Interval))
+	}
+	if c.Action.Kind == ActionDrop && (c.Action.SetDSCP || c.Action.Fwmark != 0) {
+		d.warnAt("action", "dscp and fwmark are ignored with kind drop")
+	}
+	for i, p := range c.Exceptions.Sources {
+		if p.Bits() == 0 {
+			d.warnAt(pathOf(d.sourcePaths, i, "exceptions.sources"), fmt.Sprintf("%s exempts every %s source: nothing is shed for that family", p, map[bool]string{true: "IPv4", false: "IPv6"}[p.Addr().Is4()]))
+		}
+	}
+	sort.SliceStable(d.warnings, func(i, j int) bool { return d.warnings[i].Line < d.warnings[j].Line })
+	return d.warnings
+}
+
+// sortProblems orders problems by file, then line.
+func sortProblems(ps []Problem) {
+	sort.SliceStable(ps, func(i, j int) bool {
+		if ps[i].File != ps[j].File {
+			return ps[i].File < ps[j].File
+		}
+		return ps[i].Line < ps[j].Line
+	})
+}
+
+// pathOf returns the field path of entry i of a decoded list, or list[i]
+// when the config was not decoded from a document.
+func pathOf(paths []string, i int, list string) string {
+	if i < len(paths) {
+		return paths[i]
+	}
+	return fmt.Sprintf("%s[%d]", list, i)
+}
+
+// validateCgroup checks the watched cgroup: either a filesystem path under
+// /sys/fs/cgroup, or a path inside the cgroup hierarchy written without the
+// leading slash (the sampler resolves it through /proc/self/mountinfo).
+func (d *decoder) validateCgroup(cg string) {
+	for _, el := range strings.Split(cg, "/") {
+		if el == ".." {
+			d.addAt("cgroup", fmt.Sprintf("%q must not contain ..", cg), "write the cgroup's path inside the hierarchy, e.g. system.slice/nginx.service")
+			return
+		}
+	}
+	if strings.HasPrefix(cg, "/") && cg != "/sys/fs/cgroup" && !strings.HasPrefix(cg, "/sys/fs/cgroup/") {
+		d.addAt("cgroup", fmt.Sprintf("%q: an absolute path must be under /sys/fs/cgroup", cg),
+			fmt.Sprintf("did you mean %q, the path inside the hierarchy?", strings.TrimLeft(cg, "/")))
+	}
+}
