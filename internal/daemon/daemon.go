@@ -269,11 +269,15 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 			if err := d.dlog.Reopen(); err != nil {
 				d.log.Error("reopen decision log", "err", err)
 			}
+			// Like an admin command, a reload shows in the status at once
+			// (mode, overrides dropped), not only after the next tick.
+			d.publish()
 			_ = sdNotify("READY=1")
 		case <-fileChanged:
 			if err := d.reload("file change"); err != nil {
 				d.log.Error("reload refused: the running config stays", "trigger", "file change", "err", err)
 			}
+			d.publish()
 		}
 	}
 }
@@ -495,6 +499,10 @@ func (d *Daemon) apply(cfg *rules.Config) error {
 			return fmt.Errorf("restart controller: %w", err)
 		}
 		d.ctrl = ctrl
+		// program() below carries the last decision's p over; that was
+		// the old controller's, computed while off, and must not reach
+		// the datapath.
+		d.last.decision.Ports = nil
 	}
 	d.cfg = cfg
 	d.ports = ports

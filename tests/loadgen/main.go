@@ -3,7 +3,7 @@
 // fixed rate and reports how many succeeded. Every run is bounded in time and
 // in count.
 //
-//	loadgen serve   -addr 10.0.0.1:8080 [-work 2ms] [-duration 5m]
+//	loadgen serve   -addr 10.0.0.1:8080 [-ports 1] [-work 2ms] [-duration 5m]
 //	loadgen connect -target 10.0.0.1:8080 -rate 100 -duration 10s [-timeout 1.5s] [-json]
 //	loadgen burn    -duration 20s [-threads N]
 package main
@@ -19,6 +19,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,21 +48,49 @@ func main() {
 }
 
 // serve accepts connections and spends -work of CPU on each before answering
-// "ok\n", so the node's CPU follows the admitted connection rate.
+// "ok\n", so the node's CPU follows the admitted connection rate. With
+// -ports N it listens on N consecutive ports from the one in -addr (the
+// daemon overhead benchmark protects 100 listening ports).
 func serve(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ExitOnError)
-	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
+	addr := fs.String("addr", "127.0.0.1:8080", "listen address (the first port with -ports)")
+	ports := fs.Int("ports", 1, "number of consecutive ports to listen on (1..1000)")
 	work := fs.Duration("work", 2*time.Millisecond, "CPU time spent per connection")
-	duration := fs.Duration("duration", 10*time.Minute, "stop after this long")
+	duration := fs.Duration("duration", 10*time.Minute, "stop after this long (at most 1h)")
 	fs.Parse(args)
-	ln, err := net.Listen("tcp", *addr)
+	if *ports < 1 || *ports > 1000 || *duration <= 0 || *duration > time.Hour {
+		return errors.New("ports must be in [1, 1000] and duration in (0, 1h]")
+	}
+	host, portStr, err := net.SplitHostPort(*addr)
 	if err != nil {
-		return err
+		return fmt.Errorf("parse -addr: %w", err)
+	}
+	first, err := strconv.Atoi(portStr)
+	if err != nil || first < 1 || first+*ports-1 > 65535 {
+		return fmt.Errorf("-addr %s with -ports %d: ports must lie in 1..65535", *addr, *ports)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *duration)
 	defer cancel()
-	go func() { <-ctx.Done(); ln.Close() }()
-	fmt.Fprintf(os.Stderr, "loadgen: serving on %s, %s of CPU per connection\n", ln.Addr(), *work)
+	errc := make(chan error, *ports)
+	for i := range *ports {
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(first+i)))
+		if err != nil {
+			return err
+		}
+		go func() { <-ctx.Done(); ln.Close() }()
+		go func() { errc <- acceptLoop(ctx, ln, *work) }()
+	}
+	fmt.Fprintf(os.Stderr, "loadgen: serving on %s (%d port(s)), %s of CPU per connection\n", *addr, *ports, *work)
+	for range *ports {
+		if err := <-errc; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// acceptLoop serves ln until ctx ends.
+func acceptLoop(ctx context.Context, ln net.Listener, work time.Duration) error {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -72,7 +101,7 @@ func serve(args []string) error {
 		}
 		go func() {
 			defer c.Close()
-			spin(*work)
+			spin(work)
 			_ = c.SetWriteDeadline(time.Now().Add(2 * time.Second))
 			_, _ = io.WriteString(c, "ok\n")
 		}()

@@ -1,0 +1,84 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+// bins holds the binaries built once per test run.
+var bins struct {
+	once    sync.Once
+	dir     string
+	olcd    string
+	loadgen string
+	err     error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if bins.dir != "" {
+		os.RemoveAll(bins.dir)
+	}
+	os.Exit(code)
+}
+
+// requireRoot skips the test unless it runs as root and not in -short mode,
+// then builds the binaries (once per run).
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end test: skipped in -short mode (it runs the daemon for tens of seconds)")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("end-to-end test needs root: it creates network namespaces and loads BPF programs")
+	}
+	bins.once.Do(buildBinaries)
+	if bins.err != nil {
+		t.Fatalf("build binaries: %v", bins.err)
+	}
+}
+
+// buildBinaries builds cmd/olcd and tests/loadgen from this checkout, so the
+// test runs what `go build` makes of the current sources.
+func buildBinaries() {
+	dir, err := os.MkdirTemp("", "olcd-e2e-bin-")
+	if err != nil {
+		bins.err = fmt.Errorf("create build directory: %w", err)
+		return
+	}
+	bins.dir = dir
+	gobin, err := goTool()
+	if err != nil {
+		bins.err = err
+		return
+	}
+	for _, b := range []struct {
+		out *string
+		pkg string
+	}{
+		{&bins.olcd, "github.com/olcd/olcd/cmd/olcd"},
+		{&bins.loadgen, "github.com/olcd/olcd/tests/loadgen"},
+	} {
+		*b.out = filepath.Join(dir, filepath.Base(b.pkg))
+		cmd := exec.Command(gobin, "build", "-o", *b.out, b.pkg)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			bins.err = fmt.Errorf("go build %s: %w\n%s", b.pkg, err, out)
+			return
+		}
+	}
+}
+
+// goTool finds the go command: on PATH, or in $GOROOT/bin.
+func goTool() (string, error) {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p, nil
+	}
+	if root := os.Getenv("GOROOT"); root != "" {
+		return filepath.Join(root, "bin", "go"), nil
+	}
+	return "", fmt.Errorf("go command not found on PATH and GOROOT unset")
+}

@@ -1,0 +1,562 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"text/template"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/vishvananda/netlink"
+
+	"github.com/olcd/olcd/internal/daemon"
+)
+
+// Thresholds for cpu_busy that decide the overload state without depending
+// on the machine's load: a fraction can never exceed 1, so at thresholdNever
+// the pressure never exceeds 1; with burnCPU holding one of the CPUs busy,
+// cpu_busy stays far above thresholdAlways.
+const (
+	thresholdNever  = 1.0
+	thresholdAlways = 0.01
+)
+
+// interval is the tick of the test daemons: short, to keep the tests fast.
+const interval = 200 * time.Millisecond
+
+// daemonConfig renders testdata/olcd.yaml.tmpl.
+type daemonConfig struct {
+	Mode       string  // off | observe | enforce
+	Attach     string  // tc | xdp | ...
+	Threshold  float64 // cpu_busy threshold
+	StaleAfter string  // heartbeat.stale_after
+	// Filled in by startDaemon.
+	Iface, Interval, Metrics, Socket, DecisionLog string
+	Ports                                         []int
+}
+
+// olcd is one `olcd run` in the node namespace.
+type olcd struct {
+	*proc
+	env     *netEnv
+	dir     string
+	cfgPath string // the path olcd reads: a symlink to realCfg
+	realCfg string
+	socket  string
+	logPath string
+	decPath string
+	metrics string // host:port inside the node namespace
+}
+
+// startDaemon renders cfg, starts `olcd run` in env's node namespace and
+// waits until it is attached and has ticked. The config file olcd is given
+// is a symlink into a subdirectory, so the test can change what it points to
+// without a file event in the watched directory (see TestDaemonEndToEnd).
+func startDaemon(t *testing.T, env *netEnv, cfg daemonConfig) *olcd {
+	t.Helper()
+	dir := t.TempDir()
+	d := &olcd{
+		env:     env,
+		dir:     dir,
+		cfgPath: filepath.Join(dir, "olcd.yaml"),
+		realCfg: filepath.Join(dir, "real", "olcd.yaml"),
+		socket:  filepath.Join(dir, "olcd.sock"),
+		logPath: filepath.Join(dir, "olcd.log"),
+		decPath: filepath.Join(dir, "decisions.jsonl"),
+		metrics: "127.0.0.1:9477", // loopback of the node namespace
+	}
+	cfg = startedConfig(d, cfg)
+	if err := os.Mkdir(filepath.Dir(d.realCfg), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFileAtomic(t, d.realCfg, renderConfig(t, cfg))
+	if err := os.Symlink("real/olcd.yaml", d.cfgPath); err != nil {
+		t.Fatal(err)
+	}
+	d.start(t)
+	return d
+}
+
+// start runs `olcd run` on the existing config and waits until it is ready.
+func (d *olcd) start(t *testing.T) {
+	t.Helper()
+	// Registered before the process's own cleanup, so it runs after the
+	// kill and shows the complete log.
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpFile(t, "olcd log", d.logPath)
+			dumpFile(t, "decision log", d.decPath)
+		}
+	})
+	d.proc = startProc(t, d.logPath, "ip", "netns", "exec", d.env.Node,
+		bins.olcd, "run", "--config", d.cfgPath, "--log-level", "debug")
+	d.waitReady(t)
+}
+
+// startedConfig fills in the fields that belong to d: its interface, paths
+// and addresses, and the defaults of the optional fields.
+func startedConfig(d *olcd, cfg daemonConfig) daemonConfig {
+	cfg.Iface, cfg.Interval, cfg.Metrics = d.env.NodeIf, interval.String(), d.metrics
+	cfg.Socket, cfg.DecisionLog = d.socket, d.decPath
+	if len(cfg.Ports) == 0 {
+		cfg.Ports = []int{serverPort}
+	}
+	if cfg.StaleAfter == "" {
+		cfg.StaleAfter = "2s"
+	}
+	return cfg
+}
+
+func renderConfig(t *testing.T, cfg daemonConfig) []byte {
+	t.Helper()
+	tmpl, err := template.ParseFiles("testdata/olcd.yaml.tmpl")
+	if err != nil {
+		t.Fatalf("parse config template: %v", err)
+	}
+	var b strings.Builder
+	if err := tmpl.Execute(&b, cfg); err != nil {
+		t.Fatalf("render config: %v", err)
+	}
+	return []byte(b.String())
+}
+
+// writeFileAtomic replaces path by rename, as config management does.
+func writeFileAtomic(t *testing.T, path string, data []byte) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func dumpFile(t *testing.T, what, path string) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Logf("%s: %v", what, err)
+		return
+	}
+	const max = 16 << 10
+	if len(data) > max {
+		data = append([]byte("…\n"), data[len(data)-max:]...)
+	}
+	t.Logf("%s (%s):\n%s", what, path, data)
+}
+
+// pid is the daemon's process id (`ip netns exec` execs olcd in place).
+func (d *olcd) pid() int { return d.cmd.Process.Pid }
+
+// waitReady polls the status until the daemon has ticked and attached.
+func (d *olcd) waitReady(t *testing.T) *daemon.Status {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if d.exited() {
+			t.Fatalf("olcd exited before it was ready: %v", d.err)
+		}
+		st, err := d.status()
+		if err == nil && st.Ticks >= 1 && len(st.Interfaces) > 0 {
+			if comm := procComm(d.pid()); comm != "olcd" {
+				t.Fatalf("pid %d is %q, not olcd: the kill tests would signal the wrong process", d.pid(), comm)
+			}
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("olcd not ready after 20s: last status error: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func procComm(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return strings.TrimSpace(string(b))
+}
+
+// cli runs the built olcd binary with args against this daemon's socket.
+func (d *olcd) cli(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bins.olcd, append(args, "--socket", d.socket)...)
+	out, err := cmd.Output()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(out), fmt.Errorf("olcd %s: %w: %s", strings.Join(args, " "), err, ee.Stderr)
+	}
+	return string(out), err
+}
+
+// mustCLI is cli that fails the test on error.
+func (d *olcd) mustCLI(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := d.cli(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// status runs `olcd status --json` and decodes it.
+func (d *olcd) status() (*daemon.Status, error) {
+	out, err := d.cli("status", "--json")
+	if err != nil {
+		return nil, err
+	}
+	var st daemon.Status
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		return nil, fmt.Errorf("decode olcd status --json: %w\n%s", err, out)
+	}
+	return &st, nil
+}
+
+func (d *olcd) mustStatus(t *testing.T) *daemon.Status {
+	t.Helper()
+	st, err := d.status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// pollStatus polls the status every 50 ms until cond holds and returns that
+// status; it fails the test after timeout, describing the last status.
+func (d *olcd) pollStatus(t *testing.T, what string, timeout time.Duration, cond func(*daemon.Status) bool) *daemon.Status {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last *daemon.Status
+	var lastErr error
+	for {
+		st, err := d.status()
+		if err == nil {
+			if cond(st) {
+				return st
+			}
+			last = st
+		} else {
+			lastErr = err
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not seen within %s; last status: %s; last error: %v", what, timeout, summary(last), lastErr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// nextTick waits for a status published by a tick after the one in st.
+func (d *olcd) nextTick(t *testing.T, st *daemon.Status) *daemon.Status {
+	t.Helper()
+	after := st.Ticks
+	return d.pollStatus(t, fmt.Sprintf("a tick after tick %d", after), 5*time.Second,
+		func(s *daemon.Status) bool { return s.Ticks > after })
+}
+
+// summary renders what the assertions look at, for failure messages.
+func summary(st *daemon.Status) string {
+	if st == nil {
+		return "none"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "mode=%s ticks=%d overload=%v pressure=%.3f p=%.3f reason=%q",
+		st.Mode, st.Ticks, st.Overload.Active, st.Overload.Pressure, st.Overload.DropProbability, st.Overload.Reason)
+	if s := cpuBusy(st); s != nil {
+		fmt.Fprintf(&b, " cpu_busy=%v threshold=%v", deref(s.Value), deref(s.Threshold))
+	}
+	for _, p := range st.Ports {
+		fmt.Fprintf(&b, " port %d: p=%.3f totals=%+v", p.Port, p.DropProbability, p.Totals)
+	}
+	return b.String()
+}
+
+func deref(v *float64) any {
+	if v == nil {
+		return nil
+	}
+	return *v
+}
+
+func cpuBusy(st *daemon.Status) *daemon.SignalStatus {
+	for i := range st.Signals {
+		if st.Signals[i].Name == "cpu_busy" {
+			return &st.Signals[i]
+		}
+	}
+	return nil
+}
+
+// port returns the status of the server port; it fails the test when the
+// port is not listed.
+func port(t *testing.T, st *daemon.Status) daemon.PortStatus {
+	t.Helper()
+	for _, p := range st.Ports {
+		if p.Port == serverPort && p.Proto == "tcp" {
+			return p
+		}
+	}
+	t.Fatalf("tcp/%d not in status: %s", serverPort, summary(st))
+	return daemon.PortStatus{}
+}
+
+// portP is the drop probability of the server port in st (-1 when absent).
+func portP(st *daemon.Status) float64 {
+	for _, p := range st.Ports {
+		if p.Port == serverPort {
+			return p.DropProbability
+		}
+	}
+	return -1
+}
+
+// waitShedding waits until the server port's p is 1 (every SYN dropped).
+func (d *olcd) waitShedding(t *testing.T) *daemon.Status {
+	t.Helper()
+	return d.pollStatus(t, "port p = 1", 10*time.Second, func(s *daemon.Status) bool {
+		return s.Mode == "enforce" && s.Overload.Active && portP(s) == 1
+	})
+}
+
+// scrape fetches /metrics from inside the node namespace and parses it with
+// the Prometheus text parser.
+func (d *olcd) scrape(t *testing.T) map[string]*dto.MetricFamily {
+	t.Helper()
+	hc := &http.Client{
+		Timeout: 10 * time.Second,
+		Transport: &http.Transport{
+			DisableKeepAlives: true,
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				var c net.Conn
+				err := inNetns(d.env.nodeNS, func() error {
+					var err error
+					c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+					return err
+				})
+				return c, err
+			},
+		},
+	}
+	resp, err := hc.Get("http://" + d.metrics + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape metrics: %s", resp.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parse metrics: %v", err)
+	}
+	return mfs
+}
+
+// metricValue returns the value of the sample of family name whose labels
+// include labels ("k", "v", ...); ok is false when there is none.
+func metricValue(mfs map[string]*dto.MetricFamily, name string, labels ...string) (float64, bool) {
+	mf, ok := mfs[name]
+	if !ok {
+		return 0, false
+	}
+next:
+	for _, m := range mf.GetMetric() {
+		have := map[string]string{}
+		for _, lp := range m.GetLabel() {
+			have[lp.GetName()] = lp.GetValue()
+		}
+		for i := 0; i+1 < len(labels); i += 2 {
+			if have[labels[i]] != labels[i+1] {
+				continue next
+			}
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue(), true
+		case m.Gauge != nil:
+			return m.Gauge.GetValue(), true
+		case m.Untyped != nil:
+			return m.Untyped.GetValue(), true
+		}
+	}
+	return 0, false
+}
+
+func mustMetric(t *testing.T, mfs map[string]*dto.MetricFamily, name string, labels ...string) float64 {
+	t.Helper()
+	v, ok := metricValue(mfs, name, labels...)
+	if !ok {
+		t.Fatalf("metric %s%v not exported", name, labels)
+	}
+	return v
+}
+
+// portCounters are the per-port counters of the server port in a scrape.
+type portCounters struct {
+	New, Retransmits, Passed, Dropped, WouldDrop, Stale, P float64
+}
+
+func scrapePort(t *testing.T, mfs map[string]*dto.MetricFamily) portCounters {
+	t.Helper()
+	l := []string{"proto", "tcp", "port", strconv.Itoa(serverPort), "class", "normal"}
+	return portCounters{
+		New:         mustMetric(t, mfs, "olcd_port_new_connections_total", l...),
+		Retransmits: mustMetric(t, mfs, "olcd_port_syn_retransmits_total", l...),
+		Passed:      mustMetric(t, mfs, "olcd_port_passed_total", l...),
+		Dropped:     mustMetric(t, mfs, "olcd_port_dropped_total", l...),
+		WouldDrop:   mustMetric(t, mfs, "olcd_port_would_drop_total", l...),
+		Stale:       mustMetric(t, mfs, "olcd_port_stale_total", l...),
+		P:           mustMetric(t, mfs, "olcd_port_drop_probability_ratio", l...),
+	}
+}
+
+func (c portCounters) sub(o portCounters) portCounters {
+	return portCounters{New: c.New - o.New, Retransmits: c.Retransmits - o.Retransmits, Passed: c.Passed - o.Passed,
+		Dropped: c.Dropped - o.Dropped, WouldDrop: c.WouldDrop - o.WouldDrop, Stale: c.Stale - o.Stale, P: c.P}
+}
+
+// decisionRecords reads the decision log's JSON lines.
+func (d *olcd) decisionRecords(t *testing.T) []map[string]any {
+	t.Helper()
+	f, err := os.Open(d.decPath)
+	if err != nil {
+		t.Fatalf("open decision log: %v", err)
+	}
+	defer f.Close()
+	var out []map[string]any
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for line := 1; sc.Scan(); line++ {
+		var rec map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			t.Fatalf("decision log line %d is not JSON: %v: %s", line, err, sc.Bytes())
+		}
+		out = append(out, rec)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("read decision log: %v", err)
+	}
+	return out
+}
+
+// records returns the decision-log records with msg.
+func records(recs []map[string]any, msg string) []map[string]any {
+	var out []map[string]any
+	for _, r := range recs {
+		if r["msg"] == msg {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// attachedProg is a BPF program the kernel lists on the node interface.
+type attachedProg struct {
+	Hook string // "tcx", "xdp" or "cls_bpf"
+	ID   ebpf.ProgramID
+	Name string // the program's name, or the cls_bpf filter's
+}
+
+// attachedProgs lists every BPF program on the node interface's ingress
+// path as the kernel reports it: tcx links, XDP, and cls_bpf filters.
+func (e *netEnv) attachedProgs(t *testing.T) []attachedProg {
+	t.Helper()
+	l, err := e.nodeNL.LinkByName(e.NodeIf)
+	if err != nil {
+		t.Fatalf("link %s: %v", e.NodeIf, err)
+	}
+	var out []attachedProg
+	var q *link.QueryResult
+	if err := inNetns(e.nodeNS, func() error {
+		var err error
+		q, err = link.QueryPrograms(link.QueryOptions{Target: l.Attrs().Index, Attach: ebpf.AttachTCXIngress})
+		return err
+	}); err != nil {
+		t.Fatalf("query tcx programs on %s: %v", e.NodeIf, err)
+	}
+	for _, p := range q.Programs {
+		out = append(out, attachedProg{Hook: "tcx", ID: p.ID, Name: progName(p.ID)})
+	}
+	if x := l.Attrs().Xdp; x != nil && x.Attached {
+		id := ebpf.ProgramID(x.ProgId)
+		out = append(out, attachedProg{Hook: "xdp", ID: id, Name: progName(id)})
+	}
+	fs, err := e.nodeNL.FilterList(l, netlink.HANDLE_MIN_INGRESS)
+	if err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("list ingress filters on %s: %v", e.NodeIf, err)
+	}
+	for _, f := range fs {
+		if bf, ok := f.(*netlink.BpfFilter); ok && bf.Handle != 0 {
+			out = append(out, attachedProg{Hook: "cls_bpf", ID: ebpf.ProgramID(bf.Id), Name: bf.Name})
+		}
+	}
+	return out
+}
+
+// progName returns the name of the loaded program id, or "" when it is gone.
+func progName(id ebpf.ProgramID) string {
+	p, err := ebpf.NewProgramFromID(id)
+	if err != nil {
+		return ""
+	}
+	defer p.Close()
+	info, err := p.Info()
+	if err != nil {
+		return ""
+	}
+	return info.Name
+}
+
+// progExists reports whether a program with id is still loaded.
+func progExists(t *testing.T, id ebpf.ProgramID) bool {
+	t.Helper()
+	p, err := ebpf.NewProgramFromID(id)
+	if err == nil {
+		p.Close()
+		return true
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("look up program %d: %v", id, err)
+	}
+	return false
+}
+
+// olcdProgIDs lists the loaded programs whose name starts with "olcd",
+// machine-wide (other tests may have theirs loaded; callers compare sets).
+func olcdProgIDs(t *testing.T) map[ebpf.ProgramID]string {
+	t.Helper()
+	out := map[ebpf.ProgramID]string{}
+	id := ebpf.ProgramID(0)
+	for range 100000 {
+		next, err := ebpf.ProgramGetNextID(id)
+		if errors.Is(err, os.ErrNotExist) {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("enumerate BPF programs: %v", err)
+		}
+		id = next
+		if name := progName(id); strings.HasPrefix(name, "olcd") {
+			out[id] = name
+		}
+	}
+	t.Fatal("enumerate BPF programs: more than 100000")
+	return nil
+}
+
+func approx(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
