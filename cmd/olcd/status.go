@@ -59,11 +59,14 @@ func printStatus(w io.Writer, st *daemon.Status, all bool, now time.Time) {
 		if ov.Since != nil {
 			since = fmt.Sprintf(" since %s (%s)", ov.Since.Local().Format("15:04:05"), now.Sub(*ov.Since).Round(time.Second))
 		}
-		verb := "shedding"
-		if st.Mode != "enforce" {
-			verb = "would shed (" + st.Mode + " mode)"
+		switch st.Mode {
+		case "enforce":
+			fmt.Fprintf(w, "OVERLOAD%s: pressure %.2f, shedding %.1f%% of new connections\n", since, ov.Pressure, 100*ov.DropProbability)
+		case "observe":
+			fmt.Fprintf(w, "OVERLOAD%s: pressure %.2f, would shed %.1f%% of new connections (observe mode: counted, not dropped)\n", since, ov.Pressure, 100*ov.DropProbability)
+		default:
+			fmt.Fprintf(w, "OVERLOAD%s: pressure %.2f; mode OFF: nothing is shed (the controller would shed %.1f%%)\n", since, ov.Pressure, 100*ov.DropProbability)
 		}
-		fmt.Fprintf(w, "OVERLOAD%s: pressure %.2f, %s %.1f%% of new connections\n", since, ov.Pressure, verb, 100*ov.DropProbability)
 	} else {
 		fmt.Fprintf(w, "no overload: pressure %.2f, drop probability %.3f\n", ov.Pressure, ov.DropProbability)
 	}

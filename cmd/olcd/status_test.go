@@ -1,0 +1,85 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/olcd/olcd/internal/daemon"
+)
+
+func f64(v float64) *float64 { return &v }
+
+func TestPrintStatus(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	since := now.Add(-42 * time.Second)
+	base := daemon.Status{
+		Version: "v1", ConfigSource: "/etc/olcd/olcd.yaml", IntervalS: 0.5, Ticks: 7,
+		UpdatedAt: now.Add(-100 * time.Millisecond), StartedAt: now.Add(-time.Hour),
+		Overload: daemon.OverloadStatus{Active: true, Since: &since, Pressure: 1.25, DropProbability: 0.4,
+			Reason: "cpu_busy 1 (pressure 1.25, threshold 0.8): shedding"},
+		Signals: []daemon.SignalStatus{
+			{Name: "cpu_busy", Unit: "fraction", Available: true, Value: f64(1), Threshold: f64(0.8), Pressure: f64(1.25), Corroborated: true},
+			{Name: "load1_per_core", Unit: "tasks", Available: true, Value: f64(3), Threshold: f64(2), Pressure: f64(1.5)},
+			{Name: "psi_cpu_some", Unit: "fraction", Threshold: f64(0.5)},
+			{Name: "runnable", Unit: "tasks", Available: true, Value: f64(4)},
+		},
+		Classes: []daemon.ClassStatus{{Class: "critical"}, {Class: "normal", DropProbability: 0.4}, {Class: "best-effort", DropProbability: 0.7}},
+		Ports: []daemon.PortStatus{{Proto: "tcp", Port: 8080, Class: "normal", Mode: "enforce", Source: "auto",
+			DropProbability: 0.4, NewPerS: 120, UniquePerS: 100, RetransmitsPerS: 20, DropShare: 0.41}},
+		Exceptions: []string{"tcp/9100", "from 10.0.0.0/8"},
+		Interfaces: []daemon.InterfaceStatus{{Name: "eth0", Hook: "tc", Mode: "tcx"}},
+		Overrides:  []daemon.Override{{At: now, Kind: "mode", Value: "enforce"}},
+	}
+	tests := []struct {
+		mode string
+		want []string
+		not  []string
+	}{
+		{"enforce", []string{"mode ENFORCE", "+ 1 live override(s)", "shedding 40.0% of new connections", "(42s)",
+			"over, not corroborated", "unavailable", "OVER", "tcp/8080", "41.0", "exempt: tcp/9100, from 10.0.0.0/8",
+			"eth0", "tcx", "live overrides (dropped on reload)"}, []string{"runnable"}},
+		{"observe", []string{"would shed 40.0%", "observe mode: counted, not dropped"}, nil},
+		{"off", []string{"mode OFF: nothing is shed"}, []string{"shedding 40"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.mode, func(t *testing.T) {
+			st := base
+			st.Mode = tc.mode
+			var buf bytes.Buffer
+			printStatus(&buf, &st, false, now)
+			out := buf.String()
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("status lacks %q:\n%s", w, out)
+				}
+			}
+			for _, n := range tc.not {
+				if strings.Contains(out, n) {
+					t.Errorf("status contains %q:\n%s", n, out)
+				}
+			}
+		})
+	}
+
+	// Columns are aligned: every row of the port table starts its CLASS
+	// column where the header's does.
+	var buf bytes.Buffer
+	st := base
+	st.Mode = "enforce"
+	printStatus(&buf, &st, true, now)
+	out := buf.String()
+	if !strings.Contains(out, "runnable") {
+		t.Errorf("--all does not list signals without threshold:\n%s", out)
+	}
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "PORT") {
+			col := strings.Index(l, "CLASS")
+			if got := strings.Index(lines[i+1], "normal"); got != col {
+				t.Errorf("port row not aligned: CLASS at %d, value at %d\n%s\n%s", col, got, l, lines[i+1])
+			}
+		}
+	}
+}
