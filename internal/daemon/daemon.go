@@ -344,9 +344,9 @@ func loaderConfig(cfg *rules.Config, ifaces []string) loader.Config {
 		MarkFwmark:   cfg.Action.Fwmark,
 		StaleAfter:   cfg.StaleAfter,
 	}
-	if cfg.Action.SetDSCP {
-		lc.MarkDSCP = cfg.Action.DSCP
-	}
+	// Without a configured DSCP the mark action sets only the fwmark; the
+	// packet's own DSCP must not be overwritten with 0.
+	lc.MarkDSCP, lc.MarkKeepDSCP = cfg.Action.DSCP, !cfg.Action.SetDSCP
 	return lc
 }
 

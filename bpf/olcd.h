@@ -1,0 +1,169 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * Types shared between the datapath and the Go loader.
+ *
+ * Every type here is exported to Go by bpf2go (-type), so it is declared once:
+ * fixed-width fields, explicit padding, no bool and no implicit holes, so that
+ * the layout is the same for bpfel and bpfeb and for every Go architecture.
+ */
+#ifndef OLCD_H
+#define OLCD_H
+
+#include <linux/types.h>
+
+/* Operating mode, global (control record) and per port. The effective mode of
+ * a packet is the smaller of the two, so the order matters. */
+enum olcd_mode {
+	OLCD_MODE_OFF = 0,     /* count only */
+	OLCD_MODE_OBSERVE = 1, /* count what would be dropped or marked */
+	OLCD_MODE_ENFORCE = 2, /* drop or mark */
+};
+
+/* What a protected port does with a new connection the draw selected. */
+enum olcd_action {
+	OLCD_ACTION_DROP = 0,
+	OLCD_ACTION_MARK = 1, /* rewrite DSCP (and skb->mark at TC), then pass */
+};
+
+/* Port class, stored for the daemon's read-back; the datapath does not use it. */
+enum olcd_class {
+	OLCD_CLASS_CRITICAL = 0,
+	OLCD_CLASS_NORMAL = 1,
+	OLCD_CLASS_BEST_EFFORT = 2,
+};
+
+/* olcd_control.mark_dscp: a code point, or leave the DSCP alone. */
+enum olcd_dscp {
+	OLCD_DSCP_MAX = 63,
+	OLCD_DSCP_KEEP = 255,
+};
+
+/* IP protocol numbers of the protocols a policy can name. */
+enum olcd_proto {
+	OLCD_PROTO_TCP = 6,
+	OLCD_PROTO_UDP = 17,
+};
+
+/* olcd_policy.flags */
+enum olcd_policy_flag {
+	OLCD_POLICY_PROTECTED = 1, /* the port is shed: counted, drawn, acted on */
+	OLCD_POLICY_EXEMPT = 2,    /* exception port: always passed, counted exempt */
+};
+
+/*
+ * Geometry of the port index (a global variable, see maps.h): two tables of
+ * 65536 policy indices, TCP first, then UDP. Index 0 means "no policy".
+ */
+enum olcd_geometry {
+	OLCD_PORTS_PER_PROTO = 65536,
+	OLCD_INDEX_TCP = 0,
+	OLCD_INDEX_UDP = 1,
+	OLCD_INDEX_PROTOS = 2,
+	/* The stats slot that collects new TCP connections to ports without a
+	 * policy of their own ("other"). */
+	OLCD_SLOT_OTHER = 0,
+};
+
+/*
+ * One entry of the policy array. Entry 0 is the "no policy" entry, entries
+ * 1..max_ports belong to ports, and the last entry is shared by exception
+ * ports that have no policy of their own (flags = EXEMPT, stats to "other").
+ */
+struct olcd_policy {
+	/* Drop probability, fixed point: drop when bpf_get_prandom_u32() <
+	 * drop_prob, and always when drop_prob == 0xffffffff. 0 never drops. */
+	__u32 drop_prob;
+	__u16 stats_slot; /* index into the stats array */
+	__u8 flags;       /* enum olcd_policy_flag bits */
+	__u8 mode;        /* enum olcd_mode */
+	__u8 action;      /* enum olcd_action */
+	__u8 class;       /* enum olcd_class */
+	__u8 pad[2];
+};
+
+/* The control record: a global variable (see maps.h), written whole by the loader. */
+struct olcd_control {
+	/* CLOCK_MONOTONIC time of the daemon's last heartbeat, ns: the clock of
+	 * bpf_ktime_get_ns(). 0 = never written, which counts as stale. */
+	__u64 heartbeat_ns;
+	/* A heartbeat older than this fails open: nothing is dropped or marked
+	 * and what would have been is counted as stale. */
+	__u64 stale_after_ns;
+	/* Seed of the dropped-SYN fingerprints (random per load), so that
+	 * nobody can aim SYNs at one set of the table. */
+	__u64 syn_seed;
+	__u32 syn_sets_mask; /* sets in olcd_syns minus one (a power of two) */
+	__u32 mark_fwmark;   /* skb->mark set by the mark action at TC; 0 = leave */
+	__u32 prefixes4;     /* entries in the IPv4 exception trie; 0 skips it */
+	__u32 prefixes6;     /* entries in the IPv6 exception trie; 0 skips it */
+	__u8 mode;           /* enum olcd_mode: global mode */
+	__u8 mark_dscp;      /* DSCP (0..63) the mark action writes, or OLCD_DSCP_KEEP */
+	__u8 pad[6];
+};
+
+/*
+ * Per-CPU counters of one stats slot. Each counted new connection is either
+ * dropped or passed, so "passed" is not stored: the loader derives it as
+ * new_conns - dropped (marked, would-drop, exempt and stale ones all pass).
+ *
+ * The counters are 32 bits wide to halve the per-CPU footprint (the stats map
+ * is most of olcd's memory: slots x CPUs). The loader folds them into 64-bit
+ * totals modulo 2^32 often enough that no CPU can wrap one in between (see
+ * internal/loader/stats.go).
+ */
+struct olcd_counters {
+	__u32 new_conns;       /* TCP SYNs (no ACK/RST/FIN) and UDP requests */
+	__u32 dropped;         /* dropped in enforce mode */
+	__u32 marked;          /* marked in enforce mode (passed) */
+	__u32 would_drop;      /* selected by the draw in observe mode (passed) */
+	__u32 exempt;          /* exception port or source (passed) */
+	__u32 stale;           /* selected, but the heartbeat was stale (passed) */
+	__u32 syn_retransmits; /* SYNs found in the dropped-SYN table */
+	__u32 pad;
+};
+
+/*
+ * One set of the dropped-SYN table: a 4-way set-associative cache with
+ * least-recently-used replacement. A SYN is identified by a 64-bit
+ * fingerprint of its addresses, ports and initial sequence number (seeded
+ * with olcd_control.syn_seed); its set is chosen by the same fingerprint.
+ */
+enum olcd_syn_table {
+	OLCD_SYN_WAYS = 4,
+};
+
+struct olcd_syn_set {
+	__u64 fp[OLCD_SYN_WAYS];    /* fingerprint | 1; 0 = empty way */
+	__u32 stamp[OLCD_SYN_WAYS]; /* jiffies (low 32 bits) of the last drop or
+				     * retransmit of the way's SYN */
+	/* To 64 bytes: one cache line per set (the array is line aligned),
+	 * and a shift instead of a multiply in the inlined lookup. */
+	__u8 pad[16];
+};
+
+/*
+ * The last heartbeat verdict, kept by the program (never written by the
+ * loader) in a global variable: bpf_ktime_get_ns() costs tens of ns in some
+ * VMs, more than the rest of a SYN's path, so the clock is read at most once
+ * per jiffy (and when the heartbeat changes) and the verdict reused. A
+ * staleness limit of seconds is then enforced to within one jiffy (<= 10 ms).
+ */
+struct olcd_freshness {
+	__u64 jiffies;      /* jiffies when the verdict was made */
+	__u64 heartbeat_ns; /* the heartbeat it was made for */
+	__u32 fresh;        /* 1: heartbeat within stale-after */
+	__u32 pad;
+};
+
+/* LPM trie keys of the exception source prefixes. */
+struct olcd_lpm4_key {
+	__u32 prefixlen;
+	__u8 addr[4];
+};
+
+struct olcd_lpm6_key {
+	__u32 prefixlen;
+	__u8 addr[16];
+};
+
+#endif /* OLCD_H */

@@ -1,0 +1,261 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * The classifier shared by the XDP and TC programs: walks Ethernet, VLAN,
+ * IPv4/IPv6 (with extension headers) to the transport header and decides
+ * whether the frame is a new inbound connection. Every read is bounds-checked
+ * against data_end; anything malformed or cut short is reported, never
+ * guessed at, and the caller passes it.
+ */
+#ifndef OLCD_PARSE_H
+#define OLCD_PARSE_H
+
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+#include "olcd.h"
+
+/* In-band 802.1Q/802.1ad tags followed before giving up (deeper: pass). */
+#ifndef OLCD_MAX_VLAN
+#define OLCD_MAX_VLAN 4
+#endif
+/* IPv6 extension headers walked before giving up. Six is the most RFC 8200
+ * recommends in one packet (HBH, Dest, Routing, Fragment, AH, Dest); two more
+ * leave room for repeats without letting a long chain cost unbounded time. */
+#ifndef OLCD_MAX_EXTHDR
+#define OLCD_MAX_EXTHDR 8
+#endif
+
+enum olcd_parse_result {
+	OLCD_P_NOT_NEW = 0,      /* well formed, not a new connection: pass */
+	OLCD_P_NEW = 1,          /* a new connection candidate: see olcd_pkt */
+	OLCD_P_UNCLASSIFIED = 2, /* could carry one but cannot be examined */
+	OLCD_P_SHORT = 3,        /* a header ends past the available data */
+};
+
+/* TCP flag bits in byte 13 of the TCP header. */
+#define OLCD_TCP_FIN 0x01
+#define OLCD_TCP_SYN 0x02
+#define OLCD_TCP_RST 0x04
+#define OLCD_TCP_ACK 0x10
+
+struct olcd_vlan_hdr {
+	__be16 tci;
+	__be16 proto;
+};
+
+/* The common start of the IPv6 extension headers olcd walks. */
+struct olcd_ext_hdr {
+	__u8 nexthdr;
+	__u8 hdrlen;
+	__be16 frag_off; /* Fragment header only: offset << 3 | M */
+	__be32 rest;
+};
+
+/*
+ * A new-connection candidate. Header positions are offsets from the frame
+ * start; olcd.c reads what it needs from the headers right after the parse and
+ * then lets the offsets die (see struct olcd_cand there).
+ */
+struct olcd_pkt {
+	__u32 l3off; /* IPv4 or IPv6 header */
+	__u32 l4off; /* TCP or UDP header */
+	__u32 dport; /* destination port, host byte order */
+	__u32 ipv6;  /* 0: IPv4, 1: IPv6 */
+	__u32 tcp;   /* 1: TCP, 0: UDP */
+};
+
+/* Headers are looked for no further than this from the frame start. */
+#define OLCD_MAX_HDR_OFF 1024
+
+/*
+ * Verifier economy. The IPv6 walk reaches each step along many paths (VLAN
+ * depth, the kinds and lengths of the headers before), each with its own
+ * header offset. The verifier tracks offsets used in pointer arithmetic
+ * exactly, so without care it would verify each step, and all that follows
+ * it, once per path: exponential in the walk length (a million instructions
+ * and a refused program at 4 tags and 8 headers).
+ *
+ * olcd_blur returns off unchanged at run time, but computed so that the
+ * verifier only knows it as "some value in 0..OLCD_BLUR_MASK": zero is
+ * (a | ~b) + 1 with a == b, which is always 0, but a passes through an empty
+ * asm statement so that neither the compiler nor the verifier can tell.
+ * Paths that meet then have the same state and each step is verified once.
+ * Every use of an offset checks the bounds against data_end, so safety does
+ * not rest on this. The value must be below OLCD_BLUR_MASK + 1, which
+ * OLCD_MAX_HDR_OFF guarantees.
+ */
+#define OLCD_BLUR_MASK 0x7ff
+
+static __always_inline __u32 olcd_blur(__u32 off, __u64 any)
+{
+	__u64 a = any;
+
+	barrier_var(a);
+	return (off + ((a | ~any) + 1)) & OLCD_BLUR_MASK;
+}
+
+static __always_inline int olcd_parse_l4(void *data, void *data_end, __u32 off, __u8 proto,
+					 struct olcd_pkt *pkt)
+{
+	if (proto == IPPROTO_TCP) {
+		struct tcphdr *th = data + off;
+		__u8 flags;
+
+		if ((void *)(th + 1) > data_end)
+			return OLCD_P_SHORT;
+		/* Established traffic leaves here, before any map is touched.
+		 * SYN+ACK answers the host's own connects; RST/FIN with SYN is
+		 * nonsense; ECE/CWR (ECN setup) and PSH/URG do not matter. */
+		flags = ((__u8 *)th)[13];
+		if ((flags & (OLCD_TCP_SYN | OLCD_TCP_ACK | OLCD_TCP_RST | OLCD_TCP_FIN)) !=
+		    OLCD_TCP_SYN)
+			return OLCD_P_NOT_NEW;
+		if ((((__u8 *)th)[12] >> 4) < 5)
+			return OLCD_P_UNCLASSIFIED; /* data offset below the header */
+		pkt->tcp = 1;
+		pkt->dport = bpf_ntohs(th->dest);
+	} else {
+		struct udphdr *uh = data + off;
+
+		if ((void *)(uh + 1) > data_end)
+			return OLCD_P_SHORT;
+		pkt->tcp = 0;
+		pkt->dport = bpf_ntohs(uh->dest);
+	}
+	pkt->l4off = off;
+	return OLCD_P_NEW;
+}
+
+static __always_inline int olcd_parse_ipv4(void *data, void *data_end, __u32 off,
+					   struct olcd_pkt *pkt)
+{
+	struct iphdr *iph = data + off;
+	__u8 vihl, ihl;
+
+	if ((void *)(iph + 1) > data_end)
+		return OLCD_P_SHORT;
+	/* Version 4 and ihl 5..15 in one compare: 0x45..0x4f. */
+	vihl = *(__u8 *)iph;
+	if ((__u8)(vihl - 0x45) > 0x0a)
+		return OLCD_P_UNCLASSIFIED;
+	ihl = vihl & 0x0f;
+	if (iph->protocol != IPPROTO_TCP && iph->protocol != IPPROTO_UDP)
+		return OLCD_P_NOT_NEW;
+	/* A non-first fragment carries payload where the ports would be. */
+	if (iph->frag_off & bpf_htons(0x1fff))
+		return OLCD_P_UNCLASSIFIED;
+	pkt->l3off = off;
+	pkt->ipv6 = 0;
+	return olcd_parse_l4(data, data_end, off + ihl * 4, iph->protocol, pkt);
+}
+
+static __always_inline int olcd_is_ipv6_ext(__u8 nh)
+{
+	return nh == IPPROTO_HOPOPTS || nh == IPPROTO_ROUTING || nh == IPPROTO_DSTOPTS ||
+	       nh == IPPROTO_FRAGMENT || nh == IPPROTO_AH;
+}
+
+static __always_inline int olcd_parse_ipv6(void *data, void *data_end, __u32 off,
+					   struct olcd_pkt *pkt)
+{
+	struct ipv6hdr *ip6 = data + off;
+	__u8 nh;
+
+	if ((void *)(ip6 + 1) > data_end)
+		return OLCD_P_SHORT;
+	if ((*(__u8 *)ip6 >> 4) != 6)
+		return OLCD_P_UNCLASSIFIED;
+	pkt->l3off = off;
+	pkt->ipv6 = 1;
+	nh = ip6->nexthdr;
+	off += sizeof(*ip6);
+
+#pragma unroll
+	for (int i = 0; i <= OLCD_MAX_EXTHDR; i++) {
+		struct olcd_ext_hdr *ext;
+		__u32 len;
+
+		if (nh == IPPROTO_TCP || nh == IPPROTO_UDP)
+			return olcd_parse_l4(data, data_end, off, nh, pkt);
+		if (!olcd_is_ipv6_ext(nh))
+			/* ESP hides the transport header; anything else
+			 * (ICMPv6, No Next Header, ...) is not TCP or UDP. */
+			return nh == IPPROTO_ESP ? OLCD_P_UNCLASSIFIED : OLCD_P_NOT_NEW;
+		if (i == OLCD_MAX_EXTHDR)
+			return OLCD_P_UNCLASSIFIED; /* chain longer than the walk */
+		/* One verifier state per step, whatever came before. The
+		 * first step's offset differs only by the VLAN depth. */
+		if (i > 0) {
+			off = olcd_blur(off, nh);
+			barrier_var(off);
+		}
+		ext = data + off;
+		/* Every header walked is at least 8 octets long. */
+		if ((void *)(ext + 1) > data_end)
+			return OLCD_P_SHORT;
+		if (nh == IPPROTO_FRAGMENT) {
+			if (ext->frag_off & bpf_htons(0xfff8))
+				return OLCD_P_UNCLASSIFIED; /* non-first fragment */
+			len = 8;
+		} else if (nh == IPPROTO_AH) {
+			len = ((__u32)ext->hdrlen + 2) << 2; /* 4-octet units, minus 2 */
+		} else {
+			len = ((__u32)ext->hdrlen + 1) << 3; /* 8-octet units, minus 1 */
+		}
+		nh = ext->nexthdr;
+		off += len;
+		if (off > OLCD_MAX_HDR_OFF)
+			return OLCD_P_UNCLASSIFIED;
+	}
+	return OLCD_P_UNCLASSIFIED; /* not reached: the last step returns */
+}
+
+/*
+ * Classify the frame in [data, data_end). On OLCD_P_NEW, pkt describes the
+ * candidate: a TCP SYN (ACK, RST, FIN clear) or a UDP datagram.
+ *
+ * Only the bytes are trusted, never skb->protocol: at TC a VLAN tag the NIC
+ * stripped into skb metadata is simply absent from the data, and an in-band tag
+ * is walked here, so both give the same answer.
+ */
+static __always_inline int olcd_parse(void *data, void *data_end, struct olcd_pkt *pkt)
+{
+	__u32 off = ETH_HLEN;
+	__be16 proto;
+
+	if (data + ETH_HLEN > data_end)
+		return OLCD_P_SHORT;
+	/* Not struct ethhdr: it is packed, which costs two byte loads. */
+	proto = *(__be16 *)(data + ETH_ALEN * 2);
+	/* Untagged IPv4 first: the common case skips the VLAN checks. */
+	if (proto == bpf_htons(ETH_P_IP))
+		return olcd_parse_ipv4(data, data_end, off, pkt);
+
+#pragma unroll
+	for (int i = 0; i < OLCD_MAX_VLAN; i++) {
+		struct olcd_vlan_hdr *vh = data + off;
+
+		if (proto != bpf_htons(ETH_P_8021Q) && proto != bpf_htons(ETH_P_8021AD))
+			break;
+		if ((void *)(vh + 1) > data_end)
+			return OLCD_P_SHORT;
+		proto = vh->proto;
+		off += sizeof(*vh);
+	}
+
+	if (proto == bpf_htons(ETH_P_IP))
+		return olcd_parse_ipv4(data, data_end, off, pkt);
+	if (proto == bpf_htons(ETH_P_IPV6))
+		return olcd_parse_ipv6(data, data_end, off, pkt);
+	if (proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD))
+		return OLCD_P_UNCLASSIFIED; /* more tags than OLCD_MAX_VLAN */
+	return OLCD_P_NOT_NEW;          /* ARP, LLDP, ...: not IP */
+}
+
+#endif /* OLCD_PARSE_H */

@@ -1,0 +1,262 @@
+package loader
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// passCLS is a SCHED_CLS program that lets everything through, standing in
+// for another tool's filter.
+func passCLS(t *testing.T) *ebpf.Program {
+	return schedCLS(t, asm.Instructions{asm.Mov.Imm(asm.R0, -1), asm.Return()})
+}
+
+// addClsact adds a clsact qdisc to the interface, as another tool would.
+func addClsact(ifname string) error {
+	l, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return err
+	}
+	return netlink.QdiscAdd(&netlink.Clsact{QdiscAttrs: netlink.QdiscAttrs{
+		LinkIndex: l.Attrs().Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT,
+	}})
+}
+
+// addBPFFilter adds a direct-action cls_bpf ingress filter named name at
+// priority prio.
+func addBPFFilter(ifname, name string, prio uint16, p *ebpf.Program) error {
+	l, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return err
+	}
+	return netlink.FilterAdd(&netlink.BpfFilter{
+		FilterAttrs: netlink.FilterAttrs{
+			LinkIndex: l.Attrs().Index, Parent: netlink.HANDLE_MIN_INGRESS,
+			Handle: 1, Priority: prio, Protocol: unix.ETH_P_ALL,
+		},
+		Fd: p.FD(), Name: name, DirectAction: true,
+	})
+}
+
+// ingressFilterNames lists the names of the bpf ingress filters, and
+// whether a clsact qdisc is there at all.
+func ingressFilterNames(ifname string) (names []string, clsact bool, err error) {
+	nl, err := netlink.NewHandle()
+	if err != nil {
+		return nil, false, err
+	}
+	defer nl.Close()
+	l, err := nl.LinkByName(ifname)
+	if err != nil {
+		return nil, false, err
+	}
+	if clsact, err = hasClsact(nl, l); err != nil || !clsact {
+		return nil, clsact, err
+	}
+	fs, err := listFilters(nl, l, netlink.HANDLE_MIN_INGRESS)
+	if err != nil {
+		return nil, true, err
+	}
+	for _, f := range fs {
+		if bf, ok := f.(*netlink.BpfFilter); ok {
+			names = append(names, bf.Name)
+		}
+	}
+	return names, true, nil
+}
+
+// TestCoexistence: a clsact qdisc and a foreign tc filter that were there
+// before olcd are still there after its Close, whether olcd attached with tcx
+// or through clsact (Close is called from another network namespace than
+// Attach, and still finds its filter); a clsact qdisc olcd created is
+// removed again only while nobody else uses it.
+func TestCoexistence(t *testing.T) {
+	for _, noTCX := range []bool{false, true} {
+		t.Run(fmt.Sprintf("clsact=%v", noTCX), func(t *testing.T) {
+			n := newTestNet(t)
+			foreign := passCLS(t)
+			n.inServer(t, func() error {
+				if err := addClsact(n.serverIf); err != nil {
+					return fmt.Errorf("add foreign clsact: %w", err)
+				}
+				return addBPFFilter(n.serverIf, "foreign", 7, foreign)
+			})
+			d := loadTest(t, Config{})
+			n.inServer(t, func() error { return d.attach(n.serverIf, AttachTC, noTCX) })
+			n.inServer(t, func() error {
+				names, _, err := ingressFilterNames(n.serverIf)
+				if err != nil {
+					return err
+				}
+				want := 1
+				if noTCX {
+					want = 2
+				}
+				if len(names) != want {
+					return fmt.Errorf("while attached: filters %q, want %d", names, want)
+				}
+				return nil
+			})
+			// Close from the test's own namespace: olcd removes its
+			// filter in the namespace it attached in.
+			must(t, d.Close())
+			n.inServer(t, func() error {
+				names, clsact, err := ingressFilterNames(n.serverIf)
+				if err != nil {
+					return err
+				}
+				if !clsact || len(names) != 1 || names[0] != "foreign" {
+					return fmt.Errorf("after Close: clsact %v, filters %q; want the foreign clsact and filter", clsact, names)
+				}
+				return nil
+			})
+		})
+	}
+
+	t.Run("created-clsact", func(t *testing.T) {
+		n := newTestNet(t)
+		d := loadTest(t, Config{})
+		n.inServer(t, func() error { return d.attach(n.serverIf, AttachTC, true) })
+		n.inServer(t, d.Close)
+		n.inServer(t, func() error {
+			if _, clsact, err := ingressFilterNames(n.serverIf); err != nil || clsact {
+				return fmt.Errorf("clsact olcd created is still there after Close (err %v)", err)
+			}
+			return nil
+		})
+
+		// Someone adds a filter to the clsact olcd created: it stays.
+		foreign := passCLS(t)
+		d2 := loadTest(t, Config{})
+		n.inServer(t, func() error { return d2.attach(n.serverIf, AttachTC, true) })
+		n.inServer(t, func() error { return addBPFFilter(n.serverIf, "foreign", 7, foreign) })
+		n.inServer(t, d2.Close)
+		n.inServer(t, func() error {
+			names, clsact, err := ingressFilterNames(n.serverIf)
+			if err != nil || !clsact || len(names) != 1 || names[0] != "foreign" {
+				return fmt.Errorf("clsact %v, filters %q (err %v): want the foreign filter kept", clsact, names, err)
+			}
+			return nil
+		})
+	})
+}
+
+// TestLeftoverFilters: a cls_bpf filter named like olcd's, left by a killed
+// instance, is removed at Attach; other filters are not touched.
+func TestLeftoverFilters(t *testing.T) {
+	n := newTestNet(t)
+	stale, foreign := passCLS(t), passCLS(t)
+	n.inServer(t, func() error {
+		if err := addClsact(n.serverIf); err != nil {
+			return err
+		}
+		if err := addBPFFilter(n.serverIf, "olcd_tc", 3, stale); err != nil {
+			return err
+		}
+		return addBPFFilter(n.serverIf, "foreign", 4, foreign)
+	})
+	d := loadTest(t, Config{})
+	n.inServer(t, func() error { return d.Attach(n.serverIf, AttachTC) })
+	t.Cleanup(func() { n.inServer(t, d.Close) })
+	n.inServer(t, func() error {
+		names, _, err := ingressFilterNames(n.serverIf)
+		if err != nil {
+			return err
+		}
+		if len(names) != 1 || names[0] != "foreign" {
+			return fmt.Errorf("filters %q after Attach, want only the foreign one", names)
+		}
+		return nil
+	})
+}
+
+// TestAttachErrors: a foreign XDP program is refused with its id; errors
+// name the interface and mode; attaching twice is refused.
+func TestAttachErrors(t *testing.T) {
+	n := newTestNet(t)
+	d := loadTest(t, Config{})
+	t.Cleanup(func() { n.inServer(t, d.Close) })
+
+	foreign, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type: ebpf.XDP, Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, xdpPass), asm.Return()}, License: "MIT",
+	})
+	must(t, err)
+	defer foreign.Close()
+	fid, err := progID(foreign)
+	must(t, err)
+	n.inServer(t, func() error {
+		l, err := netlink.LinkByName(n.serverIf)
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetXdpFdWithFlags(l, foreign.FD(), int(link.XDPGenericMode))
+	})
+
+	tests := []struct {
+		iface string
+		mode  AttachMode
+		want  []string
+	}{
+		{n.serverIf, AttachXDP, []string{"attach xdp (native) to " + n.serverIf, fmt.Sprintf("program id %d", fid)}},
+		{n.serverIf, AttachXDPGeneric, []string{"attach xdp (generic) to " + n.serverIf, fmt.Sprintf("program id %d", fid)}},
+		{"olcd-no-such", AttachTC, []string{"attach tc to olcd-no-such"}},
+		{n.serverIf, "ebpf", []string{"attach ebpf to " + n.serverIf, "unknown attach mode"}},
+	}
+	for _, tt := range tests {
+		var err error
+		_ = onThreadIn(n.server, func() error { err = d.Attach(tt.iface, tt.mode); return nil })
+		if err == nil {
+			t.Errorf("attach %s to %s succeeded", tt.mode, tt.iface)
+			continue
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("attach %s to %s: %q does not contain %q", tt.mode, tt.iface, err, w)
+			}
+		}
+	}
+	// The foreign program is still there.
+	n.inServer(t, func() error {
+		l, err := netlink.LinkByName(n.serverIf)
+		if err != nil {
+			return err
+		}
+		if x := l.Attrs().Xdp; x == nil || x.ProgId != uint32(fid) {
+			return fmt.Errorf("foreign XDP program gone: %+v", x)
+		}
+		return nil
+	})
+
+	n.inServer(t, func() error { return d.Attach(n.serverIf, AttachTC) })
+	var err2 error
+	_ = onThreadIn(n.server, func() error { err2 = d.Attach(n.serverIf, AttachTC); return nil })
+	if err2 == nil || !strings.Contains(err2.Error(), "already attached") {
+		t.Errorf("second attach: %v", err2)
+	}
+}
+
+// TestXDPFallback: loopback has no native XDP, so "xdp" falls back to
+// generic mode and "xdp-native" is an error naming the mode.
+func TestXDPFallback(t *testing.T) {
+	n := newTestNet(t)
+	d := loadTest(t, Config{})
+	n.inServer(t, func() error { return d.Attach("lo", AttachXDP) })
+	if got := d.Attachments(); len(got) != 1 || got[0] != (Attachment{"lo", "xdp", "generic"}) {
+		t.Errorf("attachments %+v, want xdp/generic on lo", got)
+	}
+	must(t, d.Close())
+
+	d2 := loadTest(t, Config{})
+	var err error
+	_ = onThreadIn(n.server, func() error { err = d2.Attach("lo", AttachXDPNative); return nil })
+	if err == nil || !strings.Contains(err.Error(), "attach xdp (native) to lo") {
+		t.Errorf("native XDP on lo: %v, want an error naming the mode", err)
+	}
+}

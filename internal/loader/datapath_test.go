@@ -1,0 +1,515 @@
+package loader
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+)
+
+func TestProbabilityToFixed(t *testing.T) {
+	tests := []struct {
+		p    float64
+		want uint32
+	}{
+		{0, 0},
+		{-0.5, 0},
+		{math.NaN(), 0},
+		{math.Inf(-1), 0},
+		{1, math.MaxUint32},
+		{1.5, math.MaxUint32},
+		{math.Inf(1), math.MaxUint32},
+		{0.5, 1 << 31},
+		{0.25, 1 << 30},
+		{1e-12, 1},                      // nonzero never becomes "never"
+		{1 - 1e-12, math.MaxUint32 - 1}, // below 1 never becomes "always"
+		{1.0 / (1 << 32), 1},            // one step
+		{3.0 / (1 << 33), 2},            // 1.5 steps rounds to even
+	}
+	for _, tt := range tests {
+		if got := ProbabilityToFixed(tt.p); got != tt.want {
+			t.Errorf("ProbabilityToFixed(%v) = %d, want %d", tt.p, got, tt.want)
+		}
+	}
+	for _, v := range []uint32{0, 1, 1 << 31, math.MaxUint32 - 1, math.MaxUint32} {
+		if got := ProbabilityToFixed(FixedToProbability(v)); got != v {
+			t.Errorf("round trip of %d gives %d", v, got)
+		}
+	}
+}
+
+// setup loads a datapath with one protected TCP port 8080 (and UDP 53) in
+// enforce mode at probability p, with a fresh heartbeat.
+func setup(t *testing.T, cfg Config, action Action, p float64) *Datapath {
+	t.Helper()
+	d := loadTest(t, cfg)
+	must(t, d.SetPolicies([]PortPolicy{
+		{Key: PortKey{ProtoTCP, 8080}, Mode: ModeEnforce, Action: action, DropProbability: p},
+		{Key: PortKey{ProtoUDP, 53}, Mode: ModeEnforce, Action: action, DropProbability: p},
+	}))
+	must(t, d.SetMode(ModeEnforce))
+	must(t, d.Heartbeat())
+	return d
+}
+
+var tcp8080 = PortKey{ProtoTCP, 8080}
+
+// repeat runs a frame n times in one BPF_PROG_TEST_RUN call.
+func repeat(t *testing.T, d *Datapath, h hook, frame []byte, n uint32) {
+	t.Helper()
+	if _, err := d.prog(h).Run(&ebpf.RunOptions{Data: frame, Repeat: n}); err != nil {
+		t.Fatalf("run %s: %v", h, err)
+	}
+}
+
+// TestDropProbability: p = 0 never drops, p = 1 always drops, p = 0.25 drops
+// 25 % ± 2 % of 100 000 SYNs, through both programs.
+func TestDropProbability(t *testing.T) {
+	const n = 100000
+	tests := []struct {
+		p        float64
+		min, max uint64
+	}{
+		{0, 0, 0},
+		{1, n, n},
+		{0.25, n * 23 / 100, n * 27 / 100},
+	}
+	for _, h := range hooks {
+		for _, tt := range tests {
+			t.Run(fmt.Sprintf("%s/p=%v", h, tt.p), func(t *testing.T) {
+				d := setup(t, Config{StaleAfter: time.Hour}, ActionDrop, tt.p)
+				repeat(t, d, h, syn4(8080, 7), n)
+				c := stats(t, d).Ports[tcp8080]
+				if c.NewConns != n {
+					t.Fatalf("new connections %d, want %d", c.NewConns, n)
+				}
+				if c.Dropped < tt.min || c.Dropped > tt.max {
+					t.Errorf("dropped %d of %d at p=%v, want %d..%d", c.Dropped, n, tt.p, tt.min, tt.max)
+				}
+				if c.Passed != n-c.Dropped {
+					t.Errorf("passed %d, want %d", c.Passed, n-c.Dropped)
+				}
+			})
+		}
+	}
+}
+
+// TestFailOpen: with the heartbeat older than StaleAfter (or never written)
+// p = 1 drops nothing and counts stale; a fresh one drops again.
+func TestFailOpen(t *testing.T) {
+	now, err := monotonicNow()
+	must(t, err)
+	const staleAfter = 2 * time.Second
+	tests := []struct {
+		name      string
+		heartbeat uint64
+		stale     bool
+	}{
+		{"fresh", now, false},
+		{"older than stale-after", now - uint64(3*staleAfter), true},
+		{"never written", 0, true},
+		{"ahead of the clock", now + uint64(time.Minute), false},
+	}
+	for _, h := range hooks {
+		for _, tt := range tests {
+			t.Run(string(h)+"/"+tt.name, func(t *testing.T) {
+				d := setup(t, Config{StaleAfter: staleAfter}, ActionDrop, 1)
+				must(t, d.setHeartbeat(tt.heartbeat))
+				got, _ := run(t, d, h, syn4(8080, 1))
+				c := stats(t, d).Ports[tcp8080]
+				want, wantC := verdictDrop, Counters{NewConns: 1, Dropped: 1}
+				if tt.stale {
+					want, wantC = verdictPass, Counters{NewConns: 1, Passed: 1, Stale: 1}
+				}
+				if got != want || c != wantC {
+					t.Errorf("verdict %s, counters %+v; want %s, %+v", got, c, want, wantC)
+				}
+			})
+		}
+	}
+}
+
+// TestModesAndExceptions: observe mode at p = 1 passes and counts
+// would-drop; exempt ports and source prefixes pass and count exempt; the
+// global mode caps the port's.
+func TestModesAndExceptions(t *testing.T) {
+	type exc struct {
+		ports   []PortKey
+		sources []string
+	}
+	tests := []struct {
+		name       string
+		global     Mode
+		port       Mode
+		exc        exc
+		frame      []byte
+		key        PortKey
+		want       verdict
+		wantCounts Counters
+	}{
+		{"enforce drops", ModeEnforce, ModeEnforce, exc{}, syn4(8080, 1), tcp8080, verdictDrop,
+			Counters{NewConns: 1, Dropped: 1}},
+		{"global observe", ModeObserve, ModeEnforce, exc{}, syn4(8080, 1), tcp8080, verdictPass,
+			Counters{NewConns: 1, Passed: 1, WouldDrop: 1}},
+		{"port observe", ModeEnforce, ModeObserve, exc{}, syn4(8080, 1), tcp8080, verdictPass,
+			Counters{NewConns: 1, Passed: 1, WouldDrop: 1}},
+		{"global off", ModeOff, ModeEnforce, exc{}, syn4(8080, 1), tcp8080, verdictPass,
+			Counters{NewConns: 1, Passed: 1}},
+		{"exempt port", ModeEnforce, ModeEnforce, exc{ports: []PortKey{tcp8080}}, syn4(8080, 1), tcp8080, verdictPass,
+			Counters{NewConns: 1, Passed: 1, Exempt: 1}},
+		{"exempt udp port", ModeEnforce, ModeEnforce, exc{ports: []PortKey{{ProtoUDP, 53}}}, udp4(53), PortKey{ProtoUDP, 53}, verdictPass,
+			Counters{NewConns: 1, Passed: 1, Exempt: 1}},
+		{"exempt IPv4 source", ModeEnforce, ModeEnforce, exc{sources: []string{"192.0.2.0/24"}}, syn4(8080, 1), tcp8080, verdictPass,
+			Counters{NewConns: 1, Passed: 1, Exempt: 1}},
+		{"other IPv4 source", ModeEnforce, ModeEnforce, exc{sources: []string{"192.0.3.0/24", "2001:db8::/32"}}, syn4(8080, 1), tcp8080, verdictDrop,
+			Counters{NewConns: 1, Dropped: 1}},
+		{"exempt IPv6 source", ModeEnforce, ModeEnforce, exc{sources: []string{"2001:db8::1/128"}}, syn6(8080, 1), tcp8080, verdictPass,
+			Counters{NewConns: 1, Passed: 1, Exempt: 1}},
+		{"other IPv6 source", ModeEnforce, ModeEnforce, exc{sources: []string{"2001:db8::2/128", "192.0.2.10/32"}}, syn6(8080, 1), tcp8080, verdictDrop,
+			Counters{NewConns: 1, Dropped: 1}},
+	}
+	for _, h := range hooks {
+		for _, tt := range tests {
+			t.Run(string(h)+"/"+tt.name, func(t *testing.T) {
+				d := loadTest(t, Config{StaleAfter: time.Hour})
+				must(t, d.SetPolicies([]PortPolicy{
+					{Key: tcp8080, Mode: tt.port, Action: ActionDrop, DropProbability: 1},
+					{Key: PortKey{ProtoUDP, 53}, Mode: tt.port, Action: ActionDrop, DropProbability: 1},
+				}))
+				var prefixes []netip.Prefix
+				for _, s := range tt.exc.sources {
+					prefixes = append(prefixes, netip.MustParsePrefix(s))
+				}
+				must(t, d.SetExceptions(tt.exc.ports, prefixes))
+				must(t, d.SetMode(tt.global))
+				must(t, d.Heartbeat())
+				got, _ := run(t, d, h, tt.frame)
+				c := stats(t, d).Ports[tt.key]
+				c.SYNRetransmits = 0
+				if got != tt.want || c != tt.wantCounts {
+					t.Errorf("verdict %s, counters %+v; want %s, %+v", got, c, tt.want, tt.wantCounts)
+				}
+			})
+		}
+	}
+}
+
+// TestExceptionWithoutPolicy: a TCP exception port without a policy counts
+// in "other" as exempt; a UDP one is not a request and counts nothing.
+func TestExceptionWithoutPolicy(t *testing.T) {
+	for _, h := range hooks {
+		t.Run(string(h), func(t *testing.T) {
+			d := setup(t, Config{StaleAfter: time.Hour}, ActionDrop, 1)
+			must(t, d.SetExceptions([]PortKey{{ProtoTCP, 22}, {ProtoUDP, 123}}, nil))
+			run(t, d, h, syn4(22, 1))
+			run(t, d, h, udp4(123))
+			s := stats(t, d)
+			if want := (Counters{NewConns: 1, Passed: 1, Exempt: 1}); s.Other != want {
+				t.Errorf("other %+v, want %+v", s.Other, want)
+			}
+			// Removing the exception takes the port back to plain "other".
+			must(t, d.SetExceptions(nil, nil))
+			run(t, d, h, syn4(22, 1))
+			if want := (Counters{NewConns: 2, Passed: 2, Exempt: 1}); stats(t, d).Other != want {
+				t.Errorf("other %+v, want %+v", stats(t, d).Other, want)
+			}
+		})
+	}
+}
+
+// TestSYNRetransmits: the same SYN four times at p = 1 is 4 new connections
+// and 3 retransmits; another ISN or another source is not a retransmit.
+func TestSYNRetransmits(t *testing.T) {
+	for _, h := range hooks {
+		for _, fam := range []struct {
+			name string
+			syn  func(uint16, uint32) []byte
+		}{{"ipv4", syn4}, {"ipv6", syn6}} {
+			t.Run(string(h)+"/"+fam.name, func(t *testing.T) {
+				d := setup(t, Config{StaleAfter: time.Hour}, ActionDrop, 1)
+				for range 4 {
+					if v, _ := run(t, d, h, fam.syn(8080, 1000)); v != verdictDrop {
+						t.Fatalf("verdict %s, want drop", v)
+					}
+				}
+				want := Counters{NewConns: 4, Dropped: 4, SYNRetransmits: 3}
+				if c := stats(t, d).Ports[tcp8080]; c != want {
+					t.Fatalf("counters %+v, want %+v", c, want)
+				}
+				run(t, d, h, fam.syn(8080, 1001)) // a new ISN: a new connection attempt
+				if c := stats(t, d).Ports[tcp8080]; c.SYNRetransmits != 3 {
+					t.Errorf("a new ISN counted as a retransmit: %+v", c)
+				}
+			})
+		}
+	}
+}
+
+// TestSYNRetransmitsMarkAndObserve: neither marking nor observing drops, so
+// neither makes retransmits; a SYN dropped in enforce mode is still
+// recognised after the port goes to observe.
+func TestSYNRetransmitsMarkAndObserve(t *testing.T) {
+	d := setup(t, Config{StaleAfter: time.Hour}, ActionMark, 1)
+	run(t, d, hookXDP, syn4(8080, 5))
+	run(t, d, hookXDP, syn4(8080, 5))
+	if c := stats(t, d).Ports[tcp8080]; c.SYNRetransmits != 0 || c.Marked != 2 {
+		t.Errorf("mark: %+v, want 2 marked and no retransmits", c)
+	}
+	must(t, d.SetPolicies([]PortPolicy{{Key: tcp8080, Mode: ModeEnforce, Action: ActionDrop, DropProbability: 1}}))
+	run(t, d, hookXDP, syn4(8080, 6))
+	must(t, d.SetMode(ModeObserve))
+	run(t, d, hookXDP, syn4(8080, 6))
+	if c := stats(t, d).Ports[tcp8080]; c.SYNRetransmits != 1 || c.WouldDrop != 1 {
+		t.Errorf("observe after drop: %+v, want 1 retransmit and 1 would-drop", c)
+	}
+}
+
+// TestMark: the mark action rewrites the DSCP (keeping ECN; IPv4 checksum
+// still valid), sets skb->mark at TC, passes, and counts marked.
+func TestMark(t *testing.T) {
+	const dscp, fwmark = 46, 0x4f4c
+	for _, h := range hooks {
+		t.Run(string(h)+"/ipv4", func(t *testing.T) {
+			d := setup(t, Config{StaleAfter: time.Hour, MarkDSCP: dscp, MarkFwmark: fwmark}, ActionMark, 1)
+			in := ipv4Frame(client4, server4, 6, 0x03, tcpSeg{40000, 8080, 1, tcpSYN}.bytes())
+			got, out := run(t, d, h, in)
+			if got != verdictPass {
+				t.Fatalf("verdict %s, want pass", got)
+			}
+			ip := out[14:34]
+			if ip[1] != dscp<<2|0x03 {
+				t.Errorf("TOS %#x, want %#x", ip[1], dscp<<2|0x03)
+			}
+			if sum := ipv4Checksum(ip); sum != 0 {
+				t.Errorf("IPv4 header checksum does not verify (%#x)", sum)
+			}
+			if c := stats(t, d).Ports[tcp8080]; c != (Counters{NewConns: 1, Passed: 1, Marked: 1}) {
+				t.Errorf("counters %+v", c)
+			}
+		})
+		t.Run(string(h)+"/ipv6", func(t *testing.T) {
+			d := setup(t, Config{StaleAfter: time.Hour, MarkDSCP: dscp}, ActionMark, 1)
+			in := ipv6Frame(client6, server6, 0, 0xb9, hopByHop(6), tcpSeg{40000, 8080, 1, tcpSYN}.bytes())
+			_, out := run(t, d, h, in)
+			word := binary.BigEndian.Uint32(out[14:])
+			if tc := uint8(word >> 20); tc != dscp<<2|0x01 {
+				t.Errorf("traffic class %#x, want %#x", tc, dscp<<2|0x01)
+			}
+			if word>>28 != 6 || word&0xfffff != binary.BigEndian.Uint32(in[14:])&0xfffff {
+				t.Errorf("version or flow label changed: %#x -> %#x", binary.BigEndian.Uint32(in[14:]), word)
+			}
+		})
+	}
+	for _, h := range hooks {
+		t.Run(string(h)+"/keep-dscp", func(t *testing.T) {
+			d := setup(t, Config{StaleAfter: time.Hour, MarkDSCP: dscp, MarkKeepDSCP: true}, ActionMark, 1)
+			in := ipv4Frame(client4, server4, 6, 0x03, tcpSeg{40000, 8080, 1, tcpSYN}.bytes())
+			got, out := run(t, d, h, in)
+			if got != verdictPass || string(out) != string(in) {
+				t.Errorf("verdict %s, frame changed: %v", got, string(out) != string(in))
+			}
+			if c := stats(t, d).Ports[tcp8080]; c.Marked != 1 {
+				t.Errorf("counters %+v, want 1 marked", c)
+			}
+		})
+	}
+	t.Run("tc/skb-mark", func(t *testing.T) {
+		d := setup(t, Config{StaleAfter: time.Hour, MarkDSCP: dscp, MarkFwmark: fwmark}, ActionMark, 1)
+		var ctxIn, ctxOut skbContext
+		opts := &ebpf.RunOptions{Data: syn4(8080, 1), Context: ctxIn, ContextOut: &ctxOut}
+		if _, err := d.objs.OlcdTc.Run(opts); err != nil {
+			t.Fatal(err)
+		}
+		if ctxOut.Mark != fwmark {
+			t.Errorf("skb->mark %#x, want %#x", ctxOut.Mark, fwmark)
+		}
+	})
+}
+
+// skbContext is the head of struct __sk_buff as BPF_PROG_TEST_RUN takes it
+// (uapi/linux/bpf.h); the kernel accepts a prefix.
+type skbContext struct {
+	Len, PktType, Mark uint32
+	_                  [45]uint32
+}
+
+// TestUnclassified counts frames that could carry a connection but cannot be
+// examined, and nothing else.
+func TestUnclassified(t *testing.T) {
+	requireRoot(t)
+	byName := map[string]packetCase{}
+	for _, c := range loadPacketCases(t) {
+		byName[c.Name] = c
+	}
+	tests := []struct {
+		name string
+		want uint64
+	}{
+		{"vlan-5-deep-syn", 1},
+		{"ipv6-9-ext-syn", 1},
+		{"ipv6-ext-truncated", 1},
+		{"ipv6-frag-nonfirst-udp", 1},
+		{"ipv6-esp", 1},
+		{"ipv4-frag-nonfirst", 1},
+		{"ipv4-ihl4-bogus", 1},
+		{"ipv4-tcp-truncated", 1},
+		{"ipv4-tcp-doff4", 1},
+		{"arp", 0},
+		{"ipv4-icmp-echo", 0},
+		{"ipv6-icmpv6", 0},
+		{"ipv4-tcp-ack", 0},
+		{"ipv4-tcp-syn", 0},
+	}
+	d := loadTest(t, Config{})
+	for _, h := range hooks {
+		for _, tt := range tests {
+			c, ok := byName[tt.name]
+			if !ok {
+				t.Fatalf("no packet case %q", tt.name)
+			}
+			before := stats(t, d).Unclassified
+			run(t, d, h, c.frame)
+			if got := stats(t, d).Unclassified - before; got != tt.want {
+				t.Errorf("%s %s: unclassified +%d, want +%d", h, tt.name, got, tt.want)
+			}
+		}
+	}
+}
+
+// TestPoliciesAndSlots: slots survive SetPolicies for kept ports, a removed
+// port's counters do not leak into the next port that takes its slot, and
+// bad input is refused whole, naming the field.
+func TestPoliciesAndSlots(t *testing.T) {
+	d := setup(t, Config{MaxPorts: 2, StaleAfter: time.Hour}, ActionDrop, 1)
+	run(t, d, hookXDP, syn4(8080, 1))
+	udp53 := PortKey{ProtoUDP, 53}
+	// Keep 8080, drop udp/53, add 9090 (it takes udp/53's slot).
+	must(t, d.SetPolicies([]PortPolicy{
+		{Key: tcp8080, Mode: ModeEnforce, Action: ActionDrop, DropProbability: 1},
+		{Key: PortKey{ProtoTCP, 9090}, Mode: ModeEnforce, Action: ActionDrop},
+	}))
+	run(t, d, hookXDP, udp4(53))
+	s := stats(t, d)
+	if c := s.Ports[tcp8080]; c.NewConns != 1 {
+		t.Errorf("kept port lost its counters: %+v", c)
+	}
+	if _, ok := s.Ports[udp53]; ok {
+		t.Error("removed port still reported")
+	}
+	if c := s.Ports[PortKey{ProtoTCP, 9090}]; c != (Counters{}) {
+		t.Errorf("new port starts at %+v, want zero", c)
+	}
+
+	bad := []struct {
+		name string
+		ps   []PortPolicy
+		msg  string
+	}{
+		{"protocol", []PortPolicy{{Key: PortKey{1, 80}}}, "protocol must be tcp"},
+		{"duplicate", []PortPolicy{{Key: tcp8080}, {Key: tcp8080}}, "listed twice"},
+		{"mode", []PortPolicy{{Key: tcp8080, Mode: 7}}, "unknown mode"},
+		{"action", []PortPolicy{{Key: tcp8080, Action: 9}}, "unknown action"},
+		{"class", []PortPolicy{{Key: tcp8080, Class: 9}}, "unknown class"},
+		{"probability", []PortPolicy{{Key: tcp8080, DropProbability: 1.5}}, "outside 0..1"},
+		{"nan", []PortPolicy{{Key: tcp8080, DropProbability: math.NaN()}}, "outside 0..1"},
+		{"too many", []PortPolicy{{Key: tcp8080}, {Key: udp53}, {Key: PortKey{ProtoTCP, 1}}}, "exceed max ports 2"},
+	}
+	for _, b := range bad {
+		err := d.SetPolicies(b.ps)
+		if err == nil || !strings.Contains(err.Error(), b.msg) {
+			t.Errorf("%s: error %v, want one containing %q", b.name, err, b.msg)
+		}
+	}
+	if _, ok := stats(t, d).Ports[tcp8080]; !ok {
+		t.Error("a refused SetPolicies changed the policies")
+	}
+	if err := d.SetDropProbabilities(map[PortKey]float64{{ProtoTCP, 1}: 0.5}); err == nil ||
+		!strings.Contains(err.Error(), "tcp/1 has no policy") {
+		t.Errorf("SetDropProbabilities on a port without policy: %v", err)
+	}
+	must(t, d.SetDropProbabilities(map[PortKey]float64{tcp8080: 0}))
+	if v, _ := run(t, d, hookXDP, syn4(8080, 2)); v != verdictPass {
+		t.Errorf("p set to 0 still drops")
+	}
+	if err := d.SetExceptions(nil, []netip.Prefix{{}}); err == nil || !strings.Contains(err.Error(), "invalid") {
+		t.Errorf("invalid prefix: %v", err)
+	}
+	if err := d.SetMode(3); err == nil {
+		t.Error("SetMode(3) accepted")
+	}
+}
+
+// TestStatsFold: the 32-bit per-CPU counters are folded into 64-bit totals
+// across a wrap.
+func TestStatsFold(t *testing.T) {
+	d := loadTest(t, Config{})
+	ncpu, err := ebpf.PossibleCPU()
+	must(t, err)
+	set := func(v uint32) {
+		vals := make([]olcdOlcdCounters, ncpu)
+		vals[0].NewConns = v
+		vals[ncpu-1].Dropped = v
+		must(t, d.objs.OlcdStats.Update(uint32(0), vals, ebpf.UpdateAny))
+	}
+	set(math.MaxUint32 - 5)
+	first := stats(t, d).Other
+	set(10) // wrapped: 16 more
+	second := stats(t, d).Other
+	if got := second.NewConns - first.NewConns; got != 16 {
+		t.Errorf("new connections moved by %d across the wrap, want 16", got)
+	}
+	if got := second.Dropped - first.Dropped; got != 16 {
+		t.Errorf("dropped moved by %d across the wrap, want 16", got)
+	}
+}
+
+func TestConfig(t *testing.T) {
+	c, err := Config{}.withDefaults()
+	must(t, err)
+	if c.MaxPorts != DefaultMaxPorts || c.SYNTableSize != DefaultSYNTableSize ||
+		c.MaxPrefixes != DefaultMaxPrefixes || c.StaleAfter != DefaultStaleAfter || c.Attach != AttachAuto {
+		t.Errorf("defaults not applied: %+v", c)
+	}
+	bad := []struct {
+		cfg Config
+		msg string
+	}{
+		{Config{Attach: "bpf"}, `attach: unknown mode "bpf"`},
+		{Config{MaxPorts: -1}, "max ports: -1"},
+		{Config{MaxPorts: MaxMaxPorts + 1}, "max ports"},
+		{Config{SYNTableSize: -3}, "syn table size"},
+		{Config{MaxPrefixes: -1}, "max prefixes"},
+		{Config{MarkDSCP: 64}, "mark dscp: 64"},
+		{Config{StaleAfter: -time.Second}, "stale after"},
+	}
+	for _, b := range bad {
+		if _, err := b.cfg.withDefaults(); err == nil || !strings.Contains(err.Error(), b.msg) {
+			t.Errorf("%+v: error %v, want %q", b.cfg, err, b.msg)
+		}
+	}
+	for size, sets := range map[int]uint32{1: 1, 4: 1, 5: 2, 8192: 2048, 8193: 4096} {
+		if got := synSets(size); got != sets {
+			t.Errorf("synSets(%d) = %d, want %d", size, got, sets)
+		}
+	}
+}
+
+// TestCloseTwice: Close is idempotent and later calls fail cleanly.
+func TestCloseTwice(t *testing.T) {
+	requireRoot(t)
+	d, err := Load(Config{}, nil)
+	must(t, err)
+	must(t, d.Close())
+	must(t, d.Close())
+	if err := d.Heartbeat(); err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Errorf("heartbeat after close: %v", err)
+	}
+	if _, err := d.Stats(); err == nil {
+		t.Error("stats after close succeeded")
+	}
+}

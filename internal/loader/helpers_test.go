@@ -1,0 +1,147 @@
+package loader
+
+import (
+	"encoding/binary"
+	"errors"
+	"os"
+	"testing"
+
+	"github.com/cilium/ebpf"
+)
+
+// Return codes the tests compare against (linux/bpf.h, linux/pkt_cls.h).
+const (
+	xdpDrop    = 1
+	xdpPass    = 2
+	tcActShot  = 2
+	tcActUnspc = 0xffffffff // TC_ACT_UNSPEC (-1): pass, let the next program run
+)
+
+// requireRoot skips tests that load BPF programs or touch network namespaces.
+func requireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: loads BPF programs (BPF_PROG_TEST_RUN) and creates network namespaces")
+	}
+}
+
+// loadTest loads a datapath closed at the end of the test.
+func loadTest(t testing.TB, cfg Config) *Datapath {
+	t.Helper()
+	requireRoot(t)
+	d, err := Load(cfg, nil)
+	if err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			t.Fatalf("load: %+v", ve)
+		}
+		t.Fatalf("load: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := d.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return d
+}
+
+// hook names one of the two programs.
+type hook string
+
+const (
+	hookXDP hook = "xdp"
+	hookTC  hook = "tc"
+)
+
+var hooks = []hook{hookXDP, hookTC}
+
+func (d *Datapath) prog(h hook) *ebpf.Program {
+	if h == hookXDP {
+		return d.objs.OlcdXdp
+	}
+	return d.objs.OlcdTc
+}
+
+// verdict is a program result in hook-independent terms.
+type verdict string
+
+const (
+	verdictPass verdict = "pass"
+	verdictDrop verdict = "drop"
+)
+
+func toVerdict(t testing.TB, h hook, ret uint32) verdict {
+	t.Helper()
+	switch {
+	case h == hookXDP && ret == xdpPass, h == hookTC && ret == tcActUnspc:
+		return verdictPass
+	case h == hookXDP && ret == xdpDrop, h == hookTC && ret == tcActShot:
+		return verdictDrop
+	}
+	t.Fatalf("%s program returned %#x, neither pass nor drop", h, ret)
+	return ""
+}
+
+// run runs one frame through a program with BPF_PROG_TEST_RUN and returns
+// the verdict and the frame as the program left it.
+func run(t testing.TB, d *Datapath, h hook, frame []byte) (verdict, []byte) {
+	t.Helper()
+	opts := &ebpf.RunOptions{Data: frame, DataOut: make([]byte, len(frame)+256)}
+	ret, err := d.prog(h).Run(opts)
+	if err != nil {
+		t.Fatalf("run %s program: %v", h, err)
+	}
+	return toVerdict(t, h, ret), opts.DataOut
+}
+
+func stats(t testing.TB, d *Datapath) Stats {
+	t.Helper()
+	s, err := d.Stats()
+	if err != nil {
+		t.Fatalf("stats: %v", err)
+	}
+	return s
+}
+
+// sub returns a - b field by field.
+func (a Counters) sub(b Counters) Counters {
+	return Counters{
+		NewConns:       a.NewConns - b.NewConns,
+		Passed:         a.Passed - b.Passed,
+		Dropped:        a.Dropped - b.Dropped,
+		Marked:         a.Marked - b.Marked,
+		WouldDrop:      a.WouldDrop - b.WouldDrop,
+		Exempt:         a.Exempt - b.Exempt,
+		Stale:          a.Stale - b.Stale,
+		SYNRetransmits: a.SYNRetransmits - b.SYNRetransmits,
+	}
+}
+
+// totalNew sums NewConns over every port and "other".
+func (s Stats) totalNew() uint64 {
+	n := s.Other.NewConns
+	for _, c := range s.Ports {
+		n += c.NewConns
+	}
+	return n
+}
+
+// ipv4Checksum returns the one's complement sum of an IPv4 header; 0 means
+// the checksum field is right.
+func ipv4Checksum(h []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(h); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(h[i:]))
+	}
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	return ^uint16(sum)
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,470 @@
+// Package loader owns olcd's eBPF datapath: it loads the XDP and TC programs
+// compiled from bpf/olcd.c, sizes and fills their maps, attaches them to
+// network interfaces and reads their statistics back.
+//
+// One [Datapath] owns everything it loads and attaches; [Datapath.Close]
+// releases all of it. Nothing is pinned, so attachments die with the process,
+// except clsact/cls_bpf filters (a netlink attachment), which the next
+// instance removes at [Datapath.Attach] because they are named with the
+// "olcd" prefix.
+//
+// The package speaks in its own small types, mirrored from the C enums and
+// structs of bpf/olcd.h by bpf2go, so the datapath can be tested and
+// benchmarked alone. Design, map layout and costs: docs/datapath.md.
+package loader
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/rlimit"
+)
+
+// Mode is the operating mode, globally (SetMode) and per port (PortPolicy).
+// A packet's effective mode is the smaller of the two.
+type Mode uint8
+
+// Modes, in increasing order of effect. Values come from enum olcd_mode.
+const (
+	// ModeOff counts new connections and acts on none.
+	ModeOff = Mode(olcdOlcdModeOLCD_MODE_OFF)
+	// ModeObserve counts the connections enforce mode would drop or mark as
+	// would-drop, and passes them.
+	ModeObserve = Mode(olcdOlcdModeOLCD_MODE_OBSERVE)
+	// ModeEnforce drops or marks the connections the draw selects.
+	ModeEnforce = Mode(olcdOlcdModeOLCD_MODE_ENFORCE)
+)
+
+// String returns "off", "observe" or "enforce" (or "mode(N)").
+func (m Mode) String() string {
+	switch m {
+	case ModeOff:
+		return "off"
+	case ModeObserve:
+		return "observe"
+	case ModeEnforce:
+		return "enforce"
+	}
+	return fmt.Sprintf("mode(%d)", uint8(m))
+}
+
+func (m Mode) valid() bool { return m <= ModeEnforce }
+
+// Action is what a protected port does with a connection the draw selects.
+type Action uint8
+
+// Actions. Values come from enum olcd_action.
+const (
+	// ActionDrop drops the packet (XDP_DROP, TC_ACT_SHOT).
+	ActionDrop = Action(olcdOlcdActionOLCD_ACTION_DROP)
+	// ActionMark passes the packet with its DSCP rewritten to
+	// Config.MarkDSCP and, at TC, skb->mark set to Config.MarkFwmark.
+	ActionMark = Action(olcdOlcdActionOLCD_ACTION_MARK)
+)
+
+// String returns "drop" or "mark" (or "action(N)").
+func (a Action) String() string {
+	switch a {
+	case ActionDrop:
+		return "drop"
+	case ActionMark:
+		return "mark"
+	}
+	return fmt.Sprintf("action(%d)", uint8(a))
+}
+
+func (a Action) valid() bool { return a == ActionDrop || a == ActionMark }
+
+// Class is a port's class. The datapath stores it with the policy for the
+// daemon's read-back; probabilities per class are the controller's business.
+type Class uint8
+
+// Classes. Values come from enum olcd_class.
+const (
+	ClassCritical   = Class(olcdOlcdClassOLCD_CLASS_CRITICAL)
+	ClassNormal     = Class(olcdOlcdClassOLCD_CLASS_NORMAL)
+	ClassBestEffort = Class(olcdOlcdClassOLCD_CLASS_BEST_EFFORT)
+)
+
+// String returns "critical", "normal" or "best-effort" (or "class(N)").
+func (c Class) String() string {
+	switch c {
+	case ClassCritical:
+		return "critical"
+	case ClassNormal:
+		return "normal"
+	case ClassBestEffort:
+		return "best-effort"
+	}
+	return fmt.Sprintf("class(%d)", uint8(c))
+}
+
+func (c Class) valid() bool { return c <= ClassBestEffort }
+
+// Proto is an IP protocol number a policy can name.
+type Proto uint8
+
+// Protocols. Values come from enum olcd_proto (the IANA protocol numbers).
+const (
+	ProtoTCP = Proto(olcdOlcdProtoOLCD_PROTO_TCP)
+	ProtoUDP = Proto(olcdOlcdProtoOLCD_PROTO_UDP)
+)
+
+// String returns "tcp" or "udp" (or "proto(N)").
+func (p Proto) String() string {
+	switch p {
+	case ProtoTCP:
+		return "tcp"
+	case ProtoUDP:
+		return "udp"
+	}
+	return fmt.Sprintf("proto(%d)", uint8(p))
+}
+
+// PortKey names a transport port: protocol and destination port.
+type PortKey struct {
+	Proto Proto
+	Port  uint16
+}
+
+// String returns "tcp/8080" style text.
+func (k PortKey) String() string { return fmt.Sprintf("%s/%d", k.Proto, k.Port) }
+
+func (k PortKey) check() error {
+	if k.Proto != ProtoTCP && k.Proto != ProtoUDP {
+		return fmt.Errorf("port %s: protocol must be tcp (6) or udp (17)", k)
+	}
+	return nil
+}
+
+// PortPolicy is what the datapath does with new connections to one port.
+type PortPolicy struct {
+	Key    PortKey
+	Mode   Mode   // per-port mode; the global mode (SetMode) caps it
+	Action Action // drop or mark
+	Class  Class  // stored for read-back only
+	// DropProbability is the fraction 0..1 of new connections to act on;
+	// see ProbabilityToFixed for how it is rounded.
+	DropProbability float64
+}
+
+// AttachMode selects the hook and the attach ladder of an interface.
+type AttachMode string
+
+// Attach modes.
+const (
+	// AttachAuto is AttachTC.
+	AttachAuto AttachMode = "auto"
+	// AttachTC attaches at TC ingress with tcx, falling back to a clsact
+	// qdisc and a direct-action cls_bpf filter when the kernel has no tcx
+	// (ebpf.ErrNotSupported).
+	AttachTC AttachMode = "tc"
+	// AttachXDP attaches XDP in native (driver) mode, falling back to
+	// generic mode when the driver refuses (EOPNOTSUPP, EINVAL, ERANGE).
+	AttachXDP AttachMode = "xdp"
+	// AttachXDPNative attaches XDP in native mode only.
+	AttachXDPNative AttachMode = "xdp-native"
+	// AttachXDPGeneric attaches XDP in generic (skb) mode only.
+	AttachXDPGeneric AttachMode = "xdp-generic"
+)
+
+// Valid reports whether m is one of the attach modes above.
+func (m AttachMode) Valid() bool {
+	switch m {
+	case AttachAuto, AttachTC, AttachXDP, AttachXDPNative, AttachXDPGeneric:
+		return true
+	}
+	return false
+}
+
+// Defaults used when a Config field is zero.
+const (
+	DefaultMaxPorts     = 1024
+	DefaultSYNTableSize = 8192
+	DefaultMaxPrefixes  = 1024
+	DefaultStaleAfter   = 5 * time.Second
+)
+
+// MaxMaxPorts is the largest Config.MaxPorts: policy indices are 16 bits and
+// two are reserved (no policy, shared exception).
+const MaxMaxPorts = math.MaxUint16 - 1
+
+// Config sizes the maps and sets the fixed parts of the control record.
+// Zero fields take the defaults above.
+type Config struct {
+	// Interfaces are attached by Open, each with Attach.
+	Interfaces []string
+	// Attach is the attach mode Open uses; "" means AttachAuto.
+	Attach AttachMode
+	// MaxPorts is the number of ports with a policy (stats slots),
+	// 1..MaxMaxPorts. Default 1024.
+	MaxPorts int
+	// SYNTableSize is the number of dropped SYNs remembered to recognise
+	// their retransmits (rounded up to a power of two; least recently used
+	// replaced first, within sets of 4). Default 8192.
+	SYNTableSize int
+	// MaxPrefixes is the number of exception source prefixes per address
+	// family. Default 1024.
+	MaxPrefixes int
+	// MarkDSCP is the DSCP code point (0..63) the mark action writes,
+	// unless MarkKeepDSCP is set.
+	MarkDSCP uint8
+	// MarkKeepDSCP makes the mark action leave the DSCP alone: it then only
+	// sets skb->mark (TC), and counts.
+	MarkKeepDSCP bool
+	// MarkFwmark is the skb->mark the mark action sets at TC; 0 leaves the
+	// mark alone. XDP has no skb and only rewrites DSCP.
+	MarkFwmark uint32
+	// StaleAfter is how old the heartbeat may get before the datapath fails
+	// open (drops and marks nothing, counts stale). Default 5 s.
+	StaleAfter time.Duration
+}
+
+func (c Config) withDefaults() (Config, error) {
+	var errs []error
+	if c.Attach == "" {
+		c.Attach = AttachAuto
+	}
+	if !c.Attach.Valid() {
+		errs = append(errs, fmt.Errorf("attach: unknown mode %q (want auto, tc, xdp, xdp-native or xdp-generic)", c.Attach))
+	}
+	if c.MaxPorts == 0 {
+		c.MaxPorts = DefaultMaxPorts
+	}
+	if c.MaxPorts < 1 || c.MaxPorts > MaxMaxPorts {
+		errs = append(errs, fmt.Errorf("max ports: %d is outside 1..%d", c.MaxPorts, MaxMaxPorts))
+	}
+	if c.SYNTableSize == 0 {
+		c.SYNTableSize = DefaultSYNTableSize
+	}
+	if c.SYNTableSize < 1 || c.SYNTableSize > 1<<24 {
+		errs = append(errs, fmt.Errorf("syn table size: %d is outside 1..%d", c.SYNTableSize, 1<<24))
+	}
+	if c.MaxPrefixes == 0 {
+		c.MaxPrefixes = DefaultMaxPrefixes
+	}
+	if c.MaxPrefixes < 1 || c.MaxPrefixes > 1<<20 {
+		errs = append(errs, fmt.Errorf("max prefixes: %d is outside 1..%d", c.MaxPrefixes, 1<<20))
+	}
+	if c.MarkDSCP > uint8(olcdOlcdDscpOLCD_DSCP_MAX) {
+		errs = append(errs, fmt.Errorf("mark dscp: %d is outside 0..%d", c.MarkDSCP, olcdOlcdDscpOLCD_DSCP_MAX))
+	}
+	if c.StaleAfter == 0 {
+		c.StaleAfter = DefaultStaleAfter
+	}
+	if c.StaleAfter < 0 {
+		errs = append(errs, fmt.Errorf("stale after: %s is negative", c.StaleAfter))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return c, fmt.Errorf("loader config: %w", err)
+	}
+	return c, nil
+}
+
+// objects is what Load takes from the collection: the programs, the maps and
+// the two global variables the loader writes, not the never-read globals
+// that only carry the enums into BTF.
+type objects struct {
+	olcdPrograms
+	olcdMaps
+	globals
+}
+
+// globals live in the .bss section, memory-mapped: writes are plain stores.
+type globals struct {
+	OlcdCtl   *ebpf.Variable `ebpf:"olcd_ctl"`
+	OlcdPorts *ebpf.Variable `ebpf:"olcd_ports"`
+}
+
+func (o *objects) close() error {
+	return errors.Join(o.olcdPrograms.Close(), o.olcdMaps.Close())
+}
+
+// Datapath owns the loaded programs and maps and every attachment.
+// Its methods are safe for concurrent use.
+type Datapath struct {
+	log *slog.Logger
+	cfg Config
+
+	mu     sync.Mutex
+	closed bool
+	objs   objects
+
+	ctl   olcdOlcdControl
+	index *olcdOlcdPortIndex // shadow of the olcd_ports value
+
+	policies map[PortKey]PortPolicy
+	slots    map[PortKey]uint16 // policy index = stats slot, 1..MaxPorts
+	free     []uint16
+	exempt   map[PortKey]bool
+	prefixes map[netip.Prefix]bool
+
+	stats *statsFolder
+
+	attachments []*attachment
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// exemptIndex is the policy entry shared by exception ports without a policy.
+func (d *Datapath) exemptIndex() uint32 { return uint32(d.cfg.MaxPorts) + 1 }
+
+// Load checks cfg, removes the memlock limit, and loads the programs and maps
+// sized from cfg, without attaching them (tests and benchmarks use this;
+// the daemon uses Open). The global mode starts as ModeOff and the heartbeat
+// as never written, so nothing is dropped before the daemon says so.
+//
+// Errors: an invalid cfg ("loader config: ..."), the memlock limit, or the
+// kernel refusing a map or program (a verifier log is in the error chain as
+// *ebpf.VerifierError).
+func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("remove memlock limit: %w", err)
+	}
+	spec, err := loadOlcd()
+	if err != nil {
+		return nil, fmt.Errorf("load datapath spec: %w", err)
+	}
+	sizeMaps(spec, cfg)
+
+	d := &Datapath{
+		log:      log,
+		cfg:      cfg,
+		index:    new(olcdOlcdPortIndex),
+		policies: make(map[PortKey]PortPolicy),
+		slots:    make(map[PortKey]uint16),
+		exempt:   make(map[PortKey]bool),
+		prefixes: make(map[netip.Prefix]bool),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	if err := spec.LoadAndAssign(&d.objs, nil); err != nil {
+		return nil, fmt.Errorf("load datapath: %w", err)
+	}
+	for i := cfg.MaxPorts; i >= 1; i-- {
+		d.free = append(d.free, uint16(i))
+	}
+	d.stats = newStatsFolder(d.objs.OlcdStats, d.objs.OlcdUnclass)
+	var seed [8]byte
+	if _, err := rand.Read(seed[:]); err != nil {
+		return nil, errors.Join(fmt.Errorf("seed dropped-SYN table: %w", err), d.objs.close())
+	}
+	dscp := cfg.MarkDSCP
+	if cfg.MarkKeepDSCP {
+		dscp = uint8(olcdOlcdDscpOLCD_DSCP_KEEP)
+	}
+	d.ctl = olcdOlcdControl{
+		StaleAfterNs: uint64(cfg.StaleAfter.Nanoseconds()),
+		SynSeed:      binary.LittleEndian.Uint64(seed[:]),
+		SynSetsMask:  synSets(cfg.SYNTableSize) - 1,
+		MarkFwmark:   cfg.MarkFwmark,
+		MarkDscp:     dscp,
+		Mode:         uint8(ModeOff),
+	}
+	shared := olcdOlcdPolicy{
+		Flags:     uint8(olcdOlcdPolicyFlagOLCD_POLICY_EXEMPT),
+		StatsSlot: uint16(olcdOlcdGeometryOLCD_SLOT_OTHER),
+	}
+	if err := errors.Join(
+		d.writeControl(),
+		d.objs.OlcdPolicies.Update(d.exemptIndex(), &shared, ebpf.UpdateAny),
+	); err != nil {
+		return nil, errors.Join(fmt.Errorf("initialise datapath maps: %w", err), d.objs.close())
+	}
+	go d.foldLoop()
+	log.Debug("datapath loaded", "max_ports", cfg.MaxPorts, "syn_table", cfg.SYNTableSize,
+		"max_prefixes", cfg.MaxPrefixes, "stale_after", cfg.StaleAfter)
+	return d, nil
+}
+
+// sizeMaps sets the map sizes from cfg; the sizes in bpf/maps.h are placeholders.
+func sizeMaps(spec *ebpf.CollectionSpec, cfg Config) {
+	spec.Maps[olcdMapOlcdPolicies].MaxEntries = uint32(cfg.MaxPorts) + 2
+	spec.Maps[olcdMapOlcdStats].MaxEntries = uint32(cfg.MaxPorts) + 1
+	spec.Maps[olcdMapOlcdSyns].MaxEntries = synSets(cfg.SYNTableSize)
+	spec.Maps[olcdMapOlcdExempt4].MaxEntries = uint32(cfg.MaxPrefixes)
+	spec.Maps[olcdMapOlcdExempt6].MaxEntries = uint32(cfg.MaxPrefixes)
+}
+
+// synSets is the number of sets of the dropped-SYN table holding at least
+// size SYNs: a power of two, so that a fingerprint picks a set with a mask.
+func synSets(size int) uint32 {
+	ways := int(olcdOlcdSynTableOLCD_SYN_WAYS)
+	n := uint32(1)
+	for int(n)*ways < size {
+		n <<= 1
+	}
+	return n
+}
+
+// Open loads the datapath (see Load) and attaches it to every interface of
+// cfg.Interfaces with cfg.Attach. On any error everything done so far is
+// undone and the error names the interface and mode.
+func Open(cfg Config, log *slog.Logger) (*Datapath, error) {
+	d, err := Load(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	for _, iface := range d.cfg.Interfaces {
+		if err := d.Attach(iface, d.cfg.Attach); err != nil {
+			return nil, errors.Join(err, d.Close())
+		}
+	}
+	return d, nil
+}
+
+// Close detaches every attachment (removing only the filters and qdiscs
+// olcd created) and releases the programs and maps. It is safe to call more
+// than once; later calls return nil. Errors from all steps are joined.
+// Filters are removed in the network namespace they were attached in,
+// whatever namespace Close runs in. The memory-mapped .bss map (port index,
+// control record) is freed when Go's garbage collector releases the mapping,
+// not at once.
+func (d *Datapath) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	close(d.stop)
+	var errs []error
+	for i := len(d.attachments) - 1; i >= 0; i-- {
+		errs = append(errs, d.attachments[i].detach(d.log))
+	}
+	d.attachments = nil
+	d.mu.Unlock()
+	<-d.done // the fold loop takes d.mu; wait for it outside
+	errs = append(errs, d.objs.close())
+	return errors.Join(errs...)
+}
+
+func (d *Datapath) checkOpen() error {
+	if d.closed {
+		return errors.New("datapath is closed")
+	}
+	return nil
+}
+
+func (d *Datapath) writeControl() error {
+	if err := d.objs.OlcdCtl.Set(&d.ctl); err != nil {
+		return fmt.Errorf("write control record: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,413 @@
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"slices"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// ProbabilityToFixed converts a drop probability (fraction 0..1) to the
+// datapath's 32-bit fixed point, which drops when bpf_get_prandom_u32() is
+// below the value and always at 2^32−1.
+//
+// The endpoints are exact: p <= 0 (and NaN) gives 0, never dropping; p >= 1
+// gives 2^32−1, always dropping. In between the result is round(p·2^32)
+// clamped to 1..2^32−2, so a p strictly between 0 and 1 drops a fraction
+// within 2^−31 of p and never turns into "never" or "always".
+func ProbabilityToFixed(p float64) uint32 {
+	switch {
+	case !(p > 0): // also NaN
+		return 0
+	case p >= 1:
+		return math.MaxUint32
+	}
+	v := math.Round(p * (1 << 32))
+	if v < 1 {
+		return 1
+	}
+	if v > math.MaxUint32-1 {
+		return math.MaxUint32 - 1
+	}
+	return uint32(v)
+}
+
+// FixedToProbability is the inverse of ProbabilityToFixed: the fraction 0..1
+// of draws that a fixed-point value drops (2^32−1 is exactly 1).
+func FixedToProbability(v uint32) float64 {
+	if v == math.MaxUint32 {
+		return 1
+	}
+	return float64(v) / (1 << 32)
+}
+
+func checkProbability(k PortKey, p float64) error {
+	if math.IsNaN(p) || p < 0 || p > 1 {
+		return fmt.Errorf("port %s: drop probability %v is outside 0..1", k, p)
+	}
+	return nil
+}
+
+// SetPolicies replaces the whole set of port policies. Ports keep their
+// stats slot (and counters) across calls; a port that is new gets a free
+// slot with zeroed counters; a port that is gone frees its slot.
+//
+// Errors: a protocol other than tcp/udp, a duplicate port, an unknown mode,
+// action or class, a probability outside 0..1, more ports than
+// Config.MaxPorts, a closed datapath, or a failed map write. Nothing is
+// changed when validation fails.
+func (d *Datapath) SetPolicies(policies []PortPolicy) error {
+	var errs []error
+	seen := make(map[PortKey]bool, len(policies))
+	for _, p := range policies {
+		if err := p.Key.check(); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if seen[p.Key] {
+			errs = append(errs, fmt.Errorf("port %s: listed twice", p.Key))
+		}
+		seen[p.Key] = true
+		if !p.Mode.valid() {
+			errs = append(errs, fmt.Errorf("port %s: unknown mode %d", p.Key, p.Mode))
+		}
+		if !p.Action.valid() {
+			errs = append(errs, fmt.Errorf("port %s: unknown action %d", p.Key, p.Action))
+		}
+		if !p.Class.valid() {
+			errs = append(errs, fmt.Errorf("port %s: unknown class %d", p.Key, p.Class))
+		}
+		errs = append(errs, checkProbability(p.Key, p.DropProbability))
+	}
+	if len(policies) > d.cfg.MaxPorts {
+		errs = append(errs, fmt.Errorf("%d ports exceed max ports %d", len(policies), d.cfg.MaxPorts))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("set policies: %w", err)
+	}
+
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOpen(); err != nil {
+		return fmt.Errorf("set policies: %w", err)
+	}
+	// Fold before slots change hands, so a freed slot's counts are not
+	// mistaken for the next owner's.
+	if err := d.stats.fold(d.slotList()); err != nil {
+		return fmt.Errorf("set policies: %w", err)
+	}
+
+	next := make(map[PortKey]PortPolicy, len(policies))
+	for _, p := range policies {
+		next[p.Key] = p
+	}
+	// Ports that are gone first leave the index, then free their slots,
+	// so that a packet never reaches a slot that changes owner under it.
+	var gone []PortKey
+	for k := range d.policies {
+		if _, ok := next[k]; !ok {
+			gone = append(gone, k)
+		}
+	}
+	for _, k := range gone {
+		delete(d.policies, k)
+	}
+	if err := d.writeIndex(); err != nil {
+		return fmt.Errorf("set policies: %w", err)
+	}
+	for _, k := range gone {
+		slot := d.slots[k]
+		delete(d.slots, k)
+		d.stats.forget(slot)
+		d.free = append(d.free, slot)
+		if err := d.objs.OlcdPolicies.Update(uint32(slot), &olcdOlcdPolicy{}, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("set policies: clear port %s: %w", k, err)
+		}
+	}
+	// New ports get their policy and zeroed counters before the index
+	// points at them.
+	for _, p := range policies {
+		slot, ok := d.slots[p.Key]
+		if !ok {
+			slot = d.free[len(d.free)-1]
+			d.free = d.free[:len(d.free)-1]
+			d.slots[p.Key] = slot
+			if err := d.stats.reset(slot); err != nil {
+				return fmt.Errorf("set policies: port %s: %w", p.Key, err)
+			}
+		}
+		d.policies[p.Key] = p
+		if err := d.writePolicy(p.Key); err != nil {
+			return fmt.Errorf("set policies: %w", err)
+		}
+	}
+	if err := d.writeIndex(); err != nil {
+		return fmt.Errorf("set policies: %w", err)
+	}
+	return nil
+}
+
+// SetDropProbabilities sets the drop probability (fraction 0..1) of ports
+// that have a policy; ports not in m keep theirs. It is the per-tick call and
+// writes only the policy entries of the ports in m.
+//
+// Errors: a port without a policy, a probability outside 0..1 or NaN, a
+// closed datapath, or a failed map write. Nothing is changed when validation
+// fails.
+func (d *Datapath) SetDropProbabilities(m map[PortKey]float64) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOpen(); err != nil {
+		return fmt.Errorf("set drop probabilities: %w", err)
+	}
+	var errs []error
+	for k, p := range m {
+		if _, ok := d.policies[k]; !ok {
+			errs = append(errs, fmt.Errorf("port %s has no policy", k))
+		}
+		errs = append(errs, checkProbability(k, p))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("set drop probabilities: %w", err)
+	}
+	for k, p := range m {
+		pol := d.policies[k]
+		pol.DropProbability = p
+		d.policies[k] = pol
+		if err := d.writePolicy(k); err != nil {
+			return fmt.Errorf("set drop probabilities: %w", err)
+		}
+	}
+	return nil
+}
+
+// SetExceptions replaces the exception ports and source prefixes. New
+// connections to an exception port or from an exception prefix always pass
+// and are counted as exempt (in the port's slot, or "other" for a TCP port
+// without a policy). A prefix is masked to its length; IPv4 prefixes match
+// IPv4 packets and IPv6 prefixes IPv6 packets.
+//
+// Errors: a protocol other than tcp/udp, an invalid prefix, more prefixes of
+// one family than Config.MaxPrefixes, a closed datapath, or a failed map
+// write. Nothing is changed when validation fails.
+func (d *Datapath) SetExceptions(ports []PortKey, sources []netip.Prefix) error {
+	var errs []error
+	exempt := make(map[PortKey]bool, len(ports))
+	for _, k := range ports {
+		if err := k.check(); err != nil {
+			errs = append(errs, err)
+		}
+		exempt[k] = true
+	}
+	prefixes := make(map[netip.Prefix]bool, len(sources))
+	var n4, n6 int
+	for _, p := range sources {
+		if !p.IsValid() {
+			errs = append(errs, fmt.Errorf("source prefix %q is invalid", p))
+			continue
+		}
+		p = p.Masked()
+		if prefixes[p] {
+			continue
+		}
+		prefixes[p] = true
+		if p.Addr().Is4() {
+			n4++
+		} else {
+			n6++
+		}
+	}
+	if n4 > d.cfg.MaxPrefixes || n6 > d.cfg.MaxPrefixes {
+		errs = append(errs, fmt.Errorf("%d IPv4 and %d IPv6 prefixes exceed max prefixes %d per family",
+			n4, n6, d.cfg.MaxPrefixes))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("set exceptions: %w", err)
+	}
+
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOpen(); err != nil {
+		return fmt.Errorf("set exceptions: %w", err)
+	}
+	changed := make(map[PortKey]bool)
+	for k := range d.exempt {
+		changed[k] = true
+	}
+	for k := range exempt {
+		changed[k] = !changed[k] // ports in both sets do not change
+	}
+	d.exempt = exempt
+	for k, c := range changed {
+		if _, ok := d.policies[k]; ok && c {
+			if err := d.writePolicy(k); err != nil {
+				return fmt.Errorf("set exceptions: %w", err)
+			}
+		}
+	}
+	if err := d.writeIndex(); err != nil {
+		return fmt.Errorf("set exceptions: %w", err)
+	}
+
+	// Tries: add first, publish the counts, then delete, so that a prefix
+	// in both the old and new set is never missing.
+	for p := range prefixes {
+		if !d.prefixes[p] {
+			if err := d.updatePrefix(p, false); err != nil {
+				return fmt.Errorf("set exceptions: %w", err)
+			}
+		}
+	}
+	d.ctl.Prefixes4, d.ctl.Prefixes6 = uint32(n4), uint32(n6)
+	if err := d.writeControl(); err != nil {
+		return fmt.Errorf("set exceptions: %w", err)
+	}
+	for p := range d.prefixes {
+		if !prefixes[p] {
+			if err := d.updatePrefix(p, true); err != nil {
+				return fmt.Errorf("set exceptions: %w", err)
+			}
+		}
+	}
+	d.prefixes = prefixes
+	return nil
+}
+
+func (d *Datapath) updatePrefix(p netip.Prefix, remove bool) error {
+	var (
+		m   *ebpf.Map
+		key any
+	)
+	if p.Addr().Is4() {
+		k := olcdOlcdLpm4Key{Prefixlen: uint32(p.Bits()), Addr: p.Addr().As4()}
+		m, key = d.objs.OlcdExempt4, &k
+	} else {
+		k := olcdOlcdLpm6Key{Prefixlen: uint32(p.Bits()), Addr: p.Addr().As16()}
+		m, key = d.objs.OlcdExempt6, &k
+	}
+	if remove {
+		if err := m.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("remove source prefix %s: %w", p, err)
+		}
+		return nil
+	}
+	if err := m.Update(key, uint8(1), ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("add source prefix %s: %w", p, err)
+	}
+	return nil
+}
+
+// SetMode sets the global mode, which caps every port's mode.
+// Errors: an unknown mode, a closed datapath, or a failed map write.
+func (d *Datapath) SetMode(m Mode) error {
+	if !m.valid() {
+		return fmt.Errorf("set mode: unknown mode %d", m)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOpen(); err != nil {
+		return fmt.Errorf("set mode: %w", err)
+	}
+	d.ctl.Mode = uint8(m)
+	if err := d.writeControl(); err != nil {
+		return fmt.Errorf("set mode: %w", err)
+	}
+	return nil
+}
+
+// Heartbeat writes the current CLOCK_MONOTONIC time (ns, the clock of
+// bpf_ktime_get_ns) into the control record. The daemon calls it every tick;
+// when the last heartbeat is older than Config.StaleAfter the datapath fails
+// open. Errors: reading the clock, a closed datapath, or a failed map write.
+func (d *Datapath) Heartbeat() error {
+	now, err := monotonicNow()
+	if err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	return d.setHeartbeat(now)
+}
+
+func (d *Datapath) setHeartbeat(ns uint64) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOpen(); err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	d.ctl.HeartbeatNs = ns
+	if err := d.writeControl(); err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	return nil
+}
+
+func monotonicNow() (uint64, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0, fmt.Errorf("read CLOCK_MONOTONIC: %w", err)
+	}
+	return uint64(ts.Nano()), nil
+}
+
+// writePolicy writes the policy entry of a port that has a slot.
+func (d *Datapath) writePolicy(k PortKey) error {
+	p := d.policies[k]
+	slot := d.slots[k]
+	flags := uint8(olcdOlcdPolicyFlagOLCD_POLICY_PROTECTED)
+	if d.exempt[k] {
+		flags |= uint8(olcdOlcdPolicyFlagOLCD_POLICY_EXEMPT)
+	}
+	v := olcdOlcdPolicy{
+		DropProb:  ProbabilityToFixed(p.DropProbability),
+		StatsSlot: slot,
+		Flags:     flags,
+		Mode:      uint8(p.Mode),
+		Action:    uint8(p.Action),
+		Class:     uint8(p.Class),
+	}
+	if err := d.objs.OlcdPolicies.Update(uint32(slot), &v, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("write policy of port %s: %w", k, err)
+	}
+	return nil
+}
+
+// writeIndex rebuilds the port index from the policies and exceptions and
+// writes it whole (256 KiB; only when the port set changes).
+func (d *Datapath) writeIndex() error {
+	next := new(olcdOlcdPortIndex)
+	for k := range d.exempt {
+		next.Idx[protoIndex(k.Proto)][k.Port] = uint16(d.exemptIndex())
+	}
+	for k := range d.policies {
+		next.Idx[protoIndex(k.Proto)][k.Port] = d.slots[k]
+	}
+	if *next == *d.index {
+		return nil
+	}
+	if err := d.objs.OlcdPorts.Set(next); err != nil {
+		return fmt.Errorf("write port index: %w", err)
+	}
+	d.index = next
+	return nil
+}
+
+func protoIndex(p Proto) int {
+	if p == ProtoUDP {
+		return int(olcdOlcdGeometryOLCD_INDEX_UDP)
+	}
+	return int(olcdOlcdGeometryOLCD_INDEX_TCP)
+}
+
+// slotList returns the stats slots in use, "other" first.
+func (d *Datapath) slotList() []uint16 {
+	s := make([]uint16, 0, len(d.slots)+1)
+	s = append(s, uint16(olcdOlcdGeometryOLCD_SLOT_OTHER))
+	for _, v := range d.slots {
+		s = append(s, v)
+	}
+	slices.Sort(s)
+	return s
+}

@@ -1,0 +1,210 @@
+package loader
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/cilium/ebpf"
+)
+
+// Counters are cumulative counts of one stats slot, summed over CPUs, since
+// the port got its slot (or since Load for "other").
+type Counters struct {
+	// NewConns counts new connections: TCP SYNs with ACK, RST and FIN
+	// clear, and datagrams to a UDP-protected port. Every one of them is
+	// either dropped or passed: NewConns = Dropped + Passed.
+	NewConns uint64
+	// Passed counts new connections let through, including the marked,
+	// would-drop, exempt and stale ones.
+	Passed uint64
+	// Dropped counts new connections dropped (enforce mode, drop action).
+	Dropped uint64
+	// Marked counts new connections marked and passed (enforce, mark action).
+	Marked uint64
+	// WouldDrop counts new connections the draw selected in observe mode.
+	WouldDrop uint64
+	// Exempt counts new connections to an exception port or from an
+	// exception source prefix.
+	Exempt uint64
+	// Stale counts new connections the draw selected while the heartbeat
+	// was older than Config.StaleAfter, passed instead (fail-open).
+	Stale uint64
+	// SYNRetransmits counts SYNs identical (addresses, ports, initial
+	// sequence number) to one dropped recently: demand that is not new.
+	// They are also in NewConns.
+	SYNRetransmits uint64
+}
+
+// Stats is a snapshot of the datapath counters.
+type Stats struct {
+	// Ports has one entry per port with a policy.
+	Ports map[PortKey]Counters
+	// Other collects new TCP connections to ports without a policy
+	// (including exception ports without one).
+	Other Counters
+	// Unclassified counts frames that could have carried a new connection
+	// but could not be examined: malformed or truncated headers, more than
+	// 4 VLAN tags, non-first fragments, ESP, or an IPv6 extension-header
+	// chain longer than the walk.
+	Unclassified uint64
+}
+
+// Stats returns the cumulative counters of every port with a policy, of the
+// "other" slot, and the unclassified count. Errors: a closed datapath or a
+// failed map read.
+func (d *Datapath) Stats() (Stats, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOpen(); err != nil {
+		return Stats{}, fmt.Errorf("read stats: %w", err)
+	}
+	if err := d.stats.fold(d.slotList()); err != nil {
+		return Stats{}, fmt.Errorf("read stats: %w", err)
+	}
+	s := Stats{
+		Ports: make(map[PortKey]Counters, len(d.slots)),
+		Other: d.stats.counters(uint16(olcdOlcdGeometryOLCD_SLOT_OTHER)),
+	}
+	for k, slot := range d.slots {
+		s.Ports[k] = d.stats.counters(slot)
+	}
+	var err error
+	if s.Unclassified, err = d.stats.unclassified(); err != nil {
+		return Stats{}, fmt.Errorf("read stats: %w", err)
+	}
+	return s, nil
+}
+
+// foldInterval bounds the time between two folds of the 32-bit per-CPU
+// counters. One CPU would have to count 2^32 events in it to wrap a counter
+// unseen: 143 million per second, several times what one CPU can receive.
+const foldInterval = 30 * time.Second
+
+// foldLoop folds the counters every foldInterval until Close, so that
+// Stats stays exact however rarely it is called.
+func (d *Datapath) foldLoop() {
+	defer close(d.done)
+	t := time.NewTicker(foldInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.stop:
+			return
+		case <-t.C:
+		}
+		d.mu.Lock()
+		if !d.closed {
+			if err := d.stats.fold(d.slotList()); err != nil {
+				d.log.Warn("fold datapath counters", "err", err)
+			}
+		}
+		d.mu.Unlock()
+	}
+}
+
+// numCounters is the number of counters in struct olcd_counters.
+const numCounters = 7
+
+type counterArray [numCounters]uint32
+
+func countersOf(c *olcdOlcdCounters) counterArray {
+	return counterArray{c.NewConns, c.Dropped, c.Marked, c.WouldDrop, c.Exempt, c.Stale, c.SynRetransmits}
+}
+
+// slotTotals is the 64-bit total of one slot and the per-CPU 32-bit values
+// last folded into it.
+type slotTotals struct {
+	prev  []counterArray
+	total [numCounters]uint64
+}
+
+// statsFolder turns the 32-bit per-CPU counters into 64-bit totals: each
+// fold adds, per CPU, the difference to the last value seen modulo 2^32.
+// Not safe for concurrent use; the Datapath mutex guards it.
+type statsFolder struct {
+	m       *ebpf.Map
+	unclass *ebpf.Map
+	slots   map[uint16]*slotTotals
+	buf     []olcdOlcdCounters
+}
+
+func newStatsFolder(m, unclass *ebpf.Map) *statsFolder {
+	return &statsFolder{m: m, unclass: unclass, slots: make(map[uint16]*slotTotals)}
+}
+
+func (f *statsFolder) fold(slots []uint16) error {
+	for _, slot := range slots {
+		f.buf = f.buf[:0]
+		if err := f.m.Lookup(uint32(slot), &f.buf); err != nil {
+			return fmt.Errorf("read stats slot %d: %w", slot, err)
+		}
+		st := f.slots[slot]
+		if st == nil {
+			st = &slotTotals{}
+			f.slots[slot] = st
+		}
+		if len(st.prev) != len(f.buf) {
+			st.prev = make([]counterArray, len(f.buf))
+		}
+		for cpu := range f.buf {
+			cur := countersOf(&f.buf[cpu])
+			for i := range cur {
+				st.total[i] += uint64(cur[i] - st.prev[cpu][i])
+			}
+			st.prev[cpu] = cur
+		}
+	}
+	return nil
+}
+
+// reset zeroes a slot in the kernel and in the totals, for a new owner.
+func (f *statsFolder) reset(slot uint16) error {
+	n, err := ebpf.PossibleCPU()
+	if err != nil {
+		return fmt.Errorf("reset stats slot %d: %w", slot, err)
+	}
+	if err := f.m.Update(uint32(slot), make([]olcdOlcdCounters, n), ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("reset stats slot %d: %w", slot, err)
+	}
+	delete(f.slots, slot)
+	return nil
+}
+
+// forget drops the totals of a slot that lost its owner.
+func (f *statsFolder) forget(slot uint16) { delete(f.slots, slot) }
+
+func (f *statsFolder) counters(slot uint16) Counters {
+	st := f.slots[slot]
+	if st == nil {
+		return Counters{}
+	}
+	t := st.total
+	passed := t[0] - t[1]
+	if t[1] > t[0] {
+		// A fold can copy a CPU's counters between the program's two
+		// increments of new_conns and dropped; the next fold catches up.
+		passed = 0
+	}
+	return Counters{
+		NewConns:       t[0],
+		Passed:         passed,
+		Dropped:        t[1],
+		Marked:         t[2],
+		WouldDrop:      t[3],
+		Exempt:         t[4],
+		Stale:          t[5],
+		SYNRetransmits: t[6],
+	}
+}
+
+func (f *statsFolder) unclassified() (uint64, error) {
+	var per []uint64
+	if err := f.unclass.Lookup(uint32(0), &per); err != nil {
+		return 0, fmt.Errorf("read unclassified count: %w", err)
+	}
+	var sum uint64
+	for _, v := range per {
+		sum += v
+	}
+	return sum, nil
+}
