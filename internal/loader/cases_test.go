@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/olcd/olcd/internal/fieldcases"
 )
 
 // packetCase is one vector of a packets/*.json file (../shared/cases/README.md).
@@ -26,57 +27,20 @@ type packetCase struct {
 	frame []byte
 }
 
-// caseFiles lists the packet case files: packets/*.json of the shared field
-// cases ($OLCD_CASES, or ../shared/cases next to the module), of each folder
-// of $OLCD_EXTRA_CASES (':'-separated; a folder with the layout of cases/,
-// or one holding packet files directly; folders with only other kinds of
-// cases are skipped), and of this package's testdata.
+// caseFiles lists the packet case files: every packet folder of the field
+// cases (the shared ones and each folder of $OLCD_EXTRA_CASES, located by
+// internal/fieldcases) and this package's own vectors in testdata/packets.
 func caseFiles(t *testing.T) []string {
 	t.Helper()
-	shared := os.Getenv("OLCD_CASES")
-	if shared == "" {
-		shared = filepath.Join(moduleRoot(t), "..", "shared", "cases")
-	}
-	var files []string
-	for _, dir := range []string{filepath.Join(shared, "packets"), filepath.Join("testdata", "packets")} {
-		fs, _ := filepath.Glob(filepath.Join(dir, "*.json"))
-		if len(fs) == 0 {
-			t.Fatalf("no packet cases in %s: set OLCD_CASES to the shared cases folder", dir)
-		}
-		files = append(files, fs...)
-	}
-	for _, dir := range strings.Split(os.Getenv("OLCD_EXTRA_CASES"), ":") {
-		if dir == "" {
-			continue
-		}
-		if _, err := os.Stat(dir); err != nil {
-			t.Fatalf("OLCD_EXTRA_CASES: %v", err)
-		}
-		fs, _ := filepath.Glob(filepath.Join(dir, "packets", "*.json"))
-		if len(fs) == 0 {
-			fs, _ = filepath.Glob(filepath.Join(dir, "*.json"))
-		}
-		files = append(files, fs...)
-	}
-	return files
-}
-
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
+	files, err := fieldcases.PacketFiles()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the test directory")
-		}
-		dir = parent
+	own, _ := filepath.Glob(filepath.Join("testdata", "packets", "*.json"))
+	if len(own) == 0 {
+		t.Fatal("no packet vectors in testdata/packets")
 	}
+	return append(files, own...)
 }
 
 func loadPacketCases(t *testing.T) []packetCase {

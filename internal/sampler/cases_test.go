@@ -8,9 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/olcd/olcd/internal/fieldcases"
 )
 
 // fieldCase is ../shared/cases/sampler/<case>/case.json.
@@ -24,47 +25,15 @@ type fieldCase struct {
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// moduleRoot walks up from the package directory to the directory of go.mod.
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the package directory")
-		}
-		dir = parent
-	}
-}
-
-// caseDirs lists every sampler case folder: those of ../shared/cases/sampler
-// (next to the checkout) and of each directory in $OLCD_EXTRA_CASES. An extra
-// directory may have the layout of cases/ (a sampler/ subfolder) or hold
-// case folders directly; folders without case.json (packet or trace cases)
-// are not sampler cases.
+// caseDirs lists every sampler case folder: those of the shared field cases
+// and of each directory in $OLCD_EXTRA_CASES (located by internal/fieldcases;
+// an extra directory may have the layout of cases/ or hold case folders
+// directly). Folders without case.json are not sampler cases.
 func caseDirs(t *testing.T) []string {
 	t.Helper()
-	shared := filepath.Join(moduleRoot(t), "..", "shared", "cases", "sampler")
-	if _, err := os.Stat(shared); err != nil {
-		t.Fatalf("field cases: %v (expected ../shared/cases/sampler next to the checkout)", err)
-	}
-	roots := []string{shared}
-	if extra := os.Getenv("OLCD_EXTRA_CASES"); extra != "" {
-		for _, d := range strings.Split(extra, ":") {
-			if d == "" {
-				continue
-			}
-			if fi, err := os.Stat(filepath.Join(d, "sampler")); err == nil && fi.IsDir() {
-				d = filepath.Join(d, "sampler")
-			}
-			roots = append(roots, d)
-		}
+	roots, err := fieldcases.Dirs(fieldcases.Sampler)
+	if err != nil {
+		t.Fatal(err)
 	}
 	var out []string
 	for _, r := range roots {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+
+	"github.com/olcd/olcd/internal/fieldcases"
 )
 
 // Fuzz tests for every parser written here (procfs's own parsers are fuzzed
@@ -19,9 +21,17 @@ import (
 // files and the shapes from the unit tests.
 
 func addCaseFiles(f *testing.F, name string) {
-	matches, _ := filepath.Glob(filepath.Join("..", "..", "..", "shared", "cases", "sampler", "*", "*", "*", name))
-	more, _ := filepath.Glob(filepath.Join("..", "..", "..", "shared", "cases", "sampler", "*", "*", "sys", "fs", "cgroup", "*", "*", name))
-	for _, m := range append(matches, more...) {
+	dirs, err := fieldcases.Dirs(fieldcases.Sampler)
+	if err != nil {
+		f.Fatal(err)
+	}
+	var matches []string
+	for _, d := range dirs {
+		m, _ := filepath.Glob(filepath.Join(d, "*", "*", "*", name))
+		more, _ := filepath.Glob(filepath.Join(d, "*", "*", "sys", "fs", "cgroup", "*", "*", name))
+		matches = append(append(matches, m...), more...)
+	}
+	for _, m := range matches {
 		if b, err := os.ReadFile(m); err == nil {
 			f.Add(b)
 		}
