@@ -36,9 +36,24 @@ Flags:
 
 // simulation is the outcome of replaying a trace.
 type simulation struct {
-	trace     *adaptive.Trace
-	cfg       *rules.Config
-	decisions []adaptive.Decision
+	trace *adaptive.Trace
+	cfg   *rules.Config
+	// ticks holds what the CSV and the plot need of each decision; a
+	// Decision keeps its signals, ports and reason strings, about 600 bytes
+	// a tick, which a trace of a million ticks turns into most of a
+	// gigabyte.
+	ticks []simTick
+	// events are the overload events (start, continue, end), rendered.
+	events []string
+}
+
+// simTick is one tick's outcome.
+type simTick struct {
+	pressure, smoothed float64
+	pressureOK         bool
+	overloaded         bool
+	p                  float64
+	classes            [adaptive.NumClasses]float64
 }
 
 // simulate replays tr through a controller configured by cfg. Without port
@@ -49,9 +64,16 @@ func simulate(cfg *rules.Config, tr *adaptive.Trace) (*simulation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build controller: %w", err)
 	}
-	sim := &simulation{trace: tr, cfg: cfg, decisions: make([]adaptive.Decision, len(tr.Rows))}
+	sim := &simulation{trace: tr, cfg: cfg, ticks: make([]simTick, len(tr.Rows))}
 	for i := range tr.Rows {
-		sim.decisions[i] = c.Step(tr.Snapshot(i), nil)
+		d := c.Step(tr.Snapshot(i), nil)
+		sim.ticks[i] = simTick{pressure: d.Pressure, smoothed: d.SmoothedPressure, pressureOK: d.PressureAvailable,
+			overloaded: d.Overloaded, p: d.DropProbability, classes: d.Classes}
+		for _, ev := range d.Events {
+			if ev.Kind != adaptive.EventProbabilityChange {
+				sim.events = append(sim.events, fmt.Sprintf("t=%gs %s: %s", tr.Rows[i].T, ev.Kind, ev.Reason))
+			}
+		}
 	}
 	return sim, nil
 }
@@ -100,39 +122,67 @@ func cmdSimulate(args []string, stdout, stderr io.Writer) error {
 	if step := medianStep(tr); step > 0 && math.Abs(step-cfg.Interval.Seconds()) > 1e-6 {
 		fmt.Fprintf(stderr, "note: the trace ticks every %gs, the config's interval is %v; the trace's times are used\n", step, cfg.Interval)
 	}
+	// Create the outputs before the replay, so that a mistyped path fails
+	// at once rather than after a long trace.
+	out := io.Writer(stdout)
+	var outFile, plotFile *os.File
+	defer func() {
+		for _, f := range []*os.File{outFile, plotFile} {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}()
+	if *outPath != "" {
+		if outFile, err = os.Create(*outPath); err != nil {
+			return fmt.Errorf("create output: %w", err)
+		}
+		out = outFile
+	}
+	if *plotPath != "" {
+		if plotFile, err = os.Create(*plotPath); err != nil {
+			if outFile != nil {
+				// Leave nothing behind from a run that did not happen.
+				outFile.Close()
+				os.Remove(outFile.Name())
+				outFile = nil
+			}
+			return fmt.Errorf("create output: %w", err)
+		}
+	}
 	sim, err := simulate(cfg, tr)
 	if err != nil {
 		return err
 	}
 
-	if *outPath == "" {
-		if err := sim.writeCSV(stdout); err != nil {
-			return fmt.Errorf("write csv: %w", err)
-		}
-	} else if err := writeFile(*outPath, sim.writeCSV); err != nil {
+	if err := sim.writeCSV(out); err != nil {
+		return fmt.Errorf("write csv: %w", err)
+	}
+	if err := closeFile(outFile); err != nil {
 		return err
 	}
+	outFile = nil
 	sim.writeEvents(stderr)
-	if *plotPath != "" {
-		if err := writeFile(*plotPath, sim.writePlot); err != nil {
+	if plotFile != nil {
+		if err := sim.writePlot(plotFile); err != nil {
+			return fmt.Errorf("write %s: %w", *plotPath, err)
+		}
+		if err := closeFile(plotFile); err != nil {
 			return err
 		}
+		plotFile = nil
 	}
 	return nil
 }
 
-// writeFile creates path and fills it with write.
-func writeFile(path string, write func(io.Writer) error) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("create output: %w", err)
-	}
-	if err := write(f); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
+// closeFile closes f (nil is a no-op) and names it in the error: a write
+// error can surface only at close.
+func closeFile(f *os.File) error {
+	if f == nil {
+		return nil
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", path, err)
+		return fmt.Errorf("close %s: %w", f.Name(), err)
 	}
 	return nil
 }
@@ -167,34 +217,32 @@ func num(x float64) string { return strconv.FormatFloat(x, 'g', 6, 64) }
 func (s *simulation) writeCSV(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	fmt.Fprintln(bw, csvHeader)
-	for i, d := range s.decisions {
+	for i, d := range s.ticks {
 		pressure, smoothed := "", ""
-		if d.PressureAvailable {
-			pressure, smoothed = num(d.Pressure), num(d.SmoothedPressure)
+		if d.pressureOK {
+			pressure, smoothed = num(d.pressure), num(d.smoothed)
 		}
 		over := 0
-		if d.Overloaded {
+		if d.overloaded {
 			over = 1
 		}
-		fmt.Fprintf(bw, "%s,%s,%s,%s,%s,%s,%s,%d\n", num(s.trace.Rows[i].T), pressure, smoothed, num(d.DropProbability),
-			num(d.Classes[adaptive.ClassCritical]), num(d.Classes[adaptive.ClassNormal]), num(d.Classes[adaptive.ClassBestEffort]), over)
+		fmt.Fprintf(bw, "%s,%s,%s,%s,%s,%s,%s,%d\n", num(s.trace.Rows[i].T), pressure, smoothed, num(d.p),
+			num(d.classes[adaptive.ClassCritical]), num(d.classes[adaptive.ClassNormal]), num(d.classes[adaptive.ClassBestEffort]), over)
 	}
 	return bw.Flush()
 }
 
 // writeEvents prints the overload events and a summary line.
 func (s *simulation) writeEvents(w io.Writer) {
+	for _, line := range s.events {
+		fmt.Fprintln(w, line)
+	}
 	var maxP float64
 	first, zeroFrom := -1.0, -1.0
-	for i, d := range s.decisions {
+	for i, d := range s.ticks {
 		t := s.trace.Rows[i].T
-		for _, ev := range d.Events {
-			if ev.Kind != adaptive.EventProbabilityChange {
-				fmt.Fprintf(w, "t=%gs %s: %s\n", t, ev.Kind, ev.Reason)
-			}
-		}
-		maxP = math.Max(maxP, d.DropProbability)
-		if d.DropProbability > 0 {
+		maxP = math.Max(maxP, d.p)
+		if d.p > 0 {
 			if first < 0 {
 				first = t
 			}
@@ -203,7 +251,7 @@ func (s *simulation) writeEvents(w io.Writer) {
 			zeroFrom = t
 		}
 	}
-	fmt.Fprintf(w, "%d ticks; max drop probability %.3f", len(s.decisions), maxP)
+	fmt.Fprintf(w, "%d ticks; max drop probability %.3f", len(s.ticks), maxP)
 	if first >= 0 {
 		fmt.Fprintf(w, "; first shed at t=%gs", first)
 		if zeroFrom >= 0 {
@@ -239,9 +287,62 @@ func segments(ts, ys []float64, ok []bool) []plotter.XYs {
 	return out
 }
 
-// addSeries adds a series as line segments with one legend entry.
+// plotBuckets is how many points per series a plot draws at most, as
+// pairs (the lowest and the highest value of a bucket of ticks): about two
+// per pixel of the data area. gonum/plot rasterises every point, which took
+// half an hour for a trace of a million ticks.
+const plotBuckets = 1000
+
+// decimate reduces a series longer than 2 × buckets to the lowest and the
+// highest usable point of each of buckets runs of ticks, in time order, so
+// that spikes and dips stay visible; a run without a usable point becomes a
+// gap. Shorter series are returned as they are.
+func decimate(ts, ys []float64, ok []bool, buckets int) ([]float64, []float64, []bool) {
+	n := len(ts)
+	if n <= 2*buckets {
+		return ts, ys, ok
+	}
+	ots, oys, ook := make([]float64, 0, 2*buckets), make([]float64, 0, 2*buckets), make([]bool, 0, 2*buckets)
+	for b := range buckets {
+		lo, hi := b*n/buckets, (b+1)*n/buckets
+		lowest, highest := -1, -1
+		for i := lo; i < hi; i++ {
+			if !ok[i] {
+				continue
+			}
+			if lowest < 0 || ys[i] < ys[lowest] {
+				lowest = i
+			}
+			if highest < 0 || ys[i] > ys[highest] {
+				highest = i
+			}
+		}
+		if lowest < 0 {
+			ots, oys, ook = append(ots, ts[lo]), append(oys, 0), append(ook, false)
+			continue
+		}
+		for _, i := range []int{min(lowest, highest), max(lowest, highest)} {
+			if len(ots) > 0 && ook[len(ook)-1] && ots[len(ots)-1] == ts[i] {
+				continue // lowest and highest are the same tick
+			}
+			ots, oys, ook = append(ots, ts[i]), append(oys, ys[i]), append(ook, true)
+		}
+	}
+	return ots, oys, ook
+}
+
+// plotChunk is the most points one stroked line holds. The rasteriser
+// behind gonum/plot's PNG canvas (golang/freetype) searches its cells
+// linearly, so one long noisy line costs time quadratic in its length;
+// strokes of 64 points keep it linear.
+const plotChunk = 64
+
+// addSeries adds a series as line segments with one legend entry, decimated
+// to plotBuckets pairs of points.
 func addSeries(p *plot.Plot, name string, ts, ys []float64, ok []bool, style draw.LineStyle) error {
-	for i, seg := range segments(ts, ys, ok) {
+	ts, ys, ok = decimate(ts, ys, ok, plotBuckets)
+	legend := false
+	for _, seg := range segments(ts, ys, ok) {
 		if len(seg) == 1 {
 			// A lone point between gaps: draw it as a dot.
 			sc, err := plotter.NewScatter(seg)
@@ -252,14 +353,18 @@ func addSeries(p *plot.Plot, name string, ts, ys []float64, ok []bool, style dra
 			p.Add(sc)
 			continue
 		}
-		l, err := plotter.NewLine(seg)
-		if err != nil {
-			return err
-		}
-		l.LineStyle = style
-		p.Add(l)
-		if i == 0 {
-			p.Legend.Add(name, l)
+		// Consecutive chunks share their end point, so the line is unbroken.
+		for start := 0; start < len(seg)-1; start += plotChunk - 1 {
+			l, err := plotter.NewLine(seg[start:min(start+plotChunk, len(seg))])
+			if err != nil {
+				return err
+			}
+			l.LineStyle = style
+			p.Add(l)
+			if !legend {
+				p.Legend.Add(name, l)
+				legend = true
+			}
 		}
 	}
 	return nil
@@ -348,10 +453,10 @@ func (s *simulation) writePlot(w io.Writer) error {
 	pressure := newPanel("Node pressure (1 = at the target)", "pressure")
 	raw, smooth, ok := make([]float64, len(rows)), make([]float64, len(rows)), make([]bool, len(rows))
 	top := 1.3
-	for i, d := range s.decisions {
-		raw[i], smooth[i], ok[i] = d.Pressure, d.SmoothedPressure, d.PressureAvailable
+	for i, d := range s.ticks {
+		raw[i], smooth[i], ok[i] = d.pressure, d.smoothed, d.pressureOK
 		if ok[i] {
-			top = math.Max(top, 1.1*d.Pressure)
+			top = math.Max(top, 1.1*d.pressure)
 		}
 	}
 	grey := color.RGBA{R: 150, G: 150, B: 150, A: 255}
@@ -381,16 +486,16 @@ func (s *simulation) writePlot(w io.Writer) error {
 	classColors := []color.Color{color.RGBA{R: 230, G: 140, A: 255}, color.RGBA{B: 200, A: 255}, color.RGBA{G: 150, A: 255}}
 	for k, cl := range classes {
 		ys := make([]float64, len(rows))
-		for i, d := range s.decisions {
-			ys[i] = d.Classes[cl]
+		for i, d := range s.ticks {
+			ys[i] = d.classes[cl]
 		}
 		if err := addSeries(prob, "p "+cl.String(), ts, ys, all, lineStyle(classColors[k], 1, false)); err != nil {
 			return err
 		}
 	}
 	node := make([]float64, len(rows))
-	for i, d := range s.decisions {
-		node[i] = d.DropProbability
+	for i, d := range s.ticks {
+		node[i] = d.p
 	}
 	if err := addSeries(prob, "p node", ts, node, all, lineStyle(color.Black, 2, false)); err != nil {
 		return err

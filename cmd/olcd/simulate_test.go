@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"errors"
 	"image/png"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -181,6 +182,7 @@ func TestSimulateErrors(t *testing.T) {
 	bad := writeConfig(t, "signals:\n  cpu_busy: {threshold: 80}\n")
 	trace := filepath.Join(sharedTraces, "step-overload.csv")
 	badTrace := filepath.Join(t.TempDir(), "bad.csv")
+	outDir := t.TempDir()
 	if err := os.WriteFile(badTrace, []byte("t_s,cpu_bussy\n0,0.5\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -199,6 +201,11 @@ func TestSimulateErrors(t *testing.T) {
 		{"missing trace", []string{"--config", good, "--trace", "/nonexistent.csv"}, os.ErrNotExist, "read trace"},
 		{"bad trace", []string{"--config", good, "--trace", badTrace}, nil, `bad.csv:1: column 2: unknown signal "cpu_bussy" (did you mean "cpu_busy"?)`},
 		{"unwritable output", []string{"--config", good, "--trace", trace, "--out", "/nonexistent/dir/out.csv"}, os.ErrNotExist, "create output"},
+		// The plot path is checked before the replay: no CSV on stdout, no
+		// half-written --out file left behind.
+		{"unwritable plot", []string{"--config", good, "--trace", trace, "--plot", "/nonexistent/dir/p.png"}, os.ErrNotExist, "create output"},
+		{"unwritable plot with --out", []string{"--config", good, "--trace", trace, "--out", filepath.Join(outDir, "out.csv"), "--plot", "/nonexistent/dir/p.png"}, os.ErrNotExist, "create output"},
+		{"plot into a directory", []string{"--config", good, "--trace", trace, "--plot", outDir}, nil, "create output"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -207,6 +214,12 @@ func TestSimulateErrors(t *testing.T) {
 			if err == nil {
 				t.Fatal("no error")
 			}
+			if stdout.Len() != 0 {
+				t.Errorf("output written although the command failed: %d bytes", stdout.Len())
+			}
+			if entries, _ := os.ReadDir(outDir); len(entries) != 0 {
+				t.Errorf("files left behind: %v", entries)
+			}
 			if tt.is != nil && !errors.Is(err, tt.is) {
 				t.Errorf("error %v, want %v", err, tt.is)
 			}
@@ -214,5 +227,121 @@ func TestSimulateErrors(t *testing.T) {
 				t.Errorf("error %v / stderr %q lack %q", err, stderr.String(), tt.stderr)
 			}
 		})
+	}
+}
+
+func TestDecimate(t *testing.T) {
+	seq := func(n int, f func(i int) float64) []float64 {
+		out := make([]float64, n)
+		for i := range out {
+			out[i] = f(i)
+		}
+		return out
+	}
+	all := func(n int, gap func(i int) bool) []bool {
+		out := make([]bool, n)
+		for i := range out {
+			out[i] = !gap(i)
+		}
+		return out
+	}
+	none := func(int) bool { return false }
+	tests := []struct {
+		name     string
+		ys       []float64
+		ok       []bool
+		buckets  int
+		wantLen  int
+		wantGaps int
+		keep     []float64 // values that must survive
+	}{
+		{"short series unchanged", seq(10, func(i int) float64 { return float64(i) }), all(10, none), 5, 10, 0, nil},
+		{"a one-tick spike survives", seq(1000, func(i int) float64 {
+			if i == 617 {
+				return 9
+			}
+			return 1
+		}), all(1000, none), 10, 11, 0, []float64{9}},
+		{"a one-tick dip survives", seq(1000, func(i int) float64 {
+			if i == 3 {
+				return -4
+			}
+			return 1
+		}), all(1000, none), 10, 11, 0, []float64{-4}},
+		{"a bucket without a usable tick is a gap", seq(1000, func(i int) float64 { return float64(i % 7) }),
+			all(1000, func(i int) bool { return i >= 100 && i < 200 }), 10, 19, 1, []float64{0, 6}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ts := seq(len(tt.ys), func(i int) float64 { return float64(i) / 2 })
+			dts, dys, dok := decimate(ts, tt.ys, tt.ok, tt.buckets)
+			if len(dts) != tt.wantLen || len(dys) != len(dts) || len(dok) != len(dts) {
+				t.Fatalf("%d points, want %d", len(dts), tt.wantLen)
+			}
+			gaps := 0
+			for i := range dts {
+				if i > 0 && dts[i] < dts[i-1] {
+					t.Errorf("time goes backwards at %d: %v after %v", i, dts[i], dts[i-1])
+				}
+				if !dok[i] {
+					gaps++
+				}
+			}
+			if gaps != tt.wantGaps {
+				t.Errorf("%d gaps, want %d", gaps, tt.wantGaps)
+			}
+			for _, v := range tt.keep {
+				found := false
+				for i := range dys {
+					found = found || (dok[i] && dys[i] == v)
+				}
+				if !found {
+					t.Errorf("value %v lost", v)
+				}
+			}
+		})
+	}
+}
+
+// TestSimulateLongTracePlot replays a trace of 200 000 ticks of noise with
+// --plot. Plotting every point through gonum's rasteriser took minutes
+// (quadratic in the length of a stroked line); decimated and chunked it
+// takes well under a second. The test checks that the plot is a PNG and the
+// summary covers every tick.
+func TestSimulateLongTracePlot(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long trace")
+	}
+	cfgPath := writeConfig(t, "signals:\n  cpu_busy: {threshold: 0.8}\n")
+	tracePath := filepath.Join(t.TempDir(), "long.csv")
+	var b strings.Builder
+	b.WriteString("t_s,cpu_busy\n")
+	const n = 200000
+	for i := range n {
+		v := float64((i*7919)%1000) / 1000
+		if i%5000 == 7 {
+			b.WriteString(strconv.FormatFloat(float64(i)*0.5, 'f', 1, 64) + ",\n")
+			continue
+		}
+		b.WriteString(strconv.FormatFloat(float64(i)*0.5, 'f', 1, 64) + "," + strconv.FormatFloat(v, 'g', -1, 64) + "\n")
+	}
+	if err := os.WriteFile(tracePath, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plotPath := filepath.Join(t.TempDir(), "p.png")
+	var stderr bytes.Buffer
+	if err := cmdSimulate([]string{"--config", cfgPath, "--trace", tracePath, "--out", filepath.Join(t.TempDir(), "o.csv"), "--plot", plotPath}, io.Discard, &stderr); err != nil {
+		t.Fatalf("simulate: %v\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "200000 ticks") {
+		t.Errorf("summary: %s", stderr.String()[max(0, stderr.Len()-200):])
+	}
+	f, err := os.Open(plotPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := png.Decode(f); err != nil {
+		t.Fatalf("plot is not a PNG: %v", err)
 	}
 }

@@ -194,9 +194,12 @@ func (c *Controller) Step(s sampler.Snapshot, stats map[PortKey]PortStats) Decis
 		st := SignalState{Signal: sig, Threshold: c.cfg.Thresholds[sig]}
 		if v, ok := s.Get(sig); ok && !stale {
 			st.Value = v
-			if validSample(sig, v) {
+			// A value so large that its pressure overflows (1e308 from a
+			// corrupt source) is as invalid as +Inf: an infinite pressure
+			// would turn the smoothed pressure into NaN and freeze p.
+			if pr := v / st.Threshold; validSample(sig, v) && !math.IsInf(pr, 0) {
 				st.Available = true
-				st.Pressure = v / st.Threshold
+				st.Pressure = pr
 			} else {
 				st.Invalid = true
 			}
@@ -226,12 +229,19 @@ func (c *Controller) Step(s sampler.Snapshot, stats map[PortKey]PortStats) Decis
 	return d
 }
 
+// minError floors the law's error: e = −1 (pressure 0.5) already asks to
+// double the admitted work, more than any recovery step allows. Without the
+// floor a tick at pressure 0 (an idle PSI resource) gives e = −Inf, and the
+// next over tick's Kp × (e − e_prev) is +Inf, or NaN with Kp = 0, which
+// would leave p at NaN for good.
+const minError = -1
+
 // errorOf is the law's error for node pressure P: e = 1 − 1/P, the share of
 // the currently admitted work that is above the target (0 at the target,
-// P − 1 to first order, −Inf for P = 0).
+// P − 1 to first order), floored at minError for P ≤ 0.5.
 func errorOf(pressure float64) float64 {
-	if pressure <= 0 {
-		return math.Inf(-1)
+	if pressure <= 0.5 {
+		return minError
 	}
 	return 1 - 1/pressure
 }

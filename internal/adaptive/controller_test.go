@@ -1,6 +1,7 @@
 package adaptive
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -96,6 +97,17 @@ func TestSignalEvaluation(t *testing.T) {
 				t.Errorf("node pressure %v (available %v), want %v (%v)", d.Pressure, d.PressureAvailable, tt.pressure, tt.nodeOK)
 			}
 		})
+	}
+}
+
+// TestPressureOverflow: a finite value so large that value ÷ threshold is
+// +Inf is an invalid sample; counted, it made the smoothed pressure NaN and
+// froze p.
+func TestPressureOverflow(t *testing.T) {
+	c := mustNew(t, cfgWith(sig{sampler.ListenOverflowsPerS, 0.5}))
+	d := c.Step(snap(0, sig{sampler.ListenOverflowsPerS, math.MaxFloat64}), nil)
+	if st := stateOf(d, sampler.ListenOverflowsPerS); st.Available || !st.Invalid || d.PressureAvailable {
+		t.Errorf("state %+v, node pressure %v (available %v): want an invalid sample", st, d.Pressure, d.PressureAvailable)
 	}
 }
 
@@ -492,5 +504,44 @@ func TestNewRejects(t *testing.T) {
 	}
 	if err := DefaultParams().Validate(); err != nil {
 		t.Errorf("defaults invalid: %v", err)
+	}
+}
+
+// TestZeroPressureDuringOverload: a tick at pressure 0 (an idle PSI
+// resource) inside an overload, right after a tick without signals, is
+// followed by an over tick. The law's error must stay finite: with kp 0 the
+// derivative term was 0 × Inf = NaN and p stayed NaN for good; with kp > 0
+// it was +Inf and p jumped by max_step whatever the error.
+func TestZeroPressureDuringOverload(t *testing.T) {
+	for _, kp := range []float64{0, 0.1, 2} {
+		t.Run(fmt.Sprintf("kp %g", kp), func(t *testing.T) {
+			cfg := cfgWith(sig{sampler.PSIMemoryFull, 0.1})
+			cfg.Params.Kp = kp
+			cfg.Params.MinPassRate = 0 // no bound to hide a jump
+			c := mustNew(t, cfg)
+			vals := []float64{0.3, 0.3, 0.3, math.NaN(), 0, 0.3, 0.3, 0.3, 0, 0, 0}
+			prev := 0.0
+			for i, v := range vals {
+				s := snap(float64(i) * 0.5)
+				if !math.IsNaN(v) {
+					s.Set(sampler.PSIMemoryFull, v)
+				}
+				d := c.Step(s, nil)
+				p := d.DropProbability
+				if math.IsNaN(p) || p < 0 || p > cfg.Params.Bound() || math.IsNaN(d.SmoothedPressure) {
+					t.Fatalf("tick %d (value %v): p %v, smoothed pressure %v", i, v, p, d.SmoothedPressure)
+				}
+				if i == 5 && p-prev >= cfg.Params.MaxStep && kp < 1 {
+					t.Errorf("tick 5: p %v → %v: the step after a zero-pressure tick hit max_step", prev, p)
+				}
+				prev = p
+			}
+			for i := len(vals); i < len(vals)+40; i++ {
+				c.Step(snap(float64(i)*0.5), nil)
+			}
+			if c.DropProbability() != 0 {
+				t.Errorf("p %v after the signal vanished, want 0", c.DropProbability())
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package adaptive
 
 import (
+	"bufio"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -49,6 +50,15 @@ type TraceRow struct {
 	Present []bool
 }
 
+// MaxTraceSeconds is the largest t_s a trace may hold (seconds, about 285
+// years): t_s is replayed as a time.Duration after TraceOrigin, in
+// nanoseconds that must fit an int64 (at most 9.22e9 s). Beyond it the
+// conversion overflowed into negative, out-of-order times.
+const MaxTraceSeconds = 9e9
+
+// traceSlab is how many rows' values ReadTrace allocates at once.
+const traceSlab = 1024
+
 // ReadTraceFile reads a trace CSV file.
 func ReadTraceFile(path string) (*Trace, error) {
 	f, err := os.Open(path)
@@ -64,7 +74,13 @@ func ReadTraceFile(path string) (*Trace, error) {
 // (with the closest canonical name), a duplicate column, a row of the wrong
 // width, a time that is not a finite number ≥ 0.
 func ReadTrace(r io.Reader, name string) (*Trace, error) {
-	cr := csv.NewReader(r)
+	// A spreadsheet's CSV export starts with a UTF-8 byte order mark, which
+	// would otherwise become part of the first column's name.
+	br := bufio.NewReader(r)
+	if bom, err := br.Peek(3); err == nil && string(bom) == "\ufeff" {
+		br.Discard(3)
+	}
+	cr := csv.NewReader(br)
 	cr.ReuseRecord = false
 	cr.TrimLeadingSpace = true
 	header, err := cr.Read()
@@ -95,6 +111,12 @@ func ReadTrace(r io.Reader, name string) (*Trace, error) {
 		seen[sig] = true
 		t.Columns = append(t.Columns, sig)
 	}
+	// The rows' values share slabs of traceSlab rows, so that a trace of a
+	// million ticks costs two allocations per thousand rows, not per row.
+	var vals []float64
+	var present []bool
+	var latest float64 // the latest t_s so far
+	stale := 0         // rows whose t_s does not advance past it
 	for {
 		rec, err := cr.Read()
 		if errors.Is(err, io.EOF) {
@@ -104,10 +126,15 @@ func ReadTrace(r io.Reader, name string) (*Trace, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		row := TraceRow{Line: line, Values: make([]float64, len(t.Columns)), Present: make([]bool, len(t.Columns))}
+		n := len(t.Columns)
+		if len(vals) < n {
+			vals, present = make([]float64, n*traceSlab), make([]bool, n*traceSlab)
+		}
+		row := TraceRow{Line: line, Values: vals[:n:n], Present: present[:n:n]}
+		vals, present = vals[n:], present[n:]
 		ts, err := strconv.ParseFloat(strings.TrimSpace(rec[0]), 64)
-		if err != nil || math.IsNaN(ts) || math.IsInf(ts, 0) || ts < 0 {
-			return nil, fmt.Errorf("%s:%d: t_s %q: must be a finite number of seconds ≥ 0", name, line, rec[0])
+		if err != nil || math.IsNaN(ts) || ts < 0 || ts > MaxTraceSeconds {
+			return nil, fmt.Errorf("%s:%d: t_s %q: must be a number of seconds in [0, %g]", name, line, rec[0], MaxTraceSeconds)
 		}
 		row.T = ts
 		for i, cell := range rec[1:] {
@@ -122,13 +149,29 @@ func ReadTrace(r io.Reader, name string) (*Trace, error) {
 			}
 			row.Values[i], row.Present[i] = v, true
 		}
+		if len(t.Rows) > 0 && row.T <= latest {
+			// Replayed as stale, i.e. without signals: say so, or a trace
+			// pasted together from two files would have a silent dead
+			// stretch.
+			if stale++; stale <= maxStaleWarnings {
+				t.Warnings = append(t.Warnings, fmt.Sprintf("%s:%d: t_s %g does not advance past %g; replayed as a stale sample (no signals)", name, line, row.T, latest))
+			}
+		}
+		latest = max(latest, row.T)
 		t.Rows = append(t.Rows, row)
 	}
 	if len(t.Rows) == 0 {
 		return nil, fmt.Errorf("%s: no rows after the header", name)
 	}
+	if stale > maxStaleWarnings {
+		t.Warnings = append(t.Warnings, fmt.Sprintf("%s: %d more rows whose t_s does not advance", name, stale-maxStaleWarnings))
+	}
 	return t, nil
 }
+
+// maxStaleWarnings is how many rows whose time does not advance ReadTrace
+// names one by one.
+const maxStaleWarnings = 5
 
 // Snapshot returns row i as a sampler snapshot: At is TraceOrigin + T, and
 // Interval the time since the previous row (0 for the first, or when time

@@ -229,12 +229,41 @@ func TestReadTraceErrors(t *testing.T) {
 		{"time nan", "t_s,cpu_busy\nNaN,0.1\n", "x.csv:2: t_s"},
 		{"time negative", "t_s,cpu_busy\n0,0.1\n-1,0.1\n", "x.csv:3: t_s"},
 		{"short row", "t_s,cpu_busy\n0\n", "wrong number of fields"},
+		// 1e10 s overflows time.Duration: it was replayed as a time before
+		// the trace's start, and every later row as stale.
+		{"time beyond the duration range", "t_s,cpu_busy\n0,0.1\n1e10,0.1\n", "x.csv:3: t_s \"1e10\": must be a number of seconds in [0, 9e+09]"},
+		{"time +Inf", "t_s,cpu_busy\n+Inf,0.1\n", "x.csv:2: t_s"},
 		{"no rows", "t_s,cpu_busy\n", "no rows"},
 	}
 	for _, tt := range tests {
 		_, err := ReadTrace(strings.NewReader(tt.in), "x.csv")
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: error %v, want it to contain %q", tt.name, err, tt.want)
+		}
+	}
+}
+
+// TestTraceExportShapes reads a trace as a spreadsheet exports it: a UTF-8
+// byte order mark and CRLF line ends, more rows than one allocation slab
+// (each row keeps its own values).
+func TestTraceExportShapes(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("\ufefft_s,cpu_busy,psi_cpu_some\r\n")
+	const rows = 2*traceSlab + 7
+	for i := range rows {
+		fmt.Fprintf(&b, "%g,%g,%s\r\n", float64(i)*0.5, float64(i%100)/100, map[bool]string{true: "", false: "0.25"}[i%3 == 0])
+	}
+	tr, err := ReadTrace(strings.NewReader(b.String()), "x.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Columns) != 2 || tr.Columns[0] != sampler.CPUBusy || len(tr.Rows) != rows {
+		t.Fatalf("columns %v, %d rows", tr.Columns, len(tr.Rows))
+	}
+	for i, r := range tr.Rows {
+		if r.T != float64(i)*0.5 || r.Values[0] != float64(i%100)/100 || !r.Present[0] ||
+			r.Present[1] == (i%3 == 0) || (r.Present[1] && r.Values[1] != 0.25) || len(r.Values) != 2 || cap(r.Values) != 2 {
+			t.Fatalf("row %d: %+v", i, r)
 		}
 	}
 }
@@ -248,7 +277,8 @@ func TestTraceLenient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tr.Warnings) != 1 || !strings.Contains(tr.Warnings[0], "x.csv:5: column cpu_busy") {
+	if len(tr.Warnings) != 2 || !strings.Contains(tr.Warnings[0], "x.csv:4: t_s 0.5 does not advance past 0.5") ||
+		!strings.Contains(tr.Warnings[1], "x.csv:5: column cpu_busy") {
 		t.Errorf("warnings %v", tr.Warnings)
 	}
 	c := mustNew(t, cfgWith(sig{sampler.CPUBusy, 0.8}))
@@ -263,6 +293,26 @@ func TestTraceLenient(t *testing.T) {
 		if d.DropProbability != 0 {
 			t.Errorf("row %d: p = %v; separated over-target ticks must not shed", i, d.DropProbability)
 		}
+	}
+}
+
+// TestTraceStaleRowsWarned: rows whose time goes back or stands still are
+// replayed as stale (no signals); the first few are named, the rest
+// counted, so that a trace pasted together from two files does not hide a
+// dead stretch.
+func TestTraceStaleRowsWarned(t *testing.T) {
+	in := "t_s,cpu_busy\n10,0.9\n10.5,0.9\n"
+	for i := range 8 {
+		in += fmt.Sprintf("%g,0.9\n", float64(i)*0.5)
+	}
+	in += "11,0.9\n"
+	tr, err := ReadTrace(strings.NewReader(in), "x.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Warnings) != maxStaleWarnings+1 || !strings.Contains(tr.Warnings[0], "x.csv:4: t_s 0 does not advance past 10.5") ||
+		tr.Warnings[maxStaleWarnings] != "x.csv: 3 more rows whose t_s does not advance" {
+		t.Errorf("warnings %q", tr.Warnings)
 	}
 }
 

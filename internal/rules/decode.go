@@ -72,7 +72,34 @@ func (c *Config) Patch(doc []byte, source string) (*Config, []Warning, error) {
 	if name == "" {
 		name = "embedded default"
 	}
-	return decodeDocument(merge(base, root), origins, c.Source, name)
+	merged := merge(base, root)
+	return decodeDocument(merged, reachable(merged, origins), c.Source, name)
+}
+
+// reachable returns the origins of the nodes of doc only. Each patch copies
+// its base's origins; without pruning, the nodes of every earlier patch
+// (long replaced) would be carried along, and a daemon that is patched
+// every minute would grow and copy that map for ever.
+func reachable(doc *yaml.Node, origins map[*yaml.Node]string) map[*yaml.Node]string {
+	out := map[*yaml.Node]string{}
+	visited := map[*yaml.Node]bool{}
+	var walk func(n *yaml.Node)
+	walk = func(n *yaml.Node) {
+		if n == nil || visited[n] {
+			return
+		}
+		visited[n] = true
+		// A mapping merge created has no origin; the decoder's fallback
+		// (the config's own file) names it.
+		if src, ok := origins[n]; ok {
+			out[n] = src
+		}
+		for _, c := range n.Content {
+			walk(c)
+		}
+	}
+	walk(doc)
+	return out
 }
 
 // withSignals returns base with a `signals` mapping holding thresholds.
@@ -271,13 +298,35 @@ func (d *decoder) enum(n *yaml.Node, field string, values []string) (string, boo
 	}
 	if !contains(values, s) {
 		hint := "want " + orList(values)
-		if c := closest(s, values); c != "" && c != s {
+		if c := suggest(s, values); c != "" && c != s {
 			hint = fmt.Sprintf("did you mean %q? want %s", c, orList(values))
 		}
 		d.add(n, field, fmt.Sprintf("unknown value %q", s), hint)
 		return "", false
 	}
 	return s, true
+}
+
+// switchWords are the words people use for a switch. As a mode they are
+// ambiguous, and the edit distance would suggest "off" for "on".
+var switchWords = map[string]string{
+	"on": "enforce", "yes": "enforce", "true": "enforce", "enable": "enforce", "enabled": "enforce", "1": "enforce",
+	"no": "off", "false": "off", "disable": "off", "disabled": "off", "none": "off", "0": "off",
+}
+
+// suggest returns the value of values that s most plausibly means: the same
+// word in other letter case ("TCP"), the mode a switch word stands for
+// ("on" → enforce), or the closest by edit distance.
+func suggest(s string, values []string) string {
+	for _, v := range values {
+		if strings.EqualFold(s, v) {
+			return v
+		}
+	}
+	if m, ok := switchWords[strings.ToLower(s)]; ok && contains(values, m) {
+		return m
+	}
+	return closest(s, values)
 }
 
 // number returns a numeric scalar.
@@ -302,7 +351,7 @@ func (d *decoder) number(n *yaml.Node, field string) (float64, bool) {
 			}
 		}
 	}
-	hint := ""
+	hint := quotedNumberHint(n)
 	if n.Kind == yaml.ScalarNode && strings.HasSuffix(strings.TrimSpace(n.Value), "%") {
 		if v, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(n.Value), "%"), 64); err == nil {
 			hint = fmt.Sprintf("fractions are written 0..1: did you mean %g?", v/100)
@@ -312,11 +361,23 @@ func (d *decoder) number(n *yaml.Node, field string) (float64, bool) {
 	return 0, false
 }
 
+// quotedNumberHint explains a number written as a string ("0.5", '80'): the
+// quotes make YAML read text.
+func quotedNumberHint(n *yaml.Node) string {
+	if n.Kind != yaml.ScalarNode || n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) == 0 {
+		return ""
+	}
+	if _, err := strconv.ParseFloat(strings.TrimSpace(n.Value), 64); err != nil {
+		return ""
+	}
+	return fmt.Sprintf("remove the quotes: write %s", strings.TrimSpace(n.Value))
+}
+
 // integer returns an integer scalar within [lo, hi].
 func (d *decoder) integer(n *yaml.Node, field string, lo, hi int64) (int64, bool) {
 	n = resolve(n)
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
-		d.add(n, field, "must be a whole number, got "+kindName(n), "")
+		d.add(n, field, "must be a whole number, got "+kindName(n), quotedNumberHint(n))
 		return 0, false
 	}
 	v, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64)
@@ -569,7 +630,7 @@ func (d *decoder) ports(n *yaml.Node, path string, cfg *Config) {
 	cfg.PortsAuto, cfg.Ports = false, nil
 	d.seq(n, path, func(_ int, item *yaml.Node, field string) {
 		if item.Kind != yaml.MappingNode {
-			d.add(item, field, "must be a mapping such as {port: 443, proto: tcp}, got "+kindName(item), "")
+			d.add(item, field, "must be a mapping such as {port: 443, proto: tcp}, got "+kindName(item), portShorthandHint(item))
 			return
 		}
 		p := Port{Proto: adaptive.ProtoTCP, Class: adaptive.ClassNormal}
@@ -610,6 +671,16 @@ func (d *decoder) ports(n *yaml.Node, path string, cfg *Config) {
 	})
 }
 
+// portShorthandHint answers a bare port number in a port list
+// (`ports: [8080]`): every entry is a mapping, so that a protocol can be
+// given.
+func portShorthandHint(item *yaml.Node) string {
+	if item.Kind == yaml.ScalarNode && item.Tag == "!!int" {
+		return fmt.Sprintf("write {port: %s}, or {port: %s, proto: udp}", item.Value, item.Value)
+	}
+	return ""
+}
+
 // exceptions decodes the exempt ports and source prefixes.
 func (d *decoder) exceptions(n *yaml.Node, path string, cfg *Config) {
 	d.mapping(n, path, exceptionKeys, func(key string, v *yaml.Node, field string) {
@@ -618,7 +689,7 @@ func (d *decoder) exceptions(n *yaml.Node, path string, cfg *Config) {
 			cfg.Exceptions.Ports = nil
 			d.seq(v, field, func(_ int, item *yaml.Node, f string) {
 				if item.Kind != yaml.MappingNode {
-					d.add(item, f, "must be a mapping such as {port: 22, proto: tcp}, got "+kindName(item), "")
+					d.add(item, f, "must be a mapping such as {port: 22, proto: tcp}, got "+kindName(item), portShorthandHint(item))
 					return
 				}
 				k := adaptive.PortKey{Proto: adaptive.ProtoTCP}
@@ -661,6 +732,18 @@ func (d *decoder) exceptions(n *yaml.Node, path string, cfg *Config) {
 // prefix parses a CIDR prefix, or a bare address as a host prefix.
 func (d *decoder) prefix(n *yaml.Node, field, s string) (netip.Prefix, bool) {
 	s = strings.TrimSpace(s)
+	if addr, zoned, ok := strings.Cut(s, "%"); ok {
+		// An IPv6 zone (fe80::1%eth0) names an interface; a prefix cannot
+		// hold one, and dropping it silently would exempt the address on
+		// every interface.
+		zone, bits, hasBits := strings.Cut(zoned, "/")
+		if hasBits {
+			addr += "/" + bits
+		}
+		d.add(n, field, fmt.Sprintf("%q has an interface zone %%%s: exceptions apply on every interface", s, zone),
+			fmt.Sprintf("write %s", addr))
+		return netip.Prefix{}, false
+	}
 	if !strings.Contains(s, "/") {
 		a, err := netip.ParseAddr(s)
 		if err != nil {

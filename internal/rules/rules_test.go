@@ -3,6 +3,7 @@ package rules
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"math"
 	"net/netip"
 	"os"
@@ -321,7 +322,24 @@ func TestPatch(t *testing.T) {
 		}, ""},
 		{"per-mille threshold", base, "signals:\n  cpu_busy:\n    threshold: 950\n", nil, "patch:3: signals.cpu_busy.threshold: threshold 950 is outside (0, 1]"},
 		{"unknown key", base, "controler: {ki: 1}", nil, `patch:1: controler: unknown key (did you mean "controller"?)`},
-		{"conflict with the file", base, "exceptions: {ports: [{port: 443, proto: tcp}]}", nil, "patch:1: exceptions.ports[0]: tcp/443 is both protected (ports[0], line 29)"},
+		// A conflict names both places, each with its own file: "line 29"
+		// alone read as line 29 of the patch.
+		{"conflict with the file", base, "exceptions: {ports: [{port: 443, proto: tcp}]}", nil, "patch:1: exceptions.ports[0]: tcp/443 is both protected (ports[0], testdata/valid-full.yaml:29)"},
+		{"patch protects a port the file exempts", base, "ports: [{port: 22}]", nil, "testdata/valid-full.yaml:35: exceptions.ports[0]: tcp/22 is both protected (ports[0], patch:1) and exempt"},
+		{"null resets the port list to auto", base, "ports: null", func(t *testing.T, c *Config) {
+			if !c.PortsAuto || c.Ports != nil {
+				t.Errorf("ports auto %v, %v", c.PortsAuto, c.Ports)
+			}
+		}, ""},
+		{"merge key in a patch", base, "signals: {cpu_busy: &t {threshold: 0.6}, psi_cpu_some: {<<: *t}}", func(t *testing.T, c *Config) {
+			if c.Thresholds[sampler.CPUBusy] != 0.6 || c.Thresholds[sampler.PSICPUSome] != 0.6 || c.Thresholds[sampler.Load1PerCore] != 3 {
+				t.Errorf("thresholds %v", c.Thresholds)
+			}
+		}, ""},
+		// An alias inside its own anchor made merge recurse until the stack
+		// overflowed: a fatal error that took the daemon down.
+		{"alias cycle", base, "signals: &s {cpu_busy: {threshold: 0.7}, psi_cpu_some: *s}", nil, "patch:1: alias *s refers to a node that contains it"},
+		{"alias cycle in a new key", base, "exceptions: &e {ports: *e}", nil, "patch:1: alias *e refers to a node that contains it"},
 		{"syntax", base, "signals: {cpu_busy: {threshold: 0.7}", nil, "patch:1: yaml syntax"},
 	}
 	for _, tt := range tests {
@@ -473,6 +491,106 @@ func TestWithModeAndValidate(t *testing.T) {
 	for _, want := range []string{"interval", "signals.cpu_busy.threshold", "ports[4]"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%v lacks %s", err, want)
+		}
+	}
+}
+
+// TestAnchorsAndMergeKeys: anchors, aliases and merge keys (`<<`) are
+// expanded before decoding; keys written in a mapping win over merged ones,
+// and the first merged mapping wins over later ones.
+func TestAnchorsAndMergeKeys(t *testing.T) {
+	c, w, err := Load("testdata/valid-anchors-merge.yaml")
+	if err != nil || len(w) != 0 {
+		t.Fatalf("%v, warnings %v", err, w)
+	}
+	want := []Port{
+		{Port: 443, Proto: adaptive.ProtoTCP, Class: adaptive.ClassCritical},
+		{Port: 80, Proto: adaptive.ProtoTCP, Class: adaptive.ClassCritical},
+		{Port: 8080, Proto: adaptive.ProtoTCP, Class: adaptive.ClassNormal},
+	}
+	if !reflect.DeepEqual(c.Ports, want) {
+		t.Errorf("ports %+v, want %+v", c.Ports, want)
+	}
+	if c.Thresholds[sampler.CPUBusy] != 0.8 || c.Thresholds[sampler.PSICPUSome] != 0.8 {
+		t.Errorf("thresholds %v", c.Thresholds)
+	}
+	// A later patch merges onto the expanded document.
+	p, _, err := c.Patch([]byte("signals: {cpu_busy: {threshold: 0.7}}"), "")
+	if err != nil || p.Thresholds[sampler.CPUBusy] != 0.7 || p.Thresholds[sampler.PSICPUSome] != 0.8 {
+		t.Errorf("patch: %v, thresholds %v", err, p.Thresholds)
+	}
+}
+
+// TestPatchOriginsBounded: a config patched again and again keeps the
+// origins of its current document only. Each patch copied all origins of
+// its base, so a daemon patched every minute grew that map without end.
+func TestPatchOriginsBounded(t *testing.T) {
+	c, _, err := Load("testdata/valid-full.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first int
+	for i := range 200 {
+		c, _, err = c.Patch([]byte(fmt.Sprintf("signals: {cpu_busy: {threshold: 0.%d}}\nmode: observe\n", 5+i%4)), "patch")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = len(c.origins)
+		}
+	}
+	if len(c.origins) > first {
+		t.Errorf("origins grew from %d to %d nodes over 200 patches", first, len(c.origins))
+	}
+	// Problems still name the right file after many patches.
+	_, _, err = c.Patch([]byte("exceptions: {ports: [{port: 443}]}"), "patch")
+	if err == nil || !strings.Contains(err.Error(), "patch:1: exceptions.ports[0]: tcp/443 is both protected (ports[0], testdata/valid-full.yaml:29)") {
+		t.Errorf("error %v", err)
+	}
+}
+
+// TestSyntaxErrorLineInLongFile: the line of a syntax error is found in a
+// config far longer than a hand-written one (a generated exception list).
+// The linear search gave up beyond 2000 lines and reported go-yaml's line,
+// the start of the enclosing block.
+func TestSyntaxErrorLineInLongFile(t *testing.T) {
+	for _, n := range []int{10, 1999, 5000} {
+		var b strings.Builder
+		b.WriteString("exceptions:\n  sources:\n")
+		for i := range n {
+			fmt.Fprintf(&b, "    - 10.%d.%d.0/24\n", i/256%256, i%256)
+		}
+		b.WriteString("  ports: [{port: 22}\nmode: observe\n")
+		_, _, err := Parse([]byte(b.String()), "long.yaml")
+		want := fmt.Sprintf("long.yaml:%d: yaml syntax: did not find expected ',' or ']'", n+3)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%d sources: error %v, want %q", n, err, want)
+		}
+	}
+}
+
+// TestValueHints: a value that is nearly right gets the right suggestion.
+func TestValueHints(t *testing.T) {
+	tests := []struct{ doc, want string }{
+		{"mode: true\n", `did you mean "enforce"?`},
+		{"mode: yes\n", `did you mean "enforce"?`},
+		{"mode: no\n", `did you mean "off"?`},
+		{"mode: OFF\n", `did you mean "off"?`},
+		{"mode: Observe\n", `did you mean "observe"?`},
+		{"mode: enforcing\n", `did you mean "enforce"?`},
+		{"ports: [{port: 80, mode: on}]\n", `did you mean "enforce"?`},
+		{"ports: [{port: 80, class: Best-Effort}]\n", `did you mean "best-effort"?`},
+		{"ports: [{port: \"80\"}]\n", "remove the quotes: write 80"},
+		{"controller: {cooldown_ticks: '5'}\n", "remove the quotes: write 5"},
+		{"signals: {cpu_busy: {threshold: '0.8'}}\n", "remove the quotes: write 0.8"},
+		{"ports: [8080]\n", "ports[0]: must be a mapping such as {port: 443, proto: tcp}, got \"8080\" (write {port: 8080}, or {port: 8080, proto: udp})"},
+		{"exceptions: {ports: [22]}\n", "(write {port: 22}, or {port: 22, proto: udp})"},
+		{"exceptions: {sources: [\"fe80::%eth0/64\"]}\n", `"fe80::%eth0/64" has an interface zone %eth0: exceptions apply on every interface (write fe80::/64)`},
+	}
+	for _, tt := range tests {
+		_, _, err := Parse([]byte(tt.doc), "x.yaml")
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: error %v, want %q", tt.doc, err, tt.want)
 		}
 	}
 }

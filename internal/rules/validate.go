@@ -194,7 +194,7 @@ func (d *decoder) validatePorts(c *Config) {
 		field := pathOf(d.portPaths, i, "ports")
 		if j, dup := protected[p.Key()]; dup {
 			other := pathOf(d.portPaths, j, "ports")
-			d.addAt(field, fmt.Sprintf("%s is listed twice (also %s, line %d)", p.Key(), other, d.line(other)), "keep one entry per port and protocol")
+			d.addAt(field, fmt.Sprintf("%s is listed twice (also %s, %s)", p.Key(), other, d.where(other, field)), "keep one entry per port and protocol")
 			continue
 		}
 		protected[p.Key()] = i
@@ -209,7 +209,7 @@ func (d *decoder) validatePorts(c *Config) {
 		exempt[k] = i
 		if j, both := protected[k]; both {
 			other := pathOf(d.portPaths, j, "ports")
-			d.addAt(field, fmt.Sprintf("%s is both protected (%s, line %d) and exempt", k, other, d.line(other)),
+			d.addAt(field, fmt.Sprintf("%s is both protected (%s, %s) and exempt", k, other, d.where(other, field)),
 				"remove it from one of the two lists")
 		}
 	}
@@ -224,12 +224,19 @@ func (d *decoder) validatePorts(c *Config) {
 	}
 }
 
-// line returns the line of field's node, 0 if unknown.
-func (d *decoder) line(field string) int {
-	if n := d.at(field); n != nil {
-		return n.Line
+// where renders the position of field for a problem reported at from:
+// "line 12" when both come from the same document, "patch:1" when a live
+// patch and the config file are in conflict (a bare line number would name
+// the wrong file).
+func (d *decoder) where(field, from string) string {
+	n := d.at(field)
+	if n == nil {
+		return "line 0"
 	}
-	return 0
+	if f := d.at(from); f == nil || d.file(f) != d.file(n) {
+		return fmt.Sprintf("%s:%d", d.file(n), n.Line)
+	}
+	return fmt.Sprintf("line %d", n.Line)
 }
 
 // warn returns the valid but surprising settings of c.
@@ -258,6 +265,13 @@ func (d *decoder) warn(c *Config) []Warning {
 		}
 		if allObserve && d.at("mode") != nil {
 			d.warnAt("mode", "observe on every port: olcd only counts what it would drop (fine for a first rollout; enforce one port next)")
+		}
+	}
+	if c.Cgroup == "" {
+		for s, t := range c.Thresholds {
+			if sig := sampler.Signal(s); t > 0 && sig.IsCgroup() {
+				d.warnAt("signals."+sig.String(), "no cgroup is configured: the daemon never samples this signal, so it never sheds on it (set cgroup: to the service's cgroup)")
+			}
 		}
 	}
 	if !c.PortsAuto && len(c.Ports) == 0 {

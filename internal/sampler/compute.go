@@ -1,6 +1,7 @@
 package sampler
 
 import (
+	"math/bits"
 	"time"
 )
 
@@ -85,18 +86,23 @@ func compute(prev, cur *reading, havePrev bool, interval time.Duration) Snapshot
 // guest_nice are already inside user and nice, so adding them would count
 // guest time twice); busy = total − idle − iowait, so steal counts as busy;
 // a column that went backwards (iowait can on NO_HZ kernels; a counter
-// reset) contributes 0; a zero total (no tick elapsed) gives no value. The
-// result is clamped to [0, 1].
+// reset) contributes 0; a zero total (no tick elapsed) gives no value, and
+// so does a total of deltas beyond 2^64 ticks, which no kernel can count in
+// one interval (an lxcfs idle counter that underflowed to near 2^64 does):
+// summed with wrap-around it would make an idle CPU read as busy. The result
+// is clamped to [0, 1].
 func cpuBusy(prev, cur *[cpuMaxFields]uint64) (float64, bool) {
 	var d [cpuSteal + 1]uint64
-	var total uint64
+	var total, carry uint64
 	for i := range d {
 		if cur[i] > prev[i] {
 			d[i] = cur[i] - prev[i]
 		}
-		total += d[i]
+		var c uint64
+		total, c = bits.Add64(total, d[i], 0)
+		carry |= c
 	}
-	if total == 0 {
+	if total == 0 || carry != 0 {
 		return 0, false
 	}
 	idle := d[cpuIdle] + d[cpuIOWait]

@@ -172,6 +172,11 @@ func TestCPUBusyRules(t *testing.T) {
 		{"every counter went backwards", cpuLine(100, 100, 100, 100, 100, 0, 0, 0, 0, 0), cpuLine(1, 1, 1, 1, 1, 0, 0, 0, 0, 0), 0, false},
 		{"zero total skips", cpuLine(5, 5, 5, 5, 5, 5, 5, 5, 0, 0), cpuLine(5, 5, 5, 5, 5, 5, 5, 5, 9, 9), 0, false},
 		{"only idle", cpuLine(0, 0, 0, 0, 0, 0, 0, 0, 0, 0), cpuLine(0, 0, 0, 100, 0, 0, 0, 0, 0, 0), 0, true},
+		// An idle counter that underflowed to near 2^64 (seen with lxcfs):
+		// the deltas sum past 2^64; wrapped, the total was 4 and the busy
+		// share 1.0 on an idle CPU.
+		{"total of deltas overflows", cpuLine(0, 0, 0, 0, 0, 0, 0, 0, 0, 0), cpuLine(10, 0, 0, 1<<64-6, 0, 0, 0, 0, 0, 0), 0, false},
+		{"largest total that fits", cpuLine(0, 0, 0, 0, 0, 0, 0, 0, 0, 0), cpuLine(0, 0, 0, 1<<64-1, 0, 0, 0, 0, 0, 0), 0, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
