@@ -13,10 +13,19 @@ import (
 	"testing"
 
 	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/fieldcases"
 	"github.com/olcd/olcd/internal/rules"
 )
 
-const sharedTraces = "../../../shared/cases/traces"
+// sharedTrace returns the path of one shared field-case trace.
+func sharedTrace(t *testing.T, name string) string {
+	t.Helper()
+	dirs, err := fieldcases.Dirs(fieldcases.Traces)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dirs[0], name)
+}
 
 // writeConfig writes a config document into a temporary file.
 func writeConfig(t *testing.T, doc string) string {
@@ -43,7 +52,7 @@ func readCSV(t *testing.T, data []byte) [][]string {
 // case's expectations and against the controller driven directly.
 func TestSimulateStepTrace(t *testing.T) {
 	cfgPath := writeConfig(t, "signals:\n  cpu_busy: {threshold: 0.8}\n")
-	trace := filepath.Join(sharedTraces, "step-overload.csv")
+	trace := sharedTrace(t, "step-overload.csv")
 	out := filepath.Join(t.TempDir(), "out.csv")
 	var stdout, stderr bytes.Buffer
 	if err := cmdSimulate([]string{"--config", cfgPath, "--trace", trace, "--out", out}, &stdout, &stderr); err != nil {
@@ -180,7 +189,7 @@ ports:
 func TestSimulateErrors(t *testing.T) {
 	good := writeConfig(t, "signals:\n  cpu_busy: {threshold: 0.8}\n")
 	bad := writeConfig(t, "signals:\n  cpu_busy: {threshold: 80}\n")
-	trace := filepath.Join(sharedTraces, "step-overload.csv")
+	trace := sharedTrace(t, "step-overload.csv")
 	badTrace := filepath.Join(t.TempDir(), "bad.csv")
 	outDir := t.TempDir()
 	if err := os.WriteFile(badTrace, []byte("t_s,cpu_bussy\n0,0.5\n"), 0o644); err != nil {

@@ -11,11 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/olcd/olcd/internal/fieldcases"
 	"github.com/olcd/olcd/internal/sampler"
 )
-
-// sharedTraces is the field-case folder, relative to this package.
-const sharedTraces = "../../../shared/cases/traces"
 
 // traceCase is a traces/<case>.json file.
 type traceCase struct {
@@ -33,19 +31,13 @@ type traceExpect struct {
 	PDirectionChangesLE *int     `json:"p_direction_changes_le"`
 }
 
-// traceDirs returns the shared trace folder and every folder of
-// $OLCD_EXTRA_CASES (each either a cases root holding traces/ or a traces
-// folder itself).
+// traceDirs returns the shared trace folder and every trace folder of
+// $OLCD_EXTRA_CASES (located by internal/fieldcases).
 func traceDirs(t *testing.T) []string {
-	dirs := []string{sharedTraces}
-	for _, d := range strings.Split(os.Getenv("OLCD_EXTRA_CASES"), ":") {
-		if d == "" {
-			continue
-		}
-		if st, err := os.Stat(filepath.Join(d, "traces")); err == nil && st.IsDir() {
-			d = filepath.Join(d, "traces")
-		}
-		dirs = append(dirs, d)
+	t.Helper()
+	dirs, err := fieldcases.Dirs(fieldcases.Traces)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return dirs
 }
@@ -144,12 +136,12 @@ func directionChanges(ps []float64) int {
 // parameters and checks its expectations. A failure names the case.
 func TestTraceCases(t *testing.T) {
 	total := 0
-	for _, dir := range traceDirs(t) {
+	for i, dir := range traceDirs(t) {
 		csvs, err := filepath.Glob(filepath.Join(dir, "*.csv"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(csvs) == 0 && dir == sharedTraces {
+		if len(csvs) == 0 && i == 0 {
 			t.Errorf("no traces in %s", dir)
 		}
 		for _, path := range csvs {
