@@ -114,15 +114,15 @@ static __always_inline int olcd_source_exempt(const struct olcd_pkt *pkt,
 }
 
 /*
- * Is the daemon's heartbeat within stale-after? Reads the clock at most once
- * per jiffy and per heartbeat value (see struct olcd_freshness). A heartbeat
+ * Is the daemon's heartbeat within stale-after at jiffy j? Reads the clock at
+ * most once per jiffy and per heartbeat value (see struct olcd_freshness). A heartbeat
  * ahead of the clock is fresh; 0 (never written) is stale. Concurrent updates
  * from several CPUs write the same verdict give or take one jiffy.
  */
-static __always_inline __u32 olcd_heartbeat_fresh(const struct olcd_control *ctl)
+static __always_inline __u32 olcd_heartbeat_fresh(const struct olcd_control *ctl, __u64 j)
 {
 	struct olcd_freshness *f = &olcd_fresh;
-	__u64 j = bpf_jiffies64(), hb = ctl->heartbeat_ns, now;
+	__u64 hb = ctl->heartbeat_ns, now;
 	__u32 fresh;
 
 	if (f->jiffies == j && f->heartbeat_ns == hb)
@@ -248,6 +248,7 @@ static __always_inline int olcd_decide(const struct olcd_pkt *pkt, const struct 
 	struct olcd_syn_set *set = NULL;
 	struct olcd_counters *st;
 	__u32 slot = pol->stats_slot, prob, sidx, act = 0, jnow = 0;
+	__u64 j = 0;
 	__u8 flags = pol->flags, mode;
 	int seen = 0;
 
@@ -296,10 +297,15 @@ static __always_inline int olcd_decide(const struct olcd_pkt *pkt, const struct 
 	if (__builtin_expect(mode == OLCD_MODE_OFF, 0))
 		return OLCD_V_PASS;
 
+	/* One clock read serves the dropped-SYN table's stamps and the
+	 * heartbeat check: a helper call is a good share of the budget. */
+	if (cand->fp || (prob != 0 && mode == OLCD_MODE_ENFORCE))
+		j = bpf_jiffies64();
+
 	/* Only the drop action makes clients retransmit. The table is checked
 	 * whatever p is now: a SYN dropped a second ago still comes back. */
 	if (cand->fp) {
-		jnow = (__u32)bpf_jiffies64();
+		jnow = (__u32)j;
 		sidx = (__u32)(cand->fp >> 32) & ctl->syn_sets_mask;
 		set = bpf_map_lookup_elem(&olcd_syns, &sidx);
 		if (set && olcd_syn_seen(set, cand->fp, jnow)) {
@@ -316,7 +322,7 @@ static __always_inline int olcd_decide(const struct olcd_pkt *pkt, const struct 
 	}
 
 	/* Fail open when the daemon has stopped writing the heartbeat. */
-	if (__builtin_expect(!olcd_heartbeat_fresh(ctl), 0)) {
+	if (__builtin_expect(!olcd_heartbeat_fresh(ctl, j), 0)) {
 		st->stale += act;
 		return OLCD_V_PASS;
 	}
