@@ -34,11 +34,7 @@ func parseCPUStat(data []byte) (cpuStat, error) {
 	lineNo := 0
 	for len(data) > 0 {
 		var line []byte
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			line, data = data[:i], data[i+1:]
-		} else {
-			line, data = data, nil
-		}
+		line, data, _ = bytes.Cut(data, newline)
 		lineNo++
 		key, rest := cutField(line)
 		var (

@@ -27,11 +27,7 @@ func parseListenOverflows(data []byte) (v uint64, found bool, err error) {
 			return nil, false
 		}
 		var line []byte
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			line, data = data[:i], data[i+1:]
-		} else {
-			line, data = data, nil
-		}
+		line, data, _ = bytes.Cut(data, newline)
 		lineNo++
 		return line, true
 	}

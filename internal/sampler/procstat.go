@@ -280,3 +280,7 @@ func clip(b []byte) []byte {
 	}
 	return b
 }
+
+// newline separates the lines of the small /proc and cgroup files parsed
+// here with bytes.Cut.
+var newline = []byte{'\n'}

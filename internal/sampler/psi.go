@@ -81,11 +81,7 @@ func parsePSI(data []byte) (psiReading, error) {
 	lineNo := 0
 	for len(data) > 0 {
 		var line []byte
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			line, data = data[:i], data[i+1:]
-		} else {
-			line, data = data, nil
-		}
+		line, data, _ = bytes.Cut(data, newline)
 		lineNo++
 		kind, rest := cutField(line)
 		var dst *psiLine
