@@ -11,6 +11,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+case ${1:-} in
+-h | --help)
+	sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+	exit 0
+	;;
+-*)
+	echo "install: unknown option $1 (usage: scripts/install.sh [path/to/olcd])" >&2
+	exit 2
+	;;
+esac
 bin=${1:-bin/olcd}
 DESTDIR=${DESTDIR:-}
 PREFIX=${PREFIX:-/usr/local}
@@ -66,10 +76,13 @@ done
 grep -qxF "$manifest" "$manifest" || echo "$manifest" >>"$manifest"
 
 echo "install: olcd installed under ${DESTDIR:-/} (prefix $PREFIX)"
-if [ -z "$DESTDIR" ] && [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+if [ -n "$DESTDIR" ]; then
+	echo "install: staged under $DESTDIR: nothing was enabled; on the target run 'systemctl enable --now olcd'"
+elif [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
 	systemctl daemon-reload
 	systemctl enable --now olcd.service
 	echo "install: olcd.service enabled and started (observe mode); see 'olcd status'"
 else
-	echo "install: systemd is not running here (or DESTDIR is set): enable later with 'systemctl enable --now olcd'"
+	echo "install: systemd is not the init system here, so no service was enabled."
+	echo "install: run olcd under your supervisor with: $PREFIX/bin/olcd run --config /etc/olcd/olcd.yaml"
 fi

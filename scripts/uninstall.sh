@@ -2,7 +2,21 @@
 # Removes what scripts/install.sh installed: stops and disables the service,
 # then deletes every path recorded in the install manifest. A config the
 # operator edited is kept (and named); an untouched one is removed.
+#
+#   scripts/uninstall.sh        (DESTDIR and PREFIX as given to the install)
 set -euo pipefail
+
+case ${1:-} in
+"") ;;
+-h | --help)
+	sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'
+	exit 0
+	;;
+*)
+	echo "uninstall: unexpected argument $1 (usage: [DESTDIR=...] [PREFIX=...] scripts/uninstall.sh)" >&2
+	exit 2
+	;;
+esac
 
 DESTDIR=${DESTDIR:-}
 PREFIX=${PREFIX:-/usr/local}

@@ -11,6 +11,7 @@
 //	olcd reload                      re-read the config file
 //	olcd check-config FILE           validate a config; exit 1 listing every problem
 //	olcd simulate --config FILE --trace FILE.csv [--out FILE.csv] [--plot FILE.png]
+//	olcd record --out FILE.csv [--duration 5m]   record the node's signals as a trace
 //	olcd version
 package main
 
@@ -44,6 +45,7 @@ Usage:
   olcd reload                         re-read the config file (like SIGHUP)
   olcd check-config FILE              validate a config; exit 1 listing every problem
   olcd simulate --config FILE --trace FILE.csv [--out FILE.csv] [--plot FILE.png]
+  olcd record --out FILE.csv [--duration 5m]   record this node's signals as a trace
   olcd version                        print the version
 
 Run 'olcd COMMAND -h' for the flags of a command.
@@ -73,6 +75,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdCheckConfig(rest, stdout, stderr)
 	case "simulate":
 		err = cmdSimulate(rest, stdout, stderr)
+	case "record":
+		err = cmdRecord(rest, stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "olcd %s\n", version)
 	case "help", "-h", "--help":

@@ -22,12 +22,20 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
 func main() {
-	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: loadgen serve|connect|burn [flags]")
+	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
+		fmt.Fprint(os.Stderr, `usage: loadgen serve|connect|burn [flags]   (loadgen MODE -h for the flags)
+
+  serve    a TCP server that spends -work of CPU per connection, then answers "ok"
+  connect  opens new connections at -rate per second for -duration; with -reply (the
+           default) a connection succeeds when "ok" arrives, as from loadgen serve;
+           -reply=false counts a completed TCP handshake as success (any server)
+  burn     keeps -threads CPUs busy for -duration: a noisy neighbour
+`)
 		os.Exit(2)
 	}
 	var err error
@@ -123,17 +131,25 @@ func spin(d time.Duration) {
 
 // Result is the outcome of one connect run; the JSON of `connect -json`.
 type Result struct {
-	Target    string  `json:"target"`
-	Attempted int64   `json:"attempted"`
-	Succeeded int64   `json:"succeeded"`
-	Failed    int64   `json:"failed"`
+	Target    string `json:"target"`
+	Attempted int64  `json:"attempted"`
+	Succeeded int64  `json:"succeeded"`
+	Failed    int64  `json:"failed"`
+	// Failures by cause: no answer to the SYN within the timeout (what a
+	// dropped SYN looks like), refused (RST), no reply after connecting,
+	// and attempts not started because too many were in flight.
+	Timeouts  int64   `json:"timeouts"`
+	Refused   int64   `json:"refused"`
+	NoReply   int64   `json:"no_reply"`
+	Throttled int64   `json:"throttled"`
 	Seconds   float64 `json:"seconds"`
 	// P50ms is the median connect+reply latency of the successes, in ms.
 	P50ms float64 `json:"p50_ms"`
 }
 
 // connect opens new connections at -rate per second for -duration; each
-// succeeds when the server's "ok" arrives within -timeout.
+// succeeds when the server's "ok" arrives within -timeout (or, with
+// -reply=false, when the handshake completes).
 func connect(args []string) error {
 	fs := flag.NewFlagSet("connect", flag.ExitOnError)
 	target := fs.String("target", "127.0.0.1:8080", "address to connect to")
@@ -142,6 +158,7 @@ func connect(args []string) error {
 	timeout := fs.Duration("timeout", 1500*time.Millisecond, "per-connection deadline (connect and reply)")
 	maxInflight := fs.Int("max-inflight", 2000, "bound on concurrent connection attempts")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
+	reply := fs.Bool("reply", true, `wait for the "ok" of loadgen serve; false: a completed handshake is a success`)
 	fs.Parse(args)
 	if *rate <= 0 || *rate > 100000 || *duration <= 0 || *duration > 10*time.Minute {
 		return errors.New("rate must be in (0, 100000] and duration in (0, 10m]")
@@ -149,7 +166,7 @@ func connect(args []string) error {
 	total := int64(*rate * duration.Seconds())
 	gap := time.Duration(float64(time.Second) / *rate)
 	sem := make(chan struct{}, *maxInflight)
-	var ok, failed atomic.Int64
+	var ok, timeouts, refused, noReply, throttled atomic.Int64
 	var mu sync.Mutex
 	var lat []time.Duration
 	var wg sync.WaitGroup
@@ -161,7 +178,7 @@ func connect(args []string) error {
 		select {
 		case sem <- struct{}{}:
 		default:
-			failed.Add(1) // too many stuck attempts: count as a failure
+			throttled.Add(1) // too many stuck attempts: a failure too
 			continue
 		}
 		wg.Add(1)
@@ -169,8 +186,16 @@ func connect(args []string) error {
 			defer wg.Done()
 			defer func() { <-sem }()
 			t0 := time.Now()
-			if err := once(*target, *timeout); err != nil {
-				failed.Add(1)
+			switch err := once(*target, *timeout, *reply); {
+			case err == nil:
+			case errors.Is(err, syscall.ECONNREFUSED):
+				refused.Add(1)
+				return
+			case errors.Is(err, errNoReply):
+				noReply.Add(1)
+				return
+			default:
+				timeouts.Add(1)
 				return
 			}
 			ok.Add(1)
@@ -180,7 +205,9 @@ func connect(args []string) error {
 		}()
 	}
 	wg.Wait()
-	r := Result{Target: *target, Attempted: total, Succeeded: ok.Load(), Failed: failed.Load(), Seconds: time.Since(start).Seconds()}
+	r := Result{Target: *target, Attempted: total, Succeeded: ok.Load(), Seconds: time.Since(start).Seconds(),
+		Timeouts: timeouts.Load(), Refused: refused.Load(), NoReply: noReply.Load(), Throttled: throttled.Load()}
+	r.Failed = r.Timeouts + r.Refused + r.NoReply + r.Throttled
 	if len(lat) > 0 {
 		slices.Sort(lat)
 		r.P50ms = float64(lat[len(lat)/2].Microseconds()) / 1000
@@ -188,21 +215,34 @@ func connect(args []string) error {
 	if *asJSON {
 		return json.NewEncoder(os.Stdout).Encode(r)
 	}
-	fmt.Printf("%s: %d attempted, %d succeeded, %d failed in %.1fs (p50 %.1f ms)\n",
+	fmt.Printf("%s: %d attempted, %d succeeded, %d failed in %.1fs (p50 %.1f ms)",
 		r.Target, r.Attempted, r.Succeeded, r.Failed, r.Seconds, r.P50ms)
+	if r.Failed > 0 {
+		fmt.Printf(" — failures: %d timed out (no SYN-ACK, e.g. dropped SYNs), %d refused, %d no reply, %d throttled",
+			r.Timeouts, r.Refused, r.NoReply, r.Throttled)
+	}
+	fmt.Println()
 	return nil
 }
 
-func once(target string, timeout time.Duration) error {
+// errNoReply is a connection that was accepted but answered nothing.
+var errNoReply = errors.New("no reply")
+
+func once(target string, timeout time.Duration, reply bool) error {
 	c, err := net.DialTimeout("tcp", target, timeout)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	if !reply {
+		return nil
+	}
 	_ = c.SetReadDeadline(time.Now().Add(timeout))
 	buf := make([]byte, 3)
-	_, err = io.ReadFull(c, buf)
-	return err
+	if _, err := io.ReadFull(c, buf); err != nil {
+		return fmt.Errorf("%w: %v", errNoReply, err)
+	}
+	return nil
 }
 
 // burn keeps -threads CPUs busy for -duration: a noisy neighbour.

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/olcd/olcd/internal/sampler"
+)
+
+const recordUsage = `Usage: olcd record --out FILE.csv [--duration 5m] [--interval 500ms] [--cgroup PATH] [--ports 80,443] [--signals a,b]
+
+Samples this node's canonical signals every interval, the way the daemon does,
+and writes them as a trace (the format 'olcd simulate' replays and the field
+cases use): a header "t_s,<signal>,…" and one row per tick, an empty cell where
+a signal was unavailable. Record a step load test, then replay it with
+different thresholds and controller parameters (docs/tuning.md). It needs no
+BPF and no running daemon; Ctrl-C stops it early and keeps what was written.
+
+Flags:
+`
+
+// cmdRecord writes a trace of the live node's signals.
+func cmdRecord(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("record", stderr)
+	out := fs.String("out", "", "trace `file` to write (\"-\" for stdout)")
+	duration := fs.Duration("duration", 5*time.Minute, "how long to record (at most 24h)")
+	interval := fs.Duration("interval", sampler.DefaultInterval, "sampling interval (at least 100ms)")
+	cgroup := fs.String("cgroup", "", "watched cgroup for the cgroup_* signals (as in the config)")
+	ports := fs.String("ports", "", "comma-separated TCP `ports` whose accept queues are read")
+	signals := fs.String("signals", "", "comma-separated signal `names` to record (default: every canonical signal)")
+	root := fs.String("root", "/", "filesystem root holding proc/ and sys/ (tests use fixture trees)")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, recordUsage)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	switch {
+	case *out == "":
+		fmt.Fprintln(stderr, "olcd record: --out is required")
+		return errUsage
+	case *duration <= 0 || *duration > 24*time.Hour:
+		fmt.Fprintln(stderr, "olcd record: --duration must be in (0, 24h]")
+		return errUsage
+	case *interval < 100*time.Millisecond:
+		fmt.Fprintln(stderr, "olcd record: --interval must be at least 100ms")
+		return errUsage
+	}
+	cols, err := recordColumns(*signals)
+	if err != nil {
+		fmt.Fprintf(stderr, "olcd record: %v\n", err)
+		return errUsage
+	}
+	tcp, err := parsePorts(*ports)
+	if err != nil {
+		fmt.Fprintf(stderr, "olcd record: --ports: %v\n", err)
+		return errUsage
+	}
+
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	smp, err := sampler.New(sampler.Config{Root: *root, Cgroup: *cgroup, TCPPorts: tcp}, log)
+	if err != nil {
+		return err
+	}
+	w := stdout
+	if *out != "-" {
+		f, err := os.Create(*out)
+		if err != nil {
+			return fmt.Errorf("create trace: %w", err)
+		}
+		defer f.Close()
+		w = f
+	}
+	bw := bufio.NewWriter(w)
+	header := []string{"t_s"}
+	for _, c := range cols {
+		header = append(header, c.String())
+	}
+	fmt.Fprintln(bw, strings.Join(header, ","))
+
+	ctx, cancel := context.WithTimeout(context.Background(), *duration)
+	defer cancel()
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	var start time.Time
+	rows := 0
+	var werr error
+	row := make([]byte, 0, 512)
+	smp.Run(ctx, *interval, func(s sampler.Snapshot) {
+		if start.IsZero() {
+			start = s.At
+		}
+		row = strconv.AppendFloat(row[:0], s.At.Sub(start).Seconds(), 'f', 3, 64)
+		for _, c := range cols {
+			row = append(row, ',')
+			if v, ok := s.Get(c); ok {
+				row = strconv.AppendFloat(row, v, 'g', 6, 64)
+			}
+		}
+		row = append(row, '\n')
+		if _, err := bw.Write(row); err != nil && werr == nil {
+			werr = err
+			cancel()
+		}
+		rows++
+		// Flush every tick: a recording stopped by a crash or Ctrl-C
+		// keeps every complete row.
+		if err := bw.Flush(); err != nil && werr == nil {
+			werr = err
+			cancel()
+		}
+	})
+	if werr != nil {
+		return fmt.Errorf("write trace: %w", werr)
+	}
+	if *out != "-" {
+		fmt.Fprintf(stderr, "olcd record: %d ticks of %d signals written to %s\n", rows, len(cols), *out)
+	}
+	return nil
+}
+
+// recordColumns parses --signals; empty means every canonical signal.
+func recordColumns(list string) ([]sampler.Signal, error) {
+	if list == "" {
+		return sampler.Signals(), nil
+	}
+	var cols []sampler.Signal
+	seen := map[sampler.Signal]bool{}
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		sig, ok := sampler.ParseSignal(name)
+		if !ok {
+			return nil, fmt.Errorf("--signals: unknown signal %q", name)
+		}
+		if !seen[sig] {
+			seen[sig] = true
+			cols = append(cols, sig)
+		}
+	}
+	return cols, nil
+}
+
+// parsePorts parses a comma-separated list of ports 1..65535.
+func parsePorts(list string) ([]uint16, error) {
+	if list == "" {
+		return nil, nil
+	}
+	var out []uint16
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 16)
+		if err != nil || n == 0 {
+			return nil, fmt.Errorf("%q is not a port 1..65535", f)
+		}
+		out = append(out, uint16(n))
+	}
+	return out, nil
+}
