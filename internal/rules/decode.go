@@ -72,7 +72,7 @@ func (c *Config) Patch(doc []byte, source string) (*Config, []Warning, error) {
 	if name == "" {
 		name = "embedded default"
 	}
-	merged := merge(base, root)
+	merged := merge(base, root, origins)
 	return decodeDocument(merged, reachable(merged, origins), c.Source, name)
 }
 

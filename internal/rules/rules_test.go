@@ -310,6 +310,11 @@ func TestPatch(t *testing.T) {
 				t.Errorf("interval %v", c.Interval)
 			}
 		}, ""},
+		// A mistake inside a new key's subtree names the patch, not the
+		// base: the merge copies that subtree.
+		{"unknown signal names the patch", Default(), "signals:\n  cpu_bsy:\n    threshold: 0.5\n", nil,
+			`patch:3: signals.cpu_bsy: unknown signal "cpu_bsy" (did you mean "cpu_busy"?)`},
+		{"bad value in a new subtree names the patch", base, "exceptions:\n  sources: [10.0.0.0/33]\n", nil, "patch:2: exceptions.sources[0]"},
 		{"mode", base, "mode: observe", func(t *testing.T, c *Config) {
 			if c.Mode != ModeObserve {
 				t.Errorf("mode %v", c.Mode)

@@ -286,16 +286,17 @@ func mapGet(m *yaml.Node, key string) *yaml.Node {
 // YAML): two mappings merge key by key; a null value in patch deletes the
 // key; any other value replaces the base's. Neither input is modified; the
 // result shares leaf nodes with them so that origins and lines still apply.
-func merge(base, patch *yaml.Node) *yaml.Node {
+func merge(base, patch *yaml.Node, origins map[*yaml.Node]string) *yaml.Node {
 	base, patch = resolve(base), resolve(patch)
 	if patch == nil {
 		return base
 	}
 	if patch.Kind != yaml.MappingNode || base == nil || base.Kind != yaml.MappingNode {
-		return dropNulls(patch)
+		return dropNulls(patch, origins)
 	}
 	out := *base
 	out.Content = nil
+	keepOrigin(&out, base, origins)
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(base.Content); i += 2 {
 		k, v := base.Content[i], base.Content[i+1]
@@ -307,7 +308,7 @@ func merge(base, patch *yaml.Node) *yaml.Node {
 		case isNull(pv):
 			// deleted
 		default:
-			out.Content = append(out.Content, k, merge(v, pv))
+			out.Content = append(out.Content, k, merge(v, pv, origins))
 		}
 	}
 	for i := 0; i+1 < len(patch.Content); i += 2 {
@@ -316,25 +317,35 @@ func merge(base, patch *yaml.Node) *yaml.Node {
 			continue
 		}
 		seen[k.Value] = true
-		out.Content = append(out.Content, k, dropNulls(v))
+		out.Content = append(out.Content, k, dropNulls(v, origins))
 	}
 	return &out
 }
 
 // dropNulls returns n without the null-valued keys of its mappings (a merge
 // patch's deletions have nothing to delete in new subtrees).
-func dropNulls(n *yaml.Node) *yaml.Node {
+func dropNulls(n *yaml.Node, origins map[*yaml.Node]string) *yaml.Node {
 	n = resolve(n)
 	if n == nil || n.Kind != yaml.MappingNode {
 		return n
 	}
 	out := *n
 	out.Content = nil
+	keepOrigin(&out, n, origins)
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		if isNull(n.Content[i+1]) {
 			continue
 		}
-		out.Content = append(out.Content, n.Content[i], dropNulls(n.Content[i+1]))
+		out.Content = append(out.Content, n.Content[i], dropNulls(n.Content[i+1], origins))
 	}
 	return &out
+}
+
+// keepOrigin records for the copy the document its original came from, so
+// that a problem found in a merged node names the patch (or file) and line
+// the user wrote, not the base config.
+func keepOrigin(copy, orig *yaml.Node, origins map[*yaml.Node]string) {
+	if src, ok := origins[orig]; ok {
+		origins[copy] = src
+	}
 }
