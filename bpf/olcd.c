@@ -432,7 +432,7 @@ int olcd_xdp(struct xdp_md *ctx)
 	struct olcd_pkt pkt;
 	int r, v;
 
-	r = olcd_parse(data, data_end, &pkt);
+	r = olcd_parse(data, data_end, NULL, &pkt);
 	if (r == OLCD_P_NOT_NEW)
 		return XDP_PASS;
 	if (r != OLCD_P_NEW) {
@@ -445,7 +445,8 @@ int olcd_xdp(struct xdp_md *ctx)
 		 * through olcd_decide (see struct olcd_cand). */
 		data = (void *)(long)ctx->data;
 		data_end = (void *)(long)ctx->data_end;
-		if (mark.dscp <= OLCD_DSCP_MAX && olcd_parse(data, data_end, &pkt) == OLCD_P_NEW)
+		if (mark.dscp <= OLCD_DSCP_MAX &&
+		    olcd_parse(data, data_end, NULL, &pkt) == OLCD_P_NEW)
 			olcd_set_dscp(&pkt, data, data_end, mark.dscp);
 		return XDP_PASS;
 	}
@@ -466,13 +467,13 @@ int olcd_tc(struct __sk_buff *skb)
 	struct olcd_pkt pkt;
 	int r, v;
 
-	r = olcd_parse(data, data_end, &pkt);
+	r = olcd_parse(data, data_end, skb, &pkt);
 	if (r == OLCD_P_SHORT && skb->len > (__u32)(data_end - data)) {
 		/* The headers may sit in paged data: pull them and look again. */
 		bpf_skb_pull_data(skb, skb->len < OLCD_PULL_MAX ? skb->len : OLCD_PULL_MAX);
 		data = (void *)(long)skb->data;
 		data_end = (void *)(long)skb->data_end;
-		r = olcd_parse(data, data_end, &pkt);
+		r = olcd_parse(data, data_end, skb, &pkt);
 	}
 	if (r == OLCD_P_NOT_NEW)
 		return TC_ACT_UNSPEC;
@@ -485,7 +486,8 @@ int olcd_tc(struct __sk_buff *skb)
 		/* Parse again: see olcd_xdp. */
 		data = (void *)(long)skb->data;
 		data_end = (void *)(long)skb->data_end;
-		if (mark.dscp <= OLCD_DSCP_MAX && olcd_parse(data, data_end, &pkt) == OLCD_P_NEW)
+		if (mark.dscp <= OLCD_DSCP_MAX &&
+		    olcd_parse(data, data_end, skb, &pkt) == OLCD_P_NEW)
 			olcd_set_dscp(&pkt, data, data_end, mark.dscp);
 		if (mark.fwmark)
 			skb->mark = mark.fwmark;

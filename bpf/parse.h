@@ -9,6 +9,7 @@
 #ifndef OLCD_PARSE_H
 #define OLCD_PARSE_H
 
+#include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/in.h>
 #include <linux/ip.h>
@@ -100,12 +101,36 @@ static __always_inline __u32 olcd_blur(__u32 off, __u64 any)
 	return (off + ((a | ~any) + 1)) & OLCD_BLUR_MASK;
 }
 
-static __always_inline int olcd_parse_l4(void *data, void *data_end, __u32 off, __u8 proto,
-					 struct olcd_pkt *pkt)
+/*
+ * Does a packet of l3end bytes from the frame start run past the frame? At
+ * XDP (skb NULL) a program without frags support sees the whole frame; at TC
+ * the frame is skb->len bytes, of which [data, data_end) is the linear part.
+ */
+static __always_inline int olcd_past_frame(void *data, void *data_end, struct __sk_buff *skb,
+					   __u32 l3end)
 {
+	if (skb)
+		return l3end > skb->len;
+	return data + l3end > data_end;
+}
+
+/*
+ * The transport header at off. The IP packet it belongs to ends at
+ * l3base + *iplen (IPv4 total length, IPv6 payload length). The lengths are
+ * only read for a candidate, after the flags: a header that does not fit in
+ * its IP packet, or an IP packet that the frame cuts short, is one the kernel
+ * discards (ip_rcv, tcp_v4_rcv, __udp4_lib_rcv and their IPv6 twins), and its
+ * "header" may be Ethernet padding or bytes of the next fragment (RFC 1858).
+ */
+static __always_inline int olcd_parse_l4(void *data, void *data_end, __u32 off, __u8 proto,
+					 const __be16 *iplen, __u32 l3base,
+					 struct __sk_buff *skb, struct olcd_pkt *pkt)
+{
+	__u32 l3end;
+
 	if (proto == IPPROTO_TCP) {
 		struct tcphdr *th = data + off;
-		__u8 flags;
+		__u8 flags, doff;
 
 		if ((void *)(th + 1) > data_end)
 			return OLCD_P_SHORT;
@@ -116,24 +141,43 @@ static __always_inline int olcd_parse_l4(void *data, void *data_end, __u32 off, 
 		if ((flags & (OLCD_TCP_SYN | OLCD_TCP_ACK | OLCD_TCP_RST | OLCD_TCP_FIN)) !=
 		    OLCD_TCP_SYN)
 			return OLCD_P_NOT_NEW;
-		if ((((__u8 *)th)[12] >> 4) < 5)
+		doff = ((__u8 *)th)[12] >> 4;
+		if (doff < 5)
 			return OLCD_P_UNCLASSIFIED; /* data offset below the header */
+		/* Options included: the kernel pulls doff*4 bytes or discards. */
+		l3end = l3base + bpf_ntohs(*iplen);
+		if (off + ((__u32)doff << 2) > l3end)
+			return OLCD_P_UNCLASSIFIED;
 		pkt->tcp = 1;
 		pkt->dport = bpf_ntohs(th->dest);
 	} else {
 		struct udphdr *uh = data + off;
+		__u32 ulen, room;
 
 		if ((void *)(uh + 1) > data_end)
 			return OLCD_P_SHORT;
+		l3end = l3base + bpf_ntohs(*iplen);
+		if (off + sizeof(*uh) > l3end)
+			return OLCD_P_UNCLASSIFIED;
+		/* 0 over IPv6 means "to the end of the packet" (RFC 2675; the
+		 * kernel takes it so whatever the length). */
+		room = l3end - off;
+		ulen = bpf_ntohs(uh->len);
+		if (ulen == 0 && pkt->ipv6)
+			ulen = room;
+		if (ulen < sizeof(*uh) || ulen > room)
+			return OLCD_P_UNCLASSIFIED;
 		pkt->tcp = 0;
 		pkt->dport = bpf_ntohs(uh->dest);
 	}
+	if (olcd_past_frame(data, data_end, skb, l3end))
+		return OLCD_P_UNCLASSIFIED;
 	pkt->l4off = off;
 	return OLCD_P_NEW;
 }
 
-static __always_inline int olcd_parse_ipv4(void *data, void *data_end, __u32 off,
-					   struct olcd_pkt *pkt)
+static __always_inline int olcd_parse_ipv4(void *data, void *data_end, struct __sk_buff *skb,
+					   __u32 off, struct olcd_pkt *pkt)
 {
 	struct iphdr *iph = data + off;
 	__u8 vihl, ihl;
@@ -152,7 +196,8 @@ static __always_inline int olcd_parse_ipv4(void *data, void *data_end, __u32 off
 		return OLCD_P_UNCLASSIFIED;
 	pkt->l3off = off;
 	pkt->ipv6 = 0;
-	return olcd_parse_l4(data, data_end, off + ihl * 4, iph->protocol, pkt);
+	return olcd_parse_l4(data, data_end, off + ihl * 4, iph->protocol, &iph->tot_len, off,
+			     skb, pkt);
 }
 
 static __always_inline int olcd_is_ipv6_ext(__u8 nh)
@@ -161,10 +206,11 @@ static __always_inline int olcd_is_ipv6_ext(__u8 nh)
 	       nh == IPPROTO_FRAGMENT || nh == IPPROTO_AH;
 }
 
-static __always_inline int olcd_parse_ipv6(void *data, void *data_end, __u32 off,
-					   struct olcd_pkt *pkt)
+static __always_inline int olcd_parse_ipv6(void *data, void *data_end, struct __sk_buff *skb,
+					   __u32 off, struct olcd_pkt *pkt)
 {
 	struct ipv6hdr *ip6 = data + off;
+	__u32 l3base;
 	__u8 nh;
 
 	if ((void *)(ip6 + 1) > data_end)
@@ -175,6 +221,9 @@ static __always_inline int olcd_parse_ipv6(void *data, void *data_end, __u32 off
 	pkt->ipv6 = 1;
 	nh = ip6->nexthdr;
 	off += sizeof(*ip6);
+	/* A payload length of 0 (a jumbogram, RFC 2675) leaves no room for a
+	 * transport header: olcd does not walk the jumbo option. */
+	l3base = off;
 
 #pragma unroll
 	for (int i = 0; i <= OLCD_MAX_EXTHDR; i++) {
@@ -182,13 +231,18 @@ static __always_inline int olcd_parse_ipv6(void *data, void *data_end, __u32 off
 		__u32 len;
 
 		if (nh == IPPROTO_TCP || nh == IPPROTO_UDP)
-			return olcd_parse_l4(data, data_end, off, nh, pkt);
+			return olcd_parse_l4(data, data_end, off, nh, &ip6->payload_len, l3base,
+					     skb, pkt);
 		if (!olcd_is_ipv6_ext(nh))
 			/* ESP hides the transport header; anything else
 			 * (ICMPv6, No Next Header, ...) is not TCP or UDP. */
 			return nh == IPPROTO_ESP ? OLCD_P_UNCLASSIFIED : OLCD_P_NOT_NEW;
 		if (i == OLCD_MAX_EXTHDR)
 			return OLCD_P_UNCLASSIFIED; /* chain longer than the walk */
+		/* Hop-by-Hop is only valid first (RFC 8200 4.1); the kernel
+		 * discards it anywhere else. */
+		if (i > 0 && nh == IPPROTO_HOPOPTS)
+			return OLCD_P_UNCLASSIFIED;
 		/* One verifier state per step, whatever came before. The
 		 * first step's offset differs only by the VLAN depth. */
 		if (i > 0) {
@@ -217,14 +271,17 @@ static __always_inline int olcd_parse_ipv6(void *data, void *data_end, __u32 off
 }
 
 /*
- * Classify the frame in [data, data_end). On OLCD_P_NEW, pkt describes the
- * candidate: a TCP SYN (ACK, RST, FIN clear) or a UDP datagram.
+ * Classify the frame in [data, data_end): at XDP (skb NULL) all of it; at TC
+ * the linear part of skb's frame. On OLCD_P_NEW, pkt describes the
+ * candidate: a TCP SYN (ACK, RST, FIN clear) or a UDP datagram whose header
+ * lies inside its IP packet, itself inside the frame.
  *
  * Only the bytes are trusted, never skb->protocol: at TC a VLAN tag the NIC
  * stripped into skb metadata is simply absent from the data, and an in-band tag
  * is walked here, so both give the same answer.
  */
-static __always_inline int olcd_parse(void *data, void *data_end, struct olcd_pkt *pkt)
+static __always_inline int olcd_parse(void *data, void *data_end, struct __sk_buff *skb,
+				      struct olcd_pkt *pkt)
 {
 	__u32 off = ETH_HLEN;
 	__be16 proto;
@@ -235,7 +292,7 @@ static __always_inline int olcd_parse(void *data, void *data_end, struct olcd_pk
 	proto = *(__be16 *)(data + ETH_ALEN * 2);
 	/* Untagged IPv4 first: the common case skips the VLAN checks. */
 	if (proto == bpf_htons(ETH_P_IP))
-		return olcd_parse_ipv4(data, data_end, off, pkt);
+		return olcd_parse_ipv4(data, data_end, skb, off, pkt);
 
 #pragma unroll
 	for (int i = 0; i < OLCD_MAX_VLAN; i++) {
@@ -250,9 +307,9 @@ static __always_inline int olcd_parse(void *data, void *data_end, struct olcd_pk
 	}
 
 	if (proto == bpf_htons(ETH_P_IP))
-		return olcd_parse_ipv4(data, data_end, off, pkt);
+		return olcd_parse_ipv4(data, data_end, skb, off, pkt);
 	if (proto == bpf_htons(ETH_P_IPV6))
-		return olcd_parse_ipv6(data, data_end, off, pkt);
+		return olcd_parse_ipv6(data, data_end, skb, off, pkt);
 	if (proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD))
 		return OLCD_P_UNCLASSIFIED; /* more tags than OLCD_MAX_VLAN */
 	return OLCD_P_NOT_NEW;          /* ARP, LLDP, ...: not IP */

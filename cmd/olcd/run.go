@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/olcd/olcd/internal/daemon"
 	"github.com/olcd/olcd/internal/rules"
@@ -31,6 +33,9 @@ func cmdRun(args []string, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "olcd run: unexpected argument %q\n", fs.Arg(0))
 		return errUsage
 	}
+	// SIGHUP means "reload" to olcd, never "exit" (Go's default): until Run
+	// listens for it, one sent early (logrotate, an eager reload) is dropped.
+	signal.Ignore(syscall.SIGHUP)
 	log, err := newLogger(stderr, *level, *format)
 	if err != nil {
 		fmt.Fprintf(stderr, "olcd run: %v\n", err)

@@ -120,6 +120,9 @@ func listenAdmin(path string) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("create admin socket directory: %w", err)
 	}
+	if err := checkSocketDir(filepath.Dir(path)); err != nil {
+		return nil, err
+	}
 	if _, err := os.Lstat(path); err == nil {
 		c, err := net.DialTimeout("unix", path, time.Second)
 		if err == nil {
@@ -142,4 +145,32 @@ func listenAdmin(path string) (net.Listener, error) {
 		return nil, fmt.Errorf("listen on admin socket %s: %w", path, err)
 	}
 	return ln, nil
+}
+
+// checkSocketDir refuses a socket directory that someone other than root or
+// olcd's own user could write to: they could replace the socket with theirs
+// after olcd starts and answer `olcd status` and `olcd set` in its place.
+// A world-writable directory with the sticky bit (/tmp) is accepted: there
+// nobody can remove or rename olcd's socket.
+func checkSocketDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("admin socket directory: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil
+	}
+	mode := fi.Mode()
+	switch {
+	case !fi.IsDir():
+		return fmt.Errorf("admin socket directory %s is not a directory", dir)
+	case st.Uid != 0 && int(st.Uid) != os.Geteuid():
+		return fmt.Errorf("admin socket directory %s belongs to uid %d: that user could replace the socket (chown it to root, or choose another admin.socket)", dir, st.Uid)
+	case mode&os.ModeSticky != 0:
+		return nil
+	case mode.Perm()&0o002 != 0, mode.Perm()&0o020 != 0 && st.Gid != 0:
+		return fmt.Errorf("admin socket directory %s has mode %04o: others could replace the socket (chmod go-w %s, or choose another admin.socket)", dir, mode.Perm(), dir)
+	}
+	return nil
 }

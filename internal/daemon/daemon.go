@@ -20,11 +20,13 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"github.com/vishvananda/netlink"
 
 	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/loader"
@@ -44,8 +46,8 @@ const EmbeddedSource = "embedded default"
 // config file.
 type Options struct {
 	// ConfigPath is the config file; "" runs on the embedded default
-	// (rules.Default: observe mode, every non-loopback interface, ports:
-	// auto).
+	// (rules.Default: observe mode, every non-loopback interface as
+	// selectInterfaces narrows it, ports: auto).
 	ConfigPath string
 	// Version is reported in status and the olcd_build_info metric.
 	Version string
@@ -85,6 +87,9 @@ type Daemon struct {
 	dlog      *decisionLog
 	cmds      chan command
 
+	limits      limits // what the loaded datapath was sized and set up with
+	autoLeftOut int    // discovered ports the last discovery had no room for
+
 	status  atomic.Pointer[Status]
 	metrics *metrics
 }
@@ -96,6 +101,23 @@ type portEntry struct {
 	mode   rules.Mode // effective mode
 	source string     // "config" or "auto"
 }
+
+// limits are the settings the datapath was loaded with. They change only
+// with a restart, so a config that needs more than they allow is refused
+// whole instead of being applied half (see fits).
+type limits struct {
+	maxPorts    int           // datapath.max_ports
+	maxPrefixes int           // datapath.max_prefixes, per address family
+	staleAfter  time.Duration // heartbeat.stale_after
+}
+
+func limitsOf(cfg *rules.Config) limits {
+	return limits{maxPorts: cfg.Datapath.MaxPorts, maxPrefixes: cfg.Datapath.MaxPrefixes, staleAfter: cfg.StaleAfter}
+}
+
+// openDatapath loads and attaches the datapath; tests replace it with a
+// load-only function.
+var openDatapath = loader.Open
 
 // command is work handed to the tick loop; done receives its result.
 type command struct {
@@ -181,6 +203,12 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	d.started = time.Now()
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// Before anything slow: a SIGHUP that arrives while olcd attaches
+	// (logrotate, a reload sent too early) would otherwise kill it, Go's
+	// default for SIGHUP, and leave clsact filters behind.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 
 	ln, err := listenAdmin(d.adminSocket())
 	if err != nil {
@@ -193,6 +221,16 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer d.dlog.Close()
+
+	// Every address is taken before the datapath attaches, so a busy one
+	// fails the start without touching an interface.
+	var mln net.Listener
+	if addr := d.metricsAddress(); addr != "" {
+		if mln, err = net.Listen("tcp", addr); err != nil {
+			return fmt.Errorf("listen for metrics on %s: %w", addr, err)
+		}
+		defer mln.Close()
+	}
 
 	if err := d.start(); err != nil {
 		return err
@@ -212,11 +250,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}()
 	defer admin.Close()
 
-	if addr := d.metricsAddress(); addr != "" {
-		mln, err := net.Listen("tcp", addr)
-		if err != nil {
-			return fmt.Errorf("listen for metrics on %s: %w", addr, err)
-		}
+	if mln != nil {
 		msrv := &http.Server{Handler: d.metrics.handler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := msrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -227,9 +261,6 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		d.log.Info("metrics endpoint listening", "address", mln.Addr().String())
 	}
 
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	fileChanged := d.watchConfig(ctx)
 
 	d.tick()
@@ -285,10 +316,11 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 // start resolves interfaces and ports, creates the sampler and controller,
 // and loads and attaches the datapath. On error nothing stays attached.
 func (d *Daemon) start() error {
-	ifaces, err := resolveInterfaces(d.cfg.Interfaces)
+	ifaces, err := d.resolveInterfaces(d.cfg.Interfaces)
 	if err != nil {
 		return err
 	}
+	d.limits = limitsOf(d.cfg)
 	d.ports = d.resolvePorts(d.cfg)
 	if d.smp, err = sampler.New(d.cfg.SamplerConfig(tcpPorts(d.ports)), d.log.With("component", "sampler")); err != nil {
 		return fmt.Errorf("start sampler: %w", err)
@@ -297,7 +329,7 @@ func (d *Daemon) start() error {
 		return fmt.Errorf("start controller: %w", err)
 	}
 	lcfg := loaderConfig(d.cfg, ifaces)
-	if d.dp, err = loader.Open(lcfg, d.log.With("component", "loader")); err != nil {
+	if d.dp, err = openDatapath(lcfg, d.log.With("component", "loader")); err != nil {
 		return err
 	}
 	if err := d.program(); err != nil {
@@ -310,27 +342,95 @@ func (d *Daemon) start() error {
 	return nil
 }
 
-// resolveInterfaces returns the configured interfaces, or every
-// non-loopback interface that is up. Errors: none found.
-func resolveInterfaces(configured []string) ([]string, error) {
+// resolveInterfaces returns the configured interfaces, or the interfaces
+// the embedded default protects (see selectInterfaces). Errors: none found.
+func (d *Daemon) resolveInterfaces(configured []string) ([]string, error) {
 	if len(configured) > 0 {
 		return configured, nil
 	}
-	all, err := net.Interfaces()
+	links, err := netlink.LinkList()
 	if err != nil {
 		return nil, fmt.Errorf("list interfaces: %w", err)
 	}
-	var out []string
-	for _, ifc := range all {
-		if ifc.Flags&net.FlagLoopback != 0 || ifc.Flags&net.FlagUp == 0 {
-			continue
+	byIndex := make(map[int]netlink.Link, len(links))
+	for _, l := range links {
+		byIndex[l.Attrs().Index] = l
+	}
+	infos := make([]ifaceInfo, 0, len(links))
+	for _, l := range links {
+		a := l.Attrs()
+		info := ifaceInfo{
+			name: a.Name, index: a.Index, kind: l.Type(), encap: a.EncapType, parent: a.ParentIndex,
+			up: a.Flags&net.FlagUp != 0, loopback: a.Flags&net.FlagLoopback != 0,
 		}
-		out = append(out, ifc.Name)
+		if m, ok := byIndex[a.MasterIndex]; ok && a.MasterIndex != 0 {
+			info.masterKind = m.Type()
+		}
+		infos = append(infos, info)
+	}
+	out, skipped := selectInterfaces(infos)
+	for name, why := range skipped {
+		d.log.Info("interface not protected by the embedded default", "interface", name, "reason", why)
 	}
 	if len(out) == 0 {
-		return nil, errors.New("no interface to attach to: no non-loopback interface is up (set interfaces: in the config)")
+		return nil, errors.New("no interface to attach to: no non-loopback Ethernet interface is up (set interfaces: in the config)")
 	}
 	return out, nil
+}
+
+// ifaceInfo is what selectInterfaces needs to know of a link.
+type ifaceInfo struct {
+	name, kind, encap string // kind: netlink link type ("veth", "bridge", "vlan", ...); encap: "ether", "none", ...
+	index, parent     int    // parent: the lower device of a vlan/macvlan/ipvlan, else 0
+	masterKind        string // link type of the bridge/bond/VRF it is enslaved to, or ""
+	up, loopback      bool
+}
+
+// selectInterfaces picks, among the links, those the embedded default
+// attaches to: up, not loopback, Ethernet-framed (the datapath parses
+// Ethernet; an L3 device such as WireGuard or tun hands it IP headers), and
+// each packet on exactly one of them. A packet crosses the tc ingress hook
+// of a bridge, bond or team port and then of the master, and of a parent
+// device and then of its vlan, macvlan or ipvlan child: attaching both would
+// count every new connection twice and shed it with twice the probability.
+// So ports of those masters are skipped (the master is attached), and so
+// are children whose parent is attached. skipped maps each link left out
+// (other than down or loopback ones) to the reason.
+func selectInterfaces(links []ifaceInfo) (out []string, skipped map[string]string) {
+	skipped = map[string]string{}
+	chosen := map[int]bool{}
+	for _, l := range links {
+		switch {
+		case !l.up || l.loopback:
+		case l.encap != "ether":
+			skipped[l.name] = fmt.Sprintf("link type %q has no Ethernet header", l.encap)
+		case l.masterKind == "bridge" || l.masterKind == "bond" || l.masterKind == "team" || l.masterKind == "openvswitch":
+			skipped[l.name] = fmt.Sprintf("port of a %s, whose master is protected instead", l.masterKind)
+		default:
+			chosen[l.index] = true
+		}
+	}
+	for _, l := range links {
+		if !chosen[l.index] {
+			continue
+		}
+		if stacked(l.kind) && chosen[l.parent] {
+			skipped[l.name] = fmt.Sprintf("%s on a protected parent, which sees its packets first", l.kind)
+			continue
+		}
+		out = append(out, l.name)
+	}
+	return out, skipped
+}
+
+// stacked reports whether a link of this kind receives what its parent
+// device received, after the parent's tc ingress hook ran.
+func stacked(kind string) bool {
+	switch kind {
+	case "vlan", "macvlan", "macvtap", "ipvlan", "ipvtap":
+		return true
+	}
+	return false
 }
 
 // loaderConfig maps the config onto the datapath's own types.
@@ -430,6 +530,14 @@ func (d *Daemon) Reload(ctx context.Context) error {
 
 func (d *Daemon) override(kind, value string, doc []byte) error {
 	cfg, warns, err := d.cfg.Patch(doc, "admin "+kind)
+	if err == nil {
+		// A live override that could not take effect would show in status
+		// as applied while the datapath runs on the old values.
+		if fields := restartOnly(d.cfg, cfg); len(fields) > 0 {
+			err = fmt.Errorf("%s: not changed by a live override; they take effect only after a restart (edit the file and restart olcd)",
+				strings.Join(fields, ", "))
+		}
+	}
 	if err != nil {
 		d.dlog.Record("config_override_refused", "kind", kind, "value", value, "err", err.Error())
 		return err
@@ -474,16 +582,23 @@ func (d *Daemon) reload(trigger string) error {
 
 // apply makes cfg the config in force: the controller, sampler and datapath
 // take it before the next tick. Settings that need a restart are kept at
-// their running values and named in the log.
+// their running values and named in the log. A config the running datapath
+// cannot hold is refused before anything changes; if writing the datapath
+// fails anyway, the previous config is restored and written again, so an
+// error always means that the running config stays.
 func (d *Daemon) apply(cfg *rules.Config) error {
-	old := d.cfg
+	old, oldPorts, oldCtrl, oldSmp, oldLast := d.cfg, d.ports, d.ctrl, d.smp, d.last.decision.Ports
 	ports := d.resolvePorts(cfg)
+	if err := d.limits.fits(cfg, ports); err != nil {
+		return err
+	}
 	if err := d.ctrl.Reconfigure(cfg.ControllerConfig(controllerPorts(ports))); err != nil {
 		return fmt.Errorf("reconfigure controller: %w", err)
 	}
 	if old.Cgroup != cfg.Cgroup {
 		smp, err := sampler.New(cfg.SamplerConfig(tcpPorts(ports)), d.log.With("component", "sampler"))
 		if err != nil {
+			_ = d.ctrl.Reconfigure(old.ControllerConfig(controllerPorts(oldPorts)))
 			return fmt.Errorf("restart sampler: %w", err)
 		}
 		d.smp = smp
@@ -496,6 +611,9 @@ func (d *Daemon) apply(cfg *rules.Config) error {
 		// under shedding.
 		ctrl, err := adaptive.New(cfg.ControllerConfig(controllerPorts(ports)))
 		if err != nil {
+			d.smp = oldSmp
+			d.smp.SetTCPPorts(tcpPorts(oldPorts))
+			_ = d.ctrl.Reconfigure(old.ControllerConfig(controllerPorts(oldPorts)))
 			return fmt.Errorf("restart controller: %w", err)
 		}
 		d.ctrl = ctrl
@@ -507,6 +625,15 @@ func (d *Daemon) apply(cfg *rules.Config) error {
 	d.cfg = cfg
 	d.ports = ports
 	if err := d.program(); err != nil {
+		d.cfg, d.ports, d.ctrl, d.smp, d.last.decision.Ports = old, oldPorts, oldCtrl, oldSmp, oldLast
+		d.smp.SetTCPPorts(tcpPorts(oldPorts))
+		rerr := d.ctrl.Reconfigure(old.ControllerConfig(controllerPorts(oldPorts)))
+		if rerr == nil {
+			rerr = d.program()
+		}
+		if rerr != nil {
+			return errors.Join(err, fmt.Errorf("restore the running config: %w", rerr))
+		}
 		return err
 	}
 	if old.Interval != cfg.Interval && d.ticker != nil {
@@ -524,6 +651,35 @@ func (d *Daemon) apply(cfg *rules.Config) error {
 		d.log.Warn("settings changed that take effect only after a restart", "fields", fields)
 	}
 	return nil
+}
+
+// fits checks that the running datapath can carry cfg with these ports:
+// map sizes and the heartbeat's stale-after are fixed at start, so a config
+// that raises them in the same change as it uses them must wait for a
+// restart. Errors name the setting and both values.
+func (l limits) fits(cfg *rules.Config, ports []portEntry) error {
+	var errs []error
+	if len(ports) > l.maxPorts {
+		errs = append(errs, fmt.Errorf("ports: %d ports exceed the running datapath.max_ports %d (a new max_ports takes effect only after a restart)",
+			len(ports), l.maxPorts))
+	}
+	var n4, n6 int
+	for _, p := range cfg.Exceptions.Sources {
+		if p.Addr().Is4() {
+			n4++
+		} else {
+			n6++
+		}
+	}
+	if n4 > l.maxPrefixes || n6 > l.maxPrefixes {
+		errs = append(errs, fmt.Errorf("exceptions.sources: %d IPv4 and %d IPv6 prefixes exceed the running datapath.max_prefixes %d per family (a new max_prefixes takes effect only after a restart)",
+			n4, n6, l.maxPrefixes))
+	}
+	if cfg.Interval >= l.staleAfter {
+		errs = append(errs, fmt.Errorf("interval: %v is not shorter than the running heartbeat.stale_after %v: the datapath would fail open between two ticks (a new stale_after takes effect only after a restart)",
+			cfg.Interval, l.staleAfter))
+	}
+	return errors.Join(errs...)
 }
 
 // program writes mode, exceptions and port policies into the datapath.

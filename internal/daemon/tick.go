@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -180,7 +181,40 @@ func (d *Daemon) resolvePorts(cfg *rules.Config) []portEntry {
 		}
 		return out
 	}
-	return autoPorts(cfg, listeners)
+	found := autoPorts(cfg, listeners)
+	kept := capPorts(found, d.ports, d.limits.maxPorts)
+	if left := len(found) - len(kept); left != d.autoLeftOut {
+		d.autoLeftOut = left
+		if left > 0 {
+			d.log.Warn("more listening ports than datapath.max_ports: some are not protected (raise max_ports and restart)",
+				"listening", len(found), "max_ports", d.limits.maxPorts, "left_out", left)
+		}
+	}
+	return kept
+}
+
+// capPorts keeps at most max of the discovered ports (all when max <= 0):
+// those protected now first, so that a new listener never takes the place
+// of one already protected, then the lowest port numbers. The result is
+// sorted by port like autoPorts's.
+func capPorts(found, current []portEntry, max int) []portEntry {
+	if max <= 0 || len(found) <= max {
+		return found
+	}
+	protected := make(map[adaptive.PortKey]bool, len(current))
+	for _, p := range current {
+		protected[p.key] = true
+	}
+	kept := make([]portEntry, 0, max)
+	for _, keepOld := range []bool{true, false} {
+		for _, p := range found {
+			if len(kept) < max && protected[p.key] == keepOld {
+				kept = append(kept, p)
+			}
+		}
+	}
+	slices.SortFunc(kept, func(a, b portEntry) int { return cmp.Compare(a.key.Port, b.key.Port) })
+	return kept
 }
 
 // autoPorts turns listeners into class-normal TCP ports: a listener on a
@@ -218,10 +252,19 @@ func (d *Daemon) rediscover() {
 		d.log.Error("reconfigure controller for discovered ports", "err", err)
 		return
 	}
+	old := d.ports
 	d.ports = ports
 	d.smp.SetTCPPorts(tcpPorts(ports))
 	if err := d.program(); err != nil {
-		d.log.Error("program discovered ports", "err", err)
+		// Back to the ports the datapath had: the controller must not
+		// produce probabilities for ports without a policy.
+		d.ports = old
+		d.smp.SetTCPPorts(tcpPorts(old))
+		rerr := d.ctrl.Reconfigure(d.cfg.ControllerConfig(controllerPorts(old)))
+		if rerr == nil {
+			rerr = d.program()
+		}
+		d.log.Error("program discovered ports; keeping the previous ones", "err", errors.Join(err, rerr))
 		return
 	}
 	d.log.Info("protected ports changed", "added", added, "removed", removed)

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -30,6 +32,7 @@ type Attachment struct {
 type attachment struct {
 	Attachment
 	ifindex int
+	netns   uint64 // inode of the network namespace attached in
 	// nl speaks netlink in the network namespace the interface was
 	// attached in, so that Close removes filters there whatever thread or
 	// namespace it is called from.
@@ -99,7 +102,25 @@ func (d *Datapath) attach(iface string, mode AttachMode, noTCX bool) error {
 		nl.Close()
 		return fmt.Errorf("attach %s to %s: %w", mode, iface, err)
 	}
+	if !ethernetFramed(l) {
+		nl.Close()
+		return fmt.Errorf("attach %s to %s: link type %q has no Ethernet header, which the datapath parses "+
+			"(its bytes would be read as one); attach to the Ethernet interface the traffic arrives on", mode, iface, l.Attrs().EncapType)
+	}
+	// The same interface under another name (renamed, or an altname)
+	// would run the program twice on every packet.
+	ns := currentNetns()
+	for _, a := range d.attachments {
+		if a.ifindex == l.Attrs().Index && a.netns == ns {
+			nl.Close()
+			return fmt.Errorf("attach %s to %s: already attached as %s (%s, %s)", mode, iface, a.Interface, a.Hook, a.Mode)
+		}
+	}
 	if err := d.removeLeftovers(nl, l); err != nil {
+		nl.Close()
+		return fmt.Errorf("attach %s to %s: %w", mode, iface, err)
+	}
+	if err := d.checkOtherInstance(nl, l); err != nil {
 		nl.Close()
 		return fmt.Errorf("attach %s to %s: %w", mode, iface, err)
 	}
@@ -119,7 +140,7 @@ func (d *Datapath) attach(iface string, mode AttachMode, noTCX bool) error {
 		nl.Close()
 		return err
 	}
-	a.nl = nl
+	a.nl, a.netns = nl, ns
 	d.attachments = append(d.attachments, a)
 	d.log.Info("datapath attached", "interface", iface, "hook", a.Hook, "mode", a.Mode)
 	return nil
@@ -235,11 +256,23 @@ func (a *attachment) detach(log *slog.Logger) error {
 		return nil
 	}
 	if a.filter != nil {
-		if err := a.nl.FilterDel(a.filter); err != nil && !gone(err) {
+		if err := a.nl.FilterDel(a.filter); err != nil && !gone(err) && !a.clsactGone() {
 			return fmt.Errorf("detach tc (clsact) from %s: delete filter: %w", a.Interface, err)
 		}
 	}
 	return a.removeQdiscIfEmpty(log)
+}
+
+// clsactGone reports whether the interface has no clsact qdisc any more:
+// another tool deleted it, and the filter with it (the kernel then answers
+// EINVAL to the filter's deletion, not ENOENT).
+func (a *attachment) clsactGone() bool {
+	l, err := a.nl.LinkByIndex(a.ifindex)
+	if err != nil {
+		return gone(err)
+	}
+	has, err := hasClsact(a.nl, l)
+	return err == nil && !has
 }
 
 // removeQdiscIfEmpty removes the clsact qdisc if olcd created it and no
@@ -255,6 +288,12 @@ func (a *attachment) removeQdiscIfEmpty(log *slog.Logger) error {
 			return nil
 		}
 		return fmt.Errorf("detach tc (clsact) from %s: %w", a.Interface, err)
+	}
+	if has, err := hasClsact(a.nl, l); err != nil || !has {
+		if err != nil {
+			return fmt.Errorf("detach tc (clsact) from %s: %w", a.Interface, err)
+		}
+		return nil // someone deleted it already
 	}
 	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
 		fs, err := listFilters(a.nl, l, parent)
@@ -278,8 +317,10 @@ func (a *attachment) removeQdiscIfEmpty(log *slog.Logger) error {
 }
 
 // removeLeftovers deletes cls_bpf ingress filters named with FilterPrefix
-// that are not this Datapath's: a killed olcd cannot remove its own, and its
-// program would keep running on frozen maps.
+// whose program no process holds any more: a killed olcd cannot remove its
+// own, and its program would keep running on frozen maps. A filter whose
+// program a live process holds belongs to another running olcd and is left
+// alone (checkOtherInstance refuses to attach beside it).
 func (d *Datapath) removeLeftovers(nl *netlink.Handle, l netlink.Link) error {
 	has, err := hasClsact(nl, l)
 	if err != nil || !has {
@@ -293,9 +334,25 @@ func (d *Datapath) removeLeftovers(nl *netlink.Handle, l netlink.Link) error {
 	if err != nil {
 		return err
 	}
+	var cands []*netlink.BpfFilter
+	ids := map[uint32]bool{}
 	for _, f := range fs {
 		bf, ok := f.(*netlink.BpfFilter)
 		if !ok || !strings.HasPrefix(bf.Name, FilterPrefix) || bf.Id == int(own) || bf.Handle == 0 {
+			continue
+		}
+		cands = append(cands, bf)
+		ids[uint32(bf.Id)] = true
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	held, err := heldPrograms(ids)
+	if err != nil {
+		return err
+	}
+	for _, bf := range cands {
+		if _, live := held[uint32(bf.Id)]; live {
 			continue
 		}
 		if err := nl.FilterDel(bf); err != nil && !gone(err) {
@@ -305,6 +362,114 @@ func (d *Datapath) removeLeftovers(nl *netlink.Handle, l netlink.Link) error {
 			"filter", bf.Name, "program_id", bf.Id, "priority", bf.Priority)
 	}
 	return nil
+}
+
+// checkOtherInstance refuses to attach where another running olcd already
+// is: both would count every new connection and shed it, each with its own
+// probability. Its tcx program, XDP program or clsact filter (one a live
+// process holds: removeLeftovers took the others) is recognised by name.
+func (d *Datapath) checkOtherInstance(nl *netlink.Handle, l netlink.Link) error {
+	own := map[ebpf.ProgramID]bool{}
+	for _, p := range []*ebpf.Program{d.objs.OlcdTc, d.objs.OlcdXdp} {
+		id, err := progID(p)
+		if err != nil {
+			return err
+		}
+		own[id] = true
+	}
+	other := func(id ebpf.ProgramID, hook string) error {
+		if own[id] {
+			return nil
+		}
+		if name := programName(id); strings.HasPrefix(name, FilterPrefix) {
+			return fmt.Errorf("another olcd is attached (%s program %s, id %d); two would shed the same connections twice: stop it first", hook, name, id)
+		}
+		return nil
+	}
+	q, err := link.QueryPrograms(link.QueryOptions{Target: l.Attrs().Index, Attach: ebpf.AttachTCXIngress})
+	if err == nil {
+		for _, p := range q.Programs {
+			if err := other(p.ID, "tcx"); err != nil {
+				return err
+			}
+		}
+	} else if !errors.Is(err, ebpf.ErrNotSupported) && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("query tcx programs: %w", err)
+	}
+	if x := l.Attrs().Xdp; x != nil && x.Attached {
+		if err := other(ebpf.ProgramID(x.ProgId), "xdp"); err != nil {
+			return err
+		}
+	}
+	has, err := hasClsact(nl, l)
+	if err != nil || !has {
+		return err
+	}
+	fs, err := listFilters(nl, l, netlink.HANDLE_MIN_INGRESS)
+	if err != nil {
+		return err
+	}
+	for _, f := range fs {
+		bf, ok := f.(*netlink.BpfFilter)
+		if ok && strings.HasPrefix(bf.Name, FilterPrefix) && !own[ebpf.ProgramID(bf.Id)] && bf.Handle != 0 {
+			return fmt.Errorf("another olcd is attached (clsact filter %q, program id %d); two would shed the same connections twice: stop it first", bf.Name, bf.Id)
+		}
+	}
+	return nil
+}
+
+// programName returns the name of a loaded program, or "" when it cannot be
+// read (gone already).
+func programName(id ebpf.ProgramID) string {
+	p, err := ebpf.NewProgramFromID(id)
+	if err != nil {
+		return ""
+	}
+	defer p.Close()
+	info, err := p.Info()
+	if err != nil {
+		return ""
+	}
+	return info.Name
+}
+
+// heldPrograms returns which of the program ids some process holds a file
+// descriptor of, with the pid of one holder. It reads /proc/*/fdinfo, the
+// only place the kernel tells; run only when a leftover candidate exists.
+func heldPrograms(ids map[uint32]bool) (map[uint32]int, error) {
+	held := map[uint32]int{}
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("find program holders: %w", err)
+	}
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		dir := "/proc/" + p.Name()
+		fds, err := os.ReadDir(dir + "/fd")
+		if err != nil {
+			continue // gone, or a kernel thread
+		}
+		for _, fd := range fds {
+			if target, err := os.Readlink(dir + "/fd/" + fd.Name()); err != nil || target != "anon_inode:bpf-prog" {
+				continue
+			}
+			info, err := os.ReadFile(dir + "/fdinfo/" + fd.Name())
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(info), "\n") {
+				if v, ok := strings.CutPrefix(line, "prog_id:"); ok {
+					if id, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32); err == nil && ids[uint32(id)] {
+						held[uint32(id)] = pid
+					}
+				}
+			}
+		}
+	}
+	return held, nil
 }
 
 func hasClsact(nl *netlink.Handle, l netlink.Link) (bool, error) {
@@ -365,6 +530,25 @@ func progID(p *ebpf.Program) (ebpf.ProgramID, error) {
 		return 0, errors.New("program info: kernel reports no program id")
 	}
 	return id, nil
+}
+
+// currentNetns identifies the calling thread's network namespace by its
+// inode (0 if /proc cannot tell, which only weakens the duplicate check).
+func currentNetns() uint64 {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		return 0
+	}
+	return st.Ino
+}
+
+// ethernetFramed reports whether frames on l start with an Ethernet header:
+// Ethernet-type links (physical NICs, veth, bridges, bonds, VLANs, VXLAN)
+// and loopback (which carries a zeroed one). L3 devices (WireGuard, tun,
+// IP-in-IP, GRE, PPP) hand the programs the IP header first.
+func ethernetFramed(l netlink.Link) bool {
+	t := l.Attrs().EncapType
+	return t == "ether" || t == "loopback"
 }
 
 // gone reports whether err says the interface (and so its qdiscs and

@@ -148,8 +148,9 @@ func TestCoexistence(t *testing.T) {
 	})
 }
 
-// TestLeftoverFilters: a cls_bpf filter named like olcd's, left by a killed
-// instance, is removed at Attach; other filters are not touched.
+// TestLeftoverFilters: a cls_bpf filter named like olcd's whose program no
+// process holds any more (left by a killed instance) is removed at Attach;
+// other filters are not touched.
 func TestLeftoverFilters(t *testing.T) {
 	n := newTestNet(t)
 	stale, foreign := passCLS(t), passCLS(t)
@@ -162,6 +163,7 @@ func TestLeftoverFilters(t *testing.T) {
 		}
 		return addBPFFilter(n.serverIf, "foreign", 4, foreign)
 	})
+	stale.Close() // like the killed process: only the filter holds it now
 	d := loadTest(t, Config{})
 	n.inServer(t, func() error { return d.Attach(n.serverIf, AttachTC) })
 	t.Cleanup(func() { n.inServer(t, d.Close) })
@@ -174,6 +176,48 @@ func TestLeftoverFilters(t *testing.T) {
 			return fmt.Errorf("filters %q after Attach, want only the foreign one", names)
 		}
 		return nil
+	})
+}
+
+// TestAnotherInstance: an olcd that is running (its program held by a live
+// process) is neither mistaken for a leftover nor joined: its clsact filter
+// stays, and attaching beside it, or beside its tcx program, is refused.
+func TestAnotherInstance(t *testing.T) {
+	t.Run("clsact", func(t *testing.T) {
+		n := newTestNet(t)
+		live := passCLS(t) // this process holds it, as a running olcd would
+		n.inServer(t, func() error {
+			if err := addClsact(n.serverIf); err != nil {
+				return err
+			}
+			return addBPFFilter(n.serverIf, "olcd_tc", 3, live)
+		})
+		d := loadTest(t, Config{})
+		var err error
+		_ = onThreadIn(n.server, func() error { err = d.Attach(n.serverIf, AttachTC); return nil })
+		if err == nil || !strings.Contains(err.Error(), `another olcd is attached (clsact filter "olcd_tc"`) {
+			t.Errorf("attach beside a running olcd's filter: %v", err)
+		}
+		n.inServer(t, func() error {
+			names, _, err := ingressFilterNames(n.serverIf)
+			if err != nil || len(names) != 1 || names[0] != "olcd_tc" {
+				return fmt.Errorf("filters %q (err %v), want the running olcd's kept", names, err)
+			}
+			return nil
+		})
+	})
+	t.Run("tcx", func(t *testing.T) {
+		n := newTestNet(t)
+		first, second := loadTest(t, Config{}), loadTest(t, Config{})
+		n.inServer(t, func() error { return first.Attach(n.serverIf, AttachTC) })
+		t.Cleanup(func() { n.inServer(t, first.Close) })
+		for _, mode := range []AttachMode{AttachTC, AttachXDP} {
+			var err error
+			_ = onThreadIn(n.server, func() error { err = second.Attach(n.serverIf, mode); return nil })
+			if err == nil || !strings.Contains(err.Error(), "another olcd is attached (tcx program olcd_tc") {
+				t.Errorf("attach %s beside a running olcd: %v", mode, err)
+			}
+		}
 	})
 }
 
@@ -258,5 +302,92 @@ func TestXDPFallback(t *testing.T) {
 	_ = onThreadIn(n.server, func() error { err = d2.Attach("lo", AttachXDPNative); return nil })
 	if err == nil || !strings.Contains(err.Error(), "attach xdp (native) to lo") {
 		t.Errorf("native XDP on lo: %v, want an error naming the mode", err)
+	}
+}
+
+// TestAttachInterfaceKinds: an L3 device (a tun here; WireGuard, IP-in-IP
+// and GRE are the same) is refused, because its frames start with the IP
+// header and the parser would read address bytes as an EtherType; the same
+// interface under its altname is refused as already attached; an interface
+// deleted while attached is detached by Close without an error.
+func TestAttachInterfaceKinds(t *testing.T) {
+	n := newTestNet(t)
+	tun, alt := n.serverIf+"t", n.serverIf+"a"
+	n.inServer(t, func() error {
+		if err := netlink.LinkAdd(&netlink.Tuntap{LinkAttrs: netlink.LinkAttrs{Name: tun}, Mode: netlink.TUNTAP_MODE_TUN}); err != nil {
+			return fmt.Errorf("add tun: %w", err)
+		}
+		l, err := netlink.LinkByName(n.serverIf)
+		if err != nil {
+			return err
+		}
+		return netlink.LinkAddAltName(l, alt)
+	})
+	d := loadTest(t, Config{})
+	t.Cleanup(func() { n.inServer(t, d.Close) })
+
+	for _, mode := range []AttachMode{AttachTC, AttachXDP} {
+		var err error
+		_ = onThreadIn(n.server, func() error { err = d.Attach(tun, mode); return nil })
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("attach %s to %s: link type \"none\" has no Ethernet header", mode, tun)) {
+			t.Errorf("attach %s to a tun device: %v, want a refusal naming the link type", mode, err)
+		}
+	}
+	if got := d.Attachments(); len(got) != 0 {
+		t.Fatalf("refused attachments left %+v", got)
+	}
+
+	n.inServer(t, func() error { return d.Attach(n.serverIf, AttachTC) })
+	var err error
+	_ = onThreadIn(n.server, func() error { err = d.Attach(alt, AttachTC); return nil })
+	if err == nil || !strings.Contains(err.Error(), "already attached as "+n.serverIf) {
+		t.Errorf("attach to the altname of an attached interface: %v, want already attached", err)
+	}
+
+	// The interface goes away under the attachment: Close still succeeds.
+	n.inServer(t, func() error {
+		l, err := netlink.LinkByName(n.serverIf)
+		if err != nil {
+			return err
+		}
+		return netlink.LinkDel(l)
+	})
+	if err := d.Close(); err != nil {
+		t.Errorf("close after the interface was deleted: %v", err)
+	}
+}
+
+// TestClsactDeletedUnderneath: another tool deletes the clsact qdisc (and
+// so olcd's filter) while olcd is attached through it; Close then has
+// nothing left to remove and says so without an error, whether olcd or
+// someone else had created the qdisc.
+func TestClsactDeletedUnderneath(t *testing.T) {
+	for _, ours := range []bool{true, false} {
+		t.Run(fmt.Sprintf("created-by-olcd=%v", ours), func(t *testing.T) {
+			n := newTestNet(t)
+			if !ours {
+				n.inServer(t, func() error { return addClsact(n.serverIf) })
+			}
+			d := loadTest(t, Config{})
+			n.inServer(t, func() error { return d.attach(n.serverIf, AttachTC, true) })
+			n.inServer(t, func() error {
+				l, err := netlink.LinkByName(n.serverIf)
+				if err != nil {
+					return err
+				}
+				return netlink.QdiscDel(&netlink.Clsact{QdiscAttrs: netlink.QdiscAttrs{
+					LinkIndex: l.Attrs().Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT,
+				}})
+			})
+			if err := d.Close(); err != nil {
+				t.Errorf("close after the qdisc was deleted: %v", err)
+			}
+			n.inServer(t, func() error {
+				if names, clsact, err := ingressFilterNames(n.serverIf); err != nil || clsact || len(names) != 0 {
+					return fmt.Errorf("after Close: clsact %v, filters %q (err %v)", clsact, names, err)
+				}
+				return nil
+			})
+		})
 	}
 }

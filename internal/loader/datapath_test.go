@@ -2,14 +2,19 @@ package loader
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"net/netip"
+	"os"
+	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
 func TestProbabilityToFixed(t *testing.T) {
@@ -134,6 +139,55 @@ func TestFailOpen(t *testing.T) {
 	}
 }
 
+// TestHeartbeatTimeNamespace: in a time namespace whose CLOCK_MONOTONIC is
+// shifted ahead of or behind the host's (which bpf_ktime_get_ns reads), a
+// fresh heartbeat still lets the datapath shed, and one that stopped still
+// fails open. The test runs itself again under unshare(1).
+func TestHeartbeatTimeNamespace(t *testing.T) {
+	if os.Getenv("OLCD_TIMENS_CHILD") != "" {
+		off, err := timensOffset()
+		must(t, err)
+		if off == 0 {
+			t.Fatal("not in a shifted time namespace")
+		}
+		d := setup(t, Config{StaleAfter: 300 * time.Millisecond}, ActionDrop, 1)
+		if v, _ := run(t, d, hookXDP, syn4(8080, 1)); v != verdictDrop {
+			t.Errorf("offset %v, fresh heartbeat: %s, want drop", time.Duration(off), v)
+		}
+		time.Sleep(500 * time.Millisecond)
+		if v, _ := run(t, d, hookXDP, syn4(8080, 2)); v != verdictPass {
+			t.Errorf("offset %v, heartbeat 0.5 s old, stale after 0.3 s: %s, want pass (fail-open)", time.Duration(off), v)
+		}
+		return
+	}
+	requireRoot(t)
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("needs unshare(1) (util-linux) to enter a time namespace")
+	}
+	if _, err := os.Stat("/proc/self/timens_offsets"); err != nil {
+		t.Skip("kernel without time namespaces (CONFIG_TIME_NS)")
+	}
+	offsets := []int{3600}
+	var up float64
+	if b, err := os.ReadFile("/proc/uptime"); err == nil {
+		fmt.Sscan(string(b), &up)
+	}
+	if up > 120 { // the shifted clock may not go below zero
+		offsets = append(offsets, -60)
+	}
+	for _, off := range offsets {
+		t.Run(fmt.Sprintf("offset=%+ds", off), func(t *testing.T) {
+			cmd := exec.Command(unshare, "--time", fmt.Sprintf("--monotonic=%d", off),
+				os.Args[0], "-test.run=^TestHeartbeatTimeNamespace$", "-test.count=1")
+			cmd.Env = append(os.Environ(), "OLCD_TIMENS_CHILD=1")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("in a time namespace: %v\n%s", err, out)
+			}
+		})
+	}
+}
+
 // TestModesAndExceptions: observe mode at p = 1 passes and counts
 // would-drop; exempt ports and source prefixes pass and count exempt; the
 // global mode caps the port's.
@@ -172,6 +226,14 @@ func TestModesAndExceptions(t *testing.T) {
 			Counters{NewConns: 1, Passed: 1, Exempt: 1}},
 		{"other IPv6 source", ModeEnforce, ModeEnforce, exc{sources: []string{"2001:db8::2/128", "192.0.2.10/32"}}, syn6(8080, 1), tcp8080, verdictDrop,
 			Counters{NewConns: 1, Dropped: 1}},
+		{"every IPv4 source", ModeEnforce, ModeEnforce, exc{sources: []string{"0.0.0.0/0"}}, syn4(8080, 1), tcp8080, verdictPass,
+			Counters{NewConns: 1, Passed: 1, Exempt: 1}},
+		{"every IPv6 source", ModeEnforce, ModeEnforce, exc{sources: []string{"::/0"}}, syn6(8080, 1), tcp8080, verdictPass,
+			Counters{NewConns: 1, Passed: 1, Exempt: 1}},
+		{"IPv4 everything does not cover IPv6", ModeEnforce, ModeEnforce, exc{sources: []string{"0.0.0.0/0"}}, syn6(8080, 1), tcp8080, verdictDrop,
+			Counters{NewConns: 1, Dropped: 1}},
+		{"overlapping prefixes", ModeEnforce, ModeEnforce, exc{sources: []string{"192.0.0.0/8", "192.0.2.0/24", "192.0.2.10/32"}}, syn4(8080, 1), tcp8080, verdictPass,
+			Counters{NewConns: 1, Passed: 1, Exempt: 1}},
 	}
 	for _, h := range hooks {
 		for _, tt := range tests {
@@ -359,6 +421,26 @@ func TestUnclassified(t *testing.T) {
 		{"ipv4-ihl4-bogus", 1},
 		{"ipv4-tcp-truncated", 1},
 		{"ipv4-tcp-doff4", 1},
+		// Headers that do not fit in their IP packet, or packets the
+		// frame cuts short (testdata/packets/lengths.json).
+		{"ipv4-totlen-no-room-for-tcp", 1},
+		{"ipv4-totlen-cuts-tcp-options", 1},
+		{"ipv4-totlen-past-frame", 1},
+		{"ipv4-totlen-below-ihl", 1},
+		{"ipv4-tiny-first-fragment", 1},
+		{"ipv4-mf-no-transport-header", 1},
+		{"ipv4-syn-doff-past-frame", 1},
+		{"ipv4-udp-length-0", 1},
+		{"ipv4-udp-length-past-packet", 1},
+		{"ipv4-udp-length-7", 1},
+		{"ipv6-payload-cuts-tcp", 1},
+		{"ipv6-payload-length-0", 1},
+		{"ipv6-payload-past-frame", 1},
+		{"ipv6-hbh-not-first", 1},
+		{"ipv6-frag-first-cut-tcp", 1},
+		{"ipv4-syn-ethernet-padding", 0},
+		{"ipv6-udp-length-0", 0},
+		{"ipv6-routing-type0-segleft0-syn", 0},
 		{"arp", 0},
 		{"ipv4-icmp-echo", 0},
 		{"ipv6-icmpv6", 0},
@@ -376,6 +458,71 @@ func TestUnclassified(t *testing.T) {
 			run(t, d, h, c.frame)
 			if got := stats(t, d).Unclassified - before; got != tt.want {
 				t.Errorf("%s %s: unclassified +%d, want +%d", h, tt.name, got, tt.want)
+			}
+		}
+	}
+}
+
+// TestTruncatedFrames cuts well-formed candidates short at every byte from
+// the end of the Ethernet header on: Ethernet, each VLAN tag, every byte of
+// the IPv4 header and its options, every IPv6 extension header, the TCP
+// header up to its flags and its options, the UDP header. Every cut frame
+// passes through both programs, counts as unclassified and moves no
+// new-connection counter.
+func TestTruncatedFrames(t *testing.T) {
+	const ethHeaderLen = 14
+	seg := tcpSeg{40000, 8080, 1, tcpSYN}.bytes()
+	// Hop-by-Hop, AH (12 bytes), a first fragment (offset 0, M=1), TCP.
+	chain := append(hopByHop(51), 44, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1)
+	chain = append(chain, 6, 0, 0, 1, 0, 0, 0, 7)
+	bases := []struct {
+		name  string
+		frame []byte
+	}{
+		{"ipv4-syn", syn4(8080, 1)},
+		{"ipv4-options-syn", ipv4OptionsFrame(6, seg)},
+		{"vlan-ipv4-syn", tagged(0x8100, syn4(8080, 1))},
+		{"qinq-ipv4-syn", tagged(0x88a8, tagged(0x8100, syn4(8080, 1)))},
+		{"ipv4-udp", udp4(8080)},
+		{"ipv6-syn", syn6(8080, 1)},
+		{"ipv6-hbh-ah-frag-syn", ipv6Frame(client6, server6, 0, 0, chain, seg)},
+		{"vlan-ipv6-syn", tagged(0x8100, syn6(8080, 1))},
+		{"ipv6-udp", udp6(8080)},
+	}
+	d := loadTest(t, Config{StaleAfter: time.Hour})
+	must(t, d.SetPolicies([]PortPolicy{
+		{Key: tcp8080, Mode: ModeEnforce, Action: ActionDrop, DropProbability: 1},
+		{Key: PortKey{ProtoUDP, 8080}, Mode: ModeEnforce, Action: ActionDrop, DropProbability: 1},
+	}))
+	must(t, d.SetMode(ModeEnforce))
+	must(t, d.Heartbeat())
+	for _, b := range bases {
+		for _, h := range hooks {
+			if v, _ := run(t, d, h, b.frame); v != verdictDrop {
+				t.Fatalf("%s %s: the whole frame is not dropped (%s): the base is wrong", h, b.name, v)
+			}
+			for n := ethHeaderLen; n < len(b.frame); n++ {
+				before := stats(t, d)
+				opts := &ebpf.RunOptions{Data: b.frame[:n]}
+				ret, err := d.prog(h).Run(opts)
+				if err != nil {
+					// The skb test runner refuses L3 headers shorter
+					// than their fixed part before the program runs.
+					if h == hookTC && errors.Is(err, unix.EINVAL) && n < ethHeaderLen+40 {
+						continue
+					}
+					t.Fatalf("%s %s cut to %d bytes: %v", h, b.name, n, err)
+				}
+				after := stats(t, d)
+				if v := toVerdict(t, h, ret); v != verdictPass {
+					t.Errorf("%s %s cut to %d bytes: verdict %s, want pass", h, b.name, n, v)
+				}
+				if got := after.totalNew() - before.totalNew(); got != 0 {
+					t.Errorf("%s %s cut to %d bytes: %d new connections counted", h, b.name, n, got)
+				}
+				if got := after.Unclassified - before.Unclassified; got != 1 {
+					t.Errorf("%s %s cut to %d bytes: unclassified +%d, want +1", h, b.name, n, got)
+				}
 			}
 		}
 	}
@@ -495,6 +642,37 @@ func TestConfig(t *testing.T) {
 	for size, sets := range map[int]uint32{1: 1, 4: 1, 5: 2, 8192: 2048, 8193: 4096} {
 		if got := synSets(size); got != sets {
 			t.Errorf("synSets(%d) = %d, want %d", size, got, sets)
+		}
+	}
+}
+
+// TestCloseConcurrent: Close racing with the daemon-facing calls (and with
+// itself) neither panics nor deadlocks; calls after it fail cleanly. Run
+// with -race to check the locking too.
+func TestCloseConcurrent(t *testing.T) {
+	for range 10 {
+		d := loadTest(t, Config{})
+		must(t, d.SetPolicies([]PortPolicy{{Key: tcp8080, Mode: ModeEnforce}}))
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 30 {
+					_, _ = d.Stats()
+					_ = d.SetDropProbabilities(map[PortKey]float64{tcp8080: 0.5})
+					_ = d.Heartbeat()
+					_ = d.SetMode(ModeObserve)
+					_ = d.Attachments()
+				}
+			}()
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = d.Close() }()
+		must(t, d.Close())
+		wg.Wait()
+		if err := d.SetDropProbabilities(map[PortKey]float64{tcp8080: 1}); err == nil || !strings.Contains(err.Error(), "closed") {
+			t.Fatalf("SetDropProbabilities after Close: %v", err)
 		}
 	}
 }

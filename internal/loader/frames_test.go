@@ -96,3 +96,35 @@ func udp4(dport uint16) []byte {
 	binary.BigEndian.PutUint16(u[4:], uint16(len(u)))
 	return ipv4Frame(client4, server4, 17, 0, u)
 }
+
+// tagged inserts an in-band VLAN tag (TPID tpid, VLAN 42) after the MAC
+// addresses of frame.
+func tagged(tpid uint16, frame []byte) []byte {
+	out := append([]byte{}, frame[:12]...)
+	out = binary.BigEndian.AppendUint16(out, tpid)
+	out = binary.BigEndian.AppendUint16(out, 42)
+	return append(out, frame[12:]...)
+}
+
+// ipv4OptionsFrame is ipv4Frame with a 60-byte header (ihl 15, NOP options).
+func ipv4OptionsFrame(proto uint8, l4 []byte) []byte {
+	f := ipv4Frame(client4, server4, proto, 0, l4)
+	ip := append([]byte{}, f[14:34]...)
+	ip[0] = 0x4f
+	binary.BigEndian.PutUint16(ip[2:], uint16(60+len(l4)))
+	binary.BigEndian.PutUint16(ip[10:], 0)
+	ip = append(ip, make([]byte, 40)...)
+	for i := 20; i < 60; i++ {
+		ip[i] = 1 // NOP
+	}
+	binary.BigEndian.PutUint16(ip[10:], ipv4Checksum(ip))
+	return append(append(ethHeader(0x0800), ip...), l4...)
+}
+
+func udp6(dport uint16) []byte {
+	u := make([]byte, 20)
+	binary.BigEndian.PutUint16(u[0:], 40000)
+	binary.BigEndian.PutUint16(u[2:], dport)
+	binary.BigEndian.PutUint16(u[4:], uint16(len(u)))
+	return ipv6Frame(client6, server6, 17, 0, nil, u)
+}

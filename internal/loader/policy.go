@@ -5,7 +5,11 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -344,13 +348,48 @@ func (d *Datapath) setHeartbeat(ns uint64) error {
 	return nil
 }
 
+// monotonicNow returns CLOCK_MONOTONIC as bpf_ktime_get_ns reads it: the
+// host's. In a time namespace (time_namespaces(7): containers, CRIU
+// restores) the process's clock is shifted by an offset the BPF clock does
+// not have; left in, a heartbeat ahead of the host's clock would keep the
+// datapath "fresh" after the daemon died, one behind it stale forever.
 func monotonicNow() (uint64, error) {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
 		return 0, fmt.Errorf("read CLOCK_MONOTONIC: %w", err)
 	}
-	return uint64(ts.Nano()), nil
+	off, err := timensOffset()
+	if err != nil {
+		return 0, err
+	}
+	return uint64(ts.Nano() - off), nil
 }
+
+// timensOffset is the CLOCK_MONOTONIC offset of this process's time
+// namespace in ns (0 without time namespaces). A process cannot change its
+// time namespace once it runs threads, so it is read once.
+var timensOffset = sync.OnceValues(func() (int64, error) {
+	data, err := os.ReadFile("/proc/self/timens_offsets")
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil // kernel without CONFIG_TIME_NS
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read time namespace offsets: %w", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 || (f[0] != "monotonic" && f[0] != "1") { // name, or CLOCK_MONOTONIC's id
+			continue
+		}
+		sec, err1 := strconv.ParseInt(f[1], 10, 64)
+		nsec, err2 := strconv.ParseInt(f[2], 10, 64)
+		if err := errors.Join(err1, err2); err != nil {
+			return 0, fmt.Errorf("parse time namespace offsets %q: %w", line, err)
+		}
+		return sec*1e9 + nsec, nil
+	}
+	return 0, nil
+})
 
 // writePolicy writes the policy entry of a port that has a slot.
 func (d *Datapath) writePolicy(k PortKey) error {

@@ -71,6 +71,15 @@ type olcd struct {
 // without a file event in the watched directory (see TestDaemonEndToEnd).
 func startDaemon(t *testing.T, env *netEnv, cfg daemonConfig) *olcd {
 	t.Helper()
+	d := prepareDaemon(t, env, cfg)
+	d.start(t)
+	return d
+}
+
+// prepareDaemon is startDaemon without the start: it writes the config and
+// fills in the paths.
+func prepareDaemon(t *testing.T, env *netEnv, cfg daemonConfig) *olcd {
+	t.Helper()
 	dir := t.TempDir()
 	d := &olcd{
 		env:     env,
@@ -90,7 +99,6 @@ func startDaemon(t *testing.T, env *netEnv, cfg daemonConfig) *olcd {
 	if err := os.Symlink("real/olcd.yaml", d.cfgPath); err != nil {
 		t.Fatal(err)
 	}
-	d.start(t)
 	return d
 }
 

@@ -1,0 +1,257 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/loader"
+)
+
+// syncBuffer is a log sink safe for the loader's background goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// testDaemon is a Daemon started as Run starts it, with the datapath loaded
+// but attached nowhere (no interface is touched).
+type testDaemon struct {
+	*Daemon
+	path string
+	log  *syncBuffer
+}
+
+// startTestDaemon writes cfg to a file and starts a daemon on it. It needs
+// root: the datapath is really loaded.
+func startTestDaemon(t *testing.T, cfg string) *testDaemon {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: loads the BPF datapath")
+	}
+	path := filepath.Join(t.TempDir(), "olcd.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	buf := &syncBuffer{}
+	d, err := New(Options{ConfigPath: path, Logger: slog.New(slog.NewTextHandler(buf, nil)), DecisionLog: "-"})
+	if err != nil {
+		t.Fatalf("new daemon: %v", err)
+	}
+	if d.dlog, err = openDecisionLog("-", nil); err != nil {
+		t.Fatal(err)
+	}
+	orig := openDatapath
+	openDatapath = loader.Load
+	t.Cleanup(func() { openDatapath = orig })
+	if err := d.start(); err != nil {
+		t.Fatalf("start: %v\n%s", err, buf)
+	}
+	t.Cleanup(func() { d.dp.Close() })
+	d.tick()
+	return &testDaemon{Daemon: d, path: path, log: buf}
+}
+
+// write replaces the config file.
+func (d *testDaemon) write(t *testing.T, cfg string) {
+	t.Helper()
+	if err := os.WriteFile(d.path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// datapathPorts lists the ports that have a policy in the datapath.
+func (d *testDaemon) datapathPorts(t *testing.T) []string {
+	t.Helper()
+	st, err := d.dp.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for k := range st.Ports {
+		out = append(out, k.String())
+	}
+	slices.Sort(out)
+	return out
+}
+
+// noErrorsLogged fails the test if the daemon logged an error.
+func (d *testDaemon) noErrorsLogged(t *testing.T) {
+	t.Helper()
+	for _, line := range strings.Split(d.log.String(), "\n") {
+		if strings.Contains(line, "level=ERROR") {
+			t.Errorf("error logged: %s", line)
+		}
+	}
+}
+
+// testConfig is a config with the given ports (TCP, from 8080 on),
+// interval, stale_after and datapath sizes.
+func testConfig(ports int, interval, staleAfter string, maxPorts int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "mode: enforce\ninterfaces: [olcdtest0]\ninterval: %s\nheartbeat: {stale_after: %s}\n", interval, staleAfter)
+	fmt.Fprintf(&b, "datapath: {max_ports: %d}\nports:\n", maxPorts)
+	for i := range ports {
+		fmt.Fprintf(&b, "  - {port: %d, proto: tcp, class: normal}\n", 8080+i)
+	}
+	return b.String()
+}
+
+// TestReloadBeyondRunningLimits: a reload that needs a restart-only setting
+// it also changes (more ports than the running max_ports, an interval not
+// shorter than the running stale_after) is refused whole: the running config,
+// the controller's ports and the datapath's policies stay, and the next ticks
+// write every probability without error.
+func TestReloadBeyondRunningLimits(t *testing.T) {
+	base := testConfig(2, "500ms", "5s", 2)
+	tests := []struct {
+		name, cfg, msg string
+	}{
+		{"more ports than max_ports", testConfig(3, "500ms", "5s", 4), "3 ports exceed the running datapath.max_ports 2"},
+		{"interval past stale_after", testConfig(2, "6s", "10s", 2), "interval: 6s is not shorter than the running heartbeat.stale_after 5s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := startTestDaemon(t, base)
+			running := d.cfg
+			d.write(t, tt.cfg)
+			err := d.reload("test")
+			if err == nil || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("reload: %v, want an error containing %q", err, tt.msg)
+			}
+			if d.cfg != running || len(d.ports) != 2 {
+				t.Errorf("running config changed: %d ports, same config %v", len(d.ports), d.cfg == running)
+			}
+			if got := d.datapathPorts(t); !slices.Equal(got, []string{"tcp/8080", "tcp/8081"}) {
+				t.Errorf("datapath ports %q, want tcp/8080 and tcp/8081", got)
+			}
+			d.tick()
+			d.tick()
+			d.noErrorsLogged(t)
+		})
+	}
+}
+
+// TestApplyRestoresOnDatapathError: when writing the datapath fails after
+// the checks passed (here: the daemon is made to believe in more room than
+// the maps have), the previous config is written back and stays in force.
+func TestApplyRestoresOnDatapathError(t *testing.T) {
+	d := startTestDaemon(t, testConfig(2, "500ms", "5s", 2))
+	running := d.cfg
+	d.limits.maxPorts = 10 // the maps hold 2
+	d.write(t, testConfig(3, "500ms", "5s", 2+1))
+	if err := d.reload("test"); err == nil || !strings.Contains(err.Error(), "exceed max ports 2") {
+		t.Fatalf("reload: %v, want the datapath's refusal", err)
+	}
+	if d.cfg != running || len(d.ports) != 2 {
+		t.Errorf("running config not restored: %d ports, same config %v", len(d.ports), d.cfg == running)
+	}
+	if got := d.datapathPorts(t); !slices.Equal(got, []string{"tcp/8080", "tcp/8081"}) {
+		t.Errorf("datapath ports %q, want tcp/8080 and tcp/8081", got)
+	}
+	d.tick()
+	d.noErrorsLogged(t)
+}
+
+// TestPatchRestartOnly: a live override that touches a setting only a
+// restart applies is refused, naming it, instead of being shown as in force.
+func TestPatchRestartOnly(t *testing.T) {
+	d := startTestDaemon(t, testConfig(1, "500ms", "5s", 4))
+	tests := []struct{ patch, field string }{
+		{"interfaces: [olcdtest1]", "interfaces"},
+		{"datapath: {max_ports: 8}", "datapath"},
+		{"heartbeat: {stale_after: 9s}", "heartbeat.stale_after"},
+		{"interval: 1s\nheartbeat: {stale_after: 30s}", "heartbeat.stale_after"},
+		{"metrics: {address: '127.0.0.1:1'}", "metrics.address"},
+	}
+	ctx := context.Background()
+	go func() {
+		// Stands in for Run's loop: Patch hands its work to it.
+		for c := range d.cmds {
+			c.done <- c.run()
+		}
+	}()
+	t.Cleanup(func() { close(d.cmds) })
+	for _, tt := range tests {
+		err := d.Patch(ctx, []byte(tt.patch))
+		if err == nil || !strings.Contains(err.Error(), tt.field) || !strings.Contains(err.Error(), "restart") {
+			t.Errorf("patch %q: %v, want a refusal naming %s", tt.patch, err, tt.field)
+		}
+	}
+	if len(d.overrides) != 0 || d.cfg.Interval.String() != "500ms" {
+		t.Errorf("refused patches left overrides %+v, interval %v", d.overrides, d.cfg.Interval)
+	}
+	if err := d.Patch(ctx, []byte("signals: {cpu_busy: {threshold: 0.5}}")); err != nil {
+		t.Errorf("a live setting was refused: %v", err)
+	}
+}
+
+// TestAutoPortsBeyondMaxPorts: under ports: auto, a host with more listening
+// ports than max_ports starts, protecting max_ports of them, and says so.
+func TestAutoPortsBeyondMaxPorts(t *testing.T) {
+	for range 3 { // listeners on a non-loopback (wildcard) address
+		ln, err := net.Listen("tcp", "0.0.0.0:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+	}
+	d := startTestDaemon(t, "mode: observe\ninterfaces: [olcdtest0]\nports: auto\ndatapath: {max_ports: 2}\n")
+	if len(d.ports) != 2 || len(d.datapathPorts(t)) != 2 {
+		t.Errorf("%d ports protected, %d in the datapath; want 2 (max_ports)", len(d.ports), len(d.datapathPorts(t)))
+	}
+	if !strings.Contains(d.log.String(), "more listening ports than datapath.max_ports") {
+		t.Errorf("no warning logged:\n%s", d.log)
+	}
+	d.rediscover()
+	d.tick()
+	d.noErrorsLogged(t)
+}
+
+func TestCapPorts(t *testing.T) {
+	entries := func(ports ...uint16) []portEntry {
+		var out []portEntry
+		for _, p := range ports {
+			out = append(out, portEntry{key: adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: p}})
+		}
+		return out
+	}
+	tests := []struct {
+		name           string
+		found, current []portEntry
+		max            int
+		want           []portEntry
+	}{
+		{"fits", entries(22, 80, 443), nil, 3, entries(22, 80, 443)},
+		{"lowest first", entries(22, 80, 443), nil, 2, entries(22, 80)},
+		{"protected ones stay", entries(22, 80, 443, 8080), entries(443, 8080), 2, entries(443, 8080)},
+		{"then the lowest", entries(22, 80, 443, 8080), entries(8080), 3, entries(22, 80, 8080)},
+		{"no limit", entries(22, 80), nil, 0, entries(22, 80)},
+	}
+	for _, tt := range tests {
+		if got := capPorts(tt.found, tt.current, tt.max); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: capPorts = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

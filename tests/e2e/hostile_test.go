@@ -1,0 +1,212 @@
+package e2e
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/olcd/olcd/internal/daemon"
+)
+
+// TestStartFailuresLeaveNothing: a daemon that cannot start exits non-zero
+// with an error naming the cause, and leaves nothing behind: no program on
+// the interface, no socket file of its own, and a running daemon it collided
+// with keeps running undisturbed.
+func TestStartFailuresLeaveNothing(t *testing.T) {
+	requireRoot(t)
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, env *netEnv, d *olcd, cfg *daemonConfig) (keep *olcd)
+		want  string // in the daemon's output
+	}{
+		{"metrics address busy", func(t *testing.T, env *netEnv, d *olcd, cfg *daemonConfig) *olcd {
+			var ln net.Listener
+			if err := inNetns(env.nodeNS, func() (err error) { ln, err = net.Listen("tcp", d.metrics); return err }); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ln.Close() })
+			return nil
+		}, "listen for metrics on 127.0.0.1:9477"},
+		{"unknown interface after a good one", func(t *testing.T, env *netEnv, d *olcd, cfg *daemonConfig) *olcd {
+			return nil
+		}, "olcdnosuch0"},
+		{"another daemon on the same socket", func(t *testing.T, env *netEnv, d *olcd, cfg *daemonConfig) *olcd {
+			first := startDaemon(t, env, daemonConfig{Mode: "enforce", Attach: "tc", Threshold: thresholdNever})
+			d.socket, d.metrics = first.socket, "127.0.0.1:9478"
+			return first
+		}, "another olcd is running"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := newNetEnv(t)
+			cfg := daemonConfig{Mode: "enforce", Attach: "tc", Threshold: thresholdNever}
+			d := prepareDaemon(t, env, cfg)
+			keep := tt.setup(t, env, d, &cfg)
+			doc := renderConfig(t, startedConfig(d, cfg))
+			if tt.want == "olcdnosuch0" {
+				doc = []byte(strings.Replace(string(doc), "interfaces: ["+env.NodeIf+"]", "interfaces: ["+env.NodeIf+", olcdnosuch0]", 1))
+			}
+			writeFileAtomic(t, d.realCfg, doc)
+
+			d.proc = startProc(t, d.logPath, "ip", "netns", "exec", env.Node,
+				bins.olcd, "run", "--config", d.cfgPath, "--log-level", "debug")
+			if !d.wait(20 * time.Second) {
+				logData, _ := os.ReadFile(d.logPath)
+				t.Fatalf("olcd did not exit within 20s:\n%s", logData)
+			}
+			logData, _ := os.ReadFile(d.logPath)
+			if d.err == nil {
+				t.Fatalf("olcd exited 0:\n%s", logData)
+			}
+			if !strings.Contains(string(logData), tt.want) {
+				t.Errorf("output does not name the cause %q:\n%s", tt.want, logData)
+			}
+			if tt.name == "metrics address busy" && strings.Contains(string(logData), "datapath attached") {
+				t.Errorf("olcd attached before it found the metrics address busy:\n%s", logData)
+			}
+			progs := env.attachedProgs(t)
+			if keep == nil {
+				if len(progs) != 0 {
+					t.Errorf("left on %s: %+v", env.NodeIf, progs)
+				}
+				if _, err := os.Lstat(d.socket); !os.IsNotExist(err) {
+					t.Errorf("socket file %s left behind (%v)", d.socket, err)
+				}
+				return
+			}
+			if len(progs) != 1 || progs[0].Name != "olcd_tc" {
+				t.Errorf("the running daemon's attachment changed: %+v", progs)
+			}
+			if st := keep.mustStatus(t); len(st.Interfaces) != 1 {
+				t.Errorf("the running daemon's status changed: %+v", st.Interfaces)
+			}
+		})
+	}
+}
+
+// TestConfigChurnAndSignals: SIGHUPs sprayed at a starting daemon and a
+// storm of them at a running one neither kill it nor change its config;
+// the config file deleted, replaced by a directory, then replaced by rename
+// (as editors and config management do) is refused while broken, the
+// running config stays, and the watcher picks up the good file afterwards.
+func TestConfigChurnAndSignals(t *testing.T) {
+	requireRoot(t)
+	env := newNetEnv(t)
+	cfg := daemonConfig{Mode: "enforce", Attach: "tc", Threshold: thresholdNever}
+	d := prepareDaemon(t, env, cfg)
+
+	// SIGHUP while olcd starts (not `ip netns exec`, which the default
+	// action would kill), every millisecond until it is ready.
+	d.proc = startProc(t, d.logPath, "ip", "netns", "exec", env.Node,
+		bins.olcd, "run", "--config", d.cfgPath, "--log-level", "debug")
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpFile(t, "olcd log", d.logPath)
+		}
+	})
+	// From its first log line on: before it, only the Go runtime's own
+	// start-up is left, which no program can guard.
+	deadline := time.Now().Add(20 * time.Second)
+	for fi, err := os.Stat(d.logPath); procComm(d.pid()) != "olcd" || err != nil || fi.Size() == 0; fi, err = os.Stat(d.logPath) {
+		if d.exited() || time.Now().After(deadline) {
+			t.Fatalf("olcd did not start: %v", d.err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	sent := 0
+	for ready := false; !ready; sent++ {
+		if err := d.signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		if d.exited() {
+			t.Fatalf("olcd died of a SIGHUP during start-up (after %d): %v", sent+1, d.err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("olcd not ready after 20s of SIGHUPs")
+		}
+		if sent%20 == 19 {
+			st, err := d.status()
+			ready = err == nil && st.Ticks >= 1 && len(st.Interfaces) == 1
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Logf("%d SIGHUPs sent during start-up", sent)
+
+	failures := func() float64 { return mustMetric(t, d.scrape(t), "olcd_config_reload_failures_total") }
+	reloads := func() float64 { return mustMetric(t, d.scrape(t), "olcd_config_reloads_total") }
+	threshold := func(st *daemon.Status) float64 {
+		if cb := cpuBusy(st); cb != nil && cb.Threshold != nil {
+			return *cb.Threshold
+		}
+		return -1
+	}
+
+	// 100 SIGHUPs in about a second on a running daemon.
+	r0 := reloads()
+	for range 100 {
+		if err := d.signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	d.pollStatus(t, "a tick after the SIGHUP storm", 5*time.Second, func(s *daemon.Status) bool { return true })
+	if d.exited() || reloads() <= r0 || failures() != 0 {
+		t.Fatalf("after 100 SIGHUPs: exited %v, reloads %v → %v, failures %v", d.exited(), r0, reloads(), failures())
+	}
+
+	// Deleted: nothing to reload, a SIGHUP is refused, the config stays.
+	if err := os.Remove(d.cfgPath); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitMetric(t, "refused reload of a deleted file", failures, 1)
+
+	// A directory in its place: the watcher sees it, the reload is refused.
+	if err := os.Mkdir(d.cfgPath, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	waitMetric(t, "refused reload of a directory", failures, 2)
+	st := d.mustStatus(t)
+	if st.Mode != "enforce" || threshold(st) != thresholdNever || d.exited() {
+		t.Fatalf("running config lost: mode %s, threshold %v", st.Mode, threshold(st))
+	}
+
+	// A good file renamed into place: the watcher still works.
+	if err := os.Remove(d.cfgPath); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Threshold = 0.99
+	tmp := filepath.Join(d.dir, ".olcd.yaml.swp")
+	if err := os.WriteFile(tmp, renderConfig(t, startedConfig(d, cfg)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, d.cfgPath); err != nil {
+		t.Fatal(err)
+	}
+	d.pollStatus(t, "the renamed file applied", 5*time.Second, func(s *daemon.Status) bool { return threshold(s) == 0.99 })
+	if f := failures(); f != 2 {
+		t.Errorf("reload failures %v, want 2", f)
+	}
+}
+
+// waitMetric polls a counter until it reaches want.
+func waitMetric(t *testing.T, what string, read func() float64, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := read()
+		if got == want {
+			return
+		}
+		if got > want || time.Now().After(deadline) {
+			t.Fatalf("%s: counter at %v, want %v", what, got, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
