@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/daemon"
 	"github.com/olcd/olcd/internal/sampler"
 )
@@ -50,8 +51,16 @@ func printStatus(w io.Writer, st *daemon.Status, all bool, now time.Time) {
 		src += fmt.Sprintf(" + %d live override(s)", n)
 	}
 	fmt.Fprintf(w, "olcd %s   mode %s   config %s\n", st.Version, strings.ToUpper(st.Mode), src)
-	fmt.Fprintf(w, "tick %d every %gs, last %s ago, up %s\n\n", st.Ticks, st.IntervalS,
+	fmt.Fprintf(w, "tick %d every %gs, last %s ago, up %s\n", st.Ticks, st.IntervalS,
 		ago(now, st.UpdatedAt), now.Sub(st.StartedAt).Round(time.Second))
+	if rf := st.ReloadRefused; rf != nil {
+		fmt.Fprintf(w, "CONFIG FILE REFUSED at %s (%s): the running config stays — %s\n",
+			rf.At.Local().Format("15:04:05"), rf.Trigger, rf.Error)
+		for _, p := range rf.Problems {
+			fmt.Fprintf(w, "  %s\n", p)
+		}
+	}
+	fmt.Fprintln(w)
 
 	ov := st.Overload
 	if ov.Active {
@@ -114,6 +123,8 @@ func printStatus(w io.Writer, st *daemon.Status, all bool, now time.Time) {
 				fmtPtr(p.AcceptQueueFill, 2))
 		}
 		tw.Flush()
+		fmt.Fprintln(w, "(per second and % over the last tick; NEW/S counts SYN retransmits too, UNIQUE/S does not;")
+		fmt.Fprintln(w, " DROP%, WOULD-DROP% and MARK% are shares of NEW/S; ACCEPTQ is the accept-queue fill)")
 	}
 	if len(st.Exceptions) > 0 {
 		fmt.Fprintf(w, "exempt: %s\n", strings.Join(st.Exceptions, ", "))
@@ -198,6 +209,14 @@ Live overrides show in 'olcd status' and are dropped on reload.
 	case rest[0] == "mode" && len(rest) == 2:
 		err = c.SetMode(ctx, rest[1])
 	case rest[0] == "threshold" && len(rest) == 3:
+		if _, ok := sampler.ParseSignal(rest[1]); !ok {
+			hint := "the canonical names are in docs/signals.md"
+			if c := adaptive.ClosestSignal(rest[1]); c != "" {
+				hint = fmt.Sprintf("did you mean %q?", c)
+			}
+			fmt.Fprintf(stderr, "olcd set threshold: unknown signal %q (%s)\n", rest[1], hint)
+			return errUsage
+		}
 		if _, perr := strconv.ParseFloat(rest[2], 64); perr != nil {
 			fmt.Fprintf(stderr, "olcd set threshold: %q is not a number\n", rest[2])
 			return errUsage

@@ -75,6 +75,7 @@ type Daemon struct {
 	base      *rules.Config // as loaded from the file (or the embedded default)
 	cfg       *rules.Config // base + live overrides: what is in force
 	overrides []Override
+	refused   *ReloadFailure // the last refused reload of the file, until one succeeds
 	smp       *sampler.Sampler
 	ctrl      *adaptive.Controller
 	dp        *loader.Datapath
@@ -271,7 +272,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		close(d.opts.Ready)
 	}
 	d.log.Info("olcd running", "mode", d.cfg.Mode.String(), "config", d.configSource(),
-		"interval", d.cfg.Interval, "admin_socket", d.adminSocket(), "ports", len(d.ports))
+		"interval", d.cfg.Interval, "admin_socket", d.adminSocket(), "ports", portNames(d.ports))
 
 	d.ticker = time.NewTicker(d.cfg.Interval)
 	defer d.ticker.Stop()
@@ -562,16 +563,17 @@ func (d *Daemon) reload(trigger string) error {
 		return d.apply(rules.Default())
 	}
 	cfg, err := d.loadConfig()
+	if err == nil {
+		err = d.apply(cfg)
+	}
 	if err != nil {
 		d.metrics.reloadFailures.Inc()
+		d.refused = refusal(trigger, err)
 		d.dlog.Record("config_reload_failed", "trigger", trigger, "source", d.opts.ConfigPath, "err", err.Error())
 		return err
 	}
-	if err := d.apply(cfg); err != nil {
-		d.metrics.reloadFailures.Inc()
-		return err
-	}
 	d.metrics.reloads.Inc()
+	d.refused = nil
 	d.base = cfg
 	dropped := len(d.overrides)
 	d.overrides = nil
@@ -781,5 +783,24 @@ func (d *Daemon) watchConfig(ctx context.Context) <-chan struct{} {
 			}
 		}
 	}()
+	return out
+}
+
+// refusal describes a refused reload for the status.
+func refusal(trigger string, err error) *ReloadFailure {
+	rf := &ReloadFailure{At: time.Now(), Trigger: trigger, Error: err.Error()}
+	var pl problemLister
+	if errors.As(err, &pl) {
+		rf.Problems = pl.ProblemLines()
+	}
+	return rf
+}
+
+// portNames renders ports for the log: ["tcp/80", "tcp/443"].
+func portNames(ports []portEntry) []string {
+	out := make([]string, len(ports))
+	for i, p := range ports {
+		out[i] = p.key.String()
+	}
 	return out
 }

@@ -10,7 +10,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/olcd/olcd/internal/loader"
+	"github.com/olcd/olcd/internal/sampler"
 )
+
+// sourceDatapathStats is the sample-error source for a failed read of the
+// datapath's counters.
+const sourceDatapathStats = "datapath_stats"
 
 // metrics holds the daemon's own counters and the collector that reads the
 // datapath's counters from the BPF maps at scrape time (so a scrape always
@@ -44,6 +49,14 @@ func newMetrics(d *Daemon) *metrics {
 		reloadFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "olcd_config_reload_failures_total", Help: "Config reloads refused because the file was unreadable or invalid; the running config stayed.",
 		}),
+	}
+	// Every source is exported from the start, at 0: a counter that
+	// appears only on the first error breaks rate() and alerts on absence.
+	for _, src := range []string{sampler.SourceProcStat, sampler.SourceLoadavg, sampler.SourcePSICPU,
+		sampler.SourcePSIMemory, sampler.SourcePSIIO, sampler.SourceNetstat, sampler.SourceSockDiag,
+		sampler.SourceCgroup, sampler.SourceCgroupCPU, sampler.SourceCgroupCpuset, sampler.SourceCgroupPSICPU,
+		sampler.SourceCgroupPSIMemory, sampler.SourceCgroupPSIIO, sourceDatapathStats} {
+		m.sampleErrors.WithLabelValues(src)
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "olcd_build_info", Help: "Build information; always 1.",

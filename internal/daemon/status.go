@@ -15,6 +15,9 @@ type Status struct {
 	// Overrides lists the live overrides (PATCH /v1/config, POST /v1/mode)
 	// applied since the last load of the config file, oldest first.
 	Overrides []Override `json:"overrides"`
+	// ReloadRefused describes the last reload of the config file that was
+	// refused (the running config stayed); absent once a reload succeeds.
+	ReloadRefused *ReloadFailure `json:"reload_refused,omitempty"`
 	// IntervalS is the tick interval in seconds.
 	IntervalS float64 `json:"interval_s"`
 	// Ticks counts the ticks since start.
@@ -52,6 +55,19 @@ type Override struct {
 	Kind string `json:"kind"`
 	// Value is the new mode or the patch document as sent.
 	Value string `json:"value"`
+}
+
+// ReloadFailure is a refused reload of the config file.
+type ReloadFailure struct {
+	// At is when the reload was refused.
+	At time.Time `json:"at"`
+	// Trigger is "SIGHUP", "file change" or "admin API".
+	Trigger string `json:"trigger"`
+	// Error is the refusal in one line.
+	Error string `json:"error"`
+	// Problems lists every config problem with file:line, when the file
+	// was invalid.
+	Problems []string `json:"problems,omitempty"`
 }
 
 // OverloadStatus is the controller's view of the node.

@@ -37,7 +37,7 @@ func (d *Daemon) tick() {
 	st, err := d.dp.Stats()
 	if err != nil {
 		d.log.Error("read datapath statistics", "err", err)
-		d.metrics.sampleErrors.WithLabelValues("datapath_stats").Inc()
+		d.metrics.sampleErrors.WithLabelValues(sourceDatapathStats).Inc()
 	}
 	deltas := make(map[adaptive.PortKey]loader.Counters, len(d.ports))
 	stats := make(map[adaptive.PortKey]adaptive.PortStats, len(d.ports))
@@ -170,7 +170,7 @@ func (d *Daemon) resolvePorts(cfg *rules.Config) []portEntry {
 	listeners, err := sampler.Listeners()
 	if err != nil {
 		d.log.Error("discover listening ports", "err", err)
-		d.metrics.sampleErrors.WithLabelValues("sock_diag").Inc()
+		d.metrics.sampleErrors.WithLabelValues(sampler.SourceSockDiag).Inc()
 		// Keep protecting what was found before rather than nothing.
 		var out []portEntry
 		for _, p := range d.ports {
@@ -354,9 +354,12 @@ func (d *Daemon) publish() {
 		},
 		Unclassified: r.stats.Unclassified,
 	}
-	if st.Overrides == nil {
-		st.Overrides = []Override{}
-	}
+	// Lists are [] rather than null when empty, so that clients need not
+	// tell the two apart.
+	st.Overrides = nonNil(st.Overrides)
+	st.Signals, st.Classes, st.Ports = []SignalStatus{}, []ClassStatus{}, []PortStatus{}
+	st.Exceptions, st.Interfaces = []string{}, []InterfaceStatus{}
+	st.ReloadRefused = d.refused
 	if dec.Overloaded && !dec.OverloadSince.IsZero() {
 		since := dec.OverloadSince
 		st.Overload.Since = &since
@@ -437,4 +440,11 @@ func (d *Daemon) publish() {
 		st.SampleErrors = append(st.SampleErrors, fmt.Sprintf("%s: %v", e.Source, e.Err))
 	}
 	d.status.Store(st)
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }

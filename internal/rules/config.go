@@ -21,7 +21,8 @@ type Config struct {
 	// Mode is the global mode (default observe).
 	Mode Mode
 	// Interfaces lists the interfaces to attach to; empty means every
-	// non-loopback interface that is up.
+	// non-loopback Ethernet interface that is up, each packet once (the
+	// daemon skips bridge/bond ports and children of an attached parent).
 	Interfaces []string
 	// Attach is the attach mode (default auto).
 	Attach AttachMode
@@ -117,7 +118,7 @@ type ActionConfig struct {
 
 // DatapathConfig sizes the BPF maps.
 type DatapathConfig struct {
-	// MaxPorts is the capacity of the port policy map (1..65536, default
+	// MaxPorts is the capacity of the port policy map (1..MaxMaxPorts, default
 	// 1024).
 	MaxPorts int
 	// SYNTableSize is the capacity of the LRU table that recognises SYN
@@ -139,7 +140,11 @@ const (
 	DefaultDecisionLog    = "/var/log/olcd/decisions.jsonl"
 	DefaultMaxPorts       = 1024
 	DefaultSYNTableSize   = 65536
-	DefaultMaxPrefixes    = 1024
+	// MaxMaxPorts is the largest datapath.max_ports: the datapath's
+	// policy indices are 16 bits, 0 is "no policy" and one slot counts
+	// the ports without one.
+	MaxMaxPorts        = 65534
+	DefaultMaxPrefixes = 1024
 )
 
 // DefaultThresholds returns the signals that drive shedding when a config
@@ -172,7 +177,7 @@ func defaults() *Config {
 }
 
 // Default returns the embedded default configuration: observe mode, every
-// non-loopback interface, ports: auto, the default signals and controller
+// non-loopback Ethernet interface, ports: auto, the default signals and controller
 // parameters. It is what `olcd run` uses without --config.
 func Default() *Config {
 	c, _, err := Parse(nil, "")

@@ -486,7 +486,9 @@ func (d *decoder) root(n *yaml.Node, cfg *Config) {
 			d.mapping(v, field, datapathKeys, func(key string, v *yaml.Node, f string) {
 				switch key {
 				case "max_ports":
-					if i, ok := d.integer(v, f, 1, 65536); ok {
+					// Policy indices are 16 bits in the datapath, with 0
+					// meaning "no policy" and one slot for "other".
+					if i, ok := d.integer(v, f, 1, MaxMaxPorts); ok {
 						cfg.Datapath.MaxPorts = int(i)
 					}
 				case "syn_table_size":
