@@ -188,7 +188,7 @@ func (m AttachMode) Valid() bool {
 // Defaults used when a Config field is zero.
 const (
 	DefaultMaxPorts     = 1024
-	DefaultSYNTableSize = 8192
+	DefaultSYNTableSize = 65536
 	DefaultMaxPrefixes  = 1024
 	DefaultStaleAfter   = 5 * time.Second
 )
@@ -209,7 +209,7 @@ type Config struct {
 	MaxPorts int
 	// SYNTableSize is the number of dropped SYNs remembered to recognise
 	// their retransmits (rounded up to a power of two; least recently used
-	// replaced first, within sets of 4). Default 8192.
+	// replaced first, within sets of 4). Default 65536 (DefaultSYNTableSize).
 	SYNTableSize int
 	// MaxPrefixes is the number of exception source prefixes per address
 	// family. Default 1024.
