@@ -20,8 +20,7 @@ struct olcd_port_index {
 };
 
 /*
- * The port index, the control record and the heartbeat verdict are global
- * variables (the .bss
+ * The port index and the control record are global variables (the .bss
  * section, an array map of one entry that the loader memory-maps). The
  * program reaches them through a constant address rather than a lookup, and
  * the loader writes them with plain stores (the heartbeat needs no syscall).
@@ -30,7 +29,6 @@ struct olcd_port_index {
  */
 struct olcd_port_index olcd_ports;
 struct olcd_control olcd_ctl;
-struct olcd_freshness olcd_fresh;
 
 /* Policies: [0] none, [1..max_ports] ports, [max_ports+1] shared exception. */
 struct {

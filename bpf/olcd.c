@@ -8,10 +8,19 @@
  * established TCP leaves inside the parser before any map lookup; a SYN to a
  * port without a policy costs one load from the port index and one per-CPU
  * counter; a SYN to a protected port adds the policy, the dropped-SYN table
- * and, only when p is strictly between 0 and 1, the random draw. The clock is
- * read only when something would be dropped or marked, and then at most once
- * per jiffy. All array lookups are inlined by the verifier; the only helper
- * calls on the path are the draw and, once per jiffy, the clock.
+ * and, only when p is not 0, the draw. The clock is read only when something
+ * could be dropped or marked, and then at most once per jiffy. All map
+ * lookups on the path are array lookups the verifier inlines, and the draw
+ * is computed in the program: no helper call is made per packet but, once
+ * per jiffy, the clock's.
+ *
+ * Register economy. The compiler sees every map lookup as a helper call that
+ * clobbers r1-r5, so a value kept across one needs one of the four
+ * callee-saved registers r6-r9 or goes through the stack. The code is
+ * arranged so that few values live across lookups: the packet is read (the
+ * fingerprint) before the first one, the context waits in the stack, and
+ * the random draw is computed here rather than by a helper.
+ * docs/datapath.md ("Per-packet cost") has the measurements.
  */
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
@@ -47,9 +56,20 @@ enum olcd_verdict {
 
 /* What the mark action writes, filled by olcd_decide for OLCD_V_MARK. */
 struct olcd_mark {
+	void *ctx; /* the program's context, parked here while olcd_handle runs */
 	__u32 fwmark;
 	__u8 dscp;
 };
+
+/*
+ * Park the context in the stack while olcd_handle runs, and take it back.
+ * Only the mark action needs it after the parse; kept in a callee-saved
+ * register instead, it would push a value of the decision to the stack
+ * (see "Register economy" above). Volatile, so that the compiler does not
+ * keep it in a register all the same.
+ */
+#define olcd_stash_ctx(m, c) (*(void *volatile *)&(m)->ctx = (c))
+#define olcd_unstash_ctx(m) (*(void *volatile *)&(m)->ctx)
 
 static __always_inline void olcd_count_unclassified(void)
 {
@@ -60,78 +80,69 @@ static __always_inline void olcd_count_unclassified(void)
 		*n += 1;
 }
 
-/*
- * What olcd_decide needs from the packet beyond the parser's result, read
- * beforehand so that olcd_decide holds no packet pointer. The parser reaches a
- * candidate along many paths (0-4 VLAN tags, IPv4 options, IPv6 extension
- * headers), each with its own header offsets; the verifier tracks offsets used
- * with pointers exactly, so anything that kept one alive would be verified
- * once per path. Holding only values, olcd_decide is verified once per
- * protocol and family.
- */
-struct olcd_cand {
-	__u64 fp; /* dropped-SYN fingerprint; 0 when the SYN is not tracked */
-	union {   /* source address, when an exception prefix is configured */
+/* The source address as an exception-trie key, read only when a trie is
+ * not empty (see olcd_handle_policy). */
+struct olcd_src {
+	union {
 		struct olcd_lpm4_key k4;
 		struct olcd_lpm6_key k6;
-	} src;
-	__u32 has_src;
+	};
+	__u32 valid;
+	__u32 ipv6;
 };
 
 /* Copy the source address into an exception-trie key. */
 static __always_inline void olcd_read_source(const struct olcd_pkt *pkt, void *data,
-					     void *data_end, struct olcd_cand *cand)
+					     void *data_end, struct olcd_src *src)
 {
 	if (pkt->ipv6) {
 		struct ipv6hdr *ip6 = data + pkt->l3off;
 
 		if ((void *)(ip6 + 1) > data_end)
 			return;
-		cand->src.k6.prefixlen = 128;
-		__builtin_memcpy(cand->src.k6.addr, &ip6->saddr, sizeof(cand->src.k6.addr));
+		src->k6.prefixlen = 128;
+		__builtin_memcpy(src->k6.addr, &ip6->saddr, sizeof(src->k6.addr));
 	} else {
 		struct iphdr *iph = data + pkt->l3off;
 
 		if ((void *)(iph + 1) > data_end)
 			return;
-		cand->src.k4.prefixlen = 32;
-		__builtin_memcpy(cand->src.k4.addr, &iph->saddr, sizeof(cand->src.k4.addr));
+		src->k4.prefixlen = 32;
+		__builtin_memcpy(src->k4.addr, &iph->saddr, sizeof(src->k4.addr));
 	}
-	cand->has_src = 1;
+	src->ipv6 = pkt->ipv6;
+	src->valid = 1;
 }
 
 /* Is the source in an exception prefix? Only called when a trie is not
  * empty: an LPM walk is the dearest lookup here. */
-static __always_inline int olcd_source_exempt(const struct olcd_pkt *pkt,
-					      const struct olcd_cand *cand,
+static __always_inline int olcd_source_exempt(const struct olcd_src *src,
 					      const struct olcd_control *ctl)
 {
-	if (!cand->has_src)
-		return 0;
-	if (pkt->ipv6)
-		return ctl->prefixes6 && bpf_map_lookup_elem(&olcd_exempt6, &cand->src.k6);
-	return ctl->prefixes4 && bpf_map_lookup_elem(&olcd_exempt4, &cand->src.k4);
+	if (src->ipv6)
+		return ctl->prefixes6 && bpf_map_lookup_elem(&olcd_exempt6, &src->k6);
+	return ctl->prefixes4 && bpf_map_lookup_elem(&olcd_exempt4, &src->k4);
 }
 
 /*
- * Is the daemon's heartbeat within stale-after at jiffy j? Reads the clock at
- * most once per jiffy and per heartbeat value (see struct olcd_freshness). A heartbeat
- * ahead of the clock is fresh; 0 (never written) is stale. Concurrent updates
- * from several CPUs write the same verdict give or take one jiffy.
+ * Is the daemon's heartbeat within stale-after? Reads the clock at most once
+ * per jiffy (see olcd_control.fresh). A heartbeat ahead of the clock is
+ * fresh; 0 (never written) is stale. Concurrent updates from several CPUs
+ * write the same verdict give or take one jiffy.
  */
-static __always_inline __u32 olcd_heartbeat_fresh(const struct olcd_control *ctl, __u64 j)
+static __always_inline __u32 olcd_heartbeat_fresh(struct olcd_control *ctl)
 {
-	struct olcd_freshness *f = &olcd_fresh;
-	__u64 hb = ctl->heartbeat_ns, now;
-	__u32 fresh;
+	__u32 j = (__u32)bpf_jiffies64();
+	__u64 hb, now;
+	__u8 fresh;
 
-	if (f->jiffies == j && f->heartbeat_ns == hb)
-		return f->fresh;
+	if (ctl->fresh_jiffies == j)
+		return ctl->fresh;
 	now = bpf_ktime_get_ns();
+	hb = ctl->heartbeat_ns;
 	fresh = hb != 0 && (__s64)(now - hb) <= (__s64)ctl->stale_after_ns;
-	f->fresh = fresh;
-	f->heartbeat_ns = hb;
-	f->jiffies = j;
+	ctl->fresh = fresh;
+	ctl->fresh_jiffies = j;
 	return fresh;
 }
 
@@ -139,50 +150,25 @@ static __always_inline __u32 olcd_heartbeat_fresh(const struct olcd_control *ctl
  * splitmix64's). */
 #define OLCD_K1 0x9e3779b97f4a7c15ULL
 #define OLCD_K2 0xbf58476d1ce4e5b9ULL
-#define OLCD_K3 0x94d049bb133111ebULL
 
 /*
  * The dropped-SYN fingerprint: a seeded hash of the addresses, ports and
- * initial sequence number, never 0. Each 64-bit word is multiplied by its own
- * odd constant and the products are combined, so that the multiplies run in
- * parallel. Not cryptographic: with a per-load random seed, good enough that
- * a SYN flood cannot aim at one set, and a false match (63 bits compared in
- * four ways: about 2^-61 per lookup) only miscounts one SYN as a retransmit.
- *
- * 64-bit loads from the packet are unaligned on some paths; the verifier
- * allows that on architectures with efficient unaligned access (x86-64,
- * arm64). Returns 0 if the headers are not readable (the parser checked them;
- * this only satisfies the verifier).
+ * initial sequence number (the two words the parser read, see struct
+ * olcd_pkt), never 0. Each word is multiplied by its own odd constant and
+ * the products are combined, so that the multiplies run in parallel. Not
+ * cryptographic: with a per-load random seed, good enough that a SYN flood
+ * cannot aim at one set, and a false match (63 bits compared in four ways:
+ * about 2^-61 per lookup) only miscounts one SYN as a retransmit. For a
+ * given address word the map from ports and sequence number is a bijection,
+ * so two SYNs of one client never match falsely.
  */
-static __always_inline __u64 olcd_syn_fp(const struct olcd_pkt *pkt, void *data, void *data_end,
-					 __u64 seed)
+static __always_inline __u64 olcd_syn_fp(const struct olcd_pkt *pkt, __u64 seed)
 {
-	__u64 *th = data + pkt->l4off; /* ports, then the sequence number */
-	__u64 h;
+	__u64 h = ((pkt->fpw_tcp ^ seed) * OLCD_K1) ^ ((pkt->fpw_addr ^ seed) * OLCD_K2);
 
-	if ((void *)(th + 1) > data_end)
-		return 0;
-	h = (th[0] ^ seed) * OLCD_K1;
-	if (pkt->ipv6) {
-		__u64 *a = data + pkt->l3off + 8; /* saddr, daddr */
-
-		if ((void *)(a + 4) > data_end)
-			return 0;
-		/* Destination words are rotated into the source words: a
-		 * server has few destination addresses, and two multiplies
-		 * fewer matter on the IPv6 path. */
-		h ^= ((a[0] ^ ((a[2] << 29) | (a[2] >> 35)) ^ seed) * OLCD_K2) ^
-		     ((a[1] ^ ((a[3] << 29) | (a[3] >> 35)) ^ seed) * OLCD_K3);
-	} else {
-		__u64 *a = data + pkt->l3off + 12; /* saddr, daddr */
-
-		if ((void *)(a + 1) > data_end)
-			return 0;
-		h ^= (a[0] ^ seed) * OLCD_K2;
-	}
 	/* The set index takes the high half, where every input bit has
-	 * reached through the multiplies; fold it down for the low half. */
-	return (h ^ (h >> 29)) | 1;
+	 * reached through the multiplies; the compare takes all 64 bits. */
+	return h | 1;
 }
 
 /*
@@ -229,104 +215,155 @@ static __always_inline void olcd_syn_insert(struct olcd_syn_set *set, __u64 fp, 
 	set->stamp[victim & (OLCD_SYN_WAYS - 1)] = now;
 }
 
+/* Count a new connection that nothing is done to in a slot, and pass it;
+ * exempt: whether an exception (port or source) is why. */
+static __always_inline int olcd_count_pass(__u32 slot, __u32 exempt)
+{
+	struct olcd_counters *st = bpf_map_lookup_elem(&olcd_stats, &slot);
+
+	if (st) {
+		st->new_conns += 1;
+		if (exempt)
+			st->exempt += 1;
+	}
+	return OLCD_V_PASS;
+}
+
 /*
- * Decide what to do with a new-connection candidate to a port with a policy.
- * Counts it in the policy's stats slot, applies exceptions, the effective
- * mode, the dropped-SYN table, the random draw and the heartbeat. Returns an
- * olcd_verdict.
+ * The draw: a uniform 32-bit value from a PCG generator (M. E. O'Neill, "PCG:
+ * A Family of Simple Fast Space-Efficient Statistically Good Algorithms for
+ * Random Number Generation", 2014: the 32-bit RXS-M-XS member) whose state
+ * lives in the stats slot, per CPU (olcd_counters.rnd). A step of a full
+ * period 32-bit linear congruential generator (Knuth's conditions: odd
+ * increment, multiplier = 1 mod 4), then a bijective permutation of the
+ * state: every 32-bit output once per 2^32 draws, so a period is exactly
+ * uniform. The loader starts every slot at a random state on every CPU, so
+ * CPUs and ports draw independently.
  *
- * The draw is random by design, so a branch on it would be mispredicted half
- * the time at p = 0.5 (several ns): its outcome is computed as 0 or 1 and
- * used arithmetically, and everything that branches is either configuration
- * (mode, action, exceptions) or nearly always the same (heartbeat fresh, SYN
- * seen before or not).
+ * Not bpf_get_prandom_u32(), which the issue named: that is a helper the
+ * verifier does not inline, a real call that also makes the compiler save
+ * the values it keeps across it. Measured on the reference VM, it costs 6-7
+ * ns per packet: a protected IPv4 SYN at p = 0.5 then takes about 33 ns of
+ * its 30 ns budget, and about 26 with this generator (docs/datapath.md,
+ * "The draw").
  */
-static __always_inline int olcd_decide(const struct olcd_pkt *pkt, const struct olcd_policy *pol,
-				       const struct olcd_cand *cand, struct olcd_mark *mark)
+static __always_inline __u32 olcd_draw(struct olcd_counters *st)
+{
+	__u32 x = st->rnd * 747796405U + 2891336453U;
+
+	st->rnd = x;
+	x = ((x >> ((x >> 28) + 4)) ^ x) * 277803737U;
+	return (x >> 22) ^ x;
+}
+
+/* Effective mode of a stale heartbeat in enforce mode: nothing is dropped
+ * or marked, what would have been is counted as stale. */
+#define OLCD_MODE_STALE 3
+
+/*
+ * The clock of the dropped-SYN table's stamps: the daemon's heartbeat, in
+ * units of 2^20 ns (about 1 ms). Only the order of the stamps matters (least
+ * recently used goes first), and SYNs are only dropped, so only inserted,
+ * while the heartbeat is fresh: it advances with every tick of the daemon
+ * whenever the table gets new entries. A plain load, where bpf_jiffies64()
+ * would be a helper call to the compiler (see "Register economy").
+ */
+static __always_inline __u32 olcd_syn_clock(const struct olcd_control *ctl)
+{
+	return (__u32)(ctl->heartbeat_ns >> 20);
+}
+
+/*
+ * Whether the draw selects this packet, 0 or 1, for a drop probability p > 0
+ * (always at 0xffffffff). The draw is random by design, so a branch on it
+ * would be mispredicted half the time at p = 0.5 (about 5 ns): the outcome
+ * is the borrow of the 64-bit difference, used arithmetically.
+ */
+static __always_inline __u32 olcd_select(struct olcd_counters *st, __u32 p)
+{
+	__u64 diff;
+
+	if (p == 0xffffffff)
+		return 1;
+	diff = (__u64)olcd_draw(st) - p;
+	/* Hide the subtraction's origin, or the compiler turns the borrow
+	 * back into a compare and branch. */
+	barrier_var(diff);
+	return diff >> 63;
+}
+
+/* What a selected packet becomes outside enforce mode: counted, passed. */
+static __always_inline int olcd_not_enforced(struct olcd_counters *st, __u32 mode, __u32 act)
+{
+	if (mode == OLCD_MODE_OBSERVE)
+		st->would_drop += act;
+	else
+		st->stale += act;
+	return OLCD_V_PASS;
+}
+
+/*
+ * Decide what to do with a new-connection candidate to a protected port
+ * that no exception applies to, whose policy index is *pi. fp is the
+ * dropped-SYN fingerprint, 0 when the SYN is not tracked (UDP, mark action).
+ * Returns an olcd_verdict.
+ *
+ * In the order of docs/datapath.md: count the new connection; mode off →
+ * pass; dropped-SYN table → count a retransmit; p = 0 → pass; the draw;
+ * observe → count would-drop; heartbeat stale → count stale; mark or drop.
+ * The heartbeat verdict is taken first only because its (rare) clock read
+ * is a helper call, cheapest while only the policy and fp are kept.
+ */
+static __always_inline int olcd_decide(const struct olcd_policy *pol, __u32 *pi, __u64 fp,
+				       struct olcd_mark *mark)
 {
 	struct olcd_control *ctl = &olcd_ctl;
-	struct olcd_syn_set *set = NULL;
+	struct olcd_syn_set *set;
 	struct olcd_counters *st;
-	__u32 slot = pol->stats_slot, prob, sidx, act = 0, jnow = 0;
-	__u64 j = 0;
-	__u8 flags = pol->flags, mode;
-	int seen = 0;
+	__u32 sidx, act, prob, seen, mode;
 
-	if (__builtin_expect(flags != OLCD_POLICY_PROTECTED, 0)) {
-		/* Exempt, with or without a policy of its own. A UDP port
-		 * without a policy is not protected: not a request. */
-		if (!(flags & OLCD_POLICY_PROTECTED) && !pkt->tcp)
-			return OLCD_V_PASS;
-		st = bpf_map_lookup_elem(&olcd_stats, &slot);
-		if (st) {
-			st->new_conns += 1;
-			st->exempt += !!(flags & OLCD_POLICY_EXEMPT);
-		}
-		return OLCD_V_PASS;
-	}
-	if (__builtin_expect(ctl->prefixes4 | ctl->prefixes6, 0) && olcd_source_exempt(pkt, cand, ctl)) {
-		st = bpf_map_lookup_elem(&olcd_stats, &slot);
-		if (st) {
-			st->new_conns += 1;
-			st->exempt += 1;
-		}
-		return OLCD_V_PASS;
-	}
 	mode = ctl->mode < pol->mode ? ctl->mode : pol->mode;
+	if (mode == OLCD_MODE_ENFORCE && pol->drop_prob != 0 &&
+	    __builtin_expect(!olcd_heartbeat_fresh(ctl), 0))
+		mode = OLCD_MODE_STALE;
 
-	/* The draw: act = draw < prob, without a branch (the borrow of the
-	 * 64-bit difference); 0 never, 0xffffffff always, exactly. It comes
-	 * before the counters and the table only because few values are live
-	 * yet, so the helper call spills nothing. */
-	prob = pol->drop_prob;
-	if (prob == 0xffffffff) {
-		act = 1;
-	} else if (prob != 0 && mode != OLCD_MODE_OFF) {
-		__u64 diff = (__u64)bpf_get_prandom_u32() - prob;
-
-		/* Hide the subtraction's origin, or the compiler turns the
-		 * borrow back into a compare and branch. */
-		barrier_var(diff);
-		act = diff >> 63;
-	}
-
-	st = bpf_map_lookup_elem(&olcd_stats, &slot);
+	/* A port's stats slot is its policy index (pol->stats_slot differs
+	 * only in the shared entry of exception ports, never protected): the
+	 * policy lookup's key, already in the stack, serves again. */
+	st = bpf_map_lookup_elem(&olcd_stats, pi);
 	if (!st)
 		return OLCD_V_PASS;
 	st->new_conns += 1;
 	if (__builtin_expect(mode == OLCD_MODE_OFF, 0))
 		return OLCD_V_PASS;
 
-	/* One clock read serves the dropped-SYN table's stamps and the
-	 * heartbeat check: a helper call is a good share of the budget. */
-	if (cand->fp || (prob != 0 && mode == OLCD_MODE_ENFORCE))
-		j = bpf_jiffies64();
-
-	/* Only the drop action makes clients retransmit. The table is checked
-	 * whatever p is now: a SYN dropped a second ago still comes back. */
-	if (cand->fp) {
-		jnow = (__u32)j;
-		sidx = (__u32)(cand->fp >> 32) & ctl->syn_sets_mask;
+	if (fp) {
+		/* A SYN to a port with the drop action (the only one that
+		 * makes clients retransmit). The table is checked whatever p
+		 * is now: a SYN dropped a second ago still comes back. */
+		sidx = (__u32)(fp >> 32) & ctl->syn_sets_mask;
 		set = bpf_map_lookup_elem(&olcd_syns, &sidx);
-		if (set && olcd_syn_seen(set, cand->fp, jnow)) {
-			st->syn_retransmits += 1;
-			seen = 1;
+		if (set) {
+			seen = olcd_syn_seen(set, fp, olcd_syn_clock(ctl));
+			st->syn_retransmits += seen;
+			prob = pol->drop_prob;
+			if (prob == 0)
+				return OLCD_V_PASS;
+			act = olcd_select(st, prob);
+			if (__builtin_expect(mode != OLCD_MODE_ENFORCE, 0))
+				return olcd_not_enforced(st, mode, act);
+			st->dropped += act;
+			if (act & !seen)
+				olcd_syn_insert(set, fp, olcd_syn_clock(ctl));
+			return act; /* OLCD_V_DROP or OLCD_V_PASS */
 		}
 	}
+	prob = pol->drop_prob;
 	if (prob == 0)
 		return OLCD_V_PASS;
-
-	if (mode == OLCD_MODE_OBSERVE) {
-		st->would_drop += act;
-		return OLCD_V_PASS;
-	}
-
-	/* Fail open when the daemon has stopped writing the heartbeat. */
-	if (__builtin_expect(!olcd_heartbeat_fresh(ctl, j), 0)) {
-		st->stale += act;
-		return OLCD_V_PASS;
-	}
-
+	act = olcd_select(st, prob);
+	if (__builtin_expect(mode != OLCD_MODE_ENFORCE, 0))
+		return olcd_not_enforced(st, mode, act);
 	if (pol->action == OLCD_ACTION_MARK) {
 		if (!act)
 			return OLCD_V_PASS;
@@ -336,24 +373,59 @@ static __always_inline int olcd_decide(const struct olcd_pkt *pkt, const struct 
 		return OLCD_V_MARK;
 	}
 	st->dropped += act;
-	if (act & !seen && set)
-		olcd_syn_insert(set, cand->fp, jnow);
 	return act; /* OLCD_V_DROP or OLCD_V_PASS */
 }
 
 /*
+ * Everything after the port index, for a port with a policy (pi). With
+ * prefixes set (a compile-time constant: olcd_handle inlines this twice),
+ * the exception source prefixes are looked at too.
+ */
+static __always_inline int olcd_handle_policy(const struct olcd_pkt *pkt, void *data,
+					      void *data_end, __u32 pi, __u64 fp,
+					      struct olcd_mark *mark, int prefixes)
+{
+	struct olcd_src src;
+	struct olcd_policy *pol;
+	__u8 flags;
+
+	if (prefixes) {
+		src.valid = 0;
+		olcd_read_source(pkt, data, data_end, &src);
+	}
+	pol = bpf_map_lookup_elem(&olcd_policies, &pi);
+	if (!pol)
+		return OLCD_V_PASS;
+	flags = pol->flags;
+	if (__builtin_expect(flags != OLCD_POLICY_PROTECTED, 0)) {
+		/* Exempt, with or without a policy of its own. A UDP port
+		 * without a policy is not protected: not a request. */
+		if (!(flags & OLCD_POLICY_PROTECTED) && !pkt->tcp)
+			return OLCD_V_PASS;
+		return olcd_count_pass(pol->stats_slot, flags & OLCD_POLICY_EXEMPT);
+	}
+	if (prefixes && src.valid && olcd_source_exempt(&src, &olcd_ctl))
+		return olcd_count_pass(pol->stats_slot, 1);
+	/* Only the drop action makes clients retransmit. */
+	if (pol->action != OLCD_ACTION_DROP)
+		fp = 0;
+	return olcd_decide(pol, &pi, fp, mark);
+}
+
+/*
  * Everything after a successful parse. A SYN to a port without a policy
- * costs one load from the port index and one per-CPU counter; for a port with
- * one, the packet is read once more (fingerprint, source address) and the rest
- * is olcd_decide.
+ * costs one load from the port index and one per-CPU counter. For a port
+ * with one, the fingerprint is computed before the first lookup, so that
+ * nothing of the packet but it is kept across (the mark action parses
+ * again). Reading the source address only when an exception prefix exists
+ * needs its own copy of the path: the fast one has no trace of it.
  */
 static __always_inline int olcd_handle(const struct olcd_pkt *pkt, void *data, void *data_end,
 				       struct olcd_mark *mark)
 {
-	struct olcd_cand cand;
-	struct olcd_policy *pol;
-	struct olcd_counters *st;
-	__u32 pi, slot;
+	struct olcd_control *ctl = &olcd_ctl;
+	__u32 pi;
+	__u64 fp = 0;
 
 	/* One flat index keeps the offset provably inside the variable. */
 	pi = ((__u16 *)olcd_ports.idx)[((pkt->tcp ^ 1) & 1) << 16 | (pkt->dport & 0xffff)];
@@ -363,24 +435,14 @@ static __always_inline int olcd_handle(const struct olcd_pkt *pkt, void *data, v
 		 * port. */
 		if (!pkt->tcp)
 			return OLCD_V_PASS;
-		slot = OLCD_SLOT_OTHER;
-		st = bpf_map_lookup_elem(&olcd_stats, &slot);
-		if (st)
-			st->new_conns += 1;
-		return OLCD_V_PASS;
+		return olcd_count_pass(OLCD_SLOT_OTHER, 0);
 	}
-	pol = bpf_map_lookup_elem(&olcd_policies, &pi);
-	if (!pol)
-		return OLCD_V_PASS;
-	cand.fp = 0;
-	cand.has_src = 0;
-	if (pol->flags == OLCD_POLICY_PROTECTED) {
-		if (pkt->tcp && pol->action == OLCD_ACTION_DROP)
-			cand.fp = olcd_syn_fp(pkt, data, data_end, olcd_ctl.syn_seed);
-		if (olcd_ctl.prefixes4 | olcd_ctl.prefixes6)
-			olcd_read_source(pkt, data, data_end, &cand);
-	}
-	return olcd_decide(pkt, pol, &cand, mark);
+	if (pkt->tcp)
+		fp = olcd_syn_fp(pkt, ctl->syn_seed);
+	/* Both trie sizes in one load: 0 when no exception prefix is set. */
+	if (__builtin_expect(*(__u64 *)&ctl->prefixes4 != 0, 0))
+		return olcd_handle_policy(pkt, data, data_end, pi, fp, mark, 1);
+	return olcd_handle_policy(pkt, data, data_end, pi, fp, mark, 0);
 }
 
 /* Fold a 32-bit one's complement sum to 16 bits. */
@@ -428,7 +490,7 @@ int olcd_xdp(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	struct olcd_mark mark = {};
+	struct olcd_mark mark;
 	struct olcd_pkt pkt;
 	int r, v;
 
@@ -439,10 +501,12 @@ int olcd_xdp(struct xdp_md *ctx)
 		olcd_count_unclassified();
 		return XDP_PASS;
 	}
+	olcd_stash_ctx(&mark, ctx);
 	v = olcd_handle(&pkt, data, data_end, &mark);
 	if (v == OLCD_V_MARK) {
 		/* Parse again rather than keep the header offsets alive
-		 * through olcd_decide (see struct olcd_cand). */
+		 * through olcd_decide (see olcd_handle). */
+		ctx = olcd_unstash_ctx(&mark);
 		data = (void *)(long)ctx->data;
 		data_end = (void *)(long)ctx->data_end;
 		if (mark.dscp <= OLCD_DSCP_MAX &&
@@ -463,7 +527,7 @@ int olcd_tc(struct __sk_buff *skb)
 {
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
-	struct olcd_mark mark = {};
+	struct olcd_mark mark;
 	struct olcd_pkt pkt;
 	int r, v;
 
@@ -481,9 +545,11 @@ int olcd_tc(struct __sk_buff *skb)
 		olcd_count_unclassified();
 		return TC_ACT_UNSPEC;
 	}
+	olcd_stash_ctx(&mark, skb);
 	v = olcd_handle(&pkt, data, data_end, &mark);
 	if (v == OLCD_V_MARK) {
 		/* Parse again: see olcd_xdp. */
+		skb = olcd_unstash_ctx(&mark);
 		data = (void *)(long)skb->data;
 		data_end = (void *)(long)skb->data_end;
 		if (mark.dscp <= OLCD_DSCP_MAX &&

@@ -70,8 +70,9 @@ enum olcd_geometry {
  * ports that have no policy of their own (flags = EXEMPT, stats to "other").
  */
 struct olcd_policy {
-	/* Drop probability, fixed point: drop when bpf_get_prandom_u32() <
-	 * drop_prob, and always when drop_prob == 0xffffffff. 0 never drops. */
+	/* Drop probability, fixed point: drop when a uniform 32-bit draw is
+	 * below drop_prob, and always when drop_prob == 0xffffffff. 0 never
+	 * drops. */
 	__u32 drop_prob;
 	__u16 stats_slot; /* index into the stats array */
 	__u8 flags;       /* enum olcd_policy_flag bits */
@@ -98,7 +99,16 @@ struct olcd_control {
 	__u32 prefixes6;     /* entries in the IPv6 exception trie; 0 skips it */
 	__u8 mode;           /* enum olcd_mode: global mode */
 	__u8 mark_dscp;      /* DSCP (0..63) the mark action writes, or OLCD_DSCP_KEEP */
-	__u8 pad[6];
+	/* The last heartbeat verdict, written by the program, never set by
+	 * the loader: bpf_ktime_get_ns() costs tens of ns in some VMs, more
+	 * than the rest of a SYN's path, so the clock is read at most once per
+	 * jiffy and the verdict reused. The loader writes the record whole
+	 * with both at 0, so the next packet judges a new heartbeat (or
+	 * stale-after) at once. A staleness limit of seconds is enforced to
+	 * within one jiffy (<= 10 ms). */
+	__u8 fresh;          /* 1: the heartbeat was within stale-after */
+	__u8 pad;
+	__u32 fresh_jiffies; /* low 32 bits of bpf_jiffies64() at that verdict */
 };
 
 /*
@@ -119,7 +129,10 @@ struct olcd_counters {
 	__u32 exempt;          /* exception port or source (passed) */
 	__u32 stale;           /* selected, but the heartbeat was stale (passed) */
 	__u32 syn_retransmits; /* SYNs found in the dropped-SYN table */
-	__u32 pad;
+	/* Not a counter: the state of this slot's random generator on this
+	 * CPU (olcd_draw in olcd.c), started at a random value by the loader
+	 * when the slot gets its port. */
+	__u32 rnd;
 };
 
 /*
@@ -134,25 +147,11 @@ enum olcd_syn_table {
 
 struct olcd_syn_set {
 	__u64 fp[OLCD_SYN_WAYS];    /* fingerprint | 1; 0 = empty way */
-	__u32 stamp[OLCD_SYN_WAYS]; /* jiffies (low 32 bits) of the last drop or
-				     * retransmit of the way's SYN */
+	__u32 stamp[OLCD_SYN_WAYS]; /* heartbeat time (ns >> 20) of the last drop
+				     * or retransmit of the way's SYN */
 	/* To 64 bytes: one cache line per set (the array is line aligned),
 	 * and a shift instead of a multiply in the inlined lookup. */
 	__u8 pad[16];
-};
-
-/*
- * The last heartbeat verdict, kept by the program (never written by the
- * loader) in a global variable: bpf_ktime_get_ns() costs tens of ns in some
- * VMs, more than the rest of a SYN's path, so the clock is read at most once
- * per jiffy (and when the heartbeat changes) and the verdict reused. A
- * staleness limit of seconds is then enforced to within one jiffy (<= 10 ms).
- */
-struct olcd_freshness {
-	__u64 jiffies;      /* jiffies when the verdict was made */
-	__u64 heartbeat_ns; /* the heartbeat it was made for */
-	__u32 fresh;        /* 1: heartbeat within stale-after */
-	__u32 pad;
 };
 
 /* LPM trie keys of the exception source prefixes. */

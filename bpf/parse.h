@@ -59,13 +59,21 @@ struct olcd_ext_hdr {
 };
 
 /*
- * A new-connection candidate. Header positions are offsets from the frame
- * start; olcd.c reads what it needs from the headers right after the parse and
- * then lets the offsets die (see struct olcd_cand there).
+ * A new-connection candidate. The header position is an offset from the frame
+ * start, used only off the hot path (exception prefixes, mark): olcd.c keeps
+ * no packet offset or pointer across its map lookups (see olcd_handle there).
  */
 struct olcd_pkt {
+	/* What the dropped-SYN fingerprint is made of (TCP only), read here
+	 * where the headers are known to be in the frame, which spares a
+	 * bounds check each later: the ports and the sequence number, and the
+	 * addresses (IPv6: their four 64-bit halves xored, a bijection of the
+	 * source for a given destination). 64-bit loads from the packet are
+	 * unaligned on some paths; the verifier allows that on architectures
+	 * with efficient unaligned access (x86-64, arm64). */
+	__u64 fpw_tcp;
+	__u64 fpw_addr;
 	__u32 l3off; /* IPv4 or IPv6 header */
-	__u32 l4off; /* TCP or UDP header */
 	__u32 dport; /* destination port, host byte order */
 	__u32 ipv6;  /* 0: IPv4, 1: IPv6 */
 	__u32 tcp;   /* 1: TCP, 0: UDP */
@@ -116,15 +124,19 @@ static __always_inline int olcd_past_frame(void *data, void *data_end, struct __
 
 /*
  * The transport header at off. The IP packet it belongs to ends at
- * l3base + *iplen (IPv4 total length, IPv6 payload length). The lengths are
- * only read for a candidate, after the flags: a header that does not fit in
- * its IP packet, or an IP packet that the frame cuts short, is one the kernel
- * discards (ip_rcv, tcp_v4_rcv, __udp4_lib_rcv and their IPv6 twins), and its
- * "header" may be Ethernet padding or bytes of the next fragment (RFC 1858).
+ * l3base + *iplen (IPv4 total length, IPv6 payload length); addr points to
+ * its source and destination addresses (v6: IPv6, a constant at each call).
+ * checked (a constant): the caller knows the frame holds a TCP header there.
+ * The lengths are only read for a candidate, after the flags: a header that
+ * does not fit in its IP packet, or an IP packet that the frame cuts short,
+ * is one the kernel discards (ip_rcv, tcp_v4_rcv, __udp4_lib_rcv and their
+ * IPv6 twins), and its "header" may be Ethernet padding or bytes of the next
+ * fragment (RFC 1858).
  */
 static __always_inline int olcd_parse_l4(void *data, void *data_end, __u32 off, __u8 proto,
-					 const __be16 *iplen, __u32 l3base,
-					 struct __sk_buff *skb, struct olcd_pkt *pkt)
+					 const __be16 *iplen, __u32 l3base, const __u64 *addr,
+					 int v6, int checked, struct __sk_buff *skb,
+					 struct olcd_pkt *pkt)
 {
 	__u32 l3end;
 
@@ -132,7 +144,7 @@ static __always_inline int olcd_parse_l4(void *data, void *data_end, __u32 off, 
 		struct tcphdr *th = data + off;
 		__u8 flags, doff;
 
-		if ((void *)(th + 1) > data_end)
+		if (!checked && (void *)(th + 1) > data_end)
 			return OLCD_P_SHORT;
 		/* Established traffic leaves here, before any map is touched.
 		 * SYN+ACK answers the host's own connects; RST/FIN with SYN is
@@ -150,11 +162,13 @@ static __always_inline int olcd_parse_l4(void *data, void *data_end, __u32 off, 
 			return OLCD_P_UNCLASSIFIED;
 		pkt->tcp = 1;
 		pkt->dport = bpf_ntohs(th->dest);
+		pkt->fpw_tcp = *(__u64 *)th; /* ports, sequence number */
+		pkt->fpw_addr = v6 ? addr[0] ^ addr[1] ^ addr[2] ^ addr[3] : addr[0];
 	} else {
 		struct udphdr *uh = data + off;
 		__u32 ulen, room;
 
-		if ((void *)(uh + 1) > data_end)
+		if (!checked && (void *)(uh + 1) > data_end)
 			return OLCD_P_SHORT;
 		l3end = l3base + bpf_ntohs(*iplen);
 		if (off + sizeof(*uh) > l3end)
@@ -172,32 +186,47 @@ static __always_inline int olcd_parse_l4(void *data, void *data_end, __u32 off, 
 	}
 	if (olcd_past_frame(data, data_end, skb, l3end))
 		return OLCD_P_UNCLASSIFIED;
-	pkt->l4off = off;
 	return OLCD_P_NEW;
 }
 
+/* The commonest frame: Ethernet, IPv4 without options, TCP without options. */
+#define OLCD_FAST_LEN (ETH_HLEN + 20 + 20)
+
+/*
+ * IPv4 at off. fast (a constant): the caller checked that this is the
+ * commonest frame's shape (olcd_parse): a version/ihl byte of 0x45 at off =
+ * ETH_HLEN and OLCD_FAST_LEN bytes of frame, which leaves nothing to check
+ * before the transport header and fixes its offset.
+ */
 static __always_inline int olcd_parse_ipv4(void *data, void *data_end, struct __sk_buff *skb,
-					   __u32 off, struct olcd_pkt *pkt)
+					   __u32 off, int fast, struct olcd_pkt *pkt)
 {
 	struct iphdr *iph = data + off;
-	__u8 vihl, ihl;
+	__u8 vihl, ihl = 5, proto;
 
-	if ((void *)(iph + 1) > data_end)
-		return OLCD_P_SHORT;
-	/* Version 4 and ihl 5..15 in one compare: 0x45..0x4f. */
-	vihl = *(__u8 *)iph;
-	if ((__u8)(vihl - 0x45) > 0x0a)
-		return OLCD_P_UNCLASSIFIED;
-	ihl = vihl & 0x0f;
-	if (iph->protocol != IPPROTO_TCP && iph->protocol != IPPROTO_UDP)
+	if (!fast) {
+		if ((void *)(iph + 1) > data_end)
+			return OLCD_P_SHORT;
+		/* Version 4 and ihl 5..15 in one compare: 0x45..0x4f. */
+		vihl = *(__u8 *)iph;
+		if ((__u32)vihl - 0x45 > 0x0a)
+			return OLCD_P_UNCLASSIFIED;
+		ihl = vihl & 0x0f;
+	}
+	proto = iph->protocol;
+	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP)
 		return OLCD_P_NOT_NEW;
 	/* A non-first fragment carries payload where the ports would be. */
 	if (iph->frag_off & bpf_htons(0x1fff))
 		return OLCD_P_UNCLASSIFIED;
 	pkt->l3off = off;
 	pkt->ipv6 = 0;
-	return olcd_parse_l4(data, data_end, off + ihl * 4, iph->protocol, &iph->tot_len, off,
-			     skb, pkt);
+	/* One call per protocol, so that each inlined copy knows its own. */
+	if (proto == IPPROTO_TCP)
+		return olcd_parse_l4(data, data_end, off + ihl * 4, IPPROTO_TCP, &iph->tot_len,
+				     off, (const __u64 *)&iph->saddr, 0, fast, skb, pkt);
+	return olcd_parse_l4(data, data_end, off + ihl * 4, IPPROTO_UDP, &iph->tot_len, off,
+			     (const __u64 *)&iph->saddr, 0, fast, skb, pkt);
 }
 
 static __always_inline int olcd_is_ipv6_ext(__u8 nh)
@@ -232,7 +261,7 @@ static __always_inline int olcd_parse_ipv6(void *data, void *data_end, struct __
 
 		if (nh == IPPROTO_TCP || nh == IPPROTO_UDP)
 			return olcd_parse_l4(data, data_end, off, nh, &ip6->payload_len, l3base,
-					     skb, pkt);
+					     (const __u64 *)&ip6->saddr, 1, 0, skb, pkt);
 		if (!olcd_is_ipv6_ext(nh))
 			/* ESP hides the transport header; anything else
 			 * (ICMPv6, No Next Header, ...) is not TCP or UDP. */
@@ -286,13 +315,27 @@ static __always_inline int olcd_parse(void *data, void *data_end, struct __sk_bu
 	__u32 off = ETH_HLEN;
 	__be16 proto;
 
+	/* The commonest frame first, with one bounds check for all its
+	 * headers (a TCP header, or a UDP header and 12 bytes more); any other
+	 * takes the general path below. Not struct ethhdr: it is packed, which
+	 * costs two byte loads. */
+	if (data + OLCD_FAST_LEN <= data_end) {
+		proto = *(__be16 *)(data + ETH_ALEN * 2);
+		if (proto == bpf_htons(ETH_P_IP) && *(__u8 *)(data + ETH_HLEN) == 0x45)
+			return olcd_parse_ipv4(data, data_end, skb, ETH_HLEN, 1, pkt);
+		/* Untagged IPv6 next, without looking at the length again. */
+		if (proto == bpf_htons(ETH_P_IPV6))
+			return olcd_parse_ipv6(data, data_end, skb, ETH_HLEN, pkt);
+	}
+
 	if (data + ETH_HLEN > data_end)
 		return OLCD_P_SHORT;
-	/* Not struct ethhdr: it is packed, which costs two byte loads. */
 	proto = *(__be16 *)(data + ETH_ALEN * 2);
-	/* Untagged IPv4 first: the common case skips the VLAN checks. */
+	/* Untagged IP first: the common case skips the VLAN checks. */
 	if (proto == bpf_htons(ETH_P_IP))
-		return olcd_parse_ipv4(data, data_end, skb, off, pkt);
+		return olcd_parse_ipv4(data, data_end, skb, off, 0, pkt);
+	if (proto == bpf_htons(ETH_P_IPV6))
+		return olcd_parse_ipv6(data, data_end, skb, off, pkt);
 
 #pragma unroll
 	for (int i = 0; i < OLCD_MAX_VLAN; i++) {
@@ -307,7 +350,7 @@ static __always_inline int olcd_parse(void *data, void *data_end, struct __sk_bu
 	}
 
 	if (proto == bpf_htons(ETH_P_IP))
-		return olcd_parse_ipv4(data, data_end, skb, off, pkt);
+		return olcd_parse_ipv4(data, data_end, skb, off, 0, pkt);
 	if (proto == bpf_htons(ETH_P_IPV6))
 		return olcd_parse_ipv6(data, data_end, skb, off, pkt);
 	if (proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD))

@@ -104,6 +104,94 @@ func TestDropProbability(t *testing.T) {
 	}
 }
 
+// TestHeartbeatSeenAtOnce: the program keeps its heartbeat verdict for a
+// jiffy (olcd_control.fresh), but every write of the control record clears
+// it, so a new heartbeat counts from the next packet on, in both directions.
+func TestHeartbeatSeenAtOnce(t *testing.T) {
+	now, err := monotonicNow()
+	must(t, err)
+	const staleAfter = 2 * time.Second
+	for _, h := range hooks {
+		t.Run(string(h), func(t *testing.T) {
+			d := setup(t, Config{StaleAfter: staleAfter}, ActionDrop, 1)
+			for i, hb := range []uint64{now - uint64(3*staleAfter), now, 0, now, now - uint64(3*staleAfter)} {
+				must(t, d.setHeartbeat(hb))
+				want := verdictDrop
+				if hb != now {
+					want = verdictPass
+				}
+				if v, _ := run(t, d, h, syn4(8080, uint32(i))); v != want {
+					t.Errorf("heartbeat %d (step %d): verdict %s, want %s", hb, i, v, want)
+				}
+			}
+		})
+	}
+}
+
+// TestDrawSequence: the draw is a generator in the program (olcd_draw), so
+// beyond its average (TestDropProbability) its sequence must look random:
+// at p = 0.5 over 20 000 single runs, half are dropped, a quarter of
+// consecutive pairs are both dropped (no serial correlation), and no run of
+// equal verdicts is long (the expected longest is about 14). Bounds are about
+// 6 standard deviations wide.
+func TestDrawSequence(t *testing.T) {
+	const n = 20000
+	for _, h := range hooks {
+		t.Run(string(h), func(t *testing.T) {
+			d := setup(t, Config{StaleAfter: time.Hour}, ActionDrop, 0.5)
+			frame := syn4(8080, 9)
+			var dropped, pairs, same, longest int
+			prev := verdict("")
+			for range n {
+				v, _ := run(t, d, h, frame)
+				if v == verdictDrop {
+					dropped++
+					if prev == verdictDrop {
+						pairs++
+					}
+				}
+				if v == prev {
+					same++
+				} else {
+					same = 1
+				}
+				longest = max(longest, same)
+				prev = v
+			}
+			if dropped < n*48/100 || dropped > n*52/100 {
+				t.Errorf("dropped %d of %d at p=0.5, want 48..52 %%", dropped, n)
+			}
+			if pairs < n*23/100 || pairs > n*27/100 {
+				t.Errorf("%d of %d consecutive pairs both dropped, want 23..27 %%", pairs, n-1)
+			}
+			if longest > 30 {
+				t.Errorf("%d equal verdicts in a row", longest)
+			}
+		})
+	}
+}
+
+// TestDrawState: a port's slot gets a random generator state on every CPU
+// when the port gets it, so that no two CPUs or ports draw the same
+// sequence.
+func TestDrawState(t *testing.T) {
+	d := setup(t, Config{StaleAfter: time.Hour}, ActionDrop, 0.5)
+	seen := make(map[uint32]string)
+	for _, k := range []PortKey{tcp8080, {ProtoUDP, 53}} {
+		var per []olcdOlcdCounters
+		if err := d.objs.OlcdStats.Lookup(uint32(d.slots[k]), &per); err != nil {
+			t.Fatalf("read slot of %s: %v", k, err)
+		}
+		for cpu, c := range per {
+			at := fmt.Sprintf("%s on CPU %d", k, cpu)
+			if other, ok := seen[c.Rnd]; ok {
+				t.Errorf("%s starts at the state of %s (%#x)", at, other, c.Rnd)
+			}
+			seen[c.Rnd] = at
+		}
+	}
+}
+
 // TestFailOpen: with the heartbeat older than StaleAfter (or never written)
 // p = 1 drops nothing and counts stale; a fresh one drops again.
 func TestFailOpen(t *testing.T) {
@@ -309,6 +397,49 @@ func TestSYNRetransmits(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestSYNTableLRU: with one set of four ways (SYNTableSize 4), a fifth
+// dropped SYN evicts the least recently used one, where a retransmit counts
+// as a use. The table's clock is the heartbeat (olcd_syn_clock), so the test
+// moves it forward 2 ms per step (ahead of the real clock: still fresh).
+func TestSYNTableLRU(t *testing.T) {
+	for _, h := range hooks {
+		t.Run(string(h), func(t *testing.T) {
+			d := setup(t, Config{StaleAfter: time.Hour, SYNTableSize: 4}, ActionDrop, 1)
+			now, err := monotonicNow()
+			must(t, err)
+			steps := []struct {
+				isn        uint32
+				retransmit bool
+			}{
+				{1, false}, {2, false}, {3, false}, {4, false}, // the set is full
+				{1, true},  // 1 is used again: 2 is now the oldest
+				{5, false}, // evicts 2
+				{2, false}, // gone: new again, evicts 3
+				{1, true}, {4, true}, {5, true}, {2, true},
+				{3, false}, // evicted by 2
+			}
+			var want uint64
+			for i, s := range steps {
+				must(t, d.setHeartbeat(now+uint64(i)*2_000_000))
+				before := stats(t, d).Ports[tcp8080].SYNRetransmits
+				if v, _ := run(t, d, h, syn4(8080, s.isn)); v != verdictDrop {
+					t.Fatalf("step %d (ISN %d): verdict %s, want drop", i, s.isn, v)
+				}
+				got := stats(t, d).Ports[tcp8080].SYNRetransmits - before
+				if s.retransmit {
+					want++
+				}
+				if (got == 1) != s.retransmit {
+					t.Errorf("step %d (ISN %d): counted as retransmit %v, want %v", i, s.isn, got == 1, s.retransmit)
+				}
+			}
+			if c := stats(t, d).Ports[tcp8080]; c.SYNRetransmits != want {
+				t.Errorf("retransmits %d, want %d", c.SYNRetransmits, want)
+			}
+		})
 	}
 }
 

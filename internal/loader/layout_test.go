@@ -25,7 +25,6 @@ func TestLayout(t *testing.T) {
 		"olcd_control":    olcdOlcdControl{},
 		"olcd_counters":   olcdOlcdCounters{},
 		"olcd_syn_set":    olcdOlcdSynSet{},
-		"olcd_freshness":  olcdOlcdFreshness{},
 		"olcd_lpm4_key":   olcdOlcdLpm4Key{},
 		"olcd_lpm6_key":   olcdOlcdLpm6Key{},
 		"olcd_port_index": olcdOlcdPortIndex{},
@@ -80,7 +79,7 @@ func TestLayout(t *testing.T) {
 			t.Errorf("map %s: C key/value %d/%d bytes, Go %d/%d", name, m.KeySize, m.ValueSize, k, v)
 		}
 	}
-	for name, v := range map[string]any{"olcd_ctl": olcdOlcdControl{}, "olcd_ports": olcdOlcdPortIndex{}, "olcd_fresh": olcdOlcdFreshness{}} {
+	for name, v := range map[string]any{"olcd_ctl": olcdOlcdControl{}, "olcd_ports": olcdOlcdPortIndex{}} {
 		vs := spec.Variables[name]
 		if vs == nil {
 			t.Errorf("variable %s missing", name)

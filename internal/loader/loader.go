@@ -462,6 +462,10 @@ func (d *Datapath) checkOpen() error {
 	return nil
 }
 
+// writeControl writes the control record whole. The shadow's Fresh and
+// FreshJiffies stay 0, which clears the heartbeat verdict the program keeps
+// there: it judges the new record (heartbeat, stale-after) from the next
+// packet on (olcd_heartbeat_fresh in bpf/olcd.c).
 func (d *Datapath) writeControl() error {
 	if err := d.objs.OlcdCtl.Set(&d.ctl); err != nil {
 		return fmt.Errorf("write control record: %w", err)

@@ -39,7 +39,9 @@ type olcdOlcdControl struct {
 	Prefixes6    uint32
 	Mode         uint8
 	MarkDscp     uint8
-	Pad          [6]uint8
+	Fresh        uint8
+	Pad          uint8
+	FreshJiffies uint32
 }
 
 type olcdOlcdCounters struct {
@@ -51,7 +53,7 @@ type olcdOlcdCounters struct {
 	Exempt         uint32
 	Stale          uint32
 	SynRetransmits uint32
-	Pad            uint32
+	Rnd            uint32
 }
 
 type olcdOlcdDscp uint32
@@ -60,14 +62,6 @@ const (
 	olcdOlcdDscpOLCD_DSCP_MAX  olcdOlcdDscp = 63
 	olcdOlcdDscpOLCD_DSCP_KEEP olcdOlcdDscp = 255
 )
-
-type olcdOlcdFreshness struct {
-	_           structs.HostLayout
-	Jiffies     uint64
-	HeartbeatNs uint64
-	Fresh       uint32
-	Pad         uint32
-}
 
 type olcdOlcdGeometry uint32
 
@@ -163,7 +157,6 @@ const (
 	olcdVarOlcdBtfProto      = "olcd_btf_proto"
 	olcdVarOlcdBtfSynTable   = "olcd_btf_syn_table"
 	olcdVarOlcdCtl           = "olcd_ctl"
-	olcdVarOlcdFresh         = "olcd_fresh"
 	olcdVarOlcdPorts         = "olcd_ports"
 )
 
@@ -238,7 +231,6 @@ type olcdVariableSpecs struct {
 	OlcdBtfProto      *ebpf.VariableSpec `ebpf:"olcd_btf_proto"`
 	OlcdBtfSynTable   *ebpf.VariableSpec `ebpf:"olcd_btf_syn_table"`
 	OlcdCtl           *ebpf.VariableSpec `ebpf:"olcd_ctl"`
-	OlcdFresh         *ebpf.VariableSpec `ebpf:"olcd_fresh"`
 	OlcdPorts         *ebpf.VariableSpec `ebpf:"olcd_ports"`
 }
 
@@ -294,7 +286,6 @@ type olcdVariables struct {
 	OlcdBtfProto      *ebpf.Variable `ebpf:"olcd_btf_proto"`
 	OlcdBtfSynTable   *ebpf.Variable `ebpf:"olcd_btf_syn_table"`
 	OlcdCtl           *ebpf.Variable `ebpf:"olcd_ctl"`
-	OlcdFresh         *ebpf.Variable `ebpf:"olcd_fresh"`
 	OlcdPorts         *ebpf.Variable `ebpf:"olcd_ports"`
 }
 

@@ -16,8 +16,8 @@ import (
 )
 
 // ProbabilityToFixed converts a drop probability (fraction 0..1) to the
-// datapath's 32-bit fixed point, which drops when bpf_get_prandom_u32() is
-// below the value and always at 2^32−1.
+// datapath's 32-bit fixed point, which drops when a uniform 32-bit draw is
+// below the value and always at 2^32−1 (the draw: docs/datapath.md).
 //
 // The endpoints are exact: p <= 0 (and NaN) gives 0, never dropping; p >= 1
 // gives 2^32−1, always dropping. In between the result is round(p·2^32)

@@ -2,6 +2,7 @@ package loader
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -157,13 +158,19 @@ func (f *statsFolder) fold(slots []uint16) error {
 	return nil
 }
 
-// reset zeroes a slot in the kernel and in the totals, for a new owner.
+// reset zeroes a slot in the kernel and in the totals, for a new owner, and
+// starts the slot's random generator at a random state on every CPU, so that
+// no two CPUs or ports draw the same sequence (olcd_draw in bpf/olcd.c).
 func (f *statsFolder) reset(slot uint16) error {
 	n, err := ebpf.PossibleCPU()
 	if err != nil {
 		return fmt.Errorf("reset stats slot %d: %w", slot, err)
 	}
-	if err := f.m.Update(uint32(slot), make([]olcdOlcdCounters, n), ebpf.UpdateAny); err != nil {
+	vals := make([]olcdOlcdCounters, n)
+	for i := range vals {
+		vals[i].Rnd = rand.Uint32()
+	}
+	if err := f.m.Update(uint32(slot), vals, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("reset stats slot %d: %w", slot, err)
 	}
 	delete(f.slots, slot)
