@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"io"
 	"math"
 	"net/netip"
 	"os"
@@ -20,12 +21,26 @@ import (
 // wrapped I/O error when it cannot be read. Warnings list valid but
 // surprising settings.
 func Load(path string) (*Config, []Warning, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read config: %w", err)
 	}
+	defer f.Close()
+	// A config is a few KiB; the bound keeps a mistaken path (a device, a
+	// log file) from exhausting memory.
+	data, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
+	if err != nil {
+		return nil, nil, fmt.Errorf("read config: %w", err)
+	}
+	if len(data) > MaxConfigBytes {
+		return nil, nil, fmt.Errorf("read config %s: larger than %d bytes: not a config file", path, MaxConfigBytes)
+	}
 	return Parse(data, path)
 }
+
+// MaxConfigBytes is the largest config file Load reads (4 MiB): far above
+// any real config, even one with thousands of exception prefixes.
+const MaxConfigBytes = 4 << 20
 
 // Parse decodes and validates a config document; source names it in
 // problems (a path, or "" for the embedded default). Keys absent from the

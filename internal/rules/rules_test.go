@@ -599,3 +599,12 @@ func TestValueHints(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadBounded: a path that is not a config (a device that never ends)
+// is refused instead of read into memory.
+func TestLoadBounded(t *testing.T) {
+	_, _, err := Load("/dev/zero")
+	if err == nil || !strings.Contains(err.Error(), "not a config file") {
+		t.Fatalf("Load(/dev/zero) = %v, want a size refusal", err)
+	}
+}
