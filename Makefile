@@ -7,14 +7,17 @@ BIN     := bin/olcd
 VERSION ?= $(shell git describe --always --dirty --tags 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all help generate check-generate build test test-short demo install uninstall bench fmt vet
+.PHONY: all help generate check-generate build test test-short test-overload demo demo-default install uninstall bench fmt vet
 
 all: build
 
 help:
 	@echo "make build           build bin/olcd (no clang needed: BPF objects are committed)"
-	@echo "make test            vet + every test (root runs the BPF, netns and cgroup tests)"
-	@echo "make demo            run olcd on its embedded default against a netns+veth test node"
+	@echo "make test            vet + every test (root runs the BPF, netns and cgroup tests, then"
+	@echo "                     the overload suite alone: make test-overload, ~8 min)"
+	@echo "make demo            overload demo: calibrate a CPU-bound backend, run 3x and capacity-halved"
+	@echo "                     with no olcd, observe, enforce, nftables limit, in-app BBR (root, ~9 min)"
+	@echo "make demo-default    olcd on its embedded default config against a netns+veth node (~1 min)"
 	@echo "make generate        recompile bpf/*.c with bpf2go (needs clang, llvm, libbpf-dev)"
 	@echo "make check-generate  regenerate and fail if the committed objects differ"
 	@echo "make bench           datapath, sampler and controller benchmarks"
@@ -41,11 +44,24 @@ test: build vet
 	$(GO) test -count=1 -timeout 20m ./...
 	scripts/check-unit.sh
 	scripts/test-install.sh
+	$(MAKE) test-overload
+
+# The overload suite measures goodput and latency with real traffic, so it
+# runs on its own, never beside other packages' tests. Without root its tests
+# skip with the reason. Results and plots: out/test-overload/.
+test-overload:
+	OLCD_OVERLOAD=1 OLCD_OVERLOAD_OUT=$(CURDIR)/out/test-overload \
+		$(GO) test -count=1 -v -timeout 20m -run 'TestOverload' ./tests/e2e/
 
 test-short:
 	$(GO) test -short -count=1 ./...
 
 demo: build
+	@[ "$$(id -u)" = 0 ] || { echo "make demo needs root (network namespace, veth, cgroup, nftables, BPF): run 'sudo make demo'" >&2; exit 1; }
+	$(GO) build -o bin/olcd-overload ./tests/e2e/cmd/olcd-overload
+	bin/olcd-overload demo -olcd $(BIN) -out out/demo
+
+demo-default: build
 	scripts/demo.sh
 
 bench:

@@ -43,6 +43,7 @@ const enum olcd_policy_flag *olcd_btf_policy_flag __attribute__((unused));
 const enum olcd_geometry *olcd_btf_geometry __attribute__((unused));
 const enum olcd_syn_table *olcd_btf_syn_table __attribute__((unused));
 const enum olcd_dscp *olcd_btf_dscp __attribute__((unused));
+const enum olcd_selection *olcd_btf_selection __attribute__((unused));
 
 /* Bytes pulled into the linear area at TC when the headers are not there yet:
  * enough for 4 VLAN tags, IPv6 and a few extension headers and TCP. */
@@ -275,16 +276,27 @@ static __always_inline __u32 olcd_syn_clock(const struct olcd_control *ctl)
 
 /*
  * Whether the draw selects this packet, 0 or 1, for a drop probability p > 0
- * (always at 0xffffffff). The draw is random by design, so a branch on it
+ * (always at 0xffffffff), by the control record's selection (enum
+ * olcd_selection). The random draw is random by design, so a branch on it
  * would be mispredicted half the time at p = 0.5 (about 5 ns): the outcome
- * is the borrow of the 64-bit difference, used arithmetically.
+ * is the borrow of the 64-bit difference, used arithmetically. The branch on
+ * the selection is taken the same way for every packet.
  */
-static __always_inline __u32 olcd_select(struct olcd_counters *st, __u32 p)
+static __always_inline __u32 olcd_select(struct olcd_counters *st, __u32 p, __u8 selection)
 {
 	__u64 diff;
 
 	if (p == 0xffffffff)
 		return 1;
+	if (selection == OLCD_SELECT_EVEN) {
+		/* Error diffusion: the slot's state accumulates p per new
+		 * connection and selects on each carry, so exactly p / 2^32 of
+		 * them are selected, evenly spaced, from the random phase the
+		 * loader started the slot at. */
+		diff = (__u64)st->rnd + p;
+		st->rnd = (__u32)diff;
+		return diff >> 32;
+	}
 	diff = (__u64)olcd_draw(st) - p;
 	/* Hide the subtraction's origin, or the compiler turns the borrow
 	 * back into a compare and branch. */
@@ -349,7 +361,7 @@ static __always_inline int olcd_decide(const struct olcd_policy *pol, __u32 *pi,
 			prob = pol->drop_prob;
 			if (prob == 0)
 				return OLCD_V_PASS;
-			act = olcd_select(st, prob);
+			act = olcd_select(st, prob, ctl->selection);
 			if (__builtin_expect(mode != OLCD_MODE_ENFORCE, 0))
 				return olcd_not_enforced(st, mode, act);
 			st->dropped += act;
@@ -361,7 +373,7 @@ static __always_inline int olcd_decide(const struct olcd_policy *pol, __u32 *pi,
 	prob = pol->drop_prob;
 	if (prob == 0)
 		return OLCD_V_PASS;
-	act = olcd_select(st, prob);
+	act = olcd_select(st, prob, ctl->selection);
 	if (__builtin_expect(mode != OLCD_MODE_ENFORCE, 0))
 		return olcd_not_enforced(st, mode, act);
 	if (pol->action == OLCD_ACTION_MARK) {

@@ -82,6 +82,18 @@ struct olcd_policy {
 	__u8 pad[2];
 };
 
+/*
+ * How the draw selects the new connections a drop probability p sheds.
+ * RANDOM: each one independently with probability p (a uniform draw).
+ * EVEN: exactly a share p, evenly spaced (error diffusion): the ones let
+ * through arrive as regularly as the offered ones did, where independent
+ * draws would make them bursty and the service queue behind the bursts.
+ */
+enum olcd_selection {
+	OLCD_SELECT_RANDOM = 0,
+	OLCD_SELECT_EVEN = 1,
+};
+
 /* The control record: a global variable (see maps.h), written whole by the loader. */
 struct olcd_control {
 	/* CLOCK_MONOTONIC time of the daemon's last heartbeat, ns: the clock of
@@ -107,7 +119,7 @@ struct olcd_control {
 	 * stale-after) at once. A staleness limit of seconds is enforced to
 	 * within one jiffy (<= 10 ms). */
 	__u8 fresh;          /* 1: the heartbeat was within stale-after */
-	__u8 pad;
+	__u8 selection;      /* enum olcd_selection: how the draw picks */
 	__u32 fresh_jiffies; /* low 32 bits of bpf_jiffies64() at that verdict */
 };
 
@@ -130,7 +142,8 @@ struct olcd_counters {
 	__u32 stale;           /* selected, but the heartbeat was stale (passed) */
 	__u32 syn_retransmits; /* SYNs found in the dropped-SYN table */
 	/* Not a counter: the state of this slot's random generator on this
-	 * CPU (olcd_draw in olcd.c), started at a random value by the loader
+	 * CPU (olcd_draw in olcd.c), or with OLCD_SELECT_EVEN its error
+	 * accumulator (olcd_select), started at a random value by the loader
 	 * when the slot gets its port. */
 	__u32 rnd;
 };

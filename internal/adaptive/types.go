@@ -111,6 +111,11 @@ type PortStats struct {
 	// earlier. New − Retransmits is the unique demand the controller weighs
 	// the classes by; a retransmit is a client asking again, not more work.
 	Retransmits uint64
+	// Dropped counts the SYNs among New the datapath dropped (enforce mode;
+	// marked and would-drop SYNs pass). New − Dropped is the admitted work
+	// the saturation estimate relates to the driving signal; 0 when
+	// unknown, which makes the estimate admit more, never shed more.
+	Dropped uint64
 }
 
 // Unique returns New − Retransmits, and 0 when the counters disagree

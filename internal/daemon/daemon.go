@@ -448,6 +448,9 @@ func loaderConfig(cfg *rules.Config, ifaces []string) loader.Config {
 	// Without a configured DSCP the mark action sets only the fwmark; the
 	// packet's own DSCP must not be overwritten with 0.
 	lc.MarkDSCP, lc.MarkKeepDSCP = cfg.Action.DSCP, !cfg.Action.SetDSCP
+	if cfg.Datapath.Selection == "even" {
+		lc.Selection = loader.SelectEven
+	}
 	return lc
 }
 

@@ -49,7 +49,7 @@ func (d *Daemon) tick() {
 			}
 			dl := counterDelta(cur, d.prev.Ports[loaderKey(p.key)])
 			deltas[p.key] = dl
-			stats[p.key] = adaptive.PortStats{New: dl.NewConns, Retransmits: dl.SYNRetransmits}
+			stats[p.key] = adaptive.PortStats{New: dl.NewConns, Retransmits: dl.SYNRetransmits, Dropped: dl.Dropped}
 		}
 		d.prev = st
 	}

@@ -822,3 +822,47 @@ func TestCloseTwice(t *testing.T) {
 		t.Error("stats after close succeeded")
 	}
 }
+
+// TestEvenSelection: with SelectEven the datapath sheds exactly a share p,
+// evenly spaced: at p = 0.25 one SYN in four of 100 000, and in a sequence
+// at p = 0.75 every fourth SYN passes, never two passes or four drops in a
+// row (error diffusion, olcd_select). p = 0 and 1 are exact as ever.
+func TestEvenSelection(t *testing.T) {
+	for _, h := range hooks {
+		t.Run(string(h), func(t *testing.T) {
+			for _, tt := range []struct {
+				p    float64
+				want uint64
+			}{{0, 0}, {0.25, 25000}, {1, 100000}} {
+				d := setup(t, Config{StaleAfter: time.Hour, Selection: SelectEven}, ActionDrop, tt.p)
+				repeat(t, d, h, syn4(8080, 7), 100000)
+				// One more or less: the slot starts at a random phase.
+				if got := stats(t, d).Ports[tcp8080].Dropped; got+1 < tt.want || got > tt.want+1 {
+					t.Errorf("p=%v: dropped %d of 100000, want %d ± 1", tt.p, got, tt.want)
+				}
+			}
+			d := setup(t, Config{StaleAfter: time.Hour, Selection: SelectEven}, ActionDrop, 0.75)
+			var passes []int
+			for i := range 400 {
+				if v, _ := run(t, d, h, syn4(8080, uint32(i))); v == verdictPass {
+					passes = append(passes, i)
+				}
+			}
+			if len(passes) < 99 || len(passes) > 101 {
+				t.Fatalf("%d of 400 passed at p=0.75, want 100 ± 1", len(passes))
+			}
+			for i := 1; i < len(passes); i++ {
+				if gap := passes[i] - passes[i-1]; gap != 4 {
+					t.Fatalf("passes %d and %d are %d SYNs apart, want every 4th", passes[i-1], passes[i], gap)
+				}
+			}
+		})
+	}
+}
+
+// TestSelectionValidated: an unknown selection is refused at load.
+func TestSelectionValidated(t *testing.T) {
+	if _, err := (Config{Selection: 7}).withDefaults(); err == nil || !strings.Contains(err.Error(), "selection") {
+		t.Errorf("selection 7: error %v, want one naming the selection", err)
+	}
+}

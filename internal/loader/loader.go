@@ -83,6 +83,33 @@ func (a Action) String() string {
 
 func (a Action) valid() bool { return a == ActionDrop || a == ActionMark }
 
+// Selection is how the datapath picks the new connections a drop
+// probability p sheds.
+type Selection uint8
+
+// Selections. Values come from enum olcd_selection.
+const (
+	// SelectRandom sheds each new connection independently with
+	// probability p (a uniform 32-bit draw per packet).
+	SelectRandom = Selection(olcdOlcdSelectionOLCD_SELECT_RANDOM)
+	// SelectEven sheds exactly a share p, evenly spaced per CPU and port
+	// (error diffusion): what passes arrives as regularly as what was
+	// offered, where independent draws turn a steady stream into bursts
+	// the service queues behind (docs/datapath.md, "The draw").
+	SelectEven = Selection(olcdOlcdSelectionOLCD_SELECT_EVEN)
+)
+
+// String returns "random" or "even" (or "selection(N)").
+func (s Selection) String() string {
+	switch s {
+	case SelectRandom:
+		return "random"
+	case SelectEven:
+		return "even"
+	}
+	return fmt.Sprintf("selection(%d)", uint8(s))
+}
+
 // Class is a port's class. The datapath stores it with the policy for the
 // daemon's read-back; probabilities per class are the controller's business.
 type Class uint8
@@ -226,6 +253,8 @@ type Config struct {
 	// StaleAfter is how old the heartbeat may get before the datapath fails
 	// open (drops and marks nothing, counts stale). Default 5 s.
 	StaleAfter time.Duration
+	// Selection is how the draw picks what p sheds; default SelectRandom.
+	Selection Selection
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -253,6 +282,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxPrefixes < 1 || c.MaxPrefixes > 1<<20 {
 		errs = append(errs, fmt.Errorf("max prefixes: %d is outside 1..%d", c.MaxPrefixes, 1<<20))
+	}
+	if c.Selection != SelectRandom && c.Selection != SelectEven {
+		errs = append(errs, fmt.Errorf("selection: unknown %s (want random or even)", c.Selection))
 	}
 	if c.MarkDSCP > uint8(olcdOlcdDscpOLCD_DSCP_MAX) {
 		errs = append(errs, fmt.Errorf("mark dscp: %d is outside 0..%d", c.MarkDSCP, olcdOlcdDscpOLCD_DSCP_MAX))
@@ -376,6 +408,7 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 		MarkFwmark:   cfg.MarkFwmark,
 		MarkDscp:     dscp,
 		Mode:         uint8(ModeOff),
+		Selection:    uint8(cfg.Selection),
 	}
 	shared := olcdOlcdPolicy{
 		Flags:     uint8(olcdOlcdPolicyFlagOLCD_POLICY_EXEMPT),

@@ -40,7 +40,7 @@ type olcdOlcdControl struct {
 	Mode         uint8
 	MarkDscp     uint8
 	Fresh        uint8
-	Pad          uint8
+	Selection    uint8
 	FreshJiffies uint32
 }
 
@@ -123,6 +123,13 @@ const (
 	olcdOlcdProtoOLCD_PROTO_UDP olcdOlcdProto = 17
 )
 
+type olcdOlcdSelection uint32
+
+const (
+	olcdOlcdSelectionOLCD_SELECT_RANDOM olcdOlcdSelection = 0
+	olcdOlcdSelectionOLCD_SELECT_EVEN   olcdOlcdSelection = 1
+)
+
 type olcdOlcdSynSet struct {
 	_     structs.HostLayout
 	Fp    [4]uint64
@@ -155,6 +162,7 @@ const (
 	olcdVarOlcdBtfMode       = "olcd_btf_mode"
 	olcdVarOlcdBtfPolicyFlag = "olcd_btf_policy_flag"
 	olcdVarOlcdBtfProto      = "olcd_btf_proto"
+	olcdVarOlcdBtfSelection  = "olcd_btf_selection"
 	olcdVarOlcdBtfSynTable   = "olcd_btf_syn_table"
 	olcdVarOlcdCtl           = "olcd_ctl"
 	olcdVarOlcdPorts         = "olcd_ports"
@@ -229,6 +237,7 @@ type olcdVariableSpecs struct {
 	OlcdBtfMode       *ebpf.VariableSpec `ebpf:"olcd_btf_mode"`
 	OlcdBtfPolicyFlag *ebpf.VariableSpec `ebpf:"olcd_btf_policy_flag"`
 	OlcdBtfProto      *ebpf.VariableSpec `ebpf:"olcd_btf_proto"`
+	OlcdBtfSelection  *ebpf.VariableSpec `ebpf:"olcd_btf_selection"`
 	OlcdBtfSynTable   *ebpf.VariableSpec `ebpf:"olcd_btf_syn_table"`
 	OlcdCtl           *ebpf.VariableSpec `ebpf:"olcd_ctl"`
 	OlcdPorts         *ebpf.VariableSpec `ebpf:"olcd_ports"`
@@ -284,6 +293,7 @@ type olcdVariables struct {
 	OlcdBtfMode       *ebpf.Variable `ebpf:"olcd_btf_mode"`
 	OlcdBtfPolicyFlag *ebpf.Variable `ebpf:"olcd_btf_policy_flag"`
 	OlcdBtfProto      *ebpf.Variable `ebpf:"olcd_btf_proto"`
+	OlcdBtfSelection  *ebpf.Variable `ebpf:"olcd_btf_selection"`
 	OlcdBtfSynTable   *ebpf.Variable `ebpf:"olcd_btf_syn_table"`
 	OlcdCtl           *ebpf.Variable `ebpf:"olcd_ctl"`
 	OlcdPorts         *ebpf.Variable `ebpf:"olcd_ports"`

@@ -127,6 +127,10 @@ type DatapathConfig struct {
 	// MaxPrefixes is the capacity of the exception prefix trie (1..1048576,
 	// default 1024).
 	MaxPrefixes int
+	// Selection is how the datapath picks the new connections a drop
+	// probability sheds: "random" (independently, the default) or "even"
+	// (exactly that share, evenly spaced per CPU and port).
+	Selection string
 }
 
 // The defaults that are not controller parameters; docs/config.md gives the
@@ -172,7 +176,7 @@ func defaults() *Config {
 		MetricsAddress: DefaultMetricsAddress,
 		AdminSocket:    DefaultAdminSocket,
 		DecisionLog:    DefaultDecisionLog,
-		Datapath:       DatapathConfig{MaxPorts: DefaultMaxPorts, SYNTableSize: DefaultSYNTableSize, MaxPrefixes: DefaultMaxPrefixes},
+		Datapath:       DatapathConfig{MaxPorts: DefaultMaxPorts, SYNTableSize: DefaultSYNTableSize, MaxPrefixes: DefaultMaxPrefixes, Selection: "random"},
 	}
 }
 

@@ -430,7 +430,7 @@ var (
 	exceptionKeys  = []string{"ports", "sources"}
 	exPortKeys     = []string{"port", "proto"}
 	actionKeys     = []string{"kind", "dscp", "fwmark"}
-	datapathKeys   = []string{"max_ports", "syn_table_size", "max_prefixes"}
+	datapathKeys   = []string{"max_ports", "syn_table_size", "max_prefixes", "selection"}
 )
 
 // root decodes the top-level mapping onto cfg.
@@ -513,6 +513,10 @@ func (d *decoder) root(n *yaml.Node, cfg *Config) {
 				case "max_prefixes":
 					if i, ok := d.integer(v, f, 1, 1<<20); ok {
 						cfg.Datapath.MaxPrefixes = int(i)
+					}
+				case "selection":
+					if s, ok := d.enum(v, f, []string{"random", "even"}); ok {
+						cfg.Datapath.Selection = s
 					}
 				}
 			})

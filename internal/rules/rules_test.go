@@ -175,7 +175,7 @@ func TestValidFull(t *testing.T) {
 		MetricsAddress: "[::1]:9477",
 		AdminSocket:    "/run/olcd/test.sock",
 		DecisionLog:    "/var/log/olcd/test.jsonl",
-		Datapath:       DatapathConfig{MaxPorts: 256, SYNTableSize: 131072, MaxPrefixes: 64},
+		Datapath:       DatapathConfig{MaxPorts: 256, SYNTableSize: 131072, MaxPrefixes: 64, Selection: "even"},
 	}
 	c.doc, c.origins = nil, nil
 	if !reflect.DeepEqual(c, want) {

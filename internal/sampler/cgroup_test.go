@@ -386,6 +386,32 @@ func TestCgroupValues(t *testing.T) {
 			want:   want{CgroupCPUUsageOfQuota: f(0.5)},
 		},
 		{
+			// CFS enforces the quota per 100 ms period; a tick not aligned
+			// with the periods holds up to one period's quota more. 1.08
+			// CPU-s in 1 s at a 1-CPU quota is the quota used in full.
+			name: "usage over the quota by period alignment reads 1", cg: "/sys/fs/cgroup/app", interval: 1,
+			common: v2(map[string]string{"sys/fs/cgroup/app/cpu.max": "100000 100000\n"}),
+			before: map[string]string{"sys/fs/cgroup/app/cpu.stat": "usage_usec 1000000\n"},
+			after:  map[string]string{"sys/fs/cgroup/app/cpu.stat": "usage_usec 2080000\n"},
+			want:   want{CgroupCPUUsageOfQuota: f(1)},
+		},
+		{
+			// The same on v1 with a 0.5-CPU quota: 0.6 CPU-s in 1 s.
+			name: "v1 usage over the quota by period alignment reads 1", cg: "app", common: splitMounts, interval: 1,
+			before: map[string]string{"sys/fs/cgroup/cpuacct/app/cpuacct.usage": "1000000000\n"},
+			after:  map[string]string{"sys/fs/cgroup/cpuacct/app/cpuacct.usage": "1600000000\n"},
+			want:   want{CgroupCPUUsageOfQuota: f(1)},
+		},
+		{
+			// 3.5 CPU-s in 1 s at a 1-CPU quota is no alignment effect: the
+			// reading stays as it is, and the controller discards it.
+			name: "usage far over the quota stays as read", cg: "/sys/fs/cgroup/app", interval: 1,
+			common: v2(map[string]string{"sys/fs/cgroup/app/cpu.max": "100000 100000\n"}),
+			before: map[string]string{"sys/fs/cgroup/app/cpu.stat": "usage_usec 0\n"},
+			after:  map[string]string{"sys/fs/cgroup/app/cpu.stat": "usage_usec 3500000\n"},
+			want:   want{CgroupCPUUsageOfQuota: f(3.5)},
+		},
+		{
 			name: "v1 -1 quota and missing throttled_time", cg: "/sys/fs/cgroup/cpu,cpuacct/app", interval: 1,
 			common: map[string]string{"sys/fs/cgroup/cpu,cpuacct/app/cpu.cfs_quota_us": "-1\n", "sys/fs/cgroup/cpu,cpuacct/app/cpu.cfs_period_us": "100000\n"},
 			before: map[string]string{"sys/fs/cgroup/cpu,cpuacct/app/cpu.stat": "nr_periods 5\nnr_throttled 0\n", "sys/fs/cgroup/cpu,cpuacct/app/cpuacct.usage": "0\n"},

@@ -80,23 +80,30 @@ func parseCPUStat(data []byte) (cpuStat, error) {
 // returns the quota in CPUs (quota ÷ period). "max" means unlimited: limited
 // is false and that is not an error. A lone "max" (no period) is accepted.
 func parseCPUMax(data []byte) (cpus float64, limited bool, err error) {
+	cpus, _, limited, err = parseCPUMaxPeriod(data)
+	return cpus, limited, err
+}
+
+// parseCPUMaxPeriod is parseCPUMax that also returns the period in seconds
+// (0 when unlimited).
+func parseCPUMaxPeriod(data []byte) (cpus, periodS float64, limited bool, err error) {
 	quota, rest := cutField(data)
 	period, rest := cutField(rest)
 	if extra, _ := cutField(rest); len(extra) != 0 || len(quota) == 0 {
-		return 0, false, fmt.Errorf("want \"$MAX $PERIOD\", got %q", clip(bytes.TrimSpace(data)))
+		return 0, 0, false, fmt.Errorf("want \"$MAX $PERIOD\", got %q", clip(bytes.TrimSpace(data)))
 	}
 	if string(quota) == "max" {
-		return 0, false, nil
+		return 0, 0, false, nil
 	}
 	q, ok := parseUintBytes(quota)
 	if !ok {
-		return 0, false, fmt.Errorf("quota %q: not \"max\" or a microsecond count", clip(quota))
+		return 0, 0, false, fmt.Errorf("quota %q: not \"max\" or a microsecond count", clip(quota))
 	}
 	p, ok := parseUintBytes(period)
 	if !ok || p == 0 {
-		return 0, false, fmt.Errorf("period %q: not a positive microsecond count", clip(period))
+		return 0, 0, false, fmt.Errorf("period %q: not a positive microsecond count", clip(period))
 	}
-	return float64(q) / float64(p), true, nil
+	return float64(q) / float64(p), float64(p) / 1e6, true, nil
 }
 
 // parseCFSQuota parses cgroup v1 cpu.cfs_quota_us: microseconds per period,

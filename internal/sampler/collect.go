@@ -50,6 +50,8 @@ type cgroupReading struct {
 	// quotaCPUs is quota ÷ period; quotaOK is false when unlimited or unknown.
 	quotaCPUs float64
 	quotaOK   bool
+	// periodS is the CFS period in seconds; 0 unknown.
+	periodS float64
 	// cpuset is the number of CPUs in the effective cpuset; 0 unknown.
 	cpuset int
 
@@ -317,12 +319,12 @@ func (s *Sampler) cgQuota(r *reading, p *cgPaths) (gone bool) {
 		return gone
 	}
 	if p.cpuV2 {
-		cpus, limited, err := parseCPUMax(data)
+		cpus, period, limited, err := parseCPUMaxPeriod(data)
 		if err != nil {
 			r.addErr(SourceCgroupCPU, fmt.Errorf("parse %s: %w", p.quotaFile, err))
 			return false
 		}
-		c.quotaCPUs, c.quotaOK = cpus, limited
+		c.quotaCPUs, c.periodS, c.quotaOK = cpus, period, limited
 		return false
 	}
 	quota, limited, err := parseCFSQuota(data)
@@ -345,7 +347,7 @@ func (s *Sampler) cgQuota(r *reading, p *cgPaths) (gone bool) {
 		r.addErr(SourceCgroupCPU, fmt.Errorf("parse %s: %w", p.periodFile, err))
 		return false
 	}
-	c.quotaCPUs, c.quotaOK = float64(quota)/float64(period), true
+	c.quotaCPUs, c.periodS, c.quotaOK = float64(quota)/float64(period), float64(period)/1e6, true
 	return false
 }
 

@@ -151,6 +151,15 @@ func computeCgroup(snap *Snapshot, prev, cur *cgroupReading, online int, deltas 
 		if v < 0 {
 			v = 0
 		}
+		// CFS enforces the quota per period, and a tick is not aligned
+		// with the periods: it can hold one period's quota more than its
+		// own length allows (and a cpu.max.burst of up to one quota). Such
+		// a reading means the cgroup ran at its quota, not a broken
+		// source; discarding it would fail open exactly when the cgroup
+		// is saturated.
+		if v > 1 && cur.periodS > 0 && v <= 2+cur.periodS/secs {
+			v = 1
+		}
 		snap.Set(CgroupCPUUsageOfQuota, v)
 	}
 

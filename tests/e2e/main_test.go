@@ -11,15 +11,17 @@ import (
 
 // bins holds the binaries built once per test run.
 var bins struct {
-	once    sync.Once
-	dir     string
-	olcd    string
-	loadgen string
-	err     error
+	once     sync.Once
+	dir      string
+	olcd     string
+	loadgen  string
+	overload string
+	err      error
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	closeOverload()
 	if bins.dir != "" {
 		os.RemoveAll(bins.dir)
 	}
@@ -42,7 +44,8 @@ func requireRoot(t *testing.T) {
 	}
 }
 
-// buildBinaries builds cmd/olcd and tests/loadgen from this checkout, so the
+// buildBinaries builds cmd/olcd, tests/loadgen and the overload harness
+// from this checkout, so the
 // test runs what `go build` makes of the current sources.
 func buildBinaries() {
 	dir, err := os.MkdirTemp("", "olcd-e2e-bin-")
@@ -62,6 +65,7 @@ func buildBinaries() {
 	}{
 		{&bins.olcd, "github.com/olcd/olcd/cmd/olcd"},
 		{&bins.loadgen, "github.com/olcd/olcd/tests/loadgen"},
+		{&bins.overload, "github.com/olcd/olcd/tests/e2e/cmd/olcd-overload"},
 	} {
 		*b.out = filepath.Join(dir, filepath.Base(b.pkg))
 		cmd := exec.Command(gobin, "build", "-o", *b.out, b.pkg)

@@ -1,0 +1,159 @@
+package adaptive
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/olcd/olcd/internal/sampler"
+)
+
+// saturationRig is a controller on cgroup_cpu_usage_of_quota at a threshold
+// close to the ceiling (0.955, where the pressure of a pinned cgroup is at
+// most 1.047) and one port, driven tick by tick.
+type saturationRig struct {
+	t    *testing.T
+	c    *Controller
+	port PortKey
+	now  float64
+}
+
+func newSaturationRig(t *testing.T, edit func(*Params)) *saturationRig {
+	cfg := cfgWith(sig{sampler.CgroupCPUUsageOfQuota, 0.955})
+	cfg.Params.MinPassRate = 0.05
+	if edit != nil {
+		edit(&cfg.Params)
+	}
+	r := &saturationRig{t: t, port: PortKey{ProtoTCP, 8080}}
+	cfg.Ports = []PortConfig{{Key: r.port, Class: ClassNormal}}
+	r.c = mustNew(t, cfg)
+	return r
+}
+
+// tick feeds one 500 ms tick: the signal value and the new and dropped SYNs
+// per second.
+func (r *saturationRig) tick(value, newPerS, droppedPerS float64) Decision {
+	r.now += 0.5
+	st := PortStats{New: uint64(newPerS / 2), Dropped: uint64(droppedPerS / 2)}
+	return r.c.Step(snap(r.now, sig{sampler.CgroupCPUUsageOfQuota, value}), map[PortKey]PortStats{r.port: st})
+}
+
+// The ceiling caps the pressure of a saturated signal at 1/threshold; with
+// a learnt rate of 200 new/s per unit of the signal, 600 new/s against the
+// 191/s that fit under 0.955 is a pressure of 3.1, and the first shedding
+// tick cuts by MaxStep instead of by Ki × 0.047.
+func TestSaturationEstimateFirstCut(t *testing.T) {
+	learnt := newSaturationRig(t, nil)
+	for range 6 {
+		learnt.tick(0.5, 100, 0) // 100 new/s at 0.5: 200 per unit
+	}
+	blind := newSaturationRig(t, nil)
+	for range 6 {
+		blind.tick(0.2, 100, 0) // below capacityMinShare × 0.955: teaches nothing
+	}
+	var dl, db Decision
+	for range 2 { // activation_ticks
+		dl = learnt.tick(1.0, 600, 0)
+		db = blind.tick(1.0, 600, 0)
+	}
+	if !strings.Contains(dl.Reason, "191/s fit under the threshold") {
+		t.Errorf("learnt: reason %q does not give the estimate (191/s fit)", dl.Reason)
+	}
+	if dl.DropProbability != DefaultParams().MaxStep {
+		t.Errorf("learnt: first cut p = %.3f, want MaxStep %.2f", dl.DropProbability, DefaultParams().MaxStep)
+	}
+	if db.DropProbability > 0.05 || strings.Contains(db.Reason, "fit under") {
+		t.Errorf("without an estimate: first cut p = %.3f (%s), want the capped pressure's small step", db.DropProbability, db.Reason)
+	}
+	// Further saturated ticks keep cutting with the estimate while what is
+	// admitted (new − dropped) exceeds what fits.
+	p := dl.DropProbability
+	for range 3 {
+		d := learnt.tick(1.0, 600, 600*p)
+		if d.DropProbability <= p {
+			t.Fatalf("saturated, %.0f admitted of 191 that fit: p stayed at %.3f", 600*(1-p), d.DropProbability)
+		}
+		p = d.DropProbability
+	}
+}
+
+// Admitted work, not offered, teaches the estimate: 400 new/s of which 200
+// dropped at a signal of 0.5 is 400 per unit, not 800.
+func TestSaturationEstimateLearnsAdmitted(t *testing.T) {
+	r := newSaturationRig(t, nil)
+	for range 4 {
+		r.tick(0.5, 400, 200)
+	}
+	if math.Abs(r.c.capRate-400) > 1 {
+		t.Errorf("capRate %.1f per unit, want 400 (admitted 200/s at 0.5)", r.c.capRate)
+	}
+	// Saturated ticks do not teach: their value no longer grows with the
+	// admitted work.
+	r.tick(1.0, 2000, 0)
+	if math.Abs(r.c.capRate-400) > 1 {
+		t.Errorf("a saturated tick moved capRate to %.1f", r.c.capRate)
+	}
+}
+
+// After shedding at the bound to drain a backlog, a recovering tick far
+// above the estimate falls straight to it instead of by RecoveryStep.
+func TestRecoveryToSaturationEstimate(t *testing.T) {
+	r := newSaturationRig(t, nil)
+	for range 6 {
+		r.tick(0.5, 100, 0)
+	}
+	var d Decision
+	for range 12 { // saturated long enough to reach the bound
+		d = r.tick(1.0, 600, 600*r.c.DropProbability())
+	}
+	bound := 1 - 0.05
+	if d.DropProbability != bound {
+		t.Fatalf("p = %.3f after 12 saturated ticks, want the bound %.2f", d.DropProbability, bound)
+	}
+	// The backlog has drained: the signal drops far below the target.
+	// After the cooldown, one tick takes p to the estimate: 1 − 191/600.
+	want := 1 - 200*0.955/600
+	prev := d.DropProbability
+	for i := range DefaultParams().Cooldown {
+		d = r.tick(0.1, 600, 600*prev)
+		if d.DropProbability != prev {
+			t.Fatalf("tick %d of the cooldown: p moved %.3f → %.3f", i+1, prev, d.DropProbability)
+		}
+	}
+	d = r.tick(0.1, 600, 600*prev)
+	// The drain ticks taught nothing (the node was overloaded): the
+	// estimate is the one learnt before, 191 of 600 new/s.
+	if math.Abs(d.DropProbability-want) > 0.01 {
+		t.Errorf("after the cooldown p = %.3f (%s), want the estimate %.3f", d.DropProbability, d.Reason, want)
+	}
+	if !strings.Contains(d.Reason, "to the saturation estimate") {
+		t.Errorf("reason %q does not name the estimate", d.Reason)
+	}
+	// The signal shows the jump a tick later: the next tick holds even
+	// though its reading (of the old p) is still far below the target.
+	p := d.DropProbability
+	if d = r.tick(0.1, 600, 600*p); d.DropProbability != p {
+		t.Errorf("the tick after the jump moved p %.3f → %.3f, want it held", p, d.DropProbability)
+	}
+	// Near the estimate the law decides again: no jumps on noise.
+	d = r.tick(0.85, 600, 600*p)
+	if p-d.DropProbability > DefaultParams().RecoveryStep+1e-9 {
+		t.Errorf("near the estimate p fell %.3f → %.3f, more than RecoveryStep", p, d.DropProbability)
+	}
+}
+
+// A ramp teaches nothing: while the admitted rate climbs, the signal lags
+// the work admitted (a queue builds) and the ratio would overstate what
+// fits. The first steady tick after it does.
+func TestSaturationEstimateIgnoresRamps(t *testing.T) {
+	r := newSaturationRig(t, nil)
+	r.tick(0.3, 100, 0) // no previous tick to compare with
+	r.tick(0.6, 400, 0) // ×4 in one tick
+	if r.c.capOK {
+		t.Fatalf("learnt %.0f per unit from a ramp", r.c.capRate)
+	}
+	r.tick(0.8, 420, 0) // within 20 % of the previous tick
+	if !r.c.capOK || math.Abs(r.c.capRate-525) > 1 {
+		t.Errorf("capRate %.1f (ok %v) after a steady tick, want 420/0.8 = 525", r.c.capRate, r.c.capOK)
+	}
+}

@@ -1,0 +1,260 @@
+package overload
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+)
+
+// Phase is a stretch of constant offered load.
+type Phase struct {
+	// Name labels the phase in results ("3x").
+	Name string `json:"name"`
+	// Rate is the offered load in requests (= new connections) per second.
+	Rate float64 `json:"rate"`
+	// Duration is how long the phase lasts.
+	Duration time.Duration `json:"duration"`
+}
+
+// AttackConfig configures the load generator (`olcd-overload attack`).
+type AttackConfig struct {
+	// Target is the work URL, Health the health-check URL.
+	Target, Health string
+	// HealthRate is the health checks per second for the whole attack
+	// (0: none).
+	HealthRate float64
+	// Timeout bounds each request, connect included.
+	Timeout time.Duration
+	// Phases are played one after the other.
+	Phases []Phase
+}
+
+// Outcomes of a request.
+const (
+	outcomeOK      = "ok"      // 200 within the timeout
+	outcomeTimeout = "timeout" // no answer within the timeout (a dropped SYN, a queue too long)
+	outcomeError   = "error"   // refused, reset or another non-HTTP failure
+	// Any other HTTP status is "http<code>", e.g. http429.
+)
+
+// phasePacer paces requests at a piecewise constant rate: the rate of the
+// phase the elapsed time falls in. Like vegeta's ConstantPacer it is open
+// loop: the next request is due at its time whether or not earlier ones have
+// been answered.
+type phasePacer []Phase
+
+// hitsAt is the number of requests due by elapsed.
+func (p phasePacer) hitsAt(elapsed time.Duration) float64 {
+	var n float64
+	for _, ph := range p {
+		if elapsed <= ph.Duration {
+			return n + ph.Rate*elapsed.Seconds()
+		}
+		n += ph.Rate * ph.Duration.Seconds()
+		elapsed -= ph.Duration
+	}
+	return n
+}
+
+// timeOf is the elapsed time at which the hits-th request is due, or false
+// if it never is.
+func (p phasePacer) timeOf(hits float64) (time.Duration, bool) {
+	var at time.Duration
+	for _, ph := range p {
+		n := ph.Rate * ph.Duration.Seconds()
+		if hits <= n && ph.Rate > 0 {
+			return at + time.Duration(hits/ph.Rate*float64(time.Second)), true
+		}
+		hits -= n
+		at += ph.Duration
+	}
+	return 0, false
+}
+
+// Pace implements vegeta.Pacer.
+func (p phasePacer) Pace(elapsed time.Duration, hits uint64) (time.Duration, bool) {
+	if float64(hits) < p.hitsAt(elapsed) {
+		return 0, false
+	}
+	next, ok := p.timeOf(float64(hits + 1))
+	if !ok {
+		return 0, true
+	}
+	return max(0, next-elapsed), false
+}
+
+// Rate implements vegeta.Pacer: the rate at elapsed, in requests per second.
+func (p phasePacer) Rate(elapsed time.Duration) float64 {
+	for _, ph := range p {
+		if elapsed < ph.Duration {
+			return ph.Rate
+		}
+		elapsed -= ph.Duration
+	}
+	return 0
+}
+
+// total is the length of all phases.
+func (p phasePacer) total() time.Duration {
+	var d time.Duration
+	for _, ph := range p {
+		d += ph.Duration
+	}
+	return d
+}
+
+// RunAttack plays cfg's phases against the target and health checks beside
+// them, and writes one line per event to w as it happens:
+//
+//	start <unix ns>
+//	r <a|h> <start unix ns> <latency ns> <outcome>   a request (a: work, h: health)
+//	d <start unix ns> <duration ns> <ok|timeout|error>  a work connection's connect
+//	end
+//
+// Every request opens its own connection (no keep-alive).
+func RunAttack(ctx context.Context, cfg AttackConfig, w io.Writer) error {
+	if len(cfg.Phases) == 0 || cfg.Timeout <= 0 {
+		return errors.New("attack: no phases or no timeout")
+	}
+	pacer := phasePacer(cfg.Phases)
+	out := &lineWriter{w: bufio.NewWriterSize(w, 1<<16)}
+	stopFlush := make(chan struct{})
+	var flushed sync.WaitGroup
+	flushed.Add(1)
+	go func() {
+		defer flushed.Done()
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopFlush:
+				return
+			case <-t.C:
+				out.flush()
+			}
+		}
+	}()
+	lines := out
+
+	dialer := &net.Dialer{Timeout: cfg.Timeout}
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		t0 := time.Now()
+		c, err := dialer.DialContext(ctx, network, addr)
+		lines.printf("d %d %d %s\n", t0.UnixNano(), time.Since(t0).Nanoseconds(), classifyErr(err))
+		return c, err
+	}
+	newAttacker := func(dial func(context.Context, string, string) (net.Conn, error)) *vegeta.Attacker {
+		tr := &http.Transport{DialContext: dial, DisableKeepAlives: true, MaxIdleConnsPerHost: -1}
+		return vegeta.NewAttacker(
+			vegeta.Client(&http.Client{Transport: tr, Timeout: cfg.Timeout}),
+			vegeta.Workers(64), vegeta.MaxWorkers(20000), vegeta.Redirects(vegeta.NoFollow))
+	}
+	work := newAttacker(dial)
+	health := newAttacker(dialer.DialContext)
+
+	start := time.Now()
+	lines.printf("start %d\n", start.UnixNano())
+	total := pacer.total()
+	go func() {
+		<-ctx.Done()
+		work.Stop()
+		health.Stop()
+	}()
+	var attacks sync.WaitGroup
+	attack := func(atk *vegeta.Attacker, url string, p vegeta.Pacer, kind string) {
+		defer attacks.Done()
+		tgt := vegeta.NewStaticTargeter(vegeta.Target{Method: http.MethodGet, URL: url})
+		for r := range atk.Attack(tgt, p, total, kind) {
+			lines.printf("r %s %d %d %s\n", kind, r.Timestamp.UnixNano(), r.Latency.Nanoseconds(), outcome(r))
+		}
+	}
+	attacks.Add(1)
+	go attack(work, cfg.Target, pacer, "a")
+	if cfg.HealthRate > 0 {
+		attacks.Add(1)
+		go attack(health, cfg.Health, vegeta.ConstantPacer{Freq: int(math.Round(cfg.HealthRate)), Per: time.Second}, "h")
+	}
+	attacks.Wait()
+	lines.printf("end\n")
+	// The transport may still finish dials of requests that have timed
+	// out; they are not reported.
+	lines.close()
+	close(stopFlush)
+	flushed.Wait()
+	return ctx.Err()
+}
+
+// outcome classifies a vegeta result.
+func outcome(r *vegeta.Result) string {
+	switch {
+	case r.Code == http.StatusOK && r.Error == "":
+		return outcomeOK
+	case r.Code != 0:
+		return fmt.Sprintf("http%d", r.Code)
+	case isTimeoutText(r.Error):
+		return outcomeTimeout
+	default:
+		return outcomeError
+	}
+}
+
+// classifyErr classifies a connect error.
+func classifyErr(err error) string {
+	var ne net.Error
+	switch {
+	case err == nil:
+		return outcomeOK
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
+		errors.As(err, &ne) && ne.Timeout(), errors.Is(err, os.ErrDeadlineExceeded):
+		return outcomeTimeout
+	default:
+		return outcomeError
+	}
+}
+
+// isTimeoutText recognises the timeout errors of net/http by their text:
+// vegeta hands results over as strings.
+func isTimeoutText(s string) bool {
+	return strings.Contains(s, "Client.Timeout") || strings.Contains(s, "deadline exceeded") ||
+		strings.Contains(s, "i/o timeout") || strings.Contains(s, "context canceled")
+}
+
+// lineWriter serialises the event lines of concurrent requests. Lines
+// written after close are dropped.
+type lineWriter struct {
+	mu     sync.Mutex
+	w      *bufio.Writer
+	closed bool
+}
+
+func (l *lineWriter) printf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closed {
+		fmt.Fprintf(l.w, format, args...)
+	}
+}
+
+func (l *lineWriter) flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.w.Flush()
+}
+
+func (l *lineWriter) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.w.Flush()
+	l.closed = true
+}

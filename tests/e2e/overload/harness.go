@@ -1,0 +1,354 @@
+package overload
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Ports of the backend on the host side of the veth pair.
+const (
+	// WorkPort serves the CPU-costly requests; olcd protects it.
+	WorkPort = 18080
+	// HealthPort answers health checks; olcd exempts it.
+	HealthPort = 18081
+)
+
+// Options configure a Harness. Zero values take the defaults in brackets.
+type Options struct {
+	// Olcd is the olcd binary (bin/olcd).
+	Olcd string
+	// Self is the olcd-overload binary, which the harness runs as the
+	// backend and the attacker ("backend", "attack" subcommands).
+	Self string
+	// OutDir receives logs, per-run records, plots and results.json.
+	OutDir string
+	// Work is the CPU time per request [5ms].
+	Work time.Duration
+	// SLO is the latency within which a success counts as goodput [200ms].
+	SLO time.Duration
+	// Timeout bounds every request, connect included [1s].
+	Timeout time.Duration
+	// HealthRate is health checks per second on HealthPort [10].
+	HealthRate float64
+	// Quota is the backend's CPU quota in CPUs [1].
+	Quota float64
+	// GOMAXPROCS is the backend's GOMAXPROCS; 0 leaves it to the Go
+	// runtime, which since Go 1.25 derives it from the cgroup's quota but
+	// never below 2 [1: a service tuned to its 1-CPU quota, as
+	// uber-go/automaxprocs does; two threads under a 1-CPU quota are
+	// throttled for half of a CFS period whenever both run].
+	GOMAXPROCS int
+	// OlcdInterval is olcd's tick [500ms].
+	OlcdInterval time.Duration
+	// OlcdController are the controller keys of olcd's config, one
+	// "key: value" each [DefaultController].
+	OlcdController []string
+	// Selection is olcd's datapath.selection, "random" or "even" [even:
+	// what passes keeps the offered stream's spacing, so the backend sees
+	// no bursts the shedding made].
+	Selection string
+	// Progress receives one line every few seconds while a run goes on
+	// (nil: silent).
+	Progress io.Writer
+}
+
+func (o *Options) defaults() {
+	if o.Work == 0 {
+		o.Work = 5 * time.Millisecond
+	}
+	if o.SLO == 0 {
+		o.SLO = 200 * time.Millisecond
+	}
+	if o.Timeout == 0 {
+		o.Timeout = time.Second
+	}
+	if o.HealthRate == 0 {
+		o.HealthRate = 10
+	}
+	if o.Quota == 0 {
+		o.Quota = 1
+	}
+	if o.GOMAXPROCS == 0 {
+		o.GOMAXPROCS = 1
+	}
+	if o.OlcdInterval == 0 {
+		o.OlcdInterval = 500 * time.Millisecond
+	}
+	if o.OlcdController == nil {
+		o.OlcdController = DefaultController
+	}
+	if o.Selection == "" {
+		o.Selection = "even"
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+}
+
+// DefaultController are the controller settings of the harness's olcd
+// config; every other key is olcd's default. The service's clients give up
+// after 1 s, so every second of overload before the shedding holds is lost
+// goodput, and work admitted meanwhile must drain before new requests meet
+// their SLO (docs/tuning.md §5):
+//   - min_pass_rate 0.05: at 3 C the default bound 0.7 cannot hold the
+//     target (docs/tuning.md §2);
+//   - activation_ticks 1: a cgroup at its quota is no noisy sample;
+//   - max_step 0.5: the first cut, sized by the saturation estimate, is not
+//     spread over three ticks;
+//   - cooldown_ticks 2, recovery_step 0.1: after draining the backlog, p
+//     returns to the estimate 1 s after the CPU fell, not 2.5 s (these
+//     clients give up before their SYN's first retransmit, so no retry
+//     wave follows the release);
+//   - hysteresis 0.02: the band below the target in which p holds is 2 %,
+//     not 5 %, so the service runs at its target, not up to 5 % below it.
+var DefaultController = []string{
+	"min_pass_rate: 0.05", "activation_ticks: 1", "max_step: 0.5", "cooldown_ticks: 2", "recovery_step: 0.1",
+	"hysteresis: 0.02",
+}
+
+// Harness owns the client namespace, the veth pair, the backend's cgroup and
+// the backend process. It runs one thing at a time; Close removes it all.
+type Harness struct {
+	opt  Options
+	id   string
+	lock *os.File
+	net  *Net
+	cg   *Cgroup
+
+	backends   []*backendProc
+	iterations int // spin rounds per request, fixed by the first backend
+
+	// Calibration is set by Calibrate (or by the caller, from an earlier
+	// results.json): the capacity and the olcd threshold every later run
+	// uses.
+	Calibration *Calibration
+}
+
+// New checks the prerequisites, takes the host lock, removes what a killed
+// earlier run left behind and builds the network and the cgroup.
+func New(opt Options) (*Harness, error) {
+	opt.defaults()
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the overload harness needs root: it creates a network namespace, a veth pair, a cgroup and nftables rules, and olcd loads BPF programs (run it with sudo)")
+	}
+	for _, tool := range []string{"ip", "nft"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, fmt.Errorf("%s not found: apt-get install -y iproute2 nftables", tool)
+		}
+	}
+	for _, b := range []string{opt.Olcd, opt.Self} {
+		if _, err := os.Stat(b); err != nil {
+			return nil, fmt.Errorf("binary: %w", err)
+		}
+	}
+	if err := os.MkdirAll(opt.OutDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", opt.OutDir, err)
+	}
+	lock, err := lockHost()
+	if err != nil {
+		return nil, err
+	}
+	removeLeftovers()
+	h := &Harness{opt: opt, id: fmt.Sprintf("%05x", rand.IntN(1<<20)), lock: lock}
+	if h.net, err = newNet(h.id); err != nil {
+		h.Close()
+		return nil, err
+	}
+	if h.cg, err = newCgroup(namePrefix + "-" + h.id); err != nil {
+		h.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
+// Close stops the backend and removes the namespace, the veth pair, the
+// cgroup and the lock. It is safe after a failed New and more than once.
+func (h *Harness) Close() {
+	h.stopBackend()
+	if h.cg != nil {
+		h.cg.Close()
+		h.cg = nil
+	}
+	if h.net != nil {
+		h.net.Close()
+		h.net = nil
+	}
+	if h.lock != nil {
+		h.lock.Close()
+		h.lock = nil
+	}
+}
+
+// Options returns the options with their defaults filled in.
+func (h *Harness) Options() Options { return h.opt }
+
+// backendProc is one process of the backend.
+type backendProc struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// startBackend starts a fresh backend in the cgroup with the full quota:
+// the work server on WorkPort and, as a second process in the same cgroup,
+// the health server on HealthPort, and waits until both are ready. A fresh
+// work server per run drops the work an earlier overload left queued, which
+// would otherwise burn the CPU for tens of seconds into the next run. The
+// health server is a process of its own so that its answers measure what
+// happens to its connections on the way (olcd must never shed them: the
+// port is an exception), not the Go scheduler of a work server with a
+// backlog of thousands of goroutines, where a health goroutine waits its
+// turn behind them whatever the network did.
+func (h *Harness) startBackend(limiter string) error {
+	h.stopBackend()
+	if err := h.cg.SetQuota(h.opt.Quota); err != nil {
+		return err
+	}
+	work, line, err := h.startBackendProc("work", "-port", strconv.Itoa(WorkPort), "-health-port", "0", "-limiter", limiter)
+	if err != nil {
+		return err
+	}
+	h.backends = append(h.backends, work)
+	if _, v, ok := strings.Cut(line, "iterations="); ok && h.iterations == 0 {
+		n, _ := strconv.Atoi(strings.Fields(v)[0])
+		h.iterations = n
+		fmt.Fprintf(h.opt.Progress, "backend: %s\n", line)
+	}
+	health, _, err := h.startBackendProc("health", "-port", "0", "-health-port", strconv.Itoa(HealthPort))
+	if err != nil {
+		h.stopBackend()
+		return err
+	}
+	h.backends = append(h.backends, health)
+	// Ready means listening; wait until both ports answer from the client
+	// namespace too, across the veth pair.
+	for _, port := range []int{HealthPort, WorkPort} {
+		probe := fmt.Sprintf("exec 3<>/dev/tcp/%s/%d", h.net.HostIP, port)
+		for i := 0; ; i++ {
+			err := h.net.Command("timeout", "1", "bash", "-c", probe).Run()
+			if err == nil {
+				break
+			}
+			if i == 30 {
+				h.stopBackend()
+				return fmt.Errorf("backend port %d does not answer from the client namespace: %v", port, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// startBackendProc starts one backend process in the cgroup and waits for
+// its "ready" line, which it returns.
+func (h *Harness) startBackendProc(role string, args ...string) (*backendProc, string, error) {
+	logPath := filepath.Join(h.opt.OutDir, "backend-"+role+".log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, "", err
+	}
+	// The shell joins the cgroup and then execs the backend, so the Go
+	// runtime starts under the quota, as it does for a service a container
+	// runtime or systemd starts.
+	join := ""
+	for _, f := range h.cg.ProcsFiles() {
+		join += fmt.Sprintf("echo $$ > %q && ", f)
+	}
+	argv := append([]string{"-c", join + `exec "$@"`, "sh", h.opt.Self, "backend",
+		"-addr", h.net.HostIP.String(), "-work", h.opt.Work.String(), "-iterations", strconv.Itoa(h.iterations)}, args...)
+	cmd := exec.Command("sh", argv...)
+	cmd.Stderr = logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Env = os.Environ()
+	if h.opt.GOMAXPROCS > 0 { // -1: the runtime's choice
+		cmd.Env = append(cmd.Env, fmt.Sprintf("GOMAXPROCS=%d", h.opt.GOMAXPROCS))
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		logf.Close()
+		return nil, "", err
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, "", fmt.Errorf("start backend (%s): %w", role, err)
+	}
+	p := &backendProc{cmd: cmd, done: make(chan error, 1)}
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			select {
+			case ready <- sc.Text():
+			default:
+			}
+		}
+	}()
+	go func() { p.done <- cmd.Wait(); logf.Close() }()
+	select {
+	case line := <-ready:
+		return p, line, nil
+	case err := <-p.done:
+		return nil, "", fmt.Errorf("backend (%s) exited before it was ready: %v (see %s)", role, err, logPath)
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-p.done
+		return nil, "", fmt.Errorf("backend (%s) not ready within 10 s", role)
+	}
+}
+
+// stopBackend kills the backend's processes and everything left in its
+// cgroup.
+func (h *Harness) stopBackend() {
+	for _, p := range h.backends {
+		_ = p.cmd.Process.Kill()
+		select {
+		case <-p.done:
+		case <-time.After(5 * time.Second):
+		}
+	}
+	h.backends = nil
+	if h.cg != nil {
+		for _, d := range h.cg.procsDirs {
+			killCgroup(d)
+		}
+	}
+}
+
+// waitIdle waits until the backend's cgroup uses less than 5 % of a CPU
+// over 300 ms, or gives up after limit.
+func (h *Harness) waitIdle(limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		u0, err := h.cg.Usage()
+		if err != nil {
+			return
+		}
+		time.Sleep(300 * time.Millisecond)
+		u1, _ := h.cg.Usage()
+		if (u1 - u0) < 15*time.Millisecond {
+			return
+		}
+	}
+}
+
+// ctxSleep sleeps d unless ctx ends first.
+func ctxSleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,204 @@
+package overload
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// docRanges are the documentation ranges of RFC 5737. The harness takes the
+// first one no address or route of the host overlaps: test VMs are known to
+// sit in TEST-NET-1 themselves.
+var docRanges = []netip.Prefix{
+	netip.MustParsePrefix("198.51.100.0/24"),
+	netip.MustParsePrefix("203.0.113.0/24"),
+	netip.MustParsePrefix("192.0.2.0/24"),
+}
+
+// pickRange returns the first documentation range the host does not use.
+func pickRange() (host, client netip.Addr, err error) {
+	var used []netip.Prefix
+	out, err := exec.Command("ip", "-4", "route", "show", "table", "all").Output()
+	if err != nil {
+		return host, client, fmt.Errorf("ip route: %w", err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		dst := f[0]
+		if dst == "local" || dst == "broadcast" || dst == "unicast" {
+			if len(f) < 2 {
+				continue
+			}
+			dst = f[1]
+		}
+		if dst == "default" {
+			continue
+		}
+		if !strings.Contains(dst, "/") {
+			dst += "/32"
+		}
+		if p, err := netip.ParsePrefix(dst); err == nil {
+			used = append(used, p)
+		}
+	}
+	for _, r := range docRanges {
+		free := true
+		for _, u := range used {
+			if u.Overlaps(r) {
+				free = false
+				break
+			}
+		}
+		if free {
+			a := r.Addr().Next()
+			return a, a.Next(), nil
+		}
+	}
+	return host, client, fmt.Errorf("every documentation range (%v) is in use on this host", docRanges)
+}
+
+const (
+	// namePrefix starts every namespace, interface and cgroup the harness
+	// creates, so that leftovers of a killed run can be found and removed.
+	namePrefix = "olov"
+	// lockPath serialises harness runs on a host: they share the addresses
+	// above and would measure each other's load.
+	lockPath = "/run/olcd-overload.lock"
+)
+
+// Net is the client network namespace and the veth pair joining it to the
+// host namespace.
+type Net struct {
+	// Netns is the client namespace's name (ip netns).
+	Netns string
+	// HostIf and ClientIf are the veth ends; olcd attaches to HostIf.
+	HostIf, ClientIf string
+	// HostIP (where the backend listens) and ClientIP are the ends'
+	// addresses, from a documentation range (RFC 5737) the host does not
+	// use, so nothing outside the pair can ever be reached through them.
+	HostIP, ClientIP netip.Addr
+}
+
+// newNet creates the namespace and the veth pair (a /30 of a free
+// documentation range) and tunes the client's ephemeral ports so that an
+// open-loop attack of a few thousand new connections per second never runs
+// out of them. id must be short: interface names have at most 15 bytes.
+func newNet(id string) (n *Net, err error) {
+	n = &Net{Netns: namePrefix + "-" + id, HostIf: namePrefix + id + "h", ClientIf: namePrefix + id + "c"}
+	if n.HostIP, n.ClientIP, err = pickRange(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			n.Close()
+		}
+	}()
+	steps := [][]string{
+		{"ip", "netns", "add", n.Netns},
+		{"ip", "link", "add", n.HostIf, "type", "veth", "peer", "name", n.ClientIf, "netns", n.Netns},
+		{"ip", "addr", "add", n.HostIP.String() + "/30", "dev", n.HostIf},
+		{"ip", "link", "set", n.HostIf, "up"},
+		{"ip", "-n", n.Netns, "addr", "add", n.ClientIP.String() + "/30", "dev", n.ClientIf},
+		{"ip", "-n", n.Netns, "link", "set", n.ClientIf, "up"},
+		{"ip", "-n", n.Netns, "link", "set", "lo", "up"},
+		// Per-namespace sysctls: the client closes a connection on every
+		// timeout, each leaving a TIME_WAIT for 60 s.
+		{"ip", "netns", "exec", n.Netns, "sysctl", "-q", "-w", "net.ipv4.ip_local_port_range=1024 65000"},
+		{"ip", "netns", "exec", n.Netns, "sysctl", "-q", "-w", "net.ipv4.tcp_tw_reuse=1"},
+	}
+	for _, s := range steps {
+		if err := run(s...); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// Close removes the namespace; the veth pair goes with it.
+func (n *Net) Close() {
+	_ = run("ip", "link", "del", n.HostIf)
+	_ = run("ip", "netns", "del", n.Netns)
+}
+
+// Command returns argv run inside the client namespace.
+func (n *Net) Command(argv ...string) *exec.Cmd {
+	return exec.Command("ip", append([]string{"netns", "exec", n.Netns}, argv...)...)
+}
+
+// lockHost takes the host-wide harness lock, waiting for a running harness
+// to finish. The lock dies with the process, so a killed run never leaves it
+// held.
+func lockHost() (*os.File, error) {
+	f, err := os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", lockPath, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		fmt.Fprintf(os.Stderr, "overload: another harness holds %s; waiting for it\n", lockPath)
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", lockPath, err)
+		}
+	}
+	return f, nil
+}
+
+// removeLeftovers deletes what a killed harness run left behind: its
+// namespaces (and with them its veth pairs), host-side interfaces, nftables
+// tables and cgroups. Only names with the harness prefix are touched, and
+// only while the host lock is held, so no live run is disturbed.
+func removeLeftovers() {
+	if out, err := exec.Command("ip", "netns", "list").Output(); err == nil {
+		for _, line := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], namePrefix+"-") {
+				_ = run("ip", "netns", "del", f[0])
+			}
+		}
+	}
+	if out, err := exec.Command("ip", "-o", "link", "show").Output(); err == nil {
+		for _, line := range strings.Split(string(out), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 2 {
+				continue
+			}
+			name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
+			if strings.HasPrefix(name, namePrefix) {
+				_ = run("ip", "link", "del", name)
+			}
+		}
+	}
+	if out, err := exec.Command("nft", "list", "tables").Output(); err == nil {
+		for _, line := range strings.Split(string(out), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 3 && f[0] == "table" && strings.HasPrefix(f[2], namePrefix) {
+				_ = run("nft", "delete", "table", f[1], f[2])
+			}
+		}
+	}
+	for _, root := range cgroupRoots() {
+		dirs, _ := filepath.Glob(filepath.Join(root, namePrefix+"-*"))
+		for _, d := range dirs {
+			killCgroup(d)
+			_ = os.Remove(d)
+		}
+	}
+}
+
+// run runs argv and returns its output in the error when it fails.
+func run(argv ...string) error {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(out.String()))
+	}
+	return nil
+}

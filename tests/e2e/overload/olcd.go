@@ -1,0 +1,139 @@
+package overload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"text/template"
+	"time"
+
+	"github.com/olcd/olcd/internal/daemon"
+)
+
+// olcdConfig is the daemon's config for a run: the thresholds come from the
+// calibration (docs/tuning.md §1), the bound from docs/tuning.md §2 (3× is
+// beyond what the default min_pass_rate 0.3 can hold), everything else is
+// the default.
+var olcdConfig = template.Must(template.New("olcd.yaml").Parse(`# written by the overload harness
+mode: {{.Mode}}
+interfaces: [{{.Iface}}]
+attach: tc
+interval: {{.Interval}}
+signals:
+  cgroup_cpu_usage_of_quota: {threshold: {{printf "%.3f" .Threshold}}}
+cgroup: {{.Cgroup}}
+controller:
+{{- range .Controller}}
+  {{.}}
+{{- end}}
+ports:
+  - {port: {{.Port}}, proto: tcp, class: normal}
+exceptions:
+  ports: [{port: {{.HealthPort}}, proto: tcp}]
+metrics:
+  address: ""
+admin:
+  socket: {{.Socket}}
+decision_log: {{.DecisionLog}}
+datapath:
+  selection: {{.Selection}}
+`))
+
+// olcdProc is a running `olcd run`.
+type olcdProc struct {
+	cmd         *exec.Cmd
+	done        chan error
+	client      *daemon.Client
+	logPath     string
+	decisionLog string
+	killed      bool
+}
+
+// startOlcd writes the config into dir, starts olcd and waits until it has
+// attached and ticked twice.
+func (h *Harness) startOlcd(ctx context.Context, dir, mode string, threshold float64) (*olcdProc, error) {
+	o := &olcdProc{logPath: filepath.Join(dir, "olcd.log"), decisionLog: filepath.Join(dir, "decisions.jsonl")}
+	socket := filepath.Join(dir, "olcd.sock")
+	_ = os.Remove(socket)
+	_ = os.Remove(o.decisionLog)
+	cfgPath := filepath.Join(dir, "olcd.yaml")
+	f, err := os.Create(cfgPath)
+	if err != nil {
+		return nil, err
+	}
+	err = olcdConfig.Execute(f, map[string]any{
+		"Mode": mode, "Iface": h.net.HostIf, "Interval": h.opt.OlcdInterval, "Controller": h.opt.OlcdController, "Selection": h.opt.Selection, "Threshold": threshold, "Cgroup": h.cg.Name,
+		"Port": WorkPort, "HealthPort": HealthPort, "Socket": socket, "DecisionLog": o.decisionLog,
+	})
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(o.logPath)
+	if err != nil {
+		return nil, err
+	}
+	o.cmd = exec.Command(h.opt.Olcd, "run", "--config", cfgPath)
+	o.cmd.Stdout, o.cmd.Stderr = logf, logf
+	o.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := o.cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start olcd: %w", err)
+	}
+	o.done = make(chan error, 1)
+	go func() { o.done <- o.cmd.Wait(); logf.Close() }()
+	o.client = daemon.NewClient(socket, 2*time.Second)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st, err := o.status(ctx)
+		if err == nil && st.Ticks >= 2 && len(st.Interfaces) > 0 {
+			return o, nil
+		}
+		select {
+		case err := <-o.done:
+			return nil, fmt.Errorf("olcd exited at start: %v (see %s)", err, o.logPath)
+		default:
+		}
+		if time.Now().After(deadline) {
+			o.stop()
+			return nil, fmt.Errorf("olcd not attached and ticking within 15 s (see %s)", o.logPath)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// status asks the daemon for its status.
+func (o *olcdProc) status(ctx context.Context) (*daemon.Status, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	return o.client.Status(ctx)
+}
+
+// kill sends SIGKILL, as the OOM killer or a crash would.
+func (o *olcdProc) kill() {
+	_ = o.cmd.Process.Signal(syscall.SIGKILL)
+	o.killed = true
+	<-o.done
+}
+
+// stop ends olcd with SIGTERM (it detaches) and SIGKILL after 10 s.
+func (o *olcdProc) stop() {
+	if o.killed {
+		return
+	}
+	_ = o.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-o.done:
+	case <-time.After(10 * time.Second):
+		_ = o.cmd.Process.Kill()
+		<-o.done
+	}
+	o.killed = true
+}
+
+// errNoCounters is returned when the nftables counters cannot be read.
+var errNoCounters = errors.New("nft counters not found")

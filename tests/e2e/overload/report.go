@@ -1,0 +1,120 @@
+package overload
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+)
+
+// Report is results.json: every run of a harness, grouped by scenario.
+type Report struct {
+	// CapacityRPS is the calibrated capacity C.
+	CapacityRPS float64 `json:"capacity_rps"`
+	// SLOMs is the latency within which a success counts as goodput.
+	SLOMs float64 `json:"slo_ms"`
+	// Scenarios holds one entry per run (scenario × variant).
+	Scenarios []ScenarioResult `json:"scenarios"`
+	// Calibration is the step load behind CapacityRPS.
+	Calibration *Calibration `json:"calibration"`
+}
+
+// ScenarioResult is one run in results.json.
+type ScenarioResult struct {
+	// Name is the scenario's name.
+	Name string `json:"name"`
+	RunResult
+}
+
+// NewReport starts a report for h's calibration.
+func (h *Harness) NewReport() *Report {
+	r := &Report{SLOMs: float64(h.opt.SLO.Milliseconds()), Calibration: h.Calibration, Scenarios: []ScenarioResult{}}
+	if h.Calibration != nil {
+		r.CapacityRPS = h.Calibration.CapacityRPS
+	}
+	return r
+}
+
+// Add appends a run.
+func (r *Report) Add(res *RunResult) {
+	r.Scenarios = append(r.Scenarios, ScenarioResult{Name: res.Scenario, RunResult: *res})
+}
+
+// WriteJSON writes the report to path (atomically).
+func (r *Report) WriteJSON(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// PrintTables writes one table per scenario: a row per variant and phase.
+func (r *Report) PrintTables(w io.Writer) {
+	var order []string
+	seen := map[string]bool{}
+	for _, s := range r.Scenarios {
+		if !seen[s.Name] {
+			seen[s.Name] = true
+			order = append(order, s.Name)
+		}
+	}
+	for _, name := range order {
+		fmt.Fprintf(w, "\n%s   (C = %.0f req/s, SLO %.0f ms; goodput = 200 within the SLO; cpu = backend CPU ÷ quota)\n", name, r.CapacityRPS, r.SLOMs)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "variant\tphase\toffered/s\tgoodput/s\tgoodput/C\tp50 ms\tp99 ms\terrors\ttimeouts\tSYN drop %\tcpu\tolcd p\thealth\t")
+		for _, s := range r.Scenarios {
+			if s.Name != name {
+				continue
+			}
+			var rows []PhaseResult
+			for i, p := range s.Phases {
+				rows = append(rows, p)
+				// The first phase starts from idle: nothing to settle.
+				if p.Settled != nil && i > 0 {
+					st := *p.Settled
+					st.Name = fmt.Sprintf("%s (+%.0fs)", p.Name, SettleTime.Seconds())
+					rows = append(rows, st)
+				}
+			}
+			for _, p := range rows {
+				olcdP := "-"
+				if s.Variant == VariantEnforce || s.Variant == VariantObserve {
+					olcdP = fmt.Sprintf("%.2f", p.MeanP)
+				}
+				drop := fmt.Sprintf("%.1f", 100*p.SYNDropRatio)
+				if s.Variant == VariantObserve {
+					drop = fmt.Sprintf("%.1f (would %.1f)", 100*p.SYNDropRatio, 100*p.WouldDropRatio)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.2f\t%.1f\t%.1f\t%d\t%d\t%s\t%.2f\t%s\t%d/%d\t\n",
+					s.Variant, p.Name, p.OfferedRPS, p.GoodputRPS, p.GoodputRPS/r.CapacityRPS, p.P50Ms, p.P99Ms,
+					p.Errors, p.Timeouts, drop, p.CPUBusy, olcdP, p.HealthOK, p.HealthTotal)
+			}
+		}
+		tw.Flush()
+	}
+	fmt.Fprintln(w)
+	for _, s := range r.Scenarios {
+		if s.Plot != "" {
+			fmt.Fprintf(w, "plot %-28s %s\n", s.Name+"/"+string(s.Variant)+":", relPath(s.Plot))
+		}
+	}
+}
+
+// relPath shortens p relative to the working directory when it can.
+func relPath(p string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return p
+	}
+	if r, err := filepath.Rel(wd, p); err == nil && len(r) < len(p) {
+		return r
+	}
+	return p
+}
