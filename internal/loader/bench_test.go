@@ -154,26 +154,33 @@ func BenchmarkDatapath(b *testing.B) {
 //	drop-p1       + the drop path (heartbeat verdict, counters) with a table hit, no draw
 //	observe-p50   the draw without the drop path
 //	drop-p50      syn-p50
+//	drop-p50-even syn-p50 with selection: even (error diffusion, no generator)
 func BenchmarkDatapathBreakdown(b *testing.B) {
 	requireRoot(b)
-	d := loadTest(b, Config{StaleAfter: time.Hour})
+	random := loadTest(b, Config{StaleAfter: time.Hour})
+	even := loadTest(b, Config{StaleAfter: time.Hour, Selection: SelectEven})
 	floor := emptyXDP(b)
-	must(b, d.SetMode(ModeEnforce))
-	must(b, d.Heartbeat())
+	for _, d := range []*Datapath{random, even} {
+		must(b, d.SetMode(ModeEnforce))
+		must(b, d.Heartbeat())
+	}
 	frame := syn4(8080, 1)
 	for _, c := range []struct {
 		name   string
+		d      *Datapath
 		mode   Mode
 		action Action
 		p      float64
 	}{
-		{"mark-p0", ModeEnforce, ActionMark, 0},
-		{"drop-p0", ModeEnforce, ActionDrop, 0},
-		{"drop-p1", ModeEnforce, ActionDrop, 1},
-		{"observe-p50", ModeObserve, ActionDrop, 0.5},
-		{"drop-p50", ModeEnforce, ActionDrop, 0.5},
+		{"mark-p0", random, ModeEnforce, ActionMark, 0},
+		{"drop-p0", random, ModeEnforce, ActionDrop, 0},
+		{"drop-p1", random, ModeEnforce, ActionDrop, 1},
+		{"observe-p50", random, ModeObserve, ActionDrop, 0.5},
+		{"drop-p50", random, ModeEnforce, ActionDrop, 0.5},
+		{"drop-p50-even", even, ModeEnforce, ActionDrop, 0.5},
 	} {
 		b.Run(c.name, func(b *testing.B) {
+			d := c.d
 			must(b, d.SetPolicies([]PortPolicy{{Key: tcp8080, Mode: c.mode, Action: c.action, DropProbability: c.p}}))
 			var p pairs
 			p.run(b, floor, d.objs.OlcdXdp, frame, frame)
