@@ -16,7 +16,7 @@ help:
 	@echo "make test            vet + every test (root runs the BPF, netns and cgroup tests, then"
 	@echo "                     the overload suite alone: make test-overload, ~8 min)"
 	@echo "make demo            overload demo: calibrate a CPU-bound backend, run 3x and capacity-halved"
-	@echo "                     with no olcd, observe, enforce, nftables limit, in-app BBR (root, ~9 min)"
+	@echo "                     with no olcd, observe, enforce, nftables limit, in-app BBR (root, ~10 min)"
 	@echo "make demo-default    olcd on its embedded default config against a netns+veth node (~1 min)"
 	@echo "make generate        recompile bpf/*.c with bpf2go (needs clang, llvm, libbpf-dev)"
 	@echo "make check-generate  regenerate and fail if the committed objects differ"
