@@ -56,8 +56,9 @@ test-overload:
 test-short:
 	$(GO) test -short -count=1 ./...
 
-demo: build
+demo:
 	@[ "$$(id -u)" = 0 ] || { echo "make demo needs root (network namespace, veth, cgroup, nftables, BPF): run 'sudo make demo'" >&2; exit 1; }
+	$(MAKE) build
 	$(GO) build -o bin/olcd-overload ./tests/e2e/cmd/olcd-overload
 	bin/olcd-overload demo -olcd $(BIN) -out out/demo
 

@@ -43,7 +43,7 @@ func overloadHarness(t *testing.T) *overload.Harness {
 		if ov.out == "" {
 			ov.out = filepath.Join(os.TempDir(), fmt.Sprintf("olcd-overload-%d", os.Getpid()))
 		}
-		ov.h, ov.err = overload.New(overload.Options{Olcd: bins.olcd, Self: bins.overload, OutDir: ov.out, Progress: os.Stdout})
+		ov.h, ov.err = overload.New(context.Background(), overload.Options{Olcd: bins.olcd, Self: bins.overload, OutDir: ov.out, Progress: os.Stdout})
 		if ov.err != nil {
 			return
 		}

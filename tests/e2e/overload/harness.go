@@ -135,9 +135,10 @@ type Harness struct {
 	Calibration *Calibration
 }
 
-// New checks the prerequisites, takes the host lock, removes what a killed
-// earlier run left behind and builds the network and the cgroup.
-func New(opt Options) (*Harness, error) {
+// New checks the prerequisites, takes the host lock (waiting for another
+// harness until ctx ends), removes what a killed earlier run left behind and
+// builds the network and the cgroup.
+func New(ctx context.Context, opt Options) (*Harness, error) {
 	opt.defaults()
 	if os.Geteuid() != 0 {
 		return nil, errors.New("the overload harness needs root: it creates a network namespace, a veth pair, a cgroup and nftables rules, and olcd loads BPF programs (run it with sudo)")
@@ -155,7 +156,7 @@ func New(opt Options) (*Harness, error) {
 	if err := os.MkdirAll(opt.OutDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", opt.OutDir, err)
 	}
-	lock, err := lockHost()
+	lock, err := lockHost(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -2,13 +2,17 @@ package overload
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // docRanges are the documentation ranges of RFC 5737. The harness takes the
@@ -74,6 +78,15 @@ const (
 	lockPath = "/run/olcd-overload.lock"
 )
 
+// The names a harness gives its namespace and cgroup (olov-<id>), its veth
+// ends (olov<id>h, olov<id>c) and its nftables table (olov<id>), <id> being
+// five hex digits: leftovers are recognised by these, nothing else.
+var (
+	leftoverName  = regexp.MustCompile(`^olov-[0-9a-f]{5}$`)
+	leftoverLink  = regexp.MustCompile(`^olov[0-9a-f]{5}[hc]$`)
+	leftoverTable = regexp.MustCompile(`^olov[0-9a-f]{5}$`)
+)
+
 // Net is the client network namespace and the veth pair joining it to the
 // host namespace.
 type Net struct {
@@ -136,19 +149,30 @@ func (n *Net) Command(argv ...string) *exec.Cmd {
 // lockHost takes the host-wide harness lock, waiting for a running harness
 // to finish. The lock dies with the process, so a killed run never leaves it
 // held.
-func lockHost() (*os.File, error) {
+func lockHost(ctx context.Context) (*os.File, error) {
 	f, err := os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", lockPath, err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		fmt.Fprintf(os.Stderr, "overload: another harness holds %s; waiting for it\n", lockPath)
-		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+	for i := 0; ; i++ {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
 			f.Close()
 			return nil, fmt.Errorf("lock %s: %w", lockPath, err)
 		}
+		if i == 0 {
+			fmt.Fprintf(os.Stderr, "overload: another harness holds %s; waiting for it\n", lockPath)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
-	return f, nil
 }
 
 // removeLeftovers deletes what a killed harness run left behind: its
@@ -158,7 +182,7 @@ func lockHost() (*os.File, error) {
 func removeLeftovers() {
 	if out, err := exec.Command("ip", "netns", "list").Output(); err == nil {
 		for _, line := range strings.Split(string(out), "\n") {
-			if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], namePrefix+"-") {
+			if f := strings.Fields(line); len(f) > 0 && leftoverName.MatchString(f[0]) {
 				_ = run("ip", "netns", "del", f[0])
 			}
 		}
@@ -170,7 +194,7 @@ func removeLeftovers() {
 				continue
 			}
 			name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
-			if strings.HasPrefix(name, namePrefix) {
+			if leftoverLink.MatchString(name) {
 				_ = run("ip", "link", "del", name)
 			}
 		}
@@ -178,7 +202,7 @@ func removeLeftovers() {
 	if out, err := exec.Command("nft", "list", "tables").Output(); err == nil {
 		for _, line := range strings.Split(string(out), "\n") {
 			f := strings.Fields(line)
-			if len(f) == 3 && f[0] == "table" && strings.HasPrefix(f[2], namePrefix) {
+			if len(f) == 3 && f[0] == "table" && f[1] == "inet" && leftoverTable.MatchString(f[2]) {
 				_ = run("nft", "delete", "table", f[1], f[2])
 			}
 		}
@@ -186,8 +210,16 @@ func removeLeftovers() {
 	for _, root := range cgroupRoots() {
 		dirs, _ := filepath.Glob(filepath.Join(root, namePrefix+"-*"))
 		for _, d := range dirs {
+			if !leftoverName.MatchString(filepath.Base(d)) {
+				continue
+			}
 			killCgroup(d)
-			_ = os.Remove(d)
+			for i := 0; i < 50; i++ { // the killed tasks leave the cgroup asynchronously
+				if err := os.Remove(d); err == nil || os.IsNotExist(err) {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
 		}
 	}
 }

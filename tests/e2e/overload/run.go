@@ -264,6 +264,10 @@ func (h *Harness) attack(ctx context.Context, dir, label string, phases []Phase,
 	}()
 	select {
 	case <-started:
+	case <-ctx.Done():
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, ctx.Err()
 	case err := <-readDone:
 		cmd.Wait()
 		return nil, fmt.Errorf("attacker ended before it started: %v (see %s)", err, errLog.Name())

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -47,10 +48,34 @@ func main() {
 	default:
 		err = fmt.Errorf("unknown command %q: want demo, backend or attack", cmd)
 	}
-	if err != nil {
+	switch {
+	case err == nil:
+	case errors.Is(err, flag.ErrHelp):
+	case ctx.Err() != nil && errors.Is(err, context.Canceled):
+		fmt.Fprintln(os.Stderr, "olcd-overload: interrupted; everything it created was removed")
+		os.Exit(130)
+	default:
 		fmt.Fprintln(os.Stderr, "olcd-overload:", err)
 		os.Exit(1)
 	}
+}
+
+// parse parses args into fs: a bad flag or a stray argument is an error of
+// one line; -h prints the flags and returns flag.ErrHelp.
+func parse(fs *flag.FlagSet, args []string) error {
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stdout)
+			fs.PrintDefaults()
+			return err
+		}
+		return fmt.Errorf("%s: %w (-h lists the flags)", fs.Name(), err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%s: unexpected argument %q (flags only; -h lists them)", fs.Name(), fs.Arg(0))
+	}
+	return nil
 }
 
 // scenarios by name.
@@ -60,7 +85,7 @@ var scenarios = map[string]overload.Scenario{
 }
 
 func demo(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("demo", flag.ExitOnError)
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	olcd := fs.String("olcd", "bin/olcd", "olcd binary")
 	out := fs.String("out", "out/demo", "directory for results.json, plots and logs")
 	scen := fs.String("scenarios", "overload-3x,capacity-halved", "scenarios to run, comma-separated")
@@ -73,10 +98,19 @@ func demo(ctx context.Context, args []string) error {
 	gomaxprocs := fs.Int("gomaxprocs", 1, "the backend's GOMAXPROCS (-1: the Go runtime's choice)")
 	selection := fs.String("selection", "even", "olcd's datapath.selection: random or even")
 	reuse := fs.String("calibration", "", "reuse the calibration of an earlier results.json instead of calibrating")
-	fs.Parse(args)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
 	overload.ThresholdFactor = *factor
 	if os.Geteuid() != 0 {
 		return errors.New("needs root (network namespace, veth, cgroup, nftables, BPF): run 'sudo make demo'")
+	}
+	var prev *overload.Calibration
+	if *reuse != "" {
+		var err error
+		if prev, err = readCalibration(*reuse); err != nil {
+			return fmt.Errorf("-calibration %s: %w", *reuse, err)
+		}
 	}
 	var runs []overload.Scenario
 	for _, n := range strings.Split(*scen, ",") {
@@ -112,30 +146,23 @@ func demo(ctx context.Context, args []string) error {
 			total += p.Duration
 		}
 	}
-	fmt.Printf("olcd overload demo: calibration (~40 s), then %d scenario(s) × %d variant(s) (~%.0f min in all); results in %s\n",
-		len(runs), len(variants), (40*time.Second + time.Duration(len(variants))*(total+time.Duration(len(runs))*6*time.Second)).Minutes(), *out)
-	h, err := overload.New(overload.Options{Olcd: olcdAbs, Self: self, OutDir: outAbs, Work: *work, SLO: *slo, Progress: os.Stdout,
+	calib := 40 * time.Second
+	if prev != nil {
+		calib = 0
+	}
+	fmt.Printf("olcd overload demo: %d scenario(s) × %d variant(s) (~%.0f min in all, calibration included); results in %s\n",
+		len(runs), len(variants), (calib + time.Duration(len(variants))*(total+time.Duration(len(runs))*6*time.Second)).Minutes(), *out)
+	h, err := overload.New(ctx, overload.Options{Olcd: olcdAbs, Self: self, OutDir: outAbs, Work: *work, SLO: *slo, Progress: os.Stdout,
 		OlcdInterval: *interval, GOMAXPROCS: *gomaxprocs, Selection: *selection, OlcdController: splitList(*ctl, ";")})
 	if err != nil {
 		return err
 	}
 	defer h.Close()
-	if *reuse != "" {
-		var prev overload.Report
-		b, err := os.ReadFile(*reuse)
-		if err == nil {
-			err = json.Unmarshal(b, &prev)
-		}
-		if err == nil && prev.Calibration == nil {
-			err = errors.New("no calibration in it")
-		}
-		if err != nil {
-			return fmt.Errorf("-calibration %s: %w", *reuse, err)
-		}
-		prev.Calibration.ThresholdFactor = overload.ThresholdFactor
-		prev.Calibration.Threshold = min(prev.Calibration.KneeCPUBusy*overload.ThresholdFactor, overload.MaxThreshold)
-		h.Calibration = prev.Calibration
-		fmt.Printf("calibration from %s: C = %.0f req/s, threshold %.3f\n", *reuse, prev.Calibration.CapacityRPS, prev.Calibration.Threshold)
+	if prev != nil {
+		prev.ThresholdFactor = overload.ThresholdFactor
+		prev.Threshold = min(prev.KneeCPUBusy*overload.ThresholdFactor, overload.MaxThreshold)
+		h.Calibration = prev
+		fmt.Printf("calibration from %s: C = %.0f req/s, threshold %.3f\n", *reuse, prev.CapacityRPS, prev.Threshold)
 	} else if _, err := h.Calibrate(ctx); err != nil {
 		return err
 	}
@@ -159,6 +186,23 @@ func demo(ctx context.Context, args []string) error {
 	return nil
 }
 
+// readCalibration reads the calibration of an earlier results.json.
+func readCalibration(path string) (*overload.Calibration, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var prev overload.Report
+	if err := json.Unmarshal(b, &prev); err != nil {
+		return nil, fmt.Errorf("parse: %w", err)
+	}
+	c := prev.Calibration
+	if c == nil || c.CapacityRPS <= 0 || c.KneeCPUBusy <= 0 || c.KneeCPUBusy > 1.5 {
+		return nil, errors.New(`no usable "calibration" (want capacity_rps > 0 and knee_cpu_busy in (0, 1.5])`)
+	}
+	return c, nil
+}
+
 func validVariant(v overload.Variant) bool {
 	for _, x := range overload.Variants {
 		if x == v {
@@ -169,22 +213,32 @@ func validVariant(v overload.Variant) bool {
 }
 
 func backend(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("backend", flag.ExitOnError)
+	fs := flag.NewFlagSet("backend", flag.ContinueOnError)
 	var cfg overload.BackendConfig
 	fs.StringVar(&cfg.Addr, "addr", "", "listen address (the host side of the veth pair)")
-	fs.IntVar(&cfg.Port, "port", overload.WorkPort, "work port")
-	fs.IntVar(&cfg.HealthPort, "health-port", overload.HealthPort, "health-check port")
+	fs.IntVar(&cfg.Port, "port", 0, "work port (0: none)")
+	fs.IntVar(&cfg.HealthPort, "health-port", 0, "health-check port (0: none)")
 	fs.DurationVar(&cfg.Work, "work", 5*time.Millisecond, "CPU time per request")
 	fs.IntVar(&cfg.Iterations, "iterations", 0, "spin rounds per request (0: calibrate from -work)")
 	fs.StringVar(&cfg.Limiter, "limiter", "", `"" or "bbr" (go-kratos/aegis)`)
-	fs.Parse(args)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if cfg.Addr == "" {
+		return errors.New("backend: -addr is required (the harness passes the host side of its veth pair)")
+	}
 	return overload.RunBackend(ctx, cfg)
 }
 
 func attack(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("attack", flag.ExitOnError)
+	fs := flag.NewFlagSet("attack", flag.ContinueOnError)
 	path := fs.String("config", "", "attack config (JSON, written by the harness)")
-	fs.Parse(args)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *path == "" {
+		return errors.New("attack: -config is required (the harness writes it)")
+	}
 	b, err := os.ReadFile(*path)
 	if err != nil {
 		return err
