@@ -429,12 +429,27 @@ func (c *Controller) law(d *Decision) {
 	c.finish(d)
 }
 
+// driverState returns the state of the tick's driving signal, or nil when
+// no signal drives it.
+func driverState(d *Decision) *SignalState {
+	if !d.PressureAvailable {
+		return nil
+	}
+	for i := range d.Signals {
+		if st := &d.Signals[i]; st.Signal == d.Driver {
+			return st
+		}
+	}
+	return nil
+}
+
 // learnCapacity updates the saturation estimate from a tick outside an
 // overload whose driver is a fraction between capacityMinShare of its
 // threshold and its ceiling, at an admitted rate within capacitySteady of
 // the previous tick's.
 func (c *Controller) learnCapacity(d *Decision) {
-	if !d.PressureAvailable || !d.Driver.IsFraction() || !c.ratesOK || c.admitted <= 0 {
+	st := driverState(d)
+	if st == nil || !st.Signal.IsFraction() || !c.ratesOK || c.admitted <= 0 {
 		return
 	}
 	// Only a steady admitted rate: while it ramps up the signal lags the
@@ -443,73 +458,55 @@ func (c *Controller) learnCapacity(d *Decision) {
 	if c.prevAdm <= 0 || math.Abs(c.admitted-c.prevAdm) > capacitySteady*math.Max(c.admitted, c.prevAdm) {
 		return
 	}
-	for i := range d.Signals {
-		st := &d.Signals[i]
-		if st.Signal != d.Driver {
-			continue
-		}
-		if st.Value < capacityMinShare*st.Threshold || st.Value >= saturationLevel {
-			return
-		}
-		r := c.admitted / st.Value
-		if c.capOK && c.capSignal == d.Driver {
-			c.capRate += capacitySmoothing * (r - c.capRate)
-		} else {
-			c.capRate, c.capSignal, c.capOK = r, d.Driver, true
-		}
+	if st.Value < capacityMinShare*st.Threshold || st.Value >= saturationLevel {
 		return
 	}
+	r := c.admitted / st.Value
+	if c.capOK && c.capSignal == st.Signal {
+		c.capRate += capacitySmoothing * (r - c.capRate)
+	} else {
+		c.capRate, c.capSignal, c.capOK = r, st.Signal, true
+	}
+}
+
+// fitRate is the rate (new connections/s) that the saturation estimate
+// says fits under the driver's threshold, and false without an estimate for
+// the driver or without rates this tick.
+func (c *Controller) fitRate(d *Decision) (float64, bool) {
+	st := driverState(d)
+	if st == nil || !c.capOK || c.capSignal != st.Signal || !c.ratesOK {
+		return 0, false
+	}
+	rate := c.capRate * st.Threshold
+	return rate, rate > 0
 }
 
 // saturationPressure estimates the pressure of a driver pinned at its
-// ceiling as this tick's admitted rate over the rate that the saturation
-// estimate says fits under the threshold (rate, new connections/s). It
-// returns false without an estimate for the driver.
+// ceiling as this tick's admitted rate over fitRate.
 func (c *Controller) saturationPressure(d *Decision) (pressure, rate float64, ok bool) {
-	if !c.capOK || c.capSignal != d.Driver || !c.ratesOK {
+	rate, ok = c.fitRate(d)
+	if !ok {
 		return 0, 0, false
 	}
-	for i := range d.Signals {
-		if st := &d.Signals[i]; st.Signal == d.Driver {
-			rate = c.capRate * st.Threshold
-			if rate <= 0 {
-				return 0, 0, false
-			}
-			return c.admitted / rate, rate, true
-		}
-	}
-	return 0, 0, false
+	return c.admitted / rate, rate, true
 }
 
-// sustainableP returns the node-level p that admits, of this tick's offered
-// rate, what the saturation estimate says fits under the driver's threshold
-// (rate, new connections/s), and false without an estimate for the driver.
+// sustainableP returns the node-level p that admits fitRate of this tick's
+// offered rate.
 func (c *Controller) sustainableP(d *Decision) (p, rate float64, ok bool) {
-	if !d.PressureAvailable || !c.capOK || c.capSignal != d.Driver || !c.ratesOK || c.offered <= 0 {
+	rate, ok = c.fitRate(d)
+	if !ok || c.offered <= 0 {
 		return 0, 0, false
 	}
-	for i := range d.Signals {
-		if st := &d.Signals[i]; st.Signal == d.Driver {
-			rate = c.capRate * st.Threshold
-			return math.Max(0, 1-rate/c.offered), rate, rate > 0
-		}
-	}
-	return 0, 0, false
+	return math.Max(0, 1-rate/c.offered), rate, true
 }
 
 // saturatedDriver reports whether the driving signal is a fraction at its
 // ceiling (≥ saturationLevel), where its pressure no longer grows with the
 // overload.
 func (c *Controller) saturatedDriver(d *Decision) bool {
-	if !d.PressureAvailable || !d.Driver.IsFraction() {
-		return false
-	}
-	for i := range d.Signals {
-		if st := &d.Signals[i]; st.Signal == d.Driver {
-			return st.Value >= saturationLevel
-		}
-	}
-	return false
+	st := driverState(d)
+	return st != nil && st.Signal.IsFraction() && st.Value >= saturationLevel
 }
 
 // finish copies the state into d and completes the overload events.

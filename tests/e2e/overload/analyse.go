@@ -196,8 +196,8 @@ func phaseResult(rec *records, name string, from, to, slo time.Duration, v Varia
 		if mid < from || mid >= to {
 			continue
 		}
-		if dt := (s1.t - s0.t).Seconds(); dt > 0.1 {
-			busy += (s1.usage - s0.usage).Seconds() / dt / s1.quota
+		if b, ok := busyBetween(s0, s1); ok {
+			busy += b
 			nBusy++
 		}
 		if s1.olcd {
@@ -212,6 +212,16 @@ func phaseResult(rec *records, name string, from, to, slo time.Duration, v Varia
 		pr.MeanP = pSum / float64(nP)
 	}
 	return pr
+}
+
+// busyBetween is the backend's CPU between two samples as a share of the
+// quota in force at the later one; false for samples too close to tell.
+func busyBetween(s0, s1 sample) (float64, bool) {
+	dt := (s1.t - s0.t).Seconds()
+	if dt <= 0.1 || s1.quota <= 0 {
+		return 0, false
+	}
+	return (s1.usage - s0.usage).Seconds() / dt / s1.quota, true
 }
 
 // sampleAt returns the sample nearest to t.
@@ -283,8 +293,8 @@ func series(rec *records, total, slo time.Duration) []SecondPoint {
 		if j < 0 {
 			continue
 		}
-		if dt := (s1.t - s0.t).Seconds(); dt > 0.1 {
-			cpuSum[j] += (s1.usage - s0.usage).Seconds() / dt / s1.quota
+		if b, ok := busyBetween(s0, s1); ok {
+			cpuSum[j] += b
 			cpuN[j]++
 		}
 		if s1.olcd {

@@ -2,11 +2,15 @@ package overload
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os/exec"
 	"strings"
 )
+
+// errNoCounters is returned when the table's counters are missing.
+var errNoCounters = errors.New("nft counters not found")
 
 // nftLimit is the static variant: an nftables table that drops the work
 // port's SYNs above a fixed rate, with counters of the SYNs seen and dropped.

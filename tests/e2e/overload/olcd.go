@@ -2,7 +2,6 @@ package overload
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -134,6 +133,3 @@ func (o *olcdProc) stop() {
 	}
 	o.killed = true
 }
-
-// errNoCounters is returned when the nftables counters cannot be read.
-var errNoCounters = errors.New("nft counters not found")

@@ -397,8 +397,8 @@ func progressLine(rec *records, el, slo time.Duration) string {
 		phase, float64(offered)/span, float64(admitted)/span, float64(good)/span, hOK, hAll)
 	if n := len(rec.samples); n >= 2 {
 		a, b := rec.samples[n-2], rec.samples[n-1]
-		if dt := (b.t - a.t).Seconds(); dt > 0 {
-			s += fmt.Sprintf("  cpu %.2f", (b.usage-a.usage).Seconds()/dt/b.quota)
+		if busy, ok := busyBetween(a, b); ok {
+			s += fmt.Sprintf("  cpu %.2f", busy)
 		}
 		if b.olcd {
 			s += fmt.Sprintf("  p %.2f", b.p)
