@@ -47,6 +47,16 @@ const estimateTicks = 2
 // before a recovering tick falls straight to it.
 const estimateGap = 0.1
 
+// drainAdmitted is how far above the rate that fits the admitted rate may
+// be on a pinned tick for the tick to confirm a backlog: at or under what
+// fits, a pinned signal is the queue's work, not the new work's.
+const drainAdmitted = 1.1
+
+// drainMin is the backlog, as a share of one tick's work that fits under
+// the threshold, below which it is not drained on its own: the estimate's
+// noise would otherwise lift p above the law on ordinary over ticks.
+const drainMin = 0.1
+
 // minPassScale floors the pass rate used for gain scheduling so that p can
 // leave 1 when MinPassRate is 0 (a pass rate of 0 would make every step 0).
 const minPassScale = 0.02
@@ -83,6 +93,13 @@ type Controller struct {
 	admitted  float64 // this tick's new connections/s the datapath let through
 	ratesOK   bool    // offered and admitted were measured this tick
 	prevAdm   float64 // the previous tick's admitted rate (0: none)
+	dt        float64 // this tick's length, seconds
+
+	// The backlog estimate: new connections admitted but not yet served,
+	// from a fluid queue fed by the admitted rate and drained at capRate ×
+	// the driver's value (what the signal says was served).
+	backlog  float64
+	draining bool // p was lifted above the law to drain the backlog
 
 	recordedNode float64
 	classP       [NumClasses]float64 // class probabilities in force (last tick's split)
@@ -266,6 +283,13 @@ func (c *Controller) Step(s sampler.Snapshot, stats map[PortKey]PortStats) Decis
 	if !stale && !c.overloaded {
 		c.learnCapacity(&d)
 	}
+	// Every tick, not only over ones: the tick in which a step arrives
+	// often reads below the threshold, yet its latter part already queued.
+	if !stale {
+		c.trackBacklog(&d)
+	} else {
+		c.backlog = 0
+	}
 	c.law(&d)
 	c.allocate(&d)
 	return d
@@ -326,6 +350,7 @@ func (c *Controller) law(d *Decision) {
 		}
 		c.overloaded, c.since, c.lastEvent = true, d.At, d.At
 		c.healthy, c.prevErr, c.overTicks, c.saturated, c.overTicksIn = 0, 0, 0, 0, 0
+		c.draining = false
 		d.Events = append(d.Events, Event{Kind: EventOverloadStart, Reason: fmt.Sprintf(
 			"%s over its threshold for %d consecutive ticks", describe(d), prm.ActivationTicks)})
 	}
@@ -337,7 +362,26 @@ func (c *Controller) law(d *Decision) {
 	}
 	var delta float64
 	saturated := false
+	// The queue has emptied once the driver reads below its threshold: the
+	// service idled during the tick.
+	drained := c.draining && d.PressureAvailable && d.Pressure < 1
+	if drained {
+		c.backlog = 0
+	}
 	switch {
+	case drained:
+		c.saturated, c.draining = 0, false
+		c.prevErr = errorOf(d.Pressure)
+		// The smoothed pressure still carries the drain's pinned ticks.
+		c.smooth = d.Pressure
+		note := ""
+		if pe, rate, ok := c.sustainableP(d); ok && pe < c.p {
+			delta = pe - c.p
+			note = fmt.Sprintf(" to the saturation estimate (%.0f of %.0f new/s fit under the threshold)", rate, c.offered)
+		}
+		// Hold the next tick: the signal shows the new p a tick later.
+		c.healthy = prm.Cooldown - 1
+		d.Reason = fmt.Sprintf("%s: backlog drained, shedding down%s", describe(d), note)
 	case over:
 		e := errorOf(c.smooth)
 		note := ""
@@ -347,7 +391,8 @@ func (c *Controller) law(d *Decision) {
 		// what fit under the threshold does neither. Only at the start of
 		// an overload: later the admitted rate also carries the retries
 		// of what was shed, which the signal already answers.
-		if saturated || c.overTicksIn < estimateTicks {
+		useEstimate := saturated || c.overTicksIn < estimateTicks
+		if useEstimate {
 			if est, rate, ok := c.saturationPressure(d); ok && est > c.smooth {
 				e = errorOf(est)
 				note = fmt.Sprintf("; estimate: %.0f new/s admitted, %.0f/s fit under the threshold (pressure %.2f)", c.admitted, rate, est)
@@ -369,6 +414,23 @@ func (c *Controller) law(d *Decision) {
 		// before the cooldown.
 		delta = math.Min(math.Max(delta, 0), prm.MaxStep)
 		c.prevErr = e
+		// Where the estimate sizes the overload, p goes straight to what
+		// admits the work that fits less the backlog to drain within the
+		// next tick, not by the law's bounded steps: every tick of a 3×
+		// overload at a partial cut queues work its clients abandon.
+		if wasDraining := c.draining; useEstimate || wasDraining {
+			if pf, ok := c.feedforward(d, saturated); ok && (pf > c.p+delta || wasDraining) {
+				// While draining, p follows the plan down as the backlog
+				// empties although the signal stays pinned until the
+				// queue is gone: holding the bound would idle the service.
+				delta = pf - c.p
+				rate, _ := c.fitRate(d)
+				note = fmt.Sprintf("; estimate: %.0f new/s admitted, %.0f/s fit under the threshold", c.admitted, rate)
+				if c.draining {
+					note += fmt.Sprintf(", draining a backlog of %.0f connections", c.backlog)
+				}
+			}
+		}
 		d.Reason = fmt.Sprintf("%s: shedding%s", describe(d), note)
 	case !below:
 		c.saturated = 0
@@ -491,6 +553,72 @@ func (c *Controller) saturationPressure(d *Decision) (pressure, rate float64, ok
 	return c.admitted / rate, rate, true
 }
 
+// trackBacklog advances the backlog estimate by one tick: what was
+// admitted less what the driver's value says was served. A driver below its
+// ceiling idled during the tick, so the queue emptied and only this tick's
+// excess can remain; a pinned one adds to what was there. Without an
+// estimate for the driver it is 0.
+func (c *Controller) trackBacklog(d *Decision) {
+	st := driverState(d)
+	if st == nil || !c.capOK || c.capSignal != st.Signal || !c.ratesOK {
+		c.backlog = 0
+		return
+	}
+	excess := (c.admitted - c.capRate*math.Min(st.Value, 1)) * c.dt
+	if st.Value < saturationLevel {
+		c.backlog = math.Max(0, excess)
+	} else {
+		c.backlog = math.Max(0, c.backlog+excess)
+	}
+}
+
+// feedforward returns the p the saturation estimate asks for on an over
+// tick, and whether it has one: the p that admits what fits under the
+// threshold, or, while a backlog drains, what fits less the backlog spread
+// over one tick. A drain starts only once the signal confirms the backlog —
+// still pinned although no more than what fits was admitted — and it never
+// reaches a class the p that fits leaves untouched: a backlog is no reason
+// to shed critical work.
+func (c *Controller) feedforward(d *Decision, saturated bool) (float64, bool) {
+	rate, ok := c.fitRate(d)
+	if !ok || c.offered <= 0 || c.dt <= 0 {
+		c.draining = false
+		return 0, false
+	}
+	pe := math.Max(0, 1-rate/c.offered)
+	minDrain := drainMin * rate * c.dt
+	if !c.draining && saturated && c.admitted <= drainAdmitted*rate && c.backlog > minDrain {
+		c.draining = true
+	}
+	if !c.draining {
+		return pe, true
+	}
+	c.draining = c.backlog > minDrain
+	pf := math.Max(pe, 1-(rate-c.backlog/c.dt)/c.offered)
+	return math.Min(pf, classCeiling(pe, c.cfg.Params.Bound(), c.weights)), true
+}
+
+// classCeiling is the node-level p at which the class that p reaches is at
+// its bound: the most a node-level p may grow without shedding a class
+// more protected than the ones p already sheds.
+func classCeiling(p, bound float64, weights [NumClasses]float64) float64 {
+	var total float64
+	for _, w := range weights {
+		total += w
+	}
+	if total <= 0 {
+		return bound
+	}
+	var cum float64
+	for _, cl := range [...]Class{ClassBestEffort, ClassNormal, ClassCritical} {
+		cum += weights[cl]
+		if ceil := bound * cum / total; ceil >= p-1e-12 && weights[cl] > 0 {
+			return ceil
+		}
+	}
+	return bound
+}
+
 // sustainableP returns the node-level p that admits fitRate of this tick's
 // offered rate.
 func (c *Controller) sustainableP(d *Decision) (p, rate float64, ok bool) {
@@ -559,6 +687,7 @@ func (c *Controller) measure(s *sampler.Snapshot, stats map[PortKey]PortStats) {
 	if dt <= 0 {
 		dt = c.cfg.Interval.Seconds()
 	}
+	c.dt = dt
 	var demand, attempts, count [NumClasses]float64
 	var total float64
 	c.prevAdm = 0

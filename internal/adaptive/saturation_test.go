@@ -40,9 +40,13 @@ func (r *saturationRig) tick(value, newPerS, droppedPerS float64) Decision {
 
 // The ceiling caps the pressure of a saturated signal at 1/threshold; with
 // a learnt rate of 200 new/s per unit of the signal, 600 new/s against the
-// 191/s that fit under 0.955 is a pressure of 3.1, and the first shedding
-// tick cuts by MaxStep instead of by Ki × 0.047.
-func TestSaturationEstimateFirstCut(t *testing.T) {
+// 191/s that fit under 0.955 is a pressure of 3.1. The first shedding tick
+// goes straight to the p that admits what fits (beyond MaxStep: the
+// estimate sizes the cut, the law's bounded steps do not apply). The signal
+// still pinned at 1.0 while only what fits was admitted confirms the
+// backlog the first tick's 600/s left: p goes to the bound, then follows
+// the drain plan down as the backlog empties, to the p that fits.
+func TestSaturationEstimateCutAndDrain(t *testing.T) {
 	learnt := newSaturationRig(t, nil)
 	for range 6 {
 		learnt.tick(0.5, 100, 0) // 100 new/s at 0.5: 200 per unit
@@ -56,24 +60,85 @@ func TestSaturationEstimateFirstCut(t *testing.T) {
 		dl = learnt.tick(1.0, 600, 0)
 		db = blind.tick(1.0, 600, 0)
 	}
+	pe := 1 - 200*0.955/600
 	if !strings.Contains(dl.Reason, "191/s fit under the threshold") {
 		t.Errorf("learnt: reason %q does not give the estimate (191/s fit)", dl.Reason)
 	}
-	if dl.DropProbability != DefaultParams().MaxStep {
-		t.Errorf("learnt: first cut p = %.3f, want MaxStep %.2f", dl.DropProbability, DefaultParams().MaxStep)
+	if math.Abs(dl.DropProbability-pe) > 1e-6 {
+		t.Errorf("learnt: first cut p = %.3f, want the p that fits %.3f", dl.DropProbability, pe)
 	}
 	if db.DropProbability > 0.05 || strings.Contains(db.Reason, "fit under") {
 		t.Errorf("without an estimate: first cut p = %.3f (%s), want the capped pressure's small step", db.DropProbability, db.Reason)
 	}
-	// Further saturated ticks keep cutting with the estimate while what is
-	// admitted (new − dropped) exceeds what fits.
+	// Backlog after the activation tick and the first cut: 2 × (600 −
+	// 200 × 1.0) × 0.5 = 400. Each tick: backlog += (admitted − 200) × 0.5;
+	// p = 1 − (191 − backlog/0.5)/600.
+	bound := 0.95
+	steps := []struct {
+		want     float64
+		draining bool
+	}{
+		{bound, true},                  // 191 admitted, backlog 395.5
+		{bound, true},                  // 30 admitted, backlog 310.5
+		{bound, true},                  // 225.5
+		{bound, true},                  // 140.5
+		{1 - (191-2*55.5)/600.0, true}, // 55.5: the plan falls
+		{pe, false},                    // 80 admitted, backlog 0: what fits
+	}
 	p := dl.DropProbability
-	for range 3 {
+	for i, st := range steps {
 		d := learnt.tick(1.0, 600, 600*p)
-		if d.DropProbability <= p {
-			t.Fatalf("saturated, %.0f admitted of 191 that fit: p stayed at %.3f", 600*(1-p), d.DropProbability)
+		if math.Abs(d.DropProbability-st.want) > 0.005 || learnt.c.draining != st.draining {
+			t.Fatalf("drain tick %d: p = %.3f draining %v (%s), want %.3f draining %v",
+				i+1, d.DropProbability, learnt.c.draining, d.Reason, st.want, st.draining)
+		}
+		if st.draining && !strings.Contains(d.Reason, "draining a backlog") {
+			t.Errorf("drain tick %d: reason %q does not name the drain", i+1, d.Reason)
 		}
 		p = d.DropProbability
+	}
+}
+
+// A drain ends as soon as the signal falls below its threshold (the queue
+// is empty): p goes to what fits and the next tick holds.
+func TestDrainEndsOnSignal(t *testing.T) {
+	r := newSaturationRig(t, nil)
+	for range 6 {
+		r.tick(0.5, 100, 0)
+	}
+	for range 3 { // activation, first cut, drain confirmed
+		r.tick(1.0, 600, 600*r.c.DropProbability())
+	}
+	if !r.c.draining || r.c.DropProbability() != 0.95 {
+		t.Fatalf("not draining at the bound: p %.3f draining %v", r.c.DropProbability(), r.c.draining)
+	}
+	d := r.tick(0.6, 600, 600*0.95)
+	pe := 1 - 200*0.955/600
+	if math.Abs(d.DropProbability-pe) > 1e-6 || !strings.Contains(d.Reason, "backlog drained") {
+		t.Fatalf("signal below the threshold while draining: p %.3f (%s), want %.3f", d.DropProbability, d.Reason, pe)
+	}
+	if d2 := r.tick(0.6, 600, 600*pe); d2.DropProbability != pe {
+		t.Errorf("the tick after the drain moved p %.3f → %.3f, want it held", pe, d2.DropProbability)
+	}
+}
+
+// A drain never reaches a class the p that fits leaves alone.
+func TestClassCeiling(t *testing.T) {
+	w := [NumClasses]float64{}
+	w[ClassBestEffort], w[ClassNormal], w[ClassCritical] = 1, 1, 2
+	for _, c := range []struct{ p, want float64 }{
+		{0, 0.2375}, {0.1, 0.2375}, {0.2375, 0.2375}, {0.3, 0.475}, {0.5, 0.95}, {0.95, 0.95},
+	} {
+		if got := classCeiling(c.p, 0.95, w); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("classCeiling(%v) = %v, want %v", c.p, got, c.want)
+		}
+	}
+	w[ClassNormal] = 0 // a class without demand is skipped
+	if got := classCeiling(0.4, 0.95, w); math.Abs(got-0.95) > 1e-9 {
+		t.Errorf("classCeiling(0.4) without normal demand = %v, want 0.95", got)
+	}
+	if got := classCeiling(0.3, 0.95, [NumClasses]float64{}); got != 0.95 {
+		t.Errorf("classCeiling without weights = %v, want the bound", got)
 	}
 }
 

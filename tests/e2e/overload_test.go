@@ -146,15 +146,19 @@ func TestOverload3x(t *testing.T) {
 	whole, settled := enforce.Phase("3x"), enforce.Phase("3x").Settled
 	t.Logf("enforce at 3 C: goodput %.2f C over the whole phase, %.2f C from +%s; p99 %.0f ms from +%s (%.1f × the %.1f ms at 0.5 C)",
 		whole.GoodputRPS/c, settled.GoodputRPS/c, overload.SettleTime, settled.P99Ms, overload.SettleTime, settled.P99Ms/base, base)
-	// The goal is 0.9 C; measured 0.85 … 1.01 C over runs on the
-	// reference VM (docs/tuning.md §5), so the test holds the line at
-	// 0.8 C, where a regression of the controller or the datapath shows,
-	// and reports the figure against the goal.
-	if settled.GoodputRPS < 0.9*c {
-		t.Logf("GOAL MISSED: enforce at 3 C from +%s: goodput %.2f C, goal 0.9 C", overload.SettleTime, settled.GoodputRPS/c)
+	// The goal is 0.9 C over the phase; measured 0.83 … 0.95 C
+	// over the whole phase and 0.90 … 0.99 C from +5 s on the reference VM
+	// since the drain (docs/tuning.md §5; before it 0.73 … 0.89 C whole).
+	// The test holds 0.8 C whole and 0.85 C settled, where a regression of
+	// the controller or the datapath shows, and reports the goal.
+	if whole.GoodputRPS < 0.9*c {
+		t.Logf("GOAL MISSED: enforce at 3 C over the whole phase: goodput %.2f C, goal 0.9 C", whole.GoodputRPS/c)
 	}
-	if settled.GoodputRPS < 0.8*c {
-		t.Errorf("enforce at 3 C from +%s: goodput %.0f/s = %.2f C, want ≥ 0.8 C (goal 0.9 C)", overload.SettleTime, settled.GoodputRPS, settled.GoodputRPS/c)
+	if whole.GoodputRPS < 0.8*c {
+		t.Errorf("enforce at 3 C over the whole phase: goodput %.0f/s = %.2f C, want ≥ 0.8 C (goal 0.9 C)", whole.GoodputRPS, whole.GoodputRPS/c)
+	}
+	if settled.GoodputRPS < 0.85*c {
+		t.Errorf("enforce at 3 C from +%s: goodput %.0f/s = %.2f C, want ≥ 0.85 C", overload.SettleTime, settled.GoodputRPS, settled.GoodputRPS/c)
 	}
 	if settled.P99Ms > 3*base {
 		t.Errorf("enforce at 3 C from +%s: p99 of successes %.1f ms, want ≤ 3 × the %.1f ms at 0.5 C", overload.SettleTime, settled.P99Ms, base)
