@@ -146,9 +146,10 @@ func TestOverload3x(t *testing.T) {
 	whole, settled := enforce.Phase("3x"), enforce.Phase("3x").Settled
 	t.Logf("enforce at 3 C: goodput %.2f C over the whole phase, %.2f C from +%s; p99 %.0f ms from +%s (%.1f × the %.1f ms at 0.5 C)",
 		whole.GoodputRPS/c, settled.GoodputRPS/c, overload.SettleTime, settled.P99Ms, overload.SettleTime, settled.P99Ms/base, base)
-	// The goal is 0.9 C over the phase; measured 0.83 … 0.95 C
-	// over the whole phase and 0.90 … 0.99 C from +5 s on the reference VM
-	// since the drain (docs/tuning.md §5; before it 0.73 … 0.89 C whole).
+	// The goal is 0.9 C over the phase; measured 0.85 … 0.89 C
+	// over the whole phase and 0.91 … 0.95 C from +5 s on the reference VM
+	// since the drain, more where the calibration stops early
+	// (docs/tuning.md §5; before the drain 0.73 … 0.89 C whole).
 	// The test holds 0.8 C whole and 0.85 C settled, where a regression of
 	// the controller or the datapath shows, and reports the goal.
 	if whole.GoodputRPS < 0.9*c {
