@@ -243,19 +243,27 @@ func TestOverloadComparisons(t *testing.T) {
 	}
 	checkHealth(t, enforce)
 
+	// The new capacity is measured, not assumed: a half quota throttles
+	// the backend for half of every CFS period.
+	if h.Calibration.QuotaHalved == nil {
+		if _, err := h.CalibrateHalved(context.Background()); err != nil {
+			t.Fatalf("calibration with the quota halved: %v", err)
+		}
+	}
+	ch := h.Calibration.HalvedCapacityRPS()
 	e2 := runOnce(t, h, overload.CapacityHalved, overload.VariantEnforce)
 	s2 := runOnce(t, h, overload.CapacityHalved, overload.VariantStatic)
-	eh, sh := e2.Phase("1.5x-quota-halved").Settled, s2.Phase("1.5x-quota-halved").Settled
-	t.Logf("quota halved under 1.5 C, from +%s: enforce goodput %.0f/s = %.2f × C/2, p99 %.0f ms; static goodput %.0f/s, p99 %.0f ms",
-		overload.SettleTime, eh.GoodputRPS, eh.GoodputRPS/(c/2), eh.P99Ms, sh.GoodputRPS, sh.P99Ms)
-	// The goal is 0.85 × the new capacity; measured 0.73 … 0.82
-	// (the backend's cgroup is charged more CPU per request while olcd
-	// sheds, docs/tuning.md §5). The test holds 0.65 and reports the goal.
-	if eh.GoodputRPS < 0.85*c/2 {
-		t.Logf("GOAL MISSED: quota halved: enforce goodput %.2f × C/2, goal 0.85", eh.GoodputRPS/(c/2))
+	whole2, eh, sh := e2.Phase("1.5x-quota-halved"), e2.Phase("1.5x-quota-halved").Settled, s2.Phase("1.5x-quota-halved").Settled
+	t.Logf("quota halved under 1.5 C (new capacity C' = %.0f/s measured = %.2f × C/2): enforce goodput %.2f C' over the phase, %.0f/s = %.2f C' from +%s, p99 %.0f ms; static goodput %.0f/s, p99 %.0f ms",
+		ch, ch/(c/2), whole2.GoodputRPS/ch, eh.GoodputRPS, eh.GoodputRPS/ch, overload.SettleTime, eh.P99Ms, sh.GoodputRPS, sh.P99Ms)
+	// The goal is 0.85 × the new capacity; measured 0.79 … 0.93 ×
+	// C/2 before the new capacity was measured (docs/tuning.md §5). The
+	// test holds 0.7 C' and reports the goal.
+	if eh.GoodputRPS < 0.85*ch {
+		t.Logf("GOAL MISSED: quota halved: enforce goodput %.2f C', goal 0.85", eh.GoodputRPS/ch)
 	}
-	if eh.GoodputRPS < 0.65*c/2 {
-		t.Errorf("quota halved: enforce goodput %.0f/s, want ≥ 0.65 × C/2 = %.0f/s (goal 0.85)", eh.GoodputRPS, 0.65*c/2)
+	if eh.GoodputRPS < 0.7*ch {
+		t.Errorf("quota halved: enforce goodput %.0f/s, want ≥ 0.7 × the new capacity %.0f/s (goal 0.85)", eh.GoodputRPS, ch)
 	}
 	if !(sh.P99Ms > eh.P99Ms) && !(sh.GoodputRPS < eh.GoodputRPS) {
 		t.Errorf("quota halved: the static limit (p99 %.0f ms, goodput %.0f/s) is not worse than enforce (p99 %.0f ms, goodput %.0f/s)",

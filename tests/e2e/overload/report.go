@@ -13,6 +13,9 @@ import (
 type Report struct {
 	// CapacityRPS is the calibrated capacity C.
 	CapacityRPS float64 `json:"capacity_rps"`
+	// CapacityHalvedRPS is the capacity measured with the quota halved,
+	// scenario 2's capacity after the halving (0: not measured).
+	CapacityHalvedRPS float64 `json:"capacity_halved_rps,omitempty"`
 	// SLOMs is the latency within which a success counts as goodput.
 	SLOMs float64 `json:"slo_ms"`
 	// Scenarios holds one entry per run (scenario × variant).
@@ -44,6 +47,9 @@ func (r *Report) Add(res *RunResult) {
 
 // WriteJSON writes the report to path (atomically).
 func (r *Report) WriteJSON(path string) error {
+	if r.Calibration != nil && r.Calibration.QuotaHalved != nil {
+		r.CapacityHalvedRPS = r.Calibration.QuotaHalved.CapacityRPS
+	}
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
@@ -67,6 +73,15 @@ func (r *Report) PrintTables(w io.Writer) {
 	}
 	for _, name := range order {
 		fmt.Fprintf(w, "\n%s   (C = %.0f req/s, SLO %.0f ms; goodput = 200 within the SLO; cpu = backend CPU ÷ quota)\n", name, r.CapacityRPS, r.SLOMs)
+		if name == CapacityHalved.Name && r.Calibration != nil {
+			ch := r.Calibration.HalvedCapacityRPS()
+			how := "measured"
+			if r.Calibration.QuotaHalved == nil {
+				how = "not measured: C/2"
+			}
+			fmt.Fprintf(w, "  capacity with the quota halved C' = %.0f req/s (%s; %.2f × C/2); after the halving goodput/C' = goodput/C × %.2f\n",
+				ch, how, ch/(r.CapacityRPS/2), r.CapacityRPS/ch)
+		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "variant\tphase\toffered/s\tgoodput/s\tgoodput/C\tp50 ms\tp99 ms\terrors\ttimeouts\tSYN drop %\tcpu\tolcd p\thealth\t")
 		for _, s := range r.Scenarios {

@@ -166,6 +166,14 @@ func demo(ctx context.Context, args []string) error {
 	} else if _, err := h.Calibrate(ctx); err != nil {
 		return err
 	}
+	for _, sc := range runs {
+		if sc.Name == overload.CapacityHalved.Name && h.Calibration.QuotaHalved == nil {
+			if _, err := h.CalibrateHalved(ctx); err != nil {
+				return err
+			}
+			break
+		}
+	}
 	rep := h.NewReport()
 	resultsPath := filepath.Join(outAbs, "results.json")
 	for _, sc := range runs {
