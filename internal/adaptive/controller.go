@@ -101,6 +101,13 @@ type Controller struct {
 	backlog  float64
 	draining bool // p was lifted above the law to drain the backlog
 
+	// A jump of p down to the estimate is checked over the ticks that
+	// follow: a signal pinned again on two ticks in a row disproves the
+	// estimate (the capacity fell since it was learnt), which is then
+	// forgotten rather than jumped to again and again.
+	sinceJump       int // ticks since the last jump, 0 when none is checked
+	pinnedSinceJump int // consecutive pinned ticks since it
+
 	recordedNode float64
 	classP       [NumClasses]float64 // class probabilities in force (last tick's split)
 	weights      [NumClasses]float64 // demand per class used by the split
@@ -362,6 +369,7 @@ func (c *Controller) law(d *Decision) {
 	}
 	var delta float64
 	saturated := false
+	forgot := c.checkJump(d)
 	// The queue has emptied once the driver reads below its threshold: the
 	// service idled during the tick.
 	drained := c.draining && d.PressureAvailable && d.Pressure < 1
@@ -381,6 +389,9 @@ func (c *Controller) law(d *Decision) {
 		}
 		// Hold the next tick: the signal shows the new p a tick later.
 		c.healthy = prm.Cooldown - 1
+		if delta < 0 {
+			c.sinceJump, c.pinnedSinceJump = 1, 0
+		}
 		d.Reason = fmt.Sprintf("%s: backlog drained, shedding down%s", describe(d), note)
 	case over:
 		e := errorOf(c.smooth)
@@ -468,10 +479,14 @@ func (c *Controller) law(d *Decision) {
 			// The signal shows this jump one tick later: hold for that
 			// tick rather than keep falling on a reading of the old p.
 			c.healthy = prm.Cooldown - 1
+			c.sinceJump, c.pinnedSinceJump = 1, 0
 		}
 		delta = -fall
 		c.prevErr = e
 		d.Reason = fmt.Sprintf("%s: healthy, recovering%s", describe(d), note)
+	}
+	if forgot {
+		d.Reason += "; the saturation estimate is forgotten: the signal pinned again after p fell to it (the capacity fell since it was learnt)"
 	}
 	c.p = math.Min(math.Max(c.p+delta, 0), bound)
 	if c.p == bound && over {
@@ -489,6 +504,33 @@ func (c *Controller) law(d *Decision) {
 			"%s: overloaded for %s", d.Reason, d.At.Sub(c.since).Round(time.Millisecond))})
 	}
 	c.finish(d)
+}
+
+// jumpCheckTicks is how many ticks after a jump to the estimate the signal
+// is watched for disproving it.
+const jumpCheckTicks = 4
+
+// checkJump advances the check of the last jump to the estimate and
+// forgets the estimate when the driver has been pinned on two ticks in a
+// row since the jump; it reports whether it did.
+func (c *Controller) checkJump(d *Decision) bool {
+	if c.sinceJump == 0 {
+		return false
+	}
+	if c.saturatedDriver(d) {
+		c.pinnedSinceJump++
+	} else {
+		c.pinnedSinceJump = 0
+	}
+	if c.pinnedSinceJump >= 2 {
+		c.capOK, c.draining, c.backlog = false, false, 0
+		c.sinceJump, c.pinnedSinceJump = 0, 0
+		return true
+	}
+	if c.sinceJump++; c.sinceJump > jumpCheckTicks {
+		c.sinceJump = 0
+	}
+	return false
 }
 
 // driverState returns the state of the tick's driving signal, or nil when

@@ -3,6 +3,7 @@ package adaptive
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/olcd/olcd/internal/sampler"
@@ -30,9 +31,10 @@ type queueChunk struct {
 }
 
 // runQueuePlant offers load(t) requests/s for secs seconds to the queueing
-// plant under controller c and returns the goodput (requests/s within the
-// SLO) of the requests that arrived in [from, to).
-func runQueuePlant(t *testing.T, c *Controller, seed uint64, load func(float64) float64, secs, from, to float64) (goodput float64, ds []Decision) {
+// plant, whose CPU serves capacity(t) requests/s (queueCapacity when nil),
+// under controller c and returns the goodput (requests/s within the SLO) of
+// the requests that arrived in [from, to) and every decision.
+func runQueuePlant(t *testing.T, c *Controller, seed uint64, load, capacity func(float64) float64, secs, from, to float64) (goodput float64, ds []Decision) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 0x9e3))
 	key := PortKey{ProtoTCP, 18080}
@@ -45,7 +47,11 @@ func runQueuePlant(t *testing.T, c *Controller, seed uint64, load func(float64) 
 		tickNew += arrive
 		tickDropped += arrive * p
 		queue = append(queue, queueChunk{at: now, n: arrive * (1 - p)})
-		budget := queueCapacity * queueStep
+		capNow := queueCapacity
+		if capacity != nil {
+			capNow = capacity(now)
+		}
+		budget := capNow * queueStep
 		for budget > 1e-12 && len(queue) > 0 {
 			q := &queue[0]
 			n := math.Min(q.n, budget)
@@ -54,7 +60,7 @@ func runQueuePlant(t *testing.T, c *Controller, seed uint64, load func(float64) 
 			}
 			q.n -= n
 			budget -= n
-			tickServed += n
+			tickServed += n / capNow
 			if q.n <= 1e-12 {
 				queue = queue[1:]
 			}
@@ -62,7 +68,7 @@ func runQueuePlant(t *testing.T, c *Controller, seed uint64, load func(float64) 
 		if k%stepsPerTick != 0 {
 			continue
 		}
-		busy := tickServed / (queueCapacity * queueTick)
+		busy := tickServed / queueTick
 		busy = math.Min(1, math.Max(0, busy+rng.NormFloat64()*0.01))
 		s := sampler.Snapshot{At: TraceOrigin.Add(seconds(now)), Interval: seconds(queueTick)}
 		s.Set(sampler.CPUBusy, busy)
@@ -116,12 +122,18 @@ func TestQueuePlantDrain(t *testing.T) {
 	for seed := uint64(1); seed <= plantSeeds; seed++ {
 		// The step falls at a different point of the tick on every seed.
 		at := 10 + float64(seed%10)*0.05
-		g, ds := runQueuePlant(t, harnessController(t), seed, threeC(at), at+40, at, at+30)
+		g, ds := runQueuePlant(t, harnessController(t), seed, threeC(at), nil, at+40, at, at+30)
 		ratio := g / queueCapacity
 		worst = math.Min(worst, ratio)
 		var drained bool
-		for _, d := range ds {
+		for i, d := range ds {
 			drained = drained || d.DropProbability >= 0.95
+			// Once the backlog of the step is gone, the noise of a
+			// steady overload must not look like a new one.
+			if tk := float64(i+1) * queueTick; tk > at+5 && tk < at+30 && d.DropProbability >= 0.95 {
+				t.Errorf("seed %d: p at the bound at %.1f s, %.1f s into the steady overload: %s", seed, tk, tk-at, d.Reason)
+				break
+			}
 		}
 		if ratio < 0.8 || !drained {
 			t.Errorf("seed %d: goodput over the 3 C phase %.3f C (drained at the bound: %v), want ≥ 0.8 C after a drain", seed, ratio, drained)
@@ -133,12 +145,58 @@ func TestQueuePlantDrain(t *testing.T) {
 			}
 			return 0.5 * queueCapacity
 		}
-		gb, _ := runQueuePlant(t, harnessController(t), seed, blind, 40, 0, 30)
+		gb, _ := runQueuePlant(t, harnessController(t), seed, blind, nil, 40, 0, 30)
 		worstBlind = math.Min(worstBlind, gb/queueCapacity)
 	}
 	t.Logf("goodput over the 3 C phase, worst of %d seeds: %.3f C with the estimate and drain; %.3f C by the law alone (no estimate learnt)",
 		plantSeeds, worst, worstBlind)
 	if worstBlind >= worst {
 		t.Errorf("the law alone (%.3f C) did as well as the drain (%.3f C): the plant does not show the backlog", worstBlind, worst)
+	}
+}
+
+// TestQueuePlantStaleEstimate learns the estimate at full capacity, then
+// halves the capacity under a load that fitted before (0.75 C, 1.5 × the
+// new capacity). The estimate now says everything fits: after the law has
+// drained the queue, p jumps to it, the CPU pins again, and without a check
+// this repeats every few seconds for as long as the load lasts. The jump
+// that pins the signal again disproves the estimate, which is forgotten:
+// at most one repeat, then the law holds the new capacity.
+func TestQueuePlantStaleEstimate(t *testing.T) {
+	load := func(now float64) float64 {
+		if now < 10 {
+			return 0.5 * queueCapacity
+		}
+		return 0.75 * queueCapacity
+	}
+	capacity := func(now float64) float64 {
+		if now < 30 {
+			return queueCapacity
+		}
+		return queueCapacity / 2
+	}
+	for seed := uint64(1); seed <= plantSeeds; seed++ {
+		g, ds := runQueuePlant(t, harnessController(t), seed, load, capacity, 90, 50, 90)
+		var jumps, forgotten int
+		for i, d := range ds {
+			tk := float64(i+1) * queueTick
+			if tk > 30 && strings.Contains(d.Reason, "to the saturation estimate") {
+				jumps++
+			}
+			if strings.Contains(d.Reason, "estimate is forgotten") {
+				forgotten++
+			}
+			if tk > 50 && d.DropProbability >= 0.9 {
+				t.Errorf("seed %d: p %.3f at %.1f s, 20 s after the capacity fell: %s", seed, d.DropProbability, tk, d.Reason)
+				break
+			}
+		}
+		if jumps > 2 || forgotten != 1 {
+			t.Errorf("seed %d: %d jumps to the stale estimate after the capacity fell, forgotten %d times; want at most 2 and once", seed, jumps, forgotten)
+		}
+		// The new capacity is 100/s; the target 0.93 admits 93/s.
+		if ratio := g / (queueCapacity / 2); ratio < 0.85 {
+			t.Errorf("seed %d: goodput %.3f × the new capacity from 20 s after the drop, want ≥ 0.85", seed, ratio)
+		}
 	}
 }
