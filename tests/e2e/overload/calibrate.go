@@ -146,7 +146,9 @@ func (h *Harness) calibrate(ctx context.Context, label string, quota float64, st
 	}
 	fmt.Fprintf(h.opt.Progress, "%s: step load %.0f..%.0f req/s (nominal capacity %.0f/s = quota %.2g CPU ÷ %s per request), %s per step\n",
 		label, phases[0].Rate, phases[len(phases)-1].Rate, nominal, quota, h.opt.Work, stepLength)
-	rec, err := h.attack(ctx, dir, label, phases, nil, nil, nil, RunOptions{})
+	// The quota as a change at 0 s, so that the CPU is read as a share of
+	// this quota, not of Options.Quota.
+	rec, err := h.attack(ctx, dir, label, phases, []QuotaChange{{At: 0, CPUs: quota}}, nil, nil, RunOptions{})
 	if err != nil {
 		return nil, err
 	}
