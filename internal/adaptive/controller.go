@@ -39,6 +39,14 @@ const capacitySteady = 0.2
 // estimate.
 const capacitySmoothing = 0.5
 
+// learnSteadyP is how much p may have moved since the previous tick for a
+// tick inside an overload to teach the saturation estimate.
+const learnSteadyP = 0.02
+
+// learnNearTarget is the share of its threshold the driver must show for a
+// tick inside an overload to teach the saturation estimate.
+const learnNearTarget = 0.8
+
 // estimateTicks is how many over ticks at the start of an overload use the
 // saturation estimate even with the driver below its ceiling.
 const estimateTicks = 2
@@ -52,9 +60,14 @@ const estimateGap = 0.1
 // fits, a pinned signal is the queue's work, not the new work's.
 const drainAdmitted = 1.1
 
+// drainStart is the backlog, as a share of one tick's work that fits under
+// the threshold, from which a confirmed backlog is drained: below it, the
+// estimate's own error (a few percent of every tick's work, summed over a
+// pinned tick or two) would start drains in a steady overload.
+const drainStart = 0.5
+
 // drainMin is the backlog, as a share of one tick's work that fits under
-// the threshold, below which it is not drained on its own: the estimate's
-// noise would otherwise lift p above the law on ordinary over ticks.
+// the threshold, below which a drain ends.
 const drainMin = 0.1
 
 // minPassScale floors the pass rate used for gain scheduling so that p can
@@ -93,6 +106,7 @@ type Controller struct {
 	admitted  float64 // this tick's new connections/s the datapath let through
 	ratesOK   bool    // offered and admitted were measured this tick
 	prevAdm   float64 // the previous tick's admitted rate (0: none)
+	prevP     float64 // node-level p in force during the previous tick
 	dt        float64 // this tick's length, seconds
 
 	// The backlog estimate: new connections admitted but not yet served,
@@ -101,12 +115,12 @@ type Controller struct {
 	backlog  float64
 	draining bool // p was lifted above the law to drain the backlog
 
-	// A jump of p down to the estimate is checked over the ticks that
-	// follow: a signal pinned again on two ticks in a row disproves the
-	// estimate (the capacity fell since it was learnt), which is then
-	// forgotten rather than jumped to again and again.
-	sinceJump       int // ticks since the last jump, 0 when none is checked
-	pinnedSinceJump int // consecutive pinned ticks since it
+	// The estimate is checked on every over tick (checkEstimate); a
+	// recovery jump to it is undone when the check disproves it within
+	// jumpCheckTicks.
+	sinceJump   int     // ticks since the last jump, 0 after jumpCheckTicks
+	pBeforeJump float64 // p a disproved recovery jump returns to (0: none)
+	pinnedAtFit int     // consecutive over ticks pinned while admitting what fits
 
 	recordedNode float64
 	classP       [NumClasses]float64 // class probabilities in force (last tick's split)
@@ -190,6 +204,18 @@ func (c *Controller) Reconfigure(cfg Config) error {
 			ports[i].p, ports[i].recorded = old.p, old.recorded
 		}
 		index[pc.Key] = i
+	}
+	// The estimate counts the configured ports' connections: another set
+	// of ports carries another share of the work the signal shows.
+	if len(ports) != len(c.ports) {
+		c.forgetEstimate()
+	} else {
+		for _, pc := range cfg.Ports {
+			if _, ok := c.index[pc.Key]; !ok {
+				c.forgetEstimate()
+				break
+			}
+		}
 	}
 	c.cfg, c.signals, c.ports, c.index = cfg, signals, ports, index
 	if b := cfg.Params.Bound(); c.p > b {
@@ -283,21 +309,15 @@ func (c *Controller) Step(s sampler.Snapshot, stats map[PortKey]PortStats) Decis
 	}
 
 	c.measure(&s, stats)
-	// Only outside an overload does the signal follow the admitted work:
-	// inside one it also carries the backlog admitted before the shedding
-	// took hold, and a pinned signal reads just under its ceiling as often
-	// as at it.
-	if !stale && !c.overloaded {
+	if !stale {
 		c.learnCapacity(&d)
 	}
 	// Every tick, not only over ones: the tick in which a step arrives
 	// often reads below the threshold, yet its latter part already queued.
-	if !stale {
-		c.trackBacklog(&d)
-	} else {
-		c.backlog = 0
-	}
+	c.trackBacklog(&s, stale)
+	inForce := c.p
 	c.law(&d)
+	c.prevP = inForce
 	c.allocate(&d)
 	return d
 }
@@ -357,7 +377,7 @@ func (c *Controller) law(d *Decision) {
 		}
 		c.overloaded, c.since, c.lastEvent = true, d.At, d.At
 		c.healthy, c.prevErr, c.overTicks, c.saturated, c.overTicksIn = 0, 0, 0, 0, 0
-		c.draining = false
+		c.draining, c.sinceJump, c.pinnedAtFit, c.pBeforeJump = false, 0, 0, 0
 		d.Events = append(d.Events, Event{Kind: EventOverloadStart, Reason: fmt.Sprintf(
 			"%s over its threshold for %d consecutive ticks", describe(d), prm.ActivationTicks)})
 	}
@@ -369,7 +389,7 @@ func (c *Controller) law(d *Decision) {
 	}
 	var delta float64
 	saturated := false
-	forgot := c.checkJump(d)
+	forgot := c.checkEstimate(d, over)
 	// The queue has emptied once the driver reads below its threshold: the
 	// service idled during the tick.
 	drained := c.draining && d.PressureAvailable && d.Pressure < 1
@@ -380,8 +400,9 @@ func (c *Controller) law(d *Decision) {
 	case drained:
 		c.saturated, c.draining = 0, false
 		c.prevErr = errorOf(d.Pressure)
-		// The smoothed pressure still carries the drain's pinned ticks.
-		c.smooth = d.Pressure
+		// The smoothed pressure carries the drain's pinned ticks: it
+		// restarts from the next tick's reading, the first of the new p.
+		c.smoothOK = false
 		note := ""
 		if pe, rate, ok := c.sustainableP(d); ok && pe < c.p {
 			delta = pe - c.p
@@ -390,7 +411,8 @@ func (c *Controller) law(d *Decision) {
 		// Hold the next tick: the signal shows the new p a tick later.
 		c.healthy = prm.Cooldown - 1
 		if delta < 0 {
-			c.sinceJump, c.pinnedSinceJump = 1, 0
+			// Nothing to return to: the p before was the drain's.
+			c.sinceJump, c.pBeforeJump = 1, 0
 		}
 		d.Reason = fmt.Sprintf("%s: backlog drained, shedding down%s", describe(d), note)
 	case over:
@@ -479,14 +501,23 @@ func (c *Controller) law(d *Decision) {
 			// The signal shows this jump one tick later: hold for that
 			// tick rather than keep falling on a reading of the old p.
 			c.healthy = prm.Cooldown - 1
-			c.sinceJump, c.pinnedSinceJump = 1, 0
+			c.sinceJump, c.pBeforeJump = 1, c.p
+			// The smoothed pressure describes the old p.
+			c.smoothOK = false
 		}
 		delta = -fall
 		c.prevErr = e
 		d.Reason = fmt.Sprintf("%s: healthy, recovering%s", describe(d), note)
 	}
 	if forgot {
-		d.Reason += "; the saturation estimate is forgotten: the signal pinned again after p fell to it (the capacity fell since it was learnt)"
+		d.Reason += "; the saturation estimate is forgotten: the signal stays pinned while what it says fits is admitted (the capacity fell since it was learnt)"
+		// A recovery jump was a probe the signal answered: back to the
+		// p that held the signal before it, from where the law recovers.
+		if back := c.pBeforeJump - c.p; back > delta {
+			delta = back
+			d.Reason += fmt.Sprintf(", p back to %.2f", c.pBeforeJump)
+		}
+		c.pBeforeJump = 0
 	}
 	c.p = math.Min(math.Max(c.p+delta, 0), bound)
 	if c.p == bound && over {
@@ -497,6 +528,7 @@ func (c *Controller) law(d *Decision) {
 		d.Events = append(d.Events, Event{Kind: EventOverloadEnd, OverloadSince: c.since, Reason: fmt.Sprintf(
 			"%s: drop probability back to 0 after %s", describe(d), d.At.Sub(c.since).Round(time.Millisecond))})
 		c.overloaded, c.healthy, c.prevErr = false, 0, 0
+		c.draining, c.sinceJump, c.pinnedAtFit, c.pBeforeJump = false, 0, 0, 0
 		c.since = time.Time{}
 	} else if d.At.Sub(c.lastEvent) >= prm.ContinueEvery {
 		c.lastEvent = d.At
@@ -506,31 +538,40 @@ func (c *Controller) law(d *Decision) {
 	c.finish(d)
 }
 
-// jumpCheckTicks is how many ticks after a jump to the estimate the signal
-// is watched for disproving it.
+// jumpCheckTicks is how many ticks after a recovery jump to the estimate a
+// disproof of it returns p to where it was before the jump.
 const jumpCheckTicks = 4
 
-// checkJump advances the check of the last jump to the estimate and
-// forgets the estimate when the driver has been pinned on two ticks in a
-// row since the jump; it reports whether it did.
-func (c *Controller) checkJump(d *Decision) bool {
-	if c.sinceJump == 0 {
+// checkEstimate forgets the saturation estimate when the signal disproves
+// it, and reports whether it did: the driver pinned on two over ticks in a
+// row while no more than drainAdmitted × what the estimate says fits was
+// admitted and no backlog (by the estimate's own model) explains it. The
+// estimate then overstates the capacity, which has fallen since it was
+// learnt; jumping to it would pin the service again and again.
+func (c *Controller) checkEstimate(d *Decision, over bool) bool {
+	if c.sinceJump > 0 {
+		if c.sinceJump++; c.sinceJump > jumpCheckTicks {
+			c.sinceJump, c.pBeforeJump = 0, 0
+		}
+	}
+	rate, ok := c.fitRate(d)
+	if ok && over && !c.draining && c.saturatedDriver(d) &&
+		c.admitted <= drainAdmitted*rate && c.backlog <= drainStart*rate*c.dt {
+		c.pinnedAtFit++
+	} else {
+		c.pinnedAtFit = 0
+	}
+	if c.pinnedAtFit < 2 {
 		return false
 	}
-	if c.saturatedDriver(d) {
-		c.pinnedSinceJump++
-	} else {
-		c.pinnedSinceJump = 0
-	}
-	if c.pinnedSinceJump >= 2 {
-		c.capOK, c.draining, c.backlog = false, false, 0
-		c.sinceJump, c.pinnedSinceJump = 0, 0
-		return true
-	}
-	if c.sinceJump++; c.sinceJump > jumpCheckTicks {
-		c.sinceJump = 0
-	}
-	return false
+	c.forgetEstimate()
+	return true
+}
+
+// forgetEstimate drops the saturation estimate and everything built on it.
+func (c *Controller) forgetEstimate() {
+	c.capOK, c.draining, c.backlog = false, false, 0
+	c.sinceJump, c.pinnedAtFit = 0, 0
 }
 
 // driverState returns the state of the tick's driving signal, or nil when
@@ -547,10 +588,16 @@ func driverState(d *Decision) *SignalState {
 	return nil
 }
 
-// learnCapacity updates the saturation estimate from a tick outside an
-// overload whose driver is a fraction between capacityMinShare of its
-// threshold and its ceiling, at an admitted rate within capacitySteady of
-// the previous tick's.
+// learnCapacity updates the saturation estimate from a tick whose driver
+// is a fraction between capacityMinShare of its threshold and its ceiling,
+// at an admitted rate within capacitySteady of the previous tick's. Inside
+// an overload the signal also carries what was admitted before the
+// shedding took hold, so such a tick teaches only from a steady state: no
+// drain, no backlog, no jump under check, p unchanged since the previous
+// tick and the driver near its target (docs/controller.md §3). Learning
+// inside an overload is what corrects an estimate learnt at low load, where
+// each request costs more CPU (idle wake-ups, no batching), and one learnt
+// before the capacity changed.
 func (c *Controller) learnCapacity(d *Decision) {
 	st := driverState(d)
 	if st == nil || !st.Signal.IsFraction() || !c.ratesOK || c.admitted <= 0 {
@@ -564,6 +611,16 @@ func (c *Controller) learnCapacity(d *Decision) {
 	}
 	if st.Value < capacityMinShare*st.Threshold || st.Value >= saturationLevel {
 		return
+	}
+	if c.overloaded {
+		steady := !c.draining && c.sinceJump == 0 && math.Abs(c.p-c.prevP) <= learnSteadyP &&
+			st.Value >= learnNearTarget*st.Threshold
+		if c.capOK && c.capSignal == st.Signal {
+			steady = steady && c.backlog <= drainMin*c.capRate*st.Threshold*c.dt
+		}
+		if !steady {
+			return
+		}
 	}
 	r := c.admitted / st.Value
 	if c.capOK && c.capSignal == st.Signal {
@@ -596,18 +653,24 @@ func (c *Controller) saturationPressure(d *Decision) (pressure, rate float64, ok
 }
 
 // trackBacklog advances the backlog estimate by one tick: what was
-// admitted less what the driver's value says was served. A driver below its
-// ceiling idled during the tick, so the queue emptied and only this tick's
-// excess can remain; a pinned one adds to what was there. Without an
-// estimate for the driver it is 0.
-func (c *Controller) trackBacklog(d *Decision) {
-	st := driverState(d)
-	if st == nil || !c.capOK || c.capSignal != st.Signal || !c.ratesOK {
+// admitted less what the estimate's signal says was served (capRate ×
+// its value, at most 1). A signal below its ceiling idled during the tick,
+// so the queue emptied and only this tick's excess can remain; a pinned one
+// adds to what was there. A stale tick, or one without the signal or the
+// counts, holds the estimate: a starved sampler is likeliest when the CPU
+// is pinned, and dropping the backlog then would end a drain with the queue
+// still full. Without an estimate it is 0.
+func (c *Controller) trackBacklog(s *sampler.Snapshot, stale bool) {
+	if !c.capOK {
 		c.backlog = 0
 		return
 	}
-	excess := (c.admitted - c.capRate*math.Min(st.Value, 1)) * c.dt
-	if st.Value < saturationLevel {
+	v, ok := s.Get(c.capSignal)
+	if stale || !c.ratesOK || !ok || !validSample(c.capSignal, v) {
+		return
+	}
+	excess := (c.admitted - c.capRate*math.Min(v, 1)) * c.dt
+	if v < saturationLevel {
 		c.backlog = math.Max(0, excess)
 	} else {
 		c.backlog = math.Max(0, c.backlog+excess)
@@ -618,7 +681,8 @@ func (c *Controller) trackBacklog(d *Decision) {
 // tick, and whether it has one: the p that admits what fits under the
 // threshold, or, while a backlog drains, what fits less the backlog spread
 // over one tick. A drain starts only once the signal confirms the backlog —
-// still pinned although no more than what fits was admitted — and it never
+// still pinned although no more than drainAdmitted × what fits was admitted
+// — and the backlog is at least drainStart of a tick's work; it never
 // reaches a class the p that fits leaves untouched: a backlog is no reason
 // to shed critical work.
 func (c *Controller) feedforward(d *Decision, saturated bool) (float64, bool) {
@@ -629,7 +693,7 @@ func (c *Controller) feedforward(d *Decision, saturated bool) (float64, bool) {
 	}
 	pe := math.Max(0, 1-rate/c.offered)
 	minDrain := drainMin * rate * c.dt
-	if !c.draining && saturated && c.admitted <= drainAdmitted*rate && c.backlog > minDrain {
+	if !c.draining && saturated && c.admitted <= drainAdmitted*rate && c.backlog > drainStart*rate*c.dt {
 		c.draining = true
 	}
 	if !c.draining {

@@ -40,7 +40,7 @@ type Params struct {
 	Hysteresis float64
 	// SaturationBoost (1..4) multiplies the integral step for every further
 	// consecutive over-target tick in which the driving signal is a fraction
-	// pinned at its ceiling (≥ 0.97): a CPU at 100 % shows pressure
+	// pinned at its ceiling (≥ 0.95): a CPU at 100 % shows pressure
 	// 1/threshold whatever the overload, so the law would otherwise creep.
 	// 1 disables the boost.
 	SaturationBoost float64

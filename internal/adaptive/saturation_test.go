@@ -168,8 +168,12 @@ func TestRecoveryToSaturationEstimate(t *testing.T) {
 		r.tick(0.5, 100, 0)
 	}
 	var d Decision
-	for range 12 { // saturated long enough to reach the bound
-		d = r.tick(1.0, 600, 600*r.c.DropProbability())
+	// Saturated by a surge so large that even the bound admits more than
+	// fits (6000 new/s, 300 admitted at the bound against 191 that fit):
+	// the signal pinned is the surge's, which does not disprove the
+	// estimate.
+	for range 12 {
+		d = r.tick(1.0, 6000, 6000*r.c.DropProbability())
 	}
 	bound := 1 - 0.05
 	if d.DropProbability != bound {
@@ -220,5 +224,38 @@ func TestSaturationEstimateIgnoresRamps(t *testing.T) {
 	r.tick(0.8, 420, 0) // within 20 % of the previous tick
 	if !r.c.capOK || math.Abs(r.c.capRate-525) > 1 {
 		t.Errorf("capRate %.1f (ok %v) after a steady tick, want 420/0.8 = 525", r.c.capRate, r.c.capOK)
+	}
+}
+
+// A tick without a usable reading of the estimate's signal (a stale
+// snapshot, a missing value) holds the backlog: a starved sampler is
+// likeliest when the CPU is pinned, and dropping the backlog then would end
+// the drain with the queue still full.
+func TestDrainHoldsBacklogOnMissingSamples(t *testing.T) {
+	r := newSaturationRig(t, nil)
+	for range 6 {
+		r.tick(0.5, 100, 0)
+	}
+	for range 3 { // activation, first cut, drain confirmed
+		r.tick(1.0, 600, 600*r.c.DropProbability())
+	}
+	if !r.c.draining {
+		t.Fatalf("not draining: p %.3f", r.c.DropProbability())
+	}
+	before := r.c.backlog
+	// Same timestamp as the previous tick: stale.
+	r.c.Step(snap(r.now, sig{sampler.CgroupCPUUsageOfQuota, 1.0}), map[PortKey]PortStats{r.port: {New: 300, Dropped: 285}})
+	if r.c.backlog != before || !r.c.draining {
+		t.Errorf("stale tick: backlog %.0f → %.0f, draining %v; want it held", before, r.c.backlog, r.c.draining)
+	}
+	// A tick without the signal at all.
+	r.now += 0.5
+	r.c.Step(snap(r.now), map[PortKey]PortStats{r.port: {New: 300, Dropped: 285}})
+	if r.c.backlog != before {
+		t.Errorf("tick without the signal: backlog %.0f → %.0f, want it held", before, r.c.backlog)
+	}
+	d := r.tick(1.0, 600, 600*0.95)
+	if !strings.Contains(d.Reason, "draining a backlog") {
+		t.Errorf("pinned tick after the gap: %s, want the drain to go on", d.Reason)
 	}
 }
