@@ -107,6 +107,7 @@ type Controller struct {
 	ratesOK   bool    // offered and admitted were measured this tick
 	prevAdm   float64 // the previous tick's admitted rate (0: none)
 	prevP     float64 // node-level p in force during the previous tick
+	prevValue float64 // the previous tick's driver value (-1: none)
 	dt        float64 // this tick's length, seconds
 
 	// The backlog estimate: new connections admitted but not yet served,
@@ -141,7 +142,7 @@ type portState struct {
 
 // New returns a controller for cfg, or an error naming every invalid field.
 func New(cfg Config) (*Controller, error) {
-	c := &Controller{}
+	c := &Controller{prevValue: -1}
 	if err := c.Reconfigure(cfg); err != nil {
 		return nil, err
 	}
@@ -317,7 +318,10 @@ func (c *Controller) Step(s sampler.Snapshot, stats map[PortKey]PortStats) Decis
 	c.trackBacklog(&s, stale)
 	inForce := c.p
 	c.law(&d)
-	c.prevP = inForce
+	c.prevP, c.prevValue = inForce, -1
+	if st := driverState(&d); st != nil && !stale {
+		c.prevValue = st.Value
+	}
 	c.allocate(&d)
 	return d
 }
@@ -593,8 +597,9 @@ func driverState(d *Decision) *SignalState {
 // at an admitted rate within capacitySteady of the previous tick's. Inside
 // an overload the signal also carries what was admitted before the
 // shedding took hold, so such a tick teaches only from a steady state: no
-// drain, no backlog, no jump under check, p unchanged since the previous
-// tick and the driver near its target (docs/controller.md §3). Learning
+// drain, no backlog, no jump under check, p below the bound and unchanged
+// since the previous tick, the driver near its target and steady, below
+// its ceiling on both ticks (docs/controller.md §3). Learning
 // inside an overload is what corrects an estimate learnt at low load, where
 // each request costs more CPU (idle wake-ups, no batching), and one learnt
 // before the capacity changed.
@@ -613,8 +618,14 @@ func (c *Controller) learnCapacity(d *Decision) {
 		return
 	}
 	if c.overloaded {
+		// The signal steady too, and below its ceiling on the previous
+		// tick as well: while a queue drains (even at the bound, with p
+		// steady) the signal falls tick by tick and says nothing about
+		// the admitted work.
 		steady := !c.draining && c.sinceJump == 0 && math.Abs(c.p-c.prevP) <= learnSteadyP &&
-			st.Value >= learnNearTarget*st.Threshold
+			c.p < c.cfg.Params.Bound() && st.Value >= learnNearTarget*st.Threshold &&
+			c.prevValue >= 0 && c.prevValue < saturationLevel &&
+			math.Abs(st.Value-c.prevValue) <= capacitySteady*math.Max(st.Value, c.prevValue)
 		if c.capOK && c.capSignal == st.Signal {
 			steady = steady && c.backlog <= drainMin*c.capRate*st.Threshold*c.dt
 		}
