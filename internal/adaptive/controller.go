@@ -514,7 +514,7 @@ func (c *Controller) law(d *Decision) {
 		d.Reason = fmt.Sprintf("%s: healthy, recovering%s", describe(d), note)
 	}
 	if forgot {
-		d.Reason += "; the saturation estimate is forgotten: the signal stays pinned while what it says fits is admitted (the capacity fell since it was learnt)"
+		d.Reason += "; the saturation estimate is forgotten: pinned on two ticks while admitting what it says fits (the capacity is lower than when it was learnt)"
 		// A recovery jump was a probe the signal answered: back to the
 		// p that held the signal before it, from where the law recovers.
 		if back := c.pBeforeJump - c.p; back > delta {
