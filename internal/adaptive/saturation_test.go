@@ -99,19 +99,28 @@ func TestSaturationEstimateCutAndDrain(t *testing.T) {
 	}
 }
 
-// A drain ends as soon as the signal falls below its threshold (the queue
-// is empty): p goes to what fits and the next tick holds.
-func TestDrainEndsOnSignal(t *testing.T) {
+// drainingRig returns a rig that learnt 200 new/s per unit and then met
+// 600 new/s with the signal pinned: activation, the first cut, and the
+// backlog confirmed, draining at the bound.
+func drainingRig(t *testing.T) *saturationRig {
+	t.Helper()
 	r := newSaturationRig(t, nil)
 	for range 6 {
 		r.tick(0.5, 100, 0)
 	}
-	for range 3 { // activation, first cut, drain confirmed
+	for range 3 {
 		r.tick(1.0, 600, 600*r.c.DropProbability())
 	}
 	if !r.c.draining || r.c.DropProbability() != 0.95 {
 		t.Fatalf("not draining at the bound: p %.3f draining %v", r.c.DropProbability(), r.c.draining)
 	}
+	return r
+}
+
+// A drain ends as soon as the signal falls below its threshold (the queue
+// is empty): p goes to what fits and the next tick holds.
+func TestDrainEndsOnSignal(t *testing.T) {
+	r := drainingRig(t)
 	d := r.tick(0.6, 600, 600*0.95)
 	pe := 1 - 200*0.955/600
 	if math.Abs(d.DropProbability-pe) > 1e-6 || !strings.Contains(d.Reason, "backlog drained") {
@@ -232,16 +241,7 @@ func TestSaturationEstimateIgnoresRamps(t *testing.T) {
 // likeliest when the CPU is pinned, and dropping the backlog then would end
 // the drain with the queue still full.
 func TestDrainHoldsBacklogOnMissingSamples(t *testing.T) {
-	r := newSaturationRig(t, nil)
-	for range 6 {
-		r.tick(0.5, 100, 0)
-	}
-	for range 3 { // activation, first cut, drain confirmed
-		r.tick(1.0, 600, 600*r.c.DropProbability())
-	}
-	if !r.c.draining {
-		t.Fatalf("not draining: p %.3f", r.c.DropProbability())
-	}
+	r := drainingRig(t)
 	before := r.c.backlog
 	// Same timestamp as the previous tick: stale.
 	r.c.Step(snap(r.now, sig{sampler.CgroupCPUUsageOfQuota, 1.0}), map[PortKey]PortStats{r.port: {New: 300, Dropped: 285}})
