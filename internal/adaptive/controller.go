@@ -697,12 +697,11 @@ func (c *Controller) trackBacklog(s *sampler.Snapshot, stale bool) {
 // reaches a class the p that fits leaves untouched: a backlog is no reason
 // to shed critical work.
 func (c *Controller) feedforward(d *Decision, saturated bool) (float64, bool) {
-	rate, ok := c.fitRate(d)
-	if !ok || c.offered <= 0 || c.dt <= 0 {
+	pe, rate, ok := c.sustainableP(d)
+	if !ok || c.dt <= 0 {
 		c.draining = false
 		return 0, false
 	}
-	pe := math.Max(0, 1-rate/c.offered)
 	minDrain := drainMin * rate * c.dt
 	if !c.draining && saturated && c.admitted <= drainAdmitted*rate && c.backlog > drainStart*rate*c.dt {
 		c.draining = true
