@@ -51,3 +51,47 @@ func BenchmarkStep(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkOnset measures the onset check the daemon runs ten times per
+// tick, with an estimate learnt and a window of arrivals below what fits:
+// the common case, which must stay a small fraction of a tick's cost.
+// Compare with BenchmarkStep of the same run.
+func BenchmarkOnset(b *testing.B) {
+	for _, n := range []int{1, 10, 100} {
+		b.Run(fmt.Sprintf("ports=%d", n), func(b *testing.B) {
+			cfg := Config{Interval: 500 * time.Millisecond, Params: DefaultParams()}
+			cfg.Thresholds[sampler.CPUBusy] = 0.8
+			stats := make(map[PortKey]PortStats, n)
+			for i := 0; i < n; i++ {
+				k := PortKey{ProtoTCP, uint16(1000 + i)}
+				cfg.Ports = append(cfg.Ports, PortConfig{Key: k, Class: Class(i % int(NumClasses))})
+				stats[k] = PortStats{New: 50}
+			}
+			c, err := New(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			// Two steady ticks at half the threshold teach the estimate.
+			s := sampler.Snapshot{Interval: 500 * time.Millisecond}
+			s.Set(sampler.CPUBusy, 0.4)
+			for i := 1; i <= 2; i++ {
+				s.At = TraceOrigin.Add(time.Duration(i) * 500 * time.Millisecond)
+				c.Step(s, stats)
+			}
+			if !c.capOK {
+				b.Fatal("no estimate learnt")
+			}
+			window := make(map[PortKey]PortStats, n)
+			for k := range stats {
+				window[k] = PortStats{New: 10}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, ok := c.Onset(TraceOrigin.Add(time.Second), 100*time.Millisecond, window); ok {
+					b.Fatal("the onset check acted below what fits")
+				}
+			}
+		})
+	}
+}

@@ -123,6 +123,10 @@ type Controller struct {
 	pBeforeJump float64 // p a disproved recovery jump returns to (0: none)
 	pinnedAtFit int     // consecutive over ticks pinned while admitting what fits
 
+	onset      onsetState // the onset check between ticks (onset.go)
+	afterOnset bool       // the next tick is the first since an onset drain ended
+	lastTick   Decision   // the last tick's signals, for decisions between ticks
+
 	recordedNode float64
 	classP       [NumClasses]float64 // class probabilities in force (last tick's split)
 	weights      [NumClasses]float64 // demand per class used by the split
@@ -323,6 +327,8 @@ func (c *Controller) Step(s sampler.Snapshot, stats map[PortKey]PortStats) Decis
 		c.prevValue = st.Value
 	}
 	c.allocate(&d)
+	c.lastTick = Decision{Signals: d.Signals, Pressure: d.Pressure, SmoothedPressure: d.SmoothedPressure,
+		PressureAvailable: d.PressureAvailable, Driver: d.Driver}
 	return d
 }
 
@@ -367,6 +373,19 @@ func (c *Controller) law(d *Decision) {
 	d.SmoothedPressure = c.smooth
 	over := c.smoothOK && c.smooth > 1
 	below := !c.smoothOK || c.smooth < 1-prm.Hysteresis
+
+	// An onset drain (onset.go) runs at the onset check's cadence; this
+	// tick's signals still mix the traffic before the surge with the
+	// drain, so the tick holds p, or ends a drain that outlived its limit.
+	if c.onset.active {
+		if d.At.Before(c.onset.until) {
+			d.Reason = fmt.Sprintf("%s: holding while a surge's backlog drains (%.0f connections)", describe(d), c.onset.backlog)
+		} else {
+			d.Reason = c.endOnset(d.At)
+		}
+		c.finish(d)
+		return
+	}
 
 	if !c.overloaded {
 		if over {
@@ -558,8 +577,12 @@ func (c *Controller) checkEstimate(d *Decision, over bool) bool {
 			c.sinceJump, c.pBeforeJump = 0, 0
 		}
 	}
+	// The first tick after an onset drain also served the surge's
+	// backlog: pinned, but not by what fits.
+	first := c.afterOnset
+	c.afterOnset = false
 	rate, ok := c.fitRate(d)
-	if ok && over && !c.draining && c.saturatedDriver(d) &&
+	if ok && over && !first && !c.draining && c.saturatedDriver(d) &&
 		c.admitted <= drainAdmitted*rate && c.backlog <= drainStart*rate*c.dt {
 		c.pinnedAtFit++
 	} else {

@@ -39,6 +39,26 @@ type queueOpts struct {
 	// sidecar, timers), which the requests cannot use: the estimate learnt
 	// at low load then understates what fits at high load.
 	baseline float64
+	// onset runs the controller's onset check every onset_interval
+	// between ticks, as the daemon does.
+	onset bool
+	// poisson draws each step's arrivals from a Poisson distribution
+	// (independent clients) instead of the load's exact share (a
+	// constant-rate load generator).
+	poisson bool
+}
+
+// poissonCount draws a Poisson count of mean lambda (Knuth's method; the
+// plant's means per step are small).
+func poissonCount(rng *rand.Rand, lambda float64) float64 {
+	l, k, p := math.Exp(-lambda), 0.0, 1.0
+	for {
+		p *= rng.Float64()
+		if p <= l {
+			return k
+		}
+		k++
+	}
 }
 
 // runQueuePlant offers load(t) requests/s for secs seconds to the queueing
@@ -49,13 +69,22 @@ func runQueuePlant(t *testing.T, c *Controller, seed uint64, load func(float64) 
 	rng := rand.New(rand.NewPCG(seed, 0x9e3))
 	key := PortKey{ProtoTCP, 18080}
 	var queue []queueChunk
-	var p, good, tickNew, tickDropped, tickServed float64
+	var p, good, tickNew, tickDropped, tickServed, winNew, winDropped float64
 	stepsPerTick := int(math.Round(queueTick / queueStep))
+	// The onset check's window: the controller's onset_interval, in whole
+	// steps.
+	queueOnset := c.cfg.Params.OnsetInterval.Seconds()
+	stepsPerOnset := max(1, int(math.Round(queueOnset/queueStep)))
 	for k := 1; k <= int(math.Round(secs/queueStep)); k++ {
 		now := float64(k) * queueStep
 		arrive := load(now) * queueStep
+		if opt.poisson {
+			arrive = poissonCount(rng, arrive)
+		}
 		tickNew += arrive
 		tickDropped += arrive * p
+		winNew += arrive
+		winDropped += arrive * p
 		queue = append(queue, queueChunk{at: now, n: arrive * (1 - p)})
 		capNow := queueCapacity
 		if opt.capacity != nil {
@@ -75,6 +104,22 @@ func runQueuePlant(t *testing.T, c *Controller, seed uint64, load func(float64) 
 			if q.n <= 1e-12 {
 				queue = queue[1:]
 			}
+		}
+		// The daemon's onset check runs on its own timer, beside the
+		// ticks: here every window, before a tick that ends at the
+		// same moment.
+		if opt.onset && k%stepsPerOnset == 0 {
+			d, ok := c.Onset(TraceOrigin.Add(seconds(now)), seconds(queueOnset), map[PortKey]PortStats{key: {
+				New:     uint64(math.Round(winNew)),
+				Dropped: uint64(math.Round(winDropped)),
+			}})
+			if ok {
+				ds = append(ds, d)
+				p = d.DropProbability
+			}
+		}
+		if k%stepsPerOnset == 0 {
+			winNew, winDropped = 0, 0
 		}
 		if k%stepsPerTick != 0 {
 			continue
@@ -159,8 +204,8 @@ func TestQueuePlantDrain(t *testing.T) {
 			ratio := g / (queueCapacity * (1 - tc.baseline))
 			worst = math.Min(worst, ratio)
 			var drained bool
-			for i, d := range ds {
-				tk := float64(i+1) * queueTick
+			for _, d := range ds {
+				tk := d.At.Sub(TraceOrigin).Seconds()
 				if tk > from && tk < from+5 && strings.Contains(d.Reason, "draining a backlog") {
 					drained = true
 				}
@@ -220,8 +265,8 @@ func TestQueuePlantStaleEstimate(t *testing.T) {
 	for seed := uint64(1); seed <= plantSeeds; seed++ {
 		g, ds := runQueuePlant(t, harnessController(t), seed, load, queueOpts{capacity: capacity}, 90, 50, 90)
 		var jumps, forgotten int
-		for i, d := range ds {
-			tk := float64(i+1) * queueTick
+		for _, d := range ds {
+			tk := d.At.Sub(TraceOrigin).Seconds()
 			if tk > 30 && strings.Contains(d.Reason, "to the saturation estimate") {
 				jumps++
 			}
@@ -239,6 +284,114 @@ func TestQueuePlantStaleEstimate(t *testing.T) {
 		// The new capacity is 100/s; the target 0.93 admits 93/s.
 		if ratio := g / (queueCapacity / 2); ratio < 0.85 {
 			t.Errorf("seed %d: goodput %.3f × the new capacity from 20 s after the drop, want ≥ 0.85", seed, ratio)
+		}
+	}
+}
+
+// TestQueuePlantOnset is TestQueuePlantDrain's step with the onset check
+// between ticks, as the daemon runs it: the surge is cut within 200 ms
+// (within one 50 ms window of the default onset_interval when it arrives
+// early in it) and the little it queued is drained in the next windows,
+// so the whole 3 C phase keeps 0.9 C or more on every seed (goal of the
+// overload suite) where the ticks alone lose about two seconds. A surge
+// must start the overload through the onset check, and the steady
+// overload after it must not drain again.
+func TestQueuePlantOnset(t *testing.T) {
+	cases := []struct {
+		name     string
+		baseline float64
+		poisson  bool
+	}{
+		{"step", 0, false},
+		{"cpu baseline 0.1", 0.1, false},
+		// Independent clients: the thinned stream queues behind its own
+		// bursts and the steady state is noisier (goal logged, 0.85 C
+		// held).
+		{"poisson arrivals", 0, true},
+	}
+	for _, tc := range cases {
+		worst, worstTicks := math.Inf(1), math.Inf(1)
+		forgotten := 0
+		for seed := uint64(1); seed <= plantSeeds; seed++ {
+			at := 10 + float64(seed%10)*0.05
+			load := func(now float64) float64 {
+				if now >= at && now < at+30 {
+					return 3 * queueCapacity
+				}
+				return 0.5 * queueCapacity
+			}
+			opt := queueOpts{baseline: tc.baseline, onset: true, poisson: tc.poisson}
+			g, ds := runQueuePlant(t, harnessController(t), seed, load, opt, at+40, at, at+30)
+			ratio := g / (queueCapacity * (1 - tc.baseline))
+			worst = math.Min(worst, ratio)
+			opt.onset = false
+			gt, _ := runQueuePlant(t, harnessController(t), seed, load, opt, at+40, at, at+30)
+			worstTicks = math.Min(worstTicks, gt/(queueCapacity*(1-tc.baseline)))
+			var surge bool
+			for _, d := range ds {
+				tk := d.At.Sub(TraceOrigin).Seconds()
+				for _, ev := range d.Events {
+					if ev.Kind == EventOverloadStart && tk > at && tk <= at+0.2+1e-9 && strings.HasPrefix(ev.Reason, "surge") {
+						surge = true
+					}
+				}
+				if tk > at+5 && tk < at+30 && (d.DropProbability >= 0.95 || strings.Contains(d.Reason, "drain")) {
+					t.Errorf("%s, seed %d: at %.1f s, %.1f s into the steady overload, p %.3f: %s", tc.name, seed, tk, tk-at, d.DropProbability, d.Reason)
+					break
+				}
+				// An estimate learnt from noisy readings at 0.5 C can be a
+				// few percent high: two readings just over 0.95 then
+				// disprove it (docs/controller.md §3), which costs only
+				// its relearning, within the goodput line below.
+				if strings.Contains(d.Reason, "estimate is forgotten") {
+					forgotten++
+				}
+			}
+			want := 0.9
+			if tc.poisson {
+				want = 0.85
+			}
+			if ratio < want || !surge {
+				t.Errorf("%s, seed %d: goodput over the 3 C phase %.3f C (started by the onset check within a window: %v), want ≥ %.2f C", tc.name, seed, ratio, surge, want)
+			}
+		}
+		t.Logf("%s: goodput over the 3 C phase, worst of %d seeds: %.3f C with the onset check, %.3f C with the ticks alone; estimate disproved %d times", tc.name, plantSeeds, worst, worstTicks, forgotten)
+	}
+}
+
+// TestQueuePlantOnsetQuiet: loads up to what fits, from independent
+// clients (Poisson arrivals, whose 100 ms windows scatter by ±20 %), never
+// start an overload through the onset check. A load 1.3 × what fits is an
+// overload the law follows; a noisy window may start it through the onset
+// check, with a cut sized by that window, and the goodput must not suffer
+// for it (at least 0.97 × the ticks' alone).
+func TestQueuePlantOnsetQuiet(t *testing.T) {
+	for _, share := range []float64{0.8, 0.93, 0.93 * 1.3} {
+		var with, without float64
+		for seed := uint64(1); seed <= plantSeeds; seed++ {
+			load := func(now float64) float64 {
+				if now < 10 {
+					return 0.5 * queueCapacity
+				}
+				return share * queueCapacity
+			}
+			g, ds := runQueuePlant(t, harnessController(t), seed, load, queueOpts{onset: true, poisson: true}, 70, 10, 70)
+			g0, _ := runQueuePlant(t, harnessController(t), seed, load, queueOpts{poisson: true}, 70, 10, 70)
+			with, without = with+g, without+g0
+			if share > 0.93 {
+				continue
+			}
+			for _, d := range ds {
+				for _, ev := range d.Events {
+					if ev.Kind == EventOverloadStart && strings.HasPrefix(ev.Reason, "surge") {
+						t.Errorf("load %.2f C, seed %d: the onset check started an overload at %.1f s: %s", share, seed, d.At.Sub(TraceOrigin).Seconds(), ev.Reason)
+					}
+				}
+			}
+		}
+		t.Logf("load %.2f C: mean goodput %.3f C with the onset check, %.3f C without", share, with/plantSeeds/queueCapacity, without/plantSeeds/queueCapacity)
+		if with < 0.97*without {
+			t.Errorf("load %.2f C: the onset check costs goodput: %.3f C against %.3f C", share, with/plantSeeds/queueCapacity, without/plantSeeds/queueCapacity)
 		}
 	}
 }

@@ -85,8 +85,14 @@ type Daemon struct {
 	last      tickResult
 	ticks     uint64
 	ticker    *time.Ticker
-	dlog      *decisionLog
-	cmds      chan command
+	// The onset check between ticks (onset.go).
+	onsetTicker *time.Ticker
+	onsetEvery  time.Duration
+	onsetPrev   loader.Stats
+	onsetAt     time.Time
+	onsetOK     bool // onsetPrev is a baseline
+	dlog        *decisionLog
+	cmds        chan command
 
 	limits      limits // what the loaded datapath was sized and set up with
 	autoLeftOut int    // discovered ports the last discovery had no room for
@@ -278,6 +284,12 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	defer d.ticker.Stop()
 	discover := time.NewTicker(DiscoverEvery)
 	defer discover.Stop()
+	d.resetOnset()
+	defer func() {
+		if d.onsetTicker != nil {
+			d.onsetTicker.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
@@ -286,6 +298,8 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 			return nil
 		case <-d.ticker.C:
 			d.tick()
+		case <-d.onsetC():
+			d.onsetCheck()
 		case <-discover.C:
 			if d.cfg.PortsAuto {
 				d.rediscover()
@@ -643,6 +657,9 @@ func (d *Daemon) apply(cfg *rules.Config) error {
 	}
 	if old.Interval != cfg.Interval && d.ticker != nil {
 		d.ticker.Reset(cfg.Interval)
+	}
+	if d.ticker != nil && (old.Interval != cfg.Interval || old.Controller.OnsetInterval != cfg.Controller.OnsetInterval) {
+		d.resetOnset()
 	}
 	if old.DecisionLog != cfg.DecisionLog && d.opts.DecisionLog == "" {
 		if nl, err := openDecisionLog(cfg.DecisionLog, nil); err != nil {

@@ -27,6 +27,7 @@ type metrics struct {
 	sampleErrors   *prometheus.CounterVec
 	reloads        prometheus.Counter
 	reloadFailures prometheus.Counter
+	onsetDecisions prometheus.Counter
 }
 
 func newMetrics(d *Daemon) *metrics {
@@ -46,6 +47,9 @@ func newMetrics(d *Daemon) *metrics {
 		reloads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "olcd_config_reloads_total", Help: "Successful config reloads (SIGHUP, file change, admin API).",
 		}),
+		onsetDecisions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "olcd_onset_decisions_total", Help: "Drop probabilities written between ticks by the onset check: overloads started by a surge of new connections, and the steps of draining what the surge queued.",
+		}),
 		reloadFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "olcd_config_reload_failures_total", Help: "Config reloads refused because the file was unreadable or invalid; the running config stayed.",
 		}),
@@ -62,7 +66,7 @@ func newMetrics(d *Daemon) *metrics {
 		Name: "olcd_build_info", Help: "Build information; always 1.",
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(d.opts.Version, runtime.Version()).Set(1)
-	m.reg.MustRegister(m.ticks, m.tickSeconds, m.sampleErrors, m.reloads, m.reloadFailures, build,
+	m.reg.MustRegister(m.ticks, m.tickSeconds, m.sampleErrors, m.reloads, m.reloadFailures, m.onsetDecisions, build,
 		&stateCollector{d: d},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

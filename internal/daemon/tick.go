@@ -56,19 +56,7 @@ func (d *Daemon) tick() {
 
 	dec := d.ctrl.Step(snap, stats)
 
-	probs := make(map[adaptive.PortKey]float64, len(dec.Ports))
-	lp := make(map[loader.PortKey]float64, len(dec.Ports))
-	for _, pd := range dec.Ports {
-		p := pd.DropProbability
-		if d.cfg.Mode == rules.ModeOff {
-			p = 0
-		}
-		probs[pd.Key] = p
-		lp[loaderKey(pd.Key)] = p
-	}
-	if err := d.dp.SetDropProbabilities(lp); err != nil {
-		d.log.Error("write drop probabilities", "err", err)
-	}
+	probs := d.writeProbabilities(dec)
 	// The heartbeat comes last: if anything above hangs, the datapath's
 	// view of the daemon goes stale and it fails open.
 	if err := d.dp.Heartbeat(); err != nil {

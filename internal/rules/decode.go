@@ -425,7 +425,7 @@ func (d *decoder) duration(n *yaml.Node, field string) (time.Duration, bool) {
 // The keys of each section, in documentation order.
 var (
 	rootKeys       = []string{"mode", "interfaces", "attach", "interval", "signals", "cgroup", "controller", "ports", "exceptions", "action", "heartbeat", "metrics", "admin", "decision_log", "datapath"}
-	controllerKeys = []string{"ki", "kp", "activation_ticks", "smoothing", "cooldown_ticks", "hysteresis", "saturation_boost", "max_step", "recovery_step", "min_pass_rate", "corroboration_ratio", "demand_smoothing", "continue_every", "record_change"}
+	controllerKeys = []string{"ki", "kp", "activation_ticks", "smoothing", "cooldown_ticks", "hysteresis", "saturation_boost", "max_step", "recovery_step", "min_pass_rate", "corroboration_ratio", "demand_smoothing", "continue_every", "record_change", "onset_interval", "onset_ratio"}
 	portKeys       = []string{"port", "proto", "class", "mode"}
 	exceptionKeys  = []string{"ports", "sources"}
 	exPortKeys     = []string{"port", "proto"}
@@ -574,6 +574,10 @@ func (d *decoder) controller(n *yaml.Node, path string, p *adaptive.Params) {
 			if dur, ok := d.duration(v, field); ok {
 				p.ContinueEvery = dur
 			}
+		case "onset_interval":
+			if dur, ok := d.duration(v, field); ok {
+				p.OnsetInterval = dur
+			}
 		default:
 			x, ok := d.number(v, field)
 			if !ok {
@@ -609,6 +613,8 @@ func paramField(p *adaptive.Params, key string) *float64 {
 		return &p.DemandSmoothing
 	case "record_change":
 		return &p.RecordChange
+	case "onset_ratio":
+		return &p.OnsetRatio
 	}
 	panic("rules: no float parameter " + key)
 }

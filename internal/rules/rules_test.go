@@ -158,7 +158,8 @@ func TestValidFull(t *testing.T) {
 		Cgroup:     "system.slice/nginx.service",
 		Controller: adaptive.Params{Ki: 0.4, Kp: 0.2, ActivationTicks: 3, Smoothing: 0.6, Cooldown: 8, Hysteresis: 0.1,
 			SaturationBoost: 1.5, MaxStep: 0.2, RecoveryStep: 0.02, MinPassRate: 0.2, CorroborationRatio: 0.6,
-			DemandSmoothing: 0.3, ContinueEvery: 30 * time.Second, RecordChange: 0.02},
+			DemandSmoothing: 0.3, ContinueEvery: 30 * time.Second, RecordChange: 0.02,
+			OnsetInterval: 50 * time.Millisecond, OnsetRatio: 2},
 		Ports: []Port{
 			{Port: 443, Proto: adaptive.ProtoTCP, Class: adaptive.ClassCritical, Override: ModeEnforce},
 			{Port: 80, Proto: adaptive.ProtoTCP, Class: adaptive.ClassNormal},
@@ -329,8 +330,8 @@ func TestPatch(t *testing.T) {
 		{"unknown key", base, "controler: {ki: 1}", nil, `patch:1: controler: unknown key (did you mean "controller"?)`},
 		// A conflict names both places, each with its own file: "line 29"
 		// alone read as line 29 of the patch.
-		{"conflict with the file", base, "exceptions: {ports: [{port: 443, proto: tcp}]}", nil, "patch:1: exceptions.ports[0]: tcp/443 is both protected (ports[0], testdata/valid-full.yaml:29)"},
-		{"patch protects a port the file exempts", base, "ports: [{port: 22}]", nil, "testdata/valid-full.yaml:35: exceptions.ports[0]: tcp/22 is both protected (ports[0], patch:1) and exempt"},
+		{"conflict with the file", base, "exceptions: {ports: [{port: 443, proto: tcp}]}", nil, "patch:1: exceptions.ports[0]: tcp/443 is both protected (ports[0], testdata/valid-full.yaml:31)"},
+		{"patch protects a port the file exempts", base, "ports: [{port: 22}]", nil, "testdata/valid-full.yaml:37: exceptions.ports[0]: tcp/22 is both protected (ports[0], patch:1) and exempt"},
 		{"null resets the port list to auto", base, "ports: null", func(t *testing.T, c *Config) {
 			if !c.PortsAuto || c.Ports != nil {
 				t.Errorf("ports auto %v, %v", c.PortsAuto, c.Ports)
@@ -549,7 +550,7 @@ func TestPatchOriginsBounded(t *testing.T) {
 	}
 	// Problems still name the right file after many patches.
 	_, _, err = c.Patch([]byte("exceptions: {ports: [{port: 443}]}"), "patch")
-	if err == nil || !strings.Contains(err.Error(), "patch:1: exceptions.ports[0]: tcp/443 is both protected (ports[0], testdata/valid-full.yaml:29)") {
+	if err == nil || !strings.Contains(err.Error(), "patch:1: exceptions.ports[0]: tcp/443 is both protected (ports[0], testdata/valid-full.yaml:31)") {
 		t.Errorf("error %v", err)
 	}
 }

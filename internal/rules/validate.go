@@ -38,6 +38,7 @@ var paramRanges = []paramRange{
 	{key: "corroboration_ratio", lo: 0, hi: 1, loOpen: true},
 	{key: "demand_smoothing", lo: 0, hi: 1, loOpen: true},
 	{key: "record_change", lo: 0, hi: 1, loOpen: true},
+	{key: "onset_ratio", lo: 1.1, hi: 10},
 }
 
 // contains reports whether x lies in the range.
@@ -121,6 +122,10 @@ func (d *decoder) validate(c *Config) {
 	}
 	if p.Cooldown < 0 || p.Cooldown > 1000 {
 		d.addAt("controller.cooldown_ticks", fmt.Sprintf("%d is outside [0, 1000]", p.Cooldown), "")
+	}
+	if iv := p.OnsetInterval; iv != 0 && (iv < adaptive.MinOnsetInterval || iv > adaptive.MaxOnsetInterval) {
+		d.addAt("controller.onset_interval", fmt.Sprintf("%v is outside [%v, %v]", iv, adaptive.MinOnsetInterval, adaptive.MaxOnsetInterval),
+			"0 turns the onset check off; 100ms is the default")
 	}
 	if p.ContinueEvery < time.Second {
 		d.addAt("controller.continue_every", fmt.Sprintf("%v is below 1s", p.ContinueEvery), "overload_continue is meant for people reading the log; 10s is the default")

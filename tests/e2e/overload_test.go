@@ -1,10 +1,13 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -117,10 +120,10 @@ func checkHealth(t *testing.T, r *overload.RunResult) {
 // TestOverload3x is scenario 1 with real TCP traffic: 0.5 C, 3 C for 30 s,
 // 0.5 C, without olcd, with olcd observing and with olcd enforcing. The
 // unprotected runs document the collapse; olcd enforcing must keep the
-// goodput near C once it has reacted (the first SettleTime of the phase
-// is reported on its own: clients that gave up during the reaction are
-// lost), with a p99 of successes within 3 × the one at 0.5 C, and every
-// health check answered.
+// goodput of the whole 3 C phase at 0.9 C or more, with a p99 of successes
+// within 3 × the one at 0.5 C (capacity dips of the VM reported and left
+// out), every health check answered, and the overload started by the onset
+// check. The phase without its first SettleTime is reported beside it.
 func TestOverload3x(t *testing.T) {
 	h := overloadHarness(t)
 	c := h.Calibration.CapacityRPS
@@ -144,35 +147,31 @@ func TestOverload3x(t *testing.T) {
 
 	base := enforce.Phase("0.5x").P99Ms
 	whole, settled := enforce.Phase("3x"), enforce.Phase("3x").Settled
-	t.Logf("enforce at 3 C: goodput %.2f C over the whole phase, %.2f C from +%s; p99 %.0f ms from +%s (%.1f × the %.1f ms at 0.5 C)",
-		whole.GoodputRPS/c, settled.GoodputRPS/c, overload.SettleTime, settled.P99Ms, overload.SettleTime, settled.P99Ms/base, base)
-	// The issue's goal is 0.9 C over the phase; measured 0.85 … 0.89 C
-	// over the whole phase and 0.91 … 0.95 C from +5 s on the reference VM
-	// since the drain, more where the calibration stops early
-	// (docs/tuning.md §5; before the drain 0.73 … 0.89 C whole).
-	// The test holds 0.8 C whole and 0.85 C settled, where a regression of
-	// the controller or the datapath shows, and reports the goal.
+	t.Logf("enforce at 3 C: goodput %.2f C over the whole phase (p99 %.0f ms, %.1f × the %.1f ms at 0.5 C), %.2f C from +%s (p99 %.0f ms)",
+		whole.GoodputRPS/c, whole.P99Ms, whole.P99Ms/base, base, settled.GoodputRPS/c, overload.SettleTime, settled.P99Ms)
+	// The issue's lines, over the whole 3 C phase: since the onset check
+	// cuts the step within 100 ms, the phase loses almost nothing to the
+	// reaction (docs/tuning.md §5).
 	if whole.GoodputRPS < 0.9*c {
-		t.Logf("GOAL MISSED: enforce at 3 C over the whole phase: goodput %.2f C, goal 0.9 C", whole.GoodputRPS/c)
+		t.Errorf("enforce at 3 C over the whole phase: goodput %.0f/s = %.2f C, want ≥ 0.9 C", whole.GoodputRPS, whole.GoodputRPS/c)
 	}
-	if whole.GoodputRPS < 0.8*c {
-		t.Errorf("enforce at 3 C over the whole phase: goodput %.0f/s = %.2f C, want ≥ 0.8 C (goal 0.9 C)", whole.GoodputRPS, whole.GoodputRPS/c)
+	// This VM's backend now and then serves a third less for a second or
+	// so while its cgroup stays at the quota (about one run in five); the
+	// requests of that second are late whatever olcd does. Such seconds,
+	// found in the time series independently of the latencies
+	// (overload.RunResult.CapacityDips: CPU pinned while olcd's p and the
+	// admitted rate held), are reported and left out of the p99 line with
+	// the second after each; at most MaxDipSeconds of them.
+	p99 := whole.P99Ms
+	if p99 > 3*base {
+		if dips := enforce.CapacityDips("3x"); len(dips) > 0 {
+			p99 = enforce.P99Excluding("3x", dips)
+			t.Logf("capacity dip of the backend at %v s since the load began (CPU at the quota while olcd's p and the admitted rate held): p99 %.1f ms over the whole phase, %.1f ms (%.1f ×) without those seconds and the one after each",
+				dips, whole.P99Ms, p99, p99/base)
+		}
 	}
-	if settled.GoodputRPS < 0.85*c {
-		t.Errorf("enforce at 3 C from +%s: goodput %.0f/s = %.2f C, want ≥ 0.85 C", overload.SettleTime, settled.GoodputRPS, settled.GoodputRPS/c)
-	}
-	// The issue's goal is p99 ≤ 3 × the 0.5 C p99; measured 1.1 … 1.6 ×
-	// in most runs, but this VM's capacity also dips for a second now and
-	// then, faster than a 500 ms tick can follow (one run: 3.7 ×, 90 slow
-	// requests in 2 s with p and the admitted rate unchanged and the exempt
-	// health checks unaffected). The test holds 5 ×, where the regressions
-	// this line is for show (random selection's bursts: 7.6 ×; an undrained
-	// backlog: tens of ×), and reports the goal.
-	if settled.P99Ms > 3*base {
-		t.Logf("GOAL MISSED: enforce at 3 C from +%s: p99 of successes %.1f ms = %.1f × the %.1f ms at 0.5 C, goal 3 ×", overload.SettleTime, settled.P99Ms, settled.P99Ms/base, base)
-	}
-	if settled.P99Ms > 5*base {
-		t.Errorf("enforce at 3 C from +%s: p99 of successes %.1f ms, want ≤ 5 × the %.1f ms at 0.5 C (goal 3 ×)", overload.SettleTime, settled.P99Ms, base)
+	if p99 > 3*base {
+		t.Errorf("enforce at 3 C over the whole phase: p99 of successes %.1f ms = %.1f × the %.1f ms at 0.5 C, want ≤ 3 ×", p99, p99/base, base)
 	}
 	if none3 := none.Phase("3x"); settled.GoodputRPS < 5*none3.GoodputRPS {
 		t.Errorf("enforce goodput %.0f/s is not far above the unprotected %.0f/s", settled.GoodputRPS, none3.GoodputRPS)
@@ -181,6 +180,37 @@ func TestOverload3x(t *testing.T) {
 		t.Errorf("5 s after the overload: mean p %.2f, %d timeouts, want olcd back to 0", after.MeanP, after.Timeouts)
 	}
 	checkHealth(t, enforce)
+	checkSurgeStart(t, enforce)
+}
+
+// checkSurgeStart: the enforce run's overload was started by the onset
+// check between ticks (its decision log's first overload_start says
+// "surge"), the path that cuts the 3 C step within 50 ms: the daemon read
+// the datapath's counters, the controller saw the surge, and the new p
+// reached the maps before any tick.
+func checkSurgeStart(t *testing.T, r *overload.RunResult) {
+	t.Helper()
+	f, err := os.Open(r.DecisionLog)
+	if err != nil {
+		t.Fatalf("decision log: %v", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	for sc.Scan() {
+		var rec struct {
+			Msg    string `json:"msg"`
+			Reason string `json:"reason"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil || rec.Msg != "overload_start" {
+			continue
+		}
+		if !strings.HasPrefix(rec.Reason, "surge: ") {
+			t.Errorf("the 3 C step started the overload at a tick, not through the onset check: %s", rec.Reason)
+		}
+		return
+	}
+	t.Errorf("no overload_start in %s", r.DecisionLog)
 }
 
 // TestOverloadFailOpen kills olcd with SIGKILL in the middle of the 3 C

@@ -89,6 +89,8 @@ type RunResult struct {
 	Plot        string `json:"plot"`
 	OlcdLog     string `json:"olcd_log,omitempty"`
 	DecisionLog string `json:"decision_log,omitempty"`
+
+	rec *records // the run's requests, for CapacityDips and P99Excluding
 }
 
 // DialRecord is one work connect.
@@ -127,7 +129,110 @@ func analyse(rec *records, sc Scenario, v Variant, opt Options, cal *Calibration
 		from = to
 	}
 	res.Series = series(rec, from, opt.SLO)
+	res.rec = rec
 	return res
+}
+
+// Capacity dips: this VM's backend now and then serves a third less for a
+// second or so while its cgroup stays at the quota (seen in about one run
+// of five; the exempt health checks, served by another process, are
+// unaffected). No controller can keep that second's latency: the work it
+// admitted was what fitted a moment before.
+const (
+	// dipCPU is the backend's CPU, as a share of its quota, from which a
+	// second counts as pinned.
+	dipCPU = 0.98
+	// dipAdmitted is how far above the phase's median admitted rate a
+	// pinned second may be and still count as a dip: more admitted is
+	// the controller's doing.
+	dipAdmitted = 1.05
+	// dipP is how far below the phase's median p a pinned second's p may
+	// be and still count as a dip: a lower p (a recovery probe) is the
+	// controller's doing.
+	dipP = 0.02
+	// MaxDipSeconds bounds what CapacityDips may report: a phase pinned
+	// for longer is not dipping, it is overloaded.
+	MaxDipSeconds = 3
+)
+
+// phaseSpan returns the start and end of the phase named name since the
+// load began, and false when there is no such phase.
+func (r *RunResult) phaseSpan(name string) (from, to time.Duration, ok bool) {
+	for _, p := range r.Phases {
+		d := time.Duration(p.DurationS * float64(time.Second))
+		if p.Name == name {
+			return from, from + d, true
+		}
+		from += d
+	}
+	return 0, 0, false
+}
+
+// CapacityDips returns the whole seconds (since the load began) of phase
+// name in which the backend's CPU was pinned (≥ dipCPU of its quota) while
+// olcd admitted no more than dipAdmitted × the phase's median admitted rate
+// and its p stood no lower than dipP under the phase's median: the backend
+// ran out of capacity while the protection did what it did in the rest of
+// the phase. The first second of the phase (the reaction to its step) is
+// never a dip; more than MaxDipSeconds dips are no dips at all (nil).
+func (r *RunResult) CapacityDips(name string) []int {
+	from, to, ok := r.phaseSpan(name)
+	if !ok {
+		return nil
+	}
+	first, last := int(from/time.Second)+1, int((to-1)/time.Second)
+	var adm, ps []float64
+	for i := first; i <= last && i < len(r.Series); i++ {
+		pt := r.Series[i]
+		adm = append(adm, pt.Admitted)
+		if !math.IsNaN(pt.P) {
+			ps = append(ps, pt.P)
+		}
+	}
+	if len(adm) == 0 {
+		return nil
+	}
+	slices.Sort(adm)
+	slices.Sort(ps)
+	medAdm := adm[len(adm)/2]
+	var dips []int
+	for i := first; i <= last && i < len(r.Series); i++ {
+		pt := r.Series[i]
+		if math.IsNaN(pt.CPU) || pt.CPU < dipCPU || pt.Admitted > dipAdmitted*medAdm {
+			continue
+		}
+		if len(ps) > 0 && (math.IsNaN(pt.P) || pt.P < ps[len(ps)/2]-dipP) {
+			continue
+		}
+		dips = append(dips, i)
+	}
+	if len(dips) > MaxDipSeconds {
+		return nil
+	}
+	return dips
+}
+
+// P99Excluding is the p99 (ms) of the successful work requests that
+// started in phase name outside the seconds listed and the second after
+// each (the queue a dip leaves drains then).
+func (r *RunResult) P99Excluding(name string, seconds []int) float64 {
+	from, to, ok := r.phaseSpan(name)
+	if !ok || r.rec == nil {
+		return 0
+	}
+	skip := map[int]bool{}
+	for _, s := range seconds {
+		skip[s], skip[s+1] = true, true
+	}
+	var lat []float64
+	for _, q := range r.rec.requests {
+		if q.health || q.start < from || q.start >= to || q.outcome != outcomeOK || skip[int(q.start/time.Second)] {
+			continue
+		}
+		lat = append(lat, float64(q.latency)/float64(time.Millisecond))
+	}
+	slices.Sort(lat)
+	return percentile(lat, 0.99)
 }
 
 // phaseResult computes one phase over requests started in [from, to).

@@ -1,0 +1,188 @@
+package adaptive
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/olcd/olcd/internal/sampler"
+)
+
+// onsetRig is a saturationRig whose estimate is learnt (200 new/s per unit
+// of cgroup_cpu_usage_of_quota: 191/s fit under 0.955), with the onset
+// check fed 100 ms windows after the last tick.
+type onsetRig struct {
+	*saturationRig
+	at float64 // the last window's end, seconds
+}
+
+func newOnsetRig(t *testing.T, edit func(*Params)) *onsetRig {
+	r := &onsetRig{saturationRig: newSaturationRig(t, edit)}
+	for range 6 {
+		r.tick(0.5, 100, 0)
+	}
+	if !r.c.capOK {
+		t.Fatal("no estimate learnt")
+	}
+	r.at = r.now
+	return r
+}
+
+// window feeds one 100 ms onset window of newPerS new connections per
+// second, of which the datapath dropped the share p in force.
+func (r *onsetRig) window(newPerS float64) (Decision, bool) {
+	r.at += 0.1
+	n := newPerS * 0.1
+	st := PortStats{New: uint64(math.Round(n)), Dropped: uint64(math.Round(n * r.c.DropProbability()))}
+	return r.c.Onset(TraceOrigin.Add(seconds(r.at)), 100*time.Millisecond, map[PortKey]PortStats{r.port: st})
+}
+
+// A surge of 600 new/s against the 191/s that fit starts the overload in
+// its first window: p to the bound (0.95) while the 40 connections the
+// window queued beyond what the service served (600 × 0.1 − 200 × 0.1) are
+// served, then, window by window, down to what fits of 600/s: 1 − 191/600.
+func TestOnsetCutsSurge(t *testing.T) {
+	r := newOnsetRig(t, nil)
+	d, ok := r.window(600)
+	if !ok || !d.Overloaded || d.DropProbability != r.c.cfg.Params.Bound() {
+		t.Fatalf("first window of the surge: acted %v, overloaded %v, p %.3f: %s", ok, d.Overloaded, d.DropProbability, d.Reason)
+	}
+	if len(d.Events) == 0 || d.Events[0].Kind != EventOverloadStart || !strings.HasPrefix(d.Events[0].Reason, "surge: 600 new/s, 3.1 × the 191/s") ||
+		!strings.Contains(d.Reason, "draining a backlog of 40 connections") {
+		t.Fatalf("events %+v, reason %q", d.Events, d.Reason)
+	}
+	if d.Ports[0].DropProbability != d.DropProbability {
+		t.Errorf("port p %.3f, node p %.3f", d.Ports[0].DropProbability, d.DropProbability)
+	}
+	if len(d.Signals) == 0 {
+		t.Error("an onset decision carries the last tick's signals for the log and the status")
+	}
+	pe := 1 - 200*0.955/600
+	var last Decision
+	for i := 0; i < 5; i++ {
+		if d, ok := r.window(600); ok {
+			last = d
+		}
+	}
+	if math.Abs(last.DropProbability-pe) > 0.01 || !strings.Contains(last.Reason, "backlog served") || r.c.onset.active {
+		t.Fatalf("after the drain: p %.3f (want what fits, %.3f), active %v: %s", last.DropProbability, pe, r.c.onset.active, last.Reason)
+	}
+	// Later windows belong to the law: the onset check no longer acts.
+	if _, ok := r.window(600); ok {
+		t.Error("the onset check acted inside an overload it had handed to the law")
+	}
+	// The first tick after the drain reads the cgroup pinned (it served
+	// the surge's backlog) while admitting what fits: the estimate stands.
+	r.now = r.at
+	d = r.tick(1.0, 600, 600*pe)
+	if strings.Contains(d.Reason, "forgotten") || !r.c.capOK {
+		t.Errorf("first tick after the drain: %s", d.Reason)
+	}
+	if d.DropProbability < pe-1e-9 {
+		t.Errorf("first tick after the drain lowered p to %.3f below what fits %.3f: %s", d.DropProbability, pe, d.Reason)
+	}
+}
+
+// A tick inside the drain holds p; a drain that outlives one tick interval
+// (the model is wrong: the backlog never shrinks) ends at the tick that
+// follows, at what fits.
+func TestOnsetTickHoldsAndEnds(t *testing.T) {
+	r := newOnsetRig(t, nil)
+	if _, ok := r.window(600); !ok {
+		t.Fatal("surge not cut")
+	}
+	bound := r.c.cfg.Params.Bound()
+	// A tick 0.1 s after the cut: the drain goes on.
+	r.now = r.at + 0.1
+	d := r.c.Step(snap(r.now, sig{sampler.CgroupCPUUsageOfQuota, 0.7}), map[PortKey]PortStats{r.port: {New: 100, Dropped: 20}})
+	if d.DropProbability != bound || !strings.Contains(d.Reason, "holding while a surge's backlog drains") {
+		t.Fatalf("tick inside the drain: p %.3f: %s", d.DropProbability, d.Reason)
+	}
+	// No window arrives (the daemon's onset timer stalled); the next tick
+	// is past the limit.
+	r.now += 0.5
+	d = r.c.Step(snap(r.now, sig{sampler.CgroupCPUUsageOfQuota, 1.0}), map[PortKey]PortStats{r.port: {New: 300, Dropped: 285}})
+	if r.c.onset.active || !strings.Contains(d.Reason, "drained for a tick interval") || d.DropProbability >= bound {
+		t.Fatalf("tick past the limit: active %v, p %.3f: %s", r.c.onset.active, d.DropProbability, d.Reason)
+	}
+}
+
+// The cases in which the onset check must not act.
+func TestOnsetQuiet(t *testing.T) {
+	cases := []struct {
+		name  string
+		edit  func(*Params)
+		setup func(r *onsetRig)
+		rate  float64
+	}{
+		{name: "load at what fits", rate: 191},
+		{name: "1.4 × what fits, below onset_ratio", rate: 1.4 * 191},
+		{name: "onset_interval 0", edit: func(p *Params) { p.OnsetInterval = 0 }, rate: 600},
+		{name: "onset_interval not below the tick", edit: func(p *Params) { p.OnsetInterval = 500 * time.Millisecond }, rate: 600},
+		{name: "onset_ratio 4 against a 3.1 × surge", edit: func(p *Params) { p.OnsetRatio = 4 }, rate: 600},
+		{name: "no estimate", setup: func(r *onsetRig) { r.c.forgetEstimate() }, rate: 600},
+		{name: "inside an overload the ticks started", setup: func(r *onsetRig) {
+			for range r.c.cfg.Params.ActivationTicks {
+				r.tick(1.0, 600, 0)
+			}
+			if !r.c.overloaded {
+				t.Fatal("the ticks started no overload")
+			}
+			r.at = r.now
+		}, rate: 1200},
+		{name: "fewer than 10 connections", setup: func(r *onsetRig) {
+			// A service whose capacity is 19 new/s: 9 connections in
+			// 100 ms is 4.7 × what fits, and still a burst.
+			r.c.capRate = 20
+		}, rate: 90},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newOnsetRig(t, tc.edit)
+			if tc.setup != nil {
+				tc.setup(r)
+			}
+			before := r.c.DropProbability()
+			if d, ok := r.window(tc.rate); ok {
+				t.Errorf("acted: p %.3f: %s", d.DropProbability, d.Reason)
+			}
+			if r.c.DropProbability() != before {
+				t.Errorf("p moved from %.3f to %.3f without a decision", before, r.c.DropProbability())
+			}
+		})
+	}
+	// A window of zero or negative length says nothing.
+	r := newOnsetRig(t, nil)
+	for _, w := range []time.Duration{0, -time.Second} {
+		if _, ok := r.c.Onset(TraceOrigin.Add(seconds(r.at)), w, map[PortKey]PortStats{r.port: {New: 1000}}); ok {
+			t.Errorf("window %v: acted", w)
+		}
+	}
+}
+
+// The onset's drain never sheds a class that what fits leaves alone: with
+// a critical port carrying a sixth of the surge, what fits sheds only the
+// normal port, and the drain stops at its bound.
+func TestOnsetClassCeiling(t *testing.T) {
+	cfg := cfgWith(sig{sampler.CgroupCPUUsageOfQuota, 0.955})
+	cfg.Params.MinPassRate = 0.05
+	crit, norm := PortKey{ProtoTCP, 443}, PortKey{ProtoTCP, 8080}
+	cfg.Ports = []PortConfig{{Key: crit, Class: ClassCritical}, {Key: norm, Class: ClassNormal}}
+	c := mustNew(t, cfg)
+	now := 0.0
+	for range 6 {
+		now += 0.5
+		c.Step(snap(now, sig{sampler.CgroupCPUUsageOfQuota, 0.5}), map[PortKey]PortStats{crit: {New: 25}, norm: {New: 25}})
+	}
+	// 100 new/s to the critical port, 500 to the normal one, against 191
+	// that fit: what fits sheds 0.68 of the node, all of it from the
+	// normal port (which can take 0.95 × 5/6 = 0.79).
+	d, ok := c.Onset(TraceOrigin.Add(seconds(now+0.1)), 100*time.Millisecond, map[PortKey]PortStats{crit: {New: 10}, norm: {New: 50}})
+	if !ok {
+		t.Fatal("surge not cut")
+	}
+	if d.Classes[ClassCritical] != 0 || d.Classes[ClassNormal] < 0.95-1e-9 {
+		t.Errorf("drain split %s, want the normal class at its bound and critical untouched", ClassSummary(d.Classes))
+	}
+}

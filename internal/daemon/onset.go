@@ -1,0 +1,105 @@
+package daemon
+
+import (
+	"time"
+
+	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/loader"
+	"github.com/olcd/olcd/internal/rules"
+)
+
+// onsetPeriod is the onset check's period in force, or 0 when it is off
+// (controller.onset_interval 0, or not below the tick interval).
+func (d *Daemon) onsetPeriod() time.Duration {
+	iv := d.cfg.Controller.OnsetInterval
+	if iv <= 0 || iv >= d.cfg.Interval {
+		return 0
+	}
+	return iv
+}
+
+// resetOnset starts, restarts or stops the onset check's timer to match the
+// config in force. The first check after a (re)start only takes its
+// baseline.
+func (d *Daemon) resetOnset() {
+	period := d.onsetPeriod()
+	switch {
+	case period == 0 && d.onsetTicker != nil:
+		d.onsetTicker.Stop()
+		d.onsetTicker = nil
+	case period > 0 && d.onsetTicker == nil:
+		d.onsetTicker = time.NewTicker(period)
+	case period > 0 && period != d.onsetEvery:
+		d.onsetTicker.Reset(period)
+	}
+	d.onsetEvery, d.onsetOK = period, false
+}
+
+// onsetC is the onset timer's channel; nil (never ready) when it is off.
+func (d *Daemon) onsetC() <-chan time.Time {
+	if d.onsetTicker == nil {
+		return nil
+	}
+	return d.onsetTicker.C
+}
+
+// onsetCheck runs the controller's onset check (adaptive.Controller.Onset)
+// on the datapath's counts since the previous check and, when it acts,
+// writes the new drop probabilities at once rather than at the next tick.
+func (d *Daemon) onsetCheck() {
+	now := time.Now()
+	st, err := d.dp.Stats()
+	if err != nil {
+		d.metrics.sampleErrors.WithLabelValues(sourceDatapathStats).Inc()
+		d.onsetOK = false
+		return
+	}
+	prev, prevAt, ok := d.onsetPrev, d.onsetAt, d.onsetOK
+	d.onsetPrev, d.onsetAt, d.onsetOK = st, now, true
+	if !ok {
+		return
+	}
+	stats := make(map[adaptive.PortKey]adaptive.PortStats, len(d.ports))
+	for _, p := range d.ports {
+		cur, ok := st.Ports[loaderKey(p.key)]
+		before, had := prev.Ports[loaderKey(p.key)]
+		if !ok || !had {
+			// A port that just got its slot has no window yet.
+			continue
+		}
+		dl := counterDelta(cur, before)
+		stats[p.key] = adaptive.PortStats{New: dl.NewConns, Retransmits: dl.SYNRetransmits, Dropped: dl.Dropped}
+	}
+	dec, acted := d.ctrl.Onset(now, now.Sub(prevAt), stats)
+	if !acted {
+		return
+	}
+	d.metrics.onsetDecisions.Inc()
+	d.last.probs = d.writeProbabilities(dec)
+	// The status keeps the last tick's signals and counts, with the
+	// decision in force.
+	last := &d.last.decision
+	last.DropProbability, last.Classes, last.Ports = dec.DropProbability, dec.Classes, dec.Ports
+	last.Overloaded, last.OverloadSince, last.Reason = dec.Overloaded, dec.OverloadSince, dec.Reason
+	d.recordEvents(dec)
+	d.publish()
+}
+
+// writeProbabilities writes dec's per-port drop probabilities to the
+// datapath (all 0 in mode off) and returns them.
+func (d *Daemon) writeProbabilities(dec adaptive.Decision) map[adaptive.PortKey]float64 {
+	probs := make(map[adaptive.PortKey]float64, len(dec.Ports))
+	lp := make(map[loader.PortKey]float64, len(dec.Ports))
+	for _, pd := range dec.Ports {
+		p := pd.DropProbability
+		if d.cfg.Mode == rules.ModeOff {
+			p = 0
+		}
+		probs[pd.Key] = p
+		lp[loaderKey(pd.Key)] = p
+	}
+	if err := d.dp.SetDropProbabilities(lp); err != nil {
+		d.log.Error("write drop probabilities", "err", err)
+	}
+	return probs
+}

@@ -1,0 +1,76 @@
+package overload
+
+import (
+	"math"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestCapacityDips: a pinned second counts as a capacity dip only while
+// olcd admitted what it admitted in the rest of the phase, at its usual p;
+// the phase's first second, over-admission, a recovery probe and a phase
+// pinned for longer than MaxDipSeconds are not dips.
+func TestCapacityDips(t *testing.T) {
+	steady := SecondPoint{Admitted: 170, P: 0.68, CPU: 0.92}
+	mk := func(edit map[int]SecondPoint) *RunResult {
+		r := &RunResult{Phases: []PhaseResult{{Name: "0.5x", DurationS: 5}, {Name: "3x", DurationS: 30}, {Name: "0.5x-after", DurationS: 10}}}
+		for i := 0; i < 45; i++ {
+			pt := steady
+			if i < 5 || i >= 35 {
+				pt = SecondPoint{Admitted: 90, P: 0, CPU: 0.5}
+			}
+			if e, ok := edit[i]; ok {
+				pt = e
+			}
+			pt.T = float64(i)
+			r.Series = append(r.Series, pt)
+		}
+		return r
+	}
+	cases := []struct {
+		name string
+		edit map[int]SecondPoint
+		want []int
+	}{
+		{"steady", nil, nil},
+		{"a dip", map[int]SecondPoint{20: {Admitted: 168, P: 0.69, CPU: 1.0}, 21: {Admitted: 166, P: 0.72, CPU: 0.99}}, []int{20, 21}},
+		{"the step's first second", map[int]SecondPoint{5: {Admitted: 200, P: 0.5, CPU: 1.0}}, nil},
+		{"over-admission", map[int]SecondPoint{20: {Admitted: 190, P: 0.64, CPU: 1.0}}, nil},
+		{"a recovery probe", map[int]SecondPoint{20: {Admitted: 170, P: 0.6, CPU: 1.0}}, nil},
+		{"pinned for 4 s", map[int]SecondPoint{
+			10: {Admitted: 170, P: 0.68, CPU: 1.0}, 11: {Admitted: 170, P: 0.68, CPU: 1.0},
+			12: {Admitted: 170, P: 0.68, CPU: 1.0}, 13: {Admitted: 170, P: 0.68, CPU: 1.0}}, nil},
+		{"no CPU sample", map[int]SecondPoint{20: {Admitted: 170, P: 0.68, CPU: math.NaN()}}, nil},
+	}
+	for _, tc := range cases {
+		if got := mk(tc.edit).CapacityDips("3x"); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: dips %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestP99Excluding: the requests started in a dip second and the second
+// after it are left out of the p99; the others are not.
+func TestP99Excluding(t *testing.T) {
+	rec := &records{}
+	for i := 0; i < 3000; i++ {
+		start := 5*time.Second + time.Duration(i)*10*time.Millisecond // 5 s … 35 s
+		lat := 10 * time.Millisecond
+		if start >= 20*time.Second && start < 22*time.Second {
+			lat = 80 * time.Millisecond // 200 requests: beyond the 1 % of 3000
+		}
+		rec.requests = append(rec.requests, request{start: start, latency: lat, outcome: outcomeOK})
+	}
+	rec.requests = append(rec.requests, request{health: true, start: 20 * time.Second, latency: time.Second, outcome: outcomeOK})
+	r := &RunResult{Phases: []PhaseResult{{Name: "0.5x", DurationS: 5}, {Name: "3x", DurationS: 30}}, rec: rec}
+	if p := r.P99Excluding("3x", nil); p != 80 {
+		t.Errorf("p99 with the dip: %v ms, want 80", p)
+	}
+	if p := r.P99Excluding("3x", []int{20}); p != 10 {
+		t.Errorf("p99 without the dip second and the next: %v ms, want 10", p)
+	}
+	if p := r.P99Excluding("none", nil); p != 0 {
+		t.Errorf("p99 of a missing phase: %v", p)
+	}
+}
