@@ -379,6 +379,10 @@ func (c *Controller) law(d *Decision) {
 	// drain, so the tick holds p, or ends a drain that outlived its limit.
 	if c.onset.active {
 		if d.At.Before(c.onset.until) {
+			// The split of the surge the drain was planned for, not the
+			// pre-surge demand this tick measured: a drain capped at the
+			// less protected classes stays there.
+			c.weights, c.attempts = c.onset.weights, c.onset.attempts
 			d.Reason = fmt.Sprintf("%s: holding while a surge's backlog drains (%.0f connections)", describe(d), c.onset.backlog)
 		} else {
 			d.Reason = c.endOnset(d.At)
@@ -412,6 +416,7 @@ func (c *Controller) law(d *Decision) {
 	}
 	var delta float64
 	saturated := false
+	understated := c.afterOnset && !over && c.estimateUnderstated(d)
 	forgot := c.checkEstimate(d, over)
 	// The queue has emptied once the driver reads below its threshold: the
 	// service idled during the tick.
@@ -420,6 +425,16 @@ func (c *Controller) law(d *Decision) {
 		c.backlog = 0
 	}
 	switch {
+	case understated:
+		// The onset check cut on an estimate that the first tick after
+		// its drain disproves the other way: the service did far less
+		// work than the estimate predicted for what was admitted.
+		c.saturated, c.prevErr, c.smoothOK = 0, 0, false
+		pe, rate, _ := c.sustainableP(d)
+		delta = pe - c.p
+		c.healthy = prm.Cooldown - 1
+		d.Reason = fmt.Sprintf("%s while %.0f new/s were admitted: the saturation estimate understated the capacity, relearnt (%.0f of %.0f new/s fit under the threshold)",
+			describe(d), c.admitted, rate, c.offered)
 	case drained:
 		c.saturated, c.draining = 0, false
 		c.prevErr = errorOf(d.Pressure)
@@ -599,6 +614,31 @@ func (c *Controller) checkEstimate(d *Decision, over bool) bool {
 func (c *Controller) forgetEstimate() {
 	c.capOK, c.draining, c.backlog = false, false, 0
 	c.sinceJump, c.pinnedAtFit = 0, 0
+}
+
+// onsetUnderstated is the share of the work the saturation estimate
+// predicts for what was admitted below which the first tick after an onset
+// drain says the estimate understated the capacity.
+const onsetUnderstated = 0.8
+
+// estimateUnderstated reports whether the tick disproves the estimate the
+// other way from checkEstimate, and relearns it then: the driver (the
+// estimate's signal) reads below onsetUnderstated × what the estimate
+// predicts for the admitted rate (admitted ÷ capRate), with at least
+// capacityMinShare of what fits admitted. Only the first tick after an
+// onset drain asks: there the estimate alone started the overload, and
+// an understated one would otherwise shed a load that fits through the
+// whole cooldown and recovery.
+func (c *Controller) estimateUnderstated(d *Decision) bool {
+	st := driverState(d)
+	if st == nil || !c.capOK || st.Signal != c.capSignal || !c.ratesOK || st.Value <= 0 || c.capRate <= 0 {
+		return false
+	}
+	if c.admitted < capacityMinShare*c.capRate*st.Threshold || st.Value >= onsetUnderstated*c.admitted/c.capRate {
+		return false
+	}
+	c.capRate = c.admitted / st.Value
+	return true
 }
 
 // driverState returns the state of the tick's driving signal, or nil when

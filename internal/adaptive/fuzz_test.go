@@ -57,7 +57,7 @@ func fuzzParams(f *fuzzBytes) Params {
 		DemandSmoothing:    pick(f, 0.5, 0.01, 1),
 		ContinueEvery:      pick(f, 10*time.Second, time.Second),
 		RecordChange:       pick(f, 0.01, 1e-9, 1),
-		OnsetInterval:      pick(f, 100*time.Millisecond, 0, MinOnsetInterval, MaxOnsetInterval),
+		OnsetInterval:      pick(f, 50*time.Millisecond, 0, MinOnsetInterval, MaxOnsetInterval),
 		OnsetRatio:         pick(f, 1.5, 1.1, 10),
 	}
 }

@@ -47,6 +47,7 @@ const onsetMaxWindows = 20
 
 // onsetWindow is one window's counts as the onset check keeps them.
 type onsetWindow struct {
+	end      time.Time
 	w        float64 // length, seconds
 	n        float64 // new connections
 	demand   [NumClasses]float64
@@ -61,6 +62,13 @@ type onsetState struct {
 	offered float64   // new connections/s since the surge began (sumN ÷ sumW)
 	sumN    float64   // new connections since the surge's span began
 	sumW    float64   // seconds since the surge's span began
+	// The estimate the drain was planned with, kept for its whole length:
+	// a reload that drops the estimate mid-drain must not leave p at the
+	// bound.
+	capRate, fit float64
+	// The surge's class split: the ticks inside the drain keep it, not
+	// the pre-surge demand they measure.
+	weights, attempts [NumClasses]float64
 	// recent holds the windows since the last overload, newest last, at
 	// most onsetMaxWindows and onsetSpan.
 	recent []onsetWindow
@@ -68,8 +76,8 @@ type onsetState struct {
 
 // Onset is the fast check the daemon runs between ticks, every
 // Params.OnsetInterval: stats are the datapath's counts of the window of
-// length window that ends at at. It reports whether it changed p, and the
-// decision to apply then (the signals are the last tick's: no sample was
+// length window that ends at at. It reports whether it decided (started an
+// overload, or moved or ended its drain), and the decision to apply then (the signals are the last tick's: no sample was
 // taken).
 //
 // A tick sees a surge up to one interval after it arrives, and at 3 × the
@@ -117,7 +125,7 @@ func (c *Controller) Onset(at time.Time, window time.Duration, stats map[PortKey
 		c.onset.recent = c.onset.recent[:0]
 		return Decision{}, false
 	}
-	c.pushWindow(onsetWindow{w: w, n: n, demand: demand, attempts: attempts})
+	c.pushWindow(onsetWindow{end: at, w: w, n: n, demand: demand, attempts: attempts})
 	thr := c.cfg.Thresholds[c.capSignal]
 	if !c.capOK || thr <= 0 {
 		return Decision{}, false
@@ -170,6 +178,9 @@ func (c *Controller) Onset(at time.Time, window time.Duration, stats map[PortKey
 		sumN:    sn,
 		sumW:    sw,
 		recent:  c.onset.recent[:0],
+		capRate: c.capRate,
+		fit:     fit,
+		weights: c.weights, attempts: c.attempts,
 	}
 	c.overloaded, c.since, c.lastEvent = true, at, at
 	c.healthy, c.prevErr, c.overTicks, c.saturated, c.overTicksIn = 0, 0, 0, 0, 0
@@ -197,7 +208,7 @@ func (c *Controller) drainP(pe, offered, w float64) float64 {
 	if offered <= 0 {
 		return math.Min(pe, ceil)
 	}
-	admit := math.Max(0, c.capRate*w-c.onset.backlog) / (offered * w)
+	admit := math.Max(0, c.onset.capRate*w-c.onset.backlog) / (offered * w)
 	return math.Min(math.Max(pe, 1-admit), ceil)
 }
 
@@ -207,12 +218,12 @@ func (c *Controller) drainP(pe, offered, w float64) float64 {
 // has lasted a tick interval, p falls to what fits of the rate since the
 // surge began.
 func (c *Controller) onsetDrain(at time.Time, w, n, adm float64) (Decision, bool) {
-	c.onset.backlog = math.Max(0, c.onset.backlog+adm-c.capRate*w)
+	c.onset.backlog = math.Max(0, c.onset.backlog+adm-c.onset.capRate*w)
 	// The rate since the surge began: one 50 ms window of a Poisson
 	// stream at 600/s scatters by ±18 %, and what fits is sized by it.
 	c.onset.sumN, c.onset.sumW = c.onset.sumN+n, c.onset.sumW+w
 	c.onset.offered = c.onset.sumN / c.onset.sumW
-	if c.onset.backlog > onsetDrained && at.Before(c.onset.until) && c.capOK {
+	if c.onset.backlog > onsetDrained && at.Before(c.onset.until) {
 		from := c.p
 		c.p = c.drainP(c.onsetPE(), c.onset.offered, w)
 		if math.Abs(c.p-from) < 1e-9 {
@@ -231,35 +242,29 @@ func (c *Controller) onsetDrain(at time.Time, w, n, adm float64) (Decision, bool
 	return d, true
 }
 
-// onsetPE is the p that admits what fits of the rate since the surge
-// began.
+// onsetPE is the p that admits what fits (by the estimate the drain was
+// planned with) of the rate since the surge began.
 func (c *Controller) onsetPE() float64 {
-	thr := c.cfg.Thresholds[c.capSignal]
-	if !c.capOK || thr <= 0 || c.onset.offered <= 0 {
+	if c.onset.offered <= 0 {
 		return c.p
 	}
-	return math.Min(math.Max(0, 1-c.capRate*thr/c.onset.offered), c.cfg.Params.Bound())
+	return math.Min(math.Max(0, 1-c.onset.fit/c.onset.offered), c.cfg.Params.Bound())
 }
 
-// endOnset ends an onset drain, sets p to what fits (unchanged without an
-// estimate) and hands the overload to the law as after a first cut: the
-// next ticks use the estimate, and the smoothed pressure restarts. It
-// returns the reason.
+// endOnset ends an onset drain, sets p to what fits and hands the overload
+// to the law as after a first cut: the next ticks use the estimate, and
+// the smoothed pressure restarts. It returns the reason.
 func (c *Controller) endOnset(at time.Time) string {
 	why := "backlog served"
 	if c.onset.backlog > onsetDrained {
 		why = fmt.Sprintf("drained for a tick interval, %.0f connections left to the law", c.onset.backlog)
 	}
 	c.p = c.onsetPE()
-	offered := c.onset.offered
+	fit, offered := c.onset.fit, c.onset.offered
 	c.onset = onsetState{recent: c.onset.recent[:0]}
 	c.overTicksIn, c.saturated, c.prevErr, c.backlog, c.draining = 0, 0, 0, 0, false
 	c.smoothOK, c.afterOnset, c.pinnedAtFit = false, true, 0
-	thr := c.cfg.Thresholds[c.capSignal]
-	if !c.capOK || thr <= 0 {
-		return fmt.Sprintf("surge: %s; no saturation estimate left, the law goes on from p %.2f", why, c.p)
-	}
-	return fmt.Sprintf("surge: %s, shedding what does not fit (%.0f of %.0f new/s)", why, c.capRate*thr, offered)
+	return fmt.Sprintf("surge: %s, shedding what does not fit (%.0f of %.0f new/s)", why, fit, offered)
 }
 
 // onsetDecision is a decision between ticks: the last tick's signals with
@@ -275,7 +280,20 @@ func (c *Controller) onsetDecision(at time.Time) Decision {
 // pushWindow appends a window to the history and drops what is older than
 // onsetSpan or beyond onsetMaxWindows.
 func (c *Controller) pushWindow(win onsetWindow) {
-	r := append(c.onset.recent, win)
+	r := c.onset.recent
+	// A window that does not follow the previous one (the check paused:
+	// a reload, a failed read) starts a new history: older windows
+	// describe another moment.
+	if n := len(r); n > 0 {
+		gap := win.end.Add(-time.Duration(win.w * float64(time.Second))).Sub(r[n-1].end)
+		if gap < 0 {
+			gap = -gap
+		}
+		if gap.Seconds() > win.w/2 {
+			r = r[:0]
+		}
+	}
+	r = append(r, win)
 	var span float64
 	keep := 0
 	for i := len(r) - 1; i >= 0 && len(r)-i <= onsetMaxWindows; i-- {

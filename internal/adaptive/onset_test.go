@@ -186,3 +186,101 @@ func TestOnsetClassCeiling(t *testing.T) {
 		t.Errorf("drain split %s, want the normal class at its bound and critical untouched", ClassSummary(d.Classes))
 	}
 }
+
+// A tick inside the drain keeps the surge's class split: the pre-surge
+// demand it measures would spread the held p over the critical class.
+func TestOnsetHoldKeepsSurgeSplit(t *testing.T) {
+	cfg := cfgWith(sig{sampler.CgroupCPUUsageOfQuota, 0.955})
+	cfg.Params.MinPassRate = 0.05
+	crit, norm := PortKey{ProtoTCP, 443}, PortKey{ProtoTCP, 8080}
+	cfg.Ports = []PortConfig{{Key: crit, Class: ClassCritical}, {Key: norm, Class: ClassNormal}}
+	c := mustNew(t, cfg)
+	now := 0.0
+	for range 6 {
+		now += 0.5
+		c.Step(snap(now, sig{sampler.CgroupCPUUsageOfQuota, 0.5}), map[PortKey]PortStats{crit: {New: 25}, norm: {New: 25}})
+	}
+	if _, ok := c.Onset(TraceOrigin.Add(seconds(now+0.1)), 100*time.Millisecond, map[PortKey]PortStats{crit: {New: 10}, norm: {New: 50}}); !ok {
+		t.Fatal("surge not cut")
+	}
+	d := c.Step(snap(now+0.4, sig{sampler.CgroupCPUUsageOfQuota, 0.9}), map[PortKey]PortStats{crit: {New: 37}, norm: {New: 137, Dropped: 100}})
+	if !strings.Contains(d.Reason, "holding while") || d.Classes[ClassCritical] != 0 {
+		t.Errorf("tick inside the drain: %s: %s", ClassSummary(d.Classes), d.Reason)
+	}
+}
+
+// A reload that drops the estimate mid-drain (the port set changed) ends
+// the drain at what fits by the estimate it was planned with, not at the
+// bound.
+func TestOnsetDrainSurvivesLostEstimate(t *testing.T) {
+	r := newOnsetRig(t, nil)
+	if _, ok := r.window(600); !ok {
+		t.Fatal("surge not cut")
+	}
+	cfg := r.c.Config()
+	cfg.Ports = append(cfg.Ports, PortConfig{Key: PortKey{ProtoTCP, 9090}, Class: ClassNormal})
+	if err := r.c.Reconfigure(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if r.c.capOK {
+		t.Fatal("a new port set kept the estimate")
+	}
+	var last Decision
+	for range 6 {
+		if d, ok := r.window(600); ok {
+			last = d
+		}
+	}
+	if pe := 1 - 200*0.955/600; r.c.onset.active || math.Abs(last.DropProbability-pe) > 0.01 {
+		t.Errorf("after the drain: active %v, p %.3f, want what fits %.3f: %s", r.c.onset.active, last.DropProbability, pe, last.Reason)
+	}
+}
+
+// An estimate that understates the capacity (the service did far less
+// work than it predicted) is relearnt at the first tick after the drain,
+// which drops p to what the corrected estimate says fits: here everything,
+// so the overload ends there instead of after the cooldown and recovery.
+func TestOnsetUnderstatedEstimate(t *testing.T) {
+	r := newOnsetRig(t, nil)
+	if _, ok := r.window(500); !ok {
+		t.Fatal("surge not cut")
+	}
+	for range 5 {
+		r.window(500)
+	}
+	if r.c.onset.active {
+		t.Fatal("drain still on")
+	}
+	// 191 new/s admitted, which the estimate says put the signal at its
+	// threshold 0.955; it reads 0.3.
+	r.now = r.at
+	d := r.tick(0.3, 500, 500-191)
+	if !strings.Contains(d.Reason, "understated the capacity") || d.DropProbability != 0 || d.Overloaded {
+		t.Errorf("first tick after the drain: p %.3f, overloaded %v: %s", d.DropProbability, d.Overloaded, d.Reason)
+	}
+	// An estimate that was right: the signal near what it predicts.
+	r2 := newOnsetRig(t, nil)
+	r2.window(600)
+	for range 5 {
+		r2.window(600)
+	}
+	r2.now = r2.at
+	if d := r2.tick(0.9, 600, 600-191); strings.Contains(d.Reason, "understated") {
+		t.Errorf("a right estimate relearnt: %s", d.Reason)
+	}
+}
+
+// Windows before a pause of the check (a reload, a failed read) do not
+// join the history: the backlog is that of the windows after it.
+func TestOnsetHistoryGap(t *testing.T) {
+	r := newOnsetRig(t, nil)
+	r.window(390) // 39 connections: 2 × what fits, not 5 deviations above it
+	if r.c.overloaded {
+		t.Fatal("the first window started an overload")
+	}
+	r.at += 1 // the check paused for a second
+	d, ok := r.window(600)
+	if !ok || !strings.Contains(d.Reason, "draining a backlog of 40 connections") {
+		t.Errorf("after the gap: acted %v: %s", ok, d.Reason)
+	}
+}

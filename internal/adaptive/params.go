@@ -72,8 +72,10 @@ type Params struct {
 	// arrival as early.
 	OnsetInterval time.Duration
 	// OnsetRatio is how many times what fits under the threshold the new
-	// connections of one onset window must arrive at for the onset check
-	// to start an overload before the signals show it (1.1..10).
+	// connections of the newest onset windows (a span of up to 200 ms)
+	// must arrive at for the onset check to start an overload before the
+	// signals show it (1.1..10); the span must also exceed what fits by 5
+	// Poisson deviations and hold at least 10 connections.
 	OnsetRatio float64
 }
 

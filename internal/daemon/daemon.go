@@ -86,13 +86,14 @@ type Daemon struct {
 	ticks     uint64
 	ticker    *time.Ticker
 	// The onset check between ticks (onset.go).
-	onsetTicker *time.Ticker
-	onsetEvery  time.Duration
-	onsetPrev   loader.Stats
-	onsetAt     time.Time
-	onsetOK     bool // onsetPrev is a baseline
-	dlog        *decisionLog
-	cmds        chan command
+	onsetTicker  *time.Ticker
+	onsetEvery   time.Duration
+	onsetPrev    loader.Stats
+	onsetAt      time.Time
+	onsetOK      bool // onsetPrev is a baseline
+	onsetFailing bool // the last onset read of the statistics failed
+	dlog         *decisionLog
+	cmds         chan command
 
 	limits      limits // what the loaded datapath was sized and set up with
 	autoLeftOut int    // discovered ports the last discovery had no room for

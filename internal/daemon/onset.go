@@ -50,9 +50,19 @@ func (d *Daemon) onsetCheck() {
 	now := time.Now()
 	st, err := d.dp.Stats()
 	if err != nil {
-		d.metrics.sampleErrors.WithLabelValues(sourceDatapathStats).Inc()
+		// Twenty reads a second: logged when it starts failing, not
+		// every time, and left out of olcd_sample_errors_total, which
+		// counts the ticks' reads.
+		if !d.onsetFailing {
+			d.log.Warn("onset check: read datapath statistics; the ticks go on", "err", err)
+			d.onsetFailing = true
+		}
 		d.onsetOK = false
 		return
+	}
+	if d.onsetFailing {
+		d.log.Info("onset check: datapath statistics readable again")
+		d.onsetFailing = false
 	}
 	prev, prevAt, ok := d.onsetPrev, d.onsetAt, d.onsetOK
 	d.onsetPrev, d.onsetAt, d.onsetOK = st, now, true

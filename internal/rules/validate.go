@@ -125,7 +125,7 @@ func (d *decoder) validate(c *Config) {
 	}
 	if iv := p.OnsetInterval; iv != 0 && (iv < adaptive.MinOnsetInterval || iv > adaptive.MaxOnsetInterval) {
 		d.addAt("controller.onset_interval", fmt.Sprintf("%v is outside [%v, %v]", iv, adaptive.MinOnsetInterval, adaptive.MaxOnsetInterval),
-			"0 turns the onset check off; 100ms is the default")
+			"0 turns the onset check off; 50ms is the default")
 	}
 	if p.ContinueEvery < time.Second {
 		d.addAt("controller.continue_every", fmt.Sprintf("%v is below 1s", p.ContinueEvery), "overload_continue is meant for people reading the log; 10s is the default")

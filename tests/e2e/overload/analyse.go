@@ -297,6 +297,13 @@ func phaseResult(rec *records, name string, from, to, slo time.Duration, v Varia
 	var nBusy, nP int
 	for i := 1; i < len(rec.samples); i++ {
 		s0, s1 := rec.samples[i-1], rec.samples[i]
+		// The CPU is the interval's, p the moment's: a cut made just
+		// after a phase began belongs to that phase, not to the one
+		// the interval's midpoint falls in.
+		if s1.olcd && s1.t >= from && s1.t < to {
+			pSum += s1.p
+			nP++
+		}
 		mid := (s0.t + s1.t) / 2
 		if mid < from || mid >= to {
 			continue
@@ -304,10 +311,6 @@ func phaseResult(rec *records, name string, from, to, slo time.Duration, v Varia
 		if b, ok := busyBetween(s0, s1); ok {
 			busy += b
 			nBusy++
-		}
-		if s1.olcd {
-			pSum += s1.p
-			nP++
 		}
 	}
 	if nBusy > 0 {
@@ -394,6 +397,10 @@ func series(rec *records, total, slo time.Duration) []SecondPoint {
 	pSum, pN := make([]float64, n), make([]int, n)
 	for i := 1; i < len(rec.samples); i++ {
 		s0, s1 := rec.samples[i-1], rec.samples[i]
+		if k := bin(s1.t); k >= 0 && s1.olcd {
+			pSum[k] += s1.p
+			pN[k]++
+		}
 		j := bin((s0.t + s1.t) / 2)
 		if j < 0 {
 			continue
@@ -401,10 +408,6 @@ func series(rec *records, total, slo time.Duration) []SecondPoint {
 		if b, ok := busyBetween(s0, s1); ok {
 			cpuSum[j] += b
 			cpuN[j]++
-		}
-		if s1.olcd {
-			pSum[j] += s1.p
-			pN[j]++
 		}
 	}
 	for i := range pts {
