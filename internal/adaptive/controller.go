@@ -102,6 +102,7 @@ type Controller struct {
 	capRate   float64
 	capSignal sampler.Signal
 	capOK     bool
+	capQuota  float64 // the cgroup quota (CPUs) capRate is per unit of; 0: not a quota signal
 	offered   float64 // this tick's new connections/s over all ports, retransmits included
 	admitted  float64 // this tick's new connections/s the datapath let through
 	ratesOK   bool    // offered and admitted were measured this tick
@@ -123,6 +124,7 @@ type Controller struct {
 	pBeforeJump float64 // p a disproved recovery jump returns to (0: none)
 	pinnedAtFit int     // consecutive over ticks pinned while admitting what fits
 
+	lastQuota  float64    // the latest snapshot's CgroupQuotaCPUs (0: none yet)
 	onset      onsetState // the onset check between ticks (onset.go)
 	afterOnset bool       // the next tick is the first since an onset drain ended
 	lastTick   Decision   // the last tick's signals, for decisions between ticks
@@ -314,7 +316,9 @@ func (c *Controller) Step(s sampler.Snapshot, stats map[PortKey]PortStats) Decis
 	}
 
 	c.measure(&s, stats)
+	rescaled := ""
 	if !stale {
+		rescaled = c.rescaleEstimate(&s)
 		c.learnCapacity(&d)
 	}
 	// Every tick, not only over ones: the tick in which a step arrives
@@ -322,6 +326,7 @@ func (c *Controller) Step(s sampler.Snapshot, stats map[PortKey]PortStats) Decis
 	c.trackBacklog(&s, stale)
 	inForce := c.p
 	c.law(&d)
+	d.Reason += rescaled
 	c.prevP, c.prevValue = inForce, -1
 	if st := driverState(&d); st != nil && !stale {
 		c.prevValue = st.Value
@@ -701,7 +706,41 @@ func (c *Controller) learnCapacity(d *Decision) {
 		c.capRate += capacitySmoothing * (r - c.capRate)
 	} else {
 		c.capRate, c.capSignal, c.capOK = r, st.Signal, true
+		c.capQuota = 0
+		if st.Signal == sampler.CgroupCPUUsageOfQuota {
+			c.capQuota = c.lastQuota
+		}
 	}
+}
+
+// rescaleEstimate follows a change of the watched cgroup's CPU quota with
+// an estimate learnt on cgroup_cpu_usage_of_quota: that signal is a share
+// of the quota, so the admitted work per unit of it scales with the quota
+// (halving the quota halves what fits under the same threshold). Without
+// it the estimate would say twice what fits until two pinned ticks disprove
+// it, and the first cut after the change would be the law's. It returns a
+// note for the reason ("" when nothing changed).
+func (c *Controller) rescaleEstimate(s *sampler.Snapshot) string {
+	q := s.CgroupQuotaCPUs
+	if q <= 0 {
+		return ""
+	}
+	c.lastQuota = q
+	if !c.capOK || c.capSignal != sampler.CgroupCPUUsageOfQuota || c.capQuota <= 0 || q == c.capQuota {
+		if c.capOK && c.capSignal == sampler.CgroupCPUUsageOfQuota && c.capQuota <= 0 {
+			c.capQuota = q
+		}
+		return ""
+	}
+	prev, k := c.capQuota, q/c.capQuota
+	c.capRate *= k
+	if c.onset.active {
+		c.onset.capRate *= k
+		c.onset.fit *= k
+	}
+	c.capQuota = q
+	return fmt.Sprintf("; the cgroup's quota went from %.3g to %.3g CPUs: the saturation estimate scaled with it (%.0f new/s per unit of %s)",
+		prev, q, c.capRate, sampler.CgroupCPUUsageOfQuota)
 }
 
 // fitRate is the rate (new connections/s) that the saturation estimate

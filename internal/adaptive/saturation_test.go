@@ -259,3 +259,38 @@ func TestDrainHoldsBacklogOnMissingSamples(t *testing.T) {
 		t.Errorf("pinned tick after the gap: %s, want the drain to go on", d.Reason)
 	}
 }
+
+// The estimate learnt on cgroup_cpu_usage_of_quota follows the cgroup's
+// quota: after the quota halves, the same 150 new/s that fitted twice over
+// are 1.6 × what fits, and the first shedding tick cuts straight to the p
+// that admits the 95.5/s that fit under 0.955 of the new quota. Without the
+// rescale the estimate says 191/s fit, and p would creep up by the law's
+// steps until two pinned ticks disprove it.
+func TestSaturationEstimateFollowsQuota(t *testing.T) {
+	r := newSaturationRig(t, nil)
+	tick := func(quota, value, newPerS float64) Decision {
+		r.now += 0.5
+		s := snap(r.now, sig{sampler.CgroupCPUUsageOfQuota, value})
+		s.CgroupQuotaCPUs = quota
+		st := PortStats{New: uint64(newPerS / 2), Dropped: uint64(newPerS / 2 * r.c.DropProbability())}
+		return r.c.Step(s, map[PortKey]PortStats{r.port: st})
+	}
+	for range 6 {
+		tick(1, 0.75, 150) // 200 new/s per unit of a 1-CPU quota
+	}
+	d := tick(0.5, 1.0, 150)
+	if !strings.Contains(d.Reason, "quota went from 1 to 0.5 CPUs") || math.Abs(r.c.capRate-100) > 1e-9 {
+		t.Fatalf("after the quota halved: capRate %.1f, want 100: %s", r.c.capRate, d.Reason)
+	}
+	d = tick(0.5, 1.0, 150)
+	if want := 1 - 95.5/150; d.DropProbability < want-0.01 || !strings.Contains(d.Reason, "96/s fit under the threshold") {
+		t.Errorf("first shedding tick at the half quota: p %.3f, want ≥ %.3f: %s", d.DropProbability, want, d.Reason)
+	}
+	// Another quota's estimate is not the cgroup's: a cpu_busy estimate
+	// ignores the quota.
+	c := mustNew(t, cfgWith(sig{sampler.CPUBusy, 0.8}))
+	c.cfg.Ports = []PortConfig{{Key: r.port, Class: ClassNormal}}
+	if note := c.rescaleEstimate(&sampler.Snapshot{CgroupQuotaCPUs: 0.5}); note != "" {
+		t.Errorf("rescale without a quota estimate: %q", note)
+	}
+}

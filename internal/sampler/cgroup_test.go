@@ -335,6 +335,7 @@ func TestCgroupValues(t *testing.T) {
 		before, after map[string]string
 		interval      float64
 		want          want
+		quota         float64 // Snapshot.CgroupQuotaCPUs
 		errSources    []string
 	}{
 		{
@@ -355,6 +356,7 @@ func TestCgroupValues(t *testing.T) {
 			// 1.1 s throttled; Δsome 0.4 s over 2 s = 0.2.
 			want: want{CgroupCPUUsageOfQuota: f(0.9), CgroupThrottledRatio: f(0.75), CgroupThrottledS: f(1.1),
 				CgroupPSICPUSomeAvg10: f(0.2), CgroupPSICPUSome: f(0.2), CgroupPSIMemorySomeAvg10: nil},
+			quota: 0.5,
 		},
 		{
 			name: "max quota: unavailable, not 0, not an error", cg: "/sys/fs/cgroup/app", interval: 1,
@@ -375,6 +377,7 @@ func TestCgroupValues(t *testing.T) {
 			before: map[string]string{"sys/fs/cgroup/app/cpu.stat": "usage_usec 1000000\n"},
 			after:  map[string]string{"sys/fs/cgroup/app/cpu.stat": "usage_usec 3000000\n"},
 			want:   want{CgroupCPUUsageOfQuota: f(1), CgroupThrottledRatio: nil, CgroupThrottledS: nil},
+			quota:  2,
 		},
 		{
 			// No cpuset file anywhere: the 4 online CPUs (cpuN lines) bound
@@ -384,6 +387,7 @@ func TestCgroupValues(t *testing.T) {
 			before: map[string]string{"sys/fs/cgroup/app/cpu.stat": "usage_usec 0\n"},
 			after:  map[string]string{"sys/fs/cgroup/app/cpu.stat": "usage_usec 2000000\n"},
 			want:   want{CgroupCPUUsageOfQuota: f(0.5)},
+			quota:  4,
 		},
 		{
 			// CFS enforces the quota per 100 ms period; a tick not aligned
@@ -394,6 +398,7 @@ func TestCgroupValues(t *testing.T) {
 			before: map[string]string{"sys/fs/cgroup/app/cpu.stat": "usage_usec 1000000\n"},
 			after:  map[string]string{"sys/fs/cgroup/app/cpu.stat": "usage_usec 2080000\n"},
 			want:   want{CgroupCPUUsageOfQuota: f(1)},
+			quota:  1,
 		},
 		{
 			// The same on v1 with a 0.5-CPU quota: 0.6 CPU-s in 1 s.
@@ -401,6 +406,7 @@ func TestCgroupValues(t *testing.T) {
 			before: map[string]string{"sys/fs/cgroup/cpuacct/app/cpuacct.usage": "1000000000\n"},
 			after:  map[string]string{"sys/fs/cgroup/cpuacct/app/cpuacct.usage": "1600000000\n"},
 			want:   want{CgroupCPUUsageOfQuota: f(1)},
+			quota:  0.5,
 		},
 		{
 			// 3.5 CPU-s in 1 s at a 1-CPU quota is no alignment effect: the
@@ -410,6 +416,7 @@ func TestCgroupValues(t *testing.T) {
 			before: map[string]string{"sys/fs/cgroup/app/cpu.stat": "usage_usec 0\n"},
 			after:  map[string]string{"sys/fs/cgroup/app/cpu.stat": "usage_usec 3500000\n"},
 			want:   want{CgroupCPUUsageOfQuota: f(3.5)},
+			quota:  1,
 		},
 		{
 			name: "v1 -1 quota and missing throttled_time", cg: "/sys/fs/cgroup/cpu,cpuacct/app", interval: 1,
@@ -450,6 +457,9 @@ func TestCgroupValues(t *testing.T) {
 				case w != nil && math.Abs(got-*w) > 1e-9:
 					t.Errorf("%s = %v, want %v", sig, got, *w)
 				}
+			}
+			if snap.CgroupQuotaCPUs != tc.quota {
+				t.Errorf("CgroupQuotaCPUs = %v, want %v", snap.CgroupQuotaCPUs, tc.quota)
 			}
 			got := errSources(snap)
 			if !slices.Equal(got, tc.errSources) {

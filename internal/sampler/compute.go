@@ -161,6 +161,7 @@ func computeCgroup(snap *Snapshot, prev, cur *cgroupReading, online int, deltas 
 			v = 1
 		}
 		snap.Set(CgroupCPUUsageOfQuota, v)
+		snap.CgroupQuotaCPUs = capCPUs
 	}
 
 	ps, cs := &prev.stat, &cur.stat

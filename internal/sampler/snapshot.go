@@ -20,6 +20,11 @@ type Snapshot struct {
 	// TCP port that had at least one listener; ports without a listener are
 	// absent.
 	AcceptQueueFill map[uint16]float64
+	// CgroupQuotaCPUs is what cgroup_cpu_usage_of_quota is a share of: the
+	// watched cgroup's CPU quota in CPUs (quota ÷ period), bounded by the
+	// CPUs it may run on; 0 when that signal is unavailable. A change
+	// between ticks is a change of the cgroup's capacity.
+	CgroupQuotaCPUs float64
 	// Errors lists the sources that could not be read this tick. A source
 	// that is known to be absent on this node (PSI disabled, no cgroup quota)
 	// is not an error: its signals are simply unavailable.
