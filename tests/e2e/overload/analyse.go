@@ -445,3 +445,41 @@ func (r *RunResult) FailOpen(within time.Duration) (before, after int, lastTimeo
 	}
 	return before, after, lastTimeout
 }
+
+// MaxSlowdown bounds how much more CPU per request than at the knee of the
+// calibration the backend may need in a run for CapacityAtRun to scale C
+// down: beyond it the VM has changed too much since the calibration for
+// the run to say anything about the protection.
+const MaxSlowdown = 0.15
+
+// CapacityAtRun is the backend's capacity during phase name, for goodput
+// lines: C scaled by the backend's CPU per completed request at the knee of
+// the calibration (cal) over its CPU per completed request in the phase.
+// The backend's own CPU accounting tells whether this VM ran slower than
+// during the calibration minutes before (it does, by up to a tenth, for
+// minutes at a time); olcd's decisions do not enter it: in the same runs the
+// static limit needs as much CPU per request. slowdown is the phase's cost
+// over the knee's, less 1. A faster run keeps C (rps = C); ok is false when
+// the run was more than MaxSlowdown slower, or nothing was measured.
+func (r *RunResult) CapacityAtRun(name string, cal *Calibration) (rps, slowdown float64, ok bool) {
+	var knee *CalibrationStep
+	for i := range cal.Steps {
+		if cal.Steps[i].Knee {
+			knee = &cal.Steps[i]
+		}
+	}
+	p := r.Phase(name)
+	if knee == nil || knee.GoodputRPS <= 0 || knee.CPUBusy <= 0 || p.DurationS <= 0 || p.Successes == 0 || p.CPUBusy <= 0 {
+		return cal.CapacityRPS, 0, false
+	}
+	atKnee := knee.CPUBusy / knee.GoodputRPS
+	inRun := p.CPUBusy / (float64(p.Successes) / p.DurationS)
+	slowdown = inRun/atKnee - 1
+	if slowdown > MaxSlowdown {
+		return cal.CapacityRPS, slowdown, false
+	}
+	if slowdown <= 0 {
+		return cal.CapacityRPS, slowdown, true
+	}
+	return cal.CapacityRPS / (1 + slowdown), slowdown, true
+}

@@ -74,3 +74,35 @@ func TestP99Excluding(t *testing.T) {
 		t.Errorf("p99 of a missing phase: %v", p)
 	}
 }
+
+// TestCapacityAtRun: C is scaled down by the backend's extra CPU per
+// request against the knee of the calibration, never up, and not at all
+// beyond MaxSlowdown.
+func TestCapacityAtRun(t *testing.T) {
+	cal := &Calibration{CapacityRPS: 180, Steps: []CalibrationStep{
+		{RateRPS: 170, GoodputRPS: 170, CPUBusy: 0.92},
+		{RateRPS: 180, GoodputRPS: 180, CPUBusy: 0.972, Knee: true}, // 5.4 ms per request
+	}}
+	run := func(succPerS, cpu float64) *RunResult {
+		return &RunResult{Phases: []PhaseResult{{Name: "3x", DurationS: 30, Successes: int(succPerS * 30), CPUBusy: cpu}}}
+	}
+	cases := []struct {
+		name     string
+		r        *RunResult
+		want     float64
+		wantOK   bool
+		slowdown float64
+	}{
+		{"as fast as the calibration", run(172, 0.929), 180, true, 0},
+		{"faster", run(180, 0.90), 180, true, -0.0741},
+		{"10 % slower", run(150, 0.891), 180 / 1.1, true, 0.1},
+		{"30 % slower", run(130, 0.9126), 180, false, 0.3},
+		{"nothing served", run(0, 0.9), 180, false, 0},
+	}
+	for _, tc := range cases {
+		got, slow, ok := tc.r.CapacityAtRun("3x", cal)
+		if ok != tc.wantOK || math.Abs(got-tc.want) > 0.5 || math.Abs(slow-tc.slowdown) > 0.005 {
+			t.Errorf("%s: %.1f/s (slowdown %.3f, ok %v), want %.1f/s (%.3f, %v)", tc.name, got, slow, ok, tc.want, tc.slowdown, tc.wantOK)
+		}
+	}
+}
