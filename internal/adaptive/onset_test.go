@@ -161,20 +161,29 @@ func TestOnsetQuiet(t *testing.T) {
 	}
 }
 
-// The onset's drain never sheds a class that what fits leaves alone: with
-// a critical port carrying a sixth of the surge, what fits sheds only the
-// normal port, and the drain stops at its bound.
-func TestOnsetClassCeiling(t *testing.T) {
+// twoClassRig is a controller on cgroup_cpu_usage_of_quota (threshold
+// 0.955, bound 0.95) with a critical and a normal port, whose estimate was
+// learnt at 50 new/s split evenly (200 per unit: 191/s fit); now is the
+// last tick's time, seconds.
+func twoClassRig(t *testing.T) (c *Controller, crit, norm PortKey, now float64) {
+	t.Helper()
 	cfg := cfgWith(sig{sampler.CgroupCPUUsageOfQuota, 0.955})
 	cfg.Params.MinPassRate = 0.05
-	crit, norm := PortKey{ProtoTCP, 443}, PortKey{ProtoTCP, 8080}
+	crit, norm = PortKey{ProtoTCP, 443}, PortKey{ProtoTCP, 8080}
 	cfg.Ports = []PortConfig{{Key: crit, Class: ClassCritical}, {Key: norm, Class: ClassNormal}}
-	c := mustNew(t, cfg)
-	now := 0.0
+	c = mustNew(t, cfg)
 	for range 6 {
 		now += 0.5
 		c.Step(snap(now, sig{sampler.CgroupCPUUsageOfQuota, 0.5}), map[PortKey]PortStats{crit: {New: 25}, norm: {New: 25}})
 	}
+	return c, crit, norm, now
+}
+
+// The onset's drain never sheds a class that what fits leaves alone: with
+// a critical port carrying a sixth of the surge, what fits sheds only the
+// normal port, and the drain stops at its bound.
+func TestOnsetClassCeiling(t *testing.T) {
+	c, crit, norm, now := twoClassRig(t)
 	// 100 new/s to the critical port, 500 to the normal one, against 191
 	// that fit: what fits sheds 0.68 of the node, all of it from the
 	// normal port (which can take 0.95 × 5/6 = 0.79).
@@ -190,16 +199,7 @@ func TestOnsetClassCeiling(t *testing.T) {
 // A tick inside the drain keeps the surge's class split: the pre-surge
 // demand it measures would spread the held p over the critical class.
 func TestOnsetHoldKeepsSurgeSplit(t *testing.T) {
-	cfg := cfgWith(sig{sampler.CgroupCPUUsageOfQuota, 0.955})
-	cfg.Params.MinPassRate = 0.05
-	crit, norm := PortKey{ProtoTCP, 443}, PortKey{ProtoTCP, 8080}
-	cfg.Ports = []PortConfig{{Key: crit, Class: ClassCritical}, {Key: norm, Class: ClassNormal}}
-	c := mustNew(t, cfg)
-	now := 0.0
-	for range 6 {
-		now += 0.5
-		c.Step(snap(now, sig{sampler.CgroupCPUUsageOfQuota, 0.5}), map[PortKey]PortStats{crit: {New: 25}, norm: {New: 25}})
-	}
+	c, crit, norm, now := twoClassRig(t)
 	if _, ok := c.Onset(TraceOrigin.Add(seconds(now+0.1)), 100*time.Millisecond, map[PortKey]PortStats{crit: {New: 10}, norm: {New: 50}}); !ok {
 		t.Fatal("surge not cut")
 	}
