@@ -407,9 +407,7 @@ func (c *Controller) law(d *Decision) {
 			c.finish(d)
 			return
 		}
-		c.overloaded, c.since, c.lastEvent = true, d.At, d.At
-		c.healthy, c.prevErr, c.overTicks, c.saturated, c.overTicksIn = 0, 0, 0, 0, 0
-		c.draining, c.sinceJump, c.pinnedAtFit, c.pBeforeJump = false, 0, 0, 0
+		c.startOverload(d.At)
 		d.Events = append(d.Events, Event{Kind: EventOverloadStart, Reason: fmt.Sprintf(
 			"%s over its threshold for %d consecutive ticks", describe(d), prm.ActivationTicks)})
 	}
@@ -579,6 +577,15 @@ func (c *Controller) law(d *Decision) {
 			"%s: overloaded for %s", d.Reason, d.At.Sub(c.since).Round(time.Millisecond))})
 	}
 	c.finish(d)
+}
+
+// startOverload enters an overload at at, with nothing of a previous one
+// carried over (the backlog estimate is the caller's: the tick keeps what
+// it tracked before the start).
+func (c *Controller) startOverload(at time.Time) {
+	c.overloaded, c.since, c.lastEvent = true, at, at
+	c.healthy, c.prevErr, c.overTicks, c.saturated, c.overTicksIn = 0, 0, 0, 0, 0
+	c.draining, c.sinceJump, c.pinnedAtFit, c.pBeforeJump = false, 0, 0, 0
 }
 
 // jumpCheckTicks is how many ticks after a recovery jump to the estimate a

@@ -100,7 +100,7 @@ type onsetState struct {
 func (c *Controller) Onset(at time.Time, window time.Duration, stats map[PortKey]PortStats) (Decision, bool) {
 	prm := &c.cfg.Params
 	w := window.Seconds()
-	if w <= 0 || math.IsNaN(w) {
+	if w <= 0 {
 		return Decision{}, false
 	}
 	var n, adm float64
@@ -182,9 +182,9 @@ func (c *Controller) Onset(at time.Time, window time.Duration, stats map[PortKey
 		fit:     fit,
 		weights: c.weights, attempts: c.attempts,
 	}
-	c.overloaded, c.since, c.lastEvent = true, at, at
-	c.healthy, c.prevErr, c.overTicks, c.saturated, c.overTicksIn = 0, 0, 0, 0, 0
-	c.draining, c.sinceJump, c.pinnedAtFit, c.pBeforeJump, c.backlog = false, 0, 0, 0, 0
+	c.startOverload(at)
+	// The onset's own backlog replaces the tick's estimate.
+	c.backlog = 0
 	// The smoothed pressure describes the traffic before the surge.
 	c.smoothOK = false
 	c.p = c.drainP(pe, offered, w)
