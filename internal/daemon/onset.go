@@ -78,7 +78,7 @@ func (d *Daemon) onsetCheck() {
 			continue
 		}
 		dl := counterDelta(cur, before)
-		stats[p.key] = adaptive.PortStats{New: dl.NewConns, Retransmits: dl.SYNRetransmits, Dropped: dl.Dropped}
+		stats[p.key] = portStats(dl)
 	}
 	dec, acted := d.ctrl.Onset(now, now.Sub(prevAt), stats)
 	if !acted {

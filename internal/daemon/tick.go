@@ -49,7 +49,7 @@ func (d *Daemon) tick() {
 			}
 			dl := counterDelta(cur, d.prev.Ports[loaderKey(p.key)])
 			deltas[p.key] = dl
-			stats[p.key] = adaptive.PortStats{New: dl.NewConns, Retransmits: dl.SYNRetransmits, Dropped: dl.Dropped}
+			stats[p.key] = portStats(dl)
 		}
 		d.prev = st
 	}
@@ -73,6 +73,12 @@ func (d *Daemon) tick() {
 	d.metrics.tickSeconds.Observe(time.Since(start).Seconds())
 	d.recordEvents(dec)
 	d.publish()
+}
+
+// portStats is what the controller reads of a port's counter delta, for
+// the ticks and the onset check alike.
+func portStats(dl loader.Counters) adaptive.PortStats {
+	return adaptive.PortStats{New: dl.NewConns, Retransmits: dl.SYNRetransmits, Dropped: dl.Dropped}
 }
 
 // counterDelta returns cur − prev field by field; a counter that went
