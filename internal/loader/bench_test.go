@@ -193,25 +193,28 @@ func BenchmarkDatapathBreakdown(b *testing.B) {
 
 // BenchmarkStats measures Stats, which the daemon calls once per tick and,
 // for the onset check, every controller.onset_interval (ten times per
-// default tick): one per-CPU lookup per protected port plus the "other"
-// slot and the unclassified count. Compare ports=1000 with ports=1 of the
-// same run for the per-port cost.
+// default tick). read=batch is the loader's choice (BPF_MAP_LOOKUP_BATCH from
+// batchMinSlots slots on), read=per-slot one per-CPU lookup per slot, the
+// fallback on kernels before 5.6; compare the two of the same run.
 func BenchmarkStats(b *testing.B) {
-	for _, n := range []int{1, 100, 1000} {
-		b.Run(fmt.Sprintf("ports=%d", n), func(b *testing.B) {
-			d := loadTest(b, Config{StaleAfter: time.Hour, MaxPorts: n})
-			pols := make([]PortPolicy, n)
-			for i := range pols {
-				pols[i] = PortPolicy{Key: PortKey{ProtoTCP, uint16(1000 + i)}, Mode: ModeEnforce, Action: ActionDrop}
-			}
-			must(b, d.SetPolicies(pols))
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if _, err := d.Stats(); err != nil {
-					b.Fatal(err)
+	for _, n := range []int{1, 10, 100, 1000} {
+		for _, read := range []string{"batch", "per-slot"} {
+			b.Run(fmt.Sprintf("ports=%d/read=%s", n, read), func(b *testing.B) {
+				d := loadTest(b, Config{StaleAfter: time.Hour, MaxPorts: n})
+				pols := make([]PortPolicy, n)
+				for i := range pols {
+					pols[i] = PortPolicy{Key: PortKey{ProtoTCP, uint16(1000 + i)}, Mode: ModeEnforce, Action: ActionDrop}
 				}
-			}
-		})
+				must(b, d.SetPolicies(pols))
+				d.stats.noBatch = read == "per-slot"
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if _, err := d.Stats(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }

@@ -866,3 +866,83 @@ func TestSelectionValidated(t *testing.T) {
 		t.Errorf("selection 7: error %v, want one naming the selection", err)
 	}
 }
+
+// TestStatsBatch: many slots are read with one batched lookup and give the
+// same totals as slot-by-slot reads, across a switch between the two (a
+// port set that became sparse).
+func TestStatsBatch(t *testing.T) {
+	d := loadTest(t, Config{StaleAfter: time.Hour, MaxPorts: 64})
+	ncpu, err := ebpf.PossibleCPU()
+	must(t, err)
+	pols := make([]PortPolicy, 40)
+	for i := range pols {
+		pols[i] = PortPolicy{Key: PortKey{ProtoTCP, uint16(2000 + i)}, Mode: ModeEnforce, Action: ActionDrop}
+	}
+	must(t, d.SetPolicies(pols))
+	// write sets every CPU's counters of every slot in use to a value
+	// unique to the slot, the CPU and the round.
+	write := func(round uint32) {
+		for _, slot := range d.slots {
+			vals := make([]olcdOlcdCounters, ncpu)
+			for cpu := range vals {
+				vals[cpu].NewConns = round*1000 + uint32(slot)*10 + uint32(cpu) + 1
+				vals[cpu].Dropped = round + uint32(slot)
+			}
+			must(t, d.objs.OlcdStats.Update(uint32(slot), vals, ebpf.UpdateAny))
+		}
+	}
+	want := func(round uint32, slot uint16) Counters {
+		var c Counters
+		for cpu := range ncpu {
+			c.NewConns += uint64(round*1000 + uint32(slot)*10 + uint32(cpu) + 1)
+			c.Dropped += uint64(round + uint32(slot))
+		}
+		c.Passed = c.NewConns - c.Dropped
+		return c
+	}
+	check := func(what string, round uint32) {
+		t.Helper()
+		s := stats(t, d)
+		for k, slot := range d.slots {
+			if got, w := s.Ports[k], want(round, slot); got != w {
+				t.Errorf("%s: %v (slot %d) reads %+v, want %+v", what, k, slot, got, w)
+			}
+		}
+	}
+	write(1)
+	check("batched", 1)
+	if d.stats.keys == nil || d.stats.noBatch {
+		t.Fatal("40 dense slots were read slot by slot")
+	}
+	// A real packet lands in the slot the batch reads for its port.
+	before := stats(t, d).Ports[PortKey{ProtoTCP, 2007}].NewConns
+	run(t, d, hookXDP, syn4(2007, 1))
+	if got := stats(t, d).Ports[PortKey{ProtoTCP, 2007}].NewConns - before; got != 1 {
+		t.Errorf("a SYN to tcp/2007 moved its batched count by %d, want 1", got)
+	}
+	write(2)
+	check("batched, second round", 2)
+
+	// Keep only the 9 ports with the highest slots: 10 slots in use up to
+	// slot 40 are too sparse for a batch, so they are read slot by slot,
+	// and the totals go on from the batched ones.
+	var keep []PortPolicy
+	for _, p := range pols {
+		if d.slots[p.Key] > 31 {
+			keep = append(keep, p)
+		}
+	}
+	must(t, d.SetPolicies(keep))
+	d.stats.keys = nil
+	write(3)
+	check("slot by slot", 3)
+	if d.stats.keys != nil {
+		t.Error("a sparse slot set was read with a batch")
+	}
+
+	// Back to a dense set on the kernel's slot-by-slot fallback.
+	d.stats.noBatch = true
+	must(t, d.SetPolicies(pols))
+	write(4)
+	check("fallback", 4)
+}

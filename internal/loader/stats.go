@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -127,35 +128,104 @@ type statsFolder struct {
 	unclass *ebpf.Map
 	slots   map[uint16]*slotTotals
 	buf     []olcdOlcdCounters
+	// noBatch is set once the kernel refused BPF_MAP_LOOKUP_BATCH (before
+	// 5.6): every fold then reads slot by slot.
+	noBatch bool
+	keys    []uint32
+	vals    []olcdOlcdCounters
 }
+
+// batchMinSlots is the fewest slots in use from which a fold reads the
+// stats map with batched lookups instead of one lookup per slot, and
+// batchDensity how many array entries per slot in use the batch may read
+// (slots freed by removed ports are read too). BenchmarkStats, side by side
+// on a 2-CPU VM: Stats with 10 ports took 0.33 x the time of slot-by-slot
+// reads, with 1000 ports 0.27 x (0.54 against 2.0 ms); below a few slots
+// the two are within the noise.
+const (
+	batchMinSlots = 8
+	batchDensity  = 4
+)
 
 func newStatsFolder(m, unclass *ebpf.Map) *statsFolder {
 	return &statsFolder{m: m, unclass: unclass, slots: make(map[uint16]*slotTotals)}
 }
 
+// fold reads the slots (sorted ascending, as slotList returns them) and adds
+// what each CPU counted since the last fold.
 func (f *statsFolder) fold(slots []uint16) error {
+	if n := len(slots); !f.noBatch && n >= batchMinSlots && int(slots[n-1])+1 <= batchDensity*n {
+		err := f.foldBatch(slots)
+		if !errors.Is(err, ebpf.ErrNotSupported) {
+			return err
+		}
+		f.noBatch = true
+	}
 	for _, slot := range slots {
 		f.buf = f.buf[:0]
 		if err := f.m.Lookup(uint32(slot), &f.buf); err != nil {
 			return fmt.Errorf("read stats slot %d: %w", slot, err)
 		}
-		st := f.slots[slot]
-		if st == nil {
-			st = &slotTotals{}
-			f.slots[slot] = st
-		}
-		if len(st.prev) != len(f.buf) {
-			st.prev = make([]counterArray, len(f.buf))
-		}
-		for cpu := range f.buf {
-			cur := countersOf(&f.buf[cpu])
-			for i := range cur {
-				st.total[i] += uint64(cur[i] - st.prev[cpu][i])
-			}
-			st.prev[cpu] = cur
-		}
+		f.add(slot, f.buf)
 	}
 	return nil
+}
+
+// foldBatch reads array entries 0 through the highest slot in use with
+// BPF_MAP_LOOKUP_BATCH (a few syscalls instead of one per slot) and folds
+// the slots in use. Errors: ebpf.ErrNotSupported on kernels without batch
+// operations, or a failed read.
+func (f *statsFolder) foldBatch(slots []uint16) error {
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return fmt.Errorf("read stats: %w", err)
+	}
+	entries := int(slots[len(slots)-1]) + 1
+	if cap(f.keys) < entries {
+		f.keys = make([]uint32, entries)
+		f.vals = make([]olcdOlcdCounters, entries*ncpu)
+	}
+	keys, vals := f.keys[:entries], f.vals[:entries*ncpu]
+	var cursor ebpf.MapBatchCursor
+	for got := 0; got < entries; {
+		n, err := f.m.BatchLookup(&cursor, keys[got:], vals[got*ncpu:], nil)
+		got += n
+		if errors.Is(err, ebpf.ErrKeyNotExist) && got == entries {
+			break // the highest slot is the array's last entry
+		}
+		if err != nil {
+			return fmt.Errorf("batch read of stats slots 0..%d: %w", entries-1, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("batch read of stats slots 0..%d: no progress after %d", entries-1, got)
+		}
+	}
+	for _, slot := range slots {
+		if keys[slot] != uint32(slot) {
+			return fmt.Errorf("batch read of stats slots: entry %d holds key %d", slot, keys[slot])
+		}
+		f.add(slot, vals[int(slot)*ncpu:(int(slot)+1)*ncpu])
+	}
+	return nil
+}
+
+// add folds one slot's per-CPU counters into its totals.
+func (f *statsFolder) add(slot uint16, percpu []olcdOlcdCounters) {
+	st := f.slots[slot]
+	if st == nil {
+		st = &slotTotals{}
+		f.slots[slot] = st
+	}
+	if len(st.prev) != len(percpu) {
+		st.prev = make([]counterArray, len(percpu))
+	}
+	for cpu := range percpu {
+		cur := countersOf(&percpu[cpu])
+		for i := range cur {
+			st.total[i] += uint64(cur[i] - st.prev[cpu][i])
+		}
+		st.prev[cpu] = cur
+	}
 }
 
 // reset zeroes a slot in the kernel and in the totals, for a new owner, and
