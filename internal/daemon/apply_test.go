@@ -179,7 +179,7 @@ func TestApplyRestoresOnDatapathError(t *testing.T) {
 func TestPatchRestartOnly(t *testing.T) {
 	d := startTestDaemon(t, testConfig(1, "500ms", "5s", 4))
 	tests := []struct{ patch, field string }{
-		{"interfaces: [olcdtest1]", "interfaces"},
+		{"attach: xdp", "attach"},
 		{"datapath: {max_ports: 8}", "datapath"},
 		{"heartbeat: {stale_after: 9s}", "heartbeat.stale_after"},
 		{"interval: 1s\nheartbeat: {stale_after: 30s}", "heartbeat.stale_after"},

@@ -97,6 +97,9 @@ type Daemon struct {
 
 	limits      limits // what the loaded datapath was sized and set up with
 	autoLeftOut int    // discovered ports the last discovery had no room for
+	// Following the interfaces (links.go): set by Run once attached.
+	following  bool
+	linkWarned map[string]string // interface → the last problem logged for it
 
 	status  atomic.Pointer[Status]
 	metrics *metrics
@@ -117,10 +120,11 @@ type limits struct {
 	maxPorts    int           // datapath.max_ports
 	maxPrefixes int           // datapath.max_prefixes, per address family
 	staleAfter  time.Duration // heartbeat.stale_after
+	attach      rules.AttachMode
 }
 
 func limitsOf(cfg *rules.Config) limits {
-	return limits{maxPorts: cfg.Datapath.MaxPorts, maxPrefixes: cfg.Datapath.MaxPrefixes, staleAfter: cfg.StaleAfter}
+	return limits{maxPorts: cfg.Datapath.MaxPorts, maxPrefixes: cfg.Datapath.MaxPrefixes, staleAfter: cfg.StaleAfter, attach: cfg.Attach}
 }
 
 // openDatapath loads and attaches the datapath; tests replace it with a
@@ -270,6 +274,8 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 
 	fileChanged := d.watchConfig(ctx)
+	linksChanged := d.watchLinks(ctx)
+	d.following = true
 
 	d.tick()
 	if err := sdNotify("READY=1"); err != nil {
@@ -305,6 +311,11 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 			if d.cfg.PortsAuto {
 				d.rediscover()
 			}
+			// Link events can be lost (a full socket buffer): check anyway.
+			d.syncInterfaces()
+		case <-linksChanged:
+			d.syncInterfaces()
+			d.publish()
 		case c := <-d.cmds:
 			c.done <- c.run()
 			d.publish()
@@ -368,6 +379,19 @@ func (d *Daemon) resolveInterfaces(configured []string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list interfaces: %w", err)
 	}
+	infos := linkInfos(links)
+	out, skipped := selectInterfaces(infos)
+	for name, why := range skipped {
+		d.log.Info("interface not protected by the embedded default", "interface", name, "reason", why)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no interface to attach to: no non-loopback Ethernet interface is up (set interfaces: in the config)")
+	}
+	return out, nil
+}
+
+// linkInfos describes the links for selectInterfaces.
+func linkInfos(links []netlink.Link) []ifaceInfo {
 	byIndex := make(map[int]netlink.Link, len(links))
 	for _, l := range links {
 		byIndex[l.Attrs().Index] = l
@@ -384,14 +408,7 @@ func (d *Daemon) resolveInterfaces(configured []string) ([]string, error) {
 		}
 		infos = append(infos, info)
 	}
-	out, skipped := selectInterfaces(infos)
-	for name, why := range skipped {
-		d.log.Info("interface not protected by the embedded default", "interface", name, "reason", why)
-	}
-	if len(out) == 0 {
-		return nil, errors.New("no interface to attach to: no non-loopback Ethernet interface is up (set interfaces: in the config)")
-	}
-	return out, nil
+	return infos
 }
 
 // ifaceInfo is what selectInterfaces needs to know of a link.
@@ -473,9 +490,6 @@ func loaderConfig(cfg *rules.Config, ifaces []string) loader.Config {
 // reload that changes them applies everything else and says so.
 func restartOnly(old, cfg *rules.Config) []string {
 	var out []string
-	if !slices.Equal(old.Interfaces, cfg.Interfaces) {
-		out = append(out, "interfaces")
-	}
 	if old.Attach != cfg.Attach {
 		out = append(out, "attach")
 	}
@@ -669,6 +683,9 @@ func (d *Daemon) apply(cfg *rules.Config) error {
 			d.dlog.Close()
 			d.dlog = nl
 		}
+	}
+	if d.following && !slices.Equal(old.Interfaces, cfg.Interfaces) {
+		d.syncInterfaces()
 	}
 	if fields := restartOnly(old, cfg); len(fields) > 0 {
 		d.log.Warn("settings changed that take effect only after a restart", "fields", fields)

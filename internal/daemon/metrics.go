@@ -28,6 +28,9 @@ type metrics struct {
 	reloads        prometheus.Counter
 	reloadFailures prometheus.Counter
 	onsetDecisions prometheus.Counter
+	// interfaceChanges counts attachments made or dropped while running
+	// (links.go), by change: "attached" or "detached".
+	interfaceChanges *prometheus.CounterVec
 }
 
 func newMetrics(d *Daemon) *metrics {
@@ -50,6 +53,9 @@ func newMetrics(d *Daemon) *metrics {
 		onsetDecisions: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "olcd_onset_decisions_total", Help: "Drop probabilities written between ticks by the onset check: overloads started by a surge of new connections, and the steps of draining what the surge queued.",
 		}),
+		interfaceChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "olcd_interface_changes_total", Help: "Attachments made (an interface appeared, came up or was created again) or dropped (deleted, re-created, no longer selected) while olcd ran, by change.",
+		}, []string{"change"}),
 		reloadFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "olcd_config_reload_failures_total", Help: "Config reloads refused because the file was unreadable or invalid; the running config stayed.",
 		}),
@@ -62,11 +68,13 @@ func newMetrics(d *Daemon) *metrics {
 		sampler.SourceCgroupPSIMemory, sampler.SourceCgroupPSIIO, sourceDatapathStats} {
 		m.sampleErrors.WithLabelValues(src)
 	}
+	m.interfaceChanges.WithLabelValues("attached")
+	m.interfaceChanges.WithLabelValues("detached")
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "olcd_build_info", Help: "Build information; always 1.",
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(d.opts.Version, runtime.Version()).Set(1)
-	m.reg.MustRegister(m.ticks, m.tickSeconds, m.sampleErrors, m.reloads, m.reloadFailures, m.onsetDecisions, build,
+	m.reg.MustRegister(m.ticks, m.tickSeconds, m.sampleErrors, m.reloads, m.reloadFailures, m.onsetDecisions, m.interfaceChanges, build,
 		&stateCollector{d: d},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

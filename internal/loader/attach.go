@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -27,12 +28,15 @@ type Attachment struct {
 	Interface string
 	Hook      string // "xdp" or "tc"
 	Mode      string // "tcx" or "clsact" (tc); "native" or "generic" (xdp)
+	// Ifindex is the interface's index when it was attached: a link
+	// deleted and created again under the same name has a new one, and
+	// the program went with the old.
+	Ifindex int
 }
 
 type attachment struct {
 	Attachment
-	ifindex int
-	netns   uint64 // inode of the network namespace attached in
+	netns uint64 // inode of the network namespace attached in
 	// nl speaks netlink in the network namespace the interface was
 	// attached in, so that Close removes filters there whatever thread or
 	// namespace it is called from.
@@ -75,6 +79,27 @@ func (d *Datapath) Attach(iface string, mode AttachMode) error {
 	return d.attach(iface, mode, false)
 }
 
+// Detach removes the attachment to the interface named iface, as Close does
+// for all of them. An interface that vanished took its programs with it:
+// detaching it only releases what olcd held. Errors: not attached, or the
+// kernel refusing to remove the program (the attachment is forgotten all
+// the same, so that the interface can be attached again).
+func (d *Datapath) Detach(iface string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, a := range d.attachments {
+		if a.Interface == iface {
+			d.attachments = slices.Delete(d.attachments, i, i+1)
+			if err := a.detach(d.log); err != nil {
+				return err
+			}
+			d.log.Info("datapath detached", "interface", iface, "hook", a.Hook, "mode", a.Mode)
+			return nil
+		}
+	}
+	return fmt.Errorf("detach from %s: not attached", iface)
+}
+
 // attach is Attach with a way to skip tcx, for testing the clsact rung.
 func (d *Datapath) attach(iface string, mode AttachMode, noTCX bool) error {
 	if mode == "" {
@@ -111,7 +136,7 @@ func (d *Datapath) attach(iface string, mode AttachMode, noTCX bool) error {
 	// would run the program twice on every packet.
 	ns := currentNetns()
 	for _, a := range d.attachments {
-		if a.ifindex == l.Attrs().Index && a.netns == ns {
+		if a.Ifindex == l.Attrs().Index && a.netns == ns {
 			nl.Close()
 			return fmt.Errorf("attach %s to %s: already attached as %s (%s, %s)", mode, iface, a.Interface, a.Hook, a.Mode)
 		}
@@ -155,7 +180,7 @@ func (d *Datapath) attachTC(nl *netlink.Handle, l netlink.Link, noTCX bool) (*at
 			Attach:    ebpf.AttachTCXIngress,
 		})
 		if err == nil {
-			return &attachment{Attachment: Attachment{name, "tc", "tcx"}, ifindex: idx, link: lk}, nil
+			return &attachment{Attachment: Attachment{name, "tc", "tcx", idx}, link: lk}, nil
 		}
 		if !errors.Is(err, ebpf.ErrNotSupported) {
 			return nil, fmt.Errorf("attach tc (tcx) to %s: %w", name, err)
@@ -171,7 +196,7 @@ func (d *Datapath) attachClsact(nl *netlink.Handle, l netlink.Link) (*attachment
 	if err != nil {
 		return nil, fmt.Errorf("attach tc (clsact) to %s: %w", name, err)
 	}
-	a := &attachment{Attachment: Attachment{name, "tc", "clsact"}, ifindex: idx, nl: nl}
+	a := &attachment{Attachment: Attachment{name, "tc", "clsact", idx}, nl: nl}
 	if !has {
 		q := &netlink.Clsact{QdiscAttrs: netlink.QdiscAttrs{
 			LinkIndex: idx,
@@ -229,7 +254,7 @@ func (d *Datapath) attachXDP(l netlink.Link, native, generic bool) (*attachment,
 	if native {
 		lk, err := link.AttachXDP(link.XDPOptions{Program: d.objs.OlcdXdp, Interface: idx, Flags: link.XDPDriverMode})
 		if err == nil {
-			return &attachment{Attachment: Attachment{name, "xdp", "native"}, ifindex: idx, link: lk}, nil
+			return &attachment{Attachment: Attachment{name, "xdp", "native", idx}, link: lk}, nil
 		}
 		if !generic || !(errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ERANGE)) {
 			return nil, fmt.Errorf("attach xdp (native) to %s: %w", name, err)
@@ -240,7 +265,7 @@ func (d *Datapath) attachXDP(l netlink.Link, native, generic bool) (*attachment,
 	if err != nil {
 		return nil, fmt.Errorf("attach xdp (generic) to %s: %w", name, err)
 	}
-	return &attachment{Attachment: Attachment{name, "xdp", "generic"}, ifindex: idx, link: lk}, nil
+	return &attachment{Attachment: Attachment{name, "xdp", "generic", idx}, link: lk}, nil
 }
 
 // detach undoes the attachment. A vanished interface took everything with
@@ -267,7 +292,7 @@ func (a *attachment) detach(log *slog.Logger) error {
 // another tool deleted it, and the filter with it (the kernel then answers
 // EINVAL to the filter's deletion, not ENOENT).
 func (a *attachment) clsactGone() bool {
-	l, err := a.nl.LinkByIndex(a.ifindex)
+	l, err := a.nl.LinkByIndex(a.Ifindex)
 	if err != nil {
 		return gone(err)
 	}
@@ -282,7 +307,7 @@ func (a *attachment) removeQdiscIfEmpty(log *slog.Logger) error {
 	if !a.createdQdisc {
 		return nil
 	}
-	l, err := a.nl.LinkByIndex(a.ifindex)
+	l, err := a.nl.LinkByIndex(a.Ifindex)
 	if err != nil {
 		if gone(err) {
 			return nil
@@ -306,7 +331,7 @@ func (a *attachment) removeQdiscIfEmpty(log *slog.Logger) error {
 		}
 	}
 	q := &netlink.Clsact{QdiscAttrs: netlink.QdiscAttrs{
-		LinkIndex: a.ifindex,
+		LinkIndex: a.Ifindex,
 		Handle:    netlink.MakeHandle(0xffff, 0),
 		Parent:    netlink.HANDLE_CLSACT,
 	}}

@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -292,7 +293,7 @@ func TestXDPFallback(t *testing.T) {
 	n := newTestNet(t)
 	d := loadTest(t, Config{})
 	n.inServer(t, func() error { return d.Attach("lo", AttachXDP) })
-	if got := d.Attachments(); len(got) != 1 || got[0] != (Attachment{"lo", "xdp", "generic"}) {
+	if got := d.Attachments(); len(got) != 1 || got[0] != (Attachment{"lo", "xdp", "generic", 1}) {
 		t.Errorf("attachments %+v, want xdp/generic on lo", got)
 	}
 	must(t, d.Close())
@@ -388,6 +389,100 @@ func TestClsactDeletedUnderneath(t *testing.T) {
 				}
 				return nil
 			})
+		})
+	}
+}
+
+// TestDetach: one interface is detached and can be attached again; an
+// interface deleted and created again under its name is detached without
+// error (the kernel took the program with the old device) and attached
+// anew, on each TC rung.
+func TestDetach(t *testing.T) {
+	for _, noTCX := range []bool{false, true} {
+		t.Run(fmt.Sprintf("noTCX=%v", noTCX), func(t *testing.T) {
+			n := newTestNet(t)
+			d := loadTest(t, Config{})
+			h, err := netlink.NewHandleAt(n.server)
+			must(t, err)
+			defer h.Close()
+			onTC := func(name string) int {
+				t.Helper()
+				var ids []uint32
+				n.inServer(t, func() error {
+					l, err := h.LinkByName(name)
+					if err != nil {
+						return err
+					}
+					q, err := link.QueryPrograms(link.QueryOptions{Target: l.Attrs().Index, Attach: ebpf.AttachTCXIngress})
+					if err == nil {
+						for _, p := range q.Programs {
+							ids = append(ids, uint32(p.ID))
+						}
+					}
+					fs, err := h.FilterList(l, netlink.HANDLE_MIN_INGRESS)
+					if err != nil && !errors.Is(err, unix.EINVAL) {
+						return err
+					}
+					for _, f := range fs {
+						if bf, ok := f.(*netlink.BpfFilter); ok && bf.Id != 0 {
+							ids = append(ids, uint32(bf.Id))
+						}
+					}
+					return nil
+				})
+				return len(ids)
+			}
+			attach := func(name string) Attachment {
+				t.Helper()
+				n.inServer(t, func() error { return d.attach(name, AttachTC, noTCX) })
+				for _, a := range d.Attachments() {
+					if a.Interface == name {
+						return a
+					}
+				}
+				t.Fatalf("%s missing from %+v", name, d.Attachments())
+				return Attachment{}
+			}
+
+			attach(n.serverIf)
+			must(t, d.Detach(n.serverIf))
+			if got := d.Attachments(); len(got) != 0 {
+				t.Errorf("after Detach: %+v", got)
+			}
+			if c := onTC(n.serverIf); c != 0 {
+				t.Errorf("%d programs left on %s after Detach", c, n.serverIf)
+			}
+			if err := d.Detach(n.serverIf); err == nil || !strings.Contains(err.Error(), "not attached") {
+				t.Errorf("second Detach: %v", err)
+			}
+			attach(n.serverIf)
+			if c := onTC(n.serverIf); c != 1 {
+				t.Errorf("%d programs on %s after attaching again, want 1", c, n.serverIf)
+			}
+
+			const dummy = "oldetach"
+			// A veth pair inside the server namespace (this kernel may lack dummy).
+			mk := func() {
+				must(t, h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: dummy}, PeerName: dummy + "p"}))
+			}
+			mk()
+			first := attach(dummy)
+			l, err := h.LinkByName(dummy)
+			must(t, err)
+			must(t, h.LinkDel(l))
+			mk()
+			if c := onTC(dummy); c != 0 {
+				t.Fatalf("a new %s has %d programs", dummy, c)
+			}
+			must(t, d.Detach(dummy))
+			second := attach(dummy)
+			if second.Ifindex == first.Ifindex || onTC(dummy) != 1 {
+				t.Errorf("re-created %s: ifindex %d then %d, %d programs", dummy, first.Ifindex, second.Ifindex, onTC(dummy))
+			}
+			must(t, d.Close())
+			if onTC(dummy) != 0 || onTC(n.serverIf) != 0 {
+				t.Error("programs left after Close")
+			}
 		})
 	}
 }

@@ -52,16 +52,10 @@ func newNetEnv(t *testing.T) *netEnv {
 	t.Cleanup(func() { runQuiet("ip", "netns", "del", e.Node) })
 	mustRun(t, "ip", "netns", "add", e.Peer)
 	t.Cleanup(func() { runQuiet("ip", "netns", "del", e.Peer) })
-	// Created directly inside the namespaces: the names never appear in the
-	// host namespace, where other tests create theirs.
-	mustRun(t, "ip", "link", "add", e.NodeIf, "netns", e.Node, "type", "veth", "peer", "name", e.PeerIf, "netns", e.Peer)
-	mustRun(t, "ip", "-n", e.Node, "addr", "add", e.NodeIP.String()+"/24", "dev", e.NodeIf)
-	mustRun(t, "ip", "-n", e.Peer, "addr", "add", e.PeerIP.String()+"/24", "dev", e.PeerIf)
+	e.createVeth(t)
 	for _, ns := range []string{e.Node, e.Peer} {
 		mustRun(t, "ip", "-n", ns, "link", "set", "lo", "up")
 	}
-	mustRun(t, "ip", "-n", e.Node, "link", "set", e.NodeIf, "up")
-	mustRun(t, "ip", "-n", e.Peer, "link", "set", e.PeerIf, "up")
 
 	var err error
 	if e.nodeNS, err = netns.GetFromName(e.Node); err != nil {
@@ -77,6 +71,18 @@ func newNetEnv(t *testing.T) *netEnv {
 	}
 	t.Cleanup(e.nodeNL.Close)
 	return e
+}
+
+// createVeth creates the veth pair, addressed and up. It is created
+// directly inside the namespaces: the names never appear in the host
+// namespace, where other tests create theirs.
+func (e *netEnv) createVeth(t *testing.T) {
+	t.Helper()
+	mustRun(t, "ip", "link", "add", e.NodeIf, "netns", e.Node, "type", "veth", "peer", "name", e.PeerIf, "netns", e.Peer)
+	mustRun(t, "ip", "-n", e.Node, "addr", "add", e.NodeIP.String()+"/24", "dev", e.NodeIf)
+	mustRun(t, "ip", "-n", e.Peer, "addr", "add", e.PeerIP.String()+"/24", "dev", e.PeerIf)
+	mustRun(t, "ip", "-n", e.Node, "link", "set", e.NodeIf, "up")
+	mustRun(t, "ip", "-n", e.Peer, "link", "set", e.PeerIf, "up")
 }
 
 // inNetns runs fn on an OS thread switched into ns. Sockets fn creates stay

@@ -47,6 +47,9 @@ type daemonConfig struct {
 	Attach     string  // tc | xdp | ...
 	Threshold  float64 // cpu_busy threshold
 	StaleAfter string  // heartbeat.stale_after
+	// AutoInterfaces leaves interfaces: empty (olcd picks and follows the
+	// node namespace's links) instead of naming the veth end.
+	AutoInterfaces bool
 	// Filled in by startDaemon.
 	Iface, Interval, Metrics, Socket, DecisionLog string
 	Ports                                         []int
@@ -122,6 +125,9 @@ func (d *olcd) start(t *testing.T) {
 // and addresses, and the defaults of the optional fields.
 func startedConfig(d *olcd, cfg daemonConfig) daemonConfig {
 	cfg.Iface, cfg.Interval, cfg.Metrics = d.env.NodeIf, interval.String(), d.metrics
+	if cfg.AutoInterfaces {
+		cfg.Iface = ""
+	}
 	cfg.Socket, cfg.DecisionLog = d.socket, d.decPath
 	if len(cfg.Ports) == 0 {
 		cfg.Ports = []int{serverPort}
@@ -484,9 +490,16 @@ type attachedProg struct {
 // path as the kernel reports it: tcx links, XDP, and cls_bpf filters.
 func (e *netEnv) attachedProgs(t *testing.T) []attachedProg {
 	t.Helper()
-	l, err := e.nodeNL.LinkByName(e.NodeIf)
+	return e.attachedProgsOn(t, e.NodeIf)
+}
+
+// attachedProgsOn is attachedProgs for another interface of the node
+// namespace.
+func (e *netEnv) attachedProgsOn(t *testing.T, name string) []attachedProg {
+	t.Helper()
+	l, err := e.nodeNL.LinkByName(name)
 	if err != nil {
-		t.Fatalf("link %s: %v", e.NodeIf, err)
+		t.Fatalf("link %s: %v", name, err)
 	}
 	var out []attachedProg
 	var q *link.QueryResult
@@ -495,7 +508,7 @@ func (e *netEnv) attachedProgs(t *testing.T) []attachedProg {
 		q, err = link.QueryPrograms(link.QueryOptions{Target: l.Attrs().Index, Attach: ebpf.AttachTCXIngress})
 		return err
 	}); err != nil {
-		t.Fatalf("query tcx programs on %s: %v", e.NodeIf, err)
+		t.Fatalf("query tcx programs on %s: %v", name, err)
 	}
 	for _, p := range q.Programs {
 		out = append(out, attachedProg{Hook: "tcx", ID: p.ID, Name: progName(p.ID)})
@@ -506,7 +519,7 @@ func (e *netEnv) attachedProgs(t *testing.T) []attachedProg {
 	}
 	fs, err := e.nodeNL.FilterList(l, netlink.HANDLE_MIN_INGRESS)
 	if err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
-		t.Fatalf("list ingress filters on %s: %v", e.NodeIf, err)
+		t.Fatalf("list ingress filters on %s: %v", name, err)
 	}
 	for _, f := range fs {
 		if bf, ok := f.(*netlink.BpfFilter); ok && bf.Handle != 0 {
