@@ -312,9 +312,9 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 				d.rediscover()
 			}
 			// Link events can be lost (a full socket buffer): check anyway.
-			d.syncInterfaces()
+			d.syncInterfaces(true)
 		case <-linksChanged:
-			d.syncInterfaces()
+			d.syncInterfaces(false)
 			d.publish()
 		case c := <-d.cmds:
 			c.done <- c.run()
@@ -622,6 +622,17 @@ func (d *Daemon) reload(trigger string) error {
 // error always means that the running config stays.
 func (d *Daemon) apply(cfg *rules.Config) error {
 	old, oldPorts, oldCtrl, oldSmp, oldLast := d.cfg, d.ports, d.ctrl, d.smp, d.last.decision.Ports
+	if d.following {
+		var added []string
+		for _, n := range cfg.Interfaces {
+			if !slices.Contains(old.Interfaces, n) {
+				added = append(added, n)
+			}
+		}
+		if err := checkListed(added); err != nil {
+			return err
+		}
+	}
 	ports := d.resolvePorts(cfg)
 	if err := d.limits.fits(cfg, ports); err != nil {
 		return err
@@ -685,7 +696,7 @@ func (d *Daemon) apply(cfg *rules.Config) error {
 		}
 	}
 	if d.following && !slices.Equal(old.Interfaces, cfg.Interfaces) {
-		d.syncInterfaces()
+		d.syncInterfaces(false)
 	}
 	if fields := restartOnly(old, cfg); len(fields) > 0 {
 		d.log.Warn("settings changed that take effect only after a restart", "fields", fields)

@@ -2,40 +2,73 @@ package daemon
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
+	"time"
 
 	"github.com/vishvananda/netlink"
 
 	"github.com/olcd/olcd/internal/loader"
 )
 
+// linkEventBuffer is the receive buffer asked for the link-event socket
+// (bytes). The kernel default (about 200 KB) overflows when a burst of link
+// changes meets a daemon that is not scheduled, which is what an overloaded
+// node looks like; 4 MB holds tens of thousands of events.
+const linkEventBuffer = 4 << 20
+
+// resubscribeAfter is the pause before subscribing again to link events
+// after the subscription ended with an error.
+const resubscribeAfter = time.Second
+
 // watchLinks returns a channel that receives a value (coalesced: capacity
 // 1) whenever a link of the daemon's network namespace is created, deleted
-// or changes, until ctx is done. Without a subscription (refused, or ended
-// by an error such as a full socket buffer) the channel stays silent, and
-// the check every DiscoverEvery still catches the change.
+// or changes, until ctx is done. When the subscription ends with an error
+// (events lost to a full socket buffer), the channel fires at once so that
+// every interface is checked, and the subscription is made again after
+// resubscribeAfter. The check every DiscoverEvery stands in for events
+// while there is no subscription.
 func (d *Daemon) watchLinks(ctx context.Context) <-chan struct{} {
 	out := make(chan struct{}, 1)
-	updates := make(chan netlink.LinkUpdate, 64)
-	done := make(chan struct{})
-	err := netlink.LinkSubscribeWithOptions(updates, done, netlink.LinkSubscribeOptions{
-		ErrorCallback: func(err error) {
-			d.log.Warn("link events: interfaces are checked every "+DiscoverEvery.String()+" instead", "err", err)
-		},
-	})
-	if err != nil {
-		d.log.Warn("subscribe to link events: interfaces are checked every "+DiscoverEvery.String()+" instead", "err", err)
-		return out
+	poke := func() {
+		select {
+		case out <- struct{}{}:
+		default:
+		}
 	}
 	go func() {
-		<-ctx.Done()
-		close(done)
-	}()
-	go func() {
-		for range updates {
+		warned := false
+		for ctx.Err() == nil {
+			updates := make(chan netlink.LinkUpdate, 256)
+			done := make(chan struct{})
+			err := netlink.LinkSubscribeWithOptions(updates, done, netlink.LinkSubscribeOptions{
+				ReceiveBufferSize: linkEventBuffer, ReceiveBufferForceSize: true,
+				ErrorCallback: func(err error) {
+					if ctx.Err() == nil { // closing the socket at a stop fails the receive
+						d.log.Warn("link events lost: checking every interface, subscribing again", "err", err)
+					}
+				},
+			})
+			if err != nil {
+				if !warned {
+					d.log.Warn("subscribe to link events: interfaces are checked every "+DiscoverEvery.String()+" until it works", "err", err)
+					warned = true
+				}
+			} else {
+				warned = false
+				stop := context.AfterFunc(ctx, func() { close(done) })
+				for range updates {
+					poke()
+				}
+				if stop() {
+					close(done) // ended by an error: release the library's socket
+				}
+			}
+			poke()
 			select {
-			case out <- struct{}{}:
-			default:
+			case <-ctx.Done():
+			case <-time.After(resubscribeAfter):
 			}
 		}
 	}()
@@ -52,42 +85,68 @@ func (d *Daemon) watchLinks(ctx context.Context) <-chan struct{} {
 //     selectInterfaces would pick is attached; one that becomes a bridge or
 //     bond port is detached (its master is protected). One that merely goes
 //     down stays attached: its filter is still there when it comes back up;
-//   - with a list, the listed interfaces are attached when they exist, and
-//     an interface a reload removed from the list is detached.
+//   - with a list, the listed interfaces (by name or altname) are attached
+//     when they exist, and an interface a reload removed from the list is
+//     detached;
+//   - a renamed interface is detached and attached again under its new
+//     name when that is wanted.
 //
-// The attach mode is the one the daemon started with. Problems are logged
-// once per interface until they change.
-func (d *Daemon) syncInterfaces() {
-	links, err := netlink.LinkList()
+// Attachments are matched to links by interface index, so an altname in the
+// list names the interface the loader attached under its name. The attach
+// mode is the one the daemon started with. Expected events (an interface
+// deleted, or gone while being attached) are logged at info level; attach
+// failures once per interface until they change; "no interface attached" only
+// when the periodic check (periodic true) still finds none.
+func (d *Daemon) syncInterfaces(periodic bool) {
+	links, err := listLinks()
 	if err != nil {
 		d.warnLink("", "list interfaces: "+err.Error())
 		return
 	}
-	index := make(map[string]int, len(links))
+	byName := make(map[string]netlink.Link, len(links))
+	byIndex := make(map[int]netlink.Link, len(links))
 	for _, l := range links {
-		index[l.Attrs().Name] = l.Attrs().Index
+		byIndex[l.Attrs().Index] = l
+		byName[l.Attrs().Name] = l
+		for _, alt := range l.Attrs().AltNames {
+			byName[alt] = l
+		}
 	}
-	want, skipped := d.cfg.Interfaces, map[string]string{}
-	auto := len(want) == 0
+	auto := len(d.cfg.Interfaces) == 0
+	want := map[int]string{} // ifindex → the name to attach it by
+	skipped := map[string]string{}
 	if auto {
-		want, skipped = selectInterfaces(linkInfos(links))
+		var names []string
+		names, skipped = selectInterfaces(linkInfos(links))
+		for _, n := range names {
+			want[byName[n].Attrs().Index] = n
+		}
+	} else {
+		for _, n := range d.cfg.Interfaces {
+			if l, ok := byName[n]; ok {
+				want[l.Attrs().Index] = n
+			} else {
+				d.noteLink(n, "listed interface does not exist; it is attached when it appears")
+			}
+		}
 	}
-	attached := map[string]bool{}
+
+	attached := map[int]bool{}
 	for _, a := range d.dp.Attachments() {
-		idx, exists := index[a.Interface]
+		l, exists := byIndex[a.Ifindex]
 		why := ""
 		switch {
 		case !exists:
 			why = "interface deleted"
-		case idx != a.Ifindex:
-			why = "interface created again under its name"
+		case l.Attrs().Name != a.Interface:
+			why = "interface renamed to " + l.Attrs().Name
 		case auto && skipped[a.Interface] != "":
 			why = "no longer selected: " + skipped[a.Interface]
-		case !auto && !slices.Contains(want, a.Interface):
+		case !auto && want[a.Ifindex] == "":
 			why = "no longer in interfaces:"
 		}
 		if why == "" {
-			attached[a.Interface] = true
+			attached[a.Ifindex] = true
 			continue
 		}
 		if err := d.dp.Detach(a.Interface); err != nil {
@@ -97,47 +156,96 @@ func (d *Daemon) syncInterfaces() {
 		}
 		d.metrics.interfaceChanges.WithLabelValues("detached").Inc()
 	}
-	for _, name := range want {
-		if attached[name] {
-			delete(d.linkWarned, name)
+
+	names := make([]string, 0, len(want))
+	for idx, n := range want {
+		if !attached[idx] {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		if err := d.dp.Attach(n, loader.AttachMode(d.limits.attach)); err != nil {
+			if loader.InterfaceGone(err) {
+				d.noteLink(n, "interface gone while being attached")
+			} else {
+				d.warnLink(n, err.Error())
+			}
 			continue
 		}
-		if _, exists := index[name]; !exists {
-			d.warnLink(name, "interface named in interfaces: does not exist; it is attached when it appears")
-			continue
-		}
-		if err := d.dp.Attach(name, loader.AttachMode(d.limits.attach)); err != nil {
-			d.warnLink(name, err.Error())
-			continue
-		}
-		delete(d.linkWarned, name)
+		delete(d.linkWarned, n)
 		d.metrics.interfaceChanges.WithLabelValues("attached").Inc()
 		for _, a := range d.dp.Attachments() {
-			if a.Interface == name {
-				d.log.Info("interface attached", "interface", name, "hook", a.Hook, "mode", a.Mode)
+			if a.Interface == n || a.Ifindex == byName[n].Attrs().Index {
+				d.log.Info("interface attached", "interface", n, "hook", a.Hook, "mode", a.Mode)
 			}
 		}
 	}
-	if len(d.dp.Attachments()) == 0 {
-		d.warnLink("", "no interface attached: nothing is protected until one is")
-	} else {
+	switch {
+	case len(d.dp.Attachments()) > 0:
 		delete(d.linkWarned, "")
+	case periodic:
+		d.warnLink("", "no interface attached: nothing is protected until one is")
 	}
 }
 
-// warnLink logs a problem with an interface ("" for all of them) unless the
-// same one was logged last for it.
-func (d *Daemon) warnLink(name, problem string) {
-	if d.linkWarned == nil {
-		d.linkWarned = map[string]string{}
+// listLinks lists the links, retrying a dump the kernel interrupted (links
+// changed while it was read) a few times.
+func listLinks() ([]netlink.Link, error) {
+	var err error
+	for range 5 {
+		var links []netlink.Link
+		if links, err = netlink.LinkList(); !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return links, err
+		}
 	}
-	if prev, ok := d.linkWarned[name]; ok && prev == problem {
+	return nil, fmt.Errorf("links changed during every one of 5 reads: %w", err)
+}
+
+// checkListed returns an error naming the interfaces of the list that do
+// not exist: a reload must not trade the running protection for a typo,
+// as the start refuses one. Errors: "interfaces: eht0 does not exist".
+func checkListed(names []string) error {
+	var missing []string
+	for _, n := range names {
+		if _, err := netlink.LinkByName(n); err != nil {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("interfaces: %v does not exist (a listed interface must exist when the list is loaded; one deleted later is attached again when it returns)", missing)
+	}
+	return nil
+}
+
+// warnLink logs a problem with an interface ("" for all of them) at warning
+// level unless the same one was logged last for it.
+func (d *Daemon) warnLink(name, problem string) {
+	if !d.newLinkProblem(name, problem) {
 		return
 	}
-	d.linkWarned[name] = problem
 	if name == "" {
 		d.log.Warn(problem)
 		return
 	}
 	d.log.Warn("interface not attached", "interface", name, "problem", problem)
+}
+
+// noteLink is warnLink at info level, for what happens to interfaces in
+// normal operation.
+func (d *Daemon) noteLink(name, what string) {
+	if d.newLinkProblem(name, what) {
+		d.log.Info("interface not attached", "interface", name, "reason", what)
+	}
+}
+
+func (d *Daemon) newLinkProblem(name, problem string) bool {
+	if d.linkWarned == nil {
+		d.linkWarned = map[string]string{}
+	}
+	if prev, ok := d.linkWarned[name]; ok && prev == problem {
+		return false
+	}
+	d.linkWarned[name] = problem
+	return true
 }

@@ -576,6 +576,12 @@ func ethernetFramed(l netlink.Link) bool {
 	return t == "ether" || t == "loopback"
 }
 
+// InterfaceGone reports whether an error of Attach or Detach says the
+// interface does not exist (any more): deleted before or while olcd
+// attached to it. A caller following the interfaces waits for it to appear
+// instead of reporting a failure.
+func InterfaceGone(err error) bool { return gone(err) }
+
 // gone reports whether err says the interface (and so its qdiscs and
 // filters) no longer exists.
 func gone(err error) bool {

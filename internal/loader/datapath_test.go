@@ -867,14 +867,20 @@ func TestSelectionValidated(t *testing.T) {
 	}
 }
 
-// TestStatsBatch: many slots are read with one batched lookup and give the
-// same totals as slot-by-slot reads, across a switch between the two (a
-// port set that became sparse).
+// TestStatsBatch: many slots are read with batched lookups (in several
+// chunks beyond batchChunk) and give the same totals as slot-by-slot reads,
+// across a switch between the two (a port set that became sparse).
 func TestStatsBatch(t *testing.T) {
-	d := loadTest(t, Config{StaleAfter: time.Hour, MaxPorts: 64})
+	for _, n := range []int{40, 2*batchChunk + 88} {
+		t.Run(fmt.Sprintf("ports=%d", n), func(t *testing.T) { testStatsBatch(t, n) })
+	}
+}
+
+func testStatsBatch(t *testing.T, nports int) {
+	d := loadTest(t, Config{StaleAfter: time.Hour, MaxPorts: nports})
 	ncpu, err := ebpf.PossibleCPU()
 	must(t, err)
-	pols := make([]PortPolicy, 40)
+	pols := make([]PortPolicy, nports)
 	for i := range pols {
 		pols[i] = PortPolicy{Key: PortKey{ProtoTCP, uint16(2000 + i)}, Mode: ModeEnforce, Action: ActionDrop}
 	}
@@ -912,7 +918,7 @@ func TestStatsBatch(t *testing.T) {
 	write(1)
 	check("batched", 1)
 	if d.stats.keys == nil || d.stats.noBatch {
-		t.Fatal("40 dense slots were read slot by slot")
+		t.Fatalf("%d dense slots were read slot by slot", nports)
 	}
 	// A real packet lands in the slot the batch reads for its port.
 	before := stats(t, d).Ports[PortKey{ProtoTCP, 2007}].NewConns
@@ -924,11 +930,11 @@ func TestStatsBatch(t *testing.T) {
 	check("batched, second round", 2)
 
 	// Keep only the 9 ports with the highest slots: 10 slots in use up to
-	// slot 40 are too sparse for a batch, so they are read slot by slot,
+	// the last are too sparse for a batch, so they are read slot by slot,
 	// and the totals go on from the batched ones.
 	var keep []PortPolicy
 	for _, p := range pols {
-		if d.slots[p.Key] > 31 {
+		if int(d.slots[p.Key]) > nports-9 {
 			keep = append(keep, p)
 		}
 	}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -18,8 +19,10 @@ const followWithin = 2 * time.Second
 // while it runs. The veth it protects, deleted and created again under its
 // name, is attached again at once and sheds again; a new interface is
 // attached when it comes up, stays attached while down, and is forgotten
-// when deleted; a reload that names one interface detaches the others, and
-// a listed interface created again is attached again.
+// when deleted; a reload that names one interface detaches the others, a
+// listed interface created again is attached again, a reload naming one
+// that does not exist is refused, and an altname in the list keeps the
+// interface attached.
 func TestInterfacesFollowed(t *testing.T) {
 	requireRoot(t)
 	env := newNetEnv(t)
@@ -91,6 +94,37 @@ func TestInterfacesFollowed(t *testing.T) {
 	env.createVeth(t)
 	waitFor(t, "the listed "+env.NodeIf+" attached again", func() bool { return len(env.attachedProgs(t)) == 1 })
 	env.expectAllDropped(t, "after the listed veth was created again", 5)
+
+	// --- A reload naming an interface that does not exist is refused:
+	// the running protection is not traded for a typo.
+	reloadWith := func(ifaces string) error {
+		c := startedConfig(d, cfg)
+		c.Iface = ifaces
+		writeFileAtomic(t, d.realCfg, renderConfig(t, c))
+		_, err := d.cli("reload")
+		return err
+	}
+	typo := env.NodeIf[:len(env.NodeIf)-1] + "x"
+	if err := reloadWith(env.NodeIf + ", " + typo); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("reload naming the missing %s: %v, want a refusal saying it does not exist", typo, err)
+	}
+	if got := statusIfaces(d.mustStatus(t)); !slices.Equal(got, []string{env.NodeIf}) {
+		t.Errorf("after the refused reload: attached %v, want [%s]", got, env.NodeIf)
+	}
+
+	// --- An altname in the list names the interface attached under its
+	// name: it stays attached through link events and re-checks.
+	alt := env.NodeIf[:len(env.NodeIf)-1] + "l"
+	mustRun(t, "ip", "-n", env.Node, "link", "property", "add", "dev", env.NodeIf, "altname", alt)
+	if err := reloadWith(alt); err != nil {
+		t.Fatalf("reload naming the altname %s: %v", alt, err)
+	}
+	mustRun(t, "ip", "-n", env.Node, "link", "set", extraB, "down") // a link event
+	time.Sleep(500 * time.Millisecond)
+	if got := statusIfaces(d.mustStatus(t)); !slices.Equal(got, []string{env.NodeIf}) || len(env.attachedProgs(t)) != 1 {
+		t.Errorf("listed by its altname %s: attached %v, want [%s] with its program", alt, got, env.NodeIf)
+	}
+	env.expectAllDropped(t, "listed by its altname", 5)
 
 	mfs := d.scrape(t)
 	att := mustMetric(t, mfs, "olcd_interface_changes_total", "change", "attached")
