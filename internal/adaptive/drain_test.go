@@ -395,3 +395,82 @@ func TestQueuePlantOnsetQuiet(t *testing.T) {
 		}
 	}
 }
+
+// TestQueuePlantRelease: when a 3 C step of independent clients ends and
+// the demand falls well below what the saturation estimate says fits (0.5
+// C), p returns to 0 at the first tick that sees only the new demand,
+// however long the cooldown (the Poisson noise makes over ticks that
+// restart it until the step ends), instead of shedding most of a load that
+// fits through the cooldown, and the overload does not come back. Seeds
+// whose estimate was forgotten (docs/controller.md §3) fall back to the
+// cooldown: at most 3 of 20. A demand that falls only to what fits (0.93
+// C) is not released without the cooldown.
+func TestQueuePlantRelease(t *testing.T) {
+	const at, end = 10.05, 40.05
+	for _, tc := range []struct {
+		name     string
+		after    float64 // share of queueCapacity after the step
+		cooldown int
+		early    bool // released without cooldown, within 2 ticks
+	}{
+		{"0.5 C, cooldown 2", 0.5, 2, true},
+		{"0.5 C, cooldown 20", 0.5, 20, true},
+		{"0.93 C, cooldown 20", 0.93, 20, false},
+	} {
+		var latest float64
+		var late, earlyN int
+		for seed := uint64(1); seed <= plantSeeds; seed++ {
+			c := harnessController(t)
+			c.cfg.Params.Cooldown = tc.cooldown
+			load := func(now float64) float64 {
+				switch {
+				case now < at:
+					return 0.5 * queueCapacity
+				case now < end:
+					return 3 * queueCapacity
+				}
+				return tc.after * queueCapacity
+			}
+			_, ds := runQueuePlant(t, c, seed, load, queueOpts{onset: true, poisson: true}, end+20, at, end)
+			released, early, restarted := -1.0, false, false
+			for _, d := range ds {
+				tk := d.At.Sub(TraceOrigin).Seconds()
+				if tk <= end {
+					continue
+				}
+				early = early || strings.Contains(d.Reason, "without cooldown")
+				for _, ev := range d.Events {
+					switch {
+					case ev.Kind == EventOverloadEnd && released < 0:
+						released = tk
+					case ev.Kind == EventOverloadStart && released >= 0:
+						restarted = true
+					}
+				}
+			}
+			if early {
+				earlyN++
+			}
+			if !tc.early {
+				continue
+			}
+			latest = max(latest, released-end)
+			switch {
+			case released < 0:
+				t.Errorf("%s, seed %d: still overloaded 20 s after the step ended", tc.name, seed)
+			case released > end+2*queueTick+1e-9:
+				late++
+			}
+			if restarted {
+				t.Errorf("%s, seed %d: the overload started again after its release at %.2f s", tc.name, seed, released)
+			}
+		}
+		t.Logf("%s: %d of %d seeds released without cooldown; at most %.2f s after the step ended", tc.name, earlyN, plantSeeds, latest)
+		if tc.early && late > 3 {
+			t.Errorf("%s: %d of %d seeds released more than %.1f s after the step ended, want at most 3", tc.name, late, plantSeeds, 2*queueTick)
+		}
+		if !tc.early && earlyN > 0 {
+			t.Errorf("%s: %d seeds released without cooldown although the demand is what fits", tc.name, earlyN)
+		}
+	}
+}
