@@ -135,6 +135,9 @@ func printStatus(w io.Writer, st *daemon.Status, all bool, now time.Time) {
 	for _, a := range st.Interfaces {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", a.Name, a.Hook, a.Mode)
 	}
+	for _, n := range st.InterfacesWaiting {
+		fmt.Fprintf(tw, "%s\t-\tnot attached: does not exist (attached when it appears)\n", n)
+	}
 	tw.Flush()
 	if st.Unclassified > 0 {
 		fmt.Fprintf(w, "unclassified frames passed since start: %d\n", st.Unclassified)

@@ -28,9 +28,10 @@ func TestPrintStatus(t *testing.T) {
 		Classes: []daemon.ClassStatus{{Class: "critical"}, {Class: "normal", DropProbability: 0.4}, {Class: "best-effort", DropProbability: 0.7}},
 		Ports: []daemon.PortStatus{{Proto: "tcp", Port: 8080, Class: "normal", Mode: "enforce", Source: "auto",
 			DropProbability: 0.4, NewPerS: 120, UniquePerS: 100, RetransmitsPerS: 20, DropShare: 0.41}},
-		Exceptions: []string{"tcp/9100", "from 10.0.0.0/8"},
-		Interfaces: []daemon.InterfaceStatus{{Name: "eth0", Hook: "tc", Mode: "tcx"}},
-		Overrides:  []daemon.Override{{At: now, Kind: "mode", Value: "enforce"}},
+		Exceptions:        []string{"tcp/9100", "from 10.0.0.0/8"},
+		Interfaces:        []daemon.InterfaceStatus{{Name: "eth0", Hook: "tc", Mode: "tcx"}},
+		InterfacesWaiting: []string{"eth1"},
+		Overrides:         []daemon.Override{{At: now, Kind: "mode", Value: "enforce"}},
 		ReloadRefused: &daemon.ReloadFailure{At: now, Trigger: "SIGHUP", Error: "1 config problem(s)",
 			Problems: []string{"/etc/olcd/olcd.yaml:3: mode: unknown mode \"on\""}},
 	}
@@ -41,7 +42,7 @@ func TestPrintStatus(t *testing.T) {
 	}{
 		{"enforce", []string{"mode ENFORCE", "+ 1 live override(s)", "shedding 40.0% of new connections", "(42s)",
 			"over, not corroborated", "unavailable", "OVER", "tcp/8080", "41.0", "exempt: tcp/9100, from 10.0.0.0/8",
-			"eth0", "tcx", "live overrides (dropped on reload)",
+			"eth0", "tcx", "eth1", "not attached: does not exist", "live overrides (dropped on reload)",
 			"CONFIG FILE REFUSED", "(SIGHUP)", "olcd.yaml:3: mode"}, []string{"runnable"}},
 		{"observe", []string{"would shed 40.0%", "observe mode: counted, not dropped"}, nil},
 		{"off", []string{"mode OFF: nothing is shed"}, []string{"shedding 40"}},

@@ -100,6 +100,7 @@ type Daemon struct {
 	// Following the interfaces (links.go): set by Run once attached.
 	following  bool
 	linkWarned map[string]string // interface → the last problem logged for it
+	waiting    []string          // listed interfaces that do not exist
 
 	status  atomic.Pointer[Status]
 	metrics *metrics

@@ -121,13 +121,14 @@ func (d *Daemon) syncInterfaces(periodic bool) {
 		for _, n := range names {
 			want[byName[n].Attrs().Index] = n
 		}
-	} else {
-		for _, n := range d.cfg.Interfaces {
-			if l, ok := byName[n]; ok {
-				want[l.Attrs().Index] = n
-			} else {
-				d.noteLink(n, "listed interface does not exist; it is attached when it appears")
-			}
+	}
+	d.waiting = d.waiting[:0]
+	for _, n := range d.cfg.Interfaces {
+		if l, ok := byName[n]; ok {
+			want[l.Attrs().Index] = n
+		} else {
+			d.waiting = append(d.waiting, n)
+			d.noteLink(n, "listed interface does not exist; it is attached when it appears")
 		}
 	}
 

@@ -39,6 +39,10 @@ type Status struct {
 	Exceptions []string `json:"exceptions"`
 	// Interfaces lists the datapath attachments.
 	Interfaces []InterfaceStatus `json:"interfaces"`
+	// InterfacesWaiting lists the interfaces of the configured list that
+	// do not exist (deleted while olcd runs): they are attached when they
+	// appear.
+	InterfacesWaiting []string `json:"interfaces_waiting,omitempty"`
 	// Unclassified counts packets the datapath could not parse (passed)
 	// since start.
 	Unclassified uint64 `json:"unclassified_total"`

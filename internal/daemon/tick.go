@@ -430,6 +430,7 @@ func (d *Daemon) publish() {
 			st.Interfaces = append(st.Interfaces, InterfaceStatus{Name: a.Interface, Hook: a.Hook, Mode: a.Mode})
 		}
 	}
+	st.InterfacesWaiting = slices.Clone(d.waiting)
 	for _, e := range r.snap.Errors {
 		st.SampleErrors = append(st.SampleErrors, fmt.Sprintf("%s: %v", e.Source, e.Err))
 	}

@@ -89,8 +89,16 @@ func TestInterfacesFollowed(t *testing.T) {
 	}
 	env.expectAllDropped(t, "after the reload", 5)
 
-	// --- A listed interface deleted and created again is attached again.
+	// --- A listed interface deleted and created again is attached again;
+	// meanwhile the status shows it waiting.
 	mustRun(t, "ip", "-n", env.Node, "link", "del", env.NodeIf)
+	waitFor(t, "the deleted "+env.NodeIf+" shown as waiting", func() bool {
+		st := d.mustStatus(t)
+		return len(st.Interfaces) == 0 && slices.Equal(st.InterfacesWaiting, []string{env.NodeIf})
+	})
+	if out := d.mustCLI(t, "status"); !strings.Contains(out, "does not exist (attached when it appears)") {
+		t.Errorf("olcd status does not show the waiting %s:\n%s", env.NodeIf, out)
+	}
 	env.createVeth(t)
 	waitFor(t, "the listed "+env.NodeIf+" attached again", func() bool { return len(env.attachedProgs(t)) == 1 })
 	env.expectAllDropped(t, "after the listed veth was created again", 5)
