@@ -510,7 +510,7 @@ func (c *Controller) law(d *Decision) {
 		c.saturated = 0
 		c.prevErr = errorOf(c.smooth)
 		d.Reason = fmt.Sprintf("%s: within %.0f%% below the target, holding", describe(d), prm.Hysteresis*100)
-	case c.healthy <= prm.Cooldown && !c.demandFits(d):
+	case c.healthy <= prm.Cooldown:
 		c.saturated = 0
 		if c.smoothOK {
 			c.prevErr = errorOf(c.smooth)
@@ -539,10 +539,6 @@ func (c *Controller) law(d *Decision) {
 		if pe, rate, ok := c.sustainableP(d); ok && c.p-pe > math.Max(fall, estimateGap) {
 			fall = c.p - pe
 			note = fmt.Sprintf(" to the saturation estimate (%.0f of %.0f new/s fit under the threshold)", rate, c.offered)
-			if c.healthy <= prm.Cooldown {
-				note = fmt.Sprintf(" without cooldown: the %.0f new/s offered lie well below the %.0f/s that fit under the threshold (saturation estimate)",
-					c.offered, rate)
-			}
 			// The signal shows this jump one tick later: hold for that
 			// tick rather than keep falling on a reading of the old p.
 			c.healthy = prm.Cooldown - 1
@@ -856,42 +852,6 @@ func (c *Controller) sustainableP(d *Decision) (p, rate float64, ok bool) {
 		return 0, 0, false
 	}
 	return math.Max(0, 1-rate/c.offered), rate, true
-}
-
-// releaseShare is the share of what the saturation estimate says fits at or
-// below which the new connections offered in a healthy tick end the
-// cooldown at once, and releaseSigmas how many Poisson deviations of the
-// count that fits in a tick they must also lie below it: at 186/s that fit
-// and 500 ms ticks, 64 connections or fewer (0.69 of what fits), so that
-// the arrivals of independent clients at what fits end the cooldown early
-// in about 1 tick in 700.
-const (
-	releaseShare  = 0.8
-	releaseSigmas = 3
-)
-
-// demandFits reports whether the tick's offered new connections (retries
-// included), all admitted, would fit under the threshold with room to
-// spare (releaseShare, releaseSigmas), outside a drain. (The tick is
-// healthy: the service idled, so no queue is left whatever the backlog
-// model kept.) The cooldown guards against releasing on a healthy reading
-// while the overload's demand is still there; a demand this far below what
-// fits is no longer that overload, and holding p through the cooldown would
-// shed a load the service can take (at the default 5 ticks, 2.5 s of it
-// after every surge). The retries of what was just shed, which the
-// cooldown waits out, are part of the offered count: while they arrive the
-// demand does not fit. Should the demand return, the onset check is armed
-// again once the overload ends.
-func (c *Controller) demandFits(d *Decision) bool {
-	if !c.ratesOK || c.draining || c.dt <= 0 {
-		return false
-	}
-	rate, ok := c.fitRate(d)
-	if !ok {
-		return false
-	}
-	fitN := rate * c.dt
-	return c.offered <= releaseShare*rate && c.offered*c.dt <= fitN-releaseSigmas*math.Sqrt(fitN)
 }
 
 // saturatedDriver reports whether the driving signal is a fraction at its
