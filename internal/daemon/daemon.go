@@ -376,9 +376,9 @@ func (d *Daemon) resolveInterfaces(configured []string) ([]string, error) {
 	if len(configured) > 0 {
 		return configured, nil
 	}
-	links, err := netlink.LinkList()
+	links, err := listLinks()
 	if err != nil {
-		return nil, fmt.Errorf("list interfaces: %w", err)
+		return nil, err
 	}
 	infos := linkInfos(links)
 	out, skipped := selectInterfaces(infos)

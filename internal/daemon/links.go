@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -100,7 +99,7 @@ func (d *Daemon) watchLinks(ctx context.Context) <-chan struct{} {
 func (d *Daemon) syncInterfaces(periodic bool) {
 	links, err := listLinks()
 	if err != nil {
-		d.warnLink("", "list interfaces: "+err.Error())
+		d.warnLink("", err.Error())
 		return
 	}
 	byName := make(map[string]netlink.Link, len(links))
@@ -113,8 +112,8 @@ func (d *Daemon) syncInterfaces(periodic bool) {
 		}
 	}
 	auto := len(d.cfg.Interfaces) == 0
-	want := map[int]string{} // ifindex → the name to attach it by
-	skipped := map[string]string{}
+	want := map[int]string{}      // ifindex → the name to attach it by
+	var skipped map[string]string // auto: links left out, with the reason
 	if auto {
 		var names []string
 		names, skipped = selectInterfaces(linkInfos(links))
@@ -176,11 +175,8 @@ func (d *Daemon) syncInterfaces(periodic bool) {
 		}
 		delete(d.linkWarned, n)
 		d.metrics.interfaceChanges.WithLabelValues("attached").Inc()
-		for _, a := range d.dp.Attachments() {
-			if a.Interface == n || a.Ifindex == byName[n].Attrs().Index {
-				d.log.Info("interface attached", "interface", n, "hook", a.Hook, "mode", a.Mode)
-			}
-		}
+		// The loader's "datapath attached" names the hook and mode.
+		d.log.Info("interface attached", "interface", n)
 	}
 	switch {
 	case len(d.dp.Attachments()) > 0:
@@ -191,16 +187,14 @@ func (d *Daemon) syncInterfaces(periodic bool) {
 }
 
 // listLinks lists the links, retrying a dump the kernel interrupted (links
-// changed while it was read) a few times.
+// changed while it was read; loader.RetryDump).
 func listLinks() ([]netlink.Link, error) {
-	var err error
-	for range 5 {
-		var links []netlink.Link
-		if links, err = netlink.LinkList(); !errors.Is(err, netlink.ErrDumpInterrupted) {
-			return links, err
-		}
+	var links []netlink.Link
+	err := loader.RetryDump(func() (err error) { links, err = netlink.LinkList(); return err })
+	if err != nil {
+		return nil, fmt.Errorf("list interfaces: %w", err)
 	}
-	return nil, fmt.Errorf("links changed during every one of 5 reads: %w", err)
+	return links, nil
 }
 
 // checkListed returns an error naming the interfaces of the list that do

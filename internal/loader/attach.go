@@ -499,7 +499,7 @@ func heldPrograms(ids map[uint32]bool) (map[uint32]int, error) {
 
 func hasClsact(nl *netlink.Handle, l netlink.Link) (bool, error) {
 	var qs []netlink.Qdisc
-	err := retryDump(func() (err error) { qs, err = nl.QdiscList(l); return err })
+	err := RetryDump(func() (err error) { qs, err = nl.QdiscList(l); return err })
 	if err != nil {
 		return false, fmt.Errorf("list qdiscs: %w", err)
 	}
@@ -513,7 +513,7 @@ func hasClsact(nl *netlink.Handle, l netlink.Link) (bool, error) {
 
 func listFilters(nl *netlink.Handle, l netlink.Link, parent uint32) ([]netlink.Filter, error) {
 	var fs []netlink.Filter
-	err := retryDump(func() (err error) { fs, err = nl.FilterList(l, parent); return err })
+	err := RetryDump(func() (err error) { fs, err = nl.FilterList(l, parent); return err })
 	if err != nil {
 		return nil, fmt.Errorf("list filters: %w", err)
 	}
@@ -533,9 +533,10 @@ func findFilter(nl *netlink.Handle, l netlink.Link, match func(*netlink.BpfFilte
 	return nil, nil
 }
 
-// retryDump retries a netlink dump the kernel interrupted (the list changed
-// while it was read), a bounded number of times.
-func retryDump(fn func() error) error {
+// RetryDump runs fn, a netlink dump, again while the kernel reports it
+// interrupted (netlink.ErrDumpInterrupted: the list changed while it was
+// read), at most 5 times in all. It returns fn's last error.
+func RetryDump(fn func() error) error {
 	var err error
 	for range 5 {
 		if err = fn(); !errors.Is(err, netlink.ErrDumpInterrupted) {
