@@ -15,6 +15,8 @@ help:
 	@echo "make build           build bin/olcd (no clang needed: BPF objects are committed)"
 	@echo "make test            vet + every test (root runs the BPF, netns and cgroup tests, then"
 	@echo "                     the overload suite alone: make test-overload, ~8 min)"
+	@echo "make test-short      go test -short: skips the end-to-end and overload tests"
+	@echo "make test-overload   the overload suite alone (root, ~8 min; results in out/test-overload)"
 	@echo "make demo            overload demo: calibrate a CPU-bound backend, run 3x and capacity-halved"
 	@echo "                     with no olcd, observe, enforce, nftables limit, in-app BBR (root, ~10 min)"
 	@echo "make demo-default    olcd on its embedded default config against a netns+veth node (~1 min)"

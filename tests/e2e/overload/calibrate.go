@@ -166,10 +166,14 @@ func (h *Harness) calibrate(ctx context.Context, label string, quota float64, st
 	if err := cal.findKnee(); err != nil {
 		return cal, fmt.Errorf("%s: %w", label, err)
 	}
+	capName := "C"
+	if quota != h.opt.Quota {
+		capName = "C'" // the capacity scenario 2 is measured against
+	}
 	for _, s := range cal.Steps {
 		mark := ""
 		if s.Knee {
-			mark = "  <- knee: C"
+			mark = "  <- knee: " + capName
 		}
 		fmt.Fprintf(h.opt.Progress, "  %5.0f req/s  p50 %6.1f ms  p99 %6.1f ms  goodput %5.0f/s  success %5.1f%%  cpu %.2f%s\n",
 			s.RateRPS, s.P50Ms, s.P99Ms, s.GoodputRPS, 100*s.SuccessRatio, s.CPUBusy, mark)

@@ -72,7 +72,8 @@ func (r *Report) PrintTables(w io.Writer) {
 		}
 	}
 	for _, name := range order {
-		fmt.Fprintf(w, "\n%s   (C = %.0f req/s, SLO %.0f ms; goodput = 200 within the SLO; cpu = backend CPU ÷ quota)\n", name, r.CapacityRPS, r.SLOMs)
+		fmt.Fprintf(w, "\n%s   (C = %.0f req/s, SLO %.0f ms; goodput = HTTP 200 answers within the SLO; p50/p99 of successful answers, - when none;\n"+
+			"   timeouts count shed connections too: a dropped SYN times out at the client; cpu = backend CPU ÷ quota)\n", name, r.CapacityRPS, r.SLOMs)
 		if name == CapacityHalved.Name && r.Calibration != nil {
 			ch := r.Calibration.HalvedCapacityRPS()
 			how := "measured"
@@ -107,8 +108,12 @@ func (r *Report) PrintTables(w io.Writer) {
 				if s.Variant == VariantObserve {
 					drop = fmt.Sprintf("%.1f (would %.1f)", 100*p.SYNDropRatio, 100*p.WouldDropRatio)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.2f\t%.1f\t%.1f\t%d\t%d\t%s\t%.2f\t%s\t%d/%d\t\n",
-					s.Variant, p.Name, p.OfferedRPS, p.GoodputRPS, p.GoodputRPS/r.CapacityRPS, p.P50Ms, p.P99Ms,
+				p50, p99 := "-", "-"
+				if p.Successes > 0 {
+					p50, p99 = fmt.Sprintf("%.1f", p.P50Ms), fmt.Sprintf("%.1f", p.P99Ms)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.2f\t%s\t%s\t%d\t%d\t%s\t%.2f\t%s\t%d/%d\t\n",
+					s.Variant, p.Name, p.OfferedRPS, p.GoodputRPS, p.GoodputRPS/r.CapacityRPS, p50, p99,
 					p.Errors, p.Timeouts, drop, p.CPUBusy, olcdP, p.HealthOK, p.HealthTotal)
 			}
 		}
