@@ -3,6 +3,7 @@ package rules
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -102,6 +103,11 @@ type Exceptions struct {
 	// Sources are exempt client prefixes, IPv4 or IPv6, masked (no host
 	// bits beyond the prefix length); a bare address is a /32 or /128.
 	Sources []netip.Prefix
+	// Management are the ports operators reach the node through (default
+	// tcp/22, SSH): exempt unless the port list names them, so that under
+	// ports: auto an overloaded node never sheds its operator's login.
+	// Each is listed once; see Config.ExemptPorts.
+	Management []adaptive.PortKey
 }
 
 // ActionConfig is the shedding action.
@@ -162,6 +168,11 @@ func DefaultThresholds() [sampler.NumSignals]float64 {
 	return t
 }
 
+// DefaultManagementPorts returns the default exceptions.management: SSH.
+func DefaultManagementPorts() []adaptive.PortKey {
+	return []adaptive.PortKey{{Proto: adaptive.ProtoTCP, Port: 22}}
+}
+
 // defaults returns the built-in values every document is decoded onto.
 func defaults() *Config {
 	return &Config{
@@ -171,6 +182,7 @@ func defaults() *Config {
 		Thresholds:     DefaultThresholds(),
 		Controller:     adaptive.DefaultParams(),
 		PortsAuto:      true,
+		Exceptions:     Exceptions{Management: DefaultManagementPorts()},
 		Action:         ActionConfig{Kind: ActionDrop},
 		StaleAfter:     DefaultStaleAfter,
 		MetricsAddress: DefaultMetricsAddress,
@@ -235,15 +247,43 @@ func (c *Config) SamplerConfig(tcpPorts []uint16) sampler.Config {
 	return sampler.Config{Root: "/", Cgroup: c.Cgroup, TCPPorts: append([]uint16(nil), tcpPorts...)}
 }
 
-// ExemptPort reports whether k is in the exception list (the daemon skips
-// such ports under ports: auto).
-func (c *Config) ExemptPort(k adaptive.PortKey) bool {
-	for _, e := range c.Exceptions.Ports {
-		if e == k {
-			return true
+// ExemptPorts returns the ports whose new connections are never shed, each
+// once: exceptions.ports, then the management ports the port list does not
+// name (under ports: auto, every management port). The datapath counts
+// their new connections as exempt.
+func (c *Config) ExemptPorts() []adaptive.PortKey {
+	out := slices.Clone(c.Exceptions.Ports)
+	for _, k := range c.Exceptions.Management {
+		if !slices.Contains(out, k) && !c.listed(k) {
+			out = append(out, k)
 		}
 	}
-	return false
+	return out
+}
+
+// ExemptPort reports whether k is one of ExemptPorts (the daemon skips such
+// listeners under ports: auto).
+func (c *Config) ExemptPort(k adaptive.PortKey) bool { return c.ExemptReason(k) != "" }
+
+// ExemptReason returns why k is exempt, for status and logs: the list that
+// exempts it ("exceptions.ports" or "exceptions.management"), or "" when k
+// is not exempt.
+func (c *Config) ExemptReason(k adaptive.PortKey) string {
+	switch {
+	case slices.Contains(c.Exceptions.Ports, k):
+		return "exceptions.ports"
+	case slices.Contains(c.Exceptions.Management, k) && !c.listed(k):
+		return "exceptions.management"
+	}
+	return ""
+}
+
+// listed reports whether the port list (not ports: auto) names k.
+func (c *Config) listed(k adaptive.PortKey) bool {
+	if c.PortsAuto {
+		return false
+	}
+	return slices.ContainsFunc(c.Ports, func(p Port) bool { return p.Key() == k })
 }
 
 // WithMode returns a copy of c in mode m, applied as a patch so that later

@@ -1,13 +1,17 @@
 package rules
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net/netip"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -17,23 +21,13 @@ import (
 )
 
 // Load reads and validates the config file at path. The error is a
-// *ValidationError listing every problem when the file is invalid, or a
-// wrapped I/O error when it cannot be read. Warnings list valid but
-// surprising settings.
+// *ValidationError listing every problem when the file is invalid (an empty
+// file is: see Parse), or a wrapped I/O error when it cannot be read (see
+// ReadFile). Warnings list valid but surprising settings.
 func Load(path string) (*Config, []Warning, error) {
-	f, err := os.Open(path)
+	data, err := ReadFile(path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read config: %w", err)
-	}
-	defer f.Close()
-	// A config is a few KiB; the bound keeps a mistaken path (a device, a
-	// log file) from exhausting memory.
-	data, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
-	if err != nil {
-		return nil, nil, fmt.Errorf("read config: %w", err)
-	}
-	if len(data) > MaxConfigBytes {
-		return nil, nil, fmt.Errorf("read config %s: larger than %d bytes: not a config file", path, MaxConfigBytes)
+		return nil, nil, err
 	}
 	return Parse(data, path)
 }
@@ -42,19 +36,92 @@ func Load(path string) (*Config, []Warning, error) {
 // any real config, even one with thousands of exception prefixes.
 const MaxConfigBytes = 4 << 20
 
+// ReadFile returns the content of the config file at path (symlinks
+// followed). It never blocks on what is not a config: a FIFO would wait for
+// a writer for ever, a device may never end, a directory has no content, so
+// anything but a regular file is refused, checked before the open and again
+// on the open file (opened with O_NONBLOCK, in case a FIFO took the
+// file's place in between). Errors: the path cannot be read, is not a
+// regular file, or is larger than MaxConfigBytes.
+func ReadFile(path string) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	if err := regularFile(path, fi); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	defer f.Close()
+	if fi, err = f.Stat(); err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	if err := regularFile(path, fi); err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	if len(data) > MaxConfigBytes {
+		return nil, fmt.Errorf("read config %s: larger than %d bytes: not a config file", path, MaxConfigBytes)
+	}
+	return data, nil
+}
+
+// ErrNotRegular is wrapped by ReadFile's error for a path that is not a
+// regular file.
+var ErrNotRegular = errors.New("not a regular file")
+
+// regularFile refuses what is not a regular file, naming what it is.
+func regularFile(path string, fi os.FileInfo) error {
+	m := fi.Mode()
+	if m.IsRegular() {
+		return nil
+	}
+	what := "a special file"
+	switch {
+	case m.IsDir():
+		what = "a directory"
+	case m&os.ModeNamedPipe != 0:
+		what = "a FIFO (named pipe)"
+	case m&os.ModeSocket != 0:
+		what = "a socket"
+	case m&os.ModeCharDevice != 0:
+		what = "a character device"
+	case m&os.ModeDevice != 0:
+		what = "a block device"
+	}
+	return fmt.Errorf("read config %s: %s, %w: not a config file", path, what, ErrNotRegular)
+}
+
 // Parse decodes and validates a config document; source names it in
 // problems (a path, or "" for the embedded default). Keys absent from the
 // document keep their defaults; a `signals` section replaces the default
-// signal list as a whole. The error is a *ValidationError.
+// signal list as a whole. A document without any setting (no bytes, white
+// space or comments only) is refused unless source is "": an empty config
+// file is a mistake (a truncated or unfinished write, `: > olcd.yaml`) far
+// more often than a request for every default, which `{}` states. The error
+// is a *ValidationError.
 func Parse(data []byte, source string) (*Config, []Warning, error) {
 	origins := map[*yaml.Node]string{}
 	name := source
 	if name == "" {
 		name = "embedded default"
 	}
+	if source != "" && len(bytes.TrimSpace(data)) == 0 {
+		// Before YAML, which refuses a tab as white space.
+		return nil, nil, &ValidationError{Problems: []Problem{emptyProblem(source, data)}}
+	}
 	root, probs := parseDocument(data, name, origins)
 	if len(probs) > 0 {
 		return nil, nil, &ValidationError{Problems: probs}
+	}
+	if root == nil && source != "" {
+		return nil, nil, &ValidationError{Problems: []Problem{emptyProblem(source, data)}}
 	}
 	return decodeDocument(root, origins, source, name)
 }
@@ -177,7 +244,7 @@ type decoder struct {
 	failed map[string]bool
 	// The field paths of the decoded list entries, parallel to the typed
 	// lists (an entry that failed to decode is missing from both).
-	portPaths, exPortPaths, sourcePaths, ifacePaths []string
+	portPaths, exPortPaths, sourcePaths, ifacePaths, mgmtPaths []string
 }
 
 // file returns the source n came from.
@@ -391,6 +458,11 @@ func quotedNumberHint(n *yaml.Node) string {
 // integer returns an integer scalar within [lo, hi].
 func (d *decoder) integer(n *yaml.Node, field string, lo, hi int64) (int64, bool) {
 	n = resolve(n)
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!float" && wholeNumber.MatchString(n.Value) {
+		// Digits beyond int64, which YAML resolves as a float.
+		d.add(n, field, fmt.Sprintf("%s is out of range: must be %d..%d", n.Value, lo, hi), "")
+		return 0, false
+	}
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
 		d.add(n, field, "must be a whole number, got "+kindName(n), quotedNumberHint(n))
 		return 0, false
@@ -402,6 +474,9 @@ func (d *decoder) integer(n *yaml.Node, field string, lo, hi int64) (int64, bool
 	}
 	return v, true
 }
+
+// wholeNumber matches a decimal integer as written in YAML.
+var wholeNumber = regexp.MustCompile(`^[-+]?[0-9][0-9_]*$`)
 
 // duration returns a duration scalar such as "500ms" or "2s".
 func (d *decoder) duration(n *yaml.Node, field string) (time.Duration, bool) {
@@ -427,7 +502,7 @@ var (
 	rootKeys       = []string{"mode", "interfaces", "attach", "interval", "signals", "cgroup", "controller", "ports", "exceptions", "action", "heartbeat", "metrics", "admin", "decision_log", "datapath"}
 	controllerKeys = []string{"ki", "kp", "activation_ticks", "smoothing", "cooldown_ticks", "hysteresis", "saturation_boost", "max_step", "recovery_step", "min_pass_rate", "corroboration_ratio", "demand_smoothing", "continue_every", "record_change", "onset_interval", "onset_ratio"}
 	portKeys       = []string{"port", "proto", "class", "mode"}
-	exceptionKeys  = []string{"ports", "sources"}
+	exceptionKeys  = []string{"ports", "sources", "management"}
 	exPortKeys     = []string{"port", "proto"}
 	actionKeys     = []string{"kind", "dscp", "fwmark"}
 	datapathKeys   = []string{"max_ports", "syn_table_size", "max_prefixes", "selection"}
@@ -561,8 +636,14 @@ func (d *decoder) controller(n *yaml.Node, path string, p *adaptive.Params) {
 	d.mapping(n, path, controllerKeys, func(key string, v *yaml.Node, field string) {
 		switch key {
 		case "activation_ticks", "cooldown_ticks":
-			i, ok := d.integer(v, field, math.MinInt32, math.MaxInt32)
+			// The documented range, not the int's: "must be 0..1000" tells
+			// the user what fits, "-2147483648..2147483647" does not.
+			r := tickRanges[key]
+			i, ok := d.integer(v, field, r.lo, r.hi)
 			if !ok {
+				if last := &d.problems[len(d.problems)-1]; last.Hint == "" && strings.Contains(last.Msg, "out of range") {
+					last.Hint = r.hint
+				}
 				return
 			}
 			if key == "activation_ticks" {
@@ -740,6 +821,14 @@ func (d *decoder) exceptions(n *yaml.Node, path string, cfg *Config) {
 					d.exPortPaths = append(d.exPortPaths, f)
 				}
 			})
+		case "management":
+			cfg.Exceptions.Management = nil
+			d.seq(v, field, func(_ int, item *yaml.Node, f string) {
+				if k, ok := d.managementPort(item, f); ok {
+					cfg.Exceptions.Management = append(cfg.Exceptions.Management, k)
+					d.mgmtPaths = append(d.mgmtPaths, f)
+				}
+			})
 		case "sources":
 			cfg.Exceptions.Sources = nil
 			d.seq(v, field, func(_ int, item *yaml.Node, f string) {
@@ -754,6 +843,37 @@ func (d *decoder) exceptions(n *yaml.Node, path string, cfg *Config) {
 			})
 		}
 	})
+}
+
+// managementPort decodes an exceptions.management entry: a port number
+// (TCP, which every remote shell and config agent uses), or {port, proto}.
+func (d *decoder) managementPort(item *yaml.Node, f string) (adaptive.PortKey, bool) {
+	k := adaptive.PortKey{Proto: adaptive.ProtoTCP}
+	if item.Kind != yaml.MappingNode {
+		if item.Kind != yaml.ScalarNode || item.Tag != "!!int" {
+			d.add(item, f, "must be a port number such as 22, or {port: 22, proto: tcp}, got "+kindName(item), quotedNumberHint(item))
+			return k, false
+		}
+		var ok bool
+		k.Port, ok = d.portNumber(item, f)
+		return k, ok
+	}
+	ok, hasPort := true, false
+	d.mapping(item, f, exPortKeys, func(key string, v *yaml.Node, ff string) {
+		var good bool
+		if key == "port" {
+			hasPort = true
+			k.Port, good = d.portNumber(v, ff)
+		} else {
+			k.Proto, good = d.proto(v, ff)
+		}
+		ok = ok && good
+	})
+	if !hasPort {
+		d.add(item, join(f, "port"), "missing", "every entry needs a port number")
+		ok = false
+	}
+	return k, ok
 }
 
 // prefix parses a CIDR prefix, or a bare address as a host prefix.

@@ -18,6 +18,27 @@ import (
 // controller reacts too late to protect anything.
 const MaxInterval = 60 * time.Second
 
+// MaxStaleAfter is the longest accepted heartbeat.stale_after. The
+// datapath keeps shedding with the last drop probabilities until the
+// heartbeat is this old, so a hung or stopped daemon sheds for that long
+// after the overload ended; beyond a minute fail-open no longer protects
+// the node's clients from a dead olcd.
+const MaxStaleAfter = 60 * time.Second
+
+// intRange is the valid range of an integer controller parameter.
+type intRange struct {
+	lo, hi int64
+	hint   string
+}
+
+// tickRanges are the ranges of the integer controller parameters, shared
+// by the decoder (which reports an out-of-range number with them) and
+// validate (for configs built in Go).
+var tickRanges = map[string]intRange{
+	"activation_ticks": {1, 10, "2 ignores single-tick spikes and acts at the second tick"},
+	"cooldown_ticks":   {0, 1000, "5 (2.5 s at 500ms) outlasts the 1 s SYN retransmit"},
+}
+
 // paramRange is the valid range of one float controller parameter. The
 // ranges match adaptive.Params.Validate (TestParamRangesAgree).
 type paramRange struct {
@@ -117,11 +138,13 @@ func (d *decoder) validate(c *Config) {
 			d.addAt("controller."+r.key, fmt.Sprintf("%g is outside %s", x, r), hint)
 		}
 	}
-	if p.ActivationTicks < 1 || p.ActivationTicks > 10 {
-		d.addAt("controller.activation_ticks", fmt.Sprintf("%d is outside [1, 10]", p.ActivationTicks), "2 ignores single-tick spikes and acts at the second tick")
-	}
-	if p.Cooldown < 0 || p.Cooldown > 1000 {
-		d.addAt("controller.cooldown_ticks", fmt.Sprintf("%d is outside [0, 1000]", p.Cooldown), "")
+	for _, t := range []struct {
+		key string
+		v   int
+	}{{"activation_ticks", p.ActivationTicks}, {"cooldown_ticks", p.Cooldown}} {
+		if key, v, r := t.key, t.v, tickRanges[t.key]; int64(v) < r.lo || int64(v) > r.hi {
+			d.addAt("controller."+key, fmt.Sprintf("%d is out of range: must be %d..%d", v, r.lo, r.hi), r.hint)
+		}
 	}
 	if iv := p.OnsetInterval; iv != 0 && (iv < adaptive.MinOnsetInterval || iv > adaptive.MaxOnsetInterval) {
 		d.addAt("controller.onset_interval", fmt.Sprintf("%v is outside [%v, %v]", iv, adaptive.MinOnsetInterval, adaptive.MaxOnsetInterval),
@@ -137,9 +160,17 @@ func (d *decoder) validate(c *Config) {
 	if c.Action.Kind == ActionMark && !c.Action.SetDSCP && c.Action.Fwmark == 0 && !d.failed["action.dscp"] && !d.failed["action.fwmark"] {
 		d.addAt("action.kind", "mark needs a dscp or a non-zero fwmark to set", "add action.dscp (0..63) and/or action.fwmark")
 	}
-	if c.StaleAfter <= c.Interval && !d.failed["interval"] && !d.failed["heartbeat.stale_after"] {
-		d.addAt("heartbeat.stale_after", fmt.Sprintf("%v is not longer than the interval %v: the datapath would go stale between two ticks", c.StaleAfter, c.Interval),
-			fmt.Sprintf("use at least 3 × interval, e.g. %v", 10*c.Interval))
+	switch {
+	case d.failed["heartbeat.stale_after"]:
+	case c.StaleAfter > MaxStaleAfter:
+		d.addAt("heartbeat.stale_after", fmt.Sprintf("%v is above the maximum %v: a hung or stopped daemon would keep shedding that long, fail-open would be as good as off", c.StaleAfter, MaxStaleAfter),
+			fmt.Sprintf("use 3 to 10 × interval, e.g. %v (the default is %v)", min(10*c.Interval, MaxStaleAfter), DefaultStaleAfter))
+	case c.StaleAfter <= c.Interval && !d.failed["interval"]:
+		hint := fmt.Sprintf("use at least 3 × interval, e.g. %v", 10*c.Interval)
+		if 3*c.Interval > MaxStaleAfter {
+			hint = fmt.Sprintf("stale_after is at most %v: use an interval of at most %v", MaxStaleAfter, MaxStaleAfter/3)
+		}
+		d.addAt("heartbeat.stale_after", fmt.Sprintf("%v is not longer than the interval %v: the datapath would go stale between two ticks", c.StaleAfter, c.Interval), hint)
 	}
 	if c.MetricsAddress != "" {
 		host, port, err := net.SplitHostPort(c.MetricsAddress)
@@ -217,6 +248,15 @@ func (d *decoder) validatePorts(c *Config) {
 			d.addAt(field, fmt.Sprintf("%s is both protected (%s, %s) and exempt", k, other, d.where(other, field)),
 				"remove it from one of the two lists")
 		}
+	}
+	mgmt := map[adaptive.PortKey]int{}
+	for i, k := range c.Exceptions.Management {
+		field := pathOf(d.mgmtPaths, i, "exceptions.management")
+		if j, dup := mgmt[k]; dup {
+			d.addAt(field, fmt.Sprintf("%s is listed twice (also %s)", k, pathOf(d.mgmtPaths, j, "exceptions.management")), "")
+			continue
+		}
+		mgmt[k] = i
 	}
 	prefixes := map[string]int{}
 	for i, p := range c.Exceptions.Sources {
