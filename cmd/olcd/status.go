@@ -54,8 +54,14 @@ func printStatus(w io.Writer, st *daemon.Status, all bool, now time.Time) {
 	fmt.Fprintf(w, "tick %d every %gs, last %s ago, up %s\n", st.Ticks, st.IntervalS,
 		ago(now, st.UpdatedAt), now.Sub(st.StartedAt).Round(time.Second))
 	if rf := st.ReloadRefused; rf != nil {
+		// The error of an invalid file renders its problems too: print them
+		// once, as the list.
+		why := rf.Error
+		if len(rf.Problems) > 0 {
+			why = fmt.Sprintf("%d problem(s):", len(rf.Problems))
+		}
 		fmt.Fprintf(w, "CONFIG FILE REFUSED at %s (%s): the running config stays — %s\n",
-			rf.At.Local().Format("15:04:05"), rf.Trigger, rf.Error)
+			rf.At.Local().Format("15:04:05"), rf.Trigger, why)
 		for _, p := range rf.Problems {
 			fmt.Fprintf(w, "  %s\n", p)
 		}

@@ -32,8 +32,9 @@ func TestPrintStatus(t *testing.T) {
 		Interfaces:        []daemon.InterfaceStatus{{Name: "eth0", Hook: "tc", Mode: "tcx"}},
 		InterfacesWaiting: []string{"eth1"},
 		Overrides:         []daemon.Override{{At: now, Kind: "mode", Value: "enforce"}},
-		ReloadRefused: &daemon.ReloadFailure{At: now, Trigger: "SIGHUP", Error: "1 config problem(s)",
-			Problems: []string{"/etc/olcd/olcd.yaml:3: mode: unknown mode \"on\""}},
+		ReloadRefused: &daemon.ReloadFailure{At: now, Trigger: "SIGHUP",
+			Error:    "invalid config, 2 problems:\n  /etc/olcd/olcd.yaml:3: mode: unknown mode \"on\"\n  /etc/olcd/olcd.yaml:4: interval: 5ms is below the minimum 100ms",
+			Problems: []string{"/etc/olcd/olcd.yaml:3: mode: unknown mode \"on\"", "/etc/olcd/olcd.yaml:4: interval: 5ms is below the minimum 100ms"}},
 	}
 	tests := []struct {
 		mode string
@@ -57,6 +58,11 @@ func TestPrintStatus(t *testing.T) {
 			for _, w := range tc.want {
 				if !strings.Contains(out, w) {
 					t.Errorf("status lacks %q:\n%s", w, out)
+				}
+			}
+			for _, p := range st.ReloadRefused.Problems {
+				if n := strings.Count(out, p); n != 1 {
+					t.Errorf("reload problem %q printed %d times, want once:\n%s", p, n, out)
 				}
 			}
 			for _, n := range tc.not {
