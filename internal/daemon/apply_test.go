@@ -81,6 +81,10 @@ func (d *testDaemon) write(t *testing.T, cfg string) {
 	}
 }
 
+// reload reads the file and applies it: what Run does on two goroutines,
+// the reader and then the tick loop.
+func (d *testDaemon) reload(trigger string) error { return d.applyLoad(d.readConfig(trigger)) }
+
 // datapathPorts lists the ports that have a policy in the datapath.
 func (d *testDaemon) datapathPorts(t *testing.T) []string {
 	t.Helper()

@@ -7,10 +7,13 @@
 // One goroutine, the tick loop, owns the controller, the sampler and every
 // write to the datapath. Admin requests and reloads are handed to it as
 // commands and run between two ticks, so a change is never half-applied and
-// takes effect at the next tick.
+// takes effect at the next tick. The loop never reads the config file: a
+// reload reads and decodes it on another goroutine and hands the loop the
+// decoded config, so a slow or blocking read cannot delay the heartbeat.
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -140,36 +143,61 @@ type command struct {
 
 // New checks the options and loads the config; nothing is attached yet.
 // Errors: an unreadable or invalid config file (a *rules.ValidationError
-// listing every problem).
+// listing every problem; an empty file is one), or a path that is not a
+// regular file.
 func New(opts Options) (*Daemon, error) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	d := &Daemon{opts: opts, log: log, cmds: make(chan command)}
-	cfg, err := d.loadConfig()
-	if err != nil {
-		return nil, err
+	l := d.readConfig("start")
+	if l.err != nil {
+		return nil, l.err
 	}
-	d.base, d.cfg = cfg, cfg
+	d.logWarnings(l.warns)
+	d.base, d.cfg = l.cfg, l.cfg
 	d.metrics = newMetrics(d)
 	return d, nil
 }
 
-// loadConfig reads the config file, or returns the embedded default, and
-// logs its warnings.
-func (d *Daemon) loadConfig() (*rules.Config, error) {
+// readConfigFile reads the config file; tests replace it to make a read
+// slow.
+var readConfigFile = rules.ReadFile
+
+// configLoad is the config file read and decoded off the tick loop, to be
+// applied by it (applyLoad).
+type configLoad struct {
+	trigger string
+	cfg     *rules.Config
+	warns   []rules.Warning
+	err     error
+}
+
+// readConfig reads and decodes the config file, or returns the embedded
+// default. It must not run on the tick loop: a read can block (a hung
+// network file system) while the loop owes the datapath its heartbeat.
+func (d *Daemon) readConfig(trigger string) configLoad {
 	if d.opts.ConfigPath == "" {
-		return rules.Default(), nil
+		return configLoad{trigger: trigger, cfg: rules.Default()}
 	}
-	cfg, warns, err := rules.Load(d.opts.ConfigPath)
+	data, err := readConfigFile(d.opts.ConfigPath)
 	if err != nil {
-		return nil, err
+		return configLoad{trigger: trigger, err: err}
 	}
+	return parseConfig(trigger, d.opts.ConfigPath, data)
+}
+
+// parseConfig decodes the content of the config file.
+func parseConfig(trigger, path string, data []byte) configLoad {
+	cfg, warns, err := rules.Parse(data, path)
+	return configLoad{trigger: trigger, cfg: cfg, warns: warns, err: err}
+}
+
+func (d *Daemon) logWarnings(warns []rules.Warning) {
 	for _, w := range warns {
 		d.log.Warn("config warning", "warning", w.String())
 	}
-	return cfg, nil
 }
 
 func (d *Daemon) configSource() string {
@@ -274,7 +302,27 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		d.log.Info("metrics endpoint listening", "address", mln.Addr().String())
 	}
 
-	fileChanged := d.watchConfig(ctx)
+	// Reloads are read off the loop and come back decoded on loaded:
+	// SIGHUPs through the reader below (a storm of them coalesced into one
+	// read queued behind the running one), file changes from the watch.
+	loaded := make(chan configLoad)
+	hupReload := make(chan struct{}, 1)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hupReload:
+			}
+			l := d.readConfig("SIGHUP")
+			select {
+			case loaded <- l:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	d.watchConfig(ctx, loaded)
 	linksChanged := d.watchLinks(ctx)
 	d.following = true
 
@@ -322,21 +370,23 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 			d.publish()
 		case <-hup:
 			_ = sdNotify("RELOADING=1")
-			if err := d.reload("SIGHUP"); err != nil {
-				d.log.Error("reload refused: the running config stays", "trigger", "SIGHUP", "err", err)
+			select {
+			case hupReload <- struct{}{}:
+			default: // a read is queued already; it sees this file too
 			}
 			if err := d.dlog.Reopen(); err != nil {
 				d.log.Error("reopen decision log", "err", err)
 			}
+		case l := <-loaded:
+			if err := d.applyLoad(l); err != nil {
+				d.log.Error("reload refused: the running config stays", "trigger", l.trigger, "err", err)
+			}
 			// Like an admin command, a reload shows in the status at once
 			// (mode, overrides dropped), not only after the next tick.
 			d.publish()
-			_ = sdNotify("READY=1")
-		case <-fileChanged:
-			if err := d.reload("file change"); err != nil {
-				d.log.Error("reload refused: the running config stays", "trigger", "file change", "err", err)
+			if l.trigger == "SIGHUP" {
+				_ = sdNotify("READY=1")
 			}
-			d.publish()
 		}
 	}
 }
@@ -556,10 +606,12 @@ func (d *Daemon) Patch(ctx context.Context, doc []byte) error {
 	})
 }
 
-// Reload re-reads the config file; live overrides are dropped. Errors: the
-// file is unreadable or invalid (the running config stays).
+// Reload re-reads the config file (on the caller's goroutine) and applies
+// it; live overrides are dropped. Errors: the file is unreadable, not a
+// regular file, empty or invalid (the running config stays).
 func (d *Daemon) Reload(ctx context.Context) error {
-	return d.do(ctx, func() error { return d.reload("admin API") })
+	l := d.readConfig("admin API")
+	return d.do(ctx, func() error { return d.applyLoad(l) })
 }
 
 func (d *Daemon) override(kind, value string, doc []byte) error {
@@ -588,30 +640,30 @@ func (d *Daemon) override(kind, value string, doc []byte) error {
 	return nil
 }
 
-func (d *Daemon) reload(trigger string) error {
-	if d.opts.ConfigPath == "" {
-		d.metrics.reloads.Inc()
-		d.overrides = nil
-		d.dlog.Record("config_reload", "trigger", trigger, "source", EmbeddedSource)
-		return d.apply(rules.Default())
-	}
-	cfg, err := d.loadConfig()
+// applyLoad applies a config file read off the loop (or refuses it: a read
+// or decode error, or a config apply refuses), counts the outcome and
+// records it in the status and the decision log. On success the live
+// overrides are dropped.
+func (d *Daemon) applyLoad(l configLoad) error {
+	src := d.configSource()
+	err := l.err
 	if err == nil {
-		err = d.apply(cfg)
+		d.logWarnings(l.warns)
+		err = d.apply(l.cfg)
 	}
 	if err != nil {
 		d.metrics.reloadFailures.Inc()
-		d.refused = refusal(trigger, err)
-		d.dlog.Record("config_reload_failed", "trigger", trigger, "source", d.opts.ConfigPath, "err", err.Error())
+		d.refused = refusal(l.trigger, err)
+		d.dlog.Record("config_reload_failed", "trigger", l.trigger, "source", src, "err", err.Error())
 		return err
 	}
 	d.metrics.reloads.Inc()
 	d.refused = nil
-	d.base = cfg
+	d.base = l.cfg
 	dropped := len(d.overrides)
 	d.overrides = nil
-	d.log.Info("config reloaded", "trigger", trigger, "source", d.opts.ConfigPath, "overrides_dropped", dropped)
-	d.dlog.Record("config_reload", "trigger", trigger, "source", d.opts.ConfigPath, "overrides_dropped", dropped, "mode", cfg.Mode.String())
+	d.log.Info("config reloaded", "trigger", l.trigger, "source", src, "overrides_dropped", dropped)
+	d.dlog.Record("config_reload", "trigger", l.trigger, "source", src, "overrides_dropped", dropped, "mode", l.cfg.Mode.String())
 	return nil
 }
 
@@ -784,30 +836,48 @@ func (d *Daemon) program() error {
 	return d.dp.Heartbeat()
 }
 
-// watchConfig returns a channel that receives when the config file changes.
-// The directory is watched, not the file, because editors and config
-// management replace files by rename, which a watch on the file would miss.
-// Bursts of events are coalesced over 200 ms.
-func (d *Daemon) watchConfig(ctx context.Context) <-chan struct{} {
-	out := make(chan struct{}, 1)
+// The config file watch's timing. settleAfter coalesces a burst of events
+// (an editor's write, rename and chmod). quietPeriod is how long a file
+// written in place must keep the same content before it is read as
+// complete: a writer that truncates first and writes later (`(sleep 0.6;
+// cat new.yaml) > olcd.yaml`, a slow config management run) leaves it
+// empty or partial in between, and its next write ends the wait.
+const (
+	settleAfter = 200 * time.Millisecond
+	quietPeriod = time.Second
+)
+
+// watchConfig sends the config file, read and decoded, to out after each
+// complete write, until ctx is done. The directory is watched, not the
+// file, because editors and config management replace files by rename,
+// which a watch on the file would miss. A file renamed (or linked) into
+// place is complete: it is read settleAfter after the last event. A file
+// written in place, or one that appears empty, is read when its content
+// has not changed for quietPeriod after settling. Removing the file, or
+// renaming it away, is not acted on (there is nothing to load; SIGHUP
+// reports it).
+func (d *Daemon) watchConfig(ctx context.Context, out chan<- configLoad) {
 	if d.opts.ConfigPath == "" {
-		return out
+		return
 	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		d.log.Warn("config file watch unavailable; reload with SIGHUP", "err", err)
-		return out
+		return
 	}
 	path := d.opts.ConfigPath
 	dir := dirOf(path)
 	if err := w.Add(dir); err != nil {
 		d.log.Warn("config file watch unavailable; reload with SIGHUP", "dir", dir, "err", err)
 		w.Close()
-		return out
+		return
 	}
 	go func() {
 		defer w.Close()
-		var debounce <-chan time.Time
+		cw := completeWrite{read: readConfigFile, path: path}
+		// Armed by events only; Reset needs no drain since Go 1.23.
+		timer := time.NewTimer(time.Hour)
+		timer.Stop()
 		for {
 			select {
 			case <-ctx.Done():
@@ -816,24 +886,79 @@ func (d *Daemon) watchConfig(ctx context.Context) <-chan struct{} {
 				if !ok {
 					return
 				}
-				if sameFile(ev.Name, path) && ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename) != 0 {
-					debounce = time.After(200 * time.Millisecond)
+				if sameFile(ev.Name, path) && ev.Op&(fsnotify.Write|fsnotify.Create) != 0 {
+					cw.event(ev.Op.Has(fsnotify.Write))
+					timer.Reset(settleAfter)
 				}
 			case err, ok := <-w.Errors:
 				if !ok {
 					return
 				}
+				// Events may be lost (a full queue): read the file once it
+				// is quiet, as if it was written in place.
 				d.log.Warn("config file watch error", "err", err)
-			case <-debounce:
-				debounce = nil
+				cw.event(true)
+				timer.Reset(settleAfter)
+			case <-timer.C:
+				data, done, err := cw.check()
+				if !done {
+					timer.Reset(quietPeriod)
+					continue
+				}
+				l := configLoad{trigger: "file change", err: err}
+				if err == nil {
+					l = parseConfig("file change", path, data)
+				}
 				select {
-				case out <- struct{}{}:
-				default:
+				case out <- l:
+				case <-ctx.Done():
+					return
 				}
 			}
 		}
 	}()
-	return out
+}
+
+// completeWrite decides when a changed config file is completely written.
+type completeWrite struct {
+	read    func(path string) ([]byte, error)
+	path    string
+	inPlace bool // a write event since the last read was acted on
+	// The last read, while waiting for the content to stay the same.
+	have    bool
+	data    []byte
+	errText string
+}
+
+// event notes a change of the file; written tells a write in place from a
+// rename into place (or a new link, directory, FIFO).
+func (c *completeWrite) event(written bool) {
+	c.inPlace = c.inPlace || written
+	c.have = false
+}
+
+// check reads the file once the events settled. done reports that the
+// write is complete and data (or err) is what to load: at once for a file
+// renamed into place that is not blank, else when the content equals the
+// previous check's (the caller checks again after quietPeriod).
+func (c *completeWrite) check() (data []byte, done bool, err error) {
+	data, err = c.read(c.path)
+	errText := ""
+	if err != nil {
+		errText = err.Error()
+	}
+	switch {
+	case !c.inPlace && (err != nil || len(bytes.TrimSpace(data)) > 0):
+		done = true
+	case c.have && errText == c.errText && bytes.Equal(data, c.data):
+		done = true
+	}
+	if done {
+		c.inPlace, c.have, c.data, c.errText = false, false, nil, ""
+		return data, true, err
+	}
+	c.have, c.data, c.errText = true, data, errText
+	return nil, false, nil
 }
 
 // refusal describes a refused reload for the status.
