@@ -135,6 +135,13 @@ func printStatus(w io.Writer, st *daemon.Status, all bool, now time.Time) {
 	if len(st.Exceptions) > 0 {
 		fmt.Fprintf(w, "exempt: %s\n", strings.Join(st.Exceptions, ", "))
 	}
+	for _, l := range st.ListenersExempt {
+		why := "listed in " + l.Reason
+		if l.Reason == "exceptions.management" {
+			why = "a management port (exceptions.management), never shed so operators can reach the node; list it under ports: to protect it"
+		}
+		fmt.Fprintf(w, "listening, not protected: %s/%d: %s\n", l.Proto, l.Port, why)
+	}
 	fmt.Fprintln(w)
 
 	fmt.Fprintln(tw, "INTERFACE\tHOOK\tATTACH MODE")

@@ -28,7 +28,8 @@ func TestPrintStatus(t *testing.T) {
 		Classes: []daemon.ClassStatus{{Class: "critical"}, {Class: "normal", DropProbability: 0.4}, {Class: "best-effort", DropProbability: 0.7}},
 		Ports: []daemon.PortStatus{{Proto: "tcp", Port: 8080, Class: "normal", Mode: "enforce", Source: "auto",
 			DropProbability: 0.4, NewPerS: 120, UniquePerS: 100, RetransmitsPerS: 20, DropShare: 0.41}},
-		Exceptions:        []string{"tcp/9100", "from 10.0.0.0/8"},
+		Exceptions:        []string{"tcp/9100", "tcp/22 (management)", "from 10.0.0.0/8"},
+		ListenersExempt:   []daemon.ExemptListener{{Proto: "tcp", Port: 22, Reason: "exceptions.management"}},
 		Interfaces:        []daemon.InterfaceStatus{{Name: "eth0", Hook: "tc", Mode: "tcx"}},
 		InterfacesWaiting: []string{"eth1"},
 		Overrides:         []daemon.Override{{At: now, Kind: "mode", Value: "enforce"}},
@@ -42,7 +43,8 @@ func TestPrintStatus(t *testing.T) {
 		not  []string
 	}{
 		{"enforce", []string{"mode ENFORCE", "+ 1 live override(s)", "shedding 40.0% of new connections", "(42s)",
-			"over, not corroborated", "unavailable", "OVER", "tcp/8080", "41.0", "exempt: tcp/9100, from 10.0.0.0/8",
+			"over, not corroborated", "unavailable", "OVER", "tcp/8080", "41.0", "exempt: tcp/9100, tcp/22 (management), from 10.0.0.0/8",
+			"listening, not protected: tcp/22: a management port (exceptions.management)", "list it under ports: to protect it",
 			"eth0", "tcx", "eth1", "not attached: does not exist", "live overrides (dropped on reload)",
 			"CONFIG FILE REFUSED", "(SIGHUP)", "olcd.yaml:3: mode"}, []string{"runnable"}},
 		{"observe", []string{"would shed 40.0%", "observe mode: counted, not dropped"}, nil},

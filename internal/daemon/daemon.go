@@ -98,8 +98,9 @@ type Daemon struct {
 	dlog         *decisionLog
 	cmds         chan command
 
-	limits      limits // what the loaded datapath was sized and set up with
-	autoLeftOut int    // discovered ports the last discovery had no room for
+	limits      limits   // what the loaded datapath was sized and set up with
+	autoLeftOut int      // discovered ports the last discovery had no room for
+	listening   []uint16 // TCP ports listening on a non-loopback address, as last discovered
 	// Following the interfaces (links.go): set by Run once attached.
 	following  bool
 	linkWarned map[string]string // interface → the last problem logged for it
@@ -792,7 +793,7 @@ func (l limits) fits(cfg *rules.Config, ports []portEntry) error {
 func (d *Daemon) program() error {
 	cfg := d.cfg
 	var ex []loader.PortKey
-	for _, k := range cfg.Exceptions.Ports {
+	for _, k := range cfg.ExemptPorts() {
 		ex = append(ex, loaderKey(k))
 	}
 	if err := d.dp.SetExceptions(ex, cfg.Exceptions.Sources); err != nil {

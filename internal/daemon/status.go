@@ -35,8 +35,14 @@ type Status struct {
 	Classes []ClassStatus `json:"classes"`
 	// Ports lists the protected ports with their counters.
 	Ports []PortStatus `json:"ports"`
-	// Exceptions lists the exempt ports ("tcp/9100") and source prefixes.
+	// Exceptions lists the exempt ports ("tcp/9100"; a management port
+	// not named in the port list as "tcp/22 (management)") and source
+	// prefixes ("from 10.0.0.0/8").
 	Exceptions []string `json:"exceptions"`
+	// ListenersExempt lists, under ports: auto, the listening ports left
+	// unprotected because an exception names them (SSH by default), with
+	// the reason.
+	ListenersExempt []ExemptListener `json:"listeners_exempt,omitempty"`
 	// Interfaces lists the datapath attachments.
 	Interfaces []InterfaceStatus `json:"interfaces"`
 	// InterfacesWaiting lists the interfaces of the configured list that
@@ -72,6 +78,19 @@ type ReloadFailure struct {
 	// Problems lists every config problem with file:line, when the file
 	// was invalid.
 	Problems []string `json:"problems,omitempty"`
+}
+
+// ExemptListener is a listening port that ports: auto does not protect
+// because an exception names it.
+type ExemptListener struct {
+	// Proto is "tcp".
+	Proto string `json:"proto"`
+	// Port is the listening port.
+	Port uint16 `json:"port"`
+	// Reason is the setting that exempts it: "exceptions.ports" or
+	// "exceptions.management" (a port through which operators reach the
+	// node; list it under ports: to protect it).
+	Reason string `json:"reason"`
 }
 
 // OverloadStatus is the controller's view of the node.

@@ -168,13 +168,14 @@ func (d *Daemon) resolvePorts(cfg *rules.Config) []portEntry {
 		// Keep protecting what was found before rather than nothing.
 		var out []portEntry
 		for _, p := range d.ports {
-			if p.source == "auto" {
+			if p.source == "auto" && !cfg.ExemptPort(p.key) {
 				p.mode = cfg.Mode
 				out = append(out, p)
 			}
 		}
 		return out
 	}
+	d.listening = listeningPorts(listeners)
 	found := autoPorts(cfg, listeners)
 	kept := capPorts(found, d.ports, d.limits.maxPorts)
 	if left := len(found) - len(kept); left != d.autoLeftOut {
@@ -211,9 +212,40 @@ func capPorts(found, current []portEntry, max int) []portEntry {
 	return kept
 }
 
+// listeningPorts returns the TCP ports with a listener on a non-loopback
+// address, sorted, each once: what ports: auto considers.
+func listeningPorts(listeners []sampler.Listener) []uint16 {
+	var out []uint16
+	for _, l := range listeners {
+		if port := l.Addr.Port(); !l.Addr.Addr().Unmap().IsLoopback() && port != 0 && !slices.Contains(out, port) {
+			out = append(out, port)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// exemptListeners returns, under ports: auto, the listening ports left
+// unprotected because an exception names them, with the list that does.
+func exemptListeners(cfg *rules.Config, listening []uint16) []ExemptListener {
+	if !cfg.PortsAuto {
+		return nil
+	}
+	var out []ExemptListener
+	for _, port := range listening {
+		key := adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: port}
+		if why := cfg.ExemptReason(key); why != "" {
+			out = append(out, ExemptListener{Proto: key.Proto.String(), Port: port, Reason: why})
+		}
+	}
+	return out
+}
+
 // autoPorts turns listeners into class-normal TCP ports: a listener on a
-// loopback address serves only this host and is never protected; port
-// numbers are deduplicated across addresses and families.
+// loopback address serves only this host and is never protected, nor is an
+// exempt port (exceptions.ports, or a management port such as SSH: an
+// operator must reach an overloaded node); port numbers are deduplicated
+// across addresses and families.
 func autoPorts(cfg *rules.Config, listeners []sampler.Listener) []portEntry {
 	seen := map[uint16]bool{}
 	var out []portEntry
@@ -419,9 +451,14 @@ func (d *Daemon) publish() {
 		}
 		st.Ports = append(st.Ports, ps)
 	}
-	for _, k := range d.cfg.Exceptions.Ports {
-		st.Exceptions = append(st.Exceptions, k.String())
+	for _, k := range d.cfg.ExemptPorts() {
+		if d.cfg.ExemptReason(k) == "exceptions.management" {
+			st.Exceptions = append(st.Exceptions, k.String()+" (management)")
+		} else {
+			st.Exceptions = append(st.Exceptions, k.String())
+		}
 	}
+	st.ListenersExempt = exemptListeners(d.cfg, d.listening)
 	for _, pfx := range d.cfg.Exceptions.Sources {
 		st.Exceptions = append(st.Exceptions, "from "+pfx.String())
 	}
