@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"slices"
@@ -94,6 +93,7 @@ type Daemon struct {
 	onsetFailing bool // the last onset read of the statistics failed
 	dlog         *decisionLog
 	cmds         chan command
+	runCtx       context.Context // Run's context: done once the tick loop stops
 
 	limits      limits // what the loaded datapath was sized and set up with
 	autoLeftOut int    // discovered ports the last discovery had no room for
@@ -216,12 +216,17 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	d.started = time.Now()
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	d.runCtx = ctx
 	// Before anything slow: a SIGHUP that arrives while olcd attaches
 	// (logrotate, a reload sent too early) would otherwise kill it, Go's
 	// default for SIGHUP, and leave clsact filters behind.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	nofile, err := raiseFileLimit()
+	if err != nil {
+		d.log.Warn("file descriptor limit", "err", err)
+	}
 
 	ln, err := listenAdmin(d.adminSocket())
 	if err != nil {
@@ -255,23 +260,20 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		d.log.Info("datapath detached")
 	}()
 
-	admin := &http.Server{Handler: newAdminHandler(d, d.log), ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := admin.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			d.log.Error("admin API stopped", "err", err)
-		}
-	}()
+	// The admin API has a server and listener of its own: nothing done to
+	// the metrics listener can delay `olcd set mode off`.
+	admin := newHTTPServer(newAdminHandler(d, d.log))
+	go serveHTTP(admin, ln, func(err error) { d.log.Error("admin API stopped", "err", err) })
 	defer admin.Close()
 
 	if mln != nil {
-		msrv := &http.Server{Handler: d.metrics.handler(), ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := msrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				d.log.Error("metrics endpoint stopped", "err", err)
-			}
-		}()
+		limit := metricsConnCap(nofile)
+		msrv := newHTTPServer(d.metrics.handler())
+		go serveHTTP(msrv, newCapListener(mln, limit, d.metrics.metricsRefused.Inc),
+			func(err error) { d.log.Error("metrics endpoint stopped", "err", err) })
 		defer msrv.Close()
-		d.log.Info("metrics endpoint listening", "address", mln.Addr().String())
+		d.log.Info("metrics endpoint listening", "address", mln.Addr().String(),
+			"max_connections", limit, "fd_limit", nofile)
 	}
 
 	fileChanged := d.watchConfig(ctx)
@@ -540,12 +542,30 @@ func (d *Daemon) Status() *Status {
 // switch: the datapath stops shedding at once and every drop probability is
 // written as 0 before the call returns.
 func (d *Daemon) SetMode(ctx context.Context, mode string) error {
-	if _, err := rules.ParseMode(mode); err != nil {
+	m, err := rules.ParseMode(mode)
+	if err != nil {
 		return err
 	}
-	return d.do(ctx, func() error {
-		return d.override("mode", mode, []byte("mode: "+mode+"\n"))
-	})
+	fn := func() error { return d.override("mode", mode, []byte("mode: "+mode+"\n")) }
+	if m != rules.ModeOff || d.dp == nil || d.runCtx == nil {
+		return d.do(ctx, fn)
+	}
+	// The kill switch does not wait for the tick loop, whatever holds it:
+	// the datapath's global mode is written from here (the loader is safe
+	// for concurrent use), and the override that makes it stick is handed
+	// to the tick loop with a context of its own, so it is applied even
+	// when this request gives up waiting.
+	if err := d.dp.SetMode(loader.ModeOff); err != nil {
+		return fmt.Errorf("kill switch: %w", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.do(d.runCtx, fn) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("the datapath sheds nothing now, but the tick loop has not taken the override yet: %w", ctx.Err())
+	}
 }
 
 // Patch applies a partial config document as a live override, validated
