@@ -73,7 +73,7 @@ type Daemon struct {
 	// Owned by the tick loop goroutine.
 	base      *rules.Config // as loaded from the file (or the embedded default)
 	cfg       *rules.Config // base + live overrides: what is in force
-	overrides []Override
+	overrides []liveOverride // one per field path, oldest first (overrides.go)
 	refused   *ReloadFailure // the last refused reload of the file, until one succeeds
 	smp       *sampler.Sampler
 	ctrl      *adaptive.Controller
@@ -592,8 +592,15 @@ func (d *Daemon) override(kind, value string, doc []byte) error {
 				strings.Join(fields, ", "))
 		}
 	}
+	var list []liveOverride
+	if err == nil {
+		var o liveOverride
+		if o, err = newOverride(kind, value, doc); err == nil {
+			list, err = withOverride(d.overrides, o)
+		}
+	}
 	if err != nil {
-		d.dlog.Record("config_override_refused", "kind", kind, "value", value, "err", err.Error())
+		d.dlog.Record("config_override_refused", "kind", kind, "value", loggedValue(value), "err", err.Error())
 		return err
 	}
 	for _, w := range warns {
@@ -602,9 +609,10 @@ func (d *Daemon) override(kind, value string, doc []byte) error {
 	if err := d.apply(cfg); err != nil {
 		return err
 	}
-	d.overrides = append(d.overrides, Override{At: time.Now(), Kind: kind, Value: value})
-	d.log.Info("live override applied", "kind", kind, "value", value)
-	d.dlog.Record("config_override", "kind", kind, "value", value, "mode", cfg.Mode.String())
+	replaced := len(d.overrides) + 1 - len(list)
+	d.overrides = list
+	d.log.Info("live override applied", "kind", kind, "value", value, "replaced", replaced)
+	d.dlog.Record("config_override", "kind", kind, "value", loggedValue(value), "mode", cfg.Mode.String(), "replaced", replaced)
 	return nil
 }
 

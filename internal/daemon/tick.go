@@ -335,7 +335,7 @@ func (d *Daemon) publish() {
 		Version:      d.opts.Version,
 		Mode:         d.cfg.Mode.String(),
 		ConfigSource: d.configSource(),
-		Overrides:    slices.Clone(d.overrides),
+		Overrides:    overrideList(d.overrides),
 		IntervalS:    d.cfg.Interval.Seconds(),
 		Ticks:        d.ticks,
 		UpdatedAt:    r.at,
