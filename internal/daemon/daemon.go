@@ -92,6 +92,7 @@ type Daemon struct {
 	onsetOK      bool // onsetPrev is a baseline
 	onsetFailing bool // the last onset read of the statistics failed
 	dlog         *decisionLog
+	changes      pendingChanges // probability changes not yet in the decision log
 	cmds         chan command
 	runCtx       context.Context // Run's context: done once the tick loop stops
 
@@ -209,7 +210,8 @@ func (d *Daemon) decisionLogPath() string {
 
 // Run attaches the datapath, serves the admin API and metrics, and runs the
 // tick loop until ctx is done or SIGTERM/SIGINT arrives; then it detaches
-// everything. SIGHUP and a change of the config file reload the config.
+// everything. SIGHUP and a change of the config file reload the config;
+// SIGUSR1 (and SIGHUP) reopen the decision log.
 // Errors: no interface to attach to, a failed load or attach (naming the
 // interface and mode), a busy admin socket or metrics address.
 func (d *Daemon) Run(ctx context.Context) (err error) {
@@ -223,6 +225,11 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	// SIGUSR1 reopens the decision log only (logrotate's postrotate):
+	// unlike SIGHUP it leaves the config and the live overrides alone.
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
 	nofile, err := raiseFileLimit()
 	if err != nil {
 		d.log.Warn("file descriptor limit", "err", err)
@@ -238,6 +245,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if d.dlog, err = openDecisionLog(d.decisionLogPath(), nil); err != nil {
 		return err
 	}
+	d.dlog.onFold = func(kind string) { d.metrics.decisionsFolded.WithLabelValues(kind).Inc() }
 	defer d.dlog.Close()
 
 	// Every address is taken before the datapath attaches, so a busy one
@@ -334,6 +342,10 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 			// (mode, overrides dropped), not only after the next tick.
 			d.publish()
 			_ = sdNotify("READY=1")
+		case <-usr1:
+			if err := d.dlog.Reopen(); err != nil {
+				d.log.Error("reopen decision log", "err", err)
+			}
 		case <-fileChanged:
 			if err := d.reload("file change"); err != nil {
 				d.log.Error("reload refused: the running config stays", "trigger", "file change", "err", err)
@@ -717,11 +729,8 @@ func (d *Daemon) apply(cfg *rules.Config) error {
 		d.resetOnset()
 	}
 	if old.DecisionLog != cfg.DecisionLog && d.opts.DecisionLog == "" {
-		if nl, err := openDecisionLog(cfg.DecisionLog, nil); err != nil {
+		if err := d.dlog.Switch(cfg.DecisionLog); err != nil {
 			d.log.Error("open new decision log; keeping the old one", "err", err)
-		} else {
-			d.dlog.Close()
-			d.dlog = nl
 		}
 	}
 	if d.following && !slices.Equal(old.Interfaces, cfg.Interfaces) {

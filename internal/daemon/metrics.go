@@ -34,6 +34,9 @@ type metrics struct {
 	// metricsRefused counts connections to the metrics listener closed
 	// at once because maxMetricsConns were open (listen.go).
 	metricsRefused prometheus.Counter
+	// decisionsFolded counts decision-log records the rate limit folded
+	// (decisionlog.go), by kind.
+	decisionsFolded *prometheus.CounterVec
 }
 
 func newMetrics(d *Daemon) *metrics {
@@ -62,6 +65,9 @@ func newMetrics(d *Daemon) *metrics {
 		metricsRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "olcd_metrics_connections_refused_total", Help: "Connections to the metrics listener closed at once because its connection cap was reached.",
 		}),
+		decisionsFolded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "olcd_decision_records_folded_total", Help: "Decision-log records not written because of its rate limit, by kind: counted in the next record written (probability changes: merged into it).",
+		}, []string{"kind"}),
 		reloadFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "olcd_config_reload_failures_total", Help: "Config reloads refused because the file was unreadable or invalid; the running config stayed.",
 		}),
@@ -74,13 +80,14 @@ func newMetrics(d *Daemon) *metrics {
 		sampler.SourceCgroupPSIMemory, sampler.SourceCgroupPSIIO, sourceDatapathStats} {
 		m.sampleErrors.WithLabelValues(src)
 	}
+	m.decisionsFolded.WithLabelValues("probability_change")
 	m.interfaceChanges.WithLabelValues("attached")
 	m.interfaceChanges.WithLabelValues("detached")
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "olcd_build_info", Help: "Build information; always 1.",
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(d.opts.Version, runtime.Version()).Set(1)
-	m.reg.MustRegister(m.ticks, m.tickSeconds, m.sampleErrors, m.reloads, m.reloadFailures, m.onsetDecisions, m.interfaceChanges, m.metricsRefused, build,
+	m.reg.MustRegister(m.ticks, m.tickSeconds, m.sampleErrors, m.reloads, m.reloadFailures, m.onsetDecisions, m.interfaceChanges, m.metricsRefused, m.decisionsFolded, build,
 		&stateCollector{d: d},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

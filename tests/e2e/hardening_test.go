@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -155,4 +156,52 @@ func signalNamed(st *daemon.Status, name string) *daemon.SignalStatus {
 		}
 	}
 	return nil
+}
+
+// TestDecisionLogReopenOnUSR1: logrotate's postrotate (deploy/logrotate/olcd)
+// sends SIGUSR1 after moving the decision log away; olcd then writes to a new
+// file at the configured path, and keeps its config and live overrides
+// (SIGHUP would reload and drop them).
+func TestDecisionLogReopenOnUSR1(t *testing.T) {
+	requireRoot(t)
+	env := newNetEnv(t)
+	d := startDaemon(t, env, daemonConfig{Mode: "enforce", Attach: "tc", Threshold: thresholdNever})
+	patch := d.dir + "/activation.yaml"
+	if err := os.WriteFile(patch, []byte("controller: {activation_ticks: 7}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.mustCLI(t, "set", "patch", patch)
+	d.mustCLI(t, "set", "mode", "observe")
+
+	rotated := d.decPath + ".1"
+	if err := os.Rename(d.decPath, rotated); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the decision log reopened at its path", func() bool {
+		_, err := os.Stat(d.decPath)
+		return err == nil
+	})
+	if d.exited() {
+		t.Fatalf("olcd exited on SIGUSR1: %v", d.err)
+	}
+	st := d.mustStatus(t)
+	if len(st.Overrides) != 2 || st.Mode != "observe" {
+		t.Errorf("after SIGUSR1: mode %q, %d overrides, want observe and the 2 overrides kept", st.Mode, len(st.Overrides))
+	}
+	d.mustCLI(t, "set", "mode", "enforce")
+	var inNew, inOld bool
+	for _, r := range records(d.decisionRecords(t), "config_override") {
+		inNew = inNew || r["value"] == "enforce"
+	}
+	old, err := os.ReadFile(rotated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inOld = strings.Contains(string(old), `"value":"observe"`)
+	if !inNew || !inOld {
+		t.Errorf("config_override of enforce in the new file: %v; of observe in the rotated one: %v", inNew, inOld)
+	}
 }
