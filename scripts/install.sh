@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs olcd: binary, systemd unit and a default /etc/olcd/olcd.yaml
-# (observe mode), then enables and starts the service when systemd runs.
+# Installs olcd: binary, systemd unit, /etc/logrotate.d/olcd and a default
+# /etc/olcd/olcd.yaml (observe mode), then enables and starts it under systemd.
 #
 #   scripts/install.sh [path/to/olcd]       (make install builds it first)
 #
@@ -26,6 +26,7 @@ DESTDIR=${DESTDIR:-}
 PREFIX=${PREFIX:-/usr/local}
 [ -x "$bin" ] || { echo "install: $bin not found or not executable: run 'make build' first" >&2; exit 1; }
 [ -f deploy/olcd.yaml ] || { echo "install: deploy/olcd.yaml missing" >&2; exit 1; }
+[ -f deploy/logrotate/olcd ] || { echo "install: deploy/logrotate/olcd missing" >&2; exit 1; }
 
 share="$DESTDIR$PREFIX/share/olcd"
 manifest="$share/install-manifest"
@@ -59,6 +60,9 @@ unit_tmp=$(mktemp)
 trap 'rm -f "$unit_tmp"' EXIT
 sed "s#/usr/local/bin/olcd#$PREFIX/bin/olcd#" systemd/olcd.service >"$unit_tmp"
 place "$unit_tmp" "$DESTDIR/etc/systemd/system/olcd.service" 0644
+
+# Rotation of the decision log (SIGUSR1 reopens it); harmless without logrotate.
+place deploy/logrotate/olcd "$DESTDIR/etc/logrotate.d/olcd" 0644
 
 # The shipped default is kept beside the manifest so uninstall can tell an
 # untouched config (removed) from one the operator edited (kept).

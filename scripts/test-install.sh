@@ -17,9 +17,14 @@ first=$(cd "$root" && find . -printf '%p %m %s\n' | sort)
 DESTDIR=$root scripts/install.sh bin/olcd >/dev/null
 second=$(cd "$root" && find . -printf '%p %m %s\n' | sort)
 [ "$first" = "$second" ] || { echo "test-install: second install changed the tree:"; diff <(echo "$first") <(echo "$second"); exit 1; }
-for f in usr/local/bin/olcd etc/systemd/system/olcd.service etc/olcd/olcd.yaml; do
+for f in usr/local/bin/olcd etc/systemd/system/olcd.service etc/olcd/olcd.yaml etc/logrotate.d/olcd; do
 	[ -f "$root/$f" ] || { echo "test-install: $f not installed" >&2; exit 1; }
 done
+if command -v logrotate >/dev/null; then
+	logrotate -d -s "$root/logrotate.state" "$root/etc/logrotate.d/olcd" >/dev/null 2>&1 ||
+		{ echo "test-install: logrotate rejects the installed etc/logrotate.d/olcd:" >&2; logrotate -d -s /dev/null "$root/etc/logrotate.d/olcd" >&2; exit 1; }
+	rm -f "$root/logrotate.state"
+fi
 "$root/usr/local/bin/olcd" check-config "$root/etc/olcd/olcd.yaml" >/dev/null ||
 	{ echo "test-install: installed default config does not validate" >&2; exit 1; }
 

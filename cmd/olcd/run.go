@@ -23,7 +23,7 @@ func cmdRun(args []string, stderr io.Writer) error {
 	metricsAddr := fs.String("metrics-address", "", "Prometheus listen `address`, overriding the config; \"off\" disables it")
 	decisions := fs.String("decision-log", "", "decision log `path`, overriding the config; \"-\" disables it")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: olcd run [flags]\n\nRuns the daemon until SIGTERM/SIGINT; SIGHUP reloads the config.\n\n")
+		fmt.Fprintf(stderr, "Usage: olcd run [flags]\n\nRuns the daemon until SIGTERM/SIGINT; SIGHUP reloads the config, SIGUSR1 reopens the decision log.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -35,7 +35,8 @@ func cmdRun(args []string, stderr io.Writer) error {
 	}
 	// SIGHUP means "reload" to olcd, never "exit" (Go's default): until Run
 	// listens for it, one sent early (logrotate, an eager reload) is dropped.
-	signal.Ignore(syscall.SIGHUP)
+	// SIGUSR1 (reopen the decision log) likewise.
+	signal.Ignore(syscall.SIGHUP, syscall.SIGUSR1)
 	log, err := newLogger(stderr, *level, *format)
 	if err != nil {
 		fmt.Fprintf(stderr, "olcd run: %v\n", err)

@@ -16,8 +16,9 @@ import (
 )
 
 // maxPatchBytes bounds the body of PATCH /v1/config; a config document is a
-// few KiB, so anything larger is a mistake.
-const maxPatchBytes = 1 << 20
+// few KiB, so anything larger is a mistake (and each live override is kept
+// in memory and in the status until a reload).
+const maxPatchBytes = 64 << 10
 
 // adminBackend is what the admin API acts on. The daemon implements it; each
 // write is applied by the tick loop between two ticks, so it takes effect

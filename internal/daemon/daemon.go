@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"slices"
@@ -77,7 +76,7 @@ type Daemon struct {
 	// Owned by the tick loop goroutine.
 	base      *rules.Config // as loaded from the file (or the embedded default)
 	cfg       *rules.Config // base + live overrides: what is in force
-	overrides []Override
+	overrides []liveOverride // one per field path, oldest first (overrides.go)
 	refused   *ReloadFailure // the last refused reload of the file, until one succeeds
 	smp       *sampler.Sampler
 	ctrl      *adaptive.Controller
@@ -96,7 +95,9 @@ type Daemon struct {
 	onsetOK      bool // onsetPrev is a baseline
 	onsetFailing bool // the last onset read of the statistics failed
 	dlog         *decisionLog
+	changes      pendingChanges // probability changes not yet in the decision log
 	cmds         chan command
+	runCtx       context.Context // Run's context: done once the tick loop stops
 
 	limits      limits   // what the loaded datapath was sized and set up with
 	autoLeftOut int      // discovered ports the last discovery had no room for
@@ -238,19 +239,30 @@ func (d *Daemon) decisionLogPath() string {
 
 // Run attaches the datapath, serves the admin API and metrics, and runs the
 // tick loop until ctx is done or SIGTERM/SIGINT arrives; then it detaches
-// everything. SIGHUP and a change of the config file reload the config.
+// everything. SIGHUP and a change of the config file reload the config;
+// SIGUSR1 (and SIGHUP) reopen the decision log.
 // Errors: no interface to attach to, a failed load or attach (naming the
 // interface and mode), a busy admin socket or metrics address.
 func (d *Daemon) Run(ctx context.Context) (err error) {
 	d.started = time.Now()
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	d.runCtx = ctx
 	// Before anything slow: a SIGHUP that arrives while olcd attaches
 	// (logrotate, a reload sent too early) would otherwise kill it, Go's
 	// default for SIGHUP, and leave clsact filters behind.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	// SIGUSR1 reopens the decision log only (logrotate's postrotate):
+	// unlike SIGHUP it leaves the config and the live overrides alone.
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
+	nofile, err := raiseFileLimit()
+	if err != nil {
+		d.log.Warn("file descriptor limit", "err", err)
+	}
 
 	ln, err := listenAdmin(d.adminSocket())
 	if err != nil {
@@ -262,6 +274,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if d.dlog, err = openDecisionLog(d.decisionLogPath(), nil); err != nil {
 		return err
 	}
+	d.dlog.onFold = func(kind string) { d.metrics.decisionsFolded.WithLabelValues(kind).Inc() }
 	defer d.dlog.Close()
 
 	// Every address is taken before the datapath attaches, so a busy one
@@ -284,23 +297,20 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		d.log.Info("datapath detached")
 	}()
 
-	admin := &http.Server{Handler: newAdminHandler(d, d.log), ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := admin.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			d.log.Error("admin API stopped", "err", err)
-		}
-	}()
+	// The admin API has a server and listener of its own: nothing done to
+	// the metrics listener can delay `olcd set mode off`.
+	admin := newHTTPServer(newAdminHandler(d, d.log))
+	go serveHTTP(admin, ln, func(err error) { d.log.Error("admin API stopped", "err", err) })
 	defer admin.Close()
 
 	if mln != nil {
-		msrv := &http.Server{Handler: d.metrics.handler(), ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := msrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				d.log.Error("metrics endpoint stopped", "err", err)
-			}
-		}()
+		limit := metricsConnCap(nofile)
+		msrv := newHTTPServer(d.metrics.handler())
+		go serveHTTP(msrv, newCapListener(mln, limit, d.metrics.metricsRefused.Inc),
+			func(err error) { d.log.Error("metrics endpoint stopped", "err", err) })
 		defer msrv.Close()
-		d.log.Info("metrics endpoint listening", "address", mln.Addr().String())
+		d.log.Info("metrics endpoint listening", "address", mln.Addr().String(),
+			"max_connections", limit, "fd_limit", nofile)
 	}
 
 	// Reloads are read off the loop and come back decoded on loaded:
@@ -387,6 +397,10 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 			d.publish()
 			if l.trigger == "SIGHUP" {
 				_ = sdNotify("READY=1")
+			}
+		case <-usr1:
+			if err := d.dlog.Reopen(); err != nil {
+				d.log.Error("reopen decision log", "err", err)
 			}
 		}
 	}
@@ -591,12 +605,30 @@ func (d *Daemon) Status() *Status {
 // switch: the datapath stops shedding at once and every drop probability is
 // written as 0 before the call returns.
 func (d *Daemon) SetMode(ctx context.Context, mode string) error {
-	if _, err := rules.ParseMode(mode); err != nil {
+	m, err := rules.ParseMode(mode)
+	if err != nil {
 		return err
 	}
-	return d.do(ctx, func() error {
-		return d.override("mode", mode, []byte("mode: "+mode+"\n"))
-	})
+	fn := func() error { return d.override("mode", mode, []byte("mode: "+mode+"\n")) }
+	if m != rules.ModeOff || d.dp == nil || d.runCtx == nil {
+		return d.do(ctx, fn)
+	}
+	// The kill switch does not wait for the tick loop, whatever holds it:
+	// the datapath's global mode is written from here (the loader is safe
+	// for concurrent use), and the override that makes it stick is handed
+	// to the tick loop with a context of its own, so it is applied even
+	// when this request gives up waiting.
+	if err := d.dp.SetMode(loader.ModeOff); err != nil {
+		return fmt.Errorf("kill switch: %w", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.do(d.runCtx, fn) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("the datapath sheds nothing now, but the tick loop has not taken the override yet: %w", ctx.Err())
+	}
 }
 
 // Patch applies a partial config document as a live override, validated
@@ -625,8 +657,15 @@ func (d *Daemon) override(kind, value string, doc []byte) error {
 				strings.Join(fields, ", "))
 		}
 	}
+	var list []liveOverride
+	if err == nil {
+		var o liveOverride
+		if o, err = newOverride(kind, value, doc); err == nil {
+			list, err = withOverride(d.overrides, o)
+		}
+	}
 	if err != nil {
-		d.dlog.Record("config_override_refused", "kind", kind, "value", value, "err", err.Error())
+		d.dlog.Record("config_override_refused", "kind", kind, "value", loggedValue(value), "err", err.Error())
 		return err
 	}
 	for _, w := range warns {
@@ -635,9 +674,10 @@ func (d *Daemon) override(kind, value string, doc []byte) error {
 	if err := d.apply(cfg); err != nil {
 		return err
 	}
-	d.overrides = append(d.overrides, Override{At: time.Now(), Kind: kind, Value: value})
-	d.log.Info("live override applied", "kind", kind, "value", value)
-	d.dlog.Record("config_override", "kind", kind, "value", value, "mode", cfg.Mode.String())
+	replaced := len(d.overrides) + 1 - len(list)
+	d.overrides = list
+	d.log.Info("live override applied", "kind", kind, "value", value, "replaced", replaced)
+	d.dlog.Record("config_override", "kind", kind, "value", loggedValue(value), "mode", cfg.Mode.String(), "replaced", replaced)
 	return nil
 }
 
@@ -742,11 +782,8 @@ func (d *Daemon) apply(cfg *rules.Config) error {
 		d.resetOnset()
 	}
 	if old.DecisionLog != cfg.DecisionLog && d.opts.DecisionLog == "" {
-		if nl, err := openDecisionLog(cfg.DecisionLog, nil); err != nil {
+		if err := d.dlog.Switch(cfg.DecisionLog); err != nil {
 			d.log.Error("open new decision log; keeping the old one", "err", err)
-		} else {
-			d.dlog.Close()
-			d.dlog = nl
 		}
 	}
 	if d.following && !slices.Equal(old.Interfaces, cfg.Interfaces) {

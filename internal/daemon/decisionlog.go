@@ -4,30 +4,91 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 )
 
 // DefaultDecisionLog is the decision log path when the config names none.
 const DefaultDecisionLog = "/var/log/olcd/decisions.jsonl"
 
+// The decision log's rate limits. observe mode is what users run for weeks,
+// and an overload that moves p every tick at 100 ports must not write
+// gigabytes: per-port changes are aggregated into one record per tick
+// (tick.go), and two token buckets bound the records. With records of
+// ≈ 1 KiB the sustained worst case is 2 records per 5 s: ≈ 35 MB/day; a
+// typical overload (one change record per 5 s, overload_continue every 10 s)
+// writes ≈ 15 MB/day (docs/internals.md has the measurement).
+const (
+	// changeBurst and changeEvery bound probability_change records: the
+	// first changeBurst of a quiet log go out as they happen (an overload's
+	// onset is logged tick by tick), then one per changeEvery, each
+	// carrying the changes folded since the last one.
+	changeBurst = 20
+	changeEvery = 5 * time.Second
+	// eventBurst and eventEvery bound every other record (overload_start,
+	// overload_continue, overload_end, config_*, ports_changed). Beyond
+	// them records are folded: counted by kind, and the count written with
+	// the next record that goes out.
+	eventBurst = 30
+	eventEvery = 5 * time.Second
+)
+
+// tokenBucket is a token bucket of burst tokens refilled by one every
+// `every`. Not safe for concurrent use.
+type tokenBucket struct {
+	burst  float64
+	every  time.Duration
+	tokens float64
+	at     time.Time
+}
+
+func newTokenBucket(burst int, every time.Duration) tokenBucket {
+	return tokenBucket{burst: float64(burst), every: every, tokens: float64(burst)}
+}
+
+// take spends one token at now; false when there is none.
+func (b *tokenBucket) take(now time.Time) bool {
+	if !b.at.IsZero() && now.After(b.at) {
+		b.tokens = min(b.burst, b.tokens+float64(now.Sub(b.at))/float64(b.every))
+	}
+	if b.at.IsZero() || now.After(b.at) {
+		b.at = now
+	}
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
 // decisionLog writes the decision log: one JSON object per line (log/slog's
 // JSON handler), in a file of its own so that an operator can read why olcd
-// shed without the operational noise of stdout/journald. Reopen supports
-// logrotate's create mode (called on SIGHUP).
+// shed without the operational noise of stdout/journald. Reopen follows a
+// rotated file (logrotate's create mode; SIGUSR1 or SIGHUP). Its methods are
+// safe for concurrent use.
 type decisionLog struct {
 	mu   sync.Mutex
 	path string
 	f    *os.File
 	log  *slog.Logger
+
+	now     func() time.Time
+	events  tokenBucket
+	changes tokenBucket
+	folded  map[string]uint64 // records folded by kind since the last written one
+	// onFold is called for every folded record with its kind (metrics).
+	onFold func(kind string)
 }
 
 // openDecisionLog opens (appending) or creates the log at path with mode
 // 0640, creating its directory with mode 0750. An empty path or "-" writes
 // nothing: w may then be nil, or a writer to use instead (tests).
 func openDecisionLog(path string, w io.Writer) (*decisionLog, error) {
-	d := &decisionLog{path: path}
+	d := &decisionLog{path: path, now: time.Now, folded: map[string]uint64{},
+		events: newTokenBucket(eventBurst, eventEvery), changes: newTokenBucket(changeBurst, changeEvery)}
 	if path == "" || path == "-" {
 		if w == nil {
 			w = io.Discard
@@ -68,12 +129,78 @@ func (d *decisionLog) Reopen() error {
 	return old.Close()
 }
 
-// Record writes one decision record: msg is the event kind, args are
-// slog key-value pairs with stable keys.
+// Switch writes to path from now on ("" or "-": nowhere), keeping the rate
+// limits' state. Errors: the new file cannot be opened; the old one stays.
+func (d *decisionLog) Switch(path string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	old, oldPath, oldLog := d.f, d.path, d.log
+	d.path = path
+	if path == "" || path == "-" {
+		d.f, d.log = nil, slog.New(slog.DiscardHandler)
+	} else if err := d.open(); err != nil {
+		d.f, d.path, d.log = old, oldPath, oldLog
+		return err
+	}
+	if old != nil {
+		return old.Close()
+	}
+	return nil
+}
+
+// Record writes one decision record unless the rate limit folds it: msg is
+// the event kind, args are slog key-value pairs with stable keys. A record
+// written after folded ones carries "folded": {kind: count}.
 func (d *decisionLog) Record(msg string, args ...any) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if !d.events.take(d.now()) {
+		d.fold(msg)
+		return
+	}
+	d.write(msg, args)
+}
+
+// RecordChange writes a probability_change record if its rate limit allows
+// and reports whether it did; when it did not, the caller keeps the changes
+// and offers them again, merged with the next ones (tick.go).
+func (d *decisionLog) RecordChange(args ...any) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.changes.take(d.now()) {
+		return false
+	}
+	d.write("probability_change", args)
+	return true
+}
+
+// Flush writes a records_folded record when records were folded and none
+// went out since, and the rate limit allows one; the tick calls it, so a
+// count is never held back for long.
+func (d *decisionLog) Flush() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.folded) == 0 || !d.events.take(d.now()) {
+		return
+	}
+	d.write("records_folded", nil)
+}
+
+// write writes msg with args and the folded counts; d.mu is held.
+func (d *decisionLog) write(msg string, args []any) {
+	if len(d.folded) > 0 {
+		args = append(args, "folded", maps.Clone(d.folded))
+		clear(d.folded)
+	}
 	d.log.Info(msg, args...)
+}
+
+// fold counts a record the rate limit dropped; d.mu is held.
+func (d *decisionLog) fold(kind string) {
+	d.folded[kind]++
+	if d.onFold != nil {
+		d.onFold(kind)
+	}
 }
 
 // Close closes the file.

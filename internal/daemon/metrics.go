@@ -31,6 +31,12 @@ type metrics struct {
 	// interfaceChanges counts attachments made or dropped while running
 	// (links.go), by change: "attached" or "detached".
 	interfaceChanges *prometheus.CounterVec
+	// metricsRefused counts connections to the metrics listener closed
+	// at once because maxMetricsConns were open (listen.go).
+	metricsRefused prometheus.Counter
+	// decisionsFolded counts decision-log records the rate limit folded
+	// (decisionlog.go), by kind.
+	decisionsFolded *prometheus.CounterVec
 }
 
 func newMetrics(d *Daemon) *metrics {
@@ -56,6 +62,12 @@ func newMetrics(d *Daemon) *metrics {
 		interfaceChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "olcd_interface_changes_total", Help: "Attachments made (an interface appeared, came up or was created again) or dropped (deleted, re-created, no longer selected) while olcd ran, by change.",
 		}, []string{"change"}),
+		metricsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "olcd_metrics_connections_refused_total", Help: "Connections to the metrics listener closed at once because its connection cap was reached.",
+		}),
+		decisionsFolded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "olcd_decision_records_folded_total", Help: "Decision-log records not written because of its rate limit, by kind: counted in the next record written (probability changes: merged into it).",
+		}, []string{"kind"}),
 		reloadFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "olcd_config_reload_failures_total", Help: "Config reloads refused because the file was unreadable or invalid; the running config stayed.",
 		}),
@@ -68,13 +80,14 @@ func newMetrics(d *Daemon) *metrics {
 		sampler.SourceCgroupPSIMemory, sampler.SourceCgroupPSIIO, sourceDatapathStats} {
 		m.sampleErrors.WithLabelValues(src)
 	}
+	m.decisionsFolded.WithLabelValues("probability_change")
 	m.interfaceChanges.WithLabelValues("attached")
 	m.interfaceChanges.WithLabelValues("detached")
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "olcd_build_info", Help: "Build information; always 1.",
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(d.opts.Version, runtime.Version()).Set(1)
-	m.reg.MustRegister(m.ticks, m.tickSeconds, m.sampleErrors, m.reloads, m.reloadFailures, m.onsetDecisions, m.interfaceChanges, build,
+	m.reg.MustRegister(m.ticks, m.tickSeconds, m.sampleErrors, m.reloads, m.reloadFailures, m.onsetDecisions, m.interfaceChanges, m.metricsRefused, m.decisionsFolded, build,
 		&stateCollector{d: d},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -102,9 +102,16 @@ func counterDelta(cur, prev loader.Counters) loader.Counters {
 	}
 }
 
-// recordEvents writes the controller's events to the decision log.
+// recordEvents writes the controller's events to the decision log: the
+// probability changes of the tick as one record (changes.go), every other
+// event as its own.
 func (d *Daemon) recordEvents(dec adaptive.Decision) {
+	var changes []adaptive.Event
 	for _, ev := range dec.Events {
+		if ev.Kind == adaptive.EventProbabilityChange {
+			changes = append(changes, ev)
+			continue
+		}
 		args := []any{
 			"at", ev.At,
 			"reason", ev.Reason,
@@ -116,20 +123,12 @@ func (d *Daemon) recordEvents(dec adaptive.Decision) {
 		if !ev.OverloadSince.IsZero() {
 			args = append(args, "overload_since", ev.OverloadSince)
 		}
-		if ev.Kind == adaptive.EventProbabilityChange {
-			if ev.Port != (adaptive.PortKey{}) {
-				args = append(args, "port", ev.Port.String(), "class", ev.Class.String())
-			} else {
-				args = append(args, "port", "node")
-			}
-			args = append(args, "from", round4(ev.From), "to", round4(ev.To))
-		}
 		d.dlog.Record(ev.Kind.String(), args...)
-		if ev.Kind != adaptive.EventProbabilityChange {
-			d.log.Info(ev.Kind.String(), "reason", ev.Reason, "pressure", round4(ev.Pressure),
-				"drop_probability", round4(ev.DropProbability), "mode", d.cfg.Mode.String())
-		}
+		d.log.Info(ev.Kind.String(), "reason", ev.Reason, "pressure", round4(ev.Pressure),
+			"drop_probability", round4(ev.DropProbability), "mode", d.cfg.Mode.String())
 	}
+	d.recordChanges(changes)
+	d.dlog.Flush()
 }
 
 // signalValues renders signal states as {name: value} for the log; an
@@ -367,7 +366,7 @@ func (d *Daemon) publish() {
 		Version:      d.opts.Version,
 		Mode:         d.cfg.Mode.String(),
 		ConfigSource: d.configSource(),
-		Overrides:    slices.Clone(d.overrides),
+		Overrides:    overrideList(d.overrides),
 		IntervalS:    d.cfg.Interval.Seconds(),
 		Ticks:        d.ticks,
 		UpdatedAt:    r.at,

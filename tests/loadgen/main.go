@@ -6,6 +6,7 @@
 //	loadgen serve   -addr 10.0.0.1:8080 [-ports 1] [-work 2ms] [-duration 5m]
 //	loadgen connect -target 10.0.0.1:8080 -rate 100 -duration 10s [-timeout 1.5s] [-json]
 //	loadgen burn    -duration 20s [-threads N]
+//	loadgen hold    -target 127.0.0.1:9477 -conns 20000 -duration 1m [-user nobody]
 package main
 
 import (
@@ -20,6 +21,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -28,13 +30,15 @@ import (
 
 func main() {
 	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
-		fmt.Fprint(os.Stderr, `usage: loadgen serve|connect|burn [flags]   (loadgen MODE -h for the flags)
+		fmt.Fprint(os.Stderr, `usage: loadgen serve|connect|burn|hold [flags]   (loadgen MODE -h for the flags)
 
   serve    a TCP server that spends -work of CPU per connection, then answers "ok"
   connect  opens new connections at -rate per second for -duration; with -reply (the
            default) a connection succeeds when "ok" arrives, as from loadgen serve;
            -reply=false counts a completed TCP handshake as success (any server)
   burn     keeps -threads CPUs busy for -duration: a noisy neighbour
+  hold     opens -conns idle TCP connections to -target and holds them for -duration
+           (with -user, as that user after raising RLIMIT_NOFILE as root)
 `)
 		os.Exit(2)
 	}
@@ -46,8 +50,10 @@ func main() {
 		err = connect(os.Args[2:])
 	case "burn":
 		err = burn(os.Args[2:])
+	case "hold":
+		err = hold(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown mode %q: want serve, connect or burn", os.Args[1])
+		err = fmt.Errorf("unknown mode %q: want serve, connect, burn or hold", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
@@ -260,5 +266,96 @@ func burn(args []string) error {
 		go func() { defer wg.Done(); spin(*duration) }()
 	}
 	wg.Wait()
+	return nil
+}
+
+// hold opens -conns TCP connections to -target that send nothing, as fast as
+// the handshakes complete, and keeps them open for -duration: the file
+// descriptor exhaustion a local user can attempt against a listener. With
+// -user it first raises RLIMIT_NOFILE (as root) to fit the connections, then
+// drops to that user's uid and gid, so the connections come from an
+// unprivileged process. It prints one JSON line when every connection was
+// tried ({"open": N, "failed": M}), then, at the end, how many the server
+// closed meanwhile ({"closed_by_server": K}).
+func hold(args []string) error {
+	fs := flag.NewFlagSet("hold", flag.ExitOnError)
+	target := fs.String("target", "127.0.0.1:9477", "address to connect to")
+	conns := fs.Int("conns", 1000, "connections to open (1..100000)")
+	duration := fs.Duration("duration", time.Minute, "how long to hold them (at most 10m)")
+	user := fs.String("user", "", "numeric uid[:gid] to drop to after raising RLIMIT_NOFILE (e.g. 65534:65534)")
+	fs.Parse(args)
+	if *conns < 1 || *conns > 100000 || *duration <= 0 || *duration > 10*time.Minute {
+		return errors.New("conns must be in [1, 100000] and duration in (0, 10m]")
+	}
+	if *user != "" {
+		if err := dropTo(*user, uint64(*conns)+64); err != nil {
+			return err
+		}
+	}
+	end := time.Now().Add(*duration)
+	open := make([]net.Conn, 0, *conns)
+	failed := 0
+	for range *conns {
+		c, err := net.DialTimeout("tcp", *target, 2*time.Second)
+		if err != nil {
+			failed++
+			if time.Now().After(end) {
+				break
+			}
+			continue
+		}
+		open = append(open, c)
+	}
+	_ = json.NewEncoder(os.Stdout).Encode(map[string]int{"open": len(open), "failed": failed})
+	time.Sleep(time.Until(end))
+	// A connection the server closed reads EOF (or a reset) at once.
+	closed := 0
+	for _, c := range open {
+		_ = c.SetReadDeadline(time.Now().Add(time.Millisecond))
+		var b [1]byte
+		if _, err := c.Read(b[:]); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			closed++
+		}
+		c.Close()
+	}
+	return json.NewEncoder(os.Stdout).Encode(map[string]int{"closed_by_server": closed})
+}
+
+// dropTo raises RLIMIT_NOFILE to at least nofile (above the hard limit
+// that needs CAP_SYS_RESOURCE) and switches every thread to
+// the uid[:gid] in spec, with no supplementary groups.
+func dropTo(spec string, nofile uint64) error {
+	uidStr, gidStr, hasGid := strings.Cut(spec, ":")
+	uid, err := strconv.Atoi(uidStr)
+	if err != nil {
+		return fmt.Errorf("-user %q: want a numeric uid[:gid]", spec)
+	}
+	gid := uid
+	if hasGid {
+		if gid, err = strconv.Atoi(gidStr); err != nil {
+			return fmt.Errorf("-user %q: want a numeric uid[:gid]", spec)
+		}
+	}
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Errorf("read RLIMIT_NOFILE: %w", err)
+	}
+	lim.Cur = max(lim.Cur, nofile)
+	lim.Max = max(lim.Max, nofile)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Errorf("raise RLIMIT_NOFILE to %d (above the hard limit it needs CAP_SYS_RESOURCE; split the connections over several processes): %w", nofile, err)
+	}
+	if err := syscall.Setgroups(nil); err != nil {
+		return fmt.Errorf("drop supplementary groups: %w", err)
+	}
+	if err := syscall.Setgid(gid); err != nil {
+		return fmt.Errorf("setgid %d: %w", gid, err)
+	}
+	if err := syscall.Setuid(uid); err != nil {
+		return fmt.Errorf("setuid %d: %w", uid, err)
+	}
+	if os.Geteuid() != uid {
+		return fmt.Errorf("still uid %d after setuid %d", os.Geteuid(), uid)
+	}
 	return nil
 }

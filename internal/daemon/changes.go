@@ -1,0 +1,161 @@
+package daemon
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/olcd/olcd/internal/adaptive"
+)
+
+// maxListedPorts bounds the port names one group of a probability_change
+// record lists; the rest are counted ("more"). Every port of a class moves
+// together, so at 100 ports the names would be most of the record.
+const maxListedPorts = 16
+
+// pendingChanges are the probability changes not yet written to the
+// decision log: those of this tick, and of earlier ticks the rate limit
+// folded. A port's from is the value last written, its to the latest.
+type pendingChanges struct {
+	last  adaptive.Event // the latest change: its tick's context
+	node  *probChange    // the node-level p, when it changed
+	ports map[adaptive.PortKey]portChange
+	ticks int // ticks whose changes are held
+}
+
+// probChange is a p that moved from one value to another, passing through
+// [lo, hi] (over the ticks folded into it).
+type probChange struct{ from, to, lo, hi float64 }
+
+func newProbChange(from float64) probChange { return probChange{from: from, to: from, lo: from, hi: from} }
+
+func (c *probChange) set(to float64) { c.to, c.lo, c.hi = to, min(c.lo, to), max(c.hi, to) }
+
+type portChange struct {
+	class adaptive.Class
+	probChange
+}
+
+// changeGroup is the ports of one class that moved from one p to another:
+// one entry of a probability_change record's "ports".
+type changeGroup struct {
+	Class string  `json:"class"`
+	From  float64 `json:"from"`
+	To    float64 `json:"to"`
+	Count int     `json:"count"`
+	// Ports names up to maxListedPorts of them ("tcp/80"), lowest first.
+	Ports []string `json:"ports"`
+	// More counts the ports not named.
+	More int `json:"more,omitempty"`
+	// Range is the lowest and highest p of the folded ticks (records with
+	// folded_ticks only).
+	Range *[2]float64 `json:"range,omitempty"`
+}
+
+// add merges one tick's probability_change events.
+func (p *pendingChanges) add(evs []adaptive.Event) {
+	if len(evs) == 0 {
+		return
+	}
+	if p.ports == nil {
+		p.ports = map[adaptive.PortKey]portChange{}
+	}
+	for _, ev := range evs {
+		if ev.Port == (adaptive.PortKey{}) {
+			if p.node == nil {
+				c := newProbChange(ev.From)
+				p.node = &c
+			}
+			p.node.set(ev.To)
+		} else {
+			pc, ok := p.ports[ev.Port]
+			if !ok {
+				pc = portChange{class: ev.Class, probChange: newProbChange(ev.From)}
+			}
+			pc.set(ev.To)
+			p.ports[ev.Port] = pc
+		}
+		p.last = ev
+	}
+	p.ticks++
+}
+
+// args renders the record: the context of the latest tick, the node's
+// change, the ports grouped by class and values, and how many earlier
+// ticks' changes were folded into it.
+func (p *pendingChanges) args(mode string) []any {
+	ev := p.last
+	args := []any{
+		"at", ev.At,
+		"reason", ev.Reason,
+		"pressure", round4(ev.Pressure),
+		"drop_probability", round4(ev.DropProbability),
+		"mode", mode,
+		"signals", signalValues(ev.Signals),
+	}
+	if !ev.OverloadSince.IsZero() {
+		args = append(args, "overload_since", ev.OverloadSince)
+	}
+	if p.node != nil {
+		node := map[string]any{"from": round4(p.node.from), "to": round4(p.node.to)}
+		if p.ticks > 1 {
+			node["range"] = [2]float64{round4(p.node.lo), round4(p.node.hi)}
+		}
+		args = append(args, "node", node)
+	}
+	type groupKey struct {
+		class            adaptive.Class
+		from, to, lo, hi float64
+	}
+	keys := slices.SortedFunc(func(yield func(adaptive.PortKey) bool) {
+		for k := range p.ports {
+			if !yield(k) {
+				return
+			}
+		}
+	}, func(a, b adaptive.PortKey) int { return cmp.Or(cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Port, b.Port)) })
+	var groups []changeGroup
+	index := map[groupKey]int{}
+	for _, k := range keys {
+		pc := p.ports[k]
+		gk := groupKey{pc.class, round4(pc.from), round4(pc.to), round4(pc.lo), round4(pc.hi)}
+		i, ok := index[gk]
+		if !ok {
+			i = len(groups)
+			index[gk] = i
+			groups = append(groups, changeGroup{Class: pc.class.String(), From: gk.from, To: gk.to, Ports: []string{}})
+			if p.ticks > 1 {
+				groups[i].Range = &[2]float64{gk.lo, gk.hi}
+			}
+		}
+		g := &groups[i]
+		g.Count++
+		if len(g.Ports) < maxListedPorts {
+			g.Ports = append(g.Ports, k.String())
+		} else {
+			g.More++
+		}
+	}
+	if len(groups) > 0 {
+		args = append(args, "ports", groups)
+	}
+	if p.ticks > 1 {
+		args = append(args, "folded_ticks", p.ticks-1)
+	}
+	return args
+}
+
+// recordChanges offers the pending changes, with this tick's events, to
+// the decision log; what its rate limit refuses stays pending.
+func (d *Daemon) recordChanges(evs []adaptive.Event) {
+	d.changes.add(evs)
+	if d.changes.ticks == 0 {
+		return
+	}
+	if d.dlog.RecordChange(d.changes.args(d.cfg.Mode.String())...) {
+		d.changes = pendingChanges{}
+		return
+	}
+	if len(evs) > 0 {
+		d.metrics.decisionsFolded.WithLabelValues("probability_change").Inc()
+	}
+}

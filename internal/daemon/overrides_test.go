@@ -1,0 +1,102 @@
+package daemon
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestWithOverride(t *testing.T) {
+	ov := func(kind, doc string) liveOverride {
+		o, err := newOverride(kind, doc, []byte(doc))
+		if err != nil {
+			t.Fatalf("%q: %v", doc, err)
+		}
+		return o
+	}
+	tests := []struct {
+		name string
+		docs []string
+		want []string // the surviving documents, oldest first
+	}{
+		{"same field twice", []string{"mode: off\n", "mode: enforce\n"}, []string{"mode: enforce\n"}},
+		{"different fields", []string{"mode: off\n", "interval: 1s\n"}, []string{"mode: off\n", "interval: 1s\n"}},
+		{"a wider patch replaces", []string{"controller: {ki: 1}\n", "mode: off\n", "controller: {ki: 2, kp: 1}\n"},
+			[]string{"mode: off\n", "controller: {ki: 2, kp: 1}\n"}},
+		{"a narrower patch does not", []string{"controller: {ki: 2, kp: 1}\n", "controller: {ki: 1}\n"},
+			[]string{"controller: {ki: 2, kp: 1}\n", "controller: {ki: 1}\n"}},
+		{"a subtree replaces its fields", []string{"controller: {ki: 1}\n", "controller: null\n"}, []string{"controller: null\n"}},
+		{"a list is one field", []string{"ports: [{port: 80}]\n", "ports: [{port: 81}, {port: 82}]\n"}, []string{"ports: [{port: 81}, {port: 82}]\n"}},
+		{"a prefix of a name is another field", []string{"signals: {psi_cpu_some: {threshold: 0.5}}\n", "signals: {psi_cpu: {threshold: 0.5}}\n"},
+			[]string{"signals: {psi_cpu_some: {threshold: 0.5}}\n", "signals: {psi_cpu: {threshold: 0.5}}\n"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var list []liveOverride
+			for _, doc := range tt.docs {
+				var err error
+				if list, err = withOverride(list, ov("patch", doc)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var got []string
+			for _, o := range list {
+				got = append(got, o.Value)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("overrides %q, want %q", got, tt.want)
+			}
+		})
+	}
+
+	// Distinct fields, one at a time, stop at the cap.
+	var list []liveOverride
+	var err error
+	for i := range maxOverrides + 1 {
+		var next []liveOverride
+		next, err = withOverride(list, ov("patch", fmt.Sprintf("f%d: 1\n", i)))
+		if err != nil {
+			break
+		}
+		list = next
+	}
+	if err == nil || len(list) != maxOverrides || !strings.Contains(err.Error(), "write these settings into the config file") {
+		t.Errorf("after %d distinct overrides: %d kept, error %v; want %d kept and a refusal", maxOverrides+1, len(list), err, maxOverrides)
+	}
+}
+
+// TestOverridesBounded: 5,000 mode changes and 500 patches of one field
+// through the admin path leave one override per field, and the status stays
+// small (before, every write was appended: 5,500 overrides, a status of
+// hundreds of KiB).
+func TestOverridesBounded(t *testing.T) {
+	d := startTestDaemon(t, testConfig(2, "500ms", "5s", 4))
+	modes := []string{"observe", "enforce", "off"}
+	for i := range 5000 {
+		m := modes[i%len(modes)]
+		if err := d.override("mode", m, []byte("mode: "+m+"\n")); err != nil {
+			t.Fatalf("mode override %d: %v", i, err)
+		}
+	}
+	for i := range 500 {
+		doc := fmt.Sprintf("controller: {activation_ticks: %d}\n", 1+i%10)
+		if err := d.override("patch", doc, []byte(doc)); err != nil {
+			t.Fatalf("patch %d: %v", i, err)
+		}
+	}
+	d.publish()
+	st := d.Status()
+	if len(st.Overrides) != 2 {
+		t.Errorf("%d live overrides, want 2 (one mode, one controller.activation_ticks): %+v", len(st.Overrides), st.Overrides[:min(5, len(st.Overrides))])
+	}
+	if want := modes[4999%len(modes)]; st.Mode != want {
+		t.Errorf("mode %q, want the last written %q", st.Mode, want)
+	}
+	b, _ := json.Marshal(st)
+	if len(b) > 16<<10 {
+		t.Errorf("status JSON is %d bytes, want < 16 KiB", len(b))
+	}
+	d.noErrorsLogged(t)
+}
