@@ -153,6 +153,7 @@ func New(opts Options) (*Daemon, error) {
 	}
 	d.base, d.cfg = cfg, cfg
 	d.metrics = newMetrics(d)
+	d.metrics.reg.MustRegister(&boundsCollector{d: d})
 	return d, nil
 }
 
@@ -264,7 +265,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	defer admin.Close()
 
 	if mln != nil {
-		msrv := &http.Server{Handler: d.metrics.handler(), ReadHeaderTimeout: 5 * time.Second}
+		msrv := &http.Server{Handler: d.withHealth(d.metrics.handler()), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := msrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				d.log.Error("metrics endpoint stopped", "err", err)
@@ -805,6 +806,7 @@ func (d *Daemon) watchConfig(ctx context.Context) <-chan struct{} {
 		w.Close()
 		return out
 	}
+	cw := newConfigWatch(path)
 	go func() {
 		defer w.Close()
 		var debounce <-chan time.Time
@@ -816,7 +818,7 @@ func (d *Daemon) watchConfig(ctx context.Context) <-chan struct{} {
 				if !ok {
 					return
 				}
-				if sameFile(ev.Name, path) && ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename) != 0 {
+				if cw.changed(ev) {
 					debounce = time.After(200 * time.Millisecond)
 				}
 			case err, ok := <-w.Errors:
