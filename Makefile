@@ -7,7 +7,7 @@ BIN     := bin/olcd
 VERSION ?= $(shell git describe --always --dirty --tags 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all help generate check-generate build test test-short test-overload demo demo-default install uninstall bench fmt vet
+.PHONY: all help deps-run deps-test deps-build deps-all generate check-generate build test test-short test-overload demo demo-default install uninstall bench fmt vet
 
 all: build
 
@@ -20,13 +20,20 @@ help:
 	@echo "make demo            overload demo: calibrate a CPU-bound backend, run 3x and capacity-halved"
 	@echo "                     with no olcd, observe, enforce, nftables limit, in-app BBR (root, ~10 min)"
 	@echo "make demo-default    olcd on its embedded default config against a netns+veth node (~1 min)"
+	@echo "make deps-test       install the system packages make test needs (deps-run: make demo,"
+	@echo "                     deps-build: make generate; scripts/deps.sh says which)"
 	@echo "make generate        recompile bpf/*.c with bpf2go (needs clang, llvm, libbpf-dev)"
 	@echo "make check-generate  regenerate and fail if the committed objects differ"
 	@echo "make bench           datapath, sampler and controller benchmarks"
 	@echo "make install         install binary, unit and /etc/olcd/olcd.yaml, enable the service"
 	@echo "make uninstall       remove everything make install added"
 
-generate:
+# One list of system packages (scripts/deps.sh): installed when missing as
+# root with apt, else named in one line.
+deps-run deps-test deps-build deps-all: deps-%:
+	scripts/deps.sh $*
+
+generate: deps-build
 	$(GO) generate ./internal/loader/...
 
 check-generate: generate
@@ -42,7 +49,7 @@ vet:
 fmt:
 	gofmt -l -w $$(git ls-files '*.go')
 
-test: build vet
+test: deps-test build vet
 	$(GO) test -count=1 -timeout 20m ./...
 	scripts/check-unit.sh
 	scripts/test-install.sh
@@ -60,6 +67,7 @@ test-short:
 
 demo:
 	@[ "$$(id -u)" = 0 ] || { echo "make demo needs root (network namespace, veth, cgroup, nftables, BPF): run 'sudo make demo'" >&2; exit 1; }
+	scripts/deps.sh run
 	$(MAKE) build
 	$(GO) build -o bin/olcd-overload ./tests/e2e/cmd/olcd-overload
 	bin/olcd-overload demo -olcd $(BIN) -out out/demo

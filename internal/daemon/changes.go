@@ -26,7 +26,9 @@ type pendingChanges struct {
 // [lo, hi] (over the ticks folded into it).
 type probChange struct{ from, to, lo, hi float64 }
 
-func newProbChange(from float64) probChange { return probChange{from: from, to: from, lo: from, hi: from} }
+func newProbChange(from float64) probChange {
+	return probChange{from: from, to: from, lo: from, hi: from}
+}
 
 func (c *probChange) set(to float64) { c.to, c.lo, c.hi = to, min(c.lo, to), max(c.hi, to) }
 
@@ -112,7 +114,9 @@ func (p *pendingChanges) args(mode string) []any {
 				return
 			}
 		}
-	}, func(a, b adaptive.PortKey) int { return cmp.Or(cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Port, b.Port)) })
+	}, func(a, b adaptive.PortKey) int {
+		return cmp.Or(cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Port, b.Port))
+	})
 	var groups []changeGroup
 	index := map[groupKey]int{}
 	for _, k := range keys {

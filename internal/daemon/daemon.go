@@ -74,8 +74,8 @@ type Daemon struct {
 	started time.Time
 
 	// Owned by the tick loop goroutine.
-	base      *rules.Config // as loaded from the file (or the embedded default)
-	cfg       *rules.Config // base + live overrides: what is in force
+	base      *rules.Config  // as loaded from the file (or the embedded default)
+	cfg       *rules.Config  // base + live overrides: what is in force
 	overrides []liveOverride // one per field path, oldest first (overrides.go)
 	refused   *ReloadFailure // the last refused reload of the file, until one succeeds
 	smp       *sampler.Sampler
@@ -160,6 +160,7 @@ func New(opts Options) (*Daemon, error) {
 	d.logWarnings(l.warns)
 	d.base, d.cfg = l.cfg, l.cfg
 	d.metrics = newMetrics(d)
+	d.metrics.reg.MustRegister(&boundsCollector{d: d})
 	return d, nil
 }
 
@@ -305,7 +306,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 
 	if mln != nil {
 		limit := metricsConnCap(nofile)
-		msrv := newHTTPServer(d.metrics.handler())
+		msrv := newHTTPServer(d.withHealth(d.metrics.handler()))
 		go serveHTTP(msrv, newCapListener(mln, limit, d.metrics.metricsRefused.Inc),
 			func(err error) { d.log.Error("metrics endpoint stopped", "err", err) })
 		defer msrv.Close()
@@ -910,6 +911,7 @@ func (d *Daemon) watchConfig(ctx context.Context, out chan<- configLoad) {
 		w.Close()
 		return
 	}
+	sw := newConfigWatch(path)
 	go func() {
 		defer w.Close()
 		cw := completeWrite{read: readConfigFile, path: path}
@@ -924,7 +926,7 @@ func (d *Daemon) watchConfig(ctx context.Context, out chan<- configLoad) {
 				if !ok {
 					return
 				}
-				if sameFile(ev.Name, path) && ev.Op&(fsnotify.Write|fsnotify.Create) != 0 {
+				if sw.changed(ev) {
 					cw.event(ev.Op.Has(fsnotify.Write))
 					timer.Reset(settleAfter)
 				}

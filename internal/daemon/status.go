@@ -20,6 +20,9 @@ type Status struct {
 	ReloadRefused *ReloadFailure `json:"reload_refused,omitempty"`
 	// IntervalS is the tick interval in seconds.
 	IntervalS float64 `json:"interval_s"`
+	// StaleAfterS is heartbeat.stale_after in seconds: a tick older than
+	// this and the datapath passes everything.
+	StaleAfterS float64 `json:"stale_after_s"`
 	// Ticks counts the ticks since start.
 	Ticks uint64 `json:"ticks"`
 	// UpdatedAt is when the last tick finished.
@@ -105,6 +108,9 @@ type OverloadStatus struct {
 	Pressure float64 `json:"pressure"`
 	// DropProbability is the node-level share of new work to shed (0..1).
 	DropProbability float64 `json:"drop_probability"`
+	// Bound is the highest drop probability the controller may write,
+	// 1 − controller.min_pass_rate (0..1).
+	Bound float64 `json:"drop_probability_bound"`
 	// Reason says in words which signal drives the state.
 	Reason string `json:"reason,omitempty"`
 }
