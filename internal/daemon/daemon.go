@@ -104,6 +104,7 @@ type Daemon struct {
 
 	status  atomic.Pointer[Status]
 	metrics *metrics
+	lb      lbState // what load balancers are told (lb.go)
 }
 
 // portEntry is one protected port as the daemon tracks it.
@@ -153,6 +154,9 @@ func New(opts Options) (*Daemon, error) {
 	}
 	d.base, d.cfg = cfg, cfg
 	d.metrics = newMetrics(d)
+	if err := d.initLB(); err != nil {
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -245,6 +249,12 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		defer mln.Close()
 	}
 
+	stopLB, err := d.startLB()
+	if err != nil {
+		return err
+	}
+	defer stopLB()
+
 	if err := d.start(); err != nil {
 		return err
 	}
@@ -255,7 +265,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		d.log.Info("datapath detached")
 	}()
 
-	admin := &http.Server{Handler: newAdminHandler(d, d.log), ReadHeaderTimeout: 5 * time.Second}
+	admin := &http.Server{Handler: d.withLB(newAdminHandler(d, d.log)), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := admin.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			d.log.Error("admin API stopped", "err", err)
@@ -264,7 +274,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	defer admin.Close()
 
 	if mln != nil {
-		msrv := &http.Server{Handler: d.metrics.handler(), ReadHeaderTimeout: 5 * time.Second}
+		msrv := &http.Server{Handler: d.withLB(d.metrics.handler()), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := msrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				d.log.Error("metrics endpoint stopped", "err", err)

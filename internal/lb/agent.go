@@ -3,6 +3,7 @@ package lb
 import (
 	"bytes"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -34,6 +35,13 @@ type AgentConfig struct {
 
 // DefaultSendWait is AgentConfig.SendWait's default.
 const DefaultSendWait = 5 * time.Millisecond
+
+// discardFor and discardMax bound what is read and dropped after
+// answering a request that was not understood.
+const (
+	discardFor = 20 * time.Millisecond
+	discardMax = 64 << 10
+)
 
 // maxRequest bounds the agent-send line read: a port name is a dozen
 // bytes, anything longer is not a request olcd understands.
@@ -74,8 +82,9 @@ var AnswerKinds = []string{AnswerNode, AnswerPort, AnswerUnknown, AnswerOverflow
 // the last published Report, for the port the agent-send line names or for
 // the node.
 type Agent struct {
-	cfg    AgentConfig
-	log    *slog.Logger
+	cfg      AgentConfig
+	sendWait atomic.Int64 // nanoseconds; AgentConfig.SendWait, changed by SetSendWait
+	log      *slog.Logger
 	report atomic.Pointer[Report]
 	sem    chan struct{}
 	wg     sync.WaitGroup
@@ -95,7 +104,17 @@ func NewAgent(cfg AgentConfig, log *slog.Logger) *Agent {
 	a := &Agent{cfg: cfg, log: log, sem: make(chan struct{}, cfg.MaxConns)}
 	a.bufs.New = func() any { b := make([]byte, maxRequest); return &b }
 	a.report.Store(FullWeight())
+	a.sendWait.Store(int64(cfg.SendWait))
 	return a
+}
+
+// SetSendWait changes AgentConfig.SendWait for the connections accepted
+// from now on (a reload); 0 takes the default.
+func (a *Agent) SetSendWait(d time.Duration) {
+	if d == 0 {
+		d = DefaultSendWait
+	}
+	a.sendWait.Store(int64(d))
 }
 
 // Publish makes r the report the agent answers from (nil: full weight).
@@ -204,14 +223,15 @@ func isTemporary(err error) bool {
 // handle reads the agent-send line, if one comes within SendWait, and
 // answers.
 func (a *Agent) handle(c net.Conn) {
-	if a.cfg.SendWait < 0 {
+	wait := time.Duration(a.sendWait.Load())
+	if wait < 0 {
 		a.answer(c, a.report.Load().Node, AnswerNode)
 		return
 	}
 	bp := a.bufs.Get().(*[]byte)
 	defer a.bufs.Put(bp)
 	buf := *bp
-	_ = c.SetReadDeadline(time.Now().Add(a.cfg.SendWait))
+	_ = c.SetReadDeadline(time.Now().Add(wait))
 	n := 0
 	for n < len(buf) {
 		m, err := c.Read(buf[n:])
@@ -226,10 +246,14 @@ func (a *Agent) handle(c net.Conn) {
 	}
 	rep := a.report.Load()
 	line := bytes.TrimSpace(buf[:n])
-	a.log.Debug("agent request", "remote", c.RemoteAddr().String(), "request", string(buf[:n]))
 	switch {
 	case len(line) == 0 && n < len(buf):
 		a.answer(c, rep.Node, AnswerNode)
+	case n == len(buf):
+		// An overlong line: answer, then discard a little of the rest,
+		// so that closing does not reset the connection before the
+		// client has read the answer.
+		a.answer(c, rep.Node, AnswerUnknown)
 	default:
 		t, found := rep.Lookup(string(line))
 		kind := AnswerUnknown
@@ -247,7 +271,15 @@ func (a *Agent) answer(c net.Conn, t Target, kind string) {
 	if _, err := c.Write([]byte(t.AgentReply + "\n")); err != nil {
 		a.log.Debug("agent answer not written", "remote", c.RemoteAddr().String(), "err", err)
 	}
-	// Close sends the FIN after the line (an RST if the client sent more
-	// than was read: such a client is not HAProxy).
+	if kind == AnswerUnknown {
+		// A client that sent more than was read would get an RST on
+		// close, which may discard the answer before it is read: send
+		// the FIN, then discard what comes for a moment.
+		if tc, ok := c.(interface{ CloseWrite() error }); ok && tc.CloseWrite() == nil {
+			_ = c.SetReadDeadline(time.Now().Add(discardFor))
+			_, _ = io.CopyN(io.Discard, c, discardMax)
+		}
+	}
+	// Close sends the FIN after the line.
 	c.Close()
 }
