@@ -85,10 +85,10 @@ type Agent struct {
 	cfg      AgentConfig
 	sendWait atomic.Int64 // nanoseconds; AgentConfig.SendWait, changed by SetSendWait
 	log      *slog.Logger
-	report atomic.Pointer[Report]
-	sem    chan struct{}
-	wg     sync.WaitGroup
-	counts [4]atomic.Uint64
+	report   atomic.Pointer[Report]
+	sem      chan struct{}
+	wg       sync.WaitGroup
+	counts   [4]atomic.Uint64
 	// inFlight and peak count the connections handled at once.
 	inFlight, peak atomic.Int64
 	bufs           sync.Pool
