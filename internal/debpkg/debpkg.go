@@ -1,8 +1,9 @@
 // Package debpkg finds the Debian-packaged programs the tests run against
 // (haproxy, nginx, ...) and installs them when they are missing and the test
-// runs as root, through the project's shared install step (scripts/deps.sh
-// when it exists, apt-get otherwise). Tests that cannot have the program
-// skip with the reason Find returns.
+// runs as root, through the project's shared install step: `scripts/deps.sh
+// test` (the group of what the tests start) when the script exists, apt-get
+// for the one package otherwise. Tests that cannot have the program skip
+// with the reason Find returns.
 package debpkg
 
 import (
@@ -35,7 +36,7 @@ func Find(program, pkg string) (string, error) {
 	}
 	var cmd *exec.Cmd
 	if deps := depsScript(); deps != "" {
-		cmd = exec.Command(deps, pkg)
+		cmd = exec.Command(deps, "test")
 	} else {
 		cmd = exec.Command("apt-get", "install", "-y", "--no-install-recommends", pkg)
 		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")

@@ -76,12 +76,22 @@ type PortInput struct {
 	// AtBound is true while p sits at its bound (1 − min_pass_rate) in an
 	// overload: the node sheds all it may and still is over its target.
 	AtBound bool
-	// OfferedPerS is the unique new connections per second (SYN
-	// retransmits excluded) over the last tick; AdmittedPerS those passed.
+	// OfferedPerS is the new connections per second over the last tick
+	// (SYN retransmits included); AdmittedPerS those not dropped.
 	OfferedPerS, AdmittedPerS float64
-	// ResponseTimeS is the port's measured response time in seconds, nil
-	// while it is not measured (never 0 for "unknown").
-	ResponseTimeS *float64
+	// ResponseTime is the port's measured response time, nil while the
+	// port's responses are not timed.
+	ResponseTime *ResponseTime
+}
+
+// ResponseTime is a port's response time over the last tick, in seconds:
+// from a request's first byte reaching the node to the answer's first byte
+// leaving it. A quantile is nil (never 0) when the tick had too few
+// samples. The JSON names are the status's (ports[].response_time).
+type ResponseTime struct {
+	P50S *float64 `json:"p50_s"`
+	P95S *float64 `json:"p95_s"`
+	P99S *float64 `json:"p99_s"`
 }
 
 // Input is one tick as the daemon saw it.
@@ -121,13 +131,13 @@ type Target struct {
 	DropProbability float64 `json:"drop_probability"`
 	// AtBound is true while p is at its bound in an overload.
 	AtBound bool `json:"at_bound"`
-	// OfferedPerS and AdmittedPerS are unique new connections per second,
-	// offered and passed, over the last tick.
+	// OfferedPerS and AdmittedPerS are new connections per second over
+	// the last tick, offered (SYN retransmits included) and not dropped.
 	OfferedPerS  float64 `json:"offered_per_s"`
 	AdmittedPerS float64 `json:"admitted_per_s"`
-	// ResponseTimeS is the measured response time in seconds; null while
-	// the port's response time is not measured.
-	ResponseTimeS *float64 `json:"response_time_s"`
+	// ResponseTime is the measured response time; null while the port's
+	// responses are not timed.
+	ResponseTime *ResponseTime `json:"response_time"`
 	// AgentReply is the HAProxy agent-check line for this target, without
 	// its newline.
 	AgentReply string `json:"agent_reply"`
@@ -267,7 +277,7 @@ func (w *Weigher) target(s *smoothed, in PortInput) Target {
 	t := Target{
 		Mode: in.Mode, State: StateReady, Weight: s.w, PassRate: pass,
 		DropProbability: in.DropProbability, AtBound: in.AtBound,
-		OfferedPerS: in.OfferedPerS, AdmittedPerS: in.AdmittedPerS, ResponseTimeS: in.ResponseTimeS,
+		OfferedPerS: in.OfferedPerS, AdmittedPerS: in.AdmittedPerS, ResponseTime: in.ResponseTime,
 	}
 	if enforcing && in.AtBound {
 		t.State = StateDrain
