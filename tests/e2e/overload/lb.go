@@ -393,7 +393,7 @@ func lbReport(ctx context.Context, socket string) (*lb.Report, error) {
 // clients wait), not a quick redispatch.
 var haproxyConfig = template.Must(template.New("haproxy.cfg").Parse(`# written by the load-balancer test
 global
-    maxconn 20000
+    maxconn 4000
     stats socket {{.Socket}} mode 600 level admin
 defaults
     mode http
@@ -464,6 +464,12 @@ func (l *LBHarness) startHAProxy(dir string, agent bool) (*haproxyProc, error) {
 		st, err := p.servers()
 		if err == nil && strings.HasPrefix(st["a"].status, "UP") && strings.HasPrefix(st["b"].status, "UP") {
 			return p, nil
+		}
+		select {
+		case err := <-p.done:
+			b, _ := os.ReadFile(p.log)
+			return nil, fmt.Errorf("haproxy exited at start: %v\n%s", err, b)
+		default:
 		}
 		if time.Now().After(deadline) {
 			p.stop()
