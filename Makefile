@@ -7,7 +7,7 @@ BIN     := bin/olcd
 VERSION ?= $(shell git describe --always --dirty --tags 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all help deps-run deps-test deps-build deps-all generate check-generate build test test-short test-overload demo demo-default install uninstall bench fmt vet
+.PHONY: all help deps-run deps-test deps-build deps-all generate check-generate build test test-short test-overload test-lb demo demo-default install uninstall bench fmt vet
 
 all: build
 
@@ -15,6 +15,8 @@ help:
 	@echo "make build           build bin/olcd (no clang needed: BPF objects are committed)"
 	@echo "make test            vet + every test (root runs the BPF, netns and cgroup tests, then"
 	@echo "                     the overload suite alone: make test-overload, ~8 min)"
+	@echo "make test-lb         the load-balancer test alone: two nodes behind Debian's HAProxy, with and"
+	@echo "                     without olcd's agent (root, ~4 min; part of test-overload; out/test-lb)"
 	@echo "make test-short      go test -short: skips the end-to-end and overload tests"
 	@echo "make test-overload   the overload suite alone (root, ~8 min; results in out/test-overload)"
 	@echo "make demo            overload demo: calibrate a CPU-bound backend, run 3x and capacity-halved"
@@ -61,6 +63,11 @@ test: deps-test build vet
 test-overload:
 	OLCD_OVERLOAD=1 OLCD_OVERLOAD_OUT=$(CURDIR)/out/test-overload \
 		$(GO) test -count=1 -v -timeout 20m -run 'TestOverload' ./tests/e2e/
+
+# The load-balancer test alone (it is also part of test-overload).
+test-lb:
+	OLCD_OVERLOAD=1 OLCD_OVERLOAD_OUT=$(CURDIR)/out/test-lb \
+		$(GO) test -count=1 -v -timeout 15m -run 'TestOverloadLB' ./tests/e2e/
 
 test-short:
 	$(GO) test -short -count=1 ./...

@@ -88,6 +88,9 @@ func printStatus(w io.Writer, st *daemon.Status, all bool, now time.Time) {
 	if ov.Reason != "" {
 		fmt.Fprintf(w, "  %s\n", ov.Reason)
 	}
+	if lb := st.LB; lb != nil && lb.AgentAddress != "" {
+		fmt.Fprintf(w, "load balancers: HAProxy agent on %s answers %q for the node (GET /v1/lb per port)\n", lb.AgentAddress, lb.AgentReply)
+	}
 	fmt.Fprintln(w)
 
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

@@ -109,6 +109,7 @@ type Daemon struct {
 
 	status  atomic.Pointer[Status]
 	metrics *metrics
+	lb      lbState // what load balancers are told (lb.go)
 }
 
 // portEntry is one protected port as the daemon tracks it.
@@ -161,6 +162,9 @@ func New(opts Options) (*Daemon, error) {
 	d.base, d.cfg = l.cfg, l.cfg
 	d.metrics = newMetrics(d)
 	d.metrics.reg.MustRegister(&boundsCollector{d: d})
+	if err := d.initLB(); err != nil {
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -288,6 +292,12 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		defer mln.Close()
 	}
 
+	stopLB, err := d.startLB()
+	if err != nil {
+		return err
+	}
+	defer stopLB()
+
 	if err := d.start(); err != nil {
 		return err
 	}
@@ -300,13 +310,13 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 
 	// The admin API has a server and listener of its own: nothing done to
 	// the metrics listener can delay `olcd set mode off`.
-	admin := newHTTPServer(newAdminHandler(d, d.log))
+	admin := newHTTPServer(d.withLB(newAdminHandler(d, d.log)))
 	go serveHTTP(admin, ln, func(err error) { d.log.Error("admin API stopped", "err", err) })
 	defer admin.Close()
 
 	if mln != nil {
 		limit := metricsConnCap(nofile)
-		msrv := newHTTPServer(d.withHealth(d.metrics.handler()))
+		msrv := newHTTPServer(d.withLB(d.withHealth(d.metrics.handler())))
 		go serveHTTP(msrv, newCapListener(mln, limit, d.metrics.metricsRefused.Inc),
 			func(err error) { d.log.Error("metrics endpoint stopped", "err", err) })
 		defer msrv.Close()

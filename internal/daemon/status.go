@@ -58,6 +58,8 @@ type Status struct {
 	// SampleErrors lists the sources that could not be read in the last
 	// tick, as "source: error".
 	SampleErrors []string `json:"sample_errors,omitempty"`
+	// LB is what load balancers are told (GET /v1/lb has the details).
+	LB *LBStatus `json:"lb,omitempty"`
 }
 
 // Override is one live change on top of the config file.

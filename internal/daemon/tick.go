@@ -72,6 +72,7 @@ func (d *Daemon) tick() {
 	d.metrics.ticks.Inc()
 	d.metrics.tickSeconds.Observe(time.Since(start).Seconds())
 	d.recordEvents(dec)
+	d.updateLB()
 	d.publish()
 }
 
@@ -387,6 +388,7 @@ func (d *Daemon) publish() {
 	st.Signals, st.Classes, st.Ports = []SignalStatus{}, []ClassStatus{}, []PortStatus{}
 	st.Exceptions, st.Interfaces = []string{}, []InterfaceStatus{}
 	st.ReloadRefused = d.refused
+	st.LB = d.lbStatus()
 	if dec.Overloaded && !dec.OverloadSince.IsZero() {
 		since := dec.OverloadSince
 		st.Overload.Since = &since

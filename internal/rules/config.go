@@ -60,6 +60,8 @@ type Config struct {
 	DecisionLog string
 	// Datapath sizes the BPF maps.
 	Datapath DatapathConfig
+	// LB is what olcd tells load balancers (lb.go).
+	LB LBConfig
 
 	// doc is the effective document (defaults not included) the config was
 	// decoded from; Patch merges onto it. origins maps its nodes to the
@@ -189,6 +191,7 @@ func defaults() *Config {
 		AdminSocket:    DefaultAdminSocket,
 		DecisionLog:    DefaultDecisionLog,
 		Datapath:       DatapathConfig{MaxPorts: DefaultMaxPorts, SYNTableSize: DefaultSYNTableSize, MaxPrefixes: DefaultMaxPrefixes, Selection: "random"},
+		LB:             defaultLB(),
 	}
 }
 

@@ -499,7 +499,7 @@ func (d *decoder) duration(n *yaml.Node, field string) (time.Duration, bool) {
 
 // The keys of each section, in documentation order.
 var (
-	rootKeys       = []string{"mode", "interfaces", "attach", "interval", "signals", "cgroup", "controller", "ports", "exceptions", "action", "heartbeat", "metrics", "admin", "decision_log", "datapath"}
+	rootKeys       = []string{"mode", "interfaces", "attach", "interval", "signals", "cgroup", "controller", "ports", "exceptions", "action", "heartbeat", "metrics", "admin", "decision_log", "datapath", "lb"}
 	controllerKeys = []string{"ki", "kp", "activation_ticks", "smoothing", "cooldown_ticks", "hysteresis", "saturation_boost", "max_step", "recovery_step", "min_pass_rate", "corroboration_ratio", "demand_smoothing", "continue_every", "record_change", "onset_interval", "onset_ratio"}
 	portKeys       = []string{"port", "proto", "class", "mode"}
 	exceptionKeys  = []string{"ports", "sources", "management"}
@@ -572,6 +572,8 @@ func (d *decoder) root(n *yaml.Node, cfg *Config) {
 			if s, ok := d.str(v, field); ok {
 				cfg.DecisionLog = s
 			}
+		case "lb":
+			d.lb(v, field, cfg)
 		case "datapath":
 			d.mapping(v, field, datapathKeys, func(key string, v *yaml.Node, f string) {
 				switch key {

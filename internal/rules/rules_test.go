@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/lb"
 	"github.com/olcd/olcd/internal/sampler"
 )
 
@@ -179,6 +180,7 @@ func TestValidFull(t *testing.T) {
 		AdminSocket:    "/run/olcd/test.sock",
 		DecisionLog:    "/var/log/olcd/test.jsonl",
 		Datapath:       DatapathConfig{MaxPorts: 256, SYNTableSize: 131072, MaxPrefixes: 64, Selection: "even"},
+		LB:             LBConfig{Agent: LBAgentConfig{Address: "10.0.0.5:9478", SendWait: 20 * time.Millisecond}, Weight: lb.Params{Smoothing: 0.3, MinWeight: 0.2}},
 	}
 	c.doc, c.origins = nil, nil
 	if !reflect.DeepEqual(c, want) {

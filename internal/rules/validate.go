@@ -193,6 +193,7 @@ func (d *decoder) validate(c *Config) {
 		d.addAt("decision_log", fmt.Sprintf("%q must be an absolute path (or \"\" to turn the log off)", c.DecisionLog), "the default is "+DefaultDecisionLog)
 	}
 	d.validateCgroup(c.Cgroup)
+	d.validateLB(c)
 	if !c.PortsAuto && len(c.Ports) > c.Datapath.MaxPorts {
 		d.addAt("datapath.max_ports", fmt.Sprintf("%d is fewer than the %d ports listed", c.Datapath.MaxPorts, len(c.Ports)), "")
 	}

@@ -128,6 +128,10 @@ type Harness struct {
 
 	backends   []*backendProc
 	iterations int // spin rounds per request, fixed by the first backend
+	// backendNetns, when set, is the network namespace the backend runs
+	// in (the load-balancer test's nodes, lb.go); net is then the client
+	// side, whose HostIP is the node's address.
+	backendNetns string
 
 	// Calibration is set by Calibrate (or by the caller, from an earlier
 	// results.json): the capacity and the olcd threshold every later run
@@ -265,7 +269,13 @@ func (h *Harness) startBackendProc(role string, args ...string) (*backendProc, s
 	for _, f := range h.cg.ProcsFiles() {
 		join += fmt.Sprintf("echo $$ > %q && ", f)
 	}
-	argv := append([]string{"-c", join + `exec "$@"`, "sh", h.opt.Self, "backend",
+	run := `exec "$@"`
+	if h.backendNetns != "" {
+		// nsenter, not ip netns exec: that remounts /sys, and with it the
+		// cgroup hierarchies, in a mount namespace of its own.
+		run = `exec nsenter --net=/run/netns/` + h.backendNetns + ` "$@"`
+	}
+	argv := append([]string{"-c", join + run, "sh", h.opt.Self, "backend",
 		"-addr", h.net.HostIP.String(), "-work", h.opt.Work.String(), "-iterations", strconv.Itoa(h.iterations)}, args...)
 	cmd := exec.Command("sh", argv...)
 	cmd.Stderr = logf

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -236,32 +237,7 @@ func (h *Harness) attack(ctx context.Context, dir, label string, phases []Phase,
 	var mu sync.Mutex
 	started := make(chan struct{})
 	readDone := make(chan error, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 1<<16), 1<<16)
-		for sc.Scan() {
-			line := sc.Text()
-			fmt.Fprintln(recFile, line)
-			f := strings.Fields(line)
-			mu.Lock()
-			switch {
-			case len(f) == 2 && f[0] == "start":
-				ns, _ := strconv.ParseInt(f[1], 10, 64)
-				rec.start = time.Unix(0, ns)
-				close(started)
-			case len(f) == 5 && f[0] == "r":
-				st, _ := strconv.ParseInt(f[2], 10, 64)
-				lat, _ := strconv.ParseInt(f[3], 10, 64)
-				rec.requests = append(rec.requests, request{health: f[1] == "h", start: time.Unix(0, st).Sub(rec.start), latency: time.Duration(lat), outcome: f[4]})
-			case len(f) == 4 && f[0] == "d":
-				st, _ := strconv.ParseInt(f[1], 10, 64)
-				du, _ := strconv.ParseInt(f[2], 10, 64)
-				rec.dials = append(rec.dials, dial{start: time.Unix(0, st).Sub(rec.start), dur: time.Duration(du), outcome: f[3]})
-			}
-			mu.Unlock()
-		}
-		readDone <- sc.Err()
-	}()
+	go func() { readDone <- readAttack(out, recFile, rec, &mu, started) }()
 	select {
 	case <-started:
 	case <-ctx.Done():
@@ -405,4 +381,34 @@ func progressLine(rec *records, el, slo time.Duration) string {
 		}
 	}
 	return s
+}
+
+// readAttack reads the attacker's event lines (RunAttack's format) from out
+// into rec, holding mu for each, copies them to log, and closes started at
+// the "start" line.
+func readAttack(out io.Reader, log io.Writer, rec *records, mu *sync.Mutex, started chan struct{}) error {
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 1<<16), 1<<16)
+	for sc.Scan() {
+		line := sc.Text()
+		fmt.Fprintln(log, line)
+		f := strings.Fields(line)
+		mu.Lock()
+		switch {
+		case len(f) == 2 && f[0] == "start":
+			ns, _ := strconv.ParseInt(f[1], 10, 64)
+			rec.start = time.Unix(0, ns)
+			close(started)
+		case len(f) == 5 && f[0] == "r":
+			st, _ := strconv.ParseInt(f[2], 10, 64)
+			lat, _ := strconv.ParseInt(f[3], 10, 64)
+			rec.requests = append(rec.requests, request{health: f[1] == "h", start: time.Unix(0, st).Sub(rec.start), latency: time.Duration(lat), outcome: f[4]})
+		case len(f) == 4 && f[0] == "d":
+			st, _ := strconv.ParseInt(f[1], 10, 64)
+			du, _ := strconv.ParseInt(f[2], 10, 64)
+			rec.dials = append(rec.dials, dial{start: time.Unix(0, st).Sub(rec.start), dur: time.Duration(du), outcome: f[3]})
+		}
+		mu.Unlock()
+	}
+	return sc.Err()
 }
