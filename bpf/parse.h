@@ -307,7 +307,8 @@ static __always_inline int olcd_parse_ipv6(void *data, void *data_end, struct __
  *
  * Only the bytes are trusted, never skb->protocol: at TC a VLAN tag the NIC
  * stripped into skb metadata is simply absent from the data, and an in-band tag
- * is walked here, so both give the same answer.
+ * is walked here, so both give the same answer; only the depth limit counts
+ * the stripped tag (skb->vlan_present).
  */
 static __always_inline int olcd_parse(void *data, void *data_end, struct __sk_buff *skb,
 				      struct olcd_pkt *pkt)
@@ -348,6 +349,13 @@ static __always_inline int olcd_parse(void *data, void *data_end, struct __sk_bu
 		proto = vh->proto;
 		off += sizeof(*vh);
 	}
+	/* At TC the kernel has usually taken the outer tag into skb metadata
+	 * (skb_vlan_untag) before the program runs. It counts towards the
+	 * limit, so that a stack deeper than the walk is passed at TC as it
+	 * is at XDP, whatever the NIC or the stack stripped. */
+	if (skb && off == ETH_HLEN + OLCD_MAX_VLAN * sizeof(struct olcd_vlan_hdr) &&
+	    skb->vlan_present)
+		return OLCD_P_UNCLASSIFIED;
 
 	if (proto == bpf_htons(ETH_P_IP))
 		return olcd_parse_ipv4(data, data_end, skb, off, 0, pkt);
