@@ -46,7 +46,7 @@ func TestCorpusSameVerdict(t *testing.T) {
 	must(t, d.Heartbeat())
 	// Jumbo frames of the corpus must not be refused by the veth.
 	for _, side := range []struct {
-		ns netns.NsHandle
+		ns  netns.NsHandle
 		if_ string
 	}{{n.server, n.serverIf}, {n.client, n.clientIf}} {
 		if err := onThreadIn(side.ns, func() error {
