@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -132,6 +133,10 @@ func limitsOf(cfg *rules.Config) limits {
 // load-only function.
 var openDatapath = loader.Open
 
+// checkPrivileges refuses a start without the capabilities the datapath
+// needs; tests that replace openDatapath replace it too.
+var checkPrivileges = loader.CheckPrivileges
+
 // command is work handed to the tick loop; done receives its result.
 type command struct {
 	run  func() error
@@ -223,13 +228,38 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
+	// Without the capabilities nothing can work: say so before anything
+	// is created.
+	if err := checkPrivileges(); err != nil {
+		return err
+	}
+	// What this start creates on disk goes again if it fails; the socket
+	// directory also at a clean stop.
+	var made leftovers
+	started := false
+	defer func() {
+		if !started {
+			made.remove()
+		}
+	}()
+	if err := made.mkdirAll(filepath.Dir(d.adminSocket()), 0o700); err != nil {
+		return fmt.Errorf("create admin socket directory: %w", err)
+	}
+	sockDirs := made
 	ln, err := listenAdmin(d.adminSocket())
 	if err != nil {
 		return err
 	}
+	defer sockDirs.remove()
 	defer os.Remove(d.adminSocket())
 	defer ln.Close()
 
+	if p := d.decisionLogPath(); p != "" && p != "-" {
+		if err := made.mkdirAll(filepath.Dir(p), 0o750); err != nil {
+			return fmt.Errorf("create decision log directory: %w", err)
+		}
+		made.file(p)
+	}
 	if d.dlog, err = openDecisionLog(d.decisionLogPath(), nil); err != nil {
 		return err
 	}
@@ -248,6 +278,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if err := d.start(); err != nil {
 		return err
 	}
+	started = true
 	defer func() {
 		if cerr := d.dp.Close(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("detach datapath: %w", cerr))

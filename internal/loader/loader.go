@@ -355,9 +355,10 @@ func (d *Datapath) exemptIndex() uint32 { return uint32(d.cfg.MaxPorts) + 1 }
 // the daemon uses Open). The global mode starts as ModeOff and the heartbeat
 // as never written, so nothing is dropped before the daemon says so.
 //
-// Errors: an invalid cfg ("loader config: ..."), the memlock limit, or the
-// kernel refusing a map or program (a verifier log is in the error chain as
-// *ebpf.VerifierError).
+// Errors: an invalid cfg ("loader config: ..."), missing capabilities
+// (*PrivilegeError, before anything is created), the memlock limit (naming
+// CAP_SYS_RESOURCE and LimitMEMLOCK), or the kernel refusing a map or
+// program (a verifier log is in the error chain as *ebpf.VerifierError).
 func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -366,8 +367,11 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if err := checkPrivileges(); err != nil {
+		return nil, err
+	}
 	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("remove memlock limit: %w", err)
+		return nil, memlockError(err)
 	}
 	spec, err := loadOlcd()
 	if err != nil {
@@ -387,7 +391,7 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 		done:     make(chan struct{}),
 	}
 	if err := spec.LoadAndAssign(&d.objs, nil); err != nil {
-		return nil, fmt.Errorf("load datapath: %w", err)
+		return nil, loadError(err)
 	}
 	for i := cfg.MaxPorts; i >= 1; i-- {
 		d.free = append(d.free, uint16(i))
