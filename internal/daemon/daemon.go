@@ -111,8 +111,9 @@ type Daemon struct {
 type portEntry struct {
 	key    adaptive.PortKey
 	class  adaptive.Class
-	mode   rules.Mode // effective mode
-	source string     // "config" or "auto"
+	mode   rules.Mode   // effective mode
+	action rules.Action // effective action
+	source string       // "config" or "auto"
 }
 
 // limits are the settings the datapath was loaded with. They change only
@@ -508,6 +509,8 @@ func loaderConfig(cfg *rules.Config, ifaces []string) loader.Config {
 		MaxPrefixes:  cfg.Datapath.MaxPrefixes,
 		MarkFwmark:   cfg.Action.Fwmark,
 		StaleAfter:   cfg.StaleAfter,
+		RejectRate:   rejectRate(cfg),
+		RejectBurst:  cfg.Action.RejectBurst,
 	}
 	// Without a configured DSCP the mark action sets only the fwmark; the
 	// packet's own DSCP must not be overwritten with 0.
@@ -516,6 +519,15 @@ func loaderConfig(cfg *rules.Config, ifaces []string) loader.Config {
 		lc.Selection = loader.SelectEven
 	}
 	return lc
+}
+
+// rejectRate is the loader's form of action.reject_rate: negative answers
+// none (the loader's 0 is its default).
+func rejectRate(cfg *rules.Config) int {
+	if cfg.Action.RejectRate == 0 {
+		return -1
+	}
+	return cfg.Action.RejectRate
 }
 
 // restartOnly lists the settings a reload cannot change while attached; a
@@ -786,7 +798,7 @@ func (d *Daemon) program() error {
 		pp := loader.PortPolicy{
 			Key:    loaderKey(p.key),
 			Mode:   loaderMode(p.mode),
-			Action: loaderAction(cfg.Action.Kind),
+			Action: loaderAction(p.action),
 			Class:  loader.Class(p.class),
 		}
 		if cfg.Mode != rules.ModeOff {
@@ -796,6 +808,9 @@ func (d *Daemon) program() error {
 	}
 	// The global datapath mode only caps the ports' modes; a port's own
 	// mode decides, so one port can be enforced while the rest observe.
+	if err := d.dp.SetRejectLimit(rejectRate(cfg), cfg.Action.RejectBurst); err != nil {
+		return fmt.Errorf("set reject limit: %w", err)
+	}
 	global := loader.ModeEnforce
 	if cfg.Mode == rules.ModeOff {
 		global = loader.ModeOff

@@ -78,7 +78,7 @@ func (d *Daemon) tick() {
 // portStats is what the controller reads of a port's counter delta, for
 // the ticks and the onset check alike.
 func portStats(dl loader.Counters) adaptive.PortStats {
-	return adaptive.PortStats{New: dl.NewConns, Retransmits: dl.SYNRetransmits, Dropped: dl.Dropped}
+	return adaptive.PortStats{New: dl.NewConns, Retransmits: dl.SYNRetransmits, Dropped: dl.Dropped, Rejected: dl.Rejected}
 }
 
 // counterDelta returns cur − prev field by field; a counter that went
@@ -99,6 +99,8 @@ func counterDelta(cur, prev loader.Counters) loader.Counters {
 		Exempt:         sub(cur.Exempt, prev.Exempt),
 		Stale:          sub(cur.Stale, prev.Stale),
 		SYNRetransmits: sub(cur.SYNRetransmits, prev.SYNRetransmits),
+		Rejected:       sub(cur.Rejected, prev.Rejected),
+		WouldReject:    sub(cur.WouldReject, prev.WouldReject),
 	}
 }
 
@@ -119,6 +121,11 @@ func (d *Daemon) recordEvents(dec adaptive.Decision) {
 		if ev.Kind == adaptive.EventProbabilityChange {
 			if ev.Port != (adaptive.PortKey{}) {
 				args = append(args, "port", ev.Port.String(), "class", ev.Class.String())
+				if p, ok := d.portEntry(ev.Port); ok {
+					// What the port did in the tick that changed p.
+					dl := d.last.deltas[ev.Port]
+					args = append(args, "action", p.action.String(), "dropped", dl.Dropped, "rejected", dl.Rejected)
+				}
 			} else {
 				args = append(args, "port", "node")
 			}
@@ -130,6 +137,16 @@ func (d *Daemon) recordEvents(dec adaptive.Decision) {
 				"drop_probability", round4(ev.DropProbability), "mode", d.cfg.Mode.String())
 		}
 	}
+}
+
+// portEntry returns the protected port k.
+func (d *Daemon) portEntry(k adaptive.PortKey) (portEntry, bool) {
+	for _, p := range d.ports {
+		if p.key == k {
+			return p, true
+		}
+	}
+	return portEntry{}, false
 }
 
 // signalValues renders signal states as {name: value} for the log; an
@@ -157,7 +174,7 @@ func (d *Daemon) resolvePorts(cfg *rules.Config) []portEntry {
 	if !cfg.PortsAuto {
 		out := make([]portEntry, 0, len(cfg.Ports))
 		for _, p := range cfg.Ports {
-			out = append(out, portEntry{key: p.Key(), class: p.Class, mode: p.EffectiveMode(cfg.Mode), source: "config"})
+			out = append(out, portEntry{key: p.Key(), class: p.Class, mode: p.EffectiveMode(cfg.Mode), action: p.EffectiveAction(cfg.Action.Kind), source: "config"})
 		}
 		return out
 	}
@@ -169,7 +186,7 @@ func (d *Daemon) resolvePorts(cfg *rules.Config) []portEntry {
 		var out []portEntry
 		for _, p := range d.ports {
 			if p.source == "auto" {
-				p.mode = cfg.Mode
+				p.mode, p.action = cfg.Mode, cfg.Action.Kind
 				out = append(out, p)
 			}
 		}
@@ -228,7 +245,7 @@ func autoPorts(cfg *rules.Config, listeners []sampler.Listener) []portEntry {
 			continue
 		}
 		seen[port] = true
-		out = append(out, portEntry{key: key, class: adaptive.ClassNormal, mode: cfg.Mode, source: "auto"})
+		out = append(out, portEntry{key: key, class: adaptive.ClassNormal, mode: cfg.Mode, action: cfg.Action.Kind, source: "auto"})
 	}
 	slices.SortFunc(out, func(a, b portEntry) int { return cmp.Compare(a.key.Port, b.key.Port) })
 	return out
@@ -316,8 +333,11 @@ func loaderMode(m rules.Mode) loader.Mode {
 }
 
 func loaderAction(a rules.Action) loader.Action {
-	if a == rules.ActionMark {
+	switch a {
+	case rules.ActionMark:
 		return loader.ActionMark
+	case rules.ActionReject:
+		return loader.ActionReject
 	}
 	return loader.ActionDrop
 }
@@ -346,7 +366,8 @@ func (d *Daemon) publish() {
 			DropProbability: dec.DropProbability,
 			Reason:          dec.Reason,
 		},
-		Unclassified: r.stats.Unclassified,
+		Unclassified:  r.stats.Unclassified,
+		RejectLimited: r.stats.RejectLimited,
 	}
 	// Lists are [] rather than null when empty, so that clients need not
 	// tell the two apart.
@@ -399,7 +420,7 @@ func (d *Daemon) publish() {
 		tot := r.stats.Ports[loaderKey(p.key)]
 		ps := PortStatus{
 			Proto: p.key.Proto.String(), Port: p.key.Port, Class: p.class.String(),
-			Mode: p.mode.String(), Source: p.source,
+			Mode: p.mode.String(), Action: p.action.String(), Source: p.source,
 			DropProbability: r.probs[p.key],
 			NewPerS:         rate(dl.NewConns),
 			UniquePerS:      rate(dl.NewConns - min(dl.SYNRetransmits, dl.NewConns)),
@@ -407,11 +428,14 @@ func (d *Daemon) publish() {
 			DropShare:       share(dl.Dropped, dl.NewConns),
 			WouldDropShare:  share(dl.WouldDrop, dl.NewConns),
 			MarkedShare:     share(dl.Marked, dl.NewConns),
+			RejectedPerS:    rate(dl.Rejected),
+			WouldRejectPerS: rate(dl.WouldReject),
 			ExemptPerS:      rate(dl.Exempt),
 			StalePerS:       rate(dl.Stale),
 			Totals: PortTotals{
 				NewConns: tot.NewConns, Passed: tot.Passed, Dropped: tot.Dropped, Marked: tot.Marked,
 				WouldDrop: tot.WouldDrop, Exempt: tot.Exempt, Stale: tot.Stale, SYNRetransmits: tot.SYNRetransmits,
+				Rejected: tot.Rejected, WouldReject: tot.WouldReject,
 			},
 		}
 		if f, ok := r.snap.AcceptQueueFill[p.key.Port]; ok && p.key.Proto == adaptive.ProtoTCP {
