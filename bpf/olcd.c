@@ -53,13 +53,17 @@ enum olcd_verdict {
 	OLCD_V_PASS = 0,
 	OLCD_V_DROP = 1,
 	OLCD_V_MARK = 2,
+	OLCD_V_REJECT = 3, /* answer with a RST|ACK (reject.h), or drop */
 };
 
-/* What the mark action writes, filled by olcd_decide for OLCD_V_MARK. */
+/* What the mark and reject actions need after the decision, filled by
+ * olcd_handle_policy and olcd_decide. */
 struct olcd_mark {
 	void *ctx; /* the program's context, parked here while olcd_handle runs */
+	struct olcd_counters *st; /* OLCD_V_REJECT: the port's counters */
 	__u32 fwmark;
 	__u8 dscp;
+	__u8 reject; /* the port's action is reject */
 };
 
 /*
@@ -304,13 +308,17 @@ static __always_inline __u32 olcd_select(struct olcd_counters *st, __u32 p, __u8
 	return diff >> 63;
 }
 
-/* What a selected packet becomes outside enforce mode: counted, passed. */
-static __always_inline int olcd_not_enforced(struct olcd_counters *st, __u32 mode, __u32 act)
+/* What a selected packet becomes outside enforce mode: counted, passed.
+ * rej: the reject action would answer it. */
+static __always_inline int olcd_not_enforced(struct olcd_counters *st, __u32 mode, __u32 act,
+					     __u32 rej)
 {
-	if (mode == OLCD_MODE_OBSERVE)
+	if (mode == OLCD_MODE_OBSERVE) {
 		st->would_drop += act;
-	else
+		st->would_reject += act & rej;
+	} else {
 		st->stale += act;
+	}
 	return OLCD_V_PASS;
 }
 
@@ -363,8 +371,15 @@ static __always_inline int olcd_decide(const struct olcd_policy *pol, __u32 *pi,
 				return OLCD_V_PASS;
 			act = olcd_select(st, prob, ctl->selection);
 			if (__builtin_expect(mode != OLCD_MODE_ENFORCE, 0))
-				return olcd_not_enforced(st, mode, act);
+				return olcd_not_enforced(st, mode, act, mark->reject);
 			st->dropped += act;
+			if (act & mark->reject) {
+				/* Not remembered: an answered SYN is not
+				 * retransmitted (reject.h remembers it if it
+				 * ends up dropped). */
+				mark->st = st;
+				return OLCD_V_REJECT;
+			}
 			if (act & !seen)
 				olcd_syn_insert(set, fp, olcd_syn_clock(ctl));
 			return act; /* OLCD_V_DROP or OLCD_V_PASS */
@@ -375,7 +390,7 @@ static __always_inline int olcd_decide(const struct olcd_policy *pol, __u32 *pi,
 		return OLCD_V_PASS;
 	act = olcd_select(st, prob, ctl->selection);
 	if (__builtin_expect(mode != OLCD_MODE_ENFORCE, 0))
-		return olcd_not_enforced(st, mode, act);
+		return olcd_not_enforced(st, mode, act, 0);
 	if (pol->action == OLCD_ACTION_MARK) {
 		if (!act)
 			return OLCD_V_PASS;
@@ -418,8 +433,10 @@ static __always_inline int olcd_handle_policy(const struct olcd_pkt *pkt, void *
 	}
 	if (prefixes && src.valid && olcd_source_exempt(&src, &olcd_ctl))
 		return olcd_count_pass(pol->stats_slot, 1);
-	/* Only the drop action makes clients retransmit. */
-	if (pol->action != OLCD_ACTION_DROP)
+	/* Only dropped SYNs are retransmitted: the mark action passes them
+	 * all. A UDP port with the reject action drops (fp is 0). */
+	mark->reject = pol->action == OLCD_ACTION_REJECT;
+	if (pol->action == OLCD_ACTION_MARK)
 		fp = 0;
 	return olcd_decide(pol, &pi, fp, mark);
 }
@@ -497,6 +514,8 @@ static __always_inline void olcd_set_dscp(const struct olcd_pkt *pkt, void *data
 	}
 }
 
+#include "reject.h"
+
 SEC("xdp")
 int olcd_xdp(struct xdp_md *ctx)
 {
@@ -515,6 +534,8 @@ int olcd_xdp(struct xdp_md *ctx)
 	}
 	olcd_stash_ctx(&mark, ctx);
 	v = olcd_handle(&pkt, data, data_end, &mark);
+	if (v == OLCD_V_REJECT)
+		return olcd_reject_xdp(olcd_unstash_ctx(&mark), mark.st);
 	if (v == OLCD_V_MARK) {
 		/* Parse again rather than keep the header offsets alive
 		 * through olcd_decide (see olcd_handle). */
@@ -559,6 +580,8 @@ int olcd_tc(struct __sk_buff *skb)
 	}
 	olcd_stash_ctx(&mark, skb);
 	v = olcd_handle(&pkt, data, data_end, &mark);
+	if (v == OLCD_V_REJECT)
+		return olcd_reject_tc(olcd_unstash_ctx(&mark), mark.st);
 	if (v == OLCD_V_MARK) {
 		/* Parse again: see olcd_xdp. */
 		skb = olcd_unstash_ctx(&mark);

@@ -22,7 +22,8 @@ enum olcd_mode {
 /* What a protected port does with a new connection the draw selected. */
 enum olcd_action {
 	OLCD_ACTION_DROP = 0,
-	OLCD_ACTION_MARK = 1, /* rewrite DSCP (and skb->mark at TC), then pass */
+	OLCD_ACTION_MARK = 1,   /* rewrite DSCP (and skb->mark at TC), then pass */
+	OLCD_ACTION_REJECT = 2, /* answer a TCP SYN with RST|ACK (reject.h); drop the rest */
 };
 
 /* Port class, stored for the daemon's read-back; the datapath does not use it. */
@@ -146,6 +147,8 @@ struct olcd_counters {
 	 * accumulator (olcd_select), started at a random value by the loader
 	 * when the slot gets its port. */
 	__u32 rnd;
+	__u32 rejected;     /* of dropped: answered with a RST|ACK (reject action) */
+	__u32 would_reject; /* of would_drop: the reject action would answer them */
 };
 
 /*
@@ -165,6 +168,25 @@ struct olcd_syn_set {
 	/* To 64 bytes: one cache line per set (the array is line aligned),
 	 * and a shift instead of a multiply in the inlined lookup. */
 	__u8 pad[16];
+};
+
+/*
+ * The reject action's rate limit (reject.h), a global variable written by
+ * the loader: a token bucket per CPU, so that olcd never answers more than
+ * this many SYNs per second on one CPU, whatever arrives.
+ */
+struct olcd_reject_conf {
+	__u64 ns_per_token; /* 1e9 / rate; 0: never answer, drop */
+	__u32 burst;        /* bucket size, tokens */
+	__u32 pad;
+};
+
+/* One CPU's token bucket of the reject action. */
+struct olcd_reject_bucket {
+	__u64 stamp_ns; /* bpf_ktime_get_ns() up to which tokens were added */
+	__u64 limited;  /* SYNs dropped instead of answered: no token left */
+	__u32 tokens;
+	__u32 jiffy;    /* olcd_control.fresh_jiffies of the last refill */
 };
 
 /* LPM trie keys of the exception source prefixes. */

@@ -59,8 +59,8 @@ struct olcd_ext_hdr {
 };
 
 /*
- * A new-connection candidate. The header position is an offset from the frame
- * start, used only off the hot path (exception prefixes, mark): olcd.c keeps
+ * A new-connection candidate. The header positions are offsets from the frame
+ * start, used only off the hot path (exception prefixes, mark, reject): olcd.c keeps
  * no packet offset or pointer across its map lookups (see olcd_handle there).
  */
 struct olcd_pkt {
@@ -74,6 +74,7 @@ struct olcd_pkt {
 	__u64 fpw_tcp;
 	__u64 fpw_addr;
 	__u32 l3off; /* IPv4 or IPv6 header */
+	__u32 l4off; /* TCP header (TCP only) */
 	__u32 dport; /* destination port, host byte order */
 	__u32 ipv6;  /* 0: IPv4, 1: IPv6 */
 	__u32 tcp;   /* 1: TCP, 0: UDP */
@@ -161,6 +162,7 @@ static __always_inline int olcd_parse_l4(void *data, void *data_end, __u32 off, 
 		if (off + ((__u32)doff << 2) > l3end)
 			return OLCD_P_UNCLASSIFIED;
 		pkt->tcp = 1;
+		pkt->l4off = off;
 		pkt->dport = bpf_ntohs(th->dest);
 		pkt->fpw_tcp = *(__u64 *)th; /* ports, sequence number */
 		pkt->fpw_addr = v6 ? addr[0] ^ addr[1] ^ addr[2] ^ addr[3] : addr[0];
@@ -307,7 +309,8 @@ static __always_inline int olcd_parse_ipv6(void *data, void *data_end, struct __
  *
  * Only the bytes are trusted, never skb->protocol: at TC a VLAN tag the NIC
  * stripped into skb metadata is simply absent from the data, and an in-band tag
- * is walked here, so both give the same answer.
+ * is walked here, so both give the same answer; only the depth limit counts
+ * the stripped tag (skb->vlan_present).
  */
 static __always_inline int olcd_parse(void *data, void *data_end, struct __sk_buff *skb,
 				      struct olcd_pkt *pkt)
@@ -348,6 +351,13 @@ static __always_inline int olcd_parse(void *data, void *data_end, struct __sk_bu
 		proto = vh->proto;
 		off += sizeof(*vh);
 	}
+	/* At TC the kernel has usually taken the outer tag into skb metadata
+	 * (skb_vlan_untag) before the program runs. It counts towards the
+	 * limit, so that a stack deeper than the walk is passed at TC as it
+	 * is at XDP, whatever the NIC or the stack stripped. */
+	if (skb && off == ETH_HLEN + OLCD_MAX_VLAN * sizeof(struct olcd_vlan_hdr) &&
+	    skb->vlan_present)
+		return OLCD_P_UNCLASSIFIED;
 
 	if (proto == bpf_htons(ETH_P_IP))
 		return olcd_parse_ipv4(data, data_end, skb, off, 0, pkt);

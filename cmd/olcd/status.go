@@ -124,16 +124,20 @@ func printStatus(w io.Writer, st *daemon.Status, all bool, now time.Time) {
 	if len(st.Ports) == 0 {
 		fmt.Fprintln(w, "no protected ports (ports: auto protects TCP ports listening on non-loopback addresses)")
 	} else {
-		fmt.Fprintln(tw, "PORT\tCLASS\tMODE\tSOURCE\tP\tNEW/S\tUNIQUE/S\tRETX/S\tDROP%\tWOULD-DROP%\tMARK%\tEXEMPT/S\tSTALE/S\tACCEPTQ")
+		fmt.Fprintln(tw, "PORT\tCLASS\tMODE\tACTION\tSOURCE\tP\tNEW/S\tUNIQUE/S\tRETX/S\tDROP%\tREJECT/S\tWOULD-DROP%\tMARK%\tEXEMPT/S\tSTALE/S\tACCEPTQ")
 		for _, p := range st.Ports {
-			fmt.Fprintf(tw, "%s/%d\t%s\t%s\t%s\t%.3f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\n",
-				p.Proto, p.Port, p.Class, p.Mode, p.Source, p.DropProbability, p.NewPerS, p.UniquePerS,
-				p.RetransmitsPerS, 100*p.DropShare, 100*p.WouldDropShare, 100*p.MarkedShare, p.ExemptPerS, p.StalePerS,
-				fmtPtr(p.AcceptQueueFill, 2))
+			fmt.Fprintf(tw, "%s/%d\t%s\t%s\t%s\t%s\t%.3f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\n",
+				p.Proto, p.Port, p.Class, p.Mode, p.Action, p.Source, p.DropProbability, p.NewPerS, p.UniquePerS,
+				p.RetransmitsPerS, 100*p.DropShare, p.RejectedPerS+p.WouldRejectPerS, 100*p.WouldDropShare, 100*p.MarkedShare,
+				p.ExemptPerS, p.StalePerS, fmtPtr(p.AcceptQueueFill, 2))
 		}
 		tw.Flush()
 		fmt.Fprintln(w, "(per second and % over the last tick; NEW/S counts SYN retransmits too, UNIQUE/S does not;")
-		fmt.Fprintln(w, " DROP%, WOULD-DROP% and MARK% are shares of NEW/S; ACCEPTQ is the accept-queue fill)")
+		fmt.Fprintln(w, " DROP%, WOULD-DROP% and MARK% are shares of NEW/S; REJECT/S: dropped SYNs answered with a reset")
+		fmt.Fprintln(w, " (in observe mode: would be); ACCEPTQ is the accept-queue fill)")
+		if st.RejectLimited > 0 {
+			fmt.Fprintf(w, "reject: %d SYNs dropped unanswered over action.reject_rate since start\n", st.RejectLimited)
+		}
 	}
 	if len(st.Exceptions) > 0 {
 		fmt.Fprintf(w, "exempt: %s\n", strings.Join(st.Exceptions, ", "))

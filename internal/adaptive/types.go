@@ -116,6 +116,13 @@ type PortStats struct {
 	// the saturation estimate relates to the driving signal; 0 when
 	// unknown, which makes the estimate admit more, never shed more.
 	Dropped uint64
+	// Rejected counts the SYNs among Dropped answered with a reset (reject
+	// action). Their clients learn at once and give up or try again with a
+	// new connection, counted as new demand; none comes back as a
+	// retransmit of the same SYN, so a rejected SYN is never counted twice
+	// (the datapath does not remember it among the dropped SYNs whose
+	// retransmits it recognises) and adds no retry wave a second later.
+	Rejected uint64
 }
 
 // Unique returns New − Retransmits, and 0 when the counters disagree

@@ -21,6 +21,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -116,8 +117,9 @@ type Daemon struct {
 type portEntry struct {
 	key    adaptive.PortKey
 	class  adaptive.Class
-	mode   rules.Mode // effective mode
-	source string     // "config" or "auto"
+	mode   rules.Mode   // effective mode
+	action rules.Action // effective action
+	source string       // "config" or "auto"
 }
 
 // limits are the settings the datapath was loaded with. They change only
@@ -137,6 +139,10 @@ func limitsOf(cfg *rules.Config) limits {
 // openDatapath loads and attaches the datapath; tests replace it with a
 // load-only function.
 var openDatapath = loader.Open
+
+// checkPrivileges refuses a start without the capabilities the datapath
+// needs; tests that replace openDatapath replace it too.
+var checkPrivileges = loader.CheckPrivileges
 
 // command is work handed to the tick loop; done receives its result.
 type command struct {
@@ -269,13 +275,38 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		d.log.Warn("file descriptor limit", "err", err)
 	}
 
+	// Without the capabilities nothing can work: say so before anything
+	// is created.
+	if err := checkPrivileges(); err != nil {
+		return err
+	}
+	// What this start creates on disk goes again if it fails; the socket
+	// directory also at a clean stop.
+	var made leftovers
+	started := false
+	defer func() {
+		if !started {
+			made.remove()
+		}
+	}()
+	if err := made.mkdirAll(filepath.Dir(d.adminSocket()), 0o700); err != nil {
+		return fmt.Errorf("create admin socket directory: %w", err)
+	}
+	sockDirs := made
 	ln, err := listenAdmin(d.adminSocket())
 	if err != nil {
 		return err
 	}
+	defer sockDirs.remove()
 	defer os.Remove(d.adminSocket())
 	defer ln.Close()
 
+	if p := d.decisionLogPath(); p != "" && p != "-" {
+		if err := made.mkdirAll(filepath.Dir(p), 0o750); err != nil {
+			return fmt.Errorf("create decision log directory: %w", err)
+		}
+		made.file(p)
+	}
 	if d.dlog, err = openDecisionLog(d.decisionLogPath(), nil); err != nil {
 		return err
 	}
@@ -301,6 +332,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if err := d.start(); err != nil {
 		return err
 	}
+	started = true
 	defer func() {
 		if cerr := d.dp.Close(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("detach datapath: %w", cerr))
@@ -553,6 +585,8 @@ func loaderConfig(cfg *rules.Config, ifaces []string) loader.Config {
 		MaxPrefixes:  cfg.Datapath.MaxPrefixes,
 		MarkFwmark:   cfg.Action.Fwmark,
 		StaleAfter:   cfg.StaleAfter,
+		RejectRate:   rejectRate(cfg),
+		RejectBurst:  cfg.Action.RejectBurst,
 	}
 	// Without a configured DSCP the mark action sets only the fwmark; the
 	// packet's own DSCP must not be overwritten with 0.
@@ -561,6 +595,15 @@ func loaderConfig(cfg *rules.Config, ifaces []string) loader.Config {
 		lc.Selection = loader.SelectEven
 	}
 	return lc
+}
+
+// rejectRate is the loader's form of action.reject_rate: negative answers
+// none (the loader's 0 is its default).
+func rejectRate(cfg *rules.Config) int {
+	if cfg.Action.RejectRate == 0 {
+		return -1
+	}
+	return cfg.Action.RejectRate
 }
 
 // restartOnly lists the settings a reload cannot change while attached; a
@@ -856,7 +899,7 @@ func (d *Daemon) program() error {
 		pp := loader.PortPolicy{
 			Key:    loaderKey(p.key),
 			Mode:   loaderMode(p.mode),
-			Action: loaderAction(cfg.Action.Kind),
+			Action: loaderAction(p.action),
 			Class:  loader.Class(p.class),
 		}
 		if cfg.Mode != rules.ModeOff {
@@ -866,6 +909,9 @@ func (d *Daemon) program() error {
 	}
 	// The global datapath mode only caps the ports' modes; a port's own
 	// mode decides, so one port can be enforced while the rest observe.
+	if err := d.dp.SetRejectLimit(rejectRate(cfg), cfg.Action.RejectBurst); err != nil {
+		return fmt.Errorf("set reject limit: %w", err)
+	}
 	global := loader.ModeEnforce
 	if cfg.Mode == rules.ModeOff {
 		global = loader.ModeOff

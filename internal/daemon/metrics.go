@@ -127,6 +127,9 @@ var (
 	descDropped  = prometheus.NewDesc("olcd_port_dropped_total", "New connections dropped.", portLabels, nil)
 	descMarked   = prometheus.NewDesc("olcd_port_marked_total", "New connections marked (DSCP/fwmark) and passed.", portLabels, nil)
 	descWould    = prometheus.NewDesc("olcd_port_would_drop_total", "New connections that would have been dropped (observe mode).", portLabels, nil)
+	descRejected = prometheus.NewDesc("olcd_port_rejected_total", "Dropped SYNs answered with a TCP RST|ACK (reject action; also in dropped).", portLabels, nil)
+	descWouldRej = prometheus.NewDesc("olcd_port_would_reject_total", "Would-drop SYNs the reject action would have answered (observe mode; also in would_drop).", portLabels, nil)
+	descRejLimit = prometheus.NewDesc("olcd_reject_limited_total", "SYNs the reject action dropped instead of answering: over the per-CPU rate limit (action.reject_rate).", nil, nil)
 	descExempt   = prometheus.NewDesc("olcd_port_exempt_total", "New connections from exception sources, always passed.", portLabels, nil)
 	descStale    = prometheus.NewDesc("olcd_port_stale_total", "New connections passed because the daemon's heartbeat was stale (fail-open).", portLabels, nil)
 	descOtherNew = prometheus.NewDesc("olcd_unprotected_new_connections_total", "New TCP connections to ports without a policy.", nil, nil)
@@ -146,7 +149,7 @@ type stateCollector struct{ d *Daemon }
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMode, descSigValue, descSigThr, descSigPress, descSigAvail,
 		descSigCorr, descPressure, descOverload, descNodeP, descClassP, descPortP, descNew, descRetrans,
-		descPassed, descDropped, descMarked, descWould, descExempt, descStale, descOtherNew, descOtherEx,
+		descPassed, descDropped, descMarked, descWould, descRejected, descWouldRej, descRejLimit, descExempt, descStale, descOtherNew, descOtherEx,
 		descUncl, descAttach, descOverride, descLastTick, descDPErr} {
 		ch <- d
 	}
@@ -218,12 +221,15 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descDropped, cn.Dropped, labels...)
 		counter(descMarked, cn.Marked, labels...)
 		counter(descWould, cn.WouldDrop, labels...)
+		counter(descRejected, cn.Rejected, labels...)
+		counter(descWouldRej, cn.WouldReject, labels...)
 		counter(descExempt, cn.Exempt, labels...)
 		counter(descStale, cn.Stale, labels...)
 	}
 	counter(descOtherNew, stats.Other.NewConns)
 	counter(descOtherEx, stats.Other.Exempt)
 	counter(descUncl, stats.Unclassified)
+	counter(descRejLimit, stats.RejectLimited)
 }
 
 func b2f(b bool) float64 {

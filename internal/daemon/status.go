@@ -55,6 +55,9 @@ type Status struct {
 	// Unclassified counts packets the datapath could not parse (passed)
 	// since start.
 	Unclassified uint64 `json:"unclassified_total"`
+	// RejectLimited counts SYNs the reject action dropped instead of
+	// answering, over its per-CPU rate limit (action.reject_rate).
+	RejectLimited uint64 `json:"reject_limited_total"`
 	// SampleErrors lists the sources that could not be read in the last
 	// tick, as "source: error".
 	SampleErrors []string `json:"sample_errors,omitempty"`
@@ -155,6 +158,9 @@ type PortStatus struct {
 	Class string `json:"class"`
 	// Mode is the port's effective mode: "off", "observe" or "enforce".
 	Mode string `json:"mode"`
+	// Action is what shedding does on the port: "drop", "mark" or
+	// "reject".
+	Action string `json:"action"`
 	// Source is "config" or "auto" (discovered listener).
 	Source string `json:"source"`
 	// DropProbability is the probability written to the datapath (0..1).
@@ -173,6 +179,12 @@ type PortStatus struct {
 	WouldDropShare float64 `json:"would_drop_share"`
 	// MarkedShare is marked ÷ new over the last tick.
 	MarkedShare float64 `json:"marked_share"`
+	// RejectedPerS is shed SYNs answered with a RST|ACK per second (reject
+	// action; they are also in the drop share).
+	RejectedPerS float64 `json:"rejected_per_s"`
+	// WouldRejectPerS is would-drop SYNs the reject action would have
+	// answered, per second (observe mode).
+	WouldRejectPerS float64 `json:"would_reject_per_s"`
 	// ExemptPerS is exempt packets (exception sources) per second.
 	ExemptPerS float64 `json:"exempt_per_s"`
 	// StalePerS is packets passed because the heartbeat was stale, per
@@ -195,6 +207,8 @@ type PortTotals struct {
 	Exempt         uint64 `json:"exempt"`
 	Stale          uint64 `json:"stale"`
 	SYNRetransmits uint64 `json:"syn_retransmits"`
+	Rejected       uint64 `json:"rejected"`
+	WouldReject    uint64 `json:"would_reject"`
 }
 
 // InterfaceStatus is one datapath attachment.

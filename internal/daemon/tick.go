@@ -79,7 +79,7 @@ func (d *Daemon) tick() {
 // portStats is what the controller reads of a port's counter delta, for
 // the ticks and the onset check alike.
 func portStats(dl loader.Counters) adaptive.PortStats {
-	return adaptive.PortStats{New: dl.NewConns, Retransmits: dl.SYNRetransmits, Dropped: dl.Dropped}
+	return adaptive.PortStats{New: dl.NewConns, Retransmits: dl.SYNRetransmits, Dropped: dl.Dropped, Rejected: dl.Rejected}
 }
 
 // counterDelta returns cur − prev field by field; a counter that went
@@ -100,6 +100,8 @@ func counterDelta(cur, prev loader.Counters) loader.Counters {
 		Exempt:         sub(cur.Exempt, prev.Exempt),
 		Stale:          sub(cur.Stale, prev.Stale),
 		SYNRetransmits: sub(cur.SYNRetransmits, prev.SYNRetransmits),
+		Rejected:       sub(cur.Rejected, prev.Rejected),
+		WouldReject:    sub(cur.WouldReject, prev.WouldReject),
 	}
 }
 
@@ -157,7 +159,7 @@ func (d *Daemon) resolvePorts(cfg *rules.Config) []portEntry {
 	if !cfg.PortsAuto {
 		out := make([]portEntry, 0, len(cfg.Ports))
 		for _, p := range cfg.Ports {
-			out = append(out, portEntry{key: p.Key(), class: p.Class, mode: p.EffectiveMode(cfg.Mode), source: "config"})
+			out = append(out, portEntry{key: p.Key(), class: p.Class, mode: p.EffectiveMode(cfg.Mode), action: p.EffectiveAction(cfg.Action.Kind), source: "config"})
 		}
 		return out
 	}
@@ -169,7 +171,7 @@ func (d *Daemon) resolvePorts(cfg *rules.Config) []portEntry {
 		var out []portEntry
 		for _, p := range d.ports {
 			if p.source == "auto" && !cfg.ExemptPort(p.key) {
-				p.mode = cfg.Mode
+				p.mode, p.action = cfg.Mode, cfg.Action.Kind
 				out = append(out, p)
 			}
 		}
@@ -260,7 +262,7 @@ func autoPorts(cfg *rules.Config, listeners []sampler.Listener) []portEntry {
 			continue
 		}
 		seen[port] = true
-		out = append(out, portEntry{key: key, class: adaptive.ClassNormal, mode: cfg.Mode, source: "auto"})
+		out = append(out, portEntry{key: key, class: adaptive.ClassNormal, mode: cfg.Mode, action: cfg.Action.Kind, source: "auto"})
 	}
 	slices.SortFunc(out, func(a, b portEntry) int { return cmp.Compare(a.key.Port, b.key.Port) })
 	return out
@@ -348,8 +350,11 @@ func loaderMode(m rules.Mode) loader.Mode {
 }
 
 func loaderAction(a rules.Action) loader.Action {
-	if a == rules.ActionMark {
+	switch a {
+	case rules.ActionMark:
 		return loader.ActionMark
+	case rules.ActionReject:
+		return loader.ActionReject
 	}
 	return loader.ActionDrop
 }
@@ -380,7 +385,8 @@ func (d *Daemon) publish() {
 			Bound:           d.cfg.Controller.Bound(),
 			Reason:          dec.Reason,
 		},
-		Unclassified: r.stats.Unclassified,
+		Unclassified:  r.stats.Unclassified,
+		RejectLimited: r.stats.RejectLimited,
 	}
 	// Lists are [] rather than null when empty, so that clients need not
 	// tell the two apart.
@@ -434,7 +440,7 @@ func (d *Daemon) publish() {
 		tot := r.stats.Ports[loaderKey(p.key)]
 		ps := PortStatus{
 			Proto: p.key.Proto.String(), Port: p.key.Port, Class: p.class.String(),
-			Mode: p.mode.String(), Source: p.source,
+			Mode: p.mode.String(), Action: p.action.String(), Source: p.source,
 			DropProbability: r.probs[p.key],
 			NewPerS:         rate(dl.NewConns),
 			UniquePerS:      rate(dl.NewConns - min(dl.SYNRetransmits, dl.NewConns)),
@@ -442,11 +448,14 @@ func (d *Daemon) publish() {
 			DropShare:       share(dl.Dropped, dl.NewConns),
 			WouldDropShare:  share(dl.WouldDrop, dl.NewConns),
 			MarkedShare:     share(dl.Marked, dl.NewConns),
+			RejectedPerS:    rate(dl.Rejected),
+			WouldRejectPerS: rate(dl.WouldReject),
 			ExemptPerS:      rate(dl.Exempt),
 			StalePerS:       rate(dl.Stale),
 			Totals: PortTotals{
 				NewConns: tot.NewConns, Passed: tot.Passed, Dropped: tot.Dropped, Marked: tot.Marked,
 				WouldDrop: tot.WouldDrop, Exempt: tot.Exempt, Stale: tot.Stale, SYNRetransmits: tot.SYNRetransmits,
+				Rejected: tot.Rejected, WouldReject: tot.WouldReject,
 			},
 		}
 		if f, ok := r.snap.AcceptQueueFill[p.key.Port]; ok && p.key.Proto == adaptive.ProtoTCP {

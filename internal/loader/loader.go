@@ -68,20 +68,27 @@ const (
 	// ActionMark passes the packet with its DSCP rewritten to
 	// Config.MarkDSCP and, at TC, skb->mark set to Config.MarkFwmark.
 	ActionMark = Action(olcdOlcdActionOLCD_ACTION_MARK)
+	// ActionReject answers a TCP SYN with a RST|ACK built in place (XDP_TX
+	// at XDP, a redirect to the same interface's egress at TC), within the
+	// per-CPU rate limit of Config.RejectRate; a SYN over the limit or with
+	// data, and every UDP datagram, is dropped.
+	ActionReject = Action(olcdOlcdActionOLCD_ACTION_REJECT)
 )
 
-// String returns "drop" or "mark" (or "action(N)").
+// String returns "drop", "mark" or "reject" (or "action(N)").
 func (a Action) String() string {
 	switch a {
 	case ActionDrop:
 		return "drop"
 	case ActionMark:
 		return "mark"
+	case ActionReject:
+		return "reject"
 	}
 	return fmt.Sprintf("action(%d)", uint8(a))
 }
 
-func (a Action) valid() bool { return a == ActionDrop || a == ActionMark }
+func (a Action) valid() bool { return a == ActionDrop || a == ActionMark || a == ActionReject }
 
 // Selection is how the datapath picks the new connections a drop
 // probability p sheds.
@@ -255,7 +262,24 @@ type Config struct {
 	StaleAfter time.Duration
 	// Selection is how the draw picks what p sheds; default SelectRandom.
 	Selection Selection
+	// RejectRate is how many SYNs per second one CPU answers with a
+	// RST|ACK under the reject action (a token bucket per CPU); the rest
+	// are dropped and counted (Stats.RejectLimited). 0 takes
+	// DefaultRejectRate; negative answers none. At most MaxRejectRate.
+	RejectRate int
+	// RejectBurst is the bucket's size, in replies; 0 takes a tenth of a
+	// second's worth of RejectRate (at least 1).
+	RejectBurst int
 }
+
+// The reject action's rate limit. DefaultRejectRate per CPU answers a 3x
+// overload of tens of thousands of new connections per second on a few
+// CPUs, while a spoofed SYN flood can make olcd send no more than that per
+// CPU towards its claimed sources (each reply smaller than the SYN).
+const (
+	DefaultRejectRate = 20000
+	MaxRejectRate     = 10_000_000
+)
 
 func (c Config) withDefaults() (Config, error) {
 	var errs []error
@@ -295,6 +319,18 @@ func (c Config) withDefaults() (Config, error) {
 	if c.StaleAfter < 0 {
 		errs = append(errs, fmt.Errorf("stale after: %s is negative", c.StaleAfter))
 	}
+	if c.RejectRate == 0 {
+		c.RejectRate = DefaultRejectRate
+	}
+	if c.RejectRate > MaxRejectRate {
+		errs = append(errs, fmt.Errorf("reject rate: %d per second is above %d", c.RejectRate, MaxRejectRate))
+	}
+	if c.RejectBurst == 0 {
+		c.RejectBurst = max(c.RejectRate/10, 1)
+	}
+	if c.RejectBurst < 0 || c.RejectBurst > MaxRejectRate {
+		errs = append(errs, fmt.Errorf("reject burst: %d is outside 1..%d", c.RejectBurst, MaxRejectRate))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return c, fmt.Errorf("loader config: %w", err)
 	}
@@ -314,6 +350,7 @@ type objects struct {
 type globals struct {
 	OlcdCtl   *ebpf.Variable `ebpf:"olcd_ctl"`
 	OlcdPorts *ebpf.Variable `ebpf:"olcd_ports"`
+	OlcdRej   *ebpf.Variable `ebpf:"olcd_rej"`
 }
 
 func (o *objects) close() error {
@@ -355,9 +392,10 @@ func (d *Datapath) exemptIndex() uint32 { return uint32(d.cfg.MaxPorts) + 1 }
 // the daemon uses Open). The global mode starts as ModeOff and the heartbeat
 // as never written, so nothing is dropped before the daemon says so.
 //
-// Errors: an invalid cfg ("loader config: ..."), the memlock limit, or the
-// kernel refusing a map or program (a verifier log is in the error chain as
-// *ebpf.VerifierError).
+// Errors: an invalid cfg ("loader config: ..."), missing capabilities
+// (*PrivilegeError, before anything is created), the memlock limit (naming
+// CAP_SYS_RESOURCE and LimitMEMLOCK), or the kernel refusing a map or
+// program (a verifier log is in the error chain as *ebpf.VerifierError).
 func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -366,8 +404,11 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if err := checkPrivileges(); err != nil {
+		return nil, err
+	}
 	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("remove memlock limit: %w", err)
+		return nil, memlockError(err)
 	}
 	spec, err := loadOlcd()
 	if err != nil {
@@ -387,7 +428,7 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 		done:     make(chan struct{}),
 	}
 	if err := spec.LoadAndAssign(&d.objs, nil); err != nil {
-		return nil, fmt.Errorf("load datapath: %w", err)
+		return nil, loadError(err)
 	}
 	for i := cfg.MaxPorts; i >= 1; i-- {
 		d.free = append(d.free, uint16(i))
@@ -416,6 +457,7 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 	}
 	if err := errors.Join(
 		d.writeControl(),
+		d.writeRejectLimit(cfg.RejectRate, cfg.RejectBurst),
 		d.objs.OlcdPolicies.Update(d.exemptIndex(), &shared, ebpf.UpdateAny),
 	); err != nil {
 		return nil, errors.Join(fmt.Errorf("initialise datapath maps: %w", err), d.objs.close())
@@ -504,4 +546,35 @@ func (d *Datapath) writeControl() error {
 		return fmt.Errorf("write control record: %w", err)
 	}
 	return nil
+}
+
+// writeRejectLimit writes the reject action's rate limit: rate replies per
+// second and CPU (negative: none), burst replies at once.
+func (d *Datapath) writeRejectLimit(rate, burst int) error {
+	var c olcdOlcdRejectConf
+	if rate > 0 {
+		c.NsPerToken = uint64(time.Second) / uint64(rate)
+		c.Burst = uint32(burst)
+	}
+	if err := d.objs.OlcdRej.Set(&c); err != nil {
+		return fmt.Errorf("write reject limit: %w", err)
+	}
+	return nil
+}
+
+// SetRejectLimit changes the reject action's rate limit (see
+// Config.RejectRate and RejectBurst; 0 takes the defaults). The buckets keep
+// their tokens. Errors: a rate or burst out of range, a closed datapath.
+func (d *Datapath) SetRejectLimit(rate, burst int) error {
+	c, err := Config{RejectRate: rate, RejectBurst: burst}.withDefaults()
+	if err != nil {
+		return fmt.Errorf("set reject limit: %w", err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOpen(); err != nil {
+		return fmt.Errorf("set reject limit: %w", err)
+	}
+	d.cfg.RejectRate, d.cfg.RejectBurst = c.RejectRate, c.RejectBurst
+	return d.writeRejectLimit(c.RejectRate, c.RejectBurst)
 }

@@ -60,6 +60,7 @@ func estimateMapMemory(cfg Config, ncpu, prefixes4, prefixes6 int) ([]mapUsage, 
 		{"olcd_policies", array(ports+2, unsafe.Sizeof(olcdOlcdPolicy{}))},
 		{"olcd_stats", percpu(ports+1, unsafe.Sizeof(olcdOlcdCounters{}))},
 		{"olcd_unclass", percpu(1, unsafe.Sizeof(uint64(0)))},
+		{"olcd_rej_tokens", percpu(1, unsafe.Sizeof(olcdOlcdRejectBucket{}))},
 		{"olcd_syns", array(uint64(synSets(cfg.SYNTableSize)), unsafe.Sizeof(olcdOlcdSynSet{}))},
 		// The kernel counts one node (header, address, 1-byte value) per
 		// entry; intermediate nodes come and go with the prefix set.

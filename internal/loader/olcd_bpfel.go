@@ -16,8 +16,9 @@ import (
 type olcdOlcdAction uint32
 
 const (
-	olcdOlcdActionOLCD_ACTION_DROP olcdOlcdAction = 0
-	olcdOlcdActionOLCD_ACTION_MARK olcdOlcdAction = 1
+	olcdOlcdActionOLCD_ACTION_DROP   olcdOlcdAction = 0
+	olcdOlcdActionOLCD_ACTION_MARK   olcdOlcdAction = 1
+	olcdOlcdActionOLCD_ACTION_REJECT olcdOlcdAction = 2
 )
 
 type olcdOlcdClass uint32
@@ -54,6 +55,8 @@ type olcdOlcdCounters struct {
 	Stale          uint32
 	SynRetransmits uint32
 	Rnd            uint32
+	Rejected       uint32
+	WouldReject    uint32
 }
 
 type olcdOlcdDscp uint32
@@ -123,6 +126,21 @@ const (
 	olcdOlcdProtoOLCD_PROTO_UDP olcdOlcdProto = 17
 )
 
+type olcdOlcdRejectBucket struct {
+	_       structs.HostLayout
+	StampNs uint64
+	Limited uint64
+	Tokens  uint32
+	Jiffy   uint32
+}
+
+type olcdOlcdRejectConf struct {
+	_          structs.HostLayout
+	NsPerToken uint64
+	Burst      uint32
+	Pad        uint32
+}
+
 type olcdOlcdSelection uint32
 
 const (
@@ -150,6 +168,7 @@ const (
 	olcdMapOlcdExempt4       = "olcd_exempt4"
 	olcdMapOlcdExempt6       = "olcd_exempt6"
 	olcdMapOlcdPolicies      = "olcd_policies"
+	olcdMapOlcdRejTokens     = "olcd_rej_tokens"
 	olcdMapOlcdStats         = "olcd_stats"
 	olcdMapOlcdSyns          = "olcd_syns"
 	olcdMapOlcdUnclass       = "olcd_unclass"
@@ -166,6 +185,7 @@ const (
 	olcdVarOlcdBtfSynTable   = "olcd_btf_syn_table"
 	olcdVarOlcdCtl           = "olcd_ctl"
 	olcdVarOlcdPorts         = "olcd_ports"
+	olcdVarOlcdRej           = "olcd_rej"
 )
 
 // loadOlcd returns the embedded CollectionSpec for olcd.
@@ -218,12 +238,13 @@ type olcdProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type olcdMapSpecs struct {
-	OlcdExempt4  *ebpf.MapSpec `ebpf:"olcd_exempt4"`
-	OlcdExempt6  *ebpf.MapSpec `ebpf:"olcd_exempt6"`
-	OlcdPolicies *ebpf.MapSpec `ebpf:"olcd_policies"`
-	OlcdStats    *ebpf.MapSpec `ebpf:"olcd_stats"`
-	OlcdSyns     *ebpf.MapSpec `ebpf:"olcd_syns"`
-	OlcdUnclass  *ebpf.MapSpec `ebpf:"olcd_unclass"`
+	OlcdExempt4   *ebpf.MapSpec `ebpf:"olcd_exempt4"`
+	OlcdExempt6   *ebpf.MapSpec `ebpf:"olcd_exempt6"`
+	OlcdPolicies  *ebpf.MapSpec `ebpf:"olcd_policies"`
+	OlcdRejTokens *ebpf.MapSpec `ebpf:"olcd_rej_tokens"`
+	OlcdStats     *ebpf.MapSpec `ebpf:"olcd_stats"`
+	OlcdSyns      *ebpf.MapSpec `ebpf:"olcd_syns"`
+	OlcdUnclass   *ebpf.MapSpec `ebpf:"olcd_unclass"`
 }
 
 // olcdVariableSpecs contains global variables before they are loaded into the kernel.
@@ -241,6 +262,7 @@ type olcdVariableSpecs struct {
 	OlcdBtfSynTable   *ebpf.VariableSpec `ebpf:"olcd_btf_syn_table"`
 	OlcdCtl           *ebpf.VariableSpec `ebpf:"olcd_ctl"`
 	OlcdPorts         *ebpf.VariableSpec `ebpf:"olcd_ports"`
+	OlcdRej           *ebpf.VariableSpec `ebpf:"olcd_rej"`
 }
 
 // olcdObjects contains all objects after they have been loaded into the kernel.
@@ -263,12 +285,13 @@ func (o *olcdObjects) Close() error {
 //
 // It can be passed to loadOlcdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type olcdMaps struct {
-	OlcdExempt4  *ebpf.Map `ebpf:"olcd_exempt4"`
-	OlcdExempt6  *ebpf.Map `ebpf:"olcd_exempt6"`
-	OlcdPolicies *ebpf.Map `ebpf:"olcd_policies"`
-	OlcdStats    *ebpf.Map `ebpf:"olcd_stats"`
-	OlcdSyns     *ebpf.Map `ebpf:"olcd_syns"`
-	OlcdUnclass  *ebpf.Map `ebpf:"olcd_unclass"`
+	OlcdExempt4   *ebpf.Map `ebpf:"olcd_exempt4"`
+	OlcdExempt6   *ebpf.Map `ebpf:"olcd_exempt6"`
+	OlcdPolicies  *ebpf.Map `ebpf:"olcd_policies"`
+	OlcdRejTokens *ebpf.Map `ebpf:"olcd_rej_tokens"`
+	OlcdStats     *ebpf.Map `ebpf:"olcd_stats"`
+	OlcdSyns      *ebpf.Map `ebpf:"olcd_syns"`
+	OlcdUnclass   *ebpf.Map `ebpf:"olcd_unclass"`
 }
 
 func (m *olcdMaps) Close() error {
@@ -276,6 +299,7 @@ func (m *olcdMaps) Close() error {
 		m.OlcdExempt4,
 		m.OlcdExempt6,
 		m.OlcdPolicies,
+		m.OlcdRejTokens,
 		m.OlcdStats,
 		m.OlcdSyns,
 		m.OlcdUnclass,
@@ -297,6 +321,7 @@ type olcdVariables struct {
 	OlcdBtfSynTable   *ebpf.Variable `ebpf:"olcd_btf_syn_table"`
 	OlcdCtl           *ebpf.Variable `ebpf:"olcd_ctl"`
 	OlcdPorts         *ebpf.Variable `ebpf:"olcd_ports"`
+	OlcdRej           *ebpf.Variable `ebpf:"olcd_rej"`
 }
 
 // olcdPrograms contains all programs after they have been loaded into the kernel.

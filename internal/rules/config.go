@@ -81,6 +81,18 @@ type Port struct {
 	// Override is the port's own mode, ModeObserve or ModeEnforce; ModeOff
 	// (the zero value) means no override: the port follows the global mode.
 	Override Mode
+	// Action is the port's own shedding action when HasAction is set;
+	// otherwise the port uses action.kind.
+	Action    Action
+	HasAction bool
+}
+
+// EffectiveAction returns the port's action: its own if set, else global.
+func (p Port) EffectiveAction(global Action) Action {
+	if p.HasAction {
+		return p.Action
+	}
+	return global
 }
 
 // Key returns the port's controller key.
@@ -122,7 +134,20 @@ type ActionConfig struct {
 	SetDSCP bool
 	// Fwmark is the firewall mark a mark sets; 0 sets none.
 	Fwmark uint32
+	// RejectRate is how many shed SYNs per second one CPU answers under
+	// the reject action (0..10,000,000, default 20,000); the rest are
+	// dropped. 0 answers none.
+	RejectRate int
+	// RejectBurst is how many replies one CPU may send at once, from a
+	// full bucket (1..10,000,000); 0 (the default) is RejectRate ÷ 10.
+	RejectBurst int
 }
+
+// The reject action's rate limit defaults: per CPU, docs/config.md says why.
+const (
+	DefaultRejectRate = 20000
+	MaxRejectRate     = 10_000_000
+)
 
 // DatapathConfig sizes the BPF maps.
 type DatapathConfig struct {
@@ -185,7 +210,7 @@ func defaults() *Config {
 		Controller:     adaptive.DefaultParams(),
 		PortsAuto:      true,
 		Exceptions:     Exceptions{Management: DefaultManagementPorts()},
-		Action:         ActionConfig{Kind: ActionDrop},
+		Action:         ActionConfig{Kind: ActionDrop, RejectRate: DefaultRejectRate},
 		StaleAfter:     DefaultStaleAfter,
 		MetricsAddress: DefaultMetricsAddress,
 		AdminSocket:    DefaultAdminSocket,

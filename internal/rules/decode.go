@@ -501,10 +501,10 @@ func (d *decoder) duration(n *yaml.Node, field string) (time.Duration, bool) {
 var (
 	rootKeys       = []string{"mode", "interfaces", "attach", "interval", "signals", "cgroup", "controller", "ports", "exceptions", "action", "heartbeat", "metrics", "admin", "decision_log", "datapath", "lb"}
 	controllerKeys = []string{"ki", "kp", "activation_ticks", "smoothing", "cooldown_ticks", "hysteresis", "saturation_boost", "max_step", "recovery_step", "min_pass_rate", "corroboration_ratio", "demand_smoothing", "continue_every", "record_change", "onset_interval", "onset_ratio"}
-	portKeys       = []string{"port", "proto", "class", "mode"}
+	portKeys       = []string{"port", "proto", "class", "mode", "action"}
 	exceptionKeys  = []string{"ports", "sources", "management"}
 	exPortKeys     = []string{"port", "proto"}
-	actionKeys     = []string{"kind", "dscp", "fwmark"}
+	actionKeys     = []string{"kind", "dscp", "fwmark", "reject_rate", "reject_burst"}
 	datapathKeys   = []string{"max_ports", "syn_table_size", "max_prefixes", "selection"}
 )
 
@@ -767,6 +767,12 @@ func (d *decoder) ports(n *yaml.Node, path string, cfg *Config) {
 				if good {
 					p.Override, _ = ParseMode(s)
 				}
+			case "action":
+				var s string
+				if s, good = d.enum(v, f, actionNames); good {
+					p.Action, _ = ParseAction(s)
+					p.HasAction = true
+				}
 			}
 			ok = ok && good
 		})
@@ -922,8 +928,16 @@ func (d *decoder) action(n *yaml.Node, path string, cfg *Config) {
 	d.mapping(n, path, actionKeys, func(key string, v *yaml.Node, field string) {
 		switch key {
 		case "kind":
-			if s, ok := d.enum(v, field, []string{"drop", "mark"}); ok {
+			if s, ok := d.enum(v, field, actionNames); ok {
 				cfg.Action.Kind, _ = ParseAction(s)
+			}
+		case "reject_rate":
+			if i, ok := d.integer(v, field, 0, MaxRejectRate); ok {
+				cfg.Action.RejectRate = int(i)
+			}
+		case "reject_burst":
+			if i, ok := d.integer(v, field, 1, MaxRejectRate); ok {
+				cfg.Action.RejectBurst = int(i)
 			}
 		case "dscp":
 			if i, ok := d.integer(v, field, 0, 63); ok {

@@ -174,7 +174,7 @@ func TestValidFull(t *testing.T) {
 				netip.MustParsePrefix("2001:db8::/32")},
 			Management: []adaptive.PortKey{{Proto: adaptive.ProtoTCP, Port: 2222}, {Proto: adaptive.ProtoTCP, Port: 8022}},
 		},
-		Action:         ActionConfig{Kind: ActionMark, DSCP: 8, SetDSCP: true, Fwmark: 0x10},
+		Action:         ActionConfig{Kind: ActionMark, DSCP: 8, SetDSCP: true, Fwmark: 0x10, RejectRate: DefaultRejectRate},
 		StaleAfter:     3 * time.Second,
 		MetricsAddress: "[::1]:9477",
 		AdminSocket:    "/run/olcd/test.sock",
@@ -436,8 +436,11 @@ func TestParseModeAction(t *testing.T) {
 	if a, err := ParseAction("mark"); err != nil || a != ActionMark {
 		t.Error("mark")
 	}
-	if _, err := ParseAction("reject"); err == nil {
-		t.Error("reject accepted")
+	if a, err := ParseAction("reject"); err != nil || a != ActionReject {
+		t.Error("reject")
+	}
+	if _, err := ParseAction("refuse"); err == nil {
+		t.Error("refuse accepted")
 	}
 }
 
@@ -799,4 +802,35 @@ func nonNilKeys(k []adaptive.PortKey) []adaptive.PortKey {
 		return []adaptive.PortKey{}
 	}
 	return k
+}
+
+// TestPortAction: a port's own action overrides action.kind; reject on a
+// UDP port loads with a warning that it drops; the rate limit decodes.
+func TestPortAction(t *testing.T) {
+	doc := `
+action: {kind: drop, reject_rate: 500, reject_burst: 50}
+ports:
+  - {port: 80, action: reject}
+  - {port: 443}
+  - {port: 53, proto: udp, action: reject}
+`
+	c, warns, err := Parse([]byte(doc), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Action{ActionReject, ActionDrop, ActionReject}
+	for i, p := range c.Ports {
+		if got := p.EffectiveAction(c.Action.Kind); got != want[i] {
+			t.Errorf("port %d: action %s, want %s", p.Port, got, want[i])
+		}
+	}
+	if c.Action.RejectRate != 500 || c.Action.RejectBurst != 50 {
+		t.Errorf("reject limit %d/%d, want 500/50", c.Action.RejectRate, c.Action.RejectBurst)
+	}
+	if len(warns) != 1 || warns[0].Field != "ports[2].action" || !strings.Contains(warns[0].Msg, "reject drops it") {
+		t.Errorf("warnings %v, want one for the UDP port", warns)
+	}
+	if r := Default().Action.RejectRate; r != DefaultRejectRate {
+		t.Errorf("default reject rate %d", r)
+	}
 }

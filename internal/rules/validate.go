@@ -157,7 +157,8 @@ func (d *decoder) validate(c *Config) {
 	d.validateInterfaces(c)
 	d.validatePorts(c)
 
-	if c.Action.Kind == ActionMark && !c.Action.SetDSCP && c.Action.Fwmark == 0 && !d.failed["action.dscp"] && !d.failed["action.fwmark"] {
+	markSets := c.Action.SetDSCP || c.Action.Fwmark != 0 || d.failed["action.dscp"] || d.failed["action.fwmark"]
+	if c.Action.Kind == ActionMark && !markSets {
 		d.addAt("action.kind", "mark needs a dscp or a non-zero fwmark to set", "add action.dscp (0..63) and/or action.fwmark")
 	}
 	switch {
@@ -171,6 +172,11 @@ func (d *decoder) validate(c *Config) {
 			hint = fmt.Sprintf("stale_after is at most %v: use an interval of at most %v", MaxStaleAfter, MaxStaleAfter/3)
 		}
 		d.addAt("heartbeat.stale_after", fmt.Sprintf("%v is not longer than the interval %v: the datapath would go stale between two ticks", c.StaleAfter, c.Interval), hint)
+	}
+	for i, p := range c.Ports {
+		if p.HasAction && p.Action == ActionMark && !markSets {
+			d.addAt(join(pathOf(d.portPaths, i, "ports"), "action"), "mark needs action.dscp or a non-zero action.fwmark to set", "add action.dscp (0..63) and/or action.fwmark")
+		}
 	}
 	if c.MetricsAddress != "" {
 		host, port, err := net.SplitHostPort(c.MetricsAddress)
@@ -344,8 +350,25 @@ func (d *decoder) warn(c *Config) []Warning {
 	if c.Interval > 5*time.Second {
 		d.warnAt("interval", fmt.Sprintf("%v: overload is acted on only after %v", c.Interval, time.Duration(c.Controller.ActivationTicks)*c.Interval))
 	}
-	if c.Action.Kind == ActionDrop && (c.Action.SetDSCP || c.Action.Fwmark != 0) {
-		d.warnAt("action", "dscp and fwmark are ignored with kind drop")
+	marks := c.Action.Kind == ActionMark
+	rejects := c.Action.Kind == ActionReject && (c.PortsAuto || len(c.Ports) == 0)
+	for i, p := range c.Ports {
+		a := p.EffectiveAction(c.Action.Kind)
+		marks = marks || a == ActionMark
+		rejects = rejects || a == ActionReject
+		if a == ActionReject && p.Proto == adaptive.ProtoUDP {
+			f := join(pathOf(d.portPaths, i, "ports"), "action")
+			if !p.HasAction {
+				f = "action.kind"
+			}
+			d.warnAt(f, fmt.Sprintf("%s: a UDP request cannot be refused with a reset: reject drops it", p.Key()))
+		}
+	}
+	if !marks && (c.Action.SetDSCP || c.Action.Fwmark != 0) {
+		d.warnAt("action", "dscp and fwmark are ignored: no port uses the mark action")
+	}
+	if rejects && c.Action.RejectRate == 0 {
+		d.warnAt("action.reject_rate", "0 answers no SYN: the reject action drops everything it sheds")
 	}
 	for i, p := range c.Exceptions.Sources {
 		if p.Bits() == 0 {
