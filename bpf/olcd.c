@@ -30,6 +30,7 @@
 #include "olcd.h"
 #include "maps.h"
 #include "parse.h"
+#include "resp.h"
 
 char __license[] SEC("license") = "Dual MIT/GPL";
 
@@ -44,6 +45,7 @@ const enum olcd_geometry *olcd_btf_geometry __attribute__((unused));
 const enum olcd_syn_table *olcd_btf_syn_table __attribute__((unused));
 const enum olcd_dscp *olcd_btf_dscp __attribute__((unused));
 const enum olcd_selection *olcd_btf_selection __attribute__((unused));
+const enum olcd_resp_geometry *olcd_btf_resp_geometry __attribute__((unused));
 
 /* Bytes pulled into the linear area at TC when the headers are not there yet:
  * enough for 4 VLAN tags, IPv6 and a few extension headers and TCP. */
@@ -510,11 +512,16 @@ int olcd_xdp(struct xdp_md *ctx)
 	if (r == OLCD_P_NOT_NEW)
 		return XDP_PASS;
 	if (r != OLCD_P_NEW) {
-		olcd_count_unclassified();
+		if (r == OLCD_P_SEGMENT)
+			olcd_resp_in(&pkt, OLCD_INDEX_TCP);
+		else
+			olcd_count_unclassified();
 		return XDP_PASS;
 	}
 	olcd_stash_ctx(&mark, ctx);
 	v = olcd_handle(&pkt, data, data_end, &mark);
+	if (v == OLCD_V_PASS && !pkt.tcp)
+		olcd_resp_in(&pkt, OLCD_INDEX_UDP);
 	if (v == OLCD_V_MARK) {
 		/* Parse again rather than keep the header offsets alive
 		 * through olcd_decide (see olcd_handle). */
@@ -554,11 +561,16 @@ int olcd_tc(struct __sk_buff *skb)
 	if (r == OLCD_P_NOT_NEW)
 		return TC_ACT_UNSPEC;
 	if (r != OLCD_P_NEW) {
-		olcd_count_unclassified();
+		if (r == OLCD_P_SEGMENT)
+			olcd_resp_in(&pkt, OLCD_INDEX_TCP);
+		else
+			olcd_count_unclassified();
 		return TC_ACT_UNSPEC;
 	}
 	olcd_stash_ctx(&mark, skb);
 	v = olcd_handle(&pkt, data, data_end, &mark);
+	if (v == OLCD_V_PASS && !pkt.tcp)
+		olcd_resp_in(&pkt, OLCD_INDEX_UDP);
 	if (v == OLCD_V_MARK) {
 		/* Parse again: see olcd_xdp. */
 		skb = olcd_unstash_ctx(&mark);
@@ -573,4 +585,31 @@ int olcd_tc(struct __sk_buff *skb)
 	}
 	/* TC_ACT_UNSPEC (-1) or TC_ACT_SHOT (2), without a branch. */
 	return TC_ACT_UNSPEC + (v & OLCD_V_DROP) * (TC_ACT_SHOT - TC_ACT_UNSPEC);
+}
+
+/*
+ * TC egress, direct action, beside either ingress hook: sees the server's
+ * answers for response timing (resp.h) and nothing else. Always passes
+ * (TC_ACT_UNSPEC): olcd never takes outbound packets away.
+ */
+SEC("tc")
+int olcd_tc_egress(struct __sk_buff *skb)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct olcd_pkt pkt;
+	int r;
+
+	r = olcd_parse(data, data_end, skb, &pkt);
+	if (r == OLCD_P_SHORT && skb->len > (__u32)(data_end - data)) {
+		bpf_skb_pull_data(skb, skb->len < OLCD_PULL_MAX ? skb->len : OLCD_PULL_MAX);
+		data = (void *)(long)skb->data;
+		data_end = (void *)(long)skb->data_end;
+		r = olcd_parse(data, data_end, skb, &pkt);
+	}
+	if (r == OLCD_P_SEGMENT)
+		olcd_resp_out(&pkt, OLCD_INDEX_TCP);
+	else if (r == OLCD_P_NEW && !pkt.tcp)
+		olcd_resp_out(&pkt, OLCD_INDEX_UDP);
+	return TC_ACT_UNSPEC;
 }

@@ -49,6 +49,12 @@ type Stats struct {
 	// 4 VLAN tags, non-first fragments, ESP, or an IPv6 extension-header
 	// chain longer than the walk.
 	Unclassified uint64
+	// Response has the response timing of every timed port (see
+	// Datapath.Timed) when timing is on (Config.ResponseSample), nil when
+	// it is off.
+	Response map[PortKey]Response
+	// Flows are the flow table's counters (zero when timing is off).
+	Flows FlowCounters
 }
 
 // Stats returns the cumulative counters of every port with a policy, of the
@@ -74,6 +80,18 @@ func (d *Datapath) Stats() (Stats, error) {
 	if s.Unclassified, err = d.stats.unclassified(); err != nil {
 		return Stats{}, fmt.Errorf("read stats: %w", err)
 	}
+	if d.cfg.ResponseSample != 0 {
+		if err := d.resp.fold(d.respSlotList()); err != nil {
+			return Stats{}, fmt.Errorf("read stats: %w", err)
+		}
+		s.Response = make(map[PortKey]Response, len(d.rslots))
+		for k, slot := range d.rslots {
+			s.Response[k] = d.resp.response(uint16(slot))
+		}
+		if s.Flows, err = d.resp.flows(); err != nil {
+			return Stats{}, fmt.Errorf("read stats: %w", err)
+		}
+	}
 	return s, nil
 }
 
@@ -98,6 +116,11 @@ func (d *Datapath) foldLoop() {
 		if !d.closed {
 			if err := d.stats.fold(d.slotList()); err != nil {
 				d.log.Warn("fold datapath counters", "err", err)
+			}
+			if d.cfg.ResponseSample != 0 {
+				if err := d.resp.fold(d.respSlotList()); err != nil {
+					d.log.Warn("fold response histograms", "err", err)
+				}
 			}
 		}
 		d.mu.Unlock()
