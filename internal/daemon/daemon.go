@@ -83,8 +83,12 @@ type Daemon struct {
 	prev      loader.Stats
 	prevAt    time.Time
 	last      tickResult
-	ticks     uint64
-	ticker    *time.Ticker
+	// flowTable is the last scan of the response timer's flow table, at
+	// flowScanAt (response.go).
+	flowTable  loader.FlowTable
+	flowScanAt time.Time
+	ticks      uint64
+	ticker     *time.Ticker
 	// The onset check between ticks (onset.go).
 	onsetTicker  *time.Ticker
 	onsetEvery   time.Duration
@@ -477,6 +481,10 @@ func loaderConfig(cfg *rules.Config, ifaces []string) loader.Config {
 		MaxPrefixes:  cfg.Datapath.MaxPrefixes,
 		MarkFwmark:   cfg.Action.Fwmark,
 		StaleAfter:   cfg.StaleAfter,
+		// 0 turns timing off, as the loader reads it.
+		ResponseSample: uint32(cfg.Datapath.ResponseSample),
+		ResponsePorts:  cfg.Datapath.ResponsePorts,
+		FlowTableSize:  cfg.Datapath.FlowTableSize,
 	}
 	// Without a configured DSCP the mark action sets only the fwmark; the
 	// packet's own DSCP must not be overwritten with 0.

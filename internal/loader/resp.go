@@ -388,10 +388,7 @@ func (d *Datapath) FlowTableOccupancy() (FlowTable, error) {
 		now = d.rctl.TestNowNs
 	}
 	stampNow := uint32(now >> 20)
-	var set olcdOlcdFlowSet
-	it := m.Iterate()
-	var key uint32
-	for it.Next(&key, &set) {
+	count := func(set *olcdOlcdFlowSet) {
 		for w := 0; w < ways; w++ {
 			if set.Tag[w] == 0 || stampNow-set.Stamp[w] > d.rctl.IdleUnits {
 				continue
@@ -401,6 +398,37 @@ func (d *Datapath) FlowTableOccupancy() (FlowTable, error) {
 				ft.Outstanding++
 			}
 		}
+	}
+	// Batched, 1024 sets (128 KiB) per call; one lookup per set on
+	// kernels without batch operations.
+	const chunk = 1024
+	keys := make([]uint32, chunk)
+	vals := make([]olcdOlcdFlowSet, chunk)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := m.BatchLookup(&cursor, keys, vals, nil)
+		for i := 0; i < n; i++ {
+			count(&vals[i])
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return ft, nil
+		}
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			break
+		}
+		if err != nil {
+			return FlowTable{}, fmt.Errorf("read flow table: %w", err)
+		}
+		if n == 0 {
+			return FlowTable{}, errors.New("read flow table: batch read made no progress")
+		}
+	}
+	ft.Used, ft.Outstanding = 0, 0
+	var set olcdOlcdFlowSet
+	it := m.Iterate()
+	var key uint32
+	for it.Next(&key, &set) {
+		count(&set)
 	}
 	if err := it.Err(); err != nil {
 		return FlowTable{}, fmt.Errorf("read flow table: %w", err)
