@@ -13,8 +13,9 @@
  * data below what the server has acknowledged in an answer is a
  * retransmit and restarts nothing; server data before any request (SMTP,
  * MySQL greetings) or below the acknowledged point answers nothing. RST
- * forgets the flow; so does FIN, but a client's FIN (half-close) while its
- * request waits keeps the timer for the answer. Pure ACKs never get here
+ * and FIN forget the flow, a request still waiting counted abandoned (a
+ * client that times out closes), but a FIN in the segment that carries the
+ * request (a half-close after it) keeps the timer. Pure ACKs never get here
  * (olcd_parse_seg). UDP on a protected port pairs a passed datagram in with
  * the next one out on the same 4-tuple.
  *
@@ -282,6 +283,12 @@ static __always_inline void olcd_resp_in(const struct olcd_pkt *pkt, __u32 proto
 		}
 		if (w < OLCD_FLOW_WAYS) {
 			w &= OLCD_FLOW_WAYS - 1;
+			if ((flags & OLCD_TCP_FIN) && !pkt->seg_len) {
+				/* Closed: a request still waiting was given up on
+				 * (a client timing out closes). */
+				olcd_flow_forget(set, w);
+				return;
+			}
 			if (set->start_ns[w])
 				return; /* more of it, or a later request: the oldest is timed */
 			if (pkt->seg_len && (__s32)(pkt->seg_seq - set->cseq[w]) < 0) {
@@ -290,12 +297,6 @@ static __always_inline void olcd_resp_in(const struct olcd_pkt *pkt, __u32 proto
 				if (h)
 					h->retransmits += 1;
 				return;
-			}
-			if (flags & OLCD_TCP_FIN) {
-				if (!pkt->seg_len) {
-					olcd_flow_forget(set, w);
-					return;
-				}
 			}
 			if (!pkt->seg_len)
 				return;

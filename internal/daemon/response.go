@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"math"
 	"time"
 
 	"github.com/olcd/olcd/internal/adaptive"
@@ -101,4 +102,21 @@ func (d *Daemon) responseTimingStatus(st loader.Stats) *ResponseTimingStatus {
 		rs.FlowTableFill = float64(ft.Used) / float64(ft.Capacity)
 	}
 	return rs
+}
+
+// histogramStatus lists the nonempty buckets of a cumulative histogram.
+func histogramStatus(buckets []uint64) []HistogramBucket {
+	var out []HistogramBucket
+	for b, n := range buckets {
+		if n == 0 {
+			continue
+		}
+		lo, hi := resptime.Bounds(b)
+		hb := HistogramBucket{LoS: lo, Count: n}
+		if !math.IsInf(hi, 1) {
+			hb.HiS = &hi
+		}
+		out = append(out, hb)
+	}
+	return out
 }

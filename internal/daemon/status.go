@@ -170,8 +170,20 @@ type PortStatus struct {
 	// answer byte at the end of the tick, scaled by the sample rate;
 	// absent when the port is not timed.
 	InflightRequests *float64 `json:"inflight_requests,omitempty"`
+	// ResponseHistogram is the port's response-time histogram since it was
+	// timed (sampled flows, cumulative): its nonempty buckets, ascending.
+	ResponseHistogram []HistogramBucket `json:"response_histogram,omitempty"`
 	// Totals are the datapath counters since the program was loaded.
 	Totals PortTotals `json:"totals"`
+}
+
+// HistogramBucket is one nonempty bucket of a response-time histogram:
+// Count responses took at least LoS and less than HiS seconds (HiS null:
+// no upper bound, the last bucket).
+type HistogramBucket struct {
+	LoS   float64  `json:"lo_s"`
+	HiS   *float64 `json:"hi_s"`
+	Count uint64   `json:"count"`
 }
 
 // ResponseTime is one port's response time over the last tick: from a

@@ -454,6 +454,7 @@ func (d *Daemon) publish() {
 			ps.ResponseTime = responseTimeStatus(pr)
 			rps, inf := pr.RequestsPerS, pr.Inflight
 			ps.RequestsPerS, ps.InflightRequests = &rps, &inf
+			ps.ResponseHistogram = histogramStatus(r.stats.Response[loaderKey(p.key)].Buckets)
 		}
 		st.Ports = append(st.Ports, ps)
 	}

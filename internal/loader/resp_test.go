@@ -170,6 +170,11 @@ var respCases = []respCase{
 		in(0, c(cseq0, sseq0, psh|tcpFIN, 100)),
 		out(9*ms, s(sseq0, cseq0+101, psh|tcpFIN, 200)),
 	}, want: []time.Duration{9 * ms}, requests: 1, flows: 0},
+	{name: "client gives up: FIN while waiting abandons", steps: []step{
+		in(0, c(cseq0, sseq0, psh, 100)),
+		in(1000*ms, c(cseq0+100, sseq0, tcpFIN|tcpACK, 0)),
+		out(1500*ms, s(sseq0, cseq0+101, psh, 200)),
+	}, requests: 1, abandoned: 1, flows: 0},
 	{name: "RST abandons the outstanding request", steps: []step{
 		in(0, c(cseq0, sseq0, psh, 100)),
 		in(50*ms, c(cseq0+100, 0, tcpRST, 0)),
