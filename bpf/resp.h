@@ -37,14 +37,14 @@
 #include "parse.h"
 
 /*
- * Ports timed: [proto index][port] -> histogram slot (1..255), 0 = not
+ * Ports timed: [proto index][port] -> histogram slot (1..65534), 0 = not
  * timed. Set by the loader for protected ports when timing is on; this
  * byte is the first thing an established segment meets. A slot of its own
  * (not the stats slot) because the per-CPU histograms are large: only the
  * ports timed have one.
  */
 struct olcd_resp_ports {
-	__u8 slot[OLCD_INDEX_PROTOS][OLCD_PORTS_PER_PROTO];
+	__u16 slot[OLCD_INDEX_PROTOS][OLCD_PORTS_PER_PROTO];
 };
 
 struct olcd_resp_ports olcd_rports;
@@ -80,7 +80,7 @@ struct {
  * OLCD_INDEX_TCP or OLCD_INDEX_UDP. */
 static __always_inline __u32 olcd_resp_port(__u32 proto_idx, __u32 port)
 {
-	return ((__u8 *)olcd_rports.slot)[(proto_idx & 1) << 16 | (port & 0xffff)];
+	return ((__u16 *)olcd_rports.slot)[(proto_idx & 1) << 16 | (port & 0xffff)];
 }
 
 /*

@@ -386,8 +386,8 @@ type Datapath struct {
 	// rports is the shadow of the olcd_rports index; rslots the
 	// histogram slot of each timed port, rfree the free ones.
 	rports *olcdOlcdRespPorts
-	rslots map[PortKey]uint8
-	rfree  []uint8
+	rslots map[PortKey]uint16
+	rfree  []uint16
 
 	attachments []*attachment
 
@@ -428,7 +428,7 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 		cfg:      cfg,
 		index:    new(olcdOlcdPortIndex),
 		rports:   new(olcdOlcdRespPorts),
-		rslots:   make(map[PortKey]uint8),
+		rslots:   make(map[PortKey]uint16),
 		policies: make(map[PortKey]PortPolicy),
 		slots:    make(map[PortKey]uint16),
 		exempt:   make(map[PortKey]bool),
@@ -444,7 +444,7 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 	}
 	if cfg.ResponseSample != 0 {
 		for i := cfg.ResponsePorts; i >= 1; i-- {
-			d.rfree = append(d.rfree, uint8(i))
+			d.rfree = append(d.rfree, uint16(i))
 		}
 	}
 	d.stats = newStatsFolder(d.objs.OlcdStats, d.objs.OlcdUnclass)

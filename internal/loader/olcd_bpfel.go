@@ -173,7 +173,7 @@ type olcdOlcdRespHist struct {
 
 type olcdOlcdRespPorts struct {
 	_    structs.HostLayout
-	Slot [2][65536]uint8
+	Slot [2][65536]uint16
 }
 
 type olcdOlcdSelection uint32

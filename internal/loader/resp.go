@@ -19,8 +19,8 @@ const (
 	// DefaultResponsePorts is how many ports are timed at most: each has a
 	// per-CPU histogram of 1.5 KB, 48 KiB per port at 32 CPUs.
 	DefaultResponsePorts = 32
-	// MaxResponsePorts is the most ports timed (one-byte slots).
-	MaxResponsePorts = 255
+	// MaxResponsePorts is the most ports timed (16-bit slots, 0 unused).
+	MaxResponsePorts = MaxMaxPorts
 )
 
 // HistBuckets is the number of buckets of a port's response-time histogram

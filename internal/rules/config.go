@@ -135,7 +135,7 @@ type DatapathConfig struct {
 	// (0..65536; 0 turns response timing off; default 1, every flow).
 	ResponseSample int
 	// ResponsePorts is how many protected ports are timed at most
-	// (1..255, default 32): each has a per-CPU histogram of 1.5 KB.
+	// (1..65534, default 32): each has a per-CPU histogram of 1.5 KB.
 	ResponsePorts int
 	// FlowTableSize is how many flows the response timer tracks at once
 	// (64..16777216, default 16384).

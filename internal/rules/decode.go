@@ -523,7 +523,7 @@ func (d *decoder) root(n *yaml.Node, cfg *Config) {
 						cfg.Datapath.ResponseSample = int(i)
 					}
 				case "response_ports":
-					if i, ok := d.integer(v, f, 1, 255); ok {
+					if i, ok := d.integer(v, f, 1, MaxMaxPorts); ok {
 						cfg.Datapath.ResponsePorts = int(i)
 					}
 				case "flow_table_size":
