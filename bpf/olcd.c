@@ -476,6 +476,9 @@ static __always_inline __u16 olcd_csum_fold(__u32 sum)
 static __always_inline void olcd_set_dscp(const struct olcd_pkt *pkt, void *data, void *data_end,
 					  __u8 dscp)
 {
+	/* The offset comes back from the stack: bound it for the verifier. */
+	if (pkt->l3off > OLCD_MAX_HDR_OFF)
+		return;
 	if (pkt->ipv6) {
 		__u8 *b = data + pkt->l3off;
 		__u8 tc;
@@ -513,15 +516,15 @@ int olcd_xdp(struct xdp_md *ctx)
 		return XDP_PASS;
 	if (r != OLCD_P_NEW) {
 		if (r == OLCD_P_SEGMENT)
-			olcd_resp_in(&pkt, OLCD_INDEX_TCP);
+			olcd_resp_ingress(&pkt, OLCD_INDEX_TCP);
 		else
 			olcd_count_unclassified();
 		return XDP_PASS;
 	}
 	olcd_stash_ctx(&mark, ctx);
 	v = olcd_handle(&pkt, data, data_end, &mark);
-	if (v == OLCD_V_PASS && !pkt.tcp)
-		olcd_resp_in(&pkt, OLCD_INDEX_UDP);
+	if (__builtin_expect(!pkt.tcp, 0) && v == OLCD_V_PASS)
+		olcd_resp_ingress(&pkt, OLCD_INDEX_UDP);
 	if (v == OLCD_V_MARK) {
 		/* Parse again rather than keep the header offsets alive
 		 * through olcd_decide (see olcd_handle). */
@@ -562,15 +565,15 @@ int olcd_tc(struct __sk_buff *skb)
 		return TC_ACT_UNSPEC;
 	if (r != OLCD_P_NEW) {
 		if (r == OLCD_P_SEGMENT)
-			olcd_resp_in(&pkt, OLCD_INDEX_TCP);
+			olcd_resp_ingress(&pkt, OLCD_INDEX_TCP);
 		else
 			olcd_count_unclassified();
 		return TC_ACT_UNSPEC;
 	}
 	olcd_stash_ctx(&mark, skb);
 	v = olcd_handle(&pkt, data, data_end, &mark);
-	if (v == OLCD_V_PASS && !pkt.tcp)
-		olcd_resp_in(&pkt, OLCD_INDEX_UDP);
+	if (__builtin_expect(!pkt.tcp, 0) && v == OLCD_V_PASS)
+		olcd_resp_ingress(&pkt, OLCD_INDEX_UDP);
 	if (v == OLCD_V_MARK) {
 		/* Parse again: see olcd_xdp. */
 		skb = olcd_unstash_ctx(&mark);
@@ -608,8 +611,8 @@ int olcd_tc_egress(struct __sk_buff *skb)
 		r = olcd_parse(data, data_end, skb, &pkt);
 	}
 	if (r == OLCD_P_SEGMENT)
-		olcd_resp_out(&pkt, OLCD_INDEX_TCP);
+		olcd_resp_egress(&pkt, OLCD_INDEX_TCP);
 	else if (r == OLCD_P_NEW && !pkt.tcp)
-		olcd_resp_out(&pkt, OLCD_INDEX_UDP);
+		olcd_resp_egress(&pkt, OLCD_INDEX_UDP);
 	return TC_ACT_UNSPEC;
 }

@@ -242,36 +242,58 @@ static __always_inline __u32 olcd_flow_victim(struct olcd_flow_set *set, __u32 n
 	return victim;
 }
 
-/* The set and tag of a flow, or NULL when it is not sampled. */
-static __always_inline struct olcd_flow_set *olcd_flow_set_of(const struct olcd_pkt *pkt, int in,
-							      __u32 *tag)
+/* The set of a sampled flow of hash h, and its tag. */
+static __always_inline struct olcd_flow_set *olcd_flow_set_of(__u64 h, __u32 *tag)
 {
-	struct olcd_resp_ctl *rc = &olcd_rctl;
-	__u64 h = olcd_flow_hash(pkt, in, rc->seed);
-	__u32 hi = (__u32)(h >> 32), idx;
+	__u32 idx = (__u32)(h >> 32) & olcd_rctl.sets_mask;
 
-	if (hi > rc->sample_max)
-		return NULL;
 	*tag = (__u32)h | 1;
-	idx = hi & rc->sets_mask;
 	return bpf_map_lookup_elem(&olcd_flows, &idx);
 }
 
 /*
- * A client segment (ingress) with payload, FIN or RST on a TCP port, or a
- * passed UDP datagram (every datagram is a request).
+ * The sample: the flow hash if the segment's port is timed (*slot) and
+ * its flow sampled, else 0. Inlined into the entry points, so that an
+ * unsampled segment costs a load, the hash and a compare; the rest is a
+ * subprogram (olcd_resp_in, olcd_resp_out), which keeps its registers out
+ * of the SYN path's.
  */
-static __always_inline void olcd_resp_in(const struct olcd_pkt *pkt, __u32 proto_idx)
+static __always_inline __u64 olcd_resp_sampled(const struct olcd_pkt *pkt, __u32 proto_idx, int in,
+					       __u32 *slot)
+{
+	__u32 port;
+	__u64 h;
+
+	if (in) {
+		port = pkt->dport;
+	} else {
+		__u16 sp;
+
+		__builtin_memcpy(&sp, &pkt->seg_ports, sizeof(sp)); /* source port, as on the wire */
+		port = bpf_ntohs(sp);
+	}
+	*slot = olcd_resp_port(proto_idx, port);
+	if (!*slot)
+		return 0;
+	h = olcd_flow_hash(pkt, in, olcd_rctl.seed);
+	if ((__u32)(h >> 32) > olcd_rctl.sample_max)
+		return 0;
+	return h | 1;
+}
+
+/*
+ * A client segment (ingress) with payload, FIN or RST to a timed TCP port,
+ * or a passed UDP datagram (every datagram is a request), of a sampled
+ * flow of hash fh; pi: the port's histogram slot.
+ */
+static __noinline void olcd_resp_in(const struct olcd_pkt *pkt, __u32 proto_idx, __u64 fh, __u32 pi)
 {
 	struct olcd_flow_set *set;
 	struct olcd_resp_hist *h;
-	__u32 tag, w, pi, flags = pkt->seg_flags;
+	__u32 tag, w, flags = pkt->seg_flags;
 	__u64 now;
 
-	pi = olcd_resp_port(proto_idx, pkt->dport);
-	if (!pi)
-		return;
-	set = olcd_flow_set_of(pkt, 1, &tag);
+	set = olcd_flow_set_of(fh, &tag);
 	if (!set)
 		return;
 	w = olcd_flow_find(set, tag);
@@ -327,22 +349,17 @@ static __always_inline void olcd_resp_in(const struct olcd_pkt *pkt, __u32 proto
 
 /*
  * A server segment (egress) with payload, FIN or RST from a timed TCP
- * port, or a UDP datagram from a timed UDP port.
+ * port, or a UDP datagram from a timed UDP port, of a sampled flow of hash
+ * fh.
  */
-static __always_inline void olcd_resp_out(const struct olcd_pkt *pkt, __u32 proto_idx)
+static __noinline void olcd_resp_out(const struct olcd_pkt *pkt, __u32 proto_idx, __u64 fh)
 {
 	struct olcd_flow_set *set;
 	struct olcd_resp_hist *h;
-	__u32 tag, w, slot, flags = pkt->seg_flags, sport;
+	__u32 tag, w, slot, flags = pkt->seg_flags;
 	__u64 start, now;
-	__u16 sp;
 
-	__builtin_memcpy(&sp, &pkt->seg_ports, sizeof(sp)); /* source port, as on the wire */
-	sport = bpf_ntohs(sp);
-
-	if (!olcd_resp_port(proto_idx, sport))
-		return;
-	set = olcd_flow_set_of(pkt, 0, &tag);
+	set = olcd_flow_set_of(fh, &tag);
 	if (!set)
 		return;
 	w = olcd_flow_find(set, tag);
@@ -376,6 +393,25 @@ static __always_inline void olcd_resp_out(const struct olcd_pkt *pkt, __u32 prot
 	}
 	if (proto_idx == OLCD_INDEX_TCP && (flags & OLCD_TCP_FIN))
 		olcd_flow_forget(set, w);
+}
+
+/* Entry points' calls: the sample inline, the rest a subprogram. */
+static __always_inline void olcd_resp_ingress(const struct olcd_pkt *pkt, __u32 proto_idx)
+{
+	__u32 slot;
+	__u64 h = olcd_resp_sampled(pkt, proto_idx, 1, &slot);
+
+	if (h)
+		olcd_resp_in(pkt, proto_idx, h, slot);
+}
+
+static __always_inline void olcd_resp_egress(const struct olcd_pkt *pkt, __u32 proto_idx)
+{
+	__u32 slot;
+	__u64 h = olcd_resp_sampled(pkt, proto_idx, 0, &slot);
+
+	if (h)
+		olcd_resp_out(pkt, proto_idx, h);
 }
 
 #endif /* OLCD_RESP_H */
