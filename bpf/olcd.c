@@ -30,6 +30,7 @@
 #include "olcd.h"
 #include "maps.h"
 #include "parse.h"
+#include "resp.h"
 
 char __license[] SEC("license") = "Dual MIT/GPL";
 
@@ -44,6 +45,7 @@ const enum olcd_geometry *olcd_btf_geometry __attribute__((unused));
 const enum olcd_syn_table *olcd_btf_syn_table __attribute__((unused));
 const enum olcd_dscp *olcd_btf_dscp __attribute__((unused));
 const enum olcd_selection *olcd_btf_selection __attribute__((unused));
+const enum olcd_resp_geometry *olcd_btf_resp_geometry __attribute__((unused));
 
 /* Bytes pulled into the linear area at TC when the headers are not there yet:
  * enough for 4 VLAN tags, IPv6 and a few extension headers and TCP. */
@@ -491,6 +493,9 @@ static __always_inline __u16 olcd_csum_fold(__u32 sum)
 static __always_inline void olcd_set_dscp(const struct olcd_pkt *pkt, void *data, void *data_end,
 					  __u8 dscp)
 {
+	/* The offset comes back from the stack: bound it for the verifier. */
+	if (pkt->l3off > OLCD_MAX_HDR_OFF)
+		return;
 	if (pkt->ipv6) {
 		__u8 *b = data + pkt->l3off;
 		__u8 tc;
@@ -529,13 +534,18 @@ int olcd_xdp(struct xdp_md *ctx)
 	if (r == OLCD_P_NOT_NEW)
 		return XDP_PASS;
 	if (r != OLCD_P_NEW) {
-		olcd_count_unclassified();
+		if (r == OLCD_P_SEGMENT)
+			olcd_resp_ingress(&pkt, OLCD_INDEX_TCP);
+		else
+			olcd_count_unclassified();
 		return XDP_PASS;
 	}
 	olcd_stash_ctx(&mark, ctx);
 	v = olcd_handle(&pkt, data, data_end, &mark);
 	if (v == OLCD_V_REJECT)
 		return olcd_reject_xdp(olcd_unstash_ctx(&mark), mark.st);
+	if (__builtin_expect(!pkt.tcp, 0) && v == OLCD_V_PASS)
+		olcd_resp_ingress(&pkt, OLCD_INDEX_UDP);
 	if (v == OLCD_V_MARK) {
 		/* Parse again rather than keep the header offsets alive
 		 * through olcd_decide (see olcd_handle). */
@@ -575,13 +585,18 @@ int olcd_tc(struct __sk_buff *skb)
 	if (r == OLCD_P_NOT_NEW)
 		return TC_ACT_UNSPEC;
 	if (r != OLCD_P_NEW) {
-		olcd_count_unclassified();
+		if (r == OLCD_P_SEGMENT)
+			olcd_resp_ingress(&pkt, OLCD_INDEX_TCP);
+		else
+			olcd_count_unclassified();
 		return TC_ACT_UNSPEC;
 	}
 	olcd_stash_ctx(&mark, skb);
 	v = olcd_handle(&pkt, data, data_end, &mark);
 	if (v == OLCD_V_REJECT)
 		return olcd_reject_tc(olcd_unstash_ctx(&mark), mark.st);
+	if (__builtin_expect(!pkt.tcp, 0) && v == OLCD_V_PASS)
+		olcd_resp_ingress(&pkt, OLCD_INDEX_UDP);
 	if (v == OLCD_V_MARK) {
 		/* Parse again: see olcd_xdp. */
 		skb = olcd_unstash_ctx(&mark);
@@ -596,4 +611,31 @@ int olcd_tc(struct __sk_buff *skb)
 	}
 	/* TC_ACT_UNSPEC (-1) or TC_ACT_SHOT (2), without a branch. */
 	return TC_ACT_UNSPEC + (v & OLCD_V_DROP) * (TC_ACT_SHOT - TC_ACT_UNSPEC);
+}
+
+/*
+ * TC egress, direct action, beside either ingress hook: sees the server's
+ * answers for response timing (resp.h) and nothing else. Always passes
+ * (TC_ACT_UNSPEC): olcd never takes outbound packets away.
+ */
+SEC("tc")
+int olcd_tc_egress(struct __sk_buff *skb)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct olcd_pkt pkt;
+	int r;
+
+	r = olcd_parse(data, data_end, skb, &pkt);
+	if (r == OLCD_P_SHORT && skb->len > (__u32)(data_end - data)) {
+		bpf_skb_pull_data(skb, skb->len < OLCD_PULL_MAX ? skb->len : OLCD_PULL_MAX);
+		data = (void *)(long)skb->data;
+		data_end = (void *)(long)skb->data_end;
+		r = olcd_parse(data, data_end, skb, &pkt);
+	}
+	if (r == OLCD_P_SEGMENT)
+		olcd_resp_egress(&pkt, OLCD_INDEX_TCP);
+	else if (r == OLCD_P_NEW && !pkt.tcp)
+		olcd_resp_egress(&pkt, OLCD_INDEX_UDP);
+	return TC_ACT_UNSPEC;
 }

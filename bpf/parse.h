@@ -37,6 +37,7 @@ enum olcd_parse_result {
 	OLCD_P_NEW = 1,          /* a new connection candidate: see olcd_pkt */
 	OLCD_P_UNCLASSIFIED = 2, /* could carry one but cannot be examined */
 	OLCD_P_SHORT = 3,        /* a header ends past the available data */
+	OLCD_P_SEGMENT = 4,      /* established TCP with payload, FIN or RST: see resp.h */
 };
 
 /* TCP flag bits in byte 13 of the TCP header. */
@@ -78,6 +79,18 @@ struct olcd_pkt {
 	__u32 dport; /* destination port, host byte order */
 	__u32 ipv6;  /* 0: IPv4, 1: IPv6 */
 	__u32 tcp;   /* 1: TCP, 0: UDP */
+	/* OLCD_P_SEGMENT and UDP OLCD_P_NEW (response timing, resp.h): the
+	 * addresses as read (IPv4: source and destination in one word; IPv6:
+	 * each folded to 64 bits, source in seg_src), the first word of the
+	 * transport header (ports as on the wire) and, TCP only, the sequence
+	 * and acknowledgment numbers (host order), payload bytes and flags. */
+	__u64 seg_src;
+	__u64 seg_dst;
+	__u32 seg_ports;
+	__u32 seg_seq;
+	__u32 seg_ack;
+	__u32 seg_len;
+	__u32 seg_flags;
 };
 
 /* Headers are looked for no further than this from the frame start. */
@@ -123,6 +136,38 @@ static __always_inline int olcd_past_frame(void *data, void *data_end, struct __
 	return data + l3end > data_end;
 }
 
+
+/*
+ * A TCP segment that is not a new connection (flags not SYN alone), for
+ * response timing: reported as OLCD_P_SEGMENT when it carries payload, FIN
+ * or RST, with what resp.h needs; a pure ACK (window updates, window and
+ * keep-alive probes without data included) leaves at once as OLCD_P_NOT_NEW.
+ * The header was checked to lie in the frame; a payload length that does
+ * not add up (header past the IP packet) is no payload.
+ */
+static __always_inline int olcd_parse_seg(const struct tcphdr *th, __u8 flags, __u32 off,
+					  const __be16 *iplen, __u32 l3base, const __u64 *addr,
+					  int v6, struct olcd_pkt *pkt)
+{
+	__u32 hend = off + ((__u32)(((__u8 *)th)[12] >> 4) << 2);
+	__u32 l3end = l3base + bpf_ntohs(*iplen);
+	__u32 len = l3end > hend ? l3end - hend : 0;
+
+	if (len == 0 && !(flags & (OLCD_TCP_FIN | OLCD_TCP_RST)))
+		return OLCD_P_NOT_NEW;
+	pkt->tcp = 1;
+	pkt->ipv6 = v6;
+	pkt->dport = bpf_ntohs(th->dest);
+	pkt->seg_len = len;
+	pkt->seg_flags = flags;
+	pkt->seg_ports = *(__u32 *)th;
+	pkt->seg_seq = bpf_ntohl(th->seq);
+	pkt->seg_ack = bpf_ntohl(th->ack_seq);
+	pkt->seg_src = v6 ? addr[0] ^ addr[1] : addr[0];
+	pkt->seg_dst = v6 ? addr[2] ^ addr[3] : 0;
+	return OLCD_P_SEGMENT;
+}
+
 /*
  * The transport header at off. The IP packet it belongs to ends at
  * l3base + *iplen (IPv4 total length, IPv6 payload length); addr points to
@@ -153,7 +198,7 @@ static __always_inline int olcd_parse_l4(void *data, void *data_end, __u32 off, 
 		flags = ((__u8 *)th)[13];
 		if ((flags & (OLCD_TCP_SYN | OLCD_TCP_ACK | OLCD_TCP_RST | OLCD_TCP_FIN)) !=
 		    OLCD_TCP_SYN)
-			return OLCD_P_NOT_NEW;
+			return olcd_parse_seg(th, flags, off, iplen, l3base, addr, v6, pkt);
 		doff = ((__u8 *)th)[12] >> 4;
 		if (doff < 5)
 			return OLCD_P_UNCLASSIFIED; /* data offset below the header */
@@ -185,6 +230,13 @@ static __always_inline int olcd_parse_l4(void *data, void *data_end, __u32 off, 
 			return OLCD_P_UNCLASSIFIED;
 		pkt->tcp = 0;
 		pkt->dport = bpf_ntohs(uh->dest);
+		pkt->seg_ports = *(__u32 *)uh;
+		pkt->seg_seq = 0;
+		pkt->seg_ack = 0;
+		pkt->seg_len = 0;
+		pkt->seg_flags = 0;
+		pkt->seg_src = v6 ? addr[0] ^ addr[1] : addr[0];
+		pkt->seg_dst = v6 ? addr[2] ^ addr[3] : 0;
 	}
 	if (olcd_past_frame(data, data_end, skb, l3end))
 		return OLCD_P_UNCLASSIFIED;

@@ -20,6 +20,9 @@ type pendingChanges struct {
 	node  *probChange    // the node-level p, when it changed
 	ports map[adaptive.PortKey]portChange
 	ticks int // ticks whose changes are held
+	// response is the node's measured queue at the latest change
+	// (responseValues), nil when responses are not timed.
+	response map[string]any
 }
 
 // probChange is a p that moved from one value to another, passing through
@@ -119,6 +122,9 @@ func (p *pendingChanges) args(mode string) []any {
 	if !ev.OverloadSince.IsZero() {
 		args = append(args, "overload_since", ev.OverloadSince)
 	}
+	if p.response != nil {
+		args = append(args, "response_time", p.response)
+	}
 	if p.node != nil {
 		node := map[string]any{"from": round4(p.node.from), "to": round4(p.node.to)}
 		if p.ticks > 1 {
@@ -177,6 +183,9 @@ func (p *pendingChanges) args(mode string) []any {
 // the decision log; what its rate limit refuses stays pending.
 func (d *Daemon) recordChanges(evs []adaptive.Event) {
 	d.changes.add(evs, d.portTick)
+	if len(evs) > 0 {
+		d.changes.response = responseValues(&d.last.snap)
+	}
 	if d.changes.ticks == 0 {
 		return
 	}

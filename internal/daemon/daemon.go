@@ -86,8 +86,12 @@ type Daemon struct {
 	prev      loader.Stats
 	prevAt    time.Time
 	last      tickResult
-	ticks     uint64
-	ticker    *time.Ticker
+	// flowTable is the last scan of the response timer's flow table, at
+	// flowScanAt (response.go).
+	flowTable  loader.FlowTable
+	flowScanAt time.Time
+	ticks      uint64
+	ticker     *time.Ticker
 	// The onset check between ticks (onset.go).
 	onsetTicker  *time.Ticker
 	onsetEvery   time.Duration
@@ -587,6 +591,10 @@ func loaderConfig(cfg *rules.Config, ifaces []string) loader.Config {
 		StaleAfter:   cfg.StaleAfter,
 		RejectRate:   rejectRate(cfg),
 		RejectBurst:  cfg.Action.RejectBurst,
+		// 0 turns timing off, as the loader reads it.
+		ResponseSample: uint32(cfg.Datapath.ResponseSample),
+		ResponsePorts:  cfg.Datapath.ResponsePorts,
+		FlowTableSize:  cfg.Datapath.FlowTableSize,
 	}
 	// Without a configured DSCP the mark action sets only the fwmark; the
 	// packet's own DSCP must not be overwritten with 0.

@@ -52,6 +52,9 @@ type Status struct {
 	// do not exist (deleted while olcd runs): they are attached when they
 	// appear.
 	InterfacesWaiting []string `json:"interfaces_waiting,omitempty"`
+	// ResponseTiming describes the datapath's response timing and its
+	// flow table; absent when timing is off (datapath.response_sample: 0).
+	ResponseTiming *ResponseTimingStatus `json:"response_timing,omitempty"`
 	// Unclassified counts packets the datapath could not parse (passed)
 	// since start.
 	Unclassified uint64 `json:"unclassified_total"`
@@ -193,8 +196,69 @@ type PortStatus struct {
 	// AcceptQueueFill is the port's accept-queue fill (0..1); null when
 	// unknown.
 	AcceptQueueFill *float64 `json:"accept_queue_fill,omitempty"`
+	// Timed is true when the datapath times this port's responses
+	// (protected, timing on, within datapath.response_ports).
+	Timed bool `json:"timed"`
+	// ResponseTime is the port's response time over the last tick; absent
+	// when the port is not timed.
+	ResponseTime *ResponseTime `json:"response_time,omitempty"`
+	// RequestsPerS is the rate of requests timed, scaled by the sample
+	// rate (1/s); absent when the port is not timed.
+	RequestsPerS *float64 `json:"requests_per_s,omitempty"`
+	// InflightRequests is the number of requests waiting for their first
+	// answer byte at the end of the tick, scaled by the sample rate;
+	// absent when the port is not timed.
+	InflightRequests *float64 `json:"inflight_requests,omitempty"`
+	// ResponseHistogram is the port's response-time histogram since it was
+	// timed (sampled flows, cumulative): its nonempty buckets, ascending.
+	ResponseHistogram []HistogramBucket `json:"response_histogram,omitempty"`
 	// Totals are the datapath counters since the program was loaded.
 	Totals PortTotals `json:"totals"`
+}
+
+// HistogramBucket is one nonempty bucket of a response-time histogram:
+// Count responses took at least LoS and less than HiS seconds (HiS null:
+// no upper bound, the last bucket).
+type HistogramBucket struct {
+	LoS   float64  `json:"lo_s"`
+	HiS   *float64 `json:"hi_s"`
+	Count uint64   `json:"count"`
+}
+
+// ResponseTime is one port's response time over the last tick: from a
+// request's first byte reaching the node to its answer's first byte
+// leaving it. The quantiles are null (unavailable, never 0) when the tick
+// had fewer samples than datapath.response_min_samples.
+type ResponseTime struct {
+	P50S *float64 `json:"p50_s"`
+	P95S *float64 `json:"p95_s"`
+	P99S *float64 `json:"p99_s"`
+	// Samples is the number of responses timed in the tick (sampled
+	// flows, not scaled).
+	Samples uint64 `json:"samples"`
+}
+
+// ResponseTimingStatus is the response timer's configuration and its flow
+// table: occupancy (scanned at most every 10 s) and counters since start.
+type ResponseTimingStatus struct {
+	// Sample is N of "one flow in N is timed".
+	Sample uint32 `json:"sample"`
+	// MinSamples is the fewest responses a tick needs per port.
+	MinSamples int `json:"min_samples"`
+	// FlowTableCapacity is how many flows the table holds.
+	FlowTableCapacity int `json:"flow_table_capacity"`
+	// FlowsTracked is the flows in the table not idle past 120 s;
+	// FlowsOutstanding how many of them wait for an answer.
+	FlowsTracked     int `json:"flows_tracked"`
+	FlowsOutstanding int `json:"flows_outstanding"`
+	// FlowTableFill is FlowsTracked ÷ FlowTableCapacity (0..1).
+	FlowTableFill float64 `json:"flow_table_fill"`
+	// Inserts, Evictions (live flows pushed out), Expired (idle flows
+	// replaced) and Forgotten (FIN/RST) count since start.
+	Inserts   uint64 `json:"inserts_total"`
+	Evictions uint64 `json:"evictions_total"`
+	Expired   uint64 `json:"expired_total"`
+	Forgotten uint64 `json:"forgotten_total"`
 }
 
 // PortTotals are cumulative datapath counters of one port.
@@ -219,4 +283,7 @@ type InterfaceStatus struct {
 	Hook string `json:"hook"`
 	// Mode is "tcx", "clsact", "native" or "generic".
 	Mode string `json:"mode"`
+	// Egress is how the TC egress program of response timing is attached
+	// ("tcx" or "clsact"); absent when timing is off.
+	Egress string `json:"egress,omitempty"`
 }

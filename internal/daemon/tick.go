@@ -11,6 +11,7 @@ import (
 
 	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/loader"
+	"github.com/olcd/olcd/internal/resptime"
 	"github.com/olcd/olcd/internal/rules"
 	"github.com/olcd/olcd/internal/sampler"
 )
@@ -24,6 +25,9 @@ type tickResult struct {
 	stats    loader.Stats
 	deltas   map[adaptive.PortKey]loader.Counters
 	probs    map[adaptive.PortKey]float64
+	// resp is each timed port's response time over the tick (nil when
+	// timing is off).
+	resp map[adaptive.PortKey]resptime.Port
 }
 
 // tick runs sample → stats → controller → maps → heartbeat once.
@@ -41,7 +45,13 @@ func (d *Daemon) tick() {
 	}
 	deltas := make(map[adaptive.PortKey]loader.Counters, len(d.ports))
 	stats := make(map[adaptive.PortKey]adaptive.PortStats, len(d.ports))
+	var resp map[adaptive.PortKey]resptime.Port
 	if err == nil {
+		keys := make([]adaptive.PortKey, 0, len(d.ports))
+		for _, p := range d.ports {
+			keys = append(keys, p.key)
+		}
+		resp = responseSignals(st, d.prev, keys, d.dp.ResponseSample(), d.cfg.Datapath.ResponseMinSamples, snap.Interval, &snap)
 		for _, p := range d.ports {
 			cur, ok := st.Ports[loaderKey(p.key)]
 			if !ok {
@@ -67,7 +77,7 @@ func (d *Daemon) tick() {
 	if interval <= 0 {
 		interval = d.cfg.Interval
 	}
-	d.last = tickResult{at: snap.At, interval: interval, snap: snap, decision: dec, stats: st, deltas: deltas, probs: probs}
+	d.last = tickResult{at: snap.At, interval: interval, snap: snap, decision: dec, stats: st, deltas: deltas, probs: probs, resp: resp}
 	d.ticks++
 	d.metrics.ticks.Inc()
 	d.metrics.tickSeconds.Observe(time.Since(start).Seconds())
@@ -105,6 +115,25 @@ func counterDelta(cur, prev loader.Counters) loader.Counters {
 	}
 }
 
+// responseValues is the node's measured queue for the decision log: the
+// response-time quantiles (seconds, null when unavailable), requests per
+// second and in flight; nil when response timing gave nothing this tick.
+func responseValues(snap *sampler.Snapshot) map[string]any {
+	out := map[string]any{}
+	for _, sig := range []sampler.Signal{sampler.ResponseTimeP50, sampler.ResponseTimeP95, sampler.ResponseTimeP99,
+		sampler.RequestsPerS, sampler.InflightRequests} {
+		if v, ok := snap.Get(sig); ok {
+			out[sig.String()] = round6(v)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+func round6(v float64) float64 { return math.Round(v*1e6) / 1e6 }
+
 // recordEvents writes the controller's events to the decision log: the
 // probability changes of the tick as one record (changes.go), every other
 // event as its own.
@@ -125,6 +154,9 @@ func (d *Daemon) recordEvents(dec adaptive.Decision) {
 		}
 		if !ev.OverloadSince.IsZero() {
 			args = append(args, "overload_since", ev.OverloadSince)
+		}
+		if rt := responseValues(&d.last.snap); rt != nil {
+			args = append(args, "response_time", rt)
 		}
 		d.dlog.Record(ev.Kind.String(), args...)
 		d.log.Info(ev.Kind.String(), "reason", ev.Reason, "pressure", round4(ev.Pressure),
@@ -461,6 +493,13 @@ func (d *Daemon) publish() {
 		if f, ok := r.snap.AcceptQueueFill[p.key.Port]; ok && p.key.Proto == adaptive.ProtoTCP {
 			ps.AcceptQueueFill = &f
 		}
+		if pr, ok := r.resp[p.key]; ok {
+			ps.Timed = true
+			ps.ResponseTime = responseTimeStatus(pr)
+			rps, inf := pr.RequestsPerS, pr.Inflight
+			ps.RequestsPerS, ps.InflightRequests = &rps, &inf
+			ps.ResponseHistogram = histogramStatus(r.stats.Response[loaderKey(p.key)].Buckets)
+		}
 		st.Ports = append(st.Ports, ps)
 	}
 	for _, k := range d.cfg.ExemptPorts() {
@@ -476,8 +515,9 @@ func (d *Daemon) publish() {
 	}
 	if d.dp != nil {
 		for _, a := range d.dp.Attachments() {
-			st.Interfaces = append(st.Interfaces, InterfaceStatus{Name: a.Interface, Hook: a.Hook, Mode: a.Mode})
+			st.Interfaces = append(st.Interfaces, InterfaceStatus{Name: a.Interface, Hook: a.Hook, Mode: a.Mode, Egress: a.Egress})
 		}
+		st.ResponseTiming = d.responseTimingStatus(r.stats)
 	}
 	st.InterfacesWaiting = slices.Clone(d.waiting)
 	for _, e := range r.snap.Errors {

@@ -270,6 +270,24 @@ type Config struct {
 	// RejectBurst is the bucket's size, in replies; 0 takes a tenth of a
 	// second's worth of RejectRate (at least 1).
 	RejectBurst int
+	// ResponseSample turns response timing on (resp.go) and sets its
+	// sample: one flow in ResponseSample (1..65536) is timed, chosen by a
+	// hash of its addresses and ports. 0 (the zero Config) leaves it off:
+	// no port is timed and the egress program passes everything untouched.
+	ResponseSample uint32
+	// ResponsePorts is how many protected ports are timed at most
+	// (1..MaxResponsePorts), in port order; default 32
+	// (DefaultResponsePorts). Each costs a per-CPU histogram.
+	ResponsePorts int
+	// FlowTableSize is the number of flows the response timer tracks at
+	// once (rounded up to a power of two, sets of 4, least recently used
+	// replaced first). Default 16384 (DefaultFlowTableSize).
+	FlowTableSize int
+	// FlowIdle is how long a tracked flow may go without a request or an
+	// answer before its place is free (an outstanding request in it is
+	// then abandoned). Default 120 s (DefaultFlowIdle): longer than the
+	// longest response the histogram resolves (68 s).
+	FlowIdle time.Duration
 }
 
 // The reject action's rate limit. DefaultRejectRate per CPU answers a 3x
@@ -316,6 +334,27 @@ func (c Config) withDefaults() (Config, error) {
 	if c.StaleAfter == 0 {
 		c.StaleAfter = DefaultStaleAfter
 	}
+	if c.ResponseSample > MaxResponseSample {
+		errs = append(errs, fmt.Errorf("response sample: 1 in %d is outside 1..%d", c.ResponseSample, MaxResponseSample))
+	}
+	if c.ResponsePorts == 0 {
+		c.ResponsePorts = DefaultResponsePorts
+	}
+	if c.ResponsePorts < 1 || c.ResponsePorts > MaxResponsePorts {
+		errs = append(errs, fmt.Errorf("response ports: %d is outside 1..%d", c.ResponsePorts, MaxResponsePorts))
+	}
+	if c.FlowTableSize == 0 {
+		c.FlowTableSize = DefaultFlowTableSize
+	}
+	if c.FlowTableSize < 1 || c.FlowTableSize > 1<<24 {
+		errs = append(errs, fmt.Errorf("flow table size: %d is outside 1..%d", c.FlowTableSize, 1<<24))
+	}
+	if c.FlowIdle == 0 {
+		c.FlowIdle = DefaultFlowIdle
+	}
+	if c.FlowIdle < time.Second || c.FlowIdle > time.Hour {
+		errs = append(errs, fmt.Errorf("flow idle: %s is outside 1s..1h", c.FlowIdle))
+	}
 	if c.StaleAfter < 0 {
 		errs = append(errs, fmt.Errorf("stale after: %s is negative", c.StaleAfter))
 	}
@@ -348,9 +387,11 @@ type objects struct {
 
 // globals live in the .bss section, memory-mapped: writes are plain stores.
 type globals struct {
-	OlcdCtl   *ebpf.Variable `ebpf:"olcd_ctl"`
-	OlcdPorts *ebpf.Variable `ebpf:"olcd_ports"`
-	OlcdRej   *ebpf.Variable `ebpf:"olcd_rej"`
+	OlcdCtl    *ebpf.Variable `ebpf:"olcd_ctl"`
+	OlcdPorts  *ebpf.Variable `ebpf:"olcd_ports"`
+	OlcdRej    *ebpf.Variable `ebpf:"olcd_rej"`
+	OlcdRctl   *ebpf.Variable `ebpf:"olcd_rctl"`
+	OlcdRports *ebpf.Variable `ebpf:"olcd_rports"`
 }
 
 func (o *objects) close() error {
@@ -377,6 +418,13 @@ type Datapath struct {
 	prefixes map[netip.Prefix]bool
 
 	stats *statsFolder
+	resp  *respFolder
+	rctl  olcdOlcdRespCtl
+	// rports is the shadow of the olcd_rports index; rslots the
+	// histogram slot of each timed port, rfree the free ones.
+	rports *olcdOlcdRespPorts
+	rslots map[PortKey]uint16
+	rfree  []uint16
 
 	attachments []*attachment
 
@@ -420,6 +468,8 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 		log:      log,
 		cfg:      cfg,
 		index:    new(olcdOlcdPortIndex),
+		rports:   new(olcdOlcdRespPorts),
+		rslots:   make(map[PortKey]uint16),
 		policies: make(map[PortKey]PortPolicy),
 		slots:    make(map[PortKey]uint16),
 		exempt:   make(map[PortKey]bool),
@@ -433,7 +483,13 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 	for i := cfg.MaxPorts; i >= 1; i-- {
 		d.free = append(d.free, uint16(i))
 	}
+	if cfg.ResponseSample != 0 {
+		for i := cfg.ResponsePorts; i >= 1; i-- {
+			d.rfree = append(d.rfree, uint16(i))
+		}
+	}
 	d.stats = newStatsFolder(d.objs.OlcdStats, d.objs.OlcdUnclass)
+	d.resp = newRespFolder(d.objs.OlcdRhist, d.objs.OlcdFstats)
 	var seed [8]byte
 	if _, err := rand.Read(seed[:]); err != nil {
 		return nil, errors.Join(fmt.Errorf("seed dropped-SYN table: %w", err), d.objs.close())
@@ -455,7 +511,17 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 		Flags:     uint8(olcdOlcdPolicyFlagOLCD_POLICY_EXEMPT),
 		StatsSlot: uint16(olcdOlcdGeometryOLCD_SLOT_OTHER),
 	}
+	if _, err := rand.Read(seed[:]); err != nil {
+		return nil, errors.Join(fmt.Errorf("seed flow table: %w", err), d.objs.close())
+	}
+	d.rctl = olcdOlcdRespCtl{
+		Seed:      binary.LittleEndian.Uint64(seed[:]),
+		SampleMax: sampleMax(cfg.ResponseSample),
+		SetsMask:  flowSets(cfg) - 1,
+		IdleUnits: uint32(cfg.FlowIdle.Nanoseconds() >> 20),
+	}
 	if err := errors.Join(
+		d.writeRespControl(),
 		d.writeControl(),
 		d.writeRejectLimit(cfg.RejectRate, cfg.RejectBurst),
 		d.objs.OlcdPolicies.Update(d.exemptIndex(), &shared, ebpf.UpdateAny),
@@ -475,6 +541,8 @@ func sizeMaps(spec *ebpf.CollectionSpec, cfg Config) {
 	spec.Maps[olcdMapOlcdSyns].MaxEntries = synSets(cfg.SYNTableSize)
 	spec.Maps[olcdMapOlcdExempt4].MaxEntries = uint32(cfg.MaxPrefixes)
 	spec.Maps[olcdMapOlcdExempt6].MaxEntries = uint32(cfg.MaxPrefixes)
+	spec.Maps[olcdMapOlcdRhist].MaxEntries = respSlots(cfg)
+	spec.Maps[olcdMapOlcdFlows].MaxEntries = flowSets(cfg)
 }
 
 // synSets is the number of sets of the dropped-SYN table holding at least

@@ -15,9 +15,10 @@ import (
 func TestMapMemory(t *testing.T) {
 	ncpu, err := ebpf.PossibleCPU()
 	must(t, err)
-	cfgs := []Config{{}, {MaxPorts: 100, SYNTableSize: 1000, MaxPrefixes: 10}}
+	cfgs := []Config{{}, {MaxPorts: 100, SYNTableSize: 1000, MaxPrefixes: 10},
+		{MaxPorts: 10, ResponseSample: 1, ResponsePorts: 10, FlowTableSize: 1000}}
 	for _, cfg := range cfgs {
-		t.Run(fmt.Sprintf("ports=%d", cfg.MaxPorts), func(t *testing.T) {
+		t.Run(fmt.Sprintf("ports=%d/timed=%d", cfg.MaxPorts, cfg.ResponsePorts), func(t *testing.T) {
 			d := loadTest(t, cfg)
 			var ps []netip.Prefix
 			for i := range 7 {

@@ -60,6 +60,12 @@ type Stats struct {
 	// RejectLimited counts SYNs the reject action dropped because their
 	// CPU had answered its rate limit's worth (Config.RejectRate).
 	RejectLimited uint64
+	// Response has the response timing of every timed port (see
+	// Datapath.Timed) when timing is on (Config.ResponseSample), nil when
+	// it is off.
+	Response map[PortKey]Response
+	// Flows are the flow table's counters (zero when timing is off).
+	Flows FlowCounters
 }
 
 // Stats returns the cumulative counters of every port with a policy, of the
@@ -88,6 +94,18 @@ func (d *Datapath) Stats() (Stats, error) {
 	if s.RejectLimited, err = rejectLimited(d.objs.OlcdRejTokens); err != nil {
 		return Stats{}, fmt.Errorf("read stats: %w", err)
 	}
+	if d.cfg.ResponseSample != 0 {
+		if err := d.resp.fold(d.respSlotList()); err != nil {
+			return Stats{}, fmt.Errorf("read stats: %w", err)
+		}
+		s.Response = make(map[PortKey]Response, len(d.rslots))
+		for k, slot := range d.rslots {
+			s.Response[k] = d.resp.response(uint16(slot))
+		}
+		if s.Flows, err = d.resp.flows(); err != nil {
+			return Stats{}, fmt.Errorf("read stats: %w", err)
+		}
+	}
 	return s, nil
 }
 
@@ -112,6 +130,11 @@ func (d *Datapath) foldLoop() {
 		if !d.closed {
 			if err := d.stats.fold(d.slotList()); err != nil {
 				d.log.Warn("fold datapath counters", "err", err)
+			}
+			if d.cfg.ResponseSample != 0 {
+				if err := d.resp.fold(d.respSlotList()); err != nil {
+					d.log.Warn("fold response histograms", "err", err)
+				}
 			}
 		}
 		d.mu.Unlock()

@@ -164,6 +164,18 @@ type DatapathConfig struct {
 	// probability sheds: "random" (independently, the default) or "even"
 	// (exactly that share, evenly spaced per CPU and port).
 	Selection string
+	// ResponseSample times one flow in N on the protected ports
+	// (0..65536; 0 turns response timing off; default 1, every flow).
+	ResponseSample int
+	// ResponsePorts is how many protected ports are timed at most
+	// (1..65534, default 32): each has a per-CPU histogram of 1.5 KB.
+	ResponsePorts int
+	// FlowTableSize is how many flows the response timer tracks at once
+	// (64..16777216, default 16384).
+	FlowTableSize int
+	// ResponseMinSamples is the fewest responses a port needs in a tick for
+	// its response-time signals to be available (1..1000000, default 5).
+	ResponseMinSamples int
 }
 
 // The defaults that are not controller parameters; docs/config.md gives the
@@ -182,6 +194,11 @@ const (
 	// the ports without one.
 	MaxMaxPorts        = 65534
 	DefaultMaxPrefixes = 1024
+	// Response timing defaults (docs/config.md).
+	DefaultResponseSample     = 1
+	DefaultResponsePorts      = 32
+	DefaultFlowTableSize      = 16384
+	DefaultResponseMinSamples = 5
 )
 
 // DefaultThresholds returns the signals that drive shedding when a config
@@ -215,8 +232,10 @@ func defaults() *Config {
 		MetricsAddress: DefaultMetricsAddress,
 		AdminSocket:    DefaultAdminSocket,
 		DecisionLog:    DefaultDecisionLog,
-		Datapath:       DatapathConfig{MaxPorts: DefaultMaxPorts, SYNTableSize: DefaultSYNTableSize, MaxPrefixes: DefaultMaxPrefixes, Selection: "random"},
-		LB:             defaultLB(),
+		Datapath: DatapathConfig{MaxPorts: DefaultMaxPorts, SYNTableSize: DefaultSYNTableSize, MaxPrefixes: DefaultMaxPrefixes, Selection: "random",
+			ResponseSample: DefaultResponseSample, ResponsePorts: DefaultResponsePorts,
+			FlowTableSize: DefaultFlowTableSize, ResponseMinSamples: DefaultResponseMinSamples},
+		LB: defaultLB(),
 	}
 }
 

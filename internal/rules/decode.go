@@ -505,7 +505,7 @@ var (
 	exceptionKeys  = []string{"ports", "sources", "management"}
 	exPortKeys     = []string{"port", "proto"}
 	actionKeys     = []string{"kind", "dscp", "fwmark", "reject_rate", "reject_burst"}
-	datapathKeys   = []string{"max_ports", "syn_table_size", "max_prefixes", "selection"}
+	datapathKeys   = []string{"max_ports", "syn_table_size", "max_prefixes", "selection", "response_sample", "response_ports", "flow_table_size", "response_min_samples"}
 )
 
 // root decodes the top-level mapping onto cfg.
@@ -595,6 +595,22 @@ func (d *decoder) root(n *yaml.Node, cfg *Config) {
 					if s, ok := d.enum(v, f, []string{"random", "even"}); ok {
 						cfg.Datapath.Selection = s
 					}
+				case "response_sample":
+					if i, ok := d.integer(v, f, 0, 65536); ok {
+						cfg.Datapath.ResponseSample = int(i)
+					}
+				case "response_ports":
+					if i, ok := d.integer(v, f, 1, MaxMaxPorts); ok {
+						cfg.Datapath.ResponsePorts = int(i)
+					}
+				case "flow_table_size":
+					if i, ok := d.integer(v, f, 64, 1<<24); ok {
+						cfg.Datapath.FlowTableSize = int(i)
+					}
+				case "response_min_samples":
+					if i, ok := d.integer(v, f, 1, 1000000); ok {
+						cfg.Datapath.ResponseMinSamples = int(i)
+					}
 				}
 			})
 		}
@@ -622,6 +638,14 @@ func (d *decoder) signals(n *yaml.Node, path string, cfg *Config) {
 		found := false
 		d.mapping(v, field, []string{"threshold"}, func(_ string, tv *yaml.Node, f string) {
 			found = true
+			if sig.Unit() == sampler.UnitSeconds && resolve(tv).Kind == yaml.ScalarNode && resolve(tv).Tag == "!!str" {
+				// Seconds may be written as a duration: 50ms.
+				if dur, ok := d.duration(tv, f); ok {
+					cfg.Thresholds[sig] = dur.Seconds()
+					d.thresholdSet[sig] = true
+				}
+				return
+			}
 			if x, ok := d.number(tv, f); ok {
 				cfg.Thresholds[sig] = x
 				d.thresholdSet[sig] = true

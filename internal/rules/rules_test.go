@@ -150,6 +150,7 @@ func TestValidFull(t *testing.T) {
 	var th [sampler.NumSignals]float64
 	th[sampler.CPUBusy], th[sampler.PSICPUSome], th[sampler.Load1PerCore] = 0.8, 0.4, 3
 	th[sampler.CgroupThrottledRatio], th[sampler.ListenOverflowsPerS] = 0.3, 5
+	th[sampler.ResponseTimeP95], th[sampler.ResponseTimeP99] = 0.05, 0.2
 	want := &Config{
 		Source:     "testdata/valid-full.yaml",
 		Mode:       ModeEnforce,
@@ -179,8 +180,9 @@ func TestValidFull(t *testing.T) {
 		MetricsAddress: "[::1]:9477",
 		AdminSocket:    "/run/olcd/test.sock",
 		DecisionLog:    "/var/log/olcd/test.jsonl",
-		Datapath:       DatapathConfig{MaxPorts: 256, SYNTableSize: 131072, MaxPrefixes: 64, Selection: "even"},
-		LB:             LBConfig{Agent: LBAgentConfig{Address: "10.0.0.5:9478", SendWait: 20 * time.Millisecond}, Weight: lb.Params{Smoothing: 0.3, MinWeight: 0.2}},
+		Datapath: DatapathConfig{MaxPorts: 256, SYNTableSize: 131072, MaxPrefixes: 64, Selection: "even",
+			ResponseSample: 4, ResponsePorts: 16, FlowTableSize: 4096, ResponseMinSamples: 10},
+		LB: LBConfig{Agent: LBAgentConfig{Address: "10.0.0.5:9478", SendWait: 20 * time.Millisecond}, Weight: lb.Params{Smoothing: 0.3, MinWeight: 0.2}},
 	}
 	c.doc, c.origins = nil, nil
 	if !reflect.DeepEqual(c, want) {
@@ -334,8 +336,8 @@ func TestPatch(t *testing.T) {
 		{"unknown key", base, "controler: {ki: 1}", nil, `patch:1: controler: unknown key (did you mean "controller"?)`},
 		// A conflict names both places, each with its own file: "line 29"
 		// alone read as line 29 of the patch.
-		{"conflict with the file", base, "exceptions: {ports: [{port: 443, proto: tcp}]}", nil, "patch:1: exceptions.ports[0]: tcp/443 is both protected (ports[0], testdata/valid-full.yaml:31)"},
-		{"patch protects a port the file exempts", base, "ports: [{port: 22}]", nil, "testdata/valid-full.yaml:37: exceptions.ports[0]: tcp/22 is both protected (ports[0], patch:1) and exempt"},
+		{"conflict with the file", base, "exceptions: {ports: [{port: 443, proto: tcp}]}", nil, "patch:1: exceptions.ports[0]: tcp/443 is both protected (ports[0], testdata/valid-full.yaml:33)"},
+		{"patch protects a port the file exempts", base, "ports: [{port: 22}]", nil, "testdata/valid-full.yaml:39: exceptions.ports[0]: tcp/22 is both protected (ports[0], patch:1) and exempt"},
 		{"null resets the port list to auto", base, "ports: null", func(t *testing.T, c *Config) {
 			if !c.PortsAuto || c.Ports != nil {
 				t.Errorf("ports auto %v, %v", c.PortsAuto, c.Ports)
@@ -557,7 +559,7 @@ func TestPatchOriginsBounded(t *testing.T) {
 	}
 	// Problems still name the right file after many patches.
 	_, _, err = c.Patch([]byte("exceptions: {ports: [{port: 443}]}"), "patch")
-	if err == nil || !strings.Contains(err.Error(), "patch:1: exceptions.ports[0]: tcp/443 is both protected (ports[0], testdata/valid-full.yaml:31)") {
+	if err == nil || !strings.Contains(err.Error(), "patch:1: exceptions.ports[0]: tcp/443 is both protected (ports[0], testdata/valid-full.yaml:33)") {
 		t.Errorf("error %v", err)
 	}
 }

@@ -35,6 +35,9 @@ type BackendConfig struct {
 	// Limiter is "" (none) or "bbr": go-kratos/aegis ratelimit/bbr around
 	// the work handler with its defaults, answering 429 when it rejects.
 	Limiter string
+	// Sleep, when positive, makes a request wait that long (a handler of
+	// known time: a downstream call, a lock) instead of spinning Work.
+	Sleep time.Duration
 }
 
 // RunBackend serves until ctx ends. It prints "ready" on stdout once both
@@ -44,10 +47,16 @@ func RunBackend(ctx context.Context, cfg BackendConfig) error {
 		return errors.New("backend: neither -port nor -health-port")
 	}
 	iters := cfg.Iterations
-	if iters <= 0 {
+	if iters <= 0 && cfg.Sleep <= 0 {
 		iters = calibrateSpin(cfg.Work)
 	}
+	if cfg.Sleep > 0 {
+		iters = 0
+	}
 	work := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if cfg.Sleep > 0 {
+			time.Sleep(cfg.Sleep)
+		}
 		sink.Add(spin(iters))
 		w.Header().Set("Connection", "close")
 		io.WriteString(w, "ok\n")

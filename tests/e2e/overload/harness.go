@@ -132,6 +132,9 @@ type Harness struct {
 	// in (the load-balancer test's nodes, lb.go); net is then the client
 	// side, whose HostIP is the node's address.
 	backendNetns string
+	// sleep, when positive, makes the next work backend wait instead of
+	// spinning (response.go).
+	sleep time.Duration
 
 	// Calibration is set by Calibrate (or by the caller, from an earlier
 	// results.json): the capacity and the olcd threshold every later run
@@ -224,7 +227,7 @@ func (h *Harness) startBackend(limiter string) error {
 		return err
 	}
 	h.backends = append(h.backends, work)
-	if _, v, ok := strings.Cut(line, "iterations="); ok && h.iterations == 0 {
+	if _, v, ok := strings.Cut(line, "iterations="); ok && h.iterations == 0 && h.sleep == 0 {
 		n, _ := strconv.Atoi(strings.Fields(v)[0])
 		h.iterations = n
 		fmt.Fprintf(h.opt.Progress, "backend: %s\n", line)
@@ -276,7 +279,8 @@ func (h *Harness) startBackendProc(role string, args ...string) (*backendProc, s
 		run = `exec nsenter --net=/run/netns/` + h.backendNetns + ` "$@"`
 	}
 	argv := append([]string{"-c", join + run, "sh", h.opt.Self, "backend",
-		"-addr", h.net.HostIP.String(), "-work", h.opt.Work.String(), "-iterations", strconv.Itoa(h.iterations)}, args...)
+		"-addr", h.net.HostIP.String(), "-work", h.opt.Work.String(), "-iterations", strconv.Itoa(h.iterations),
+		"-sleep", h.sleep.String()}, args...)
 	cmd := exec.Command("sh", argv...)
 	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

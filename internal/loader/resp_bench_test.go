@@ -1,0 +1,153 @@
+package loader
+
+import (
+	"bytes"
+	_ "embed"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+)
+
+// baseObject is the datapath as it was before response timing (commit
+// 1ab021d, bpfel), the baseline BenchmarkResponseTiming measures the SYN
+// path and established segments against in the same run.
+//
+//go:embed testdata/olcd_base_bpfel.o
+var baseObject []byte
+
+// loadBase loads the baseline object with one protected port, tcp/8080, in
+// enforce mode at p, with a fresh heartbeat. Only what the benchmark needs
+// is set: the control record, the port index, the policy and its slot.
+func loadBase(tb testing.TB, p float64) *ebpf.Collection {
+	tb.Helper()
+	spec, err := ebpf.LoadCollectionSpecFromReader(bytes.NewReader(baseObject))
+	if err != nil {
+		tb.Fatalf("baseline spec: %v", err)
+	}
+	spec.Maps[olcdMapOlcdSyns].MaxEntries = synSets(DefaultSYNTableSize)
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		tb.Fatalf("load baseline: %v", err)
+	}
+	tb.Cleanup(coll.Close)
+	now, err := monotonicNow()
+	must(tb, err)
+	ctl := olcdOlcdControl{HeartbeatNs: now, StaleAfterNs: uint64(time.Hour), SynSeed: rand.Uint64(),
+		SynSetsMask: synSets(DefaultSYNTableSize) - 1, MarkDscp: uint8(olcdOlcdDscpOLCD_DSCP_KEEP), Mode: uint8(ModeEnforce)}
+	must(tb, coll.Variables["olcd_ctl"].Set(&ctl))
+	idx := new(olcdOlcdPortIndex)
+	idx.Idx[0][8080] = 1
+	must(tb, coll.Variables["olcd_ports"].Set(idx))
+	pol := olcdOlcdPolicy{DropProb: ProbabilityToFixed(p), StatsSlot: 1, Flags: uint8(olcdOlcdPolicyFlagOLCD_POLICY_PROTECTED),
+		Mode: uint8(ModeEnforce), Action: uint8(ActionDrop)}
+	must(tb, coll.Maps["olcd_policies"].Update(uint32(1), &pol, ebpf.UpdateAny))
+	return coll
+}
+
+// emptyTC is the floor of the egress program: returns TC_ACT_UNSPEC.
+func emptyTC(tb testing.TB) *ebpf.Program {
+	tb.Helper()
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: "olcd_floor_tc", Type: ebpf.SchedCLS,
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, -1), asm.Return()},
+		License:      "Dual MIT/GPL",
+	})
+	if err != nil {
+		tb.Fatalf("load empty TC program: %v", err)
+	}
+	tb.Cleanup(func() { p.Close() })
+	return p
+}
+
+// unsampledPort returns a client port whose flow to tcp/8080 the sample of
+// d leaves out, and sampledPort one it takes.
+func samplePorts(d *Datapath) (unsampled, sampled uint16) {
+	max := sampleMax(d.cfg.ResponseSample)
+	for p := uint16(20000); p < 60000 && (unsampled == 0 || sampled == 0); p++ {
+		if uint32(flowHash(d.rctl.Seed, client4, server4, p, sport)>>32) <= max {
+			if sampled == 0 {
+				sampled = p
+			}
+		} else if unsampled == 0 {
+			unsampled = p
+		}
+	}
+	return unsampled, sampled
+}
+
+// BenchmarkResponseTiming measures what response timing costs per packet,
+// each sub-benchmark against an empty program (XDP, or TC for egress) in the
+// same run (see BenchmarkDatapath for the method and the metrics), and the
+// same frames through the datapath as it was before (base/...):
+//
+//	base/syn-p50, syn-p50                 SYN to a protected port, p = 0.5 (goal: within ± 2 ns)
+//	base/ack, ack                         pure ACK to a protected port
+//	base/data, data-unsampled             100-byte segment of an established flow the sample leaves
+//	                                      out, 1 in 16 sampled (goal: ≤ base/data + 5 ns)
+//	data-sampled                          the same, of a sampled flow with a request outstanding: hash,
+//	                                      flow table, way found (goal: ≤ base/data + 40 ns)
+//	egress-unsampled, egress-sampled      the server's 100-byte answer at TC egress over the empty TC
+//	                                      program (goal unsampled ≤ 5 ns); sampled: the first run
+//	                                      stops the timer, the rest find none running
+//
+// The two segments per request that start and stop a timer add a clock
+// read and, at the stop, the histogram update; a repeated frame cannot
+// alternate them, so they are not isolated here (docs/datapath.md).
+//
+// Needs root. scripts/bench-datapath.sh runs it beside BenchmarkDatapath.
+func BenchmarkResponseTiming(b *testing.B) {
+	requireRoot(b)
+	base := loadBase(b, 0.5)
+	d := loadTest(b, Config{StaleAfter: time.Hour, ResponseSample: 16})
+	must(b, d.SetPolicies([]PortPolicy{{Key: tcp8080, Mode: ModeEnforce, Action: ActionDrop, DropProbability: 0.5}}))
+	must(b, d.SetMode(ModeEnforce))
+	must(b, d.Heartbeat())
+	floor, floorTC := emptyXDP(b), emptyTC(b)
+	un, sa := samplePorts(d)
+	data := func(cp uint16, seq uint32) []byte {
+		return tcpData{client4, server4, cp, sport, seq, sseq0, psh, 100}.frame()
+	}
+	answer := func(cp uint16) []byte {
+		return tcpData{server4, client4, sport, cp, sseq0, cseq0 + 100, psh, 100}.frame()
+	}
+	// A sampled flow with a request outstanding (the real clock: no
+	// injected time). Egress then stops it on its first run.
+	if _, err := d.objs.OlcdXdp.Run(&ebpf.RunOptions{Data: data(sa, cseq0)}); err != nil {
+		b.Fatal(err)
+	}
+	cases := []struct {
+		name  string
+		prog  *ebpf.Program
+		fl    *ebpf.Program
+		frame []byte
+	}{
+		{"base/syn-p50", base.Programs["olcd_xdp"], floor, syn4(8080, 1)},
+		{"syn-p50", d.objs.OlcdXdp, floor, syn4(8080, 1)},
+		{"base/ack", base.Programs["olcd_xdp"], floor, ipv4Frame(client4, server4, 6, 0, tcpSeg{40000, 8080, 1, tcpACK}.bytes())},
+		{"ack", d.objs.OlcdXdp, floor, ipv4Frame(client4, server4, 6, 0, tcpSeg{40000, 8080, 1, tcpACK}.bytes())},
+		{"base/data", base.Programs["olcd_xdp"], floor, data(un, cseq0)},
+		{"data-unsampled", d.objs.OlcdXdp, floor, data(un, cseq0)},
+		{"data-sampled", d.objs.OlcdXdp, floor, data(sa, cseq0)},
+		{"egress-unsampled", d.objs.OlcdTcEgress, floorTC, answer(un)},
+		{"egress-sampled", d.objs.OlcdTcEgress, floorTC, answer(sa)},
+	}
+	b.Run("floor", func(b *testing.B) {
+		var p pairs
+		p.run(b, floor, nil, cases[0].frame, nil)
+		b.ReportMetric(mean(p.floor), "ns/pkt")
+	})
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			var p pairs
+			p.run(b, c.fl, c.prog, c.frame, c.frame)
+			fl, over := mean(p.floor), p.overFloor()
+			b.ReportMetric(mean(p.prog), "ns/op")
+			b.ReportMetric(mean(p.prog), "ns/pkt")
+			b.ReportMetric(fl, "floor-ns/pkt")
+			b.ReportMetric(over, "over-floor-ns/pkt")
+		})
+	}
+}
