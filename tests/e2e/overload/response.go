@@ -126,12 +126,21 @@ func (h *Harness) RunResponse(ctx context.Context, rc ResponseCheck) (*ResponseR
 	if a == nil {
 		return nil, errors.New("olcd status has no work port")
 	}
-	delta := histogramDelta(b, a)
-	for _, c := range delta {
-		res.OlcdSamples += c.count
-	}
-	res.OlcdP50Ms, res.OlcdP95Ms = histQuantile(delta, 0.5)*1e3, histQuantile(delta, 0.95)*1e3
+	var p50, p95 float64
+	res.OlcdSamples, p50, p95 = HistogramQuantiles(b, a)
+	res.OlcdP50Ms, res.OlcdP95Ms = p50*1e3, p95*1e3
 	return res, nil
+}
+
+// HistogramQuantiles returns the responses a port's status histogram
+// gained from before (nil: since it was timed) to after, and their p50 and
+// p95 in seconds (NaN without responses).
+func HistogramQuantiles(before, after *daemon.PortStatus) (n uint64, p50, p95 float64) {
+	delta := histogramDelta(before, after)
+	for _, c := range delta {
+		n += c.count
+	}
+	return n, histQuantile(delta, 0.5), histQuantile(delta, 0.95)
 }
 
 func workPort(st *daemon.Status) *daemon.PortStatus {
