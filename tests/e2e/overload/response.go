@@ -28,11 +28,11 @@ type ResponseCheck struct {
 	Duration time.Duration
 }
 
-// ResponseResult compares the two over one run. The client's latency of a
-// request on its own connection is the connect (one round trip), the
-// request's way in (half of one), the server's time and the answer's way
-// out (half of one): ClientP* are the latencies of the successes minus two
-// round trips, the round trip being the median connect time of the run.
+// ResponseResult compares the two over one run. The clients keep their
+// connections alive, so a latency is the request's way in (half a round
+// trip), the server's time and the answer's way out (the other half):
+// ClientP* are the latencies of the successes minus one round trip, the
+// median connect time of the run.
 type ResponseResult struct {
 	Name        string
 	RateRPS     float64
@@ -70,8 +70,8 @@ func (h *Harness) RunResponse(ctx context.Context, rc ResponseCheck) (*ResponseR
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	h.sleep = rc.Sleep
-	defer func() { h.sleep = 0 }()
+	h.sleep, h.keepAlive = rc.Sleep, true
+	defer func() { h.sleep, h.keepAlive = 0, false }()
 	if err := h.startBackend(""); err != nil {
 		return nil, err
 	}
@@ -90,7 +90,7 @@ func (h *Harness) RunResponse(ctx context.Context, rc ResponseCheck) (*ResponseR
 	if err != nil {
 		return nil, fmt.Errorf("olcd status: %w", err)
 	}
-	rec, err := h.attack(ctx, dir, "response/"+rc.Name, []Phase{{Name: rc.Name, Rate: rate, Duration: rc.Duration}}, nil, od, nil, RunOptions{})
+	rec, err := h.attack(ctx, dir, "response/"+rc.Name, []Phase{{Name: rc.Name, Rate: rate, Duration: rc.Duration}}, nil, od, nil, RunOptions{KeepAlive: true, Realtime: true})
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +114,7 @@ func (h *Harness) RunResponse(ctx context.Context, rc ResponseCheck) (*ResponseR
 		switch {
 		case r.health:
 		case r.outcome == outcomeOK:
-			lat = append(lat, r.latency.Seconds()*1e3-2*res.RTTMs)
+			lat = append(lat, r.latency.Seconds()*1e3-res.RTTMs)
 		case r.outcome == outcomeTimeout:
 			res.Timeouts++
 		}
