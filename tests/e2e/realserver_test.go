@@ -440,3 +440,50 @@ func TestResponseTimeEdges(t *testing.T) {
 	})
 	unavailable(st, "after the clients gave up")
 }
+
+// TestResponseTimeDrivesShedding: a threshold on response_time_p95 (1 ms,
+// written as a duration) against a server that answers in 2 ms starts an
+// overload through the existing law, in enforce mode: the port's drop
+// probability rises and the decision log's overload event carries the
+// measured queue.
+func TestResponseTimeDrivesShedding(t *testing.T) {
+	requireRoot(t)
+	env := newNetEnv(t)
+	env.lineServer(t, serverPort)
+	d := startDaemon(t, env, daemonConfig{Mode: "enforce", Attach: "tc", Threshold: thresholdNever, MinSamples: 3, ResponseP95: "1ms"})
+	c := env.peerDial(t, env.serverAddr())
+	defer c.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 2000; i++ {
+			c.SetDeadline(time.Now().Add(3 * time.Second))
+			if _, err := c.Write([]byte("req\n")); err != nil {
+				return
+			}
+			if _, err := io.ReadFull(c, make([]byte, 3)); err != nil {
+				return
+			}
+			if d.proc.exited() {
+				return
+			}
+		}
+	}()
+	st := d.pollStatus(t, "an overload from response_time_p95", 10*time.Second, func(s *daemon.Status) bool {
+		return s.Overload.Active && portP(s) > 0
+	})
+	if s := nodeSignal(st, "response_time_p95"); s == nil || s.Value == nil || *s.Value < 0.0015 || s.Threshold == nil || *s.Threshold != 0.001 {
+		t.Errorf("response_time_p95 %+v, want about 2 ms against a 1 ms threshold", s)
+	}
+	c.Close()
+	<-done
+	found := false
+	for _, r := range records(d.decisionRecords(t), "overload_start") {
+		if _, ok := r["response_time"]; ok {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no overload_start with the measured queue in the decision log")
+	}
+}
