@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/daemon"
+	"github.com/olcd/olcd/internal/resptime"
 )
 
 // ResponseCheck is one run comparing the response times olcd measures in
@@ -134,71 +135,34 @@ func (h *Harness) RunResponse(ctx context.Context, rc ResponseCheck) (*ResponseR
 
 // HistogramQuantiles returns the responses a port's status histogram
 // gained from before (nil: since it was timed) to after, and their p50 and
-// p95 in seconds (NaN without responses).
+// p95 in seconds (NaN without responses), read as the daemon reads them
+// (resptime.Quantile).
 func HistogramQuantiles(before, after *daemon.PortStatus) (n uint64, p50, p95 float64) {
-	delta := histogramDelta(before, after)
-	for _, c := range delta {
-		n += c.count
+	counts := make([]uint64, resptime.Buckets)
+	for _, hb := range after.ResponseHistogram {
+		counts[bucketOf(hb.LoS)] += hb.Count
 	}
-	return n, histQuantile(delta, 0.5), histQuantile(delta, 0.95)
-}
-
-func workPort(st *daemon.Status) *daemon.PortStatus {
-	for i := range st.Ports {
-		if st.Ports[i].Proto == "tcp" && st.Ports[i].Port == WorkPort {
-			return &st.Ports[i]
-		}
-	}
-	return nil
-}
-
-type histCount struct {
-	mid   float64
-	count uint64
-}
-
-// histogramDelta returns after − before per bucket, ascending, each bucket
-// as its middle (the last, unbounded one as its lower bound).
-func histogramDelta(before, after *daemon.PortStatus) []histCount {
-	prev := map[float64]uint64{}
 	if before != nil {
 		for _, hb := range before.ResponseHistogram {
-			prev[hb.LoS] = hb.Count
+			b := bucketOf(hb.LoS)
+			counts[b] -= min(counts[b], hb.Count)
 		}
 	}
-	var out []histCount
-	for _, hb := range after.ResponseHistogram {
-		n := hb.Count - min(prev[hb.LoS], hb.Count)
-		if n == 0 {
-			continue
-		}
-		mid := hb.LoS
-		if hb.HiS != nil {
-			mid = (hb.LoS + *hb.HiS) / 2
-		}
-		out = append(out, histCount{mid, n})
-	}
-	return out
-}
-
-// histQuantile is the nearest-rank q-quantile of the buckets (seconds).
-func histQuantile(h []histCount, q float64) float64 {
-	var n uint64
-	for _, c := range h {
-		n += c.count
+	for _, c := range counts {
+		n += c
 	}
 	if n == 0 {
-		return math.NaN()
+		return 0, math.NaN(), math.NaN()
 	}
-	rank := uint64(math.Max(1, math.Ceil(q*float64(n))))
-	var seen uint64
-	for _, c := range h {
-		seen += c.count
-		if seen >= rank {
-			return c.mid
-		}
-	}
-	return h[len(h)-1].mid
+	p50, _ = resptime.Quantile(counts, 0.5)
+	p95, _ = resptime.Quantile(counts, 0.95)
+	return n, p50, p95
+}
+
+// bucketOf is the bucket whose lower bound is lo seconds (a whole number
+// of 1.024 µs units, so the round trip through nanoseconds is exact).
+func bucketOf(lo float64) int {
+	return resptime.Bucket(time.Duration(math.Round(lo * 1e9)))
 }
 
 // rankQuantile is the nearest-rank q-quantile of sorted values.
@@ -208,4 +172,13 @@ func rankQuantile(sorted []float64, q float64) float64 {
 	}
 	i := int(math.Ceil(q*float64(len(sorted)))) - 1
 	return sorted[max(i, 0)]
+}
+
+func workPort(st *daemon.Status) *daemon.PortStatus {
+	for i := range st.Ports {
+		if st.Ports[i].Proto == "tcp" && st.Ports[i].Port == WorkPort {
+			return &st.Ports[i]
+		}
+	}
+	return nil
 }
