@@ -38,6 +38,9 @@ type BackendConfig struct {
 	// Sleep, when positive, makes a request wait that long (a handler of
 	// known time: a downstream call, a lock) instead of spinning Work.
 	Sleep time.Duration
+	// KeepAlive keeps the work port's connections open between requests
+	// (the response checks); otherwise every answer closes its connection.
+	KeepAlive bool
 }
 
 // RunBackend serves until ctx ends. It prints "ready" on stdout once both
@@ -58,7 +61,9 @@ func RunBackend(ctx context.Context, cfg BackendConfig) error {
 			time.Sleep(cfg.Sleep)
 		}
 		sink.Add(spin(iters))
-		w.Header().Set("Connection", "close")
+		if !cfg.KeepAlive {
+			w.Header().Set("Connection", "close")
+		}
 		io.WriteString(w, "ok\n")
 	})
 	var h http.Handler = work
@@ -89,7 +94,7 @@ func RunBackend(ctx context.Context, cfg BackendConfig) error {
 		srv := &http.Server{Handler: l.h, ReadHeaderTimeout: 5 * time.Second, ErrorLog: nil}
 		// Every request is its own connection, as the clients in front of
 		// an overloaded service mostly are.
-		srv.SetKeepAlivesEnabled(false)
+		srv.SetKeepAlivesEnabled(cfg.KeepAlive && l.port == cfg.Port)
 		servers = append(servers, srv)
 		go func() { errc <- srv.Serve(ln) }()
 	}

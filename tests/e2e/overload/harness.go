@@ -133,8 +133,9 @@ type Harness struct {
 	// side, whose HostIP is the node's address.
 	backendNetns string
 	// sleep, when positive, makes the next work backend wait instead of
-	// spinning (response.go).
-	sleep time.Duration
+	// spinning; keepAlive keeps its connections open (response.go).
+	sleep     time.Duration
+	keepAlive bool
 
 	// Calibration is set by Calibrate (or by the caller, from an earlier
 	// results.json): the capacity and the olcd threshold every later run
@@ -280,7 +281,7 @@ func (h *Harness) startBackendProc(role string, args ...string) (*backendProc, s
 	}
 	argv := append([]string{"-c", join + run, "sh", h.opt.Self, "backend",
 		"-addr", h.net.HostIP.String(), "-work", h.opt.Work.String(), "-iterations", strconv.Itoa(h.iterations),
-		"-sleep", h.sleep.String()}, args...)
+		"-sleep", h.sleep.String(), "-keepalive=" + strconv.FormatBool(h.keepAlive)}, args...)
 	cmd := exec.Command("sh", argv...)
 	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -91,6 +92,12 @@ type RunOptions struct {
 	// KillOlcdAt, when positive, sends SIGKILL to olcd this long after the
 	// load starts (the fail-open test).
 	KillOlcdAt time.Duration
+	// KeepAlive makes the attacker reuse its work connections.
+	KeepAlive bool
+	// Realtime runs the attacker at a real-time priority (chrt -f 10,
+	// when chrt exists), so that its clock readings are not delayed by the
+	// CPU the backend burns: the response checks compare latencies.
+	Realtime bool
 }
 
 // Run plays sc under v and returns its results. It needs a calibration.
@@ -206,6 +213,7 @@ func (h *Harness) attack(ctx context.Context, dir, label string, phases []Phase,
 		HealthRate: h.opt.HealthRate,
 		Timeout:    h.opt.Timeout,
 		Phases:     phases,
+		KeepAlive:  ro.KeepAlive,
 	}
 	cfgPath := filepath.Join(dir, "attack.json")
 	b, _ := json.MarshalIndent(cfg, "", "  ")
@@ -219,6 +227,9 @@ func (h *Harness) attack(ctx context.Context, dir, label string, phases []Phase,
 	}
 	defer recFile.Close()
 	cmd := h.net.Command(h.opt.Self, "attack", "-config", cfgPath)
+	if chrt, err := exec.LookPath("chrt"); err == nil && ro.Realtime {
+		cmd = h.net.Command(chrt, "-f", "10", h.opt.Self, "attack", "-config", cfgPath)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	errLog, err := os.Create(filepath.Join(dir, "attack.stderr"))
 	if err != nil {
