@@ -50,6 +50,9 @@ type daemonConfig struct {
 	// AutoInterfaces leaves interfaces: empty (olcd picks and follows the
 	// node namespace's links) instead of naming the veth end.
 	AutoInterfaces bool
+	// AutoPorts writes ports: auto (every listener of the node namespace)
+	// instead of the Ports list.
+	AutoPorts bool
 	// Filled in by startDaemon.
 	Iface, Interval, Metrics, Socket, DecisionLog string
 	Ports                                         []int
