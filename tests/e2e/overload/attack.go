@@ -38,6 +38,9 @@ type AttackConfig struct {
 	Timeout time.Duration
 	// Phases are played one after the other.
 	Phases []Phase
+	// Clients is the closed pool's size (RunClosedPool); the open-loop
+	// attacker ignores it.
+	Clients int `json:",omitempty"`
 }
 
 // Outcomes of a request.
