@@ -330,3 +330,36 @@ func TestOverloadComparisons(t *testing.T) {
 	}
 	checkHealth(t, e2)
 }
+
+// TestOverloadClosedPoolReject is scenario 1 played by the closed pool (64
+// blocking clients, each with one request of at most 2 s in flight, due
+// times missed while blocked skipped) under olcd enforcing with the drop
+// action and with the reject action, one after the other in the same run
+// (issue 17). A dropped SYN blocks its client in connect() through the SYN
+// retransmit timeout; a rejected one is refused at once and the client goes
+// on. At 3 C the reject run's goodput must not fall below the drop run's
+// (within 5 %: two runs on a shared VM), and its mean time in connect()
+// must be at most a tenth of the drop run's. The p99 of successes is
+// reported beside.
+func TestOverloadClosedPoolReject(t *testing.T) {
+	h := overloadHarness(t)
+	c := h.Calibration.CapacityRPS
+	drop := runOnce(t, h, overload.ClosedPool3x, overload.VariantEnforce)
+	reject := runOnce(t, h, overload.ClosedPool3x, overload.VariantReject)
+	d, r := drop.Phase("3x"), reject.Phase("3x")
+	t.Logf("closed pool at 3 C, drop:   goodput %.0f/s (%.2f C), mean connect %.1f ms, p99 %.1f ms, %d connect timeouts, %d refused, %d requests",
+		d.GoodputRPS, d.GoodputRPS/c, d.MeanConnectMs, d.P99Ms, d.ConnectTimeouts, d.ConnectRefused, d.Requests)
+	t.Logf("closed pool at 3 C, reject: goodput %.0f/s (%.2f C), mean connect %.1f ms, p99 %.1f ms, %d connect timeouts, %d refused, %d requests",
+		r.GoodputRPS, r.GoodputRPS/c, r.MeanConnectMs, r.P99Ms, r.ConnectTimeouts, r.ConnectRefused, r.Requests)
+	if r.GoodputRPS < 0.95*d.GoodputRPS {
+		t.Errorf("reject goodput at 3 C %.0f/s is below drop's %.0f/s (want ≥ 0.95 ×)", r.GoodputRPS, d.GoodputRPS)
+	}
+	if d.MeanConnectMs < 10*r.MeanConnectMs {
+		t.Errorf("mean connect time at 3 C: drop %.1f ms, reject %.1f ms: cut %.1f ×, want ≥ 10 ×", d.MeanConnectMs, r.MeanConnectMs, d.MeanConnectMs/max(r.MeanConnectMs, 1e-9))
+	}
+	if r.ConnectRefused == 0 {
+		t.Errorf("reject at 3 C: no connect was refused: the reject action did not answer")
+	}
+	checkHealth(t, drop)
+	checkHealth(t, reject)
+}

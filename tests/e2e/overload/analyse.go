@@ -39,6 +39,13 @@ type PhaseResult struct {
 	// ConnectTimeouts counts connects that timed out (dropped SYNs, full
 	// accept queues), part of Timeouts.
 	ConnectTimeouts int `json:"connect_timeouts"`
+	// ConnectRefused counts connects that failed at once (a reset: the
+	// reject action), part of Errors.
+	ConnectRefused int `json:"connect_refused"`
+	// MeanConnectMs is the mean time a work request's client spent in
+	// connect(), whatever its outcome, in milliseconds: the time a pool
+	// slot or thread is blocked before it has a connection or an error.
+	MeanConnectMs float64 `json:"mean_connect_ms"`
 	// WouldDropRatio is olcd's would-drop ÷ SYNs seen (observe mode).
 	WouldDropRatio float64 `json:"would_drop_ratio"`
 	// MeanP is olcd's mean drop probability over the phase.
@@ -268,10 +275,23 @@ func phaseResult(rec *records, name string, from, to, slo time.Duration, v Varia
 			}
 		}
 	}
+	var dialSum time.Duration
+	var dials int
 	for _, d := range rec.dials {
-		if d.start >= from && d.start < to && d.outcome == outcomeTimeout {
-			pr.ConnectTimeouts++
+		if d.start < from || d.start >= to {
+			continue
 		}
+		dials++
+		dialSum += d.dur
+		switch d.outcome {
+		case outcomeTimeout:
+			pr.ConnectTimeouts++
+		case outcomeError:
+			pr.ConnectRefused++
+		}
+	}
+	if dials > 0 {
+		pr.MeanConnectMs = float64(dialSum) / float64(dials) / float64(time.Millisecond)
 	}
 	secs := (to - from).Seconds()
 	pr.DurationS = secs
@@ -282,7 +302,7 @@ func phaseResult(rec *records, name string, from, to, slo time.Duration, v Varia
 
 	a, b := sampleAt(rec.samples, from), sampleAt(rec.samples, to)
 	switch v {
-	case VariantObserve, VariantEnforce:
+	case VariantObserve, VariantEnforce, VariantReject:
 		if a.olcd && b.olcd && b.newConns > a.newConns {
 			n := float64(b.newConns - a.newConns)
 			pr.SYNDropRatio = float64(b.dropped-a.dropped) / n

@@ -42,6 +42,9 @@ type AttackConfig struct {
 	// checks: a latency is then one round trip and the server's time);
 	// otherwise every request is its own connection.
 	KeepAlive bool
+	// Clients is the closed pool's size (RunClosedPool); the open-loop
+	// attacker ignores it.
+	Clients int `json:",omitempty"`
 }
 
 // Outcomes of a request.

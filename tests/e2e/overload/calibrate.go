@@ -148,7 +148,7 @@ func (h *Harness) calibrate(ctx context.Context, label string, quota float64, st
 		label, phases[0].Rate, phases[len(phases)-1].Rate, nominal, quota, h.opt.Work, stepLength)
 	// The quota as a change at 0 s, so that the CPU is read as a share of
 	// this quota, not of Options.Quota.
-	rec, err := h.attack(ctx, dir, label, phases, []QuotaChange{{At: 0, CPUs: quota}}, nil, nil, RunOptions{})
+	rec, err := h.attack(ctx, dir, label, "", phases, []QuotaChange{{At: 0, CPUs: quota}}, nil, nil, RunOptions{})
 	if err != nil {
 		return nil, err
 	}

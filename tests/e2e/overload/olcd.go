@@ -31,6 +31,8 @@ controller:
 {{- end}}
 ports:
   - {port: {{.Port}}, proto: tcp, class: normal}
+action:
+  kind: {{.Action}}
 exceptions:
   ports: [{port: {{.HealthPort}}, proto: tcp}]
 metrics:
@@ -54,7 +56,11 @@ type olcdProc struct {
 
 // startOlcd writes the config into dir, starts olcd and waits until it has
 // attached and ticked twice.
-func (h *Harness) startOlcd(ctx context.Context, dir, mode string, threshold float64) (*olcdProc, error) {
+func (h *Harness) startOlcd(ctx context.Context, dir string, v Variant, threshold float64) (*olcdProc, error) {
+	mode, action := string(v), "drop"
+	if v == VariantReject {
+		mode, action = "enforce", "reject"
+	}
 	o := &olcdProc{logPath: filepath.Join(dir, "olcd.log"), decisionLog: filepath.Join(dir, "decisions.jsonl")}
 	socket := filepath.Join(dir, "olcd.sock")
 	_ = os.Remove(socket)
@@ -65,7 +71,7 @@ func (h *Harness) startOlcd(ctx context.Context, dir, mode string, threshold flo
 		return nil, err
 	}
 	err = olcdConfig.Execute(f, map[string]any{
-		"Mode": mode, "Iface": h.net.HostIf, "Interval": h.opt.OlcdInterval, "Controller": h.opt.OlcdController, "Selection": h.opt.Selection, "Threshold": threshold, "Cgroup": h.cg.Name,
+		"Mode": mode, "Action": action, "Iface": h.net.HostIf, "Interval": h.opt.OlcdInterval, "Controller": h.opt.OlcdController, "Selection": h.opt.Selection, "Threshold": threshold, "Cgroup": h.cg.Name,
 		"Port": WorkPort, "HealthPort": HealthPort, "Socket": socket, "DecisionLog": o.decisionLog,
 	})
 	f.Close()

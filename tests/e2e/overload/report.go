@@ -73,7 +73,8 @@ func (r *Report) PrintTables(w io.Writer) {
 	}
 	for _, name := range order {
 		fmt.Fprintf(w, "\n%s   (C = %.0f req/s, SLO %.0f ms; goodput = HTTP 200 answers within the SLO; p50/p99 of successful answers, - when none;\n"+
-			"   timeouts count shed connections too: a dropped SYN times out at the client; cpu = backend CPU ÷ quota)\n", name, r.CapacityRPS, r.SLOMs)
+			"   timeouts count shed connections too: a dropped SYN times out at the client; connect = mean time in connect();\n"+
+			"   cpu = backend CPU ÷ quota)\n", name, r.CapacityRPS, r.SLOMs)
 		if name == CapacityHalved.Name && r.Calibration != nil {
 			ch := r.Calibration.HalvedCapacityRPS()
 			how := "measured"
@@ -84,7 +85,7 @@ func (r *Report) PrintTables(w io.Writer) {
 				ch, how, ch/(r.CapacityRPS/2), r.CapacityRPS/ch)
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "variant\tphase\toffered/s\tgoodput/s\tgoodput/C\tp50 ms\tp99 ms\terrors\ttimeouts\tSYN drop %\tcpu\tolcd p\thealth\t")
+		fmt.Fprintln(tw, "variant\tphase\toffered/s\tgoodput/s\tgoodput/C\tp50 ms\tp99 ms\tconnect ms\terrors\ttimeouts\tSYN drop %\tcpu\tolcd p\thealth\t")
 		for _, s := range r.Scenarios {
 			if s.Name != name {
 				continue
@@ -101,7 +102,7 @@ func (r *Report) PrintTables(w io.Writer) {
 			}
 			for _, p := range rows {
 				olcdP := "-"
-				if s.Variant == VariantEnforce || s.Variant == VariantObserve {
+				if s.Variant == VariantEnforce || s.Variant == VariantObserve || s.Variant == VariantReject {
 					olcdP = fmt.Sprintf("%.2f", p.MeanP)
 				}
 				drop := fmt.Sprintf("%.1f", 100*p.SYNDropRatio)
@@ -112,8 +113,8 @@ func (r *Report) PrintTables(w io.Writer) {
 				if p.Successes > 0 {
 					p50, p99 = fmt.Sprintf("%.1f", p.P50Ms), fmt.Sprintf("%.1f", p.P99Ms)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.2f\t%s\t%s\t%d\t%d\t%s\t%.2f\t%s\t%d/%d\t\n",
-					s.Variant, p.Name, p.OfferedRPS, p.GoodputRPS, p.GoodputRPS/r.CapacityRPS, p50, p99,
+				fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.2f\t%s\t%s\t%.1f\t%d\t%d\t%s\t%.2f\t%s\t%d/%d\t\n",
+					s.Variant, p.Name, p.OfferedRPS, p.GoodputRPS, p.GoodputRPS/r.CapacityRPS, p50, p99, p.MeanConnectMs,
 					p.Errors, p.Timeouts, drop, p.CPUBusy, olcdP, p.HealthOK, p.HealthTotal)
 			}
 		}

@@ -91,7 +91,7 @@ func (h *Harness) RunResponse(ctx context.Context, rc ResponseCheck) (*ResponseR
 	if err != nil {
 		return nil, fmt.Errorf("olcd status: %w", err)
 	}
-	rec, err := h.attack(ctx, dir, "response/"+rc.Name, []Phase{{Name: rc.Name, Rate: rate, Duration: rc.Duration}}, nil, od, nil, RunOptions{KeepAlive: true, Realtime: true})
+	rec, err := h.attack(ctx, dir, "response/"+rc.Name, "", []Phase{{Name: rc.Name, Rate: rate, Duration: rc.Duration}}, nil, od, nil, RunOptions{KeepAlive: true, Realtime: true})
 	if err != nil {
 		return nil, err
 	}

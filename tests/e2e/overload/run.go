@@ -33,6 +33,10 @@ const (
 	VariantStatic Variant = "static"
 	// VariantInApp: go-kratos/aegis ratelimit/bbr in the backend (429s).
 	VariantInApp Variant = "inapp"
+	// VariantReject: olcd in enforce mode with the reject action: a shed
+	// SYN is answered with a reset instead of dropped (issue 17). Not in
+	// Variants: the closed-pool suite runs it beside VariantEnforce.
+	VariantReject Variant = "enforce-reject"
 )
 
 // Variants lists every variant in report order.
@@ -61,6 +65,10 @@ type Scenario struct {
 	// Name identifies the scenario in results ("overload-3x").
 	Name   string
 	Phases []ScenarioPhase
+	// Client is the load's kind: "" for the open-loop attacker (a new
+	// request at each due time, whatever is outstanding), ClientClosedPool
+	// for ClosedPoolClients blocking clients.
+	Client string
 	// Quota lists capacity changes, in time order.
 	Quota []QuotaChange
 }
@@ -85,6 +93,17 @@ var CapacityHalved = Scenario{
 		{Name: "1.5x-quota-halved", Load: 1.5, Duration: 30 * time.Second},
 	},
 	Quota: []QuotaChange{{At: 20 * time.Second, CPUs: 0.5}},
+}
+
+// ClosedPool3x is scenario 1 played by the closed pool: ClosedPoolClients
+// blocking clients scheduled at 0.5 C, then 3 C for 30 s, then 0.5 C; each
+// request waits ClosedPoolTimeout at most. Under drop a shed client blocks
+// in connect() through its SYN retransmits; under reject it is refused at
+// once and goes on to its next request.
+var ClosedPool3x = Scenario{
+	Name:   "closed-pool-3x",
+	Client: ClientClosedPool,
+	Phases: Overload3x.Phases,
 }
 
 // RunOptions are the extras of a run.
@@ -123,9 +142,9 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, v Variant, ro RunOptions
 	var od *olcdProc
 	var nft *nftLimit
 	switch v {
-	case VariantObserve, VariantEnforce:
+	case VariantObserve, VariantEnforce, VariantReject:
 		var err error
-		od, err = h.startOlcd(ctx, dir, string(v), cal.Threshold)
+		od, err = h.startOlcd(ctx, dir, v, cal.Threshold)
 		if err != nil {
 			return nil, err
 		}
@@ -147,7 +166,7 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, v Variant, ro RunOptions
 		phases[i] = Phase{Name: p.Name, Rate: p.Load * cal.CapacityRPS, Duration: p.Duration}
 	}
 	label := fmt.Sprintf("%s/%s", sc.Name, v)
-	rec, err := h.attack(ctx, dir, label, phases, sc.Quota, od, nft, ro)
+	rec, err := h.attack(ctx, dir, label, sc.Client, phases, sc.Quota, od, nft, ro)
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +225,7 @@ type sample struct {
 // attack runs the attacker in the client namespace, samples every 500 ms
 // while it runs, applies the quota changes and the kill, and returns what
 // it saw.
-func (h *Harness) attack(ctx context.Context, dir, label string, phases []Phase, quota []QuotaChange, od *olcdProc, nft *nftLimit, ro RunOptions) (*records, error) {
+func (h *Harness) attack(ctx context.Context, dir, label, client string, phases []Phase, quota []QuotaChange, od *olcdProc, nft *nftLimit, ro RunOptions) (*records, error) {
 	cfg := AttackConfig{
 		Target:     fmt.Sprintf("http://%s:%d/", h.net.HostIP, WorkPort),
 		Health:     fmt.Sprintf("http://%s:%d/health", h.net.HostIP, HealthPort),
@@ -214,6 +233,10 @@ func (h *Harness) attack(ctx context.Context, dir, label string, phases []Phase,
 		Timeout:    h.opt.Timeout,
 		Phases:     phases,
 		KeepAlive:  ro.KeepAlive,
+	}
+	sub := "attack"
+	if client == ClientClosedPool {
+		sub, cfg.Timeout, cfg.Clients = ClientClosedPool, ClosedPoolTimeout, ClosedPoolClients
 	}
 	cfgPath := filepath.Join(dir, "attack.json")
 	b, _ := json.MarshalIndent(cfg, "", "  ")
@@ -226,9 +249,9 @@ func (h *Harness) attack(ctx context.Context, dir, label string, phases []Phase,
 		return nil, err
 	}
 	defer recFile.Close()
-	cmd := h.net.Command(h.opt.Self, "attack", "-config", cfgPath)
+	cmd := h.net.Command(h.opt.Self, sub, "-config", cfgPath)
 	if chrt, err := exec.LookPath("chrt"); err == nil && ro.Realtime {
-		cmd = h.net.Command(chrt, "-f", "10", h.opt.Self, "attack", "-config", cfgPath)
+		cmd = h.net.Command(chrt, "-f", "10", h.opt.Self, sub, "-config", cfgPath)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	errLog, err := os.Create(filepath.Join(dir, "attack.stderr"))

@@ -44,9 +44,11 @@ func main() {
 	case "backend":
 		err = backend(ctx, args)
 	case "attack":
-		err = attack(ctx, args)
+		err = attack(ctx, args, overload.RunAttack)
+	case overload.ClientClosedPool:
+		err = attack(ctx, args, overload.RunClosedPool)
 	default:
-		err = fmt.Errorf("unknown command %q: want demo, backend or attack", cmd)
+		err = fmt.Errorf("unknown command %q: want demo, backend, attack or closed-pool", cmd)
 	}
 	switch {
 	case err == nil:
@@ -82,14 +84,15 @@ func parse(fs *flag.FlagSet, args []string) error {
 var scenarios = map[string]overload.Scenario{
 	overload.Overload3x.Name:     overload.Overload3x,
 	overload.CapacityHalved.Name: overload.CapacityHalved,
+	overload.ClosedPool3x.Name:   overload.ClosedPool3x,
 }
 
 func demo(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	olcd := fs.String("olcd", "bin/olcd", "olcd binary")
 	out := fs.String("out", "out/demo", "directory for results.json, plots and logs")
-	scen := fs.String("scenarios", "overload-3x,capacity-halved", "scenarios to run, comma-separated")
-	vars := fs.String("variants", "none,observe,enforce,static,inapp", "variants to run, comma-separated")
+	scen := fs.String("scenarios", "overload-3x,capacity-halved", "scenarios to run, comma-separated (also closed-pool-3x: 64 blocking clients)")
+	vars := fs.String("variants", "none,observe,enforce,static,inapp", "variants to run, comma-separated (also enforce-reject: olcd with the reject action)")
 	work := fs.Duration("work", 5*time.Millisecond, "CPU time per request")
 	slo := fs.Duration("slo", 200*time.Millisecond, "latency within which a success is goodput")
 	interval := fs.Duration("olcd-interval", 500*time.Millisecond, "olcd's tick")
@@ -116,7 +119,7 @@ func demo(ctx context.Context, args []string) error {
 	for _, n := range strings.Split(*scen, ",") {
 		sc, ok := scenarios[n]
 		if !ok {
-			return fmt.Errorf("-scenarios: unknown scenario %q (have overload-3x, capacity-halved)", n)
+			return fmt.Errorf("-scenarios: unknown scenario %q (have overload-3x, capacity-halved, closed-pool-3x)", n)
 		}
 		runs = append(runs, sc)
 	}
@@ -124,7 +127,7 @@ func demo(ctx context.Context, args []string) error {
 	for _, n := range strings.Split(*vars, ",") {
 		v := overload.Variant(n)
 		if !validVariant(v) {
-			return fmt.Errorf("-variants: unknown variant %q (have none, observe, enforce, static, inapp)", n)
+			return fmt.Errorf("-variants: unknown variant %q (have none, observe, enforce, enforce-reject, static, inapp)", n)
 		}
 		variants = append(variants, v)
 	}
@@ -217,7 +220,7 @@ func validVariant(v overload.Variant) bool {
 			return true
 		}
 	}
-	return false
+	return v == overload.VariantReject
 }
 
 func backend(ctx context.Context, args []string) error {
@@ -240,7 +243,9 @@ func backend(ctx context.Context, args []string) error {
 	return overload.RunBackend(ctx, cfg)
 }
 
-func attack(ctx context.Context, args []string) error {
+// attack runs a load generator (run: the open-loop attacker or the closed
+// pool) on the config the harness wrote.
+func attack(ctx context.Context, args []string, run func(context.Context, overload.AttackConfig, io.Writer) error) error {
 	fs := flag.NewFlagSet("attack", flag.ContinueOnError)
 	path := fs.String("config", "", "attack config (JSON, written by the harness)")
 	if err := parse(fs, args); err != nil {
@@ -257,7 +262,7 @@ func attack(ctx context.Context, args []string) error {
 	if err := json.Unmarshal(b, &cfg); err != nil {
 		return fmt.Errorf("parse %s: %w", *path, err)
 	}
-	return overload.RunAttack(ctx, cfg, os.Stdout)
+	return run(ctx, cfg, os.Stdout)
 }
 
 // splitList splits s at sep and drops empty items.
