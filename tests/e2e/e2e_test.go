@@ -27,7 +27,8 @@ func TestDaemonEndToEnd(t *testing.T) {
 
 	// --- Attached: status and the kernel agree on the tcx attachment.
 	st := d.mustStatus(t)
-	want := daemon.InterfaceStatus{Name: env.NodeIf, Hook: "tc", Mode: "tcx"}
+	// Response timing is on by default: an egress program beside ingress.
+	want := daemon.InterfaceStatus{Name: env.NodeIf, Hook: "tc", Mode: "tcx", Egress: "tcx"}
 	if len(st.Interfaces) != 1 || st.Interfaces[0] != want {
 		t.Fatalf("status interfaces = %+v, want [%+v]", st.Interfaces, want)
 	}

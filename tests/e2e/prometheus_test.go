@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
@@ -94,8 +95,14 @@ func TestPrometheus(t *testing.T) {
 	env := newNetEnv(t)
 	env.serve(t)
 	burnCPU(t)
-	d := startDaemon(t, env, daemonConfig{Mode: "observe", Attach: "tc", Threshold: thresholdAlways})
+	// A request/response service beside the greeting one, so that the
+	// board's response-time panels have answers to show.
+	const rrPort = serverPort + 1
+	env.lineServer(t, rrPort)
+	d := startDaemon(t, env, daemonConfig{Mode: "observe", Attach: "tc", Threshold: thresholdAlways,
+		Ports: []int{serverPort, rrPort}, MinSamples: 1})
 	traffic := env.trickle(t, 200*time.Millisecond)
+	env.requestLoop(t, netip.AddrPortFrom(env.NodeIP, rrPort).String(), 20*time.Millisecond)
 
 	// --- olcd's exposition, as Prometheus reads it.
 	body := d.get(t, "/metrics")
@@ -458,4 +465,35 @@ func dashboardQueries(t *testing.T) []boardQuery {
 		out = append(out, boardQuery{"variable $" + v.Name, grafanaVars.Replace(q)})
 	}
 	return out
+}
+
+// requestLoop asks the line server at addr one line every period over one
+// keep-alive connection, from the peer namespace, until the test ends.
+func (e *netEnv) requestLoop(t *testing.T, addr string, period time.Duration) {
+	t.Helper()
+	c := e.peerDial(t, addr)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer c.Close()
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		buf := make([]byte, 3)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+			if _, err := c.Write([]byte("q\n")); err != nil {
+				return
+			}
+			if _, err := io.ReadFull(c, buf); err != nil {
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
 }
