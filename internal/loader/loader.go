@@ -339,7 +339,8 @@ type Datapath struct {
 	exempt   map[PortKey]bool
 	prefixes map[netip.Prefix]bool
 
-	stats *statsFolder
+	stats   *statsFolder
+	slotBuf []uint16 // PortCounters' slot list, reused
 
 	attachments []*attachment
 
