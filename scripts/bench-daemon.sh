@@ -24,6 +24,10 @@
 #   BENCH_INTERVAL  tick interval (default 500ms)
 #   BENCH_RATE      new connections (SYNs) per second to the measured daemon's
 #                   ports, from a peer namespace, 0..20000 (default 2000)
+#   BENCH_CPU_THRESHOLD  cpu_busy threshold of both daemons (default: the
+#                   default signals); a low one (0.3) keeps them near or in an
+#                   overload, in observe mode, to measure the decision log's
+#                   volume (bytes/day in the summary)
 #   BENCH_OUT       directory to keep the logs and result.json in (default: none)
 #   BENCH_PROFILE=1 also write a pprof CPU profile of the measured daemon
 #                   (big.cpu.pprof in BENCH_OUT) and print its top entries;
@@ -101,6 +105,9 @@ write_config() {
 		echo "interfaces: [$2]"
 		echo "attach: tc"
 		echo "interval: $interval"
+		if [ -n "${BENCH_CPU_THRESHOLD:-}" ]; then
+			echo "signals: {cpu_busy: {threshold: $BENCH_CPU_THRESHOLD}}"
+		fi
 		echo "ports:"
 		for ((p = first_port; p < first_port + $3; p++)); do
 			echo "  - {port: $p, proto: tcp, class: normal}"
@@ -205,7 +212,10 @@ if [ "$rate" -gt 0 ]; then
 			END {printf "olcd-'"$ports"'ports: %.0f new connections/s seen by the datapath in the last tick (offered %d/s)\n", s, want}'
 fi
 dlog_bytes=$(stat -c %s "$work/big-decisions.jsonl" 2>/dev/null || echo 0)
-echo "olcd-${ports}ports: decision log $dlog_bytes bytes in the run"
+dlog_lines=$(wc -l <"$work/big-decisions.jsonl" 2>/dev/null || echo 0)
+overloads=$(grep -c '"msg":"overload_start"' "$work/big-decisions.jsonl" 2>/dev/null || true)
+awk -v b="$dlog_bytes" -v l="$dlog_lines" -v o="${overloads:-0}" -v s="$((secs + 10))" 'BEGIN {
+	printf "olcd-'"$ports"'ports: decision log %d bytes, %d records (%d overload_start) in ~%d s: %.2f MB/day\n", b, l, o, s, b * 86400 / s / 1e6 }'
 
 if [ "${BENCH_PROFILE:-}" = 1 ]; then
 	kill -INT "$pid_big" 2>/dev/null || true

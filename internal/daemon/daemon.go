@@ -95,7 +95,9 @@ type Daemon struct {
 	// The onset check between ticks (onset.go).
 	onsetTicker  *time.Ticker
 	onsetEvery   time.Duration
-	onsetPrev    loader.Stats
+	onsetPrev    map[loader.PortKey]loader.Counters // swapped with onsetCur, reused
+	onsetCur     map[loader.PortKey]loader.Counters
+	onsetStats   map[adaptive.PortKey]adaptive.PortStats // reused by every check
 	onsetAt      time.Time
 	onsetOK      bool // onsetPrev is a baseline
 	onsetFailing bool // the last onset read of the statistics failed

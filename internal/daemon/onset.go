@@ -48,7 +48,14 @@ func (d *Daemon) onsetC() <-chan time.Time {
 // writes the new drop probabilities at once rather than at the next tick.
 func (d *Daemon) onsetCheck() {
 	now := time.Now()
-	st, err := d.dp.Counters()
+	// Twenty times a second: the maps are reused, so a check allocates
+	// nothing when it does not act.
+	if d.onsetCur == nil {
+		d.onsetCur = make(map[loader.PortKey]loader.Counters, len(d.ports))
+		d.onsetPrev = make(map[loader.PortKey]loader.Counters, len(d.ports))
+		d.onsetStats = make(map[adaptive.PortKey]adaptive.PortStats, len(d.ports))
+	}
+	err := d.dp.PortCounters(d.onsetCur)
 	if err != nil {
 		// Twenty reads a second: logged when it starts failing, not
 		// every time, and left out of olcd_sample_errors_total, which
@@ -64,15 +71,16 @@ func (d *Daemon) onsetCheck() {
 		d.log.Info("onset check: datapath statistics readable again")
 		d.onsetFailing = false
 	}
-	prev, prevAt, ok := d.onsetPrev, d.onsetAt, d.onsetOK
-	d.onsetPrev, d.onsetAt, d.onsetOK = st, now, true
+	cur, prev, prevAt, ok := d.onsetCur, d.onsetPrev, d.onsetAt, d.onsetOK
+	d.onsetPrev, d.onsetCur, d.onsetAt, d.onsetOK = cur, prev, now, true
 	if !ok {
 		return
 	}
-	stats := make(map[adaptive.PortKey]adaptive.PortStats, len(d.ports))
+	stats := d.onsetStats
+	clear(stats)
 	for _, p := range d.ports {
-		cur, ok := st.Ports[loaderKey(p.key)]
-		before, had := prev.Ports[loaderKey(p.key)]
+		cur, ok := cur[loaderKey(p.key)]
+		before, had := prev[loaderKey(p.key)]
 		if !ok || !had {
 			// A port that just got its slot has no window yet.
 			continue

@@ -425,6 +425,8 @@ type Datapath struct {
 	rports *olcdOlcdRespPorts
 	rslots map[PortKey]uint16
 	rfree  []uint16
+	// slotBuf is PortCounters' slot list, reused.
+	slotBuf []uint16
 
 	attachments []*attachment
 
