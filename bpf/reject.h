@@ -65,7 +65,8 @@ static __always_inline int olcd_reject_token(void)
 		b->tokens -= 1;
 		return 1;
 	}
-	/* Current: the decision before read the clock's jiffy. */
+	/* The jiffy of the heartbeat verdict, which olcd_decide brought up
+	 * to date for this very packet: no helper call to know it. */
 	j = olcd_ctl.fresh_jiffies;
 	per = olcd_rej.ns_per_token;
 	if (b->jiffy == j || per == 0)

@@ -351,6 +351,13 @@ func TestOverloadClosedPoolReject(t *testing.T) {
 		d.GoodputRPS, d.GoodputRPS/c, d.MeanConnectMs, d.P99Ms, d.ConnectTimeouts, d.ConnectRefused, d.Requests)
 	t.Logf("closed pool at 3 C, reject: goodput %.0f/s (%.2f C), mean connect %.1f ms, p99 %.1f ms, %d connect timeouts, %d refused, %d requests",
 		r.GoodputRPS, r.GoodputRPS/c, r.MeanConnectMs, r.P99Ms, r.ConnectTimeouts, r.ConnectRefused, r.Requests)
+	// Both lines compare protections of a backend that is the bottleneck.
+	// On this shared VM other work can take the CPUs its quota allows
+	// (the backend then sits well under its quota while latency grows and
+	// olcd, watching the quota, sees no overload): say so instead.
+	if d.CPUBusy < 0.85 && r.CPUBusy < 0.85 {
+		t.Fatalf("the backend used %.2f and %.2f of its quota at 3 C: the VM's CPUs were taken by other work, so neither run overloaded the backend and the comparison says nothing; run the suite alone", d.CPUBusy, r.CPUBusy)
+	}
 	if r.GoodputRPS < 0.95*d.GoodputRPS {
 		t.Errorf("reject goodput at 3 C %.0f/s is below drop's %.0f/s (want ≥ 0.95 ×)", r.GoodputRPS, d.GoodputRPS)
 	}
