@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -74,6 +75,38 @@ func lookCmd(name string) string {
 		}
 	}
 	return ""
+}
+
+// startGroup starts a server with its workers in a process group of its
+// own and kills the whole group at the end of the test: a master killed
+// alone leaves its workers behind (nginx, php-fpm), holding whatever the
+// test inherited. Nothing the server inherits is kept open but its log.
+func startGroup(t *testing.T, logPath string, argv ...string) {
+	t.Helper()
+	out, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		out.Close()
+		t.Fatalf("start %s: %v", strings.Join(argv, " "), err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); out.Close(); close(done) }()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Errorf("%s did not exit", argv[len(argv)-1])
+		}
+		// Workers reparented before the group kill reached them are in
+		// the group still; one more sweep.
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	})
 }
 
 // peerClient is an HTTP client whose connections are made from the peer
@@ -206,8 +239,8 @@ http {
 	}
 }
 `, dir, env.NodeIP, sock)), 0o644))
-	startProc(t, filepath.Join(dir, "php-fpm.out"), "ip", "netns", "exec", env.Node, bin["php-fpm"], "-F", "-R", "-y", filepath.Join(dir, "php-fpm.conf"))
-	startProc(t, filepath.Join(dir, "nginx.out"), "ip", "netns", "exec", env.Node, bin["nginx"], "-c", filepath.Join(dir, "nginx.conf"), "-g", "daemon off;")
+	startGroup(t, filepath.Join(dir, "php-fpm.out"), "ip", "netns", "exec", env.Node, bin["php-fpm"], "-F", "-R", "-y", filepath.Join(dir, "php-fpm.conf"))
+	startGroup(t, filepath.Join(dir, "nginx.out"), "ip", "netns", "exec", env.Node, bin["nginx"], "-c", filepath.Join(dir, "nginx.conf"), "-g", "daemon off;")
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, f := range []string{"nginx-error.log", "php-fpm.log", "nginx.out", "php-fpm.out"} {
