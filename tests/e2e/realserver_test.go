@@ -195,7 +195,7 @@ func statusPort(st *daemon.Status, port int) *daemon.PortStatus {
 // or 0.5 ms, whichever is larger.
 func TestResponseTimeRealServers(t *testing.T) {
 	requireRoot(t)
-	bin := requirePackages(t, map[string]string{"nginx": "nginx-light", "php-fpm": "php-fpm"})
+	bin := requirePackages(t, map[string]string{"nginx": "nginx", "php-fpm": "php-fpm"})
 	env := newNetEnv(t)
 	dir := t.TempDir()
 	must := func(err error) {
