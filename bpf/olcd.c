@@ -524,7 +524,7 @@ int olcd_xdp(struct xdp_md *ctx)
 	olcd_stash_ctx(&mark, ctx);
 	v = olcd_handle(&pkt, data, data_end, &mark);
 	if (__builtin_expect(!pkt.tcp, 0) && v == OLCD_V_PASS)
-		olcd_resp_ingress(&pkt, OLCD_INDEX_UDP);
+		olcd_resp_udp_in(&pkt);
 	if (v == OLCD_V_MARK) {
 		/* Parse again rather than keep the header offsets alive
 		 * through olcd_decide (see olcd_handle). */
@@ -573,7 +573,7 @@ int olcd_tc(struct __sk_buff *skb)
 	olcd_stash_ctx(&mark, skb);
 	v = olcd_handle(&pkt, data, data_end, &mark);
 	if (__builtin_expect(!pkt.tcp, 0) && v == OLCD_V_PASS)
-		olcd_resp_ingress(&pkt, OLCD_INDEX_UDP);
+		olcd_resp_udp_in(&pkt);
 	if (v == OLCD_V_MARK) {
 		/* Parse again: see olcd_xdp. */
 		skb = olcd_unstash_ctx(&mark);
