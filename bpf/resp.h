@@ -19,9 +19,9 @@
  * (olcd_parse_seg). UDP on a protected port pairs a passed datagram in with
  * the next one out on the same 4-tuple.
  *
- * Cost. A flow is sampled or not by its hash (olcd_flow_hash), so an
- * unsampled segment costs a bit test, the hash and a compare, no map
- * lookup; the flow table is a set-associative array (olcd_flow_set) and the
+ * Cost. A flow is sampled or not by its hash (olcd_flow_hash in parse.h,
+ * the same both ways), decided in the parser, so an unsampled segment
+ * costs two port loads, the hash and a compare, no map lookup; the flow table is a set-associative array (olcd_flow_set) and the
  * clock is read once per start and once per stop. Pairing by sequence
  * numbers rather than TCP timestamps (pping, xdp-project/bpf-examples) works
  * without the timestamp option and times the server, not the path.
