@@ -545,7 +545,7 @@ int olcd_xdp(struct xdp_md *ctx)
 	if (v == OLCD_V_REJECT)
 		return olcd_reject_xdp(olcd_unstash_ctx(&mark), mark.st);
 	if (__builtin_expect(!pkt.tcp, 0) && v == OLCD_V_PASS)
-		olcd_resp_ingress(&pkt, OLCD_INDEX_UDP);
+		olcd_resp_udp_in(&pkt);
 	if (v == OLCD_V_MARK) {
 		/* Parse again rather than keep the header offsets alive
 		 * through olcd_decide (see olcd_handle). */
@@ -597,7 +597,7 @@ int olcd_tc(struct __sk_buff *skb)
 	if (v == OLCD_V_REJECT)
 		return olcd_reject_tc(olcd_unstash_ctx(&mark), mark.st);
 	if (__builtin_expect(!pkt.tcp, 0) && v == OLCD_V_PASS)
-		olcd_resp_ingress(&pkt, OLCD_INDEX_UDP);
+		olcd_resp_udp_in(&pkt);
 	if (v == OLCD_V_MARK) {
 		/* Parse again: see olcd_xdp. */
 		skb = olcd_unstash_ctx(&mark);

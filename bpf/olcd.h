@@ -245,7 +245,7 @@ struct olcd_flow_counters {
 
 /*
  * One set of the flow table: 4 ways, least recently used replaced first,
- * set and tag chosen by the flow hash (olcd_flow_hash in resp.h). A plain
+ * set and tag chosen by the flow hash (olcd_flow_hash in parse.h). A plain
  * array for the same reason as olcd_syn_set: an LRU hash lookup would cost
  * more than the whole sampled budget.
  */

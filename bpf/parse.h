@@ -20,6 +20,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "olcd.h"
+#include "maps.h"
 
 /* In-band 802.1Q/802.1ad tags followed before giving up (deeper: pass). */
 #ifndef OLCD_MAX_VLAN
@@ -80,12 +81,13 @@ struct olcd_pkt {
 	__u32 ipv6;  /* 0: IPv4, 1: IPv6 */
 	__u32 tcp;   /* 1: TCP, 0: UDP */
 	/* OLCD_P_SEGMENT and UDP OLCD_P_NEW (response timing, resp.h): the
-	 * addresses as read (IPv4: source and destination in one word; IPv6:
-	 * each folded to 64 bits, source in seg_src), the first word of the
-	 * transport header (ports as on the wire) and, TCP only, the sequence
-	 * and acknowledgment numbers (host order), payload bytes and flags. */
+	 * source and destination addresses (IPv4: as read; IPv6: each folded
+	 * to 64 bits), the first word of the transport header (ports as on
+	 * the wire) and, TCP only, the sequence and acknowledgment numbers
+	 * (host order), payload bytes and flags. */
 	__u64 seg_src;
 	__u64 seg_dst;
+	__u64 seg_hash; /* TCP: the flow hash of a sampled flow, | 1 */
 	__u32 seg_ports;
 	__u32 seg_seq;
 	__u32 seg_ack;
@@ -137,6 +139,31 @@ static __always_inline int olcd_past_frame(void *data, void *data_end, struct __
 }
 
 
+/* Odd 64-bit multipliers of the flow hash (the golden ratio, splitmix64's). */
+#define OLCD_FH_K1 0x9e3779b97f4a7c15ULL
+#define OLCD_FH_K2 0xbf58476d1ce4e5b9ULL
+
+/*
+ * Response timing's flow hash: the same for both directions of a flow, so
+ * that the parser decides the sample without knowing which end is the
+ * server. Each endpoint (address, 64 bits folded for IPv6, and its port)
+ * is mixed by a multiply and the two are added, which does not depend on
+ * their order; a final xor-shift and multiply spread every input bit over
+ * the high half (sample and set) and the low half (tag). ports is the
+ * transport header's first word as read (source port, destination port).
+ */
+static __always_inline __u64 olcd_flow_hash(__u64 src, __u64 dst, __u32 ports, __u64 seed)
+{
+	__u16 sp, dp;
+	__u64 h;
+
+	__builtin_memcpy(&sp, &ports, sizeof(sp));
+	__builtin_memcpy(&dp, (__u8 *)&ports + 2, sizeof(dp));
+	h = ((src ^ seed) + ((__u64)sp << 48)) * OLCD_FH_K1 + ((dst ^ seed) + ((__u64)dp << 48)) * OLCD_FH_K1;
+	h ^= h >> 29;
+	return h * OLCD_FH_K2;
+}
+
 /*
  * A TCP segment that is not a new connection (flags not SYN alone), for
  * response timing: reported as OLCD_P_SEGMENT when it carries payload, FIN
@@ -152,19 +179,33 @@ static __always_inline int olcd_parse_seg(const struct tcphdr *th, __u8 flags, _
 	__u32 hend = off + ((__u32)(((__u8 *)th)[12] >> 4) << 2);
 	__u32 l3end = l3base + bpf_ntohs(*iplen);
 	__u32 len = l3end > hend ? l3end - hend : 0;
+	__u32 ports;
+	__u64 src, dst, h;
 
 	if (len == 0 && !(flags & (OLCD_TCP_FIN | OLCD_TCP_RST)))
 		return OLCD_P_NOT_NEW;
+	/* Neither port timed (the bulk of a node's other traffic): out,
+	 * before the hash. */
+	if (!(((__u16 *)olcd_rports.slot)[bpf_ntohs(th->dest)] |
+	      ((__u16 *)olcd_rports.slot)[bpf_ntohs(th->source)]))
+		return OLCD_P_NOT_NEW;
+	ports = *(__u32 *)th;
+	src = v6 ? addr[0] ^ addr[1] : ((const __u32 *)addr)[0];
+	dst = v6 ? addr[2] ^ addr[3] : ((const __u32 *)addr)[1];
+	h = olcd_flow_hash(src, dst, ports, olcd_rctl.seed);
+	if ((__u32)(h >> 32) > olcd_rctl.sample_max)
+		return OLCD_P_NOT_NEW; /* a flow the sample leaves out */
 	pkt->tcp = 1;
 	pkt->ipv6 = v6;
 	pkt->dport = bpf_ntohs(th->dest);
 	pkt->seg_len = len;
 	pkt->seg_flags = flags;
-	pkt->seg_ports = *(__u32 *)th;
+	pkt->seg_ports = ports;
 	pkt->seg_seq = bpf_ntohl(th->seq);
 	pkt->seg_ack = bpf_ntohl(th->ack_seq);
-	pkt->seg_src = v6 ? addr[0] ^ addr[1] : addr[0];
-	pkt->seg_dst = v6 ? addr[2] ^ addr[3] : 0;
+	pkt->seg_src = src;
+	pkt->seg_dst = dst;
+	pkt->seg_hash = h | 1;
 	return OLCD_P_SEGMENT;
 }
 
@@ -235,8 +276,8 @@ static __always_inline int olcd_parse_l4(void *data, void *data_end, __u32 off, 
 		pkt->seg_ack = 0;
 		pkt->seg_len = 0;
 		pkt->seg_flags = 0;
-		pkt->seg_src = v6 ? addr[0] ^ addr[1] : addr[0];
-		pkt->seg_dst = v6 ? addr[2] ^ addr[3] : 0;
+		pkt->seg_src = v6 ? addr[0] ^ addr[1] : ((const __u32 *)addr)[0];
+		pkt->seg_dst = v6 ? addr[2] ^ addr[3] : ((const __u32 *)addr)[1];
 	}
 	if (olcd_past_frame(data, data_end, skb, l3end))
 		return OLCD_P_UNCLASSIFIED;

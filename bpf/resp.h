@@ -19,9 +19,9 @@
  * (olcd_parse_seg). UDP on a protected port pairs a passed datagram in with
  * the next one out on the same 4-tuple.
  *
- * Cost. A flow is sampled or not by its hash (olcd_flow_hash), so an
- * unsampled segment costs a bit test, the hash and a compare, no map
- * lookup; the flow table is a set-associative array (olcd_flow_set) and the
+ * Cost. A flow is sampled or not by its hash (olcd_flow_hash in parse.h,
+ * the same both ways), decided in the parser, so an unsampled segment
+ * costs two port loads, the hash and a compare, no map lookup; the flow table is a set-associative array (olcd_flow_set) and the
  * clock is read once per start and once per stop. Pairing by sequence
  * numbers rather than TCP timestamps (pping, xdp-project/bpf-examples) works
  * without the timestamp option and times the server, not the path.
@@ -35,20 +35,6 @@
 #include "olcd.h"
 #include "maps.h"
 #include "parse.h"
-
-/*
- * Ports timed: [proto index][port] -> histogram slot (1..65534), 0 = not
- * timed. Set by the loader for protected ports when timing is on; this
- * byte is the first thing an established segment meets. A slot of its own
- * (not the stats slot) because the per-CPU histograms are large: only the
- * ports timed have one.
- */
-struct olcd_resp_ports {
-	__u16 slot[OLCD_INDEX_PROTOS][OLCD_PORTS_PER_PROTO];
-};
-
-struct olcd_resp_ports olcd_rports;
-struct olcd_resp_ctl olcd_rctl;
 
 /* Response statistics per histogram slot ([0] unused), per CPU. */
 struct {
@@ -73,42 +59,12 @@ struct {
 	__type(value, struct olcd_flow_counters);
 } olcd_fstats SEC(".maps");
 
-#define OLCD_R_K1 0x9e3779b97f4a7c15ULL
-#define OLCD_R_K2 0xbf58476d1ce4e5b9ULL
 
 /* The port's histogram slot, 0 when it is not timed. proto_idx:
  * OLCD_INDEX_TCP or OLCD_INDEX_UDP. */
 static __always_inline __u32 olcd_resp_port(__u32 proto_idx, __u32 port)
 {
 	return ((__u16 *)olcd_rports.slot)[(proto_idx & 1) << 16 | (port & 0xffff)];
-}
-
-/*
- * The flow hash, the same in both directions: client address word, server
- * address word and the ports in client-to-server order. in: the segment
- * goes client to server (ingress). IPv4 keeps both addresses in seg_src
- * (source first in memory), IPv6 one folded address in each.
- */
-static __always_inline __u64 olcd_flow_hash(const struct olcd_pkt *pkt, int in, __u64 seed)
-{
-	__u64 cli, srv;
-	__u32 ports = pkt->seg_ports;
-
-	if (in) {
-		cli = pkt->seg_src;
-		srv = pkt->seg_dst;
-	} else {
-		/* IPv4: swap the halves; IPv6: swap the words. */
-		if (pkt->ipv6) {
-			cli = pkt->seg_dst;
-			srv = pkt->seg_src;
-		} else {
-			cli = pkt->seg_src << 32 | pkt->seg_src >> 32;
-			srv = 0;
-		}
-		ports = ports << 16 | ports >> 16;
-	}
-	return ((cli ^ seed) * OLCD_R_K1) ^ ((srv ^ ports ^ seed) * OLCD_R_K2);
 }
 
 static __always_inline __u64 olcd_resp_now(void)
@@ -252,11 +208,12 @@ static __always_inline struct olcd_flow_set *olcd_flow_set_of(__u64 h, __u32 *ta
 }
 
 /*
- * The sample: the flow hash if the segment's port is timed (*slot) and
- * its flow sampled, else 0. Inlined into the entry points, so that an
- * unsampled segment costs a load, the hash and a compare; the rest is a
- * subprogram (olcd_resp_in, olcd_resp_out), which keeps its registers out
- * of the SYN path's.
+ * The sample: the flow's hash if the segment's port is timed (*slot) and
+ * its flow sampled, else 0. TCP segments come sampled from the parser
+ * (olcd_parse_seg), which leaves an unsampled flow's segments out before
+ * reading more of them; UDP datagrams are hashed here. Inlined into the
+ * entry points; the rest is a subprogram (olcd_resp_in, olcd_resp_out),
+ * which keeps its registers out of the SYN path's.
  */
 static __always_inline __u64 olcd_resp_sampled(const struct olcd_pkt *pkt, __u32 proto_idx, int in,
 					       __u32 *slot)
@@ -275,7 +232,9 @@ static __always_inline __u64 olcd_resp_sampled(const struct olcd_pkt *pkt, __u32
 	*slot = olcd_resp_port(proto_idx, port);
 	if (!*slot)
 		return 0;
-	h = olcd_flow_hash(pkt, in, olcd_rctl.seed);
+	if (proto_idx == OLCD_INDEX_TCP)
+		return pkt->seg_hash;
+	h = olcd_flow_hash(pkt->seg_src, pkt->seg_dst, pkt->seg_ports, olcd_rctl.seed);
 	if ((__u32)(h >> 32) > olcd_rctl.sample_max)
 		return 0;
 	return h | 1;
@@ -404,6 +363,13 @@ static __always_inline void olcd_resp_ingress(const struct olcd_pkt *pkt, __u32 
 
 	if (h)
 		olcd_resp_in(pkt, proto_idx, h, slot);
+}
+
+/* A passed UDP datagram in: all of it a subprogram, so that the new
+ * connections' path it follows keeps its registers. */
+static __noinline void olcd_resp_udp_in(const struct olcd_pkt *pkt)
+{
+	olcd_resp_ingress(pkt, OLCD_INDEX_UDP);
 }
 
 static __always_inline void olcd_resp_egress(const struct olcd_pkt *pkt, __u32 proto_idx)

@@ -44,6 +44,7 @@ function median(list,    n, a, i, j, t) {
 		if ($(i + 1) == "over-floor-ns/pkt") over[name] = over[name] " " $i
 		if ($(i + 1) == "x-floor") ratio[name] = ratio[name] " " $i
 		if ($(i + 1) == "ns/pkt") ns[name] = ns[name] " " $i
+		if ($(i + 1) == "delta-ns") delta[name] = delta[name] " " $i
 	}
 }
 END {
@@ -59,14 +60,17 @@ END {
 		printf "%-22s %10.2f %8.2f (%5.2f-%5.2f) %8.2f (%4.2f-%4.2f) %s\n", n, m, o, olo, ohi, r, rlo, rhi, g
 		med[n] = o
 	}
-	# Response timing against the pre-timing object of the same runs.
-	if ("rt:syn-p50" in med) {
-		printf "\nresponse timing (median over floor, this object - pre-timing object, same runs):\n"
-		d = med["rt:syn-p50"] - med["rt:base/syn-p50"]; printf "  SYN p50          %+6.2f ns  goal +-2   %s\n", d, (d <= 2 && d >= -2) ? "ok" : "MISSED"
-		d = med["rt:ack"] - med["rt:base/ack"]; printf "  pure ACK         %+6.2f ns\n", d
-		d = med["rt:data-unsampled"] - med["rt:base/data"]; printf "  data, unsampled  %+6.2f ns  goal <= 5  %s\n", d, d <= 5 ? "ok" : "MISSED"
-		d = med["rt:data-sampled"] - med["rt:base/data"]; printf "  data, sampled    %+6.2f ns  goal <= 40 %s\n", d, d <= 40 ? "ok" : "MISSED"
-		d = med["rt:egress-unsampled"]; printf "  egress unsampled %6.2f ns over an empty TC program  goal <= 5 %s\n", d, d <= 5 ? "ok" : "MISSED"
-		d = med["rt:egress-sampled"]; printf "  egress sampled   %6.2f ns over an empty TC program\n", d
+	# Response timing: this object minus the pre-timing one, chunk by chunk.
+	if ("rt:syn-p50" in delta) {
+		printf "\nresponse timing, delta-ns (this object - pre-timing object, paired per chunk; egress: - empty TC program):\n"
+		split("syn-p50 ack data-unsampled data-sampled egress-unsampled egress-sampled", rn, " ")
+		g2["syn-p50"] = 2; g2["data-unsampled"] = 5; g2["data-sampled"] = 40; g2["egress-unsampled"] = 5
+		for (j = 1; j <= 6; j++) {
+			n = "rt:" rn[j]
+			d = median(delta[n])
+			ok = ""
+			if (rn[j] in g2) ok = sprintf("goal %s%d %s", rn[j] == "syn-p50" ? "+-" : "<= ", g2[rn[j]], (rn[j] == "syn-p50" ? (d <= 2 && d >= -2) : d <= g2[rn[j]]) ? "ok" : "MISSED")
+			printf "  %-18s %+6.2f ns (%+.2f..%+.2f)  %s\n", rn[j], d, lo, hi, ok
+		}
 	}
 }' "$out"

@@ -79,26 +79,26 @@ func samplePorts(d *Datapath) (unsampled, sampled uint16) {
 	return unsampled, sampled
 }
 
-// BenchmarkResponseTiming measures what response timing costs per packet,
-// each sub-benchmark against an empty program (XDP, or TC for egress) in the
-// same run (see BenchmarkDatapath for the method and the metrics), and the
-// same frames through the datapath as it was before (base/...):
+// BenchmarkResponseTiming measures what response timing costs per packet:
+// each sub-benchmark runs, chunk after chunk, an empty program (floor), the
+// frame through the datapath as it was before response timing (base) and
+// through this one (timing on, 1 flow in 16), and reports both over the
+// floor and delta-ns, the interquartile mean of the per-chunk differences
+// this − base: the machine's noise moves both of a chunk alike (see
+// BenchmarkDatapath for the method).
 //
-//	base/syn-p50, syn-p50                 SYN to a protected port, p = 0.5 (goal: within ± 2 ns)
-//	base/ack, ack                         pure ACK to a protected port
-//	base/data, data-unsampled             100-byte segment of an established flow the sample leaves
-//	                                      out, 1 in 16 sampled (goal: ≤ base/data + 5 ns)
-//	data-sampled                          the same, of a sampled flow with a request outstanding: hash,
-//	                                      flow table, way found (goal: ≤ base/data + 40 ns)
-//	egress-unsampled, egress-sampled      the server's 100-byte answer at TC egress over the empty TC
-//	                                      program (goal unsampled ≤ 5 ns); sampled: the first run
-//	                                      stops the timer, the rest find none running
+//	syn-p50           SYN to a protected port, p = 0.5 (goal: delta within ± 2 ns)
+//	ack               pure ACK to a protected port
+//	data-unsampled    100-byte segment of an established flow the sample leaves out (goal ≤ 5 ns)
+//	data-sampled      the same, of a sampled flow with a request outstanding: hash, flow table,
+//	                  way found (goal ≤ 40 ns)
+//	egress-unsampled  the server's 100-byte answer at TC egress; base is the empty TC program,
+//	                  as there was no egress program before (goal ≤ 5 ns)
+//	egress-sampled    the same, sampled: the first run stops the timer, the rest find none
 //
 // The two segments per request that start and stop a timer add a clock
 // read and, at the stop, the histogram update; a repeated frame cannot
 // alternate them, so they are not isolated here (docs/datapath.md).
-//
-// Needs root. scripts/bench-datapath.sh runs it beside BenchmarkDatapath.
 func BenchmarkResponseTiming(b *testing.B) {
 	requireRoot(b)
 	base := loadBase(b, 0.5)
@@ -108,47 +108,45 @@ func BenchmarkResponseTiming(b *testing.B) {
 	must(b, d.Heartbeat())
 	floor, floorTC := emptyXDP(b), emptyTC(b)
 	un, sa := samplePorts(d)
-	data := func(cp uint16, seq uint32) []byte {
-		return tcpData{client4, server4, cp, sport, seq, sseq0, psh, 100}.frame()
+	data := func(cp uint16) []byte {
+		return tcpData{client4, server4, cp, sport, cseq0, sseq0, psh, 100}.frame()
 	}
 	answer := func(cp uint16) []byte {
 		return tcpData{server4, client4, sport, cp, sseq0, cseq0 + 100, psh, 100}.frame()
 	}
 	// A sampled flow with a request outstanding (the real clock: no
 	// injected time). Egress then stops it on its first run.
-	if _, err := d.objs.OlcdXdp.Run(&ebpf.RunOptions{Data: data(sa, cseq0)}); err != nil {
+	if _, err := d.objs.OlcdXdp.Run(&ebpf.RunOptions{Data: data(sa)}); err != nil {
 		b.Fatal(err)
 	}
+	bx, nx := base.Programs["olcd_xdp"], d.objs.OlcdXdp
+	ack := ipv4Frame(client4, server4, 6, 0, tcpSeg{40000, 8080, 1, tcpACK}.bytes())
 	cases := []struct {
-		name  string
-		prog  *ebpf.Program
-		fl    *ebpf.Program
-		frame []byte
+		name            string
+		fl, bprog, prog *ebpf.Program
+		bframe, frame   []byte
 	}{
-		{"base/syn-p50", base.Programs["olcd_xdp"], floor, syn4(8080, 1)},
-		{"syn-p50", d.objs.OlcdXdp, floor, syn4(8080, 1)},
-		{"base/ack", base.Programs["olcd_xdp"], floor, ipv4Frame(client4, server4, 6, 0, tcpSeg{40000, 8080, 1, tcpACK}.bytes())},
-		{"ack", d.objs.OlcdXdp, floor, ipv4Frame(client4, server4, 6, 0, tcpSeg{40000, 8080, 1, tcpACK}.bytes())},
-		{"base/data", base.Programs["olcd_xdp"], floor, data(un, cseq0)},
-		{"data-unsampled", d.objs.OlcdXdp, floor, data(un, cseq0)},
-		{"data-sampled", d.objs.OlcdXdp, floor, data(sa, cseq0)},
-		{"egress-unsampled", d.objs.OlcdTcEgress, floorTC, answer(un)},
-		{"egress-sampled", d.objs.OlcdTcEgress, floorTC, answer(sa)},
+		{"syn-p50", floor, bx, nx, syn4(8080, 1), syn4(8080, 1)},
+		{"ack", floor, bx, nx, ack, ack},
+		{"data-unsampled", floor, bx, nx, data(un), data(un)},
+		{"data-sampled", floor, bx, nx, data(sa), data(sa)},
+		{"egress-unsampled", floorTC, floorTC, d.objs.OlcdTcEgress, answer(un), answer(un)},
+		{"egress-sampled", floorTC, floorTC, d.objs.OlcdTcEgress, answer(sa), answer(sa)},
 	}
-	b.Run("floor", func(b *testing.B) {
-		var p pairs
-		p.run(b, floor, nil, cases[0].frame, nil)
-		b.ReportMetric(mean(p.floor), "ns/pkt")
-	})
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
-			var p pairs
-			p.run(b, c.fl, c.prog, c.frame, c.frame)
-			fl, over := mean(p.floor), p.overFloor()
-			b.ReportMetric(mean(p.prog), "ns/op")
-			b.ReportMetric(mean(p.prog), "ns/pkt")
-			b.ReportMetric(fl, "floor-ns/pkt")
-			b.ReportMetric(over, "over-floor-ns/pkt")
+			var fl, bs, nw []float64
+			for n := b.N; n > 0; n -= benchChunk {
+				k := min(n, benchChunk)
+				fl = append(fl, runChunk(b, c.fl, c.frame, k))
+				bs = append(bs, runChunk(b, c.bprog, c.bframe, k))
+				nw = append(nw, runChunk(b, c.prog, c.frame, k))
+			}
+			over := func(x, y []float64) float64 { return (&pairs{floor: y, prog: x}).overFloor() }
+			b.ReportMetric(mean(nw), "ns/op")
+			b.ReportMetric(over(bs, fl), "base-over-floor-ns")
+			b.ReportMetric(over(nw, fl), "over-floor-ns/pkt")
+			b.ReportMetric(over(nw, bs), "delta-ns")
 		})
 	}
 }

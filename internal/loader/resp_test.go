@@ -350,17 +350,17 @@ func sortedBuckets(ds []time.Duration) []int {
 	return out
 }
 
-// flowHash mirrors olcd_flow_hash (bpf/resp.h) for IPv4 flows, seen from
-// the client, so that a test can tell which flows the sample takes.
+// flowHash mirrors olcd_flow_hash (bpf/parse.h) for IPv4 flows on a
+// little-endian machine (the loads the program makes), so that a test can
+// tell which flows the sample takes. It is the same either way round.
 func flowHash(seed uint64, cli, srv netip.Addr, cp, sp uint16) uint64 {
 	c4, s4 := cli.As4(), srv.As4()
-	addr := binary.LittleEndian.Uint64(append(c4[:], s4[:]...))
-	var pb [4]byte
-	binary.BigEndian.PutUint16(pb[0:], cp)
-	binary.BigEndian.PutUint16(pb[2:], sp)
-	ports := uint64(binary.LittleEndian.Uint32(pb[:]))
+	src, dst := uint64(binary.LittleEndian.Uint32(c4[:])), uint64(binary.LittleEndian.Uint32(s4[:]))
+	loaded := func(port uint16) uint64 { return uint64(port>>8 | port<<8) } // a big-endian u16 read little-endian
 	const k1, k2 = 0x9e3779b97f4a7c15, 0xbf58476d1ce4e5b9
-	return ((addr ^ seed) * k1) ^ ((ports ^ seed) * k2)
+	h := ((src^seed)+loaded(cp)<<48)*k1 + ((dst^seed)+loaded(sp)<<48)*k1
+	h ^= h >> 29
+	return h * k2
 }
 
 // TestResponseSample: with one flow in 16 sampled, exactly the flows whose
