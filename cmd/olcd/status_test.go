@@ -34,6 +34,7 @@ func TestPrintStatus(t *testing.T) {
 		Overrides:         []daemon.Override{{At: now, Kind: "mode", Value: "enforce"}},
 		ReloadRefused: &daemon.ReloadFailure{At: now, Trigger: "SIGHUP", Error: "1 config problem(s)",
 			Problems: []string{"/etc/olcd/olcd.yaml:3: mode: unknown mode \"on\""}},
+		LB: &daemon.LBStatus{AgentAddress: "10.0.0.5:9478", Weight: 0.6, State: "ready", AgentReply: "up ready 60%"},
 	}
 	tests := []struct {
 		mode string
@@ -43,7 +44,8 @@ func TestPrintStatus(t *testing.T) {
 		{"enforce", []string{"mode ENFORCE", "+ 1 live override(s)", "shedding 40.0% of new connections", "(42s)",
 			"over, not corroborated", "unavailable", "OVER", "tcp/8080", "41.0", "exempt: tcp/9100, from 10.0.0.0/8",
 			"eth0", "tcx", "eth1", "not attached: does not exist", "live overrides (dropped on reload)",
-			"CONFIG FILE REFUSED", "(SIGHUP)", "olcd.yaml:3: mode"}, []string{"runnable"}},
+			"CONFIG FILE REFUSED", "(SIGHUP)", "olcd.yaml:3: mode",
+			`HAProxy agent on 10.0.0.5:9478 answers "up ready 60%"`}, []string{"runnable"}},
 		{"observe", []string{"would shed 40.0%", "observe mode: counted, not dropped"}, nil},
 		{"off", []string{"mode OFF: nothing is shed"}, []string{"shedding 40"}},
 	}
