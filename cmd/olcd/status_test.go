@@ -37,6 +37,7 @@ func TestPrintStatus(t *testing.T) {
 		ReloadRefused: &daemon.ReloadFailure{At: now, Trigger: "SIGHUP",
 			Error:    "invalid config, 2 problems:\n  /etc/olcd/olcd.yaml:3: mode: unknown mode \"on\"\n  /etc/olcd/olcd.yaml:4: interval: 5ms is below the minimum 100ms",
 			Problems: []string{"/etc/olcd/olcd.yaml:3: mode: unknown mode \"on\"", "/etc/olcd/olcd.yaml:4: interval: 5ms is below the minimum 100ms"}},
+		LB: &daemon.LBStatus{AgentAddress: "10.0.0.5:9478", Weight: 0.6, State: "ready", AgentReply: "up ready 60%"},
 	}
 	tests := []struct {
 		mode string
@@ -47,7 +48,8 @@ func TestPrintStatus(t *testing.T) {
 			"over, not corroborated", "unavailable", "OVER", "tcp/8080", "41.0", "exempt: tcp/9100, tcp/22 (management), from 10.0.0.0/8",
 			"listening, not protected: tcp/22: a management port (exceptions.management)", "list it under ports: to protect it",
 			"eth0", "tcx", "eth1", "not attached: does not exist", "live overrides (dropped on reload)",
-			"CONFIG FILE REFUSED", "(SIGHUP)", "olcd.yaml:3: mode"}, []string{"runnable"}},
+			"CONFIG FILE REFUSED", "(SIGHUP)", "olcd.yaml:3: mode",
+			`HAProxy agent on 10.0.0.5:9478 answers "up ready 60%"`}, []string{"runnable"}},
 		{"observe", []string{"would shed 40.0%", "observe mode: counted, not dropped"}, nil},
 		{"off", []string{"mode OFF: nothing is shed"}, []string{"shedding 40"}},
 	}

@@ -28,6 +28,9 @@ type lbState struct {
 	ln     net.Listener
 	addr   string // what ln listens on as configured ("" off)
 	served chan error
+	// refused is the configured address the last listen failed on: not
+	// tried again at every tick, only once the configured address changes.
+	refused string
 }
 
 // initLB sets up the weigher and agent (nothing listens yet) and registers
@@ -109,10 +112,14 @@ func (d *Daemon) updateLB() {
 		d.log.Error("lb weight parameters", "err", err)
 	}
 	d.lb.agent.SetSendWait(agentSendWait(cfg))
-	if d.following && cfg.LB.Agent.Address != d.lb.addr {
-		if err := d.listenAgent(cfg.LB.Agent.Address); err != nil {
+	if want := cfg.LB.Agent.Address; d.following && want != d.lb.addr && want != d.lb.refused {
+		if err := d.listenAgent(want); err != nil {
+			d.lb.refused = want
 			d.log.Error("load-balancer agent keeps its address", "err", err, "address", d.lb.addr)
 		}
+	}
+	if cfg.LB.Agent.Address != d.lb.refused {
+		d.lb.refused = ""
 	}
 	rep := d.lb.weigher.Update(lbInput(cfg, d.ports, d.last))
 	d.lb.report.Store(rep)

@@ -111,3 +111,64 @@ func TestLBEndpoints(t *testing.T) {
 		t.Errorf("status lb %+v", st)
 	}
 }
+
+// TestLBAgentFollowsReload: a reload that moves lb.agent.address moves the
+// listener; one naming a busy address keeps the old listener (and says so
+// once, not at every tick); one removing it closes the listener.
+func TestLBAgentFollowsReload(t *testing.T) {
+	free := func() (string, net.Listener) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ln.Addr().String(), ln
+	}
+	first, ln1 := free()
+	ln1.Close()
+	second, ln2 := free()
+	ln2.Close()
+	busy, lnBusy := free()
+	defer lnBusy.Close()
+	base := testConfig(1, "500ms", "5s", 4)
+	d := startTestDaemon(t, base+"lb: {agent: {address: "+first+"}}\n")
+	stop, err := d.startLB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	d.following = true
+	answers := func(addr string) bool {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		b, _ := io.ReadAll(c)
+		return strings.HasPrefix(string(b), "up ")
+	}
+	step := func(cfg string) {
+		t.Helper()
+		d.write(t, cfg)
+		if err := d.reload("test"); err != nil {
+			t.Fatal(err)
+		}
+		d.tick()
+		d.tick()
+	}
+	step(base + "lb: {agent: {address: " + second + "}}\n")
+	if !answers(second) || answers(first) {
+		t.Errorf("after moving to %s: answers there %v, still at %s %v", second, answers(second), first, answers(first))
+	}
+	step(base + "lb: {agent: {address: " + busy + "}}\n")
+	if !answers(second) {
+		t.Errorf("a busy address %s dropped the listener on %s", busy, second)
+	}
+	if n := strings.Count(d.log.String(), "load-balancer agent keeps its address"); n != 1 {
+		t.Errorf("the refused address was logged %d times, want once", n)
+	}
+	step(base)
+	if answers(second) || d.lb.ln != nil {
+		t.Errorf("without lb.agent.address the listener stays")
+	}
+}
