@@ -124,6 +124,12 @@ type Controller struct {
 	pBeforeJump float64 // p a disproved recovery jump returns to (0: none)
 	pinnedAtFit int     // consecutive over ticks pinned while admitting what fits
 
+	// The overload as the decision log sees it: the resource law's or any
+	// port's queue loop (mergeOverload).
+	merged      bool
+	mergedSince time.Time
+	mergedEvent time.Time // last overload_start/continue of the merged overload
+
 	lastQuota  float64    // the latest snapshot's CgroupQuotaCPUs (0: none yet)
 	onset      onsetState // the onset check between ticks (onset.go)
 	afterOnset bool       // the next tick is the first since an onset drain ended
@@ -138,6 +144,7 @@ type Controller struct {
 }
 
 type portState struct {
+	loop     latencyLoop // the law on the port's measured queue
 	cfg      PortConfig
 	demand   float64 // smoothed unique new connections per second
 	attempts float64 // smoothed new connections per second, retransmits included
@@ -180,6 +187,8 @@ func validate(cfg Config) error {
 			errs = append(errs, fmt.Errorf("port %s: unknown %s", pc.Key, pc.Class))
 		case seen[pc.Key]:
 			errs = append(errs, fmt.Errorf("port %s: listed twice", pc.Key))
+		case pc.Target.Seconds < 0 || pc.Target.Seconds > MaxResponseTarget || math.IsNaN(pc.Target.Seconds) || (pc.Target.Auto && pc.Target.Seconds != 0):
+			errs = append(errs, fmt.Errorf("port %s: response target %v: must be auto or in (0, %gs]", pc.Key, pc.Target.Seconds, MaxResponseTarget))
 		}
 		seen[pc.Key] = true
 	}
@@ -204,9 +213,10 @@ func (c *Controller) Reconfigure(cfg Config) error {
 	ports := make([]portState, len(cfg.Ports))
 	index := make(map[PortKey]int, len(cfg.Ports))
 	for i, pc := range cfg.Ports {
-		ports[i] = portState{cfg: pc}
+		ports[i] = portState{cfg: pc, loop: newLatencyLoop()}
 		if j, ok := c.index[pc.Key]; ok {
 			old := c.ports[j]
+			ports[i].loop = old.loop
 			ports[i].demand, ports[i].attempts, ports[i].measured = old.demand, old.attempts, old.measured
 			ports[i].p, ports[i].recorded = old.p, old.recorded
 		}
@@ -331,6 +341,7 @@ func (c *Controller) Step(s sampler.Snapshot, stats map[PortKey]PortStats) Decis
 	if st := driverState(&d); st != nil && !stale {
 		c.prevValue = st.Value
 	}
+	c.queueLaws(&d, stats, stale)
 	c.allocate(&d)
 	c.lastTick = Decision{Signals: d.Signals, Pressure: d.Pressure, SmoothedPressure: d.SmoothedPressure,
 		PressureAvailable: d.PressureAvailable, Driver: d.Driver}
@@ -998,8 +1009,12 @@ func (c *Controller) allocate(d *Decision) {
 	d.Ports = make([]PortDecision, len(c.ports))
 	for i := range c.ports {
 		ps := &c.ports[i]
-		ps.p = d.Classes[ps.cfg.Class]
-		d.Ports[i] = PortDecision{Key: ps.cfg.Key, Class: ps.cfg.Class, DropProbability: ps.p, Demand: ps.demand}
+		ps.p = math.Max(d.Classes[ps.cfg.Class], ps.loop.p())
+		d.Ports[i] = PortDecision{Key: ps.cfg.Key, Class: ps.cfg.Class, DropProbability: ps.p, Demand: ps.demand,
+			ResponseTarget: ps.loop.target, QueueP: ps.loop.p()}
+		if ps.loop.base.ok {
+			d.Ports[i].Baseline = ps.loop.base.value
+		}
 		if changed(ps.recorded, ps.p, prm.RecordChange) {
 			d.Events = append(d.Events, Event{
 				Kind: EventProbabilityChange, At: d.At, Port: ps.cfg.Key, Class: ps.cfg.Class,

@@ -59,6 +59,11 @@ func fuzzParams(f *fuzzBytes) Params {
 		RecordChange:       pick(f, 0.01, 1e-9, 1),
 		OnsetInterval:      pick(f, 50*time.Millisecond, 0, MinOnsetInterval, MaxOnsetInterval),
 		OnsetRatio:         pick(f, 1.5, 1.1, 10),
+		LatencyKp:          pick(f, 0.5, 0, 4),
+		LatencyKi:          pick(f, 0.25, 0.01, 2),
+		TargetFactor:       pick(f, 3.0, 1.2, 20),
+		InitialTarget:      pick(f, 100*time.Millisecond, time.Millisecond, 30*time.Second),
+		ResponseCooldown:   pick(f, time.Second, 0, 30*time.Second),
 	}
 }
 
@@ -73,8 +78,9 @@ func fuzzConfig(f *fuzzBytes) Config {
 	first := uint16(f.next())
 	for i := range n {
 		cfg.Ports = append(cfg.Ports, PortConfig{
-			Key:   PortKey{Proto: pick(f, ProtoTCP, ProtoUDP), Port: uint16(i) + first + 1},
-			Class: Class((int(f.next()) + i) % int(NumClasses)),
+			Key:    PortKey{Proto: pick(f, ProtoTCP, ProtoUDP), Port: uint16(i) + first + 1},
+			Class:  Class((int(f.next()) + i) % int(NumClasses)),
+			Target: pick(f, ResponseTarget{Auto: true}, ResponseTarget{}, ResponseTarget{Seconds: 0.05}, ResponseTarget{Seconds: 1e-9}),
 		})
 	}
 	// Keys must be unique: the protocol byte may repeat a port.

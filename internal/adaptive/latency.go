@@ -1,0 +1,353 @@
+package adaptive
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// ResponseTarget is a port's response-time target: the p95 the law on the
+// measured queue holds the port at while it sheds.
+type ResponseTarget struct {
+	// Seconds is a fixed target (> 0, at most MaxResponseTarget). 0 with
+	// Auto false: the port has no latency loop (only the resource law).
+	Seconds float64
+	// Auto learns the target: Params.TargetFactor × the port's baseline
+	// p95, learnt from ticks that are not overloaded, at least
+	// MinAutoTarget; Params.InitialTarget until a baseline exists.
+	Auto bool
+}
+
+// On reports whether the port has a latency loop.
+func (t ResponseTarget) On() bool { return t.Auto || t.Seconds > 0 }
+
+// String returns "auto", "50ms" or "off".
+func (t ResponseTarget) String() string {
+	switch {
+	case t.Auto:
+		return "auto"
+	case t.Seconds > 0:
+		return fmt.Sprintf("%gms", t.Seconds*1000)
+	}
+	return "off"
+}
+
+// Limits of the response-time targets.
+const (
+	// MinAutoTarget floors an auto target (seconds): below a millisecond
+	// the scheduler's own wake-up jitter moves a p95 by its size.
+	MinAutoTarget = 0.001
+	// MaxResponseTarget bounds any target (seconds): the datapath's
+	// histogram reaches 30 s.
+	MaxResponseTarget = 30.0
+)
+
+// PortResponse is a port's measured queue over one tick, from the
+// datapath's response timing (internal/resptime).
+type PortResponse struct {
+	// Available is true when the tick had the minimum of timed responses;
+	// P95 is meaningless otherwise (never 0 for "no data").
+	Available bool
+	// P95 is the 95th percentile of the response times answered in the
+	// tick (seconds).
+	P95 float64
+	// Samples is the number of timed responses in the tick.
+	Samples uint64
+	// Requests is the number of requests that reached the server in the
+	// tick (scaled by the sample rate; 0 when not known).
+	Requests float64
+}
+
+// latencyLoop is one port's law on its measured queue (docs/controller.md
+// §3): the pass rate corrected each tick by the error between the target
+// and the measured p95.
+type latencyLoop struct {
+	pass     float64 // share of new connections admitted, MinPassRate..1
+	active   bool    // an overload of the port's queue is on
+	since    float64 // seconds since the overload started
+	prevErr  float64 // normalised error of the previous usable tick
+	errOK    bool
+	sinceCut float64 // seconds since the last tick that lowered pass
+	target   float64 // target in force (seconds), 0 when none
+	base     baseline
+}
+
+// newLatencyLoop returns an idle loop.
+func newLatencyLoop() latencyLoop { return latencyLoop{pass: 1} }
+
+// p returns the loop's drop probability.
+func (l *latencyLoop) p() float64 { return 1 - l.pass }
+
+// targetFor returns the target in force for tgt (seconds) and whether the
+// port has one.
+func (l *latencyLoop) targetFor(tgt ResponseTarget, prm *Params) float64 {
+	switch {
+	case tgt.Seconds > 0:
+		return tgt.Seconds
+	case !tgt.Auto:
+		return 0
+	case l.base.ok:
+		return math.Min(MaxResponseTarget, math.Max(MinAutoTarget, prm.TargetFactor*l.base.value))
+	}
+	return prm.InitialTarget.Seconds()
+}
+
+// step advances the loop by one tick of dt seconds on the port's measured
+// queue r; guardOver is true while the resource law is overloaded (such a
+// tick never teaches the baseline). It returns a reason for the decision
+// log ("" when the loop is idle and stays so).
+//
+// The law is the OLC law olcd descends from (the overload controller of
+// issue 16: new pass rate = pass rate × (1 + Kp × (T − P95) ÷ T + Ki × ∫…)),
+// written in velocity form so that p itself is the state (no windup):
+//
+//	pass ← pass × exp(Kp × (ê − ê_prev) + Ki × ê),   ê = (T − P95) ÷ max(T, dt)
+//
+// which to first order is pass₀ × (1 + Kp × ê + Ki × Σê). The error is
+// normalised by max(T, dt) rather than T: a p95 above the target by x
+// seconds stands for x × C requests queued, x ÷ dt of a tick's work, so
+// the loop removes the same share of the excess queue per tick whatever
+// the target (with ÷ T the gain grew with dt ÷ T, 10 at 50 ms and 500 ms
+// ticks, and the loop rang). Below the target the queue is empty and the
+// error says only that there is room: pass rises by Ki × (T − P95) ÷ T,
+// at most RecoveryStep per tick, and not before ResponseCooldown has passed
+// since the last cut (the SYNs just shed come back 1 s later: they are
+// demand that has not gone away).
+func (l *latencyLoop) step(tgt ResponseTarget, r PortResponse, dt float64, guardOver, mayCut bool, prm *Params) string {
+	l.target = l.targetFor(tgt, prm)
+	if l.target <= 0 {
+		*l = latencyLoop{pass: 1, base: l.base}
+		return ""
+	}
+	if tgt.Auto {
+		l.base.learn(r, l.active || guardOver, l.target, prm)
+	}
+	l.sinceCut += dt
+	if l.active {
+		l.since += dt
+	}
+	if !r.Available {
+		// Too few responses to say anything: hold. An idle port (no
+		// requests at all) counts as below the target, so a loop that
+		// lost its traffic recovers.
+		if !l.active || r.Requests > 0 || r.Samples > 0 {
+			if l.active {
+				return fmt.Sprintf("response time unavailable (%d samples): holding pass rate %.3f", r.Samples, l.pass)
+			}
+			return ""
+		}
+		r.P95 = 0
+	}
+	m, T := r.P95, l.target
+	if !l.active {
+		if m <= T {
+			l.errOK = false
+			return ""
+		}
+		l.active, l.since, l.pass, l.errOK = true, 0, 1, false
+	}
+	e := (T - m) / math.Max(T, dt)
+	prev := 0.0 // the first tick's P term is the whole error
+	if l.errOK {
+		prev = l.prevErr
+	}
+	l.prevErr, l.errOK = e, true
+	var delta float64 // change of log(pass)
+	reason := ""
+	switch {
+	case m > T:
+		delta = prm.LatencyKp*(e-prev) + prm.LatencyKi*e
+		reason = "over the target"
+	default:
+		// Room below the target: the law's own step, or the probe of
+		// the pass rate upwards after the cooldown.
+		delta = prm.LatencyKp*(e-prev) + prm.LatencyKi*e
+		if l.sinceCut >= prm.ResponseCooldown.Seconds() {
+			delta = math.Max(delta, prm.LatencyKi*(T-m)/T)
+			reason = "below the target, recovering"
+		} else {
+			delta = math.Min(delta, 0)
+			reason = "below the target, cooling down"
+		}
+	}
+	if !mayCut && delta < 0 {
+		delta = 0
+		reason += ", held while a less protected class sheds"
+	}
+	next := l.pass * math.Exp(math.Max(delta, math.Log(1-maxLatencyCut)))
+	next = math.Min(next, l.pass+prm.RecoveryStep)
+	if next < l.pass-1e-12 {
+		l.sinceCut = 0
+	}
+	l.pass = math.Min(1, math.Max(prm.MinPassRate, next))
+	why := fmt.Sprintf("response_time_p95 %.3gs %s %.3gs (target %s): pass rate %.3f", m, reason, T, tgtName(tgt, l), l.pass)
+	if l.pass >= 1 {
+		*l = latencyLoop{pass: 1, base: l.base, target: l.target}
+		why += ", overload of the queue over"
+	}
+	return why
+}
+
+// maxLatencyCut bounds the share of the pass rate one tick removes: a wild
+// sample halves what passes at most.
+const maxLatencyCut = 0.5
+
+// tgtName renders the target for a reason: "auto 3 × 5ms" or "50ms".
+func tgtName(tgt ResponseTarget, l *latencyLoop) string {
+	if !tgt.Auto {
+		return tgt.String()
+	}
+	if !l.base.ok {
+		return "auto, no baseline yet"
+	}
+	return fmt.Sprintf("auto from baseline %.3gs", l.base.value)
+}
+
+// baseline is a port's normal p95, learnt for an auto target.
+type baseline struct {
+	value float64 // seconds
+	ok    bool
+	prevP float64 // the previous teaching tick's p95
+}
+
+// The baseline's learning rates: fast down, slow up. A p95 below the
+// baseline is the service at its best and teaches at once; one above it
+// (a busier hour) moves it by a twentieth per tick.
+const (
+	baselineDown = 0.5
+	baselineUp   = 0.05
+	// baselineMaxRise is how far above the baseline a tick's p95 may lie
+	// and still teach: beyond it the tick is queueing.
+	baselineMaxRise = 1.5
+)
+
+// learn updates the baseline from a tick that is not overloaded: the loop
+// idle, the resource law quiet, the p95 available, below the target and
+// within baselineMaxRise of the baseline. Never from an overloaded tick:
+// the minimum RTT of Envoy's adaptive concurrency filter, sampled under
+// the load it limits, climbs under sustained load (envoyproxy/envoy#11579)
+// — a baseline learnt from the queue the loop holds would raise its own
+// target without end.
+func (b *baseline) learn(r PortResponse, overloaded bool, target float64, prm *Params) {
+	if overloaded || !r.Available || r.P95 <= 0 {
+		return
+	}
+	m := r.P95
+	if !b.ok {
+		// No baseline: the first usable tick at or below the initial
+		// target teaches it (a port whose first seconds are already over
+		// it is held at the initial target until a quiet tick).
+		if m <= prm.InitialTarget.Seconds() {
+			b.value, b.ok = m, true
+		}
+		return
+	}
+	if m > target || m > baselineMaxRise*b.value {
+		return
+	}
+	if m < b.value {
+		b.value += baselineDown * (m - b.value)
+	} else {
+		b.value += baselineUp * (m - b.value)
+	}
+}
+
+// queueLaws steps every port's law on its measured queue and adds the
+// loops' state to d. Classes keep their order: a port does not cut while a
+// port of a less protected class is over its own target with room to shed
+// (they likely share the bottleneck, and the less protected one goes
+// first). A port missing from stats, or a stale tick, holds its loop.
+func (c *Controller) queueLaws(d *Decision, stats map[PortKey]PortStats, stale bool) {
+	prm := &c.cfg.Params
+	var sheddable [NumClasses]bool // a port of the class is over target and above its bound
+	for i := range c.ports {
+		ps := &c.ports[i]
+		st, ok := stats[ps.cfg.Key]
+		if !ok || stale || !ps.cfg.Target.On() || !st.Response.Available {
+			continue
+		}
+		if T := ps.loop.targetFor(ps.cfg.Target, prm); T > 0 && st.Response.P95 > T && ps.loop.pass > prm.MinPassRate+1e-9 {
+			sheddable[ps.cfg.Class] = true
+		}
+	}
+	var reasons []string
+	active := false
+	for i := range c.ports {
+		ps := &c.ports[i]
+		st, ok := stats[ps.cfg.Key]
+		if !ps.cfg.Target.On() {
+			ps.loop = latencyLoop{pass: 1, base: ps.loop.base}
+			continue
+		}
+		if ok && !stale {
+			mayCut := true
+			for cl := ps.cfg.Class + 1; cl < NumClasses; cl++ {
+				if sheddable[cl] {
+					mayCut = false
+				}
+			}
+			if why := ps.loop.step(ps.cfg.Target, st.Response, c.dt, c.overloaded, mayCut, prm); why != "" {
+				reasons = append(reasons, fmt.Sprintf("%s: %s", ps.cfg.Key, why))
+			}
+		}
+		active = active || ps.loop.active
+	}
+	c.mergeOverload(d, active, strings.Join(reasons, "; "))
+	if len(reasons) > 0 {
+		d.Reason = strings.Join(reasons, "; ") + "; " + d.Reason
+	}
+}
+
+// mergeOverload makes one overload of the resource law's and the ports'
+// queue loops: it starts when either starts and ends when both have ended.
+// The resource law's own start and end events inside a merged overload
+// are dropped; the loops' are added.
+func (c *Controller) mergeOverload(d *Decision, loops bool, why string) {
+	was, now := c.merged, c.overloaded || loops
+	if now && !was {
+		c.mergedSince, c.mergedEvent = d.At, d.At
+	}
+	evs := d.Events[:0]
+	started, ended := false, false
+	for _, ev := range d.Events {
+		switch {
+		case ev.Kind == EventOverloadStart && was:
+			continue
+		case ev.Kind == EventOverloadEnd && now:
+			continue
+		case ev.Kind == EventOverloadStart:
+			started = true
+		case ev.Kind == EventOverloadEnd:
+			ended = true
+		case ev.Kind == EventOverloadContinue:
+			c.mergedEvent = d.At
+		}
+		ev.OverloadSince = c.mergedSince
+		evs = append(evs, ev)
+	}
+	d.Events = evs
+	ev := Event{At: d.At, Pressure: d.Pressure, DropProbability: c.p, Signals: d.Signals, OverloadSince: c.mergedSince}
+	switch {
+	case now && !was && !started:
+		ev.Kind, ev.Reason = EventOverloadStart, why
+		d.Events = append(d.Events, ev)
+	case was && !now && !ended:
+		ev.Kind = EventOverloadEnd
+		ev.Reason = fmt.Sprintf("response times back under their targets: drop probability back to 0 after %s", d.At.Sub(c.mergedSince).Round(time.Millisecond))
+		d.Events = append(d.Events, ev)
+	case now && !c.overloaded && d.At.Sub(c.mergedEvent) >= c.cfg.Params.ContinueEvery:
+		c.mergedEvent = d.At
+		ev.Kind = EventOverloadContinue
+		ev.Reason = fmt.Sprintf("%s: overloaded for %s", why, d.At.Sub(c.mergedSince).Round(time.Millisecond))
+		d.Events = append(d.Events, ev)
+	}
+	c.merged = now
+	d.Overloaded = now
+	d.OverloadSince = time.Time{}
+	if now {
+		d.OverloadSince = c.mergedSince
+	} else {
+		c.mergedSince = time.Time{}
+	}
+}
