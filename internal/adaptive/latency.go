@@ -57,6 +57,12 @@ type PortResponse struct {
 	// Requests is the number of requests that reached the server in the
 	// tick (scaled by the sample rate; 0 when not known).
 	Requests float64
+	// Responses is the number of requests answered in the tick (scaled
+	// by the sample rate; 0 when not known).
+	Responses float64
+	// Inflight is the number of requests waiting or in service at the
+	// tick's end (scaled by the sample rate).
+	Inflight float64
 }
 
 // latencyLoop is one port's law on its measured queue (docs/controller.md
@@ -70,6 +76,7 @@ type latencyLoop struct {
 	errOK    bool
 	sinceCut float64 // seconds since the last tick that lowered pass
 	target   float64 // target in force (seconds), 0 when none
+	served   float64 // requests/s answered on the last over tick: the measured capacity
 	base     baseline
 }
 
@@ -159,12 +166,38 @@ func (l *latencyLoop) step(tgt ResponseTarget, r PortResponse, dt float64, guard
 	case m > T:
 		delta = prm.LatencyKp*(e-prev) + prm.LatencyKi*e
 		reason = "over the target"
+		// The queue measured: at the target, Little's law holds
+		// served × T requests in the service; what is beyond must go
+		// within a tick, so admit served − excess ÷ dt of the requests
+		// that arrived. Cut at once when that asks for more than the
+		// law's step: a 3 × step queues a tick of work before the
+		// first measurement sees it.
+		if ff, ok := queueCut(r, T, dt); ok && math.Log(ff) < delta {
+			delta = math.Log(ff)
+			reason = fmt.Sprintf("over the target, %.0f requests in flight where %.0f keep it", r.Inflight, r.Responses/dt*T)
+		}
+		if r.Responses > 0 {
+			l.served = r.Responses / dt
+			// The p95 of a tick that served an old backlog is history
+			// once the requests in flight fit the target: no further cut.
+			if r.Inflight < l.served*T && delta < 0 {
+				delta = 0
+				reason = "over the target on a backlog already served, holding"
+			}
+		}
 	default:
 		// Room below the target: the law's own step, or the probe of
 		// the pass rate upwards after the cooldown.
 		delta = prm.LatencyKp*(e-prev) + prm.LatencyKi*e
 		if l.sinceCut >= prm.ResponseCooldown.Seconds() {
 			delta = math.Max(delta, prm.LatencyKi*(T-m)/T)
+			// Back up to what the capacity measured on the last over tick
+			// admits (90 % of it), when the law's step is below it.
+			if arrived := r.Requests / dt; l.served > 0 && arrived > 0 {
+				if j := math.Log(recoverShare * l.served / arrived); j > delta {
+					delta = j
+				}
+			}
 			reason = "below the target, recovering"
 		} else {
 			delta = math.Min(delta, 0)
@@ -175,8 +208,16 @@ func (l *latencyLoop) step(tgt ResponseTarget, r PortResponse, dt float64, guard
 		delta = 0
 		reason += ", held while a less protected class sheds"
 	}
-	next := l.pass * math.Exp(math.Max(delta, math.Log(1-maxLatencyCut)))
-	next = math.Min(next, l.pass+prm.RecoveryStep)
+	next := l.pass * math.Exp(math.Max(delta, math.Log(1-maxLatencyCut2)))
+	if delta > 0 {
+		// A rise is at most recovery_step, or a jump of at most
+		// maxRecoverJump back towards the measured capacity.
+		lim := prm.RecoveryStep
+		if l.served > 0 {
+			lim = math.Max(lim, maxRecoverJump)
+		}
+		next = math.Min(next, l.pass+lim)
+	}
 	if next < l.pass-1e-12 {
 		l.sinceCut = 0
 	}
@@ -188,6 +229,38 @@ func (l *latencyLoop) step(tgt ResponseTarget, r PortResponse, dt float64, guard
 	}
 	return why
 }
+
+// queueCut returns the factor of the pass rate that admits what drains
+// the measured queue down to the target within one tick, and false when
+// the tick lacks the counts.
+func queueCut(r PortResponse, T, dt float64) (float64, bool) {
+	if r.Requests <= 0 || r.Responses <= 0 || dt <= 0 {
+		return 0, false
+	}
+	served, arrived := r.Responses/dt, r.Requests/dt
+	excess := r.Inflight - served*T
+	// Only a queue of a quarter tick's work or more: below it the law's
+	// own steps suffice, and the in-flight count's noise would cut.
+	if excess < queueCutMin*served*dt {
+		return 0, false
+	}
+	want := served - excess/dt
+	return math.Max(want/arrived, 1-maxLatencyCut2), true
+}
+
+// maxRecoverJump bounds the rise of the pass rate in one recovering tick.
+const maxRecoverJump = 0.1
+
+// recoverShare is the share of the measured capacity a recovering tick
+// raises the admitted requests to at once.
+const recoverShare = 0.9
+
+// queueCutMin is the excess queue, in ticks of served work, from which
+// the measured queue sizes the cut.
+const queueCutMin = 0.25
+
+// maxLatencyCut2 bounds the measured queue's cut per tick.
+const maxLatencyCut2 = 0.9
 
 // maxLatencyCut bounds the share of the pass rate one tick removes: a wild
 // sample halves what passes at most.

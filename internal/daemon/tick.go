@@ -61,7 +61,7 @@ func (d *Daemon) tick() {
 			deltas[p.key] = dl
 			ps := portStats(dl)
 			if pr, ok := resp[p.key]; ok {
-				ps.Response = portResponse(pr, snap.Interval)
+				ps.Response = portResponse(pr, d.dp.ResponseSample(), snap.Interval)
 			}
 			stats[p.key] = ps
 		}
@@ -98,8 +98,9 @@ func portStats(dl loader.Counters) adaptive.PortStats {
 
 // portResponse is what the controller reads of a port's response timing:
 // its p95 when available, the samples and the requests of the tick.
-func portResponse(pr resptime.Port, interval time.Duration) adaptive.PortResponse {
-	r := adaptive.PortResponse{Available: pr.Available, Samples: pr.Samples, Requests: pr.RequestsPerS * interval.Seconds()}
+func portResponse(pr resptime.Port, sample uint32, interval time.Duration) adaptive.PortResponse {
+	r := adaptive.PortResponse{Available: pr.Available, Samples: pr.Samples, Requests: pr.RequestsPerS * interval.Seconds(),
+		Responses: float64(pr.Samples) * float64(max(sample, 1)), Inflight: pr.Inflight}
 	if pr.Available {
 		r.P95 = pr.P95
 	}
