@@ -1,6 +1,7 @@
 package adaptive_test
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -45,18 +46,11 @@ func clientController(t *testing.T, mutate func(*adaptive.Config)) *adaptive.Con
 
 // drive runs sc under c and returns the result.
 func drive(c *adaptive.Controller, sc plant.Scenario) plant.Result {
-	key := adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: clientPort}
-	return plant.Run(sc, func(o plant.Observation) float64 {
-		s := sampler.Snapshot{At: adaptive.TraceOrigin.Add(time.Duration(o.T * float64(time.Second))), Interval: sc.Tick}
-		s.Set(sampler.CPUBusy, o.CPUBusy)
-		r := adaptive.PortResponse{Samples: uint64(o.Responses), Requests: float64(o.Requests), Responses: float64(o.Responses), Inflight: float64(o.Inflight)}
-		if o.Responses >= 5 {
-			r.Available, r.P95 = true, o.P95
-		}
-		d := c.Step(s, map[adaptive.PortKey]adaptive.PortStats{key: {
-			New: o.New, Retransmits: o.Retransmits, Dropped: o.Dropped, Response: r}})
-		return d.Ports[0].DropProbability
-	})
+	res, err := plant.Drive(c, sc, adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: clientPort}, 5, nil)
+	if err != nil {
+		panic(err)
+	}
+	return res
 }
 
 // threeX is the harness's load: 0.5 C for 10 s, 3 C for 30 s, 0.5 C for 10 s.
@@ -70,39 +64,63 @@ func threeX(t float64) float64 {
 	return 0.5
 }
 
+// maxShareMisses are the seeds on which a scenario may miss the goodput
+// windows line, as measured (docs/tuning.md); every other scenario must
+// hold it on every seed.
+var maxShareMisses = map[string]int{"php-closed-pool-3x": 1}
+
+// clientSeeds is how many seeds (arrivals, service times, drops) every
+// client scenario runs with: the lines must hold for each.
+const clientSeeds = 10
+
 // TestClientsPlant is issue 16's must-show 6 on the plant: every backend
 // (cpu, pool: 8 workers × 25 ms, php) with every client kind (open-giveup,
 // open-retry with the kernel's SYN timeouts, closed-pool: 64 blocking
-// clients, 2 s timeout) at 3 C from 10 s to 40 s. Goodput over the phase:
-// open ≥ 0.85 C, closed-pool ≥ 0.65 C; the steady part (from +5 s): the
-// drop probability's standard deviation over 1 s windows < 0.05 and
-// goodput ≥ 0.8 × its mean in ≥ 95 % of the windows (no limit cycle).
-// php-closed-pool misses the steady line (std 0.063, 92 %): measured and
-// logged, see docs/tuning.md; it is asserted on its goodput line only.
+// clients, 2 s timeout) at 3 C from 10 s to 40 s, on clientSeeds seeds.
+// Goodput over the phase: open ≥ 0.85 C, closed-pool ≥ 0.65 C; the steady
+// part (from +5 s): the drop probability's standard deviation over 1 s
+// windows < 0.05 and goodput ≥ 0.8 × its mean in ≥ 95 % of the windows
+// (no limit cycle). The worst figures over the seeds are logged (and
+// quoted in docs/tuning.md).
 func TestClientsPlant(t *testing.T) {
 	for _, b := range []plant.Backend{plant.CPU, plant.Pool, plant.PHP} {
 		for _, k := range []plant.ClientKind{plant.OpenGiveup, plant.OpenRetry, plant.ClosedPool} {
-			sc := plant.Scenario{Backend: b, Clients: k, Load: threeX, Pool: 64, LinearTimeouts: 4,
-				Seconds: 50, Tick: 500 * time.Millisecond, Seed: 1, Noise: 0.01}
-			res := drive(clientController(t, nil), sc)
-			st := res.SteadyPart(15, 40)
-			g := res.Goodput(10, 40) / res.Capacity
 			name := b.Name + "-" + k.String() + "-3x"
-			t.Logf("%s: goodput %.3f C; steady: std(p) %.4f, goodput windows ≥ 0.8 mean %.0f%%, mean %.3f C, p99 %.0f ms",
-				name, g, st.PStd, 100*st.GoodShare, st.GoodputMean/res.Capacity, st.P99*1000)
 			want := 0.85
 			if k == plant.ClosedPool {
 				want = 0.65
 			}
-			if g < want {
-				t.Errorf("%s: goodput %.3f C, want ≥ %.2f C", name, g, want)
+			worstG, worstStd, worstShare, worstP99 := math.Inf(1), 0.0, 1.0, 0.0
+			shareMisses := 0
+			for seed := uint64(1); seed <= clientSeeds; seed++ {
+				sc := plant.Scenario{Backend: b, Clients: k, Load: threeX, Pool: 64, LinearTimeouts: 4,
+					Seconds: 50, Tick: 500 * time.Millisecond, Seed: seed, Noise: 0.01}
+				res := drive(clientController(t, nil), sc)
+				st := res.SteadyPart(15, 40)
+				g := res.Goodput(10, 40) / res.Capacity
+				if g < want {
+					t.Errorf("%s seed %d: goodput %.3f C, want ≥ %.2f C", name, seed, g, want)
+				}
+				if st.PStd >= 0.05 {
+					t.Errorf("%s seed %d: limit cycle: std(p) %.4f over 1 s windows, want < 0.05", name, seed, st.PStd)
+				}
+				if st.GoodShare < 0.95 {
+					shareMisses++
+					t.Logf("%s seed %d: %.0f%% of windows with goodput ≥ 0.8 × mean (line: ≥ 95%%)", name, seed, 100*st.GoodShare)
+				}
+				worstG, worstStd = math.Min(worstG, g), math.Max(worstStd, st.PStd)
+				worstShare, worstP99 = math.Min(worstShare, st.GoodShare), math.Max(worstP99, st.P99)
 			}
-			if name == "php-closed-pool-3x" {
-				continue
+			// The windows line holds on every seed but for php-closed-pool,
+			// where 64 blocking clients on 4 workers miss it on one seed of
+			// ten by one window (docs/tuning.md): at most one miss, and
+			// never below 90 %.
+			if shareMisses > maxShareMisses[name] || worstShare < 0.9 {
+				t.Errorf("%s: the windows line missed on %d of %d seeds (worst %.0f%%), want at most %d and ≥ 90%%",
+					name, shareMisses, clientSeeds, 100*worstShare, maxShareMisses[name])
 			}
-			if st.PStd >= 0.05 || st.GoodShare < 0.95 {
-				t.Errorf("%s: limit cycle: std(p) %.4f (want < 0.05), %.0f%% of windows ≥ 0.8 × mean goodput (want ≥ 95%%)", name, st.PStd, 100*st.GoodShare)
-			}
+			t.Logf("%-22s worst of %d seeds: goodput %.3f C; steady std(p) %.4f, windows ≥ 0.8 × mean goodput %.0f%%, p99 %.0f ms",
+				name, clientSeeds, worstG, worstStd, 100*worstShare, worstP99*1000)
 		}
 	}
 }

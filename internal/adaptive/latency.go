@@ -77,6 +77,8 @@ type latencyLoop struct {
 	sinceCut float64 // seconds since the last tick that lowered pass
 	target   float64 // target in force (seconds), 0 when none
 	served   float64 // requests/s answered on the last over tick: the measured capacity
+	shed      [2]float64 // SYNs dropped in the previous and in this tick
+	returning float64    // smoothed share of shed SYNs retransmitted 1 s later
 	base     baseline
 }
 
@@ -121,7 +123,17 @@ func (l *latencyLoop) targetFor(tgt ResponseTarget, prm *Params) float64 {
 // at most RecoveryStep per tick, and not before ResponseCooldown has passed
 // since the last cut (the SYNs just shed come back 1 s later: they are
 // demand that has not gone away).
-func (l *latencyLoop) step(tgt ResponseTarget, r PortResponse, dt float64, guardOver, mayCut bool, prm *Params) string {
+func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOver, mayCut bool, prm *Params) string {
+	r := st.Response
+	// The SYNs shed in the last two ticks come back as retransmits within
+	// the next two (1 s later): demand that has not gone away.
+	// The share of them that does (retrying clients: most; clients that
+	// give up before their SYN's first retransmit: none) is measured: the
+	// retransmits of this tick against the SYNs shed two ticks ago.
+	if back := l.shed[0]; back > 0 {
+		l.returning += returnSmoothing * (math.Min(1, float64(st.Retransmits)/back) - l.returning)
+	}
+	l.shed[0], l.shed[1] = l.shed[1], float64(min(st.Dropped, st.New))
 	l.target = l.targetFor(tgt, prm)
 	if l.target <= 0 {
 		*l = latencyLoop{pass: 1, base: l.base}
@@ -161,6 +173,7 @@ func (l *latencyLoop) step(tgt ResponseTarget, r PortResponse, dt float64, guard
 	}
 	l.prevErr, l.errOK = e, true
 	var delta float64 // change of log(pass)
+	sized := false    // the measured queue sized the cut
 	reason := ""
 	switch {
 	case m > T:
@@ -173,7 +186,7 @@ func (l *latencyLoop) step(tgt ResponseTarget, r PortResponse, dt float64, guard
 		// law's step: a 3 × step queues a tick of work before the
 		// first measurement sees it.
 		if ff, ok := queueCut(r, T, dt); ok && math.Log(ff) < delta {
-			delta = math.Log(ff)
+			delta, sized = math.Log(ff), true
 			reason = fmt.Sprintf("over the target, %.0f requests in flight where %.0f keep it", r.Inflight, r.Responses/dt*T)
 		}
 		if r.Responses > 0 {
@@ -183,6 +196,11 @@ func (l *latencyLoop) step(tgt ResponseTarget, r PortResponse, dt float64, guard
 			if r.Inflight < l.served*T && delta < 0 {
 				delta = 0
 				reason = "over the target on a backlog already served, holding"
+			} else if r.Requests < r.Responses && delta < 0 && !sized {
+				// Fewer requests arrived than were answered: the pass
+				// rate in force already drains the queue.
+				delta = 0
+				reason = "over the target, the queue draining, holding"
 			}
 		}
 	default:
@@ -193,8 +211,8 @@ func (l *latencyLoop) step(tgt ResponseTarget, r PortResponse, dt float64, guard
 			delta = math.Max(delta, prm.LatencyKi*(T-m)/T)
 			// Back up to what the capacity measured on the last over tick
 			// admits (90 % of it), when the law's step is below it.
-			if arrived := r.Requests / dt; l.served > 0 && arrived > 0 {
-				if j := math.Log(recoverShare * l.served / arrived); j > delta {
+			if want, ok := l.recoverPass(st, dt); ok && want > l.pass {
+				if j := math.Log(want / l.pass); j > delta {
 					delta = j
 				}
 			}
@@ -209,6 +227,13 @@ func (l *latencyLoop) step(tgt ResponseTarget, r PortResponse, dt float64, guard
 		reason += ", held while a less protected class sheds"
 	}
 	next := l.pass * math.Exp(math.Max(delta, math.Log(1-maxLatencyCut2)))
+	if !sized && next < l.pass {
+		// The law's own cuts at most add half of what is shed (and
+		// minStep): with closed-loop clients a drop probability of a few
+		// percent already blocks a good part of them in a retransmit, and
+		// doubling it in one tick idles the service a second later.
+		next = math.Max(next, l.pass-math.Max((1-l.pass)*lawCutShare, minStep))
+	}
 	if delta > 0 {
 		// A rise is at most recovery_step, or a jump of at most
 		// maxRecoverJump back towards the measured capacity.
@@ -216,6 +241,9 @@ func (l *latencyLoop) step(tgt ResponseTarget, r PortResponse, dt float64, guard
 		if l.served > 0 {
 			lim = math.Max(lim, maxRecoverJump)
 		}
+		// ... and never more than half of what is shed: a small p
+		// holds back clients whose retransmits return within a second.
+		lim = math.Min(lim, math.Max((1-l.pass)/2, minShed))
 		next = math.Min(next, l.pass+lim)
 	}
 	if next < l.pass-1e-12 {
@@ -248,6 +276,37 @@ func queueCut(r PortResponse, T, dt float64) (float64, bool) {
 	return math.Max(want/arrived, 1-maxLatencyCut2), true
 }
 
+// lawCutShare and minStep bound a cut of the law's own (not sized by the
+// measured queue) to max(lawCutShare × p, minStep) per tick.
+const (
+	lawCutShare = 0.5
+	minStep     = 0.02
+)
+
+// returnSmoothing is the weight of the newest tick in the share of shed
+// SYNs that come back.
+const returnSmoothing = 0.3
+
+// minShed is the drop probability below which a recovering tick may end
+// the shedding at once.
+const minShed = 0.01
+
+// recoverPass returns the pass rate that admits recoverShare of the
+// capacity measured on the last over tick, against the demand of this
+// tick plus the share of the SYNs shed in the last two ticks that comes
+// back (their retransmits arrive within the next two); false without the
+// counts.
+func (l *latencyLoop) recoverPass(st PortStats, dt float64) (float64, bool) {
+	r := st.Response
+	admitted := float64(st.New - min(st.Dropped, st.New))
+	if l.served <= 0 || r.Requests <= 0 || admitted <= 0 || dt <= 0 {
+		return 0, false
+	}
+	perConn := r.Requests / admitted // requests per admitted connection (keep-alive)
+	demand := (float64(st.New) + l.returning*(l.shed[0]+l.shed[1])/2) / dt
+	return math.Min(1, recoverShare*l.served/(perConn*demand)), true
+}
+
 // maxRecoverJump bounds the rise of the pass rate in one recovering tick.
 const maxRecoverJump = 0.1
 
@@ -257,7 +316,7 @@ const recoverShare = 0.9
 
 // queueCutMin is the excess queue, in ticks of served work, from which
 // the measured queue sizes the cut.
-const queueCutMin = 0.25
+const queueCutMin = 0.5
 
 // maxLatencyCut2 bounds the measured queue's cut per tick.
 const maxLatencyCut2 = 0.9
@@ -281,7 +340,7 @@ func tgtName(tgt ResponseTarget, l *latencyLoop) string {
 type baseline struct {
 	value float64 // seconds
 	ok    bool
-	prevP float64 // the previous teaching tick's p95
+	quiet int // consecutive ticks not overloaded
 }
 
 // The baseline's learning rates: fast down, slow up. A p95 below the
@@ -293,17 +352,28 @@ const (
 	// baselineMaxRise is how far above the baseline a tick's p95 may lie
 	// and still teach: beyond it the tick is queueing.
 	baselineMaxRise = 1.5
+	// baselineQuiet is how many ticks must be quiet before one teaches:
+	// the first ticks after an overload still answer requests that
+	// queued during it (Envoy disregards such samples for the same
+	// reason, envoyproxy/envoy#11579).
+	baselineQuiet = 3
 )
 
 // learn updates the baseline from a tick that is not overloaded: the loop
-// idle, the resource law quiet, the p95 available, below the target and
-// within baselineMaxRise of the baseline. Never from an overloaded tick:
-// the minimum RTT of Envoy's adaptive concurrency filter, sampled under
-// the load it limits, climbs under sustained load (envoyproxy/envoy#11579)
-// — a baseline learnt from the queue the loop holds would raise its own
+// idle, the resource law quiet, for baselineQuiet ticks in a row (once a
+// baseline exists), the p95 available, below the target and within
+// baselineMaxRise of the baseline. Never from an overloaded tick: the
+// minimum RTT of Envoy's adaptive concurrency filter climbed with each
+// measurement window under sustained load because it sampled requests
+// that had queued under the load it limits (envoyproxy/envoy#11579) — a
+// baseline learnt from the queue the loop holds would raise its own
 // target without end.
 func (b *baseline) learn(r PortResponse, overloaded bool, target float64, prm *Params) {
-	if overloaded || !r.Available || r.P95 <= 0 {
+	if overloaded {
+		b.quiet = 0
+		return
+	}
+	if b.quiet++; b.quiet < baselineQuiet && b.ok || !r.Available || r.P95 <= 0 {
 		return
 	}
 	m := r.P95
@@ -360,7 +430,7 @@ func (c *Controller) queueLaws(d *Decision, stats map[PortKey]PortStats, stale b
 					mayCut = false
 				}
 			}
-			if why := ps.loop.step(ps.cfg.Target, st.Response, c.dt, c.overloaded, mayCut, prm); why != "" {
+			if why := ps.loop.step(ps.cfg.Target, st, c.dt, c.overloaded, mayCut, prm); why != "" {
 				reasons = append(reasons, fmt.Sprintf("%s: %s", ps.cfg.Key, why))
 			}
 		}

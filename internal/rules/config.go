@@ -212,7 +212,6 @@ const (
 // has no `signals` section, with their thresholds (see docs/config.md).
 func DefaultThresholds() [sampler.NumSignals]float64 {
 	var t [sampler.NumSignals]float64
-	t[sampler.CPUBusy] = 0.85
 	t[sampler.PSICPUSome] = 0.5
 	t[sampler.PSIMemoryFull] = 0.1
 	t[sampler.AcceptQueueFill] = 0.9
