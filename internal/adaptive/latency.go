@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"time"
 )
 
 // ResponseTarget is a port's response-time target: the p95 the law on the
@@ -69,17 +68,17 @@ type PortResponse struct {
 // §3): the pass rate corrected each tick by the error between the target
 // and the measured p95.
 type latencyLoop struct {
-	pass     float64 // share of new connections admitted, MinPassRate..1
-	active   bool    // an overload of the port's queue is on
-	since    float64 // seconds since the overload started
-	prevErr  float64 // normalised error of the previous usable tick
-	errOK    bool
-	sinceCut float64 // seconds since the last tick that lowered pass
-	target   float64 // target in force (seconds), 0 when none
-	served   float64 // requests/s answered on the last over tick: the measured capacity
+	pass      float64 // share of new connections admitted, MinPassRate..1
+	active    bool    // an overload of the port's queue is on
+	since     float64 // seconds since the overload started
+	prevErr   float64 // normalised error of the previous usable tick
+	errOK     bool
+	sinceCut  float64    // seconds since the last tick that lowered pass
+	target    float64    // target in force (seconds), 0 when none
+	served    float64    // requests/s answered on the last over tick: the measured capacity
 	shed      [2]float64 // SYNs dropped in the previous and in this tick
 	returning float64    // smoothed share of shed SYNs retransmitted 1 s later
-	base     baseline
+	base      baseline
 }
 
 // newLatencyLoop returns an idle loop.
@@ -336,66 +335,6 @@ func tgtName(tgt ResponseTarget, l *latencyLoop) string {
 	return fmt.Sprintf("auto from baseline %.3gs", l.base.value)
 }
 
-// baseline is a port's normal p95, learnt for an auto target.
-type baseline struct {
-	value float64 // seconds
-	ok    bool
-	quiet int // consecutive ticks not overloaded
-}
-
-// The baseline's learning rates: fast down, slow up. A p95 below the
-// baseline is the service at its best and teaches at once; one above it
-// (a busier hour) moves it by a twentieth per tick.
-const (
-	baselineDown = 0.5
-	baselineUp   = 0.05
-	// baselineMaxRise is how far above the baseline a tick's p95 may lie
-	// and still teach: beyond it the tick is queueing.
-	baselineMaxRise = 1.5
-	// baselineQuiet is how many ticks must be quiet before one teaches:
-	// the first ticks after an overload still answer requests that
-	// queued during it (Envoy disregards such samples for the same
-	// reason, envoyproxy/envoy#11579).
-	baselineQuiet = 3
-)
-
-// learn updates the baseline from a tick that is not overloaded: the loop
-// idle, the resource law quiet, for baselineQuiet ticks in a row (once a
-// baseline exists), the p95 available, below the target and within
-// baselineMaxRise of the baseline. Never from an overloaded tick: the
-// minimum RTT of Envoy's adaptive concurrency filter climbed with each
-// measurement window under sustained load because it sampled requests
-// that had queued under the load it limits (envoyproxy/envoy#11579) — a
-// baseline learnt from the queue the loop holds would raise its own
-// target without end.
-func (b *baseline) learn(r PortResponse, overloaded bool, target float64, prm *Params) {
-	if overloaded {
-		b.quiet = 0
-		return
-	}
-	if b.quiet++; b.quiet < baselineQuiet && b.ok || !r.Available || r.P95 <= 0 {
-		return
-	}
-	m := r.P95
-	if !b.ok {
-		// No baseline: the first usable tick at or below the initial
-		// target teaches it (a port whose first seconds are already over
-		// it is held at the initial target until a quiet tick).
-		if m <= prm.InitialTarget.Seconds() {
-			b.value, b.ok = m, true
-		}
-		return
-	}
-	if m > target || m > baselineMaxRise*b.value {
-		return
-	}
-	if m < b.value {
-		b.value += baselineDown * (m - b.value)
-	} else {
-		b.value += baselineUp * (m - b.value)
-	}
-}
-
 // queueLaws steps every port's law on its measured queue and adds the
 // loops' state to d. Classes keep their order: a port does not cut while a
 // port of a less protected class is over its own target with room to shed
@@ -442,55 +381,3 @@ func (c *Controller) queueLaws(d *Decision, stats map[PortKey]PortStats, stale b
 	}
 }
 
-// mergeOverload makes one overload of the resource law's and the ports'
-// queue loops: it starts when either starts and ends when both have ended.
-// The resource law's own start and end events inside a merged overload
-// are dropped; the loops' are added.
-func (c *Controller) mergeOverload(d *Decision, loops bool, why string) {
-	was, now := c.merged, c.overloaded || loops
-	if now && !was {
-		c.mergedSince, c.mergedEvent = d.At, d.At
-	}
-	evs := d.Events[:0]
-	started, ended := false, false
-	for _, ev := range d.Events {
-		switch {
-		case ev.Kind == EventOverloadStart && was:
-			continue
-		case ev.Kind == EventOverloadEnd && now:
-			continue
-		case ev.Kind == EventOverloadStart:
-			started = true
-		case ev.Kind == EventOverloadEnd:
-			ended = true
-		case ev.Kind == EventOverloadContinue:
-			c.mergedEvent = d.At
-		}
-		ev.OverloadSince = c.mergedSince
-		evs = append(evs, ev)
-	}
-	d.Events = evs
-	ev := Event{At: d.At, Pressure: d.Pressure, DropProbability: c.p, Signals: d.Signals, OverloadSince: c.mergedSince}
-	switch {
-	case now && !was && !started:
-		ev.Kind, ev.Reason = EventOverloadStart, why
-		d.Events = append(d.Events, ev)
-	case was && !now && !ended:
-		ev.Kind = EventOverloadEnd
-		ev.Reason = fmt.Sprintf("response times back under their targets: drop probability back to 0 after %s", d.At.Sub(c.mergedSince).Round(time.Millisecond))
-		d.Events = append(d.Events, ev)
-	case now && !c.overloaded && d.At.Sub(c.mergedEvent) >= c.cfg.Params.ContinueEvery:
-		c.mergedEvent = d.At
-		ev.Kind = EventOverloadContinue
-		ev.Reason = fmt.Sprintf("%s: overloaded for %s", why, d.At.Sub(c.mergedSince).Round(time.Millisecond))
-		d.Events = append(d.Events, ev)
-	}
-	c.merged = now
-	d.Overloaded = now
-	d.OverloadSince = time.Time{}
-	if now {
-		d.OverloadSince = c.mergedSince
-	} else {
-		c.mergedSince = time.Time{}
-	}
-}
