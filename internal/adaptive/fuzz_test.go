@@ -146,7 +146,15 @@ func fuzzStats(f *fuzzBytes, ports []PortConfig) map[PortKey]PortStats {
 		}
 		n := pick(&fuzzBytes{b: []byte{b / 5}}, uint64(0), 1, 1000, math.MaxUint64, 1<<53+1)
 		r := pick(&fuzzBytes{b: []byte{b / 25}}, uint64(0), n/2, n, n+1, math.MaxUint64)
-		stats[pc.Key] = PortStats{New: n, Retransmits: r}
+		st := PortStats{New: n, Retransmits: r, Dropped: pick(&fuzzBytes{b: []byte{b / 7}}, uint64(0), n/3, n, n+1)}
+		if rb := f.next(); rb%3 != 0 {
+			st.Response = PortResponse{Available: rb%3 == 1, Samples: uint64(rb),
+				P95:       pick(&fuzzBytes{b: []byte{rb / 3}}, 0.01, 0.2, 0, 5, math.NaN(), -1, math.Inf(1), 1e-300),
+				Requests:  pick(&fuzzBytes{b: []byte{rb / 9}}, 100.0, 0, 1e9, math.NaN(), -5),
+				Responses: pick(&fuzzBytes{b: []byte{rb / 27}}, 100.0, 0, 1e-9, math.Inf(1)),
+				Inflight:  pick(&fuzzBytes{b: []byte{rb / 81}}, 3.0, 0, 1e6, -1)}
+		}
+		stats[pc.Key] = st
 	}
 	return stats
 }
@@ -214,7 +222,10 @@ func (k *fuzzChecker) checkDecision(d Decision, c *Controller, onset bool) {
 		t.Fatalf("%s: %d port decisions for %d ports", where, len(d.Ports), len(k.cfg.Ports))
 	}
 	for i, pd := range d.Ports {
-		if pd.Key != k.cfg.Ports[i].Key || pd.DropProbability != d.Classes[pd.Class] || !finite(pd.Demand) || pd.Demand < 0 {
+		if !finite(pd.QueueP) || pd.QueueP < 0 || pd.QueueP > bound+eps || !finite(pd.ResponseTarget) || pd.ResponseTarget < 0 {
+			t.Fatalf("%s: port %d queue law %+v", where, i, pd)
+		}
+		if pd.Key != k.cfg.Ports[i].Key || pd.DropProbability != math.Max(d.Classes[pd.Class], pd.QueueP) || !finite(pd.Demand) || pd.Demand < 0 {
 			t.Fatalf("%s: port %d decision %+v (classes %s)", where, i, pd, ClassSummary(d.Classes))
 		}
 	}

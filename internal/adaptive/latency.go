@@ -123,7 +123,8 @@ func (l *latencyLoop) targetFor(tgt ResponseTarget, prm *Params) float64 {
 // since the last cut (the SYNs just shed come back 1 s later: they are
 // demand that has not gone away).
 func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOver, mayCut bool, prm *Params) string {
-	r := st.Response
+	r := sanitize(st.Response)
+	st.Response = r
 	// The SYNs shed in the last two ticks come back as retransmits within
 	// the next two (1 s later): demand that has not gone away.
 	// The share of them that does (retrying clients: most; clients that
@@ -320,6 +321,22 @@ const queueCutMin = 0.5
 // maxLatencyCut2 bounds the measured queue's cut per tick.
 const maxLatencyCut2 = 0.9
 
+// sanitize treats a response measurement with a p95 that is not a finite
+// positive number as unavailable, and counts that are not finite and ≥ 0
+// as unknown (0): a broken source holds the loop, never drives it to NaN.
+func sanitize(r PortResponse) PortResponse {
+	ok := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) && x >= 0 }
+	if !ok(r.P95) || r.P95 <= 0 {
+		r.Available, r.P95 = false, 0
+	}
+	for _, x := range []*float64{&r.Requests, &r.Responses, &r.Inflight} {
+		if !ok(*x) {
+			*x = 0
+		}
+	}
+	return r
+}
+
 // maxLatencyCut bounds the share of the pass rate one tick removes: a wild
 // sample halves what passes at most.
 const maxLatencyCut = 0.5
@@ -346,7 +363,7 @@ func (c *Controller) queueLaws(d *Decision, stats map[PortKey]PortStats, stale b
 	for i := range c.ports {
 		ps := &c.ports[i]
 		st, ok := stats[ps.cfg.Key]
-		if !ok || stale || !ps.cfg.Target.On() || !st.Response.Available {
+		if st.Response = sanitize(st.Response); !ok || stale || !ps.cfg.Target.On() || !st.Response.Available {
 			continue
 		}
 		if T := ps.loop.targetFor(ps.cfg.Target, prm); T > 0 && st.Response.P95 > T && ps.loop.pass > prm.MinPassRate+1e-9 {
@@ -380,4 +397,3 @@ func (c *Controller) queueLaws(d *Decision, stats map[PortKey]PortStats, stale b
 		d.Reason = strings.Join(reasons, "; ") + "; " + d.Reason
 	}
 }
-
