@@ -59,7 +59,11 @@ func (d *Daemon) tick() {
 			}
 			dl := counterDelta(cur, d.prev.Ports[loaderKey(p.key)])
 			deltas[p.key] = dl
-			stats[p.key] = portStats(dl)
+			ps := portStats(dl)
+			if pr, ok := resp[p.key]; ok {
+				ps.Response = portResponse(pr, d.dp.ResponseSample(), snap.Interval)
+			}
+			stats[p.key] = ps
 		}
 		d.prev = st
 	}
@@ -90,6 +94,17 @@ func (d *Daemon) tick() {
 // the ticks and the onset check alike.
 func portStats(dl loader.Counters) adaptive.PortStats {
 	return adaptive.PortStats{New: dl.NewConns, Retransmits: dl.SYNRetransmits, Dropped: dl.Dropped, Rejected: dl.Rejected}
+}
+
+// portResponse is what the controller reads of a port's response timing:
+// its p95 when available, the samples and the requests of the tick.
+func portResponse(pr resptime.Port, sample uint32, interval time.Duration) adaptive.PortResponse {
+	r := adaptive.PortResponse{Available: pr.Available, Samples: pr.Samples, Requests: pr.RequestsPerS * interval.Seconds(),
+		Responses: float64(pr.Samples) * float64(max(sample, 1)), Inflight: pr.Inflight}
+	if pr.Available {
+		r.P95 = pr.P95
+	}
+	return r
 }
 
 // counterDelta returns cur − prev field by field; a counter that went

@@ -38,6 +38,9 @@ type Config struct {
 	Cgroup string
 	// Controller holds the control-law parameters.
 	Controller adaptive.Params
+	// ResponseTarget is every port's response-time target unless the port
+	// sets its own (controller.response_target, default auto).
+	ResponseTarget adaptive.ResponseTarget
 	// PortsAuto is true for `ports: auto`: the daemon protects every TCP port
 	// with a listener on a non-loopback address, as class normal.
 	PortsAuto bool
@@ -85,6 +88,10 @@ type Port struct {
 	// otherwise the port uses action.kind.
 	Action    Action
 	HasAction bool
+	// Target is the port's own response-time target when HasTarget is
+	// set (off included); otherwise controller.response_target.
+	Target    adaptive.ResponseTarget
+	HasTarget bool
 }
 
 // EffectiveAction returns the port's action: its own if set, else global.
@@ -205,7 +212,6 @@ const (
 // has no `signals` section, with their thresholds (see docs/config.md).
 func DefaultThresholds() [sampler.NumSignals]float64 {
 	var t [sampler.NumSignals]float64
-	t[sampler.CPUBusy] = 0.85
 	t[sampler.PSICPUSome] = 0.5
 	t[sampler.PSIMemoryFull] = 0.1
 	t[sampler.AcceptQueueFill] = 0.9
@@ -225,6 +231,7 @@ func defaults() *Config {
 		Interval:       DefaultInterval,
 		Thresholds:     DefaultThresholds(),
 		Controller:     adaptive.DefaultParams(),
+		ResponseTarget: adaptive.ResponseTarget{Auto: true},
 		PortsAuto:      true,
 		Exceptions:     Exceptions{Management: DefaultManagementPorts()},
 		Action:         ActionConfig{Kind: ActionDrop, RejectRate: DefaultRejectRate},
@@ -260,7 +267,10 @@ func (c *Config) PortConfigs() []adaptive.PortConfig {
 	}
 	out := make([]adaptive.PortConfig, len(c.Ports))
 	for i, p := range c.Ports {
-		out[i] = adaptive.PortConfig{Key: p.Key(), Class: p.Class}
+		out[i] = adaptive.PortConfig{Key: p.Key(), Class: p.Class, Target: c.ResponseTarget}
+		if p.HasTarget {
+			out[i].Target = p.Target
+		}
 	}
 	return out
 }
@@ -272,11 +282,25 @@ func (c *Config) ControllerConfig(ports []adaptive.PortConfig) adaptive.Config {
 	if ports == nil {
 		ports = c.PortConfigs()
 	}
+	ports = append([]adaptive.PortConfig(nil), ports...)
+	// Resolved ports (ports: auto) take the global target; configured
+	// ones their own.
+	own := make(map[adaptive.PortKey]Port, len(c.Ports))
+	for _, p := range c.Ports {
+		own[p.Key()] = p
+	}
+	for i := range ports {
+		if p, ok := own[ports[i].Key]; ok && p.HasTarget {
+			ports[i].Target = p.Target
+		} else {
+			ports[i].Target = c.ResponseTarget
+		}
+	}
 	return adaptive.Config{
 		Interval:   c.Interval,
 		Thresholds: c.Thresholds,
 		Params:     c.Controller,
-		Ports:      append([]adaptive.PortConfig(nil), ports...),
+		Ports:      ports,
 	}
 }
 

@@ -500,8 +500,8 @@ func (d *decoder) duration(n *yaml.Node, field string) (time.Duration, bool) {
 // The keys of each section, in documentation order.
 var (
 	rootKeys       = []string{"mode", "interfaces", "attach", "interval", "signals", "cgroup", "controller", "ports", "exceptions", "action", "heartbeat", "metrics", "admin", "decision_log", "datapath", "lb"}
-	controllerKeys = []string{"ki", "kp", "activation_ticks", "smoothing", "cooldown_ticks", "hysteresis", "saturation_boost", "max_step", "recovery_step", "min_pass_rate", "corroboration_ratio", "demand_smoothing", "continue_every", "record_change", "onset_interval", "onset_ratio"}
-	portKeys       = []string{"port", "proto", "class", "mode", "action"}
+	controllerKeys = []string{"ki", "kp", "activation_ticks", "smoothing", "cooldown_ticks", "hysteresis", "saturation_boost", "max_step", "recovery_step", "min_pass_rate", "corroboration_ratio", "demand_smoothing", "continue_every", "record_change", "onset_interval", "onset_ratio", "response_target", "target_factor", "initial_target", "response_cooldown", "latency_kp", "latency_ki"}
+	portKeys       = []string{"port", "proto", "class", "mode", "action", "response_target"}
 	exceptionKeys  = []string{"ports", "sources", "management"}
 	exPortKeys     = []string{"port", "proto"}
 	actionKeys     = []string{"kind", "dscp", "fwmark", "reject_rate", "reject_burst"}
@@ -543,7 +543,7 @@ func (d *decoder) root(n *yaml.Node, cfg *Config) {
 				cfg.Cgroup = s
 			}
 		case "controller":
-			d.controller(v, field, &cfg.Controller)
+			d.controller(v, field, cfg)
 		case "ports":
 			d.ports(v, field, cfg)
 		case "exceptions":
@@ -658,9 +658,22 @@ func (d *decoder) signals(n *yaml.Node, path string, cfg *Config) {
 }
 
 // controller decodes the controller parameters.
-func (d *decoder) controller(n *yaml.Node, path string, p *adaptive.Params) {
+func (d *decoder) controller(n *yaml.Node, path string, cfg *Config) {
+	p := &cfg.Controller
 	d.mapping(n, path, controllerKeys, func(key string, v *yaml.Node, field string) {
 		switch key {
+		case "response_target":
+			if t, ok := d.responseTarget(v, field); ok {
+				cfg.ResponseTarget = t
+			}
+		case "initial_target", "response_cooldown":
+			if dur, ok := d.duration(v, field); ok {
+				if key == "initial_target" {
+					p.InitialTarget = dur
+				} else {
+					p.ResponseCooldown = dur
+				}
+			}
 		case "activation_ticks", "cooldown_ticks":
 			// The documented range, not the int's: "must be 0..1000" tells
 			// the user what fits, "-2147483648..2147483647" does not.
@@ -722,6 +735,12 @@ func paramField(p *adaptive.Params, key string) *float64 {
 		return &p.RecordChange
 	case "onset_ratio":
 		return &p.OnsetRatio
+	case "target_factor":
+		return &p.TargetFactor
+	case "latency_kp":
+		return &p.LatencyKp
+	case "latency_ki":
+		return &p.LatencyKi
 	}
 	panic("rules: no float parameter " + key)
 }
@@ -797,6 +816,10 @@ func (d *decoder) ports(n *yaml.Node, path string, cfg *Config) {
 					p.Action, _ = ParseAction(s)
 					p.HasAction = true
 				}
+			case "response_target":
+				if p.Target, good = d.responseTarget(v, f); good {
+					p.HasTarget = true
+				}
 			}
 			ok = ok && good
 		})
@@ -809,6 +832,40 @@ func (d *decoder) ports(n *yaml.Node, path string, cfg *Config) {
 			d.portPaths = append(d.portPaths, field)
 		}
 	})
+}
+
+// responseTarget decodes a response-time target: auto, off, a duration
+// (50ms) or seconds (0.05), in (0, 30s].
+func (d *decoder) responseTarget(n *yaml.Node, field string) (adaptive.ResponseTarget, bool) {
+	r := resolve(n)
+	if r.Kind == yaml.ScalarNode && r.Tag == "!!str" {
+		switch r.Value {
+		case "auto":
+			return adaptive.ResponseTarget{Auto: true}, true
+		case "off":
+			return adaptive.ResponseTarget{}, true
+		}
+		dur, ok := d.duration(r, field)
+		if !ok {
+			d.problems[len(d.problems)-1].Hint = "write auto, off, or a duration such as 50ms"
+			return adaptive.ResponseTarget{}, false
+		}
+		return d.targetSeconds(r, field, dur.Seconds())
+	}
+	x, ok := d.number(r, field)
+	if !ok {
+		return adaptive.ResponseTarget{}, false
+	}
+	return d.targetSeconds(r, field, x)
+}
+
+// targetSeconds checks a fixed target's range.
+func (d *decoder) targetSeconds(n *yaml.Node, field string, x float64) (adaptive.ResponseTarget, bool) {
+	if !(x > 0 && x <= adaptive.MaxResponseTarget) {
+		d.add(n, field, fmt.Sprintf("response target %v s is out of range: must be in (0, 30s]", x), "write auto, off, or a duration such as 50ms")
+		return adaptive.ResponseTarget{}, false
+	}
+	return adaptive.ResponseTarget{Seconds: x}, true
 }
 
 // portShorthandHint answers a bare port number in a port list

@@ -162,12 +162,14 @@ func TestValidFull(t *testing.T) {
 		Controller: adaptive.Params{Ki: 0.4, Kp: 0.2, ActivationTicks: 3, Smoothing: 0.6, Cooldown: 8, Hysteresis: 0.1,
 			SaturationBoost: 1.5, MaxStep: 0.2, RecoveryStep: 0.02, MinPassRate: 0.2, CorroborationRatio: 0.6,
 			DemandSmoothing: 0.3, ContinueEvery: 30 * time.Second, RecordChange: 0.02,
-			OnsetInterval: 50 * time.Millisecond, OnsetRatio: 2},
+			OnsetInterval: 50 * time.Millisecond, OnsetRatio: 2,
+			TargetFactor: 4, InitialTarget: 200 * time.Millisecond, ResponseCooldown: 2 * time.Second, LatencyKp: 0.4, LatencyKi: 0.3},
+		ResponseTarget: adaptive.ResponseTarget{Seconds: 0.08},
 		Ports: []Port{
 			{Port: 443, Proto: adaptive.ProtoTCP, Class: adaptive.ClassCritical, Override: ModeEnforce},
-			{Port: 80, Proto: adaptive.ProtoTCP, Class: adaptive.ClassNormal},
+			{Port: 80, Proto: adaptive.ProtoTCP, Class: adaptive.ClassNormal, Target: adaptive.ResponseTarget{Auto: true}, HasTarget: true},
 			{Port: 8080, Proto: adaptive.ProtoTCP, Class: adaptive.ClassBestEffort, Override: ModeObserve},
-			{Port: 53, Proto: adaptive.ProtoUDP, Class: adaptive.ClassNormal},
+			{Port: 53, Proto: adaptive.ProtoUDP, Class: adaptive.ClassNormal, HasTarget: true},
 		},
 		Exceptions: Exceptions{
 			Ports: []adaptive.PortKey{{Proto: adaptive.ProtoTCP, Port: 22}, {Proto: adaptive.ProtoTCP, Port: 9100}},
@@ -336,8 +338,8 @@ func TestPatch(t *testing.T) {
 		{"unknown key", base, "controler: {ki: 1}", nil, `patch:1: controler: unknown key (did you mean "controller"?)`},
 		// A conflict names both places, each with its own file: "line 29"
 		// alone read as line 29 of the patch.
-		{"conflict with the file", base, "exceptions: {ports: [{port: 443, proto: tcp}]}", nil, "patch:1: exceptions.ports[0]: tcp/443 is both protected (ports[0], testdata/valid-full.yaml:33)"},
-		{"patch protects a port the file exempts", base, "ports: [{port: 22}]", nil, "testdata/valid-full.yaml:39: exceptions.ports[0]: tcp/22 is both protected (ports[0], patch:1) and exempt"},
+		{"conflict with the file", base, "exceptions: {ports: [{port: 443, proto: tcp}]}", nil, "patch:1: exceptions.ports[0]: tcp/443 is both protected (ports[0], testdata/valid-full.yaml:39)"},
+		{"patch protects a port the file exempts", base, "ports: [{port: 22}]", nil, "testdata/valid-full.yaml:45: exceptions.ports[0]: tcp/22 is both protected (ports[0], patch:1) and exempt"},
 		{"null resets the port list to auto", base, "ports: null", func(t *testing.T, c *Config) {
 			if !c.PortsAuto || c.Ports != nil {
 				t.Errorf("ports auto %v, %v", c.PortsAuto, c.Ports)
@@ -407,7 +409,7 @@ func TestControllerAndSamplerConfig(t *testing.T) {
 	}
 	ac := c.ControllerConfig(nil)
 	if ac.Interval != 250*time.Millisecond || ac.Thresholds != c.Thresholds || ac.Params != c.Controller || len(ac.Ports) != 4 ||
-		ac.Ports[0] != (adaptive.PortConfig{Key: adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: 443}, Class: adaptive.ClassCritical}) {
+		ac.Ports[0] != (adaptive.PortConfig{Key: adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: 443}, Class: adaptive.ClassCritical, Target: c.ResponseTarget}) {
 		t.Errorf("controller config %+v", ac)
 	}
 	if _, err := adaptive.New(ac); err != nil {
@@ -559,7 +561,7 @@ func TestPatchOriginsBounded(t *testing.T) {
 	}
 	// Problems still name the right file after many patches.
 	_, _, err = c.Patch([]byte("exceptions: {ports: [{port: 443}]}"), "patch")
-	if err == nil || !strings.Contains(err.Error(), "patch:1: exceptions.ports[0]: tcp/443 is both protected (ports[0], testdata/valid-full.yaml:33)") {
+	if err == nil || !strings.Contains(err.Error(), "patch:1: exceptions.ports[0]: tcp/443 is both protected (ports[0], testdata/valid-full.yaml:39)") {
 		t.Errorf("error %v", err)
 	}
 }

@@ -60,6 +60,9 @@ var paramRanges = []paramRange{
 	{key: "demand_smoothing", lo: 0, hi: 1, loOpen: true},
 	{key: "record_change", lo: 0, hi: 1, loOpen: true},
 	{key: "onset_ratio", lo: 1.1, hi: 10},
+	{key: "latency_kp", lo: 0, hi: 4},
+	{key: "latency_ki", lo: 0, hi: 2, loOpen: true},
+	{key: "target_factor", lo: 1.2, hi: 20},
 }
 
 // contains reports whether x lies in the range.
@@ -149,6 +152,12 @@ func (d *decoder) validate(c *Config) {
 	if iv := p.OnsetInterval; iv != 0 && (iv < adaptive.MinOnsetInterval || iv > adaptive.MaxOnsetInterval) {
 		d.addAt("controller.onset_interval", fmt.Sprintf("%v is outside [%v, %v]", iv, adaptive.MinOnsetInterval, adaptive.MaxOnsetInterval),
 			"0 turns the onset check off; 50ms is the default")
+	}
+	if it := p.InitialTarget; it < time.Millisecond || it > 30*time.Second {
+		d.addAt("controller.initial_target", fmt.Sprintf("%v is outside [1ms, 30s]", it), "100ms is the default")
+	}
+	if rc := p.ResponseCooldown; rc < 0 || rc > 30*time.Second {
+		d.addAt("controller.response_cooldown", fmt.Sprintf("%v is outside [0, 30s]", rc), "1s, the first SYN retransmit, is the default")
 	}
 	if p.ContinueEvery < time.Second {
 		d.addAt("controller.continue_every", fmt.Sprintf("%v is below 1s", p.ContinueEvery), "overload_continue is meant for people reading the log; 10s is the default")
