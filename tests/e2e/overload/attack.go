@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
@@ -34,8 +35,17 @@ type AttackConfig struct {
 	// HealthRate is the health checks per second for the whole attack
 	// (0: none).
 	HealthRate float64
-	// Timeout bounds each request, connect included.
+	// Timeout bounds each request, connect included (open-retry: the
+	// answer once connected).
 	Timeout time.Duration
+	// Clients is how the clients behave: ClientsOpenGiveUp ("" too),
+	// ClientsOpenRetry or ClientsClosedPool.
+	Clients Clients
+	// ConnectTimeout bounds a connect of ClientsOpenRetry, the time the
+	// kernel retransmits its SYN.
+	ConnectTimeout time.Duration
+	// Pool is the number of blocking clients of ClientsClosedPool.
+	Pool int
 	// Phases are played one after the other.
 	Phases []Phase
 }
@@ -44,7 +54,8 @@ type AttackConfig struct {
 const (
 	outcomeOK      = "ok"      // 200 within the timeout
 	outcomeTimeout = "timeout" // no answer within the timeout (a dropped SYN, a queue too long)
-	outcomeError   = "error"   // refused, reset or another non-HTTP failure
+	outcomeRefused = "refused" // connect answered with a reset (ECONNREFUSED): a rejected SYN
+	outcomeError   = "error"   // reset or another non-HTTP failure
 	// Any other HTTP status is "http<code>", e.g. http429.
 )
 
@@ -147,7 +158,23 @@ func RunAttack(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 	}()
 	lines := out
 
+	timeout := cfg.Timeout
 	dialer := &net.Dialer{Timeout: cfg.Timeout}
+	switch cfg.Clients {
+	case ClientsOpenGiveUp, "":
+	case ClientsOpenRetry:
+		if cfg.ConnectTimeout <= 0 {
+			return errors.New("attack: open-retry clients need a connect timeout")
+		}
+		dialer.Timeout = cfg.ConnectTimeout
+		timeout = cfg.ConnectTimeout + cfg.Timeout
+	case ClientsClosedPool:
+		if cfg.Pool <= 0 {
+			return errors.New("attack: closed-pool clients need a pool size")
+		}
+	default:
+		return fmt.Errorf("attack: unknown clients %q (have open-giveup, open-retry, closed-pool)", cfg.Clients)
+	}
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		t0 := time.Now()
 		c, err := dialer.DialContext(ctx, network, addr)
@@ -157,11 +184,12 @@ func RunAttack(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 	newAttacker := func(dial func(context.Context, string, string) (net.Conn, error)) *vegeta.Attacker {
 		tr := &http.Transport{DialContext: dial, DisableKeepAlives: true, MaxIdleConnsPerHost: -1}
 		return vegeta.NewAttacker(
-			vegeta.Client(&http.Client{Transport: tr, Timeout: cfg.Timeout}),
+			vegeta.Client(&http.Client{Transport: tr, Timeout: timeout}),
 			vegeta.Workers(64), vegeta.MaxWorkers(20000), vegeta.Redirects(vegeta.NoFollow))
 	}
 	work := newAttacker(dial)
-	health := newAttacker(dialer.DialContext)
+	// Health checks are what a load balancer sends: a 1 s budget.
+	health := newAttacker((&net.Dialer{Timeout: cfg.Timeout}).DialContext)
 
 	start := time.Now()
 	lines.printf("start %d\n", start.UnixNano())
@@ -180,7 +208,14 @@ func RunAttack(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 		}
 	}
 	attacks.Add(1)
-	go attack(work, cfg.Target, pacer, "a")
+	if cfg.Clients == ClientsClosedPool {
+		go func() {
+			defer attacks.Done()
+			runClosedPool(ctx, cfg, pacer, start, lines)
+		}()
+	} else {
+		go attack(work, cfg.Target, pacer, "a")
+	}
 	if cfg.HealthRate > 0 {
 		attacks.Add(1)
 		go attack(health, cfg.Health, vegeta.ConstantPacer{Freq: int(math.Round(cfg.HealthRate)), Per: time.Second}, "h")
@@ -204,6 +239,8 @@ func outcome(r *vegeta.Result) string {
 		return fmt.Sprintf("http%d", r.Code)
 	case isTimeoutText(r.Error):
 		return outcomeTimeout
+	case strings.Contains(r.Error, "connection refused"):
+		return outcomeRefused
 	default:
 		return outcomeError
 	}
@@ -218,6 +255,8 @@ func classifyErr(err error) string {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
 		errors.As(err, &ne) && ne.Timeout(), errors.Is(err, os.ErrDeadlineExceeded):
 		return outcomeTimeout
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return outcomeRefused
 	default:
 		return outcomeError
 	}
@@ -257,4 +296,92 @@ func (l *lineWriter) close() {
 	defer l.mu.Unlock()
 	l.w.Flush()
 	l.closed = true
+}
+
+// runClosedPool plays the phases with cfg.Pool blocking clients, each a
+// thread of an application that connects, sends one request, waits for the
+// whole answer or cfg.Timeout (connect included), closes, and repeats at
+// its share of the schedule: client i takes requests i, i+Pool, i+2·Pool …
+// of the pacer's schedule. A client still busy when its next requests fall
+// due skips all but the latest of them and starts at once (no catch-up
+// burst), as a rate-limited benchmark client does (pgbench --rate,
+// sysbench --rate): demand it cannot send while blocked is lost, which is
+// what a blocked connect costs such an application.
+func runClosedPool(ctx context.Context, cfg AttackConfig, pacer phasePacer, start time.Time, lines *lineWriter) {
+	host := strings.TrimPrefix(strings.TrimPrefix(cfg.Target, "http://"), "https://")
+	addr, path, _ := strings.Cut(host, "/")
+	req := []byte("GET /" + path + " HTTP/1.1\r\nHost: " + addr + "\r\nUser-Agent: olcd-overload-closed-pool\r\nConnection: close\r\n\r\n")
+	var wg sync.WaitGroup
+	for i := range cfg.Pool {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for slot := i; ; slot += cfg.Pool {
+				due, ok := pacer.timeOf(float64(slot + 1))
+				if !ok {
+					return
+				}
+				el := time.Since(start)
+				if el < due {
+					t := time.NewTimer(due - el)
+					select {
+					case <-ctx.Done():
+						t.Stop()
+						return
+					case <-t.C:
+					}
+				} else {
+					// Late: skip the slots that are past but the latest.
+					for {
+						next, ok := pacer.timeOf(float64(slot + cfg.Pool + 1))
+						if !ok || next > el {
+							break
+						}
+						slot += cfg.Pool
+					}
+				}
+				if ctx.Err() != nil {
+					return
+				}
+				t0 := time.Now()
+				dialDur, dialOut, out := transact(ctx, addr, req, cfg.Timeout)
+				lines.printf("d %d %d %s\n", t0.UnixNano(), dialDur.Nanoseconds(), dialOut)
+				lines.printf("r a %d %d %s\n", t0.UnixNano(), time.Since(t0).Nanoseconds(), out)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// transact is one request of a closed-pool client on its own connection:
+// connect, write req, read the answer to its end, all within timeout. It
+// returns the connect's duration and outcome and the request's outcome.
+func transact(ctx context.Context, addr string, req []byte, timeout time.Duration) (time.Duration, string, string) {
+	deadline := time.Now().Add(timeout)
+	t0 := time.Now()
+	c, err := (&net.Dialer{Deadline: deadline}).DialContext(ctx, "tcp", addr)
+	dialDur, dialOut := time.Since(t0), classifyErr(err)
+	if err != nil {
+		return dialDur, dialOut, dialOut
+	}
+	defer c.Close()
+	_ = c.SetDeadline(deadline)
+	if _, err := c.Write(req); err != nil {
+		return dialDur, dialOut, classifyErr(err)
+	}
+	resp, err := io.ReadAll(c)
+	if err != nil {
+		return dialDur, dialOut, classifyErr(err)
+	}
+	// "HTTP/1.1 200 OK"
+	status, _, _ := strings.Cut(string(resp[:min(len(resp), 32)]), "\r\n")
+	f := strings.Fields(status)
+	switch {
+	case len(f) < 2 || !strings.HasPrefix(f[0], "HTTP/"):
+		return dialDur, dialOut, outcomeError
+	case f[1] == "200":
+		return dialDur, dialOut, outcomeOK
+	default:
+		return dialDur, dialOut, "http" + f[1]
+	}
 }
