@@ -563,7 +563,8 @@ int olcd_xdp(struct xdp_md *ctx)
 
 /*
  * TC ingress, direct action. Passing returns TC_ACT_UNSPEC so that the next
- * tcx program or cls_bpf filter still runs: olcd only ever takes packets away.
+ * tcx program or cls_bpf filter still runs: olcd only ever takes packets
+ * away, or answers a shed SYN in its place (reject.h).
  */
 SEC("tc")
 int olcd_tc(struct __sk_buff *skb)

@@ -259,3 +259,32 @@ func TestCapPorts(t *testing.T) {
 		}
 	}
 }
+
+// TestPortActions: each port gets its own action (ports[].action over
+// action.kind), shown in the status, and a reload that changes one applies
+// it with the rate limit.
+func TestPortActions(t *testing.T) {
+	cfg := "mode: enforce\ninterfaces: [olcdtest0]\naction: {kind: drop, reject_rate: 100}\nports:\n" +
+		"  - {port: 8080, action: reject}\n  - {port: 8081}\n"
+	d := startTestDaemon(t, cfg)
+	actions := func() map[uint16]string {
+		d.publish()
+		out := map[uint16]string{}
+		for _, p := range d.Status().Ports {
+			out[p.Port] = p.Action
+		}
+		return out
+	}
+	if got := actions(); got[8080] != "reject" || got[8081] != "drop" {
+		t.Errorf("actions %v, want 8080 reject, 8081 drop", got)
+	}
+	d.write(t, strings.Replace(cfg, "kind: drop", "kind: reject", 1))
+	if err := d.reload("test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := actions(); got[8080] != "reject" || got[8081] != "reject" {
+		t.Errorf("after reload actions %v, want both reject", got)
+	}
+	d.tick()
+	d.noErrorsLogged(t)
+}

@@ -62,8 +62,10 @@ func destOpts(next uint8) []byte { return []byte{next, 0, 1, 4, 0, 0, 0, 0} }
 // programs and decodes the reply with gopacket: a RST|ACK from the SYN's
 // destination to its source (MACs, addresses and ports swapped), seq 0,
 // ack ISN+1, no options, no payload, IPv4 and TCP checksums right, VLAN
-// tags kept, IPv6 extension headers and IPv4 options gone; the verdict is
-// XDP_TX or a redirect. Each answered SYN counts as dropped and rejected.
+// tags kept, IPv6 extension headers and IPv4 options gone (at XDP the
+// frame keeps its length: the rest is padding after the IP packet, which
+// the decoder, like every receiver, leaves out); the verdict is XDP_TX or
+// a redirect. Each answered SYN counts as dropped and rejected.
 func TestRejectReply(t *testing.T) {
 	d := rejectDatapath(t, Config{})
 	cases := []struct {
@@ -93,7 +95,7 @@ func TestRejectReply(t *testing.T) {
 				if ret != want {
 					t.Fatalf("%s returned %d, want %d", h, ret, want)
 				}
-				checkRST(t, c.frame, out, c.vlans, c.ipv6)
+				checkRST(t, c.frame, out, c.vlans, c.ipv6, h == hookXDP)
 				delta := stats(t, d).Ports[PortKey{ProtoTCP, portReject}].sub(before)
 				delta.SYNRetransmits = 0
 				if wantD := (Counters{NewConns: 1, Dropped: 1, Rejected: 1}); delta != wantD {
@@ -104,15 +106,20 @@ func TestRejectReply(t *testing.T) {
 	}
 }
 
-// checkRST decodes reply and checks it answers syn.
-func checkRST(t *testing.T, syn, reply []byte, vlans []uint16, ipv6 bool) {
+// checkRST decodes reply and checks it answers syn. padded: the reply
+// keeps the SYN's frame length (XDP), the SYN's bytes after the reply's
+// IP packet left as link-layer padding; else it ends with its TCP header.
+func checkRST(t *testing.T, syn, reply []byte, vlans []uint16, ipv6, padded bool) {
 	t.Helper()
 	l3 := 14 + 4*len(vlans)
 	wantLen := l3 + 20 + 20
 	if ipv6 {
 		wantLen = l3 + 40 + 20
 	}
-	if len(reply) != wantLen {
+	switch {
+	case padded && (len(reply) != len(syn) || !bytes.Equal(reply[wantLen:], syn[wantLen:])):
+		t.Fatalf("reply is %d bytes, want the SYN's %d with its bytes after %d unchanged: % x", len(reply), len(syn), wantLen, reply)
+	case !padded && len(reply) != wantLen:
 		t.Fatalf("reply is %d bytes, want %d: % x", len(reply), wantLen, reply)
 	}
 	p := gopacket.NewPacket(reply, layers.LayerTypeEthernet, gopacket.Default)

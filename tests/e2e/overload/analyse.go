@@ -36,15 +36,17 @@ type PhaseResult struct {
 	Successes int `json:"successes"`
 	// Rejected counts HTTP 429 answers (in-app limiter), part of Errors.
 	Rejected int `json:"rejected"`
-	// Refused counts requests whose connect was refused (ECONNREFUSED: a
-	// SYN answered with a reset, action reject), part of Errors.
-	Refused int `json:"refused"`
-	// ConnectMeanMs is the mean time a work connect took, successful or
-	// not, in milliseconds: how long a client was blocked in connect().
-	ConnectMeanMs float64 `json:"connect_mean_ms"`
+
 	// ConnectTimeouts counts connects that timed out (dropped SYNs, full
 	// accept queues), part of Timeouts.
 	ConnectTimeouts int `json:"connect_timeouts"`
+	// ConnectRefused counts connects that failed at once with
+	// ECONNREFUSED (a reset: the reject action), part of Errors.
+	ConnectRefused int `json:"connect_refused"`
+	// MeanConnectMs is the mean time a work request's client spent in
+	// connect(), whatever its outcome, in milliseconds: the time a pool
+	// slot or thread is blocked before it has a connection or an error.
+	MeanConnectMs float64 `json:"mean_connect_ms"`
 	// WouldDropRatio is olcd's would-drop ÷ SYNs seen (observe mode).
 	WouldDropRatio float64 `json:"would_drop_ratio"`
 	// MeanP is olcd's mean drop probability over the phase.
@@ -166,12 +168,12 @@ type Summary struct {
 	// WindowsOK is the share of the 1 s windows from +SettleTime whose
 	// goodput is at least 0.8 × their mean: 1 without a limit cycle.
 	WindowsOK float64 `json:"windows_ok"`
-	// ConnectMeanMs is the mean time in connect() over the phase.
-	ConnectMeanMs float64 `json:"connect_mean_ms"`
-	// Refused and Timeouts count the phase's refused connects and
+	// MeanConnectMs is the mean time in connect() over the phase.
+	MeanConnectMs float64 `json:"mean_connect_ms"`
+	// ConnectRefused and Timeouts count the phase's refused connects and
 	// timed-out requests.
-	Refused  int `json:"refused"`
-	Timeouts int `json:"timeouts"`
+	ConnectRefused int `json:"connect_refused"`
+	Timeouts       int `json:"timeouts"`
 	// HealthOK and HealthTotal count the health checks of the whole run.
 	HealthOK    int `json:"health_ok"`
 	HealthTotal int `json:"health_total"`
@@ -189,7 +191,7 @@ func (r *RunResult) summarise(name string, c float64) *Summary {
 	}
 	p := r.Phase(name)
 	s := &Summary{Phase: name, GoodputRPS: p.GoodputRPS, GoodputC: p.GoodputRPS / c, P99Ms: p.P99Ms,
-		ConnectMeanMs: p.ConnectMeanMs, Refused: p.Refused, Timeouts: p.Timeouts, SettledGoodputC: p.GoodputRPS / c}
+		MeanConnectMs: p.MeanConnectMs, ConnectRefused: p.ConnectRefused, Timeouts: p.Timeouts, SettledGoodputC: p.GoodputRPS / c}
 	if p.Settled != nil {
 		s.SettledGoodputC = p.Settled.GoodputRPS / c
 	}
@@ -379,11 +381,8 @@ func phaseResult(rec *records, name string, from, to, slo time.Duration, v Varia
 			pr.Timeouts++
 		default:
 			pr.Errors++
-			switch r.outcome {
-			case "http429":
+			if r.outcome == "http429" {
 				pr.Rejected++
-			case outcomeRefused:
-				pr.Refused++
 			}
 		}
 	}
@@ -395,12 +394,15 @@ func phaseResult(rec *records, name string, from, to, slo time.Duration, v Varia
 		}
 		connSum += d.dur
 		connN++
-		if d.outcome == outcomeTimeout {
+		switch d.outcome {
+		case outcomeTimeout:
 			pr.ConnectTimeouts++
+		case outcomeRefused:
+			pr.ConnectRefused++
 		}
 	}
 	if connN > 0 {
-		pr.ConnectMeanMs = connSum.Seconds() * 1e3 / float64(connN)
+		pr.MeanConnectMs = connSum.Seconds() * 1e3 / float64(connN)
 	}
 	secs := (to - from).Seconds()
 	pr.DurationS = secs

@@ -44,8 +44,9 @@ type AttackConfig struct {
 	// ConnectTimeout bounds a connect of ClientsOpenRetry, the time the
 	// kernel retransmits its SYN.
 	ConnectTimeout time.Duration
-	// Pool is the number of blocking clients of ClientsClosedPool.
-	Pool int
+	// Pool is the closed pool's size (RunClosedPool; default
+	// ClosedPoolClients); the open-loop attacker ignores it.
+	Pool int `json:",omitempty"`
 	// Phases are played one after the other.
 	Phases []Phase
 }
@@ -169,9 +170,7 @@ func RunAttack(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 		dialer.Timeout = cfg.ConnectTimeout
 		timeout = cfg.ConnectTimeout + cfg.Timeout
 	case ClientsClosedPool:
-		if cfg.Pool <= 0 {
-			return errors.New("attack: closed-pool clients need a pool size")
-		}
+		return errors.New("attack: the closed pool is RunClosedPool (olcd-overload closed-pool)")
 	default:
 		return fmt.Errorf("attack: unknown clients %q (have open-giveup, open-retry, closed-pool)", cfg.Clients)
 	}
@@ -208,14 +207,7 @@ func RunAttack(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 		}
 	}
 	attacks.Add(1)
-	if cfg.Clients == ClientsClosedPool {
-		go func() {
-			defer attacks.Done()
-			runClosedPool(ctx, cfg, pacer, start, lines)
-		}()
-	} else {
-		go attack(work, cfg.Target, pacer, "a")
-	}
+	go attack(work, cfg.Target, pacer, "a")
 	if cfg.HealthRate > 0 {
 		attacks.Add(1)
 		go attack(health, cfg.Health, vegeta.ConstantPacer{Freq: int(math.Round(cfg.HealthRate)), Per: time.Second}, "h")
@@ -296,92 +288,4 @@ func (l *lineWriter) close() {
 	defer l.mu.Unlock()
 	l.w.Flush()
 	l.closed = true
-}
-
-// runClosedPool plays the phases with cfg.Pool blocking clients, each a
-// thread of an application that connects, sends one request, waits for the
-// whole answer or cfg.Timeout (connect included), closes, and repeats at
-// its share of the schedule: client i takes requests i, i+Pool, i+2·Pool …
-// of the pacer's schedule. A client still busy when its next requests fall
-// due skips all but the latest of them and starts at once (no catch-up
-// burst), as a rate-limited benchmark client does (pgbench --rate,
-// sysbench --rate): demand it cannot send while blocked is lost, which is
-// what a blocked connect costs such an application.
-func runClosedPool(ctx context.Context, cfg AttackConfig, pacer phasePacer, start time.Time, lines *lineWriter) {
-	host := strings.TrimPrefix(strings.TrimPrefix(cfg.Target, "http://"), "https://")
-	addr, path, _ := strings.Cut(host, "/")
-	req := []byte("GET /" + path + " HTTP/1.1\r\nHost: " + addr + "\r\nUser-Agent: olcd-overload-closed-pool\r\nConnection: close\r\n\r\n")
-	var wg sync.WaitGroup
-	for i := range cfg.Pool {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for slot := i; ; slot += cfg.Pool {
-				due, ok := pacer.timeOf(float64(slot + 1))
-				if !ok {
-					return
-				}
-				el := time.Since(start)
-				if el < due {
-					t := time.NewTimer(due - el)
-					select {
-					case <-ctx.Done():
-						t.Stop()
-						return
-					case <-t.C:
-					}
-				} else {
-					// Late: skip the slots that are past but the latest.
-					for {
-						next, ok := pacer.timeOf(float64(slot + cfg.Pool + 1))
-						if !ok || next > el {
-							break
-						}
-						slot += cfg.Pool
-					}
-				}
-				if ctx.Err() != nil {
-					return
-				}
-				t0 := time.Now()
-				dialDur, dialOut, out := transact(ctx, addr, req, cfg.Timeout)
-				lines.printf("d %d %d %s\n", t0.UnixNano(), dialDur.Nanoseconds(), dialOut)
-				lines.printf("r a %d %d %s\n", t0.UnixNano(), time.Since(t0).Nanoseconds(), out)
-			}
-		}()
-	}
-	wg.Wait()
-}
-
-// transact is one request of a closed-pool client on its own connection:
-// connect, write req, read the answer to its end, all within timeout. It
-// returns the connect's duration and outcome and the request's outcome.
-func transact(ctx context.Context, addr string, req []byte, timeout time.Duration) (time.Duration, string, string) {
-	deadline := time.Now().Add(timeout)
-	t0 := time.Now()
-	c, err := (&net.Dialer{Deadline: deadline}).DialContext(ctx, "tcp", addr)
-	dialDur, dialOut := time.Since(t0), classifyErr(err)
-	if err != nil {
-		return dialDur, dialOut, dialOut
-	}
-	defer c.Close()
-	_ = c.SetDeadline(deadline)
-	if _, err := c.Write(req); err != nil {
-		return dialDur, dialOut, classifyErr(err)
-	}
-	resp, err := io.ReadAll(c)
-	if err != nil {
-		return dialDur, dialOut, classifyErr(err)
-	}
-	// "HTTP/1.1 200 OK"
-	status, _, _ := strings.Cut(string(resp[:min(len(resp), 32)]), "\r\n")
-	f := strings.Fields(status)
-	switch {
-	case len(f) < 2 || !strings.HasPrefix(f[0], "HTTP/"):
-		return dialDur, dialOut, outcomeError
-	case f[1] == "200":
-		return dialDur, dialOut, outcomeOK
-	default:
-		return dialDur, dialOut, "http" + f[1]
-	}
 }

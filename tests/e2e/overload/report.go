@@ -122,7 +122,7 @@ func (r *Report) PrintTables(w io.Writer) {
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.2f\t%s\t%s\t%d\t%d\t%d\t%.0f\t%s\t%.2f\t%s\t%d/%d\t\n",
 					s.Variant, p.Name, p.OfferedRPS, p.GoodputRPS, p.GoodputRPS/c, p50, p99,
-					p.Errors, p.Refused, p.Timeouts, p.ConnectMeanMs, drop, p.CPUBusy, olcdP, p.HealthOK, p.HealthTotal)
+					p.Errors, p.ConnectRefused, p.Timeouts, p.MeanConnectMs, drop, p.CPUBusy, olcdP, p.HealthOK, p.HealthTotal)
 			}
 		}
 		tw.Flush()
@@ -171,7 +171,7 @@ func (r *Report) PrintMatrix(w io.Writer) {
 			p99 = fmt.Sprintf("%.0f", m.P99Ms)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.2f\t%.2f\t%s\t%s\t%.2f\t%.0f\t%d\t%d\t%d/%d\t\n", s.Name, s.Variant, s.CapacityRPS,
-			m.GoodputC, m.SettledGoodputC, p99, sd, m.WindowsOK, m.ConnectMeanMs, m.Refused, m.Timeouts, m.HealthOK, m.HealthTotal)
+			m.GoodputC, m.SettledGoodputC, p99, sd, m.WindowsOK, m.MeanConnectMs, m.ConnectRefused, m.Timeouts, m.HealthOK, m.HealthTotal)
 	}
 	tw.Flush()
 }

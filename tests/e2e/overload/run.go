@@ -97,8 +97,9 @@ const (
 	// (RetryConnectTimeout), in which the kernel retransmits a dropped
 	// SYN after 1, 3 and 7 s.
 	ClientsOpenRetry Clients = "open-retry"
-	// ClientsClosedPool: PoolClients blocking clients, each connecting,
-	// sending one request and waiting for the answer or ClosedTimeout,
+	// ClientsClosedPool: ClosedPoolClients blocking clients, each
+	// connecting, sending one request and waiting for the answer or
+	// ClosedPoolTimeout (closedpool.go),
 	// at its share of the schedule with catch-up skipped (a
 	// thread-per-request application, a connection-per-query database
 	// client).
@@ -108,12 +109,8 @@ const (
 // ClientKinds lists the clients in report order.
 var ClientKinds = []Clients{ClientsOpenGiveUp, ClientsOpenRetry, ClientsClosedPool}
 
-// Parameters of the clients.
-const (
-	RetryConnectTimeout = 10 * time.Second
-	PoolClients         = 64
-	ClosedTimeout       = 2 * time.Second
-)
+// RetryConnectTimeout bounds a connect of the open-retry clients.
+const RetryConnectTimeout = 10 * time.Second
 
 // ScenarioPhase is a phase of a scenario, its load relative to capacity.
 type ScenarioPhase struct {
@@ -353,7 +350,11 @@ func (h *Harness) attack(ctx context.Context, dir, label string, clients Clients
 	case ClientsOpenRetry:
 		cfg.ConnectTimeout = RetryConnectTimeout
 	case ClientsClosedPool:
-		cfg.Pool, cfg.Timeout = PoolClients, ClosedTimeout
+		cfg.Pool, cfg.Timeout = ClosedPoolClients, ClosedPoolTimeout
+	}
+	sub := "attack"
+	if clients == ClientsClosedPool {
+		sub = string(ClientsClosedPool)
 	}
 	cfgPath := filepath.Join(dir, "attack.json")
 	b, _ := json.MarshalIndent(cfg, "", "  ")
@@ -366,7 +367,7 @@ func (h *Harness) attack(ctx context.Context, dir, label string, clients Clients
 		return nil, err
 	}
 	defer recFile.Close()
-	cmd := h.net.Command(h.opt.Self, "attack", "-config", cfgPath)
+	cmd := h.net.Command(h.opt.Self, sub, "-config", cfgPath)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	errLog, err := os.Create(filepath.Join(dir, "attack.stderr"))
 	if err != nil {

@@ -46,9 +46,11 @@ func main() {
 	case "backend":
 		err = backend(ctx, args)
 	case "attack":
-		err = attack(ctx, args)
+		err = attack(ctx, args, overload.RunAttack)
+	case string(overload.ClientsClosedPool):
+		err = attack(ctx, args, overload.RunClosedPool)
 	default:
-		err = fmt.Errorf("unknown command %q: want demo, backend or attack", cmd)
+		err = fmt.Errorf("unknown command %q: want demo, backend, attack or closed-pool", cmd)
 	}
 	switch {
 	case err == nil:
@@ -290,7 +292,7 @@ func demo(ctx context.Context, args []string) error {
 			rep.Add(res)
 			if m := res.Summary; m != nil {
 				fmt.Printf("  %s/%s %s: goodput %.2f C (+5s %.2f C), p99 %.0f ms, steady %.2f, connect %.0f ms, health %d/%d\n",
-					p.sc.Name, v, m.Phase, m.GoodputC, m.SettledGoodputC, m.P99Ms, m.WindowsOK, m.ConnectMeanMs, m.HealthOK, m.HealthTotal)
+					p.sc.Name, v, m.Phase, m.GoodputC, m.SettledGoodputC, m.P99Ms, m.WindowsOK, m.MeanConnectMs, m.HealthOK, m.HealthTotal)
 			}
 			if err := rep.WriteJSON(resultsPath); err != nil {
 				return err
@@ -378,7 +380,9 @@ func backend(ctx context.Context, args []string) error {
 	return overload.RunBackend(ctx, cfg)
 }
 
-func attack(ctx context.Context, args []string) error {
+// attack runs a load generator (run: the open-loop attacker or the closed
+// pool) on the config the harness wrote.
+func attack(ctx context.Context, args []string, run func(context.Context, overload.AttackConfig, io.Writer) error) error {
 	fs := flag.NewFlagSet("attack", flag.ContinueOnError)
 	path := fs.String("config", "", "attack config (JSON, written by the harness)")
 	if err := parse(fs, args); err != nil {
@@ -395,7 +399,7 @@ func attack(ctx context.Context, args []string) error {
 	if err := json.Unmarshal(b, &cfg); err != nil {
 		return fmt.Errorf("parse %s: %w", *path, err)
 	}
-	return overload.RunAttack(ctx, cfg, os.Stdout)
+	return run(ctx, cfg, os.Stdout)
 }
 
 // splitList splits s at sep and drops empty items.
