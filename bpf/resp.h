@@ -313,8 +313,9 @@ static __noinline void olcd_resp_in(const struct olcd_pkt *pkt, __u32 proto_idx,
 			}
 			if (set->start_ns[w])
 				return; /* more of it, or a later request: the oldest is timed */
-			if (pkt->seg_len && (__s32)(pkt->seg_seq - set->cseq[w]) < 0) {
-				/* Already answered: a retransmit. */
+			if (pkt->seg_len && (__s32)(pkt->seg_seq + pkt->seg_len - set->cseq[w]) <= 0) {
+				/* All of it answered already: a retransmit (a
+				 * segment with new bytes after old ones is new). */
 				h = bpf_map_lookup_elem(&olcd_rhist, &(__u32){set->slot[w]});
 				if (h)
 					h->retransmits += 1;

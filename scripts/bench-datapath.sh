@@ -24,7 +24,7 @@ if [ "$(id -u)" != 0 ]; then
 	exit 1
 fi
 
-go test -run '^$' -bench '^BenchmarkDatapath(Reject)?$' -benchtime "$benchtime" -count "$count" \
+go test -run '^$' -bench '^Benchmark(Datapath|DatapathReject|ResponseTiming)$' -benchtime "$benchtime" -count "$count" \
 	./internal/loader | tee "$out" >&2
 
 awk '
@@ -36,8 +36,9 @@ function median(list,    n, a, i, j, t) {
 	lo = a[1]; hi = a[n]
 	return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 }
-/^BenchmarkDatapath(Reject)?\// {
-	name = $1; sub(/^BenchmarkDatapath(Reject)?\//, "", name); sub(/-[0-9]+$/, "", name)
+/^Benchmark(Datapath|DatapathReject|ResponseTiming)\// {
+	name = $1; if (name ~ /^BenchmarkResponseTiming/) { sub(/^BenchmarkResponseTiming\//, "rt:", name) }
+	sub(/^BenchmarkDatapath(Reject)?\//, "", name); sub(/-[0-9]+$/, "", name)
 	if (!(name in seen)) { seen[name] = 1; order[++k] = name }
 	for (i = 3; i < NF; i++) {
 		if ($(i + 1) == "over-floor-ns/pkt") over[name] = over[name] " " $i
@@ -55,6 +56,17 @@ END {
 		o = median(over[n]); olo = lo; ohi = hi
 		r = median(ratio[n]); rlo = lo; rhi = hi
 		g = (n in goal) ? sprintf("<= %d %s", goal[n], o <= goal[n] ? "ok" : "MISSED") : ""
-		printf "%-16s %10.2f %8.2f (%5.2f-%5.2f) %8.2f (%4.2f-%4.2f) %s\n", n, m, o, olo, ohi, r, rlo, rhi, g
+		printf "%-22s %10.2f %8.2f (%5.2f-%5.2f) %8.2f (%4.2f-%4.2f) %s\n", n, m, o, olo, ohi, r, rlo, rhi, g
+		med[n] = o
+	}
+	# Response timing against the pre-timing object of the same runs.
+	if ("rt:syn-p50" in med) {
+		printf "\nresponse timing (median over floor, this object - pre-timing object, same runs):\n"
+		d = med["rt:syn-p50"] - med["rt:base/syn-p50"]; printf "  SYN p50          %+6.2f ns  goal +-2   %s\n", d, (d <= 2 && d >= -2) ? "ok" : "MISSED"
+		d = med["rt:ack"] - med["rt:base/ack"]; printf "  pure ACK         %+6.2f ns\n", d
+		d = med["rt:data-unsampled"] - med["rt:base/data"]; printf "  data, unsampled  %+6.2f ns  goal <= 5  %s\n", d, d <= 5 ? "ok" : "MISSED"
+		d = med["rt:data-sampled"] - med["rt:base/data"]; printf "  data, sampled    %+6.2f ns  goal <= 40 %s\n", d, d <= 40 ? "ok" : "MISSED"
+		d = med["rt:egress-unsampled"]; printf "  egress unsampled %6.2f ns over an empty TC program  goal <= 5 %s\n", d, d <= 5 ? "ok" : "MISSED"
+		d = med["rt:egress-sampled"]; printf "  egress sampled   %6.2f ns over an empty TC program\n", d
 	}
 }' "$out"

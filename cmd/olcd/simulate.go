@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 
 	"gonum.org/v1/plot"
@@ -28,7 +29,9 @@ Replays a trace (the format of the field cases: t_s,<signal>,… one row per
 tick, an empty cell = unavailable) through the controller with the config's
 thresholds and parameters, and writes one CSV row per tick:
   t_s,pressure,smoothed_pressure,drop_probability,p_critical,p_normal,p_best_effort,overloaded
-(pressure is empty when no signal was usable). Overload events go to stderr.
+(pressure is empty when no signal was usable), followed by the trace's
+measured-queue columns (response_time_p50/p95/p99, requests_per_s,
+inflight_requests) when it has them. Overload events go to stderr.
 A config that sets nothing but signals.<name>.threshold is enough.
 
 Flags:
@@ -216,7 +219,19 @@ func num(x float64) string { return strconv.FormatFloat(x, 'g', 6, 64) }
 // writeCSV writes one row per tick.
 func (s *simulation) writeCSV(w io.Writer) error {
 	bw := bufio.NewWriter(w)
-	fmt.Fprintln(bw, csvHeader)
+	// The measured queue (the response times, requests, in flight) the
+	// trace carries is repeated beside the decisions it drove.
+	var queue []sampler.Signal
+	for _, c := range s.trace.Columns {
+		if slices.Contains(measuredQueue, c) {
+			queue = append(queue, c)
+		}
+	}
+	header := csvHeader
+	for _, c := range queue {
+		header += "," + c.String()
+	}
+	fmt.Fprintln(bw, header)
 	for i, d := range s.ticks {
 		pressure, smoothed := "", ""
 		if d.pressureOK {
@@ -226,8 +241,19 @@ func (s *simulation) writeCSV(w io.Writer) error {
 		if d.overloaded {
 			over = 1
 		}
-		fmt.Fprintf(bw, "%s,%s,%s,%s,%s,%s,%s,%d\n", num(s.trace.Rows[i].T), pressure, smoothed, num(d.p),
+		fmt.Fprintf(bw, "%s,%s,%s,%s,%s,%s,%s,%d", num(s.trace.Rows[i].T), pressure, smoothed, num(d.p),
 			num(d.classes[adaptive.ClassCritical]), num(d.classes[adaptive.ClassNormal]), num(d.classes[adaptive.ClassBestEffort]), over)
+		if len(queue) > 0 {
+			snap := s.trace.Snapshot(i)
+			for _, c := range queue {
+				cell := ""
+				if v, ok := snap.Get(c); ok {
+					cell = num(v)
+				}
+				fmt.Fprint(bw, ","+cell)
+			}
+		}
+		fmt.Fprintln(bw)
 	}
 	return bw.Flush()
 }

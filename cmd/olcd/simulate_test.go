@@ -354,3 +354,34 @@ func TestSimulateLongTracePlot(t *testing.T) {
 		t.Fatalf("plot is not a PNG: %v", err)
 	}
 }
+
+// TestSimulateResponseThreshold: a threshold on response_time_p95 written
+// as a duration drives shedding through the existing law, and the output
+// repeats the trace's measured-queue column beside the decisions.
+func TestSimulateResponseThreshold(t *testing.T) {
+	cfgPath := writeConfig(t, "signals:\n  response_time_p95: {threshold: 50ms}\n")
+	trace := filepath.Join(t.TempDir(), "queue.csv")
+	rows := "t_s,response_time_p95\n0,0.010\n0.5,0.012\n1,0.080\n1.5,0.120\n2,0.150\n2.5,\n3,0.012\n"
+	if err := os.WriteFile(trace, []byte(rows), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if err := cmdSimulate([]string{"--config", cfgPath, "--trace", trace}, &stdout, &stderr); err != nil {
+		t.Fatalf("simulate: %v\n%s", err, stderr.String())
+	}
+	recs := readCSV(t, stdout.Bytes())
+	if got := strings.Join(recs[0], ","); got != csvHeader+",response_time_p95" {
+		t.Fatalf("header %q", got)
+	}
+	shed := false
+	for _, r := range recs[1:] {
+		p, _ := strconv.ParseFloat(r[3], 64)
+		shed = shed || p > 0
+	}
+	if !shed {
+		t.Errorf("a p95 of 150 ms over a 50 ms threshold shed nothing:\n%s", stdout.String())
+	}
+	if recs[6][8] != "" || recs[5][8] != "0.15" {
+		t.Errorf("measured-queue column %q %q, want 0.15 and empty (unavailable)", recs[5][8], recs[6][8])
+	}
+}

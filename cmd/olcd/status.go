@@ -237,8 +237,12 @@ func printResponse(w io.Writer, st *daemon.Status) {
 	}
 	fmt.Fprintf(w, "node (worst timed port): p50 %s  p95 %s  p99 %s\n", fmtSeconds(node["response_time_p50"]),
 		fmtSeconds(node["response_time_p95"]), fmtSeconds(node["response_time_p99"]))
-	fmt.Fprintf(w, "(first request byte in to first answer byte out, over the last tick; 1 flow in %d timed; - is fewer than %d samples)\n",
-		rt.Sample, rt.MinSamples)
+	sample := "every flow timed"
+	if rt.Sample > 1 {
+		sample = fmt.Sprintf("1 flow in %d timed, rates scaled", rt.Sample)
+	}
+	fmt.Fprintf(w, "(first request byte in to first answer byte out, over the last tick; %s; - is fewer than %d samples)\n",
+		sample, rt.MinSamples)
 	fmt.Fprintf(w, "flow table: %d of %d flows (%.1f%%), %d waiting for an answer; since start %d inserted, %d evicted, %d expired, %d closed\n",
 		rt.FlowsTracked, rt.FlowTableCapacity, 100*rt.FlowTableFill, rt.FlowsOutstanding, rt.Inserts, rt.Evictions, rt.Expired, rt.Forgotten)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -93,5 +94,35 @@ func TestPrintStatus(t *testing.T) {
 				t.Errorf("port row not aligned: CLASS at %d, value at %d\n%s\n%s", col, got, l, lines[i+1])
 			}
 		}
+	}
+}
+
+// TestPrintStatusResponse: the response-time table and the node line, with
+// an unavailable quantile shown as "-", never 0.
+func TestPrintStatusResponse(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	st := daemon.Status{Mode: "observe", UpdatedAt: now, StartedAt: now,
+		Signals: []daemon.SignalStatus{{Name: "response_time_p95", Unit: "seconds", Available: true, Value: f64(0.0213), Threshold: f64(0.05), Pressure: f64(0.43)}},
+		Ports: []daemon.PortStatus{
+			{Proto: "tcp", Port: 80, Class: "normal", Mode: "observe", Source: "config", Timed: true,
+				ResponseTime: &daemon.ResponseTime{P50S: f64(0.0204), P95S: f64(0.0213), P99S: f64(0.250), Samples: 812},
+				RequestsPerS: f64(1624), InflightRequests: f64(33)},
+			{Proto: "tcp", Port: 8080, Class: "normal", Mode: "observe", Source: "config", Timed: true,
+				ResponseTime: &daemon.ResponseTime{Samples: 2}, RequestsPerS: f64(4), InflightRequests: f64(0)},
+			{Proto: "tcp", Port: 9000, Class: "normal", Mode: "observe", Source: "config"},
+		},
+		ResponseTiming: &daemon.ResponseTimingStatus{Sample: 1, MinSamples: 5, FlowTableCapacity: 16384, FlowsTracked: 40, FlowsOutstanding: 33, FlowTableFill: 40.0 / 16384},
+	}
+	var buf bytes.Buffer
+	printStatus(&buf, &st, false, now)
+	out := buf.String()
+	for _, w := range []string{"RESPONSE P50", "20.4ms", "21.3ms", "250ms", "812", "1624.0", "33", "not timed",
+		"node (worst timed port): p50 -  p95 21.3ms  p99 -", "fewer than 5 samples", "flow table: 40 of 16384 flows"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("status lacks %q:\n%s", w, out)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^tcp/8080\s+-\s+-\s+-\s+2\s`).MatchString(out) {
+		t.Errorf("port with 2 samples under a minimum of 5 not shown unavailable:\n%s", out)
 	}
 }

@@ -424,8 +424,9 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 			d.syncInterfaces(false)
 			d.publish()
 		case c := <-d.cmds:
-			c.done <- c.run()
-			d.publish()
+			err := c.run()
+			d.publish() // before the answer: a status read after it shows the change
+			c.done <- err
 		case <-hup:
 			_ = sdNotify("RELOADING=1")
 			select {
@@ -976,9 +977,9 @@ func (d *Daemon) watchConfig(ctx context.Context, out chan<- configLoad) {
 		return
 	}
 	sw := newConfigWatch(path)
+	cw := completeWrite{read: readConfigFile, path: path}
 	go func() {
 		defer w.Close()
-		cw := completeWrite{read: readConfigFile, path: path}
 		// Armed by events only; Reset needs no drain since Go 1.23.
 		timer := time.NewTimer(time.Hour)
 		timer.Stop()

@@ -48,7 +48,7 @@ func (d *Daemon) onsetC() <-chan time.Time {
 // writes the new drop probabilities at once rather than at the next tick.
 func (d *Daemon) onsetCheck() {
 	now := time.Now()
-	st, err := d.dp.Stats()
+	st, err := d.dp.Counters()
 	if err != nil {
 		// Twenty reads a second: logged when it starts failing, not
 		// every time, and left out of olcd_sample_errors_total, which

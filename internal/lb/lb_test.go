@@ -179,3 +179,40 @@ func TestCheckAddress(t *testing.T) {
 		}
 	}
 }
+
+// TestTwoNodesFixedPoint: two nodes behind a balancer that splits the
+// offered load in proportion to the weights, each node shedding what
+// exceeds its capacity (an ideal controller: p = 1 − capacity ÷ offered).
+// Offered 1.6 C to nodes of C and C/2: with the weight following the pass
+// rate, the split settles where node B sheds a little and node A takes the
+// rest, goodput ≈ 0.95 × (C + C/2) against 0.83 with equal weights
+// (docs/config.md, "lb"; the real run is TestOverloadLB).
+func TestTwoNodesFixedPoint(t *testing.T) {
+	const offered = 1.6
+	caps := []float64{1, 0.5}
+	ws := make([]*Weigher, 2)
+	for i := range ws {
+		ws[i], _ = NewWeigher(DefaultParams())
+	}
+	weights := []float64{1, 1}
+	var good float64
+	for tick := 0; tick < 60; tick++ {
+		good = 0
+		sum := weights[0] + weights[1]
+		for i, w := range ws {
+			load := offered * weights[i] / sum
+			p := max(0, 1-caps[i]/load)
+			good += load * (1 - p)
+			r := w.Update(Input{Mode: "enforce", Node: PortInput{Mode: "enforce", DropProbability: p}})
+			weights[i] = r.Node.Weight
+		}
+	}
+	if ratio := good / 1.5; ratio < 0.94 {
+		t.Errorf("goodput %.3f = %.3f × capacity after 60 ticks (weights %.3f, %.3f), want ≥ 0.94", good, ratio, weights[0], weights[1])
+	}
+	// Equal weights, the balancer without the agent: B gets 0.8, serves 0.5.
+	if equal := (min(0.8, 1) + min(0.8, 0.5)) / 1.5; good/1.5 <= equal {
+		t.Errorf("goodput %.3f × capacity, not above %.3f with equal weights", good/1.5, equal)
+	}
+	t.Logf("settled: weights A %.3f, B %.3f; goodput %.3f × capacity", weights[0], weights[1], good/1.5)
+}

@@ -21,13 +21,18 @@ func TestLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	structs := map[string]any{
-		"olcd_policy":     olcdOlcdPolicy{},
-		"olcd_control":    olcdOlcdControl{},
-		"olcd_counters":   olcdOlcdCounters{},
-		"olcd_syn_set":    olcdOlcdSynSet{},
-		"olcd_lpm4_key":   olcdOlcdLpm4Key{},
-		"olcd_lpm6_key":   olcdOlcdLpm6Key{},
-		"olcd_port_index": olcdOlcdPortIndex{},
+		"olcd_policy":        olcdOlcdPolicy{},
+		"olcd_control":       olcdOlcdControl{},
+		"olcd_counters":      olcdOlcdCounters{},
+		"olcd_syn_set":       olcdOlcdSynSet{},
+		"olcd_lpm4_key":      olcdOlcdLpm4Key{},
+		"olcd_lpm6_key":      olcdOlcdLpm6Key{},
+		"olcd_port_index":    olcdOlcdPortIndex{},
+		"olcd_resp_hist":     olcdOlcdRespHist{},
+		"olcd_flow_counters": olcdOlcdFlowCounters{},
+		"olcd_flow_set":      olcdOlcdFlowSet{},
+		"olcd_resp_ctl":      olcdOlcdRespCtl{},
+		"olcd_resp_ports":    olcdOlcdRespPorts{},
 	}
 	for name, v := range structs {
 		var s *btf.Struct
@@ -69,6 +74,9 @@ func TestLayout(t *testing.T) {
 		olcdMapOlcdExempt4:   {olcdOlcdLpm4Key{}, uint8(0)},
 		olcdMapOlcdExempt6:   {olcdOlcdLpm6Key{}, uint8(0)},
 		olcdMapOlcdRejTokens: {uint32(0), olcdOlcdRejectBucket{}},
+		olcdMapOlcdRhist:     {uint32(0), olcdOlcdRespHist{}},
+		olcdMapOlcdFlows:     {uint32(0), olcdOlcdFlowSet{}},
+		olcdMapOlcdFstats:    {uint32(0), olcdOlcdFlowCounters{}},
 	}
 	for name, kv := range maps {
 		m := spec.Maps[name]

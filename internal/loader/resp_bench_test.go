@@ -3,6 +3,7 @@ package loader
 import (
 	"bytes"
 	_ "embed"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -148,6 +149,32 @@ func BenchmarkResponseTiming(b *testing.B) {
 			b.ReportMetric(mean(p.prog), "ns/pkt")
 			b.ReportMetric(fl, "floor-ns/pkt")
 			b.ReportMetric(over, "over-floor-ns/pkt")
+		})
+	}
+}
+
+// BenchmarkStatsResponse measures Stats with response timing on and every
+// port timed: the counters plus the per-CPU histograms (1.5 KB a port and
+// CPU), as the daemon reads them once per tick. core-% is the share of one
+// CPU that reading costs at the default 500 ms tick (goal at 1000 ports:
+// < 1 %); compare BenchmarkStats (timing off) of the same run.
+func BenchmarkStatsResponse(b *testing.B) {
+	for _, n := range []int{10, 100, 1000} {
+		b.Run(fmt.Sprintf("ports=%d", n), func(b *testing.B) {
+			d := loadTest(b, Config{StaleAfter: time.Hour, MaxPorts: n, ResponseSample: 1, ResponsePorts: n})
+			pols := make([]PortPolicy, n)
+			for i := range pols {
+				pols[i] = PortPolicy{Key: PortKey{ProtoTCP, uint16(1000 + i)}, Mode: ModeEnforce, Action: ActionDrop}
+			}
+			must(b, d.SetPolicies(pols))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := d.Stats(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/5e8*100, "core-%")
 		})
 	}
 }

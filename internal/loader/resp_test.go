@@ -124,6 +124,12 @@ var respCases = []respCase{
 		in(400*ms, c(cseq0, sseq0, psh, 100)), // answered: no new request
 		out(401*ms, s(sseq0+200, cseq0+100, tcpACK, 0)),
 	}, want: []time.Duration{300 * ms}, requests: 1, retransmits: 1, flows: 1},
+	{name: "retransmit coalesced with the next request starts it", steps: []step{
+		in(0, c(cseq0, sseq0, psh, 100)),
+		out(1*ms, s(sseq0, cseq0+100, psh, 200)),
+		in(10*ms, c(cseq0+50, sseq0+200, psh, 150)), // 50 old bytes, then 100 new
+		out(14*ms, s(sseq0+200, cseq0+200, psh, 200)),
+	}, want: []time.Duration{1 * ms, 4 * ms}, requests: 2, flows: 1},
 	{name: "retransmitted answer data does not stop the next request", steps: []step{
 		in(0, c(cseq0, sseq0, psh, 100)),
 		out(1*ms, s(sseq0, cseq0+100, psh, 200)),

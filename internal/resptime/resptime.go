@@ -81,8 +81,12 @@ func Value(b int) float64 {
 }
 
 // Quantile returns the q-quantile (0 < q ≤ 1) of the histogram counts in
-// seconds, and false when counts is empty. The rank is ceil(q × n): the
-// nearest-rank definition, so that p99 of 100 samples is the 99th.
+// seconds, and false when counts is empty. The rank is ceil(q × n) (the
+// nearest-rank definition, so that p99 of 100 samples is the 99th); within
+// its bucket the value is interpolated linearly, the k-th of the bucket's
+// c samples read at (k − ½) / c of its width, as if they were spread evenly
+// (Prometheus' histogram_quantile does the same). A single sample reads as
+// the bucket's middle; the unbounded last bucket as its lower bound.
 func Quantile(counts []uint64, q float64) (float64, bool) {
 	var n uint64
 	for _, c := range counts {
@@ -95,10 +99,15 @@ func Quantile(counts []uint64, q float64) (float64, bool) {
 	rank = max(rank, 1)
 	var seen uint64
 	for b, c := range counts {
-		seen += c
-		if seen >= rank {
-			return Value(b), true
+		if seen+c >= rank {
+			lo, hi := Bounds(b)
+			if math.IsInf(hi, 1) {
+				return lo, true
+			}
+			k := float64(rank - seen)
+			return lo + (hi-lo)*(k-0.5)/float64(c), true
 		}
+		seen += c
 	}
 	return Value(len(counts) - 1), true
 }

@@ -50,6 +50,10 @@ type daemonConfig struct {
 	// AutoInterfaces leaves interfaces: empty (olcd picks and follows the
 	// node namespace's links) instead of naming the veth end.
 	AutoInterfaces bool
+	// MinSamples is datapath.response_min_samples (0: the default).
+	MinSamples int
+	// ResponseP95 is a response_time_p95 threshold ("" for none), e.g. "1ms".
+	ResponseP95 string
 	// Filled in by startDaemon.
 	Iface, Interval, Metrics, Socket, DecisionLog string
 	Ports                                         []int

@@ -49,6 +49,10 @@ type AttackConfig struct {
 	Pool int `json:",omitempty"`
 	// Phases are played one after the other.
 	Phases []Phase
+	// KeepAlive reuses connections for the work requests (the response
+	// checks: a latency is then one round trip and the server's time);
+	// otherwise every request is its own connection.
+	KeepAlive bool
 }
 
 // Outcomes of a request.
@@ -180,15 +184,18 @@ func RunAttack(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 		lines.printf("d %d %d %s\n", t0.UnixNano(), time.Since(t0).Nanoseconds(), classifyErr(err))
 		return c, err
 	}
-	newAttacker := func(dial func(context.Context, string, string) (net.Conn, error)) *vegeta.Attacker {
+	newAttacker := func(dial func(context.Context, string, string) (net.Conn, error), keepAlive bool) *vegeta.Attacker {
 		tr := &http.Transport{DialContext: dial, DisableKeepAlives: true, MaxIdleConnsPerHost: -1}
+		if keepAlive {
+			tr = &http.Transport{DialContext: dial, MaxIdleConnsPerHost: 256}
+		}
 		return vegeta.NewAttacker(
 			vegeta.Client(&http.Client{Transport: tr, Timeout: timeout}),
 			vegeta.Workers(64), vegeta.MaxWorkers(20000), vegeta.Redirects(vegeta.NoFollow))
 	}
-	work := newAttacker(dial)
+	work := newAttacker(dial, cfg.KeepAlive)
 	// Health checks are what a load balancer sends: a 1 s budget.
-	health := newAttacker((&net.Dialer{Timeout: cfg.Timeout}).DialContext)
+	health := newAttacker((&net.Dialer{Timeout: cfg.Timeout}).DialContext, false)
 
 	start := time.Now()
 	lines.printf("start %d\n", start.UnixNano())

@@ -43,6 +43,9 @@ type BackendConfig struct {
 	// it back, so the capacity is Workers ÷ Sleep whatever the CPU (a
 	// thread pool, a database connection pool). 0: no pool.
 	Workers int
+	// KeepAlive keeps the work port's connections open between requests
+	// (the response checks); otherwise every answer closes its connection.
+	KeepAlive bool
 }
 
 // RunBackend serves until ctx ends. It prints "ready" on stdout once both
@@ -73,7 +76,9 @@ func RunBackend(ctx context.Context, cfg BackendConfig) error {
 			time.Sleep(cfg.Sleep)
 		}
 		sink.Add(spin(iters))
-		w.Header().Set("Connection", "close")
+		if !cfg.KeepAlive {
+			w.Header().Set("Connection", "close")
+		}
 		io.WriteString(w, "ok\n")
 	})
 	var h http.Handler = work
@@ -104,7 +109,7 @@ func RunBackend(ctx context.Context, cfg BackendConfig) error {
 		srv := &http.Server{Handler: l.h, ReadHeaderTimeout: 5 * time.Second, ErrorLog: nil}
 		// Every request is its own connection, as the clients in front of
 		// an overloaded service mostly are.
-		srv.SetKeepAlivesEnabled(false)
+		srv.SetKeepAlivesEnabled(cfg.KeepAlive && l.port == cfg.Port)
 		servers = append(servers, srv)
 		go func() { errc <- srv.Serve(ln) }()
 	}

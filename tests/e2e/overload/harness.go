@@ -133,8 +133,9 @@ type Harness struct {
 	// side, whose HostIP is the node's address.
 	backendNetns string
 	// sleep, when positive, makes the next work backend wait instead of
-	// spinning (response.go).
-	sleep time.Duration
+	// spinning; keepAlive keeps its connections open (response.go).
+	sleep     time.Duration
+	keepAlive bool
 	// backend is the kind of backend the next start runs ("": cpu).
 	backend Backend
 
@@ -285,7 +286,7 @@ func (h *Harness) startBackendProc(role string, args ...string) (*backendProc, s
 	}
 	argv := append([]string{h.opt.Self, "backend",
 		"-addr", h.net.HostIP.String(), "-work", h.opt.Work.String(), "-iterations", strconv.Itoa(h.iterations),
-		"-sleep", sleep.String()}, args...)
+		"-sleep", sleep.String(), "-keepalive=" + strconv.FormatBool(h.keepAlive)}, args...)
 	return h.startInCgroup(role, true, argv...)
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/daemon"
+	"github.com/olcd/olcd/internal/resptime"
 )
 
 // ResponseCheck is one run comparing the response times olcd measures in
@@ -28,11 +29,11 @@ type ResponseCheck struct {
 	Duration time.Duration
 }
 
-// ResponseResult compares the two over one run. The client's latency of a
-// request on its own connection is the connect (one round trip), the
-// request's way in (half of one), the server's time and the answer's way
-// out (half of one): ClientP* are the latencies of the successes minus two
-// round trips, the round trip being the median connect time of the run.
+// ResponseResult compares the two over one run. The clients keep their
+// connections alive, so a latency is the request's way in (half a round
+// trip), the server's time and the answer's way out (the other half):
+// ClientP* are the latencies of the successes minus one round trip, the
+// median connect time of the run.
 type ResponseResult struct {
 	Name        string
 	RateRPS     float64
@@ -70,8 +71,8 @@ func (h *Harness) RunResponse(ctx context.Context, rc ResponseCheck) (*ResponseR
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	h.sleep = rc.Sleep
-	defer func() { h.sleep = 0 }()
+	h.sleep, h.keepAlive = rc.Sleep, true
+	defer func() { h.sleep, h.keepAlive = 0, false }()
 	if err := h.startBackend(""); err != nil {
 		return nil, err
 	}
@@ -90,7 +91,7 @@ func (h *Harness) RunResponse(ctx context.Context, rc ResponseCheck) (*ResponseR
 	if err != nil {
 		return nil, fmt.Errorf("olcd status: %w", err)
 	}
-	rec, err := h.attack(ctx, dir, "response/"+rc.Name, ClientsOpenGiveUp, []Phase{{Name: rc.Name, Rate: rate, Duration: rc.Duration}}, nil, od, nil, RunOptions{})
+	rec, err := h.attack(ctx, dir, "response/"+rc.Name, ClientsOpenGiveUp, []Phase{{Name: rc.Name, Rate: rate, Duration: rc.Duration}}, nil, od, nil, RunOptions{KeepAlive: true, Realtime: true})
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +115,7 @@ func (h *Harness) RunResponse(ctx context.Context, rc ResponseCheck) (*ResponseR
 		switch {
 		case r.health:
 		case r.outcome == outcomeOK:
-			lat = append(lat, r.latency.Seconds()*1e3-2*res.RTTMs)
+			lat = append(lat, r.latency.Seconds()*1e3-res.RTTMs)
 		case r.outcome == outcomeTimeout:
 			res.Timeouts++
 		}
@@ -126,70 +127,42 @@ func (h *Harness) RunResponse(ctx context.Context, rc ResponseCheck) (*ResponseR
 	if a == nil {
 		return nil, errors.New("olcd status has no work port")
 	}
-	delta := histogramDelta(b, a)
-	for _, c := range delta {
-		res.OlcdSamples += c.count
-	}
-	res.OlcdP50Ms, res.OlcdP95Ms = histQuantile(delta, 0.5)*1e3, histQuantile(delta, 0.95)*1e3
+	var p50, p95 float64
+	res.OlcdSamples, p50, p95 = HistogramQuantiles(b, a)
+	res.OlcdP50Ms, res.OlcdP95Ms = p50*1e3, p95*1e3
 	return res, nil
 }
 
-func workPort(st *daemon.Status) *daemon.PortStatus {
-	for i := range st.Ports {
-		if st.Ports[i].Proto == "tcp" && st.Ports[i].Port == WorkPort {
-			return &st.Ports[i]
-		}
+// HistogramQuantiles returns the responses a port's status histogram
+// gained from before (nil: since it was timed) to after, and their p50 and
+// p95 in seconds (NaN without responses), read as the daemon reads them
+// (resptime.Quantile).
+func HistogramQuantiles(before, after *daemon.PortStatus) (n uint64, p50, p95 float64) {
+	counts := make([]uint64, resptime.Buckets)
+	for _, hb := range after.ResponseHistogram {
+		counts[bucketOf(hb.LoS)] += hb.Count
 	}
-	return nil
-}
-
-type histCount struct {
-	mid   float64
-	count uint64
-}
-
-// histogramDelta returns after − before per bucket, ascending, each bucket
-// as its middle (the last, unbounded one as its lower bound).
-func histogramDelta(before, after *daemon.PortStatus) []histCount {
-	prev := map[float64]uint64{}
 	if before != nil {
 		for _, hb := range before.ResponseHistogram {
-			prev[hb.LoS] = hb.Count
+			b := bucketOf(hb.LoS)
+			counts[b] -= min(counts[b], hb.Count)
 		}
 	}
-	var out []histCount
-	for _, hb := range after.ResponseHistogram {
-		n := hb.Count - min(prev[hb.LoS], hb.Count)
-		if n == 0 {
-			continue
-		}
-		mid := hb.LoS
-		if hb.HiS != nil {
-			mid = (hb.LoS + *hb.HiS) / 2
-		}
-		out = append(out, histCount{mid, n})
-	}
-	return out
-}
-
-// histQuantile is the nearest-rank q-quantile of the buckets (seconds).
-func histQuantile(h []histCount, q float64) float64 {
-	var n uint64
-	for _, c := range h {
-		n += c.count
+	for _, c := range counts {
+		n += c
 	}
 	if n == 0 {
-		return math.NaN()
+		return 0, math.NaN(), math.NaN()
 	}
-	rank := uint64(math.Max(1, math.Ceil(q*float64(n))))
-	var seen uint64
-	for _, c := range h {
-		seen += c.count
-		if seen >= rank {
-			return c.mid
-		}
-	}
-	return h[len(h)-1].mid
+	p50, _ = resptime.Quantile(counts, 0.5)
+	p95, _ = resptime.Quantile(counts, 0.95)
+	return n, p50, p95
+}
+
+// bucketOf is the bucket whose lower bound is lo seconds (a whole number
+// of 1.024 µs units, so the round trip through nanoseconds is exact).
+func bucketOf(lo float64) int {
+	return resptime.Bucket(time.Duration(math.Round(lo * 1e9)))
 }
 
 // rankQuantile is the nearest-rank q-quantile of sorted values.
@@ -199,4 +172,13 @@ func rankQuantile(sorted []float64, q float64) float64 {
 	}
 	i := int(math.Ceil(q*float64(len(sorted)))) - 1
 	return sorted[max(i, 0)]
+}
+
+func workPort(st *daemon.Status) *daemon.PortStatus {
+	for i := range st.Ports {
+		if st.Ports[i].Proto == "tcp" && st.Ports[i].Port == WorkPort {
+			return &st.Ports[i]
+		}
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -222,6 +223,12 @@ type RunOptions struct {
 	// KillOlcdAt, when positive, sends SIGKILL to olcd this long after the
 	// load starts (the fail-open test).
 	KillOlcdAt time.Duration
+	// KeepAlive makes the attacker reuse its work connections.
+	KeepAlive bool
+	// Realtime runs the attacker at a real-time priority (chrt -f 10,
+	// when chrt exists), so that its clock readings are not delayed by the
+	// CPU the backend burns: the response checks compare latencies.
+	Realtime bool
 }
 
 // Run plays sc under v and returns its results. It needs the calibration
@@ -345,6 +352,7 @@ func (h *Harness) attack(ctx context.Context, dir, label string, clients Clients
 		Timeout:    h.opt.Timeout,
 		Clients:    clients,
 		Phases:     phases,
+		KeepAlive:  ro.KeepAlive,
 	}
 	switch clients {
 	case ClientsOpenRetry:
@@ -368,6 +376,9 @@ func (h *Harness) attack(ctx context.Context, dir, label string, clients Clients
 	}
 	defer recFile.Close()
 	cmd := h.net.Command(h.opt.Self, sub, "-config", cfgPath)
+	if chrt, err := exec.LookPath("chrt"); err == nil && ro.Realtime {
+		cmd = h.net.Command(chrt, "-f", "10", h.opt.Self, sub, "-config", cfgPath)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	errLog, err := os.Create(filepath.Join(dir, "attack.stderr"))
 	if err != nil {

@@ -369,6 +369,7 @@ func backend(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.Work, "work", 5*time.Millisecond, "CPU time per request")
 	fs.IntVar(&cfg.Iterations, "iterations", 0, "spin rounds per request (0: calibrate from -work)")
 	fs.StringVar(&cfg.Limiter, "limiter", "", `"" or "bbr" (go-kratos/aegis)`)
+	fs.BoolVar(&cfg.KeepAlive, "keepalive", false, "keep the work port's connections open between requests")
 	fs.DurationVar(&cfg.Sleep, "sleep", 0, "wall time each request waits instead of spinning (0: spin -work)")
 	fs.IntVar(&cfg.Workers, "workers", 0, "a pool of this many workers, each holding a request for -sleep (0: no pool)")
 	if err := parse(fs, args); err != nil {
