@@ -126,11 +126,23 @@ func (h *Harness) CalibrateBackend(ctx context.Context, b Backend) (*Calibration
 		return cal, err
 	}
 	cal.Backend = b
+	if b != BackendCPU {
+		// The knee's CPU of a backend whose bottleneck is not CPU is no
+		// ceiling (0.1–0.3 of the quota: the CPU follows the connection
+		// rate, not the queue); the CPU threshold there is the one a user
+		// sets against a CPU overload, the default cpu_busy threshold.
+		cal.Threshold = GuardCPUThreshold
+	}
 	h.SetCalibration(cal)
 	fmt.Fprintf(h.opt.Progress, "calibration (%s): C = %.0f req/s; olcd thresholds cgroup_cpu_usage_of_quota = %.3f (%.2f × the knee's %.3f, at most %.2f), response_time_p95 = %.1f ms (the knee's p99 limit)\n",
 		b, cal.CapacityRPS, cal.Threshold, cal.ThresholdFactor, cal.KneeCPUBusy, MaxThreshold, 1e3*cal.ResponseThreshold)
 	return cal, nil
 }
+
+// GuardCPUThreshold is the cgroup_cpu_usage_of_quota threshold of the
+// backends whose bottleneck is not CPU (pool, php): the embedded default's
+// cpu_busy threshold.
+const GuardCPUThreshold = 0.85
 
 // SetCalibration records cal as the calibration of its backend.
 func (h *Harness) SetCalibration(cal *Calibration) {
