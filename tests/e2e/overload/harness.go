@@ -61,6 +61,11 @@ type Options struct {
 	// Progress receives one line every few seconds while a run goes on
 	// (nil: silent).
 	Progress io.Writer
+	// ResponseTarget is the enforce variants' response-time target where
+	// olcd has the law on the measured queue: "" its default (auto, a
+	// multiple of the port's baseline), "knee" the calibration's latency
+	// limit (Calibration.ResponseThreshold).
+	ResponseTarget string
 }
 
 func (o *Options) defaults() {
@@ -145,6 +150,8 @@ type Harness struct {
 	Calibration *Calibration
 	// calibrations are the backends' calibrations (cpu: Calibration).
 	calibrations map[Backend]*Calibration
+	// targetLaw is set when olcd accepts controller.response_target.
+	targetLaw bool
 }
 
 // New checks the prerequisites, takes the host lock (waiting for another
@@ -173,7 +180,12 @@ func New(ctx context.Context, opt Options) (*Harness, error) {
 		return nil, err
 	}
 	removeLeftovers()
-	h := &Harness{opt: opt, id: fmt.Sprintf("%05x", rand.IntN(1<<20)), lock: lock}
+	h := &Harness{opt: opt, id: fmt.Sprintf("%05x", rand.IntN(1<<20)), lock: lock, targetLaw: hasTargetLaw(opt.Olcd, opt.OutDir)}
+	law := "response_time_p95 threshold (this olcd has no controller.response_target)"
+	if h.targetLaw {
+		law = "controller.response_target"
+	}
+	fmt.Fprintf(opt.Progress, "olcd %s: enforce controls on the response time through %s\n", opt.Olcd, law)
 	if h.net, err = newNet(h.id); err != nil {
 		h.Close()
 		return nil, err

@@ -56,27 +56,51 @@ type olcdSettings struct {
 	Mode string
 	// Signals are the lines of the signals section, "name: {threshold: x}".
 	Signals []string
+	// Controller are controller keys beyond Options.OlcdController.
+	Controller []string
 	// Action is action.kind ("": the default, drop).
 	Action string
 }
 
-// olcdSettingsFor returns the olcd settings of variant v under cal:
-// enforce watches the work port's response time (p95 against the knee's
-// latency limit, Calibration.ResponseThreshold) with the cgroup's CPU as a
-// guard; enforce-cpu the CPU alone.
-func olcdSettingsFor(v Variant, cal *Calibration) olcdSettings {
+// olcdSettingsFor returns the olcd settings of variant v under cal.
+// enforce controls on the work port's measured response time, the
+// cgroup's CPU a guard beside it: with the law on the measured queue
+// (controller.response_target, h.targetLaw) at its default target (auto)
+// or, with Options.ResponseTarget "knee", at the knee's latency limit;
+// without it through a response_time_p95 threshold at the knee's latency
+// limit. enforce-cpu watches the CPU alone (response_target: off).
+func (h *Harness) olcdSettingsFor(v Variant, cal *Calibration) olcdSettings {
 	cpu := fmt.Sprintf("cgroup_cpu_usage_of_quota: {threshold: %.3f}", cal.Threshold)
-	rt := fmt.Sprintf("response_time_p95: {threshold: %.4f}", cal.ResponseThreshold)
+	set := olcdSettings{Mode: "enforce", Signals: []string{cpu}}
 	switch v {
 	case VariantEnforceCPU:
-		return olcdSettings{Mode: "enforce", Signals: []string{cpu}}
-	case VariantEnforceReject:
-		return olcdSettings{Mode: "enforce", Signals: []string{rt, cpu}, Action: "reject"}
+		if h.targetLaw {
+			set.Controller = []string{"response_target: off"}
+		}
+		return set
 	case VariantObserve:
-		return olcdSettings{Mode: "observe", Signals: []string{rt, cpu}}
-	default:
-		return olcdSettings{Mode: "enforce", Signals: []string{rt, cpu}}
+		set.Mode = "observe"
+	case VariantEnforceReject:
+		set.Action = "reject"
 	}
+	switch {
+	case !h.targetLaw:
+		set.Signals = []string{fmt.Sprintf("response_time_p95: {threshold: %.4f}", cal.ResponseThreshold), cpu}
+	case h.opt.ResponseTarget == "knee":
+		set.Controller = []string{fmt.Sprintf("response_target: %.4f", cal.ResponseThreshold)}
+	}
+	return set
+}
+
+// hasTargetLaw reports whether the olcd binary accepts
+// controller.response_target (the law on the measured queue).
+func hasTargetLaw(olcd, dir string) bool {
+	path := filepath.Join(dir, "probe-response-target.yaml")
+	if err := os.WriteFile(path, []byte("controller:\n  response_target: off\n"), 0o644); err != nil {
+		return false
+	}
+	defer os.Remove(path)
+	return exec.Command(olcd, "check-config", path).Run() == nil
 }
 
 // olcdProc is a running `olcd run`.
@@ -102,8 +126,8 @@ func (h *Harness) startOlcd(ctx context.Context, dir string, set olcdSettings) (
 		return nil, err
 	}
 	err = olcdConfig.Execute(f, map[string]any{
-		"Mode": set.Mode, "Iface": h.net.HostIf, "Interval": h.opt.OlcdInterval, "Controller": h.opt.OlcdController, "Selection": h.opt.Selection,
-		"Signals": set.Signals, "Action": set.Action, "Cgroup": h.cg.Name,
+		"Mode": set.Mode, "Iface": h.net.HostIf, "Interval": h.opt.OlcdInterval, "Selection": h.opt.Selection,
+		"Signals": set.Signals, "Action": set.Action, "Cgroup": h.cg.Name, "Controller": append(append([]string{}, h.opt.OlcdController...), set.Controller...),
 		"Port": WorkPort, "HealthPort": HealthPort, "Socket": socket, "DecisionLog": o.decisionLog,
 	})
 	f.Close()

@@ -262,7 +262,7 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, v Variant, ro RunOptions
 	switch v {
 	case VariantObserve, VariantEnforce, VariantEnforceCPU, VariantEnforceReject:
 		var err error
-		od, err = h.startOlcd(ctx, dir, olcdSettingsFor(v, cal))
+		od, err = h.startOlcd(ctx, dir, h.olcdSettingsFor(v, cal))
 		if err != nil {
 			return nil, err
 		}

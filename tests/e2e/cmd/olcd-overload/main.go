@@ -161,12 +161,16 @@ func demo(ctx context.Context, args []string) error {
 	gomaxprocs := fs.Int("gomaxprocs", 1, "the backend's GOMAXPROCS (-1: the Go runtime's choice)")
 	selection := fs.String("selection", "even", "olcd's datapath.selection: random or even")
 	reuse := fs.String("calibration", "", "reuse the calibrations of an earlier results.json instead of calibrating")
+	target := fs.String("response-target", "", "enforce's response-time target with olcd's law on the measured queue: \"\" (olcd's default, auto) or knee (the calibration's latency limit)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	overload.ThresholdFactor = *factor
 	if os.Geteuid() != 0 {
 		return errors.New("needs root (network namespace, veth, cgroup, nftables, BPF): run 'sudo make demo'")
+	}
+	if *target != "" && *target != "knee" {
+		return fmt.Errorf("-response-target: %q: want \"\" or knee", *target)
 	}
 	runs, err := plans(*set)
 	if err != nil {
@@ -246,7 +250,7 @@ func demo(ctx context.Context, args []string) error {
 	fmt.Printf("olcd overload demo (%s): %d scenario(s), %d runs (~%.0f min in all, calibration included); results in %s\n",
 		*set, len(runs), nRuns, total.Minutes(), *out)
 	h, err := overload.New(ctx, overload.Options{Olcd: olcdAbs, Self: self, OutDir: outAbs, Work: *work, SLO: *slo, Progress: os.Stdout,
-		OlcdInterval: *interval, GOMAXPROCS: *gomaxprocs, Selection: *selection, OlcdController: splitList(*ctl, ";")})
+		OlcdInterval: *interval, GOMAXPROCS: *gomaxprocs, Selection: *selection, OlcdController: splitList(*ctl, ";"), ResponseTarget: *target})
 	if err != nil {
 		return err
 	}
