@@ -161,6 +161,7 @@ func demo(ctx context.Context, args []string) error {
 	gomaxprocs := fs.Int("gomaxprocs", 1, "the backend's GOMAXPROCS (-1: the Go runtime's choice)")
 	selection := fs.String("selection", "even", "olcd's datapath.selection: random or even")
 	reuse := fs.String("calibration", "", "reuse the calibrations of an earlier results.json instead of calibrating")
+	resume := fs.Bool("resume", false, "continue the results.json in -out: reuse its calibrations, skip the runs it has")
 	target := fs.String("response-target", "", "enforce's response-time target with olcd's law on the measured queue: \"\" (olcd's default, auto) or knee (the calibration's latency limit)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -211,6 +212,21 @@ func demo(ctx context.Context, args []string) error {
 		}
 	}
 	var prev []*overload.Calibration
+	var done *overload.Report
+	if *resume {
+		path := filepath.Join(*out, "results.json")
+		if *reuse == "" {
+			if _, err := os.Stat(path); err == nil {
+				*reuse = path
+			}
+		}
+		if b, err := os.ReadFile(path); err == nil {
+			done = &overload.Report{}
+			if err := json.Unmarshal(b, done); err != nil {
+				return fmt.Errorf("-resume: parse %s: %w", path, err)
+			}
+		}
+	}
 	if *reuse != "" {
 		if prev, err = readCalibrations(*reuse); err != nil {
 			return fmt.Errorf("-calibration %s: %w", *reuse, err)
@@ -278,11 +294,25 @@ func demo(ctx context.Context, args []string) error {
 		}
 	}
 	rep := h.NewReport()
+	have := map[string]bool{}
+	if done != nil {
+		for _, sr := range done.Scenarios {
+			sr.RunResult.Scenario = sr.Name
+			rep.Add(&sr.RunResult)
+			have[sr.Name+"/"+string(sr.Variant)] = true
+		}
+	}
 	resultsPath := filepath.Join(outAbs, "results.json")
 	began, i := time.Now(), 0
 	for _, p := range runs {
 		for _, v := range p.variants {
 			i++
+			if have[p.sc.Name+"/"+string(v)] {
+				fmt.Printf("\n== %s / %s: in %s already (-resume)\n", p.sc.Name, v, resultsPath)
+				nRuns--
+				i--
+				continue
+			}
 			eta := ""
 			if i > 1 {
 				left := time.Since(began) / time.Duration(i-1) * time.Duration(nRuns-i+1)
