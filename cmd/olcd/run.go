@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/olcd/olcd/internal/daemon"
@@ -22,6 +23,7 @@ func cmdRun(args []string, stderr io.Writer) error {
 	socket := fs.String("admin-socket", "", "admin API unix socket `path`, overriding the config (default "+daemon.DefaultAdminSocket+")")
 	metricsAddr := fs.String("metrics-address", "", "Prometheus listen `address`, overriding the config; \"off\" disables it")
 	decisions := fs.String("decision-log", "", "decision log `path`, overriding the config; \"-\" disables it")
+	cpuProfile := fs.String("cpu-profile", "", "write a pprof CPU profile of the daemon to `file` until it stops (for performance reports; the sampling adds some CPU of its own)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: olcd run [flags]\n\nRuns the daemon until SIGTERM/SIGINT; SIGHUP reloads the config, SIGUSR1 reopens the decision log.\n\n")
 		fs.PrintDefaults()
@@ -52,6 +54,17 @@ func cmdRun(args []string, stderr io.Writer) error {
 	})
 	if err != nil {
 		return describeConfigError(err, stderr)
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	return d.Run(context.Background())
 }

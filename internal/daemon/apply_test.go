@@ -45,7 +45,7 @@ type testDaemon struct {
 
 // startTestDaemon writes cfg to a file and starts a daemon on it. It needs
 // root: the datapath is really loaded.
-func startTestDaemon(t *testing.T, cfg string) *testDaemon {
+func startTestDaemon(t testing.TB, cfg string) *testDaemon {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: loads the BPF datapath")

@@ -424,9 +424,9 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 			d.syncInterfaces(false)
 			d.publish()
 		case c := <-d.cmds:
-			err := c.run()
+			cerr := c.run()
 			d.publish() // before the answer: a status read after it shows the change
-			c.done <- err
+			c.done <- cerr
 		case <-hup:
 			_ = sdNotify("RELOADING=1")
 			select {

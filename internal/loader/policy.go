@@ -163,7 +163,8 @@ func (d *Datapath) SetPolicies(policies []PortPolicy) error {
 
 // SetDropProbabilities sets the drop probability (fraction 0..1) of ports
 // that have a policy; ports not in m keep theirs. It is the per-tick call and
-// writes only the policy entries of the ports in m.
+// writes only the policy entries of the ports in m whose probability, in the
+// datapath's fixed point, changed.
 //
 // Errors: a port without a policy, a probability outside 0..1 or NaN, a
 // closed datapath, or a failed map write. Nothing is changed when validation
@@ -186,6 +187,11 @@ func (d *Datapath) SetDropProbabilities(m map[PortKey]float64) error {
 	}
 	for k, p := range m {
 		pol := d.policies[k]
+		// Most ticks change nothing (p stays 0 outside an overload): a
+		// write per port per tick would be 100 syscalls for nothing.
+		if ProbabilityToFixed(pol.DropProbability) == ProbabilityToFixed(p) {
+			continue
+		}
 		pol.DropProbability = p
 		d.policies[k] = pol
 		if err := d.writePolicy(k); err != nil {

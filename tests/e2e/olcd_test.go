@@ -54,6 +54,9 @@ type daemonConfig struct {
 	MinSamples int
 	// ResponseP95 is a response_time_p95 threshold ("" for none), e.g. "1ms".
 	ResponseP95 string
+	// AutoPorts writes ports: auto (every listener of the node namespace)
+	// instead of the Ports list.
+	AutoPorts bool
 	// Filled in by startDaemon.
 	Iface, Interval, Metrics, Socket, DecisionLog string
 	Ports                                         []int

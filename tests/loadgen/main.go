@@ -4,7 +4,7 @@
 // in count.
 //
 //	loadgen serve   -addr 10.0.0.1:8080 [-ports 1] [-work 2ms] [-duration 5m]
-//	loadgen connect -target 10.0.0.1:8080 -rate 100 -duration 10s [-timeout 1.5s] [-json]
+//	loadgen connect -target 10.0.0.1:8080 -rate 100 -duration 10s [-ports 1] [-timeout 1.5s] [-json]
 //	loadgen burn    -duration 20s [-threads N]
 //	loadgen hold    -target 127.0.0.1:9477 -conns 20000 -duration 1m [-user nobody]
 package main
@@ -165,7 +165,12 @@ func connect(args []string) error {
 	maxInflight := fs.Int("max-inflight", 2000, "bound on concurrent connection attempts")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	reply := fs.Bool("reply", true, `wait for the "ok" of loadgen serve; false: a completed handshake is a success`)
+	ports := fs.Int("ports", 1, "spread the connections round-robin over this many consecutive ports from the one in -target (1..1000)")
 	fs.Parse(args)
+	targets, err := spread(*target, *ports)
+	if err != nil {
+		return err
+	}
 	if *rate <= 0 || *rate > 100000 || *duration <= 0 || *duration > 10*time.Minute {
 		return errors.New("rate must be in (0, 100000] and duration in (0, 10m]")
 	}
@@ -192,7 +197,7 @@ func connect(args []string) error {
 			defer wg.Done()
 			defer func() { <-sem }()
 			t0 := time.Now()
-			switch err := once(*target, *timeout, *reply); {
+			switch err := once(targets[i%int64(len(targets))], *timeout, *reply); {
 			case err == nil:
 			case errors.Is(err, syscall.ECONNREFUSED):
 				refused.Add(1)
@@ -229,6 +234,24 @@ func connect(args []string) error {
 	}
 	fmt.Println()
 	return nil
+}
+
+// spread returns n addresses: target's host with target's port and the n-1
+// ports after it.
+func spread(target string, n int) ([]string, error) {
+	host, portStr, err := net.SplitHostPort(target)
+	if err != nil {
+		return nil, fmt.Errorf("parse -target: %w", err)
+	}
+	first, err := strconv.Atoi(portStr)
+	if err != nil || n < 1 || n > 1000 || first < 1 || first+n-1 > 65535 {
+		return nil, fmt.Errorf("-target %s with -ports %d: want 1..1000 ports within 1..65535", target, n)
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = net.JoinHostPort(host, strconv.Itoa(first+i))
+	}
+	return out, nil
 }
 
 // errNoReply is a connection that was accepted but answered nothing.

@@ -744,6 +744,9 @@ func (l *LBHarness) Run(ctx context.Context, v LBVariant) (*LBRunResult, error) 
 			}
 		}
 	}
+	if err := writeLBSeries(filepath.Join(dir, "timeseries.csv"), l.nodes, nodeSamples, hps); err != nil {
+		return nil, err
+	}
 	res := &LBRunResult{Variant: v, Dir: dir}
 	var from time.Duration
 	for _, ph := range phases {
@@ -812,4 +815,37 @@ func haproxyAt(s []haproxySample, t time.Duration) map[string]haproxyServer {
 		}
 	}
 	return best.servers
+}
+
+// writeLBSeries writes one line per sample: time, and per node HAProxy's
+// weight and status, olcd's p and the cgroup's CPU since the previous
+// sample (share of the quota).
+func writeLBSeries(path string, nodes []*lbNode, ns [][]sample, hps []haproxySample) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	w := csv.NewWriter(f)
+	head := []string{"t_s"}
+	for _, n := range nodes {
+		head = append(head, n.name+"_weight", n.name+"_status", n.name+"_p", n.name+"_cpu")
+	}
+	_ = w.Write(head)
+	for i := 1; i < len(ns[0]); i++ {
+		row := []string{strconv.FormatFloat(ns[0][i].t.Seconds(), 'f', 2, 64)}
+		hp := haproxyAt(hps, ns[0][i].t)
+		for j, n := range nodes {
+			if i >= len(ns[j]) {
+				row = append(row, "", "", "", "")
+				continue
+			}
+			busy, _ := busyBetween(ns[j][i-1], ns[j][i])
+			row = append(row, strconv.FormatFloat(hp[n.name].weight, 'f', 0, 64), hp[n.name].status,
+				strconv.FormatFloat(ns[j][i].p, 'f', 3, 64), strconv.FormatFloat(busy, 'f', 3, 64))
+		}
+		_ = w.Write(row)
+	}
+	w.Flush()
+	return w.Error()
 }
