@@ -65,7 +65,7 @@ test: deps-test build vet
 # skip with the reason. Results and plots: out/test-overload/.
 test-overload:
 	OLCD_OVERLOAD=1 OLCD_OVERLOAD_OUT=$(CURDIR)/out/test-overload \
-		$(GO) test -count=1 -v -timeout 20m -run 'TestOverload' ./tests/e2e/
+		$(GO) test -count=1 -v -timeout 25m -run 'TestOverload' ./tests/e2e/
 
 # The load-balancer test alone (it is also part of test-overload).
 test-lb:

@@ -434,20 +434,21 @@ func TestOverloadMatrix(t *testing.T) {
 	}
 }
 
-// TestOverloadClosedPoolReject is scenario 1 played by the closed pool (64
-// blocking clients, each with one request of at most 2 s in flight, due
-// times missed while blocked skipped) under olcd enforcing with the drop
-// action and with the reject action, one after the other in the same run
-// (issue 17). A dropped SYN blocks its client in connect() through the SYN
-// retransmit timeout; a rejected one is refused at once and the client goes
-// on. At 3 C the reject run's goodput must not fall below the drop run's
-// (within 5 %: two runs on a shared VM), and its mean time in connect()
-// must be at most a tenth of the drop run's. The p99 of successes is
-// reported beside.
+// TestOverloadClosedPoolReject: the closed pool (64 blocking clients, each
+// with one request of at most 2 s in flight, due times missed while blocked
+// skipped) against the pool backend at 3 C (pool-closed-pool-3x, shared
+// with TestOverloadMatrix), under olcd enforcing with the drop action and
+// with the reject action, one after the other in the same run (issue 17).
+// A dropped SYN blocks its client in connect() through the SYN retransmit
+// timeout; a rejected one is refused at once and the client goes on. At
+// 3 C the reject run's goodput must not fall below the drop run's (within
+// 5 %: two runs on a shared VM), and its mean time in connect() must be at
+// most a tenth of the drop run's. The p99 of successes is reported beside.
 func TestOverloadClosedPoolReject(t *testing.T) {
 	h := overloadHarness(t)
-	c := h.Calibration.CapacityRPS
-	sc := suite3x(overload.BackendCPU, overload.ClientsClosedPool)
+	calibrated(t, h, overload.BackendPool)
+	sc := suite3x(overload.BackendPool, overload.ClientsClosedPool)
+	c := h.CalibrationOf(overload.BackendPool).CapacityRPS
 	drop := runOnce(t, h, sc, overload.VariantEnforce)
 	reject := runOnce(t, h, sc, overload.VariantEnforceReject)
 	d, r := drop.Phase("3x"), reject.Phase("3x")
