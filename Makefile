@@ -14,11 +14,11 @@ all: build
 help:
 	@echo "make build           build bin/olcd (no clang needed: BPF objects are committed)"
 	@echo "make test            vet + every test (root runs the BPF, netns and cgroup tests, then"
-	@echo "                     the overload suite alone: make test-overload, ~8 min)"
+	@echo "                     the overload suite alone: make test-overload, ~15 min)"
 	@echo "make test-lb         the load-balancer test alone: two nodes behind Debian's HAProxy, with and"
 	@echo "                     without olcd's agent (root, ~4 min; part of test-overload; out/test-lb)"
 	@echo "make test-short      go test -short: skips the end-to-end and overload tests"
-	@echo "make test-overload   the overload suite alone (root, ~8 min; results in out/test-overload)"
+	@echo "make test-overload   the overload suite alone (root, ~15 min; results in out/test-overload)"
 	@echo "make demo            overload demo, the headline of the matrix: a CPU-bound backend under vegeta"
 	@echo "                     and under 64 blocking clients, nginx + php-fpm under vegeta, the cold"
 	@echo "                     start; each with no olcd, olcd enforce, nftables limit (root, ~11 min)"
