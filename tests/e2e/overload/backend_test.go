@@ -30,7 +30,9 @@ func TestPoolBackend(t *testing.T) {
 	stdout := os.Stdout
 	os.Stdout = w
 	errc := make(chan error, 1)
-	go func() { errc <- RunBackend(ctx, BackendConfig{Addr: "127.0.0.1", Port: port, Sleep: 100 * time.Millisecond, Workers: 2}) }()
+	go func() {
+		errc <- RunBackend(ctx, BackendConfig{Addr: "127.0.0.1", Port: port, Sleep: 100 * time.Millisecond, Workers: 2})
+	}()
 	line, err := bufio.NewReader(r).ReadString('\n')
 	os.Stdout = stdout
 	if err != nil || !strings.Contains(line, "workers=2") {
