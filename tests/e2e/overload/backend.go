@@ -38,6 +38,11 @@ type BackendConfig struct {
 	// Sleep, when positive, makes a request wait that long (a handler of
 	// known time: a downstream call, a lock) instead of spinning Work.
 	Sleep time.Duration
+	// Workers, when positive, is a pool of that many workers: a request
+	// waits for a free worker, holds it for its Sleep (or Work) and gives
+	// it back, so the capacity is Workers ÷ Sleep whatever the CPU (a
+	// thread pool, a database connection pool). 0: no pool.
+	Workers int
 	// KeepAlive keeps the work port's connections open between requests
 	// (the response checks); otherwise every answer closes its connection.
 	KeepAlive bool
@@ -56,7 +61,17 @@ func RunBackend(ctx context.Context, cfg BackendConfig) error {
 	if cfg.Sleep > 0 {
 		iters = 0
 	}
+	var pool chan struct{}
+	if cfg.Workers > 0 {
+		pool = make(chan struct{}, cfg.Workers)
+	}
 	work := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if pool != nil {
+			// Queued requests are served even when their client has
+			// left, as a thread pool's executor queue does.
+			pool <- struct{}{}
+			defer func() { <-pool }()
+		}
 		if cfg.Sleep > 0 {
 			time.Sleep(cfg.Sleep)
 		}
@@ -98,7 +113,7 @@ func RunBackend(ctx context.Context, cfg BackendConfig) error {
 		servers = append(servers, srv)
 		go func() { errc <- srv.Serve(ln) }()
 	}
-	fmt.Printf("ready work=%s iterations=%d limiter=%q gomaxprocs=%d\n", cfg.Work, iters, cfg.Limiter, runtime.GOMAXPROCS(0))
+	fmt.Printf("ready work=%s iterations=%d sleep=%s workers=%d limiter=%q gomaxprocs=%d\n", cfg.Work, iters, cfg.Sleep, cfg.Workers, cfg.Limiter, runtime.GOMAXPROCS(0))
 	select {
 	case <-ctx.Done():
 	case err := <-errc:

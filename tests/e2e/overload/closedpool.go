@@ -13,14 +13,12 @@ import (
 	"time"
 )
 
-// ClientClosedPool names the closed-pool load (Scenario.Client,
-// `olcd-overload closed-pool`): a fixed pool of blocking clients, each with
-// one request in flight at most, like a thread pool or a connection-per-query
-// worker pool in front of a service. Unlike the open-loop attacker, a client
-// blocked in connect() or waiting for an answer sends nothing meanwhile, so
-// the time a protection keeps clients blocked is what limits their
-// throughput.
-const ClientClosedPool = "closed-pool"
+// The closed-pool load (ClientsClosedPool, `olcd-overload closed-pool`): a
+// fixed pool of blocking clients, each with one request in flight at most,
+// like a thread pool or a connection-per-query worker pool in front of a
+// service. Unlike the open-loop attacker, a client blocked in connect() or
+// waiting for an answer sends nothing meanwhile, so the time a protection
+// keeps clients blocked is what limits their throughput.
 
 // ClosedPoolClients is the pool size the closed-pool load uses unless the
 // config says otherwise.
@@ -29,7 +27,7 @@ const ClosedPoolClients = 64
 // ClosedPoolTimeout bounds each closed-pool request, connect included.
 const ClosedPoolTimeout = 2 * time.Second
 
-// RunClosedPool plays cfg's phases with cfg.Clients blocking clients (default
+// RunClosedPool plays cfg's phases with cfg.Pool blocking clients (default
 // ClosedPoolClients): client i sends the requests i, i+n, i+2n, … of the
 // schedule the phases' rates make (n clients), each at its due time. Each
 // request opens a connection, sends one GET, and waits for the answer or
@@ -44,7 +42,7 @@ func RunClosedPool(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 	if len(cfg.Phases) == 0 {
 		return errors.New("closed pool: no phases")
 	}
-	clients := cfg.Clients
+	clients := cfg.Pool
 	if clients <= 0 {
 		clients = ClosedPoolClients
 	}
@@ -147,8 +145,11 @@ func get(ctx context.Context, client *http.Client, url string) string {
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		if classifyErr(err) == outcomeTimeout || isTimeoutText(err.Error()) {
+		switch o := classifyErr(err); {
+		case o == outcomeTimeout || isTimeoutText(err.Error()):
 			return outcomeTimeout
+		case o == outcomeRefused:
+			return outcomeRefused
 		}
 		return outcomeError
 	}

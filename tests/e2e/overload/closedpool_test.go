@@ -31,7 +31,7 @@ func TestClosedPool(t *testing.T) {
 	}))
 	defer srv.Close()
 	var out bytes.Buffer
-	cfg := AttackConfig{Target: srv.URL, Clients: 2, Timeout: time.Second,
+	cfg := AttackConfig{Target: srv.URL, Pool: 2, Timeout: time.Second,
 		Phases: []Phase{{Name: "p", Rate: 20, Duration: 1200 * time.Millisecond}}}
 	if err := RunClosedPool(context.Background(), cfg, &out); err != nil {
 		t.Fatal(err)
@@ -59,5 +59,52 @@ func TestClosedPool(t *testing.T) {
 	}
 	if reqs+skipped != 24 {
 		t.Errorf("%d requests + %d skipped, want the 24 due", reqs, skipped)
+	}
+}
+
+// TestAttackClients: the open-loop attacker's clients. open-retry answers
+// within its connect timeout plus Timeout (a request slower than Timeout
+// alone still succeeds); open-giveup gives up after Timeout; a refused
+// connect (nothing listening) is "refused", not "error"; closed-pool is not
+// the attacker's and a client kind it does not know is an error.
+func TestAttackClients(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(150 * time.Millisecond)
+	}))
+	defer srv.Close()
+	closed := httptest.NewServer(http.NotFoundHandler())
+	refusedURL := closed.URL
+	closed.Close()
+	outcomes := func(cfg AttackConfig) map[string]int {
+		t.Helper()
+		var out bytes.Buffer
+		if err := RunAttack(context.Background(), cfg, &out); err != nil {
+			t.Fatalf("%s: %v", cfg.Clients, err)
+		}
+		n := map[string]int{}
+		for _, l := range strings.Split(out.String(), "\n") {
+			if f := strings.Fields(l); len(f) == 5 && f[0] == "r" && f[1] == "a" {
+				n[f[4]]++
+			}
+		}
+		return n
+	}
+	phases := []Phase{{Name: "p", Rate: 20, Duration: 500 * time.Millisecond}}
+	if n := outcomes(AttackConfig{Target: srv.URL, Clients: ClientsOpenRetry, ConnectTimeout: time.Second, Timeout: 100 * time.Millisecond, Phases: phases}); n[outcomeOK] < 8 || len(n) != 1 {
+		t.Errorf("open-retry, 150 ms answers, 1 s connect + 100 ms: outcomes %v, want all ok", n)
+	}
+	if n := outcomes(AttackConfig{Target: srv.URL, Clients: ClientsOpenGiveUp, Timeout: 100 * time.Millisecond, Phases: phases}); n[outcomeTimeout] < 8 || len(n) != 1 {
+		t.Errorf("open-giveup, 150 ms answers, 100 ms timeout: outcomes %v, want all timeouts", n)
+	}
+	if n := outcomes(AttackConfig{Target: refusedURL, Timeout: time.Second, Phases: phases}); n[outcomeRefused] < 8 || len(n) != 1 {
+		t.Errorf("nothing listening: outcomes %v, want all refused", n)
+	}
+	for _, c := range []Clients{ClientsClosedPool, "closed-loop"} {
+		if err := RunAttack(context.Background(), AttackConfig{Target: srv.URL, Clients: c, Timeout: time.Second, Phases: phases}, &bytes.Buffer{}); err == nil {
+			t.Errorf("clients %q: no error", c)
+		}
+	}
+	if err := RunAttack(context.Background(), AttackConfig{Target: srv.URL, Clients: ClientsOpenRetry, Timeout: time.Second, Phases: phases}, &bytes.Buffer{}); err == nil {
+		t.Error("open-retry without a connect timeout: no error")
 	}
 }

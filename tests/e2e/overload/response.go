@@ -82,7 +82,7 @@ func (h *Harness) RunResponse(ctx context.Context, rc ResponseCheck) (*ResponseR
 	if h.Calibration != nil {
 		threshold = h.Calibration.Threshold
 	}
-	od, err := h.startOlcd(ctx, dir, "observe", threshold)
+	od, err := h.startOlcd(ctx, dir, olcdSettings{Mode: "observe", Signals: []string{fmt.Sprintf("cgroup_cpu_usage_of_quota: {threshold: %.3f}", threshold)}})
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +91,7 @@ func (h *Harness) RunResponse(ctx context.Context, rc ResponseCheck) (*ResponseR
 	if err != nil {
 		return nil, fmt.Errorf("olcd status: %w", err)
 	}
-	rec, err := h.attack(ctx, dir, "response/"+rc.Name, "", []Phase{{Name: rc.Name, Rate: rate, Duration: rc.Duration}}, nil, od, nil, RunOptions{KeepAlive: true, Realtime: true})
+	rec, err := h.attack(ctx, dir, "response/"+rc.Name, ClientsOpenGiveUp, []Phase{{Name: rc.Name, Rate: rate, Duration: rc.Duration}}, nil, od, nil, RunOptions{KeepAlive: true, Realtime: true})
 	if err != nil {
 		return nil, err
 	}
