@@ -140,7 +140,10 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 		return ""
 	}
 	if tgt.Auto {
+		// The tick that teaches the first baseline is judged against
+		// the target it teaches.
 		l.base.learn(r, l.active || guardOver, l.target, prm)
+		l.target = l.targetFor(tgt, prm)
 	}
 	l.sinceCut += dt
 	if l.active {

@@ -151,3 +151,30 @@ func TestEstimateStandsDownWhenQueueMeasured(t *testing.T) {
 		}
 	}
 }
+
+// TestSlowServiceNotOverloaded: a service that answers every request in
+// 200 ms at a steady low rate (twice the initial target) learns its
+// baseline on its first tick and is never shed; the same p95 on a queue
+// that grows from the first tick (more requests than answers) is shed at
+// the initial target.
+func TestSlowServiceNotOverloaded(t *testing.T) {
+	for _, growing := range []bool{false, true} {
+		cfg := cfgWith()
+		key := PortKey{ProtoTCP, 80}
+		cfg.Ports = []PortConfig{{Key: key, Class: ClassNormal, Target: ResponseTarget{Auto: true}}}
+		c := mustNew(t, cfg)
+		var shed bool
+		for i := range 40 {
+			st := measuredTick(0.2, 20)
+			if growing {
+				st.Response.Requests = 60
+				st.Response.Inflight = 10 + 20*float64(i)
+			}
+			d := c.Step(snap(float64(i)*0.5), map[PortKey]PortStats{key: st})
+			shed = shed || d.Ports[0].DropProbability > 0
+		}
+		if shed != growing {
+			t.Errorf("queue growing %v: shed %v", growing, shed)
+		}
+	}
+}
