@@ -156,6 +156,11 @@ type Scenario struct {
 	RetransmitP func(p float64) float64
 	// Noise is the relative standard deviation of cpu_busy's measurement.
 	Noise float64
+	// Limit, when > 0, is a static SYN rate limit in front of the port
+	// (new SYNs per second, retransmits included, a token bucket with a
+	// burst of 20 ms of it), like an nftables `limit rate` rule: the
+	// harness's comparison at the calibrated C.
+	Limit float64
 }
 
 // Observation is what the datapath and the sampler report for one tick.
@@ -246,6 +251,7 @@ func Run(sc Scenario, decide func(Observation) float64) Result {
 		nextSlot  = make([]float64, sc.Pool) // -1 while the client is busy
 		slotBase  = make([]float64, sc.Pool)
 		abandoned = map[*request]bool{}
+		tokens    = sc.Limit * 0.02
 	)
 	push := func(a synAttempt) {
 		k := int(math.Ceil(a.at/step - 1e-9))
@@ -299,6 +305,9 @@ func Run(sc Scenario, decide func(Observation) float64) Result {
 			}
 		}
 		// SYNs due.
+		if sc.Limit > 0 {
+			tokens = math.Min(sc.Limit*0.02, tokens+sc.Limit*step)
+		}
 		due := pending[k]
 		delete(pending, k)
 		for _, a := range due {
@@ -311,6 +320,13 @@ func Run(sc Scenario, decide func(Observation) float64) Result {
 				dp = sc.RetransmitP(p)
 			}
 			shed := rng.Float64() < dp
+			if sc.Limit > 0 {
+				if tokens >= 1 {
+					tokens--
+				} else {
+					shed = true
+				}
+			}
 			full := len(queue) >= b.Backlog
 			if shed || full {
 				if shed {
