@@ -19,6 +19,9 @@ import (
 
 const clientPort = 18080
 
+// window is the onset check's period between ticks (controller.onset_interval).
+var window = 50 * time.Millisecond
+
 // guardCPU adds a cpu_busy guard at 0.93.
 var guardCPU = false
 
@@ -88,7 +91,7 @@ func TestClientsPlant(t *testing.T) {
 			worstG, worstStd, worstShare, worstP99 := math.Inf(1), 0.0, 1.0, 0.0
 			for seed := uint64(1); seed <= clientSeeds; seed++ {
 				sc := plant.Scenario{Backend: b, Clients: k, Load: threeX, Pool: 64, LinearTimeouts: 4,
-					Seconds: 50, Tick: 500 * time.Millisecond, Seed: seed, Noise: 0.01}
+					Seconds: 50, Tick: 500 * time.Millisecond, Window: window, Seed: seed, Noise: 0.01}
 				res := drive(clientController(t, nil), sc)
 				st := res.SteadyPart(15, 40)
 				g := res.Goodput(10, 40) / res.Capacity
@@ -120,7 +123,7 @@ func TestClientsPlantColdStart(t *testing.T) {
 					return 0
 				}
 				return 1.5
-			}, Seconds: 35, Tick: 500 * time.Millisecond, Seed: 1, Noise: 0.01}
+			}, Seconds: 35, Tick: 500 * time.Millisecond, Window: window, Seed: 1, Noise: 0.01}
 		res := drive(clientController(t, nil), sc)
 		g := res.Goodput(5, 35) / res.Capacity
 		t.Logf("%s cold start idle → 1.5 C: goodput %.3f C over the phase", b.Name, g)
