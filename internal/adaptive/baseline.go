@@ -7,6 +7,15 @@ type baseline struct {
 	quiet int // consecutive ticks not overloaded
 }
 
+// steadyQueue reports whether the tick's queue did not grow: no more
+// requests arrived than were answered (10 % and 2 requests of slack for
+// the ones in flight at the tick's edges). A queue that builds (a cold
+// start into overload) answers fewer than arrive; a slow service answers
+// as many.
+func steadyQueue(r PortResponse) bool {
+	return r.Responses > 0 && r.Requests <= 1.1*r.Responses+2
+}
+
 // The baseline's learning rates: fast down, slow up. A p95 below the
 // baseline is the service at its best and teaches at once; one above it
 // (a busier hour) moves it by a twentieth per tick.
@@ -41,13 +50,15 @@ func (b *baseline) learn(r PortResponse, overloaded bool, target float64, prm *P
 		return
 	}
 	m := r.P95
+	if !steadyQueue(r) {
+		return
+	}
 	if !b.ok {
-		// No baseline: the first usable tick at or below the initial
-		// target teaches it (a port whose first seconds are already over
-		// it is held at the initial target until a quiet tick).
-		if m <= prm.InitialTarget.Seconds() {
-			b.value, b.ok = m, true
-		}
+		// No baseline: the first steady tick teaches it, whatever its
+		// p95 (a service that takes 200 ms is slow, not overloaded); a
+		// port whose queue grows from its first tick is held at the
+		// initial target until a steady tick outside an overload.
+		b.value, b.ok = m, true
 		return
 	}
 	if m > target || m > baselineMaxRise*b.value {

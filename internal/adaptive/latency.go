@@ -140,7 +140,10 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 		return ""
 	}
 	if tgt.Auto {
+		// The tick that teaches the first baseline is judged against
+		// the target it teaches.
 		l.base.learn(r, l.active || guardOver, l.target, prm)
+		l.target = l.targetFor(tgt, prm)
 	}
 	l.sinceCut += dt
 	if l.active {
@@ -252,7 +255,7 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 	l.pass = math.Min(1, math.Max(prm.MinPassRate, next))
 	why := fmt.Sprintf("response_time_p95 %.3gs %s %.3gs (target %s): pass rate %.3f", m, reason, T, tgtName(tgt, l), l.pass)
 	if l.pass >= 1 {
-		*l = latencyLoop{pass: 1, base: l.base, target: l.target}
+		*l = latencyLoop{pass: 1, base: l.base, target: l.target, shed: l.shed, returning: l.returning}
 		why += ", overload of the queue over"
 	}
 	return why

@@ -151,3 +151,73 @@ func TestEstimateStandsDownWhenQueueMeasured(t *testing.T) {
 		}
 	}
 }
+
+// TestSlowServiceNotOverloaded: a service that answers every request in
+// 200 ms at a steady low rate (twice the initial target) learns its
+// baseline on its first tick and is never shed; the same p95 on a queue
+// that grows from the first tick (more requests than answers) is shed at
+// the initial target.
+func TestSlowServiceNotOverloaded(t *testing.T) {
+	for _, growing := range []bool{false, true} {
+		cfg := cfgWith()
+		key := PortKey{ProtoTCP, 80}
+		cfg.Ports = []PortConfig{{Key: key, Class: ClassNormal, Target: ResponseTarget{Auto: true}}}
+		c := mustNew(t, cfg)
+		var shed bool
+		for i := range 40 {
+			st := measuredTick(0.2, 20)
+			if growing {
+				st.Response.Requests = 60
+				st.Response.Inflight = 10 + 20*float64(i)
+			}
+			d := c.Step(snap(float64(i)*0.5), map[PortKey]PortStats{key: st})
+			shed = shed || d.Ports[0].DropProbability > 0
+		}
+		if shed != growing {
+			t.Errorf("queue growing %v: shed %v", growing, shed)
+		}
+	}
+}
+
+// TestQueueLawReconfigure: a reload keeps each staying port's loop (its
+// pass rate and baseline) and applies new parameters and targets from the
+// next tick; a port whose target is switched off leaves the law at once.
+func TestQueueLawReconfigure(t *testing.T) {
+	cfg := cfgWith()
+	key := PortKey{ProtoTCP, 80}
+	cfg.Ports = []PortConfig{{Key: key, Class: ClassNormal, Target: ResponseTarget{Auto: true}}}
+	c := mustNew(t, cfg)
+	at := 0.0
+	step := func(p95 float64) Decision {
+		at += 0.5
+		return c.Step(snap(at), map[PortKey]PortStats{key: measuredTick(p95, 100)})
+	}
+	for range 10 {
+		step(0.01)
+	}
+	var d Decision
+	for range 6 {
+		d = step(0.2)
+	}
+	p, base := d.Ports[0].DropProbability, d.Ports[0].Baseline
+	if p == 0 || base < 0.0099 || base > 0.0101 {
+		t.Fatalf("before the reload: p %v baseline %v", p, base)
+	}
+	next := cfg
+	next.Ports = []PortConfig{{Key: key, Class: ClassNormal, Target: ResponseTarget{Seconds: 0.5}}}
+	next.Params.LatencyKi = 0.1
+	if err := c.Reconfigure(next); err != nil {
+		t.Fatal(err)
+	}
+	d = step(0.2)
+	if d.Ports[0].ResponseTarget != 0.5 || d.Ports[0].Baseline != base || d.Ports[0].DropProbability > p {
+		t.Errorf("after the reload to 500ms: target %v baseline %v p %v (was %v)", d.Ports[0].ResponseTarget, d.Ports[0].Baseline, d.Ports[0].DropProbability, p)
+	}
+	next.Ports[0].Target = ResponseTarget{}
+	if err := c.Reconfigure(next); err != nil {
+		t.Fatal(err)
+	}
+	if d = step(0.2); d.Ports[0].DropProbability != 0 || d.Ports[0].QueueP != 0 {
+		t.Errorf("target off: p %v queue p %v, want 0", d.Ports[0].DropProbability, d.Ports[0].QueueP)
+	}
+}

@@ -145,6 +145,9 @@ var (
 	// Response timing (bpf/resp.h): sampled flows only; the counts are
 	// not scaled by the sample rate, the gauges are.
 	descRTHist    = prometheus.NewDesc("olcd_port_response_time_seconds", "Time from a request's first byte reaching the node to its answer's first byte leaving it, sampled flows, since the port was timed (the datapath's log-linear buckets folded at powers of two of 1.024 µs).", portLabels, nil)
+	descRTTarget  = prometheus.NewDesc("olcd_port_response_target_seconds", "The p95 response time the law on the measured queue holds the port at (fixed, or auto from the baseline); absent without a target.", portLabels, nil)
+	descRTBase    = prometheus.NewDesc("olcd_port_response_baseline_seconds", "The port's learnt baseline p95 (auto target); absent until learnt.", portLabels, nil)
+	descQueueP    = prometheus.NewDesc("olcd_port_queue_drop_probability_ratio", "Share of new connections the law on the measured queue asks to shed (0..1); the port's drop probability is the larger of it and its class share.", portLabels, nil)
 	descRTQuant   = prometheus.NewDesc("olcd_port_response_time_quantile_seconds", "Response-time quantile over the last tick; absent when the tick had too few samples (never 0).", append(slices.Clone(portLabels), "quantile"), nil)
 	descRTReq     = prometheus.NewDesc("olcd_port_requests_timed_total", "Requests timed (sampled flows).", portLabels, nil)
 	descRTAband   = prometheus.NewDesc("olcd_port_requests_abandoned_total", "Timed requests forgotten unanswered: reset, closed, evicted or idle (sampled flows).", portLabels, nil)
@@ -164,7 +167,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMode, descSigValue, descSigThr, descSigPress, descSigAvail,
 		descSigCorr, descPressure, descOverload, descNodeP, descClassP, descPortP, descNew, descRetrans,
 		descPassed, descDropped, descMarked, descWould, descRejected, descWouldRej, descRejLimit, descExempt, descStale, descOtherNew, descOtherEx,
-		descUncl, descAttach, descOverride, descLastTick, descDPErr, descRTHist, descRTQuant, descRTReq,
+		descUncl, descAttach, descOverride, descLastTick, descDPErr, descRTHist, descRTQuant, descRTTarget, descRTBase, descQueueP, descRTReq,
 		descRTAband, descRTInfl, descRTRate, descFlowCap, descFlowUsed, descFlowEvent} {
 		ch <- d
 	}
@@ -254,6 +257,13 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		if p.RequestsPerS != nil {
 			gauge(descRTRate, *p.RequestsPerS, labels...)
 		}
+		if p.ResponseTarget != nil {
+			gauge(descRTTarget, *p.ResponseTarget, labels...)
+		}
+		if p.BaselineS != nil {
+			gauge(descRTBase, *p.BaselineS, labels...)
+		}
+		gauge(descQueueP, p.QueueDropProbability, labels...)
 		if p.InflightRequests != nil {
 			gauge(descRTInfl, *p.InflightRequests, labels...)
 		}

@@ -212,6 +212,19 @@ type PortStatus struct {
 	// ResponseHistogram is the port's response-time histogram since it was
 	// timed (sampled flows, cumulative): its nonempty buckets, ascending.
 	ResponseHistogram []HistogramBucket `json:"response_histogram,omitempty"`
+	// ResponseTarget is the p95 the law on the measured queue holds the
+	// port at (seconds): fixed, or auto from BaselineS; absent when the
+	// port has none (response_target: off).
+	ResponseTarget *float64 `json:"response_target_s,omitempty"`
+	// ResponseTargetMode is "auto", "off" or the fixed target ("50ms").
+	ResponseTargetMode string `json:"response_target"`
+	// BaselineS is the port's learnt baseline p95 (seconds); absent until
+	// learnt or without an auto target.
+	BaselineS *float64 `json:"baseline_p95_s,omitempty"`
+	// QueueDropProbability is the share the law on the measured queue asks
+	// for (0..1); DropProbability is the larger of it and the resource
+	// law's class share.
+	QueueDropProbability float64 `json:"queue_drop_probability"`
 	// Totals are the datapath counters since the program was loaded.
 	Totals PortTotals `json:"totals"`
 }

@@ -508,6 +508,26 @@ func (d *Daemon) publish() {
 		if f, ok := r.snap.AcceptQueueFill[p.key.Port]; ok && p.key.Proto == adaptive.ProtoTCP {
 			ps.AcceptQueueFill = &f
 		}
+		ps.ResponseTargetMode = "off"
+		for _, pc := range d.ctrl.Config().Ports {
+			if pc.Key == p.key {
+				ps.ResponseTargetMode = pc.Target.String()
+			}
+		}
+		for _, pd := range dec.Ports {
+			if pd.Key != p.key {
+				continue
+			}
+			ps.QueueDropProbability = pd.QueueP
+			if pd.ResponseTarget > 0 {
+				tgt := pd.ResponseTarget
+				ps.ResponseTarget = &tgt
+			}
+			if pd.Baseline > 0 {
+				b := pd.Baseline
+				ps.BaselineS = &b
+			}
+		}
 		if pr, ok := r.resp[p.key]; ok {
 			ps.Timed = true
 			ps.ResponseTime = responseTimeStatus(pr)

@@ -35,7 +35,26 @@ func Drive(c *adaptive.Controller, sc Scenario, key adaptive.PortKey, minSamples
 	if idx < 0 {
 		return Result{}, fmt.Errorf("drive plant: the controller does not protect %s", key)
 	}
-	res := Run(sc, func(o Observation) float64 {
+	// The daemon's onset check between ticks: the window's counts and
+	// measured queue, handed to Controller.Onset.
+	var between func(Observation) (float64, bool)
+	if sc.Window > 0 {
+		between = func(o Observation) (float64, bool) {
+			at := adaptive.TraceOrigin.Add(time.Duration(o.T * float64(time.Second)))
+			d, ok := c.Onset(at, sc.Window, map[adaptive.PortKey]adaptive.PortStats{key: {
+				New: o.New, Retransmits: o.Retransmits, Dropped: o.Dropped,
+				Response: adaptive.PortResponse{Samples: uint64(o.Responses), Requests: float64(o.Requests),
+					Responses: float64(o.Responses), Inflight: float64(o.Inflight)}}})
+			if !ok {
+				return 0, false
+			}
+			if each != nil {
+				each(DriveTick{Observation: o, Port: d.Ports[idx], Decision: d})
+			}
+			return d.Ports[idx].DropProbability, true
+		}
+	}
+	res := RunWindows(sc, func(o Observation) float64 {
 		s := sampler.Snapshot{At: adaptive.TraceOrigin.Add(time.Duration(o.T * float64(time.Second))), Interval: sc.Tick}
 		s.Set(sampler.CPUBusy, o.CPUBusy)
 		r := adaptive.PortResponse{Samples: uint64(o.Responses), Requests: float64(o.Requests),
@@ -50,7 +69,7 @@ func Drive(c *adaptive.Controller, sc Scenario, key adaptive.PortKey, minSamples
 			each(DriveTick{Observation: o, Port: pd, Decision: d})
 		}
 		return pd.DropProbability
-	})
+	}, between)
 	return res, nil
 }
 
@@ -81,7 +100,7 @@ var Backends = map[string]Backend{"cpu": CPU, "pool": Pool, "php": PHP}
 // ParseScenario parses a harness scenario name, <backend>-<clients>-<load>
 // (e.g. pool-closed-pool-3x, cpu-open-giveup-coldstart), into a Scenario
 // with the harness's settings (64 closed-loop clients, linear SYN timeouts
-// 4, 500 ms ticks) and the overload phase's bounds (seconds).
+// 4, 500 ms ticks, the onset check every 50 ms) and the overload phase's bounds (seconds).
 func ParseScenario(name string, seed uint64) (sc Scenario, phase [2]float64, err error) {
 	i := strings.Index(name, "-")
 	j := strings.LastIndex(name, "-")
@@ -105,5 +124,5 @@ func ParseScenario(name string, seed uint64) (sc Scenario, phase [2]float64, err
 		secs, phase = 35, [2]float64{5, 35}
 	}
 	return Scenario{Backend: b, Clients: k, Load: load, Pool: 64, LinearTimeouts: 4, Seconds: secs,
-		Tick: 500 * time.Millisecond, Seed: seed, Noise: 0.01}, phase, nil
+		Tick: 500 * time.Millisecond, Window: 50 * time.Millisecond, Seed: seed, Noise: 0.01}, phase, nil
 }

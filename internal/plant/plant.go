@@ -156,6 +156,14 @@ type Scenario struct {
 	RetransmitP func(p float64) float64
 	// Noise is the relative standard deviation of cpu_busy's measurement.
 	Noise float64
+	// Window is the period of the check between ticks (RunWindows); 0
+	// turns it off.
+	Window time.Duration
+	// Limit, when > 0, is a static SYN rate limit in front of the port
+	// (new SYNs per second, retransmits included, a token bucket with a
+	// burst of 20 ms of it), like an nftables `limit rate` rule: the
+	// harness's comparison at the calibrated C.
+	Limit float64
 }
 
 // Observation is what the datapath and the sampler report for one tick.
@@ -222,6 +230,14 @@ type synAttempt struct {
 // Run simulates sc; decide is called at the end of every tick with that
 // tick's observation and returns the drop probability for the next one.
 func Run(sc Scenario, decide func(Observation) float64) Result {
+	return RunWindows(sc, decide, nil)
+}
+
+// RunWindows is Run with a check between ticks, as the daemon's onset
+// check: every sc.Window, between sees the window's counts (New,
+// Retransmits, Dropped, Requests, Responses, Inflight at its end; T its
+// end) and may set a new drop probability (ok true).
+func RunWindows(sc Scenario, decide func(Observation) float64, between func(Observation) (float64, bool)) Result {
 	rng := rand.New(rand.NewPCG(sc.Seed, 0x0c1d))
 	b := sc.Backend
 	capacity := b.Capacity()
@@ -246,7 +262,10 @@ func Run(sc Scenario, decide func(Observation) float64) Result {
 		nextSlot  = make([]float64, sc.Pool) // -1 while the client is busy
 		slotBase  = make([]float64, sc.Pool)
 		abandoned = map[*request]bool{}
+		tokens    = sc.Limit * 0.02
+		win       Observation // the counts since the last window
 	)
+	winSteps := int(math.Round(sc.Window.Seconds() / step))
 	push := func(a synAttempt) {
 		k := int(math.Ceil(a.at/step - 1e-9))
 		pending[k] = append(pending[k], a)
@@ -299,22 +318,35 @@ func Run(sc Scenario, decide func(Observation) float64) Result {
 			}
 		}
 		// SYNs due.
+		if sc.Limit > 0 {
+			tokens = math.Min(sc.Limit*0.02, tokens+sc.Limit*step)
+		}
 		due := pending[k]
 		delete(pending, k)
 		for _, a := range due {
 			obs.New++
+			win.New++
 			if a.retrans {
 				obs.Retransmits++
+				win.Retransmits++
 			}
 			dp := p
 			if a.retrans && sc.RetransmitP != nil {
 				dp = sc.RetransmitP(p)
 			}
 			shed := rng.Float64() < dp
+			if sc.Limit > 0 {
+				if tokens >= 1 {
+					tokens--
+				} else {
+					shed = true
+				}
+			}
 			full := len(queue) >= b.Backlog
 			if shed || full {
 				if shed {
 					obs.Dropped++
+					win.Dropped++
 				}
 				if a.n < len(retx) {
 					push(synAttempt{at: a.start + retx[a.n], start: a.start, n: a.n + 1, client: a.client, retrans: true})
@@ -329,6 +361,7 @@ func Run(sc Scenario, decide func(Observation) float64) Result {
 			}
 			queue = append(queue, &request{client: a.client, start: a.start, arrived: now, service: svc})
 			obs.Requests++
+			win.Requests++
 		}
 		// Clients that give up close their connection: a waiting request
 		// is abandoned (the datapath forgets it; the server still serves
@@ -360,6 +393,7 @@ func Run(sc Scenario, decide func(Observation) float64) Result {
 				workers[w] = nil
 				if now-r.start <= timeout && !abandoned[r] {
 					latencies = append(latencies, now-r.arrived)
+					win.Responses++
 					good++
 					res.Successes = append(res.Successes, [2]float64{now, now - r.start})
 					done(r.client, now)
@@ -386,6 +420,16 @@ func Run(sc Scenario, decide func(Observation) float64) Result {
 			}
 		}
 		busySum += math.Min(1, busy*b.CPUPerRequest/b.Service/float64(b.Cores))
+		if between != nil && winSteps > 0 && k%winSteps == 0 && k%tickSteps != 0 {
+			win.T = now
+			win.Inflight = inflight(queue, workers, abandoned)
+			if np, ok := between(win); ok {
+				p = np
+			}
+			win = Observation{}
+		} else if winSteps > 0 && k%winSteps == 0 {
+			win = Observation{}
+		}
 		if k%tickSteps != 0 {
 			continue
 		}
@@ -396,16 +440,7 @@ func Run(sc Scenario, decide func(Observation) float64) Result {
 			slices.Sort(latencies)
 			obs.P50, obs.P95, obs.P99 = quantile(latencies, 0.5), quantile(latencies, 0.95), quantile(latencies, 0.99)
 		}
-		for _, r := range queue {
-			if !abandoned[r] {
-				obs.Inflight++
-			}
-		}
-		for _, r := range workers {
-			if r != nil && !abandoned[r] {
-				obs.Inflight++
-			}
-		}
+		obs.Inflight = inflight(queue, workers, abandoned)
 		cpu := busySum / float64(tickSteps)
 		obs.CPUBusy = math.Min(1, math.Max(0, cpu+rng.NormFloat64()*sc.Noise))
 		obs.Goodput = float64(good) / dt
@@ -415,6 +450,23 @@ func Run(sc Scenario, decide func(Observation) float64) Result {
 		obs, latencies, busySum, good, offered = Observation{}, latencies[:0], 0, 0, 0
 	}
 	return res
+}
+
+// inflight counts the requests waiting or in service whose clients still
+// wait.
+func inflight(queue, workers []*request, abandoned map[*request]bool) int {
+	n := 0
+	for _, r := range queue {
+		if !abandoned[r] {
+			n++
+		}
+	}
+	for _, r := range workers {
+		if r != nil && !abandoned[r] {
+			n++
+		}
+	}
+	return n
 }
 
 // quantile returns the q-quantile of sorted xs (nearest rank).

@@ -77,3 +77,28 @@ func TestParseScenario(t *testing.T) {
 		}
 	}
 }
+
+// TestStaticLimit: a static SYN limit at C holds the goodput of the 3 C
+// phase near C for every backend with clients that give up (the line the
+// harness compares olcd with), and refuses about two thirds of the SYNs.
+func TestStaticLimit(t *testing.T) {
+	for _, b := range []Backend{CPU, Pool, PHP} {
+		sc, phase, err := ParseScenario(b.Name+"-open-giveup-3x", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc.Limit = b.Capacity()
+		var syn, dropped uint64
+		res := Run(sc, func(o Observation) float64 {
+			if o.T > phase[0]+1 && o.T <= phase[1] {
+				syn, dropped = syn+o.New, dropped+o.Dropped
+			}
+			return 0
+		})
+		g := res.Goodput(phase[0], phase[1]) / res.Capacity
+		t.Logf("%s-open-giveup-3x behind a static limit at C: goodput %.3f C, %.0f %% of SYNs refused", b.Name, g, 100*float64(dropped)/float64(syn))
+		if g < 0.9 || g > 1.01 {
+			t.Errorf("%s: goodput %.3f C behind a static limit at C, want 0.9 … 1", b.Name, g)
+		}
+	}
+}
