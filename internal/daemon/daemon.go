@@ -115,6 +115,9 @@ type Daemon struct {
 	waiting    []string          // listed interfaces that do not exist
 
 	status  atomic.Pointer[Status]
+	// statusStale is set by a tick: the status is built when someone asks
+	// (the admin API, a scrape), not twice a second for nobody.
+	statusStale atomic.Bool
 	metrics *metrics
 	lb      lbState // what load balancers are told (lb.go)
 }
@@ -660,10 +663,33 @@ func (d *Daemon) do(ctx context.Context, fn func() error) error {
 
 // Status returns the status published after the last tick or command.
 func (d *Daemon) Status() *Status {
-	if st := d.status.Load(); st != nil {
+	if st := d.freshStatus(); st != nil {
 		return st
 	}
 	return &Status{Version: d.opts.Version, ConfigSource: d.configSource(), StartedAt: d.started}
+}
+
+// statusWait bounds how long a status request waits for the tick loop to
+// build the status of the last tick; past it the previous one is returned
+// (its updated_at says how old it is), so a busy loop never holds up
+// `olcd status`.
+const statusWait = 200 * time.Millisecond
+
+// freshStatus returns the status of the last tick, built by the tick loop
+// on demand, or the last one built when the loop does not answer within
+// statusWait; nil before the first.
+func (d *Daemon) freshStatus() *Status {
+	if d.statusStale.Load() && d.runCtx != nil {
+		ctx, cancel := context.WithTimeout(d.runCtx, statusWait)
+		_ = d.do(ctx, func() error {
+			if d.statusStale.Load() {
+				d.publish()
+			}
+			return nil
+		})
+		cancel()
+	}
+	return d.status.Load()
 }
 
 // SetMode switches the global mode as a live override. "off" is the kill

@@ -175,7 +175,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect reads the status and the BPF maps.
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.d.status.Load()
+	st := c.d.freshStatus()
 	if st == nil {
 		return
 	}
