@@ -4,8 +4,9 @@
 #
 #   scripts/deps.sh [-n] GROUP...     GROUP: run | test | build | all
 #
-#   run    what `make demo` drives: ip (iproute2) and nft (nftables), and
-#          make itself (a fresh machine can run this script before make)
+#   run    what `make demo` drives: ip (iproute2), nft (nftables), sysctl
+#          (procps), and make itself (a fresh machine can run this script
+#          before make)
 #   test   run + what `make test` starts: systemd-analyze, nginx, php-fpm,
 #          haproxy, prometheus and promtool
 #   build  what `make generate` / `make check-generate` compile with: clang,
@@ -32,6 +33,7 @@ pkgs_run=(
 	"make|cmd:make|"
 	"iproute2|cmd:ip|"
 	"nftables|cmd:nft|"
+	"procps|cmd:sysctl|"
 )
 pkgs_test=(
 	"systemd|cmd:systemd-analyze|"

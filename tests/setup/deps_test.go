@@ -29,7 +29,7 @@ type machine struct {
 
 // everything is a fake root holding every program and file the groups check.
 var everything = []string{
-	"/usr/bin/make", "/usr/sbin/ip", "/usr/sbin/nft", "/usr/bin/systemd-analyze", "/usr/sbin/nginx",
+	"/usr/bin/make", "/usr/sbin/ip", "/usr/sbin/nft", "/usr/sbin/sysctl", "/usr/bin/systemd-analyze", "/usr/sbin/nginx",
 	"/usr/sbin/php-fpm8.2", "/usr/sbin/haproxy", "/usr/bin/prometheus", "/usr/bin/promtool",
 	"/usr/bin/clang", "/usr/bin/llvm-strip", "/usr/include/bpf/bpf_helpers.h", "/usr/include/linux/bpf.h",
 }
@@ -54,7 +54,7 @@ func TestDeps(t *testing.T) {
 		},
 		{
 			name: "all present per dpkg although not on PATH",
-			m: machine{uid: 0, dpkg: []string{"make", "iproute2", "nftables", "systemd", "nginx-full", "php-fpm",
+			m: machine{uid: 0, dpkg: []string{"make", "iproute2", "nftables", "procps", "systemd", "nginx-full", "php-fpm",
 				"haproxy", "prometheus"}},
 			args: []string{"test"},
 		},
@@ -88,7 +88,7 @@ func TestDeps(t *testing.T) {
 		},
 		{
 			name:    "run group only checks what make demo needs",
-			m:       machine{uid: 0, files: []string{"/usr/bin/make", "/usr/sbin/ip", "/usr/sbin/nft"}},
+			m:       machine{uid: 0, files: []string{"/usr/bin/make", "/usr/sbin/ip", "/usr/sbin/nft", "/usr/sbin/sysctl"}},
 			args:    []string{"run"},
 			wantOut: "",
 		},
@@ -102,7 +102,7 @@ func TestDeps(t *testing.T) {
 			name:    "groups overlap: each package once",
 			m:       machine{uid: 0, files: nil},
 			args:    []string{"-n", "run", "test", "all"},
-			wantOut: "deps: would install: make iproute2 nftables systemd nginx-light php-fpm haproxy prometheus clang llvm libbpf-dev linux-libc-dev\n",
+			wantOut: "deps: would install: make iproute2 nftables procps systemd nginx-light php-fpm haproxy prometheus clang llvm libbpf-dev linux-libc-dev\n",
 		},
 		{
 			name:    "dry run as non-root: exit 0, nothing installed",
