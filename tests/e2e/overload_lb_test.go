@@ -20,7 +20,9 @@ import (
 // halved. Three variants in the same run: HAProxy alone, olcd on both
 // nodes without the agent, olcd with the agent. With the agent, the
 // goodput within the SLO over the halved phase must reach 0.9 × (C_A +
-// C_B'); all three are logged and written to lb-results.json.
+// C_B'), the capacities scaled to the run when the VM ran slower than
+// during the calibration (LBHarness.CapacityAtRun, at most 15 %,
+// reported); all three are logged and written to lb-results.json.
 //
 // It is part of the OLCD_OVERLOAD suite (make test-overload, which make
 // test runs) and runs alone with make test-lb (~4 min). Its file sorts
@@ -70,8 +72,8 @@ func TestOverloadLB(t *testing.T) {
 					v, x.Name, x.OfferedRPS, x.GoodputRPS, x.GoodputRPS/capacity, x.P50Ms, x.P99Ms, x.Errors, x.Timeouts)
 			}
 			for _, n := range p.Nodes {
-				t.Logf("%-10s %-22s node %s: share %.2f (%4.0f sessions/s) weight %5.1f drain %3.0f%% cpu %.2f SYN drop %4.1f%% p %.2f",
-					v, p.Name, n.Node, n.Share, n.SessionsPerS, n.MeanWeight, 100*n.DrainShare, n.CPUBusy, 100*n.SYNDropRatio, n.MeanP)
+				t.Logf("%-10s %-22s node %s: share %.2f (%4.0f sessions/s, %4.0f 2xx/s) weight %5.1f drain %3.0f%% cpu %.2f SYN drop %4.1f%% p %.2f",
+					v, p.Name, n.Node, n.Share, n.SessionsPerS, n.ResponsesPerS, n.MeanWeight, 100*n.DrainShare, n.CPUBusy, 100*n.SYNDropRatio, n.MeanP)
 			}
 		}
 	}
@@ -86,7 +88,18 @@ func TestOverloadLB(t *testing.T) {
 		p := r.Phase(overload.LBPhaseHalved)
 		t.Logf("halved phase, %-10s goodput %4.0f/s = %.2f × (C_A + C_B' = %.0f/s)", r.Variant, p.GoodputRPS, p.GoodputRPS/capacity, capacity)
 	}
-	if p := runs[0].Phase(overload.LBPhaseHalved); p.GoodputRPS < 0.9*capacity {
-		t.Errorf("with the agent: goodput over the halved phase %.0f/s = %.2f × (C_A + C_B'), want ≥ 0.9", p.GoodputRPS, p.GoodputRPS/capacity)
+	// The goal is measured against what the nodes could serve during the
+	// run: this VM runs up to a tenth slower for minutes at a time (the
+	// overload suite's CapacityAtRun, per node, reported).
+	p := runs[0].Phase(overload.LBPhaseHalved)
+	atRun, slow, ok := h.CapacityAtRun(runs[0])
+	t.Logf("with the agent: C_A + C_B' during the run %.0f/s (CPU per request %+.0f %% on node a, %+.0f %% on node b against the calibration; measured: %v): goodput %.2f × that",
+		atRun, 100*slow[0], 100*slow[1], ok, p.GoodputRPS/atRun)
+	if !ok {
+		atRun = capacity
+	}
+	if p.GoodputRPS < 0.9*atRun {
+		t.Errorf("with the agent: goodput over the halved phase %.0f/s = %.2f × (C_A + C_B' = %.0f/s during the run; %.0f/s calibrated), want ≥ 0.9",
+			p.GoodputRPS, p.GoodputRPS/atRun, atRun, capacity)
 	}
 }

@@ -253,6 +253,46 @@ func (l *LBHarness) Close() {
 // halved.
 func (l *LBHarness) Capacity() float64 { return l.CalA.CapacityRPS + l.CalBHalved.CapacityRPS }
 
+// CapacityAtRun is C_A + C_B' as the nodes could serve it during r's
+// halved phase, the overload suite's CapacityAtRun per node: each node's
+// capacity scaled by its CPU per request at its calibration's knee over
+// its CPU per 2xx response in the phase, when the run was slower (at most
+// MaxSlowdown; a faster run keeps the calibrated figure). slowdown holds
+// each node's, ok is false when a node was slower than MaxSlowdown or
+// nothing was measured (rps is then C_A + C_B').
+func (l *LBHarness) CapacityAtRun(r *LBRunResult) (rps float64, slowdown []float64, ok bool) {
+	p := r.Phase(LBPhaseHalved)
+	measured := len(p.Nodes) == len(l.nodes)
+	ok = measured
+	for i, cal := range []*Calibration{l.CalA, l.CalBHalved} {
+		c := cal.CapacityRPS
+		var knee *CalibrationStep
+		for j := range cal.Steps {
+			if cal.Steps[j].Knee {
+				knee = &cal.Steps[j]
+			}
+		}
+		if !measured || knee == nil || knee.GoodputRPS <= 0 || knee.CPUBusy <= 0 || p.Nodes[i].ResponsesPerS <= 0 || p.Nodes[i].CPUBusy <= 0 {
+			ok = false
+			slowdown = append(slowdown, 0)
+			rps += c
+			continue
+		}
+		slow := (p.Nodes[i].CPUBusy/p.Nodes[i].ResponsesPerS)/(knee.CPUBusy/knee.GoodputRPS) - 1
+		slowdown = append(slowdown, slow)
+		switch {
+		case slow > MaxSlowdown:
+			ok = false
+			rps += c
+		case slow > 0:
+			rps += c / (1 + slow)
+		default:
+			rps += c
+		}
+	}
+	return rps, slowdown, ok
+}
+
 // Calibrate finds C_A (node A, full quota, through no load balancer) and
 // C_B' (node B, half quota).
 func (l *LBHarness) Calibrate(ctx context.Context) error {
@@ -500,6 +540,7 @@ type haproxyServer struct {
 	status string // "UP", "DRAIN (agent)", "DOWN", ...
 	weight float64
 	stot   uint64 // sessions since start
+	ok     uint64 // 2xx responses since start (hrsp_2xx)
 }
 
 // servers reads `show stat` for the backend's servers.
@@ -534,7 +575,8 @@ func (p *haproxyProc) servers() (map[string]haproxyServer, error) {
 		}
 		w, _ := strconv.ParseFloat(row[col["weight"]], 64)
 		n, _ := strconv.ParseUint(row[col["stot"]], 10, 64)
-		out[row[col["svname"]]] = haproxyServer{status: row[col["status"]], weight: w, stot: n}
+		ok, _ := strconv.ParseUint(row[col["hrsp_2xx"]], 10, 64)
+		out[row[col["svname"]]] = haproxyServer{status: row[col["status"]], weight: w, stot: n, ok: ok}
 	}
 	return out, nil
 }
@@ -557,6 +599,9 @@ type LBNodePhase struct {
 	// SYNDropRatio and MeanP are olcd's, 0 without olcd.
 	SYNDropRatio float64 `json:"syn_drop_ratio"`
 	MeanP        float64 `json:"mean_drop_probability"`
+	// ResponsesPerS is the node's 2xx responses per second (HAProxy's
+	// hrsp_2xx, late ones included): with CPUBusy, its CPU per request.
+	ResponsesPerS float64 `json:"responses_per_s"`
 }
 
 // LBPhase is one phase of a run: the clients' view and each node's.
@@ -758,15 +803,17 @@ func (l *LBHarness) Run(ctx context.Context, v LBVariant) (*LBRunResult, error) 
 		}
 		var total uint64
 		sessions := make([]uint64, len(l.nodes))
+		oks := make([]uint64, len(l.nodes))
 		for i, n := range l.nodes {
 			a, b := haproxyAt(hps, from), haproxyAt(hps, to)
 			sessions[i] = b[n.name].stot - min(a[n.name].stot, b[n.name].stot)
+			oks[i] = b[n.name].ok - min(a[n.name].ok, b[n.name].ok)
 			total += sessions[i]
 		}
 		for i, n := range l.nodes {
 			nr := phaseResult(&records{samples: nodeSamples[i]}, ph.Name, from, to, l.opt.SLO, VariantEnforce)
 			np := LBNodePhase{Node: n.name, CPUBusy: nr.CPUBusy, SYNDropRatio: nr.SYNDropRatio, MeanP: nr.MeanP,
-				SessionsPerS: float64(sessions[i]) / ph.Duration.Seconds()}
+				SessionsPerS: float64(sessions[i]) / ph.Duration.Seconds(), ResponsesPerS: float64(oks[i]) / ph.Duration.Seconds()}
 			if total > 0 {
 				np.Share = float64(sessions[i]) / float64(total)
 			}
