@@ -146,7 +146,12 @@ func analyse(rec *records, sc Scenario, v Variant, opt Options, cal *Calibration
 	}
 	res.Series = series(rec, from, opt.SLO)
 	res.rec = rec
-	res.Summary = res.summarise(sc.OverloadPhase(), cal.CapacityRPS)
+	name := sc.OverloadPhase()
+	c := cal.CapacityRPS
+	if from, _, ok := res.phaseSpan(name); ok && sc.quotaShareAt(from) < 1 {
+		c = cal.HalvedCapacityRPS() // the only change the scenarios make
+	}
+	res.Summary = res.summarise(name, c)
 	return res
 }
 
@@ -154,6 +159,9 @@ func analyse(rec *records, sc Scenario, v Variant, opt Options, cal *Calibration
 type Summary struct {
 	// Phase names the overload phase.
 	Phase string `json:"phase"`
+	// CapacityRPS is the capacity in force in the phase: C, or C' after
+	// capacity-halved's halving.
+	CapacityRPS float64 `json:"capacity_rps"`
 	// GoodputRPS is answers within the SLO per second over the whole
 	// phase, GoodputC the same ÷ C; SettledGoodputC from +SettleTime.
 	GoodputRPS      float64 `json:"goodput_rps"`
@@ -190,7 +198,7 @@ func (r *RunResult) summarise(name string, c float64) *Summary {
 		return nil
 	}
 	p := r.Phase(name)
-	s := &Summary{Phase: name, GoodputRPS: p.GoodputRPS, GoodputC: p.GoodputRPS / c, P99Ms: p.P99Ms,
+	s := &Summary{Phase: name, CapacityRPS: c, GoodputRPS: p.GoodputRPS, GoodputC: p.GoodputRPS / c, P99Ms: p.P99Ms,
 		MeanConnectMs: p.MeanConnectMs, ConnectRefused: p.ConnectRefused, Timeouts: p.Timeouts, SettledGoodputC: p.GoodputRPS / c}
 	if p.Settled != nil {
 		s.SettledGoodputC = p.Settled.GoodputRPS / c

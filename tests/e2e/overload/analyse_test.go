@@ -135,7 +135,7 @@ func TestOverloadPhase(t *testing.T) {
 	}{
 		{Overload3x, "3x"},
 		{ColdStart, "1.5x"},
-		{CapacityHalved, "1.5x"},
+		{CapacityHalved, "1.5x-quota-halved"},
 		{Matrix3x(BackendPHP, ClientsClosedPool, time.Second, time.Second, time.Second), "3x"},
 		{Scenario{}, ""},
 	} {

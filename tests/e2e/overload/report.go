@@ -154,7 +154,7 @@ func relPath(p string) string {
 func (r *Report) PrintMatrix(w io.Writer) {
 	fmt.Fprintf(w, "\nmatrix: each scenario's overload phase (the highest offered load); goodput/C over the whole phase and from +%.0fs;\n"+
 		"   p sd = drop probability std-dev over 1 s windows from +%.0fs; steady = share of those windows with goodput ≥ %.1f × their mean;\n"+
-		"   connect = mean ms in connect(); health = health checks answered over the run\n", SettleTime.Seconds(), SettleTime.Seconds(), windowOKShare)
+		"   C = the capacity in force (capacity-halved: C' after the halving); connect = mean ms in connect(); health = health checks answered over the run\n", SettleTime.Seconds(), SettleTime.Seconds(), windowOKShare)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tvariant\tC/s\tgoodput/C\t+5s\tp99 ms\tp sd\tsteady\tconnect\trefused\ttimeouts\thealth\t")
 	for _, s := range r.Scenarios {
@@ -170,7 +170,7 @@ func (r *Report) PrintMatrix(w io.Writer) {
 		if m.P99Ms > 0 {
 			p99 = fmt.Sprintf("%.0f", m.P99Ms)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.2f\t%.2f\t%s\t%s\t%.2f\t%.0f\t%d\t%d\t%d/%d\t\n", s.Name, s.Variant, s.CapacityRPS,
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.2f\t%.2f\t%s\t%s\t%.2f\t%.0f\t%d\t%d\t%d/%d\t\n", s.Name, s.Variant, m.CapacityRPS,
 			m.GoodputC, m.SettledGoodputC, p99, sd, m.WindowsOK, m.MeanConnectMs, m.ConnectRefused, m.Timeouts, m.HealthOK, m.HealthTotal)
 	}
 	tw.Flush()

@@ -162,18 +162,33 @@ func (sc Scenario) clients() Clients {
 }
 
 // OverloadPhase is the name of the phase with the highest offered load
-// (the first of equals): the one a scenario's summary reports.
+// relative to the capacity in force (the load over the share of the quota
+// left at the phase's start; the first of equals): the one a scenario's
+// summary reports. In capacity-halved that is the phase after the halving,
+// 1.5 C on half the quota.
 func (sc Scenario) OverloadPhase() string {
-	best := -1
-	for i, p := range sc.Phases {
-		if best < 0 || p.Load > sc.Phases[best].Load {
-			best = i
+	best, bestLoad := "", 0.0
+	var at time.Duration
+	for _, p := range sc.Phases {
+		if l := p.Load / sc.quotaShareAt(at); best == "" || l > bestLoad {
+			best, bestLoad = p.Name, l
+		}
+		at += p.Duration
+	}
+	return best
+}
+
+// quotaShareAt is the share of the initial quota in force at t (1 before
+// any change; the changes' CPUs taken against a 1-CPU start, as
+// Options.Quota defaults).
+func (sc Scenario) quotaShareAt(t time.Duration) float64 {
+	share := 1.0
+	for _, q := range sc.Quota {
+		if q.At <= t && q.CPUs > 0 {
+			share = q.CPUs
 		}
 	}
-	if best < 0 {
-		return ""
-	}
-	return sc.Phases[best].Name
+	return share
 }
 
 // Phases3x are the phases of every `<backend>-<clients>-3x` scenario:
