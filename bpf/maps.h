@@ -30,6 +30,18 @@ struct olcd_port_index {
 struct olcd_port_index olcd_ports;
 struct olcd_control olcd_ctl;
 
+/*
+ * Response timing (resp.h): the ports timed, [proto index][port] ->
+ * histogram slot (1..65534), 0 = not timed; and its knobs. Globals for the
+ * same reason: the parser reads them for every established segment.
+ */
+struct olcd_resp_ports {
+	__u16 slot[OLCD_INDEX_PROTOS][OLCD_PORTS_PER_PROTO];
+};
+
+struct olcd_resp_ports olcd_rports;
+struct olcd_resp_ctl olcd_rctl;
+
 /* Policies: [0] none, [1..max_ports] ports, [max_ports+1] shared exception. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

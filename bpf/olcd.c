@@ -30,6 +30,7 @@
 #include "olcd.h"
 #include "maps.h"
 #include "parse.h"
+#include "resp.h"
 
 char __license[] SEC("license") = "Dual MIT/GPL";
 
@@ -44,6 +45,7 @@ const enum olcd_geometry *olcd_btf_geometry __attribute__((unused));
 const enum olcd_syn_table *olcd_btf_syn_table __attribute__((unused));
 const enum olcd_dscp *olcd_btf_dscp __attribute__((unused));
 const enum olcd_selection *olcd_btf_selection __attribute__((unused));
+const enum olcd_resp_geometry *olcd_btf_resp_geometry __attribute__((unused));
 
 /* Bytes pulled into the linear area at TC when the headers are not there yet:
  * enough for 4 VLAN tags, IPv6 and a few extension headers and TCP. */
@@ -53,13 +55,17 @@ enum olcd_verdict {
 	OLCD_V_PASS = 0,
 	OLCD_V_DROP = 1,
 	OLCD_V_MARK = 2,
+	OLCD_V_REJECT = 3, /* answer with a RST|ACK (reject.h), or drop */
 };
 
-/* What the mark action writes, filled by olcd_decide for OLCD_V_MARK. */
+/* What the mark and reject actions need after the decision, filled by
+ * olcd_handle_policy and olcd_decide. */
 struct olcd_mark {
 	void *ctx; /* the program's context, parked here while olcd_handle runs */
+	struct olcd_counters *st; /* OLCD_V_REJECT: the port's counters */
 	__u32 fwmark;
 	__u8 dscp;
+	__u8 reject; /* the port's action is reject */
 };
 
 /*
@@ -304,13 +310,17 @@ static __always_inline __u32 olcd_select(struct olcd_counters *st, __u32 p, __u8
 	return diff >> 63;
 }
 
-/* What a selected packet becomes outside enforce mode: counted, passed. */
-static __always_inline int olcd_not_enforced(struct olcd_counters *st, __u32 mode, __u32 act)
+/* What a selected packet becomes outside enforce mode: counted, passed.
+ * rej: the reject action would answer it. */
+static __always_inline int olcd_not_enforced(struct olcd_counters *st, __u32 mode, __u32 act,
+					     __u32 rej)
 {
-	if (mode == OLCD_MODE_OBSERVE)
+	if (mode == OLCD_MODE_OBSERVE) {
 		st->would_drop += act;
-	else
+		st->would_reject += act & rej;
+	} else {
 		st->stale += act;
+	}
 	return OLCD_V_PASS;
 }
 
@@ -363,8 +373,15 @@ static __always_inline int olcd_decide(const struct olcd_policy *pol, __u32 *pi,
 				return OLCD_V_PASS;
 			act = olcd_select(st, prob, ctl->selection);
 			if (__builtin_expect(mode != OLCD_MODE_ENFORCE, 0))
-				return olcd_not_enforced(st, mode, act);
+				return olcd_not_enforced(st, mode, act, mark->reject);
 			st->dropped += act;
+			if (act & mark->reject) {
+				/* Not remembered: an answered SYN is not
+				 * retransmitted (reject.h remembers it if it
+				 * ends up dropped). */
+				mark->st = st;
+				return OLCD_V_REJECT;
+			}
 			if (act & !seen)
 				olcd_syn_insert(set, fp, olcd_syn_clock(ctl));
 			return act; /* OLCD_V_DROP or OLCD_V_PASS */
@@ -375,7 +392,7 @@ static __always_inline int olcd_decide(const struct olcd_policy *pol, __u32 *pi,
 		return OLCD_V_PASS;
 	act = olcd_select(st, prob, ctl->selection);
 	if (__builtin_expect(mode != OLCD_MODE_ENFORCE, 0))
-		return olcd_not_enforced(st, mode, act);
+		return olcd_not_enforced(st, mode, act, 0);
 	if (pol->action == OLCD_ACTION_MARK) {
 		if (!act)
 			return OLCD_V_PASS;
@@ -418,8 +435,10 @@ static __always_inline int olcd_handle_policy(const struct olcd_pkt *pkt, void *
 	}
 	if (prefixes && src.valid && olcd_source_exempt(&src, &olcd_ctl))
 		return olcd_count_pass(pol->stats_slot, 1);
-	/* Only the drop action makes clients retransmit. */
-	if (pol->action != OLCD_ACTION_DROP)
+	/* Only dropped SYNs are retransmitted: the mark action passes them
+	 * all. A UDP port with the reject action drops (fp is 0). */
+	mark->reject = pol->action == OLCD_ACTION_REJECT;
+	if (pol->action == OLCD_ACTION_MARK)
 		fp = 0;
 	return olcd_decide(pol, &pi, fp, mark);
 }
@@ -474,6 +493,9 @@ static __always_inline __u16 olcd_csum_fold(__u32 sum)
 static __always_inline void olcd_set_dscp(const struct olcd_pkt *pkt, void *data, void *data_end,
 					  __u8 dscp)
 {
+	/* The offset comes back from the stack: bound it for the verifier. */
+	if (pkt->l3off > OLCD_MAX_HDR_OFF)
+		return;
 	if (pkt->ipv6) {
 		__u8 *b = data + pkt->l3off;
 		__u8 tc;
@@ -497,6 +519,8 @@ static __always_inline void olcd_set_dscp(const struct olcd_pkt *pkt, void *data
 	}
 }
 
+#include "reject.h"
+
 SEC("xdp")
 int olcd_xdp(struct xdp_md *ctx)
 {
@@ -510,11 +534,18 @@ int olcd_xdp(struct xdp_md *ctx)
 	if (r == OLCD_P_NOT_NEW)
 		return XDP_PASS;
 	if (r != OLCD_P_NEW) {
-		olcd_count_unclassified();
+		if (r == OLCD_P_SEGMENT)
+			olcd_resp_ingress(&pkt, OLCD_INDEX_TCP);
+		else
+			olcd_count_unclassified();
 		return XDP_PASS;
 	}
 	olcd_stash_ctx(&mark, ctx);
 	v = olcd_handle(&pkt, data, data_end, &mark);
+	if (v == OLCD_V_REJECT)
+		return olcd_reject_xdp(olcd_unstash_ctx(&mark), mark.st);
+	if (__builtin_expect(!pkt.tcp, 0) && v == OLCD_V_PASS)
+		olcd_resp_udp_in(&pkt);
 	if (v == OLCD_V_MARK) {
 		/* Parse again rather than keep the header offsets alive
 		 * through olcd_decide (see olcd_handle). */
@@ -532,7 +563,8 @@ int olcd_xdp(struct xdp_md *ctx)
 
 /*
  * TC ingress, direct action. Passing returns TC_ACT_UNSPEC so that the next
- * tcx program or cls_bpf filter still runs: olcd only ever takes packets away.
+ * tcx program or cls_bpf filter still runs: olcd only ever takes packets
+ * away, or answers a shed SYN in its place (reject.h).
  */
 SEC("tc")
 int olcd_tc(struct __sk_buff *skb)
@@ -554,11 +586,18 @@ int olcd_tc(struct __sk_buff *skb)
 	if (r == OLCD_P_NOT_NEW)
 		return TC_ACT_UNSPEC;
 	if (r != OLCD_P_NEW) {
-		olcd_count_unclassified();
+		if (r == OLCD_P_SEGMENT)
+			olcd_resp_ingress(&pkt, OLCD_INDEX_TCP);
+		else
+			olcd_count_unclassified();
 		return TC_ACT_UNSPEC;
 	}
 	olcd_stash_ctx(&mark, skb);
 	v = olcd_handle(&pkt, data, data_end, &mark);
+	if (v == OLCD_V_REJECT)
+		return olcd_reject_tc(olcd_unstash_ctx(&mark), mark.st);
+	if (__builtin_expect(!pkt.tcp, 0) && v == OLCD_V_PASS)
+		olcd_resp_udp_in(&pkt);
 	if (v == OLCD_V_MARK) {
 		/* Parse again: see olcd_xdp. */
 		skb = olcd_unstash_ctx(&mark);
@@ -573,4 +612,31 @@ int olcd_tc(struct __sk_buff *skb)
 	}
 	/* TC_ACT_UNSPEC (-1) or TC_ACT_SHOT (2), without a branch. */
 	return TC_ACT_UNSPEC + (v & OLCD_V_DROP) * (TC_ACT_SHOT - TC_ACT_UNSPEC);
+}
+
+/*
+ * TC egress, direct action, beside either ingress hook: sees the server's
+ * answers for response timing (resp.h) and nothing else. Always passes
+ * (TC_ACT_UNSPEC): olcd never takes outbound packets away.
+ */
+SEC("tc")
+int olcd_tc_egress(struct __sk_buff *skb)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct olcd_pkt pkt;
+	int r;
+
+	r = olcd_parse(data, data_end, skb, &pkt);
+	if (r == OLCD_P_SHORT && skb->len > (__u32)(data_end - data)) {
+		bpf_skb_pull_data(skb, skb->len < OLCD_PULL_MAX ? skb->len : OLCD_PULL_MAX);
+		data = (void *)(long)skb->data;
+		data_end = (void *)(long)skb->data_end;
+		r = olcd_parse(data, data_end, skb, &pkt);
+	}
+	if (r == OLCD_P_SEGMENT)
+		olcd_resp_egress(&pkt, OLCD_INDEX_TCP);
+	else if (r == OLCD_P_NEW && !pkt.tcp)
+		olcd_resp_egress(&pkt, OLCD_INDEX_UDP);
+	return TC_ACT_UNSPEC;
 }

@@ -22,7 +22,8 @@ enum olcd_mode {
 /* What a protected port does with a new connection the draw selected. */
 enum olcd_action {
 	OLCD_ACTION_DROP = 0,
-	OLCD_ACTION_MARK = 1, /* rewrite DSCP (and skb->mark at TC), then pass */
+	OLCD_ACTION_MARK = 1,   /* rewrite DSCP (and skb->mark at TC), then pass */
+	OLCD_ACTION_REJECT = 2, /* answer a TCP SYN with RST|ACK (reject.h); drop the rest */
 };
 
 /* Port class, stored for the daemon's read-back; the datapath does not use it. */
@@ -146,6 +147,8 @@ struct olcd_counters {
 	 * accumulator (olcd_select), started at a random value by the loader
 	 * when the slot gets its port. */
 	__u32 rnd;
+	__u32 rejected;     /* of dropped: answered with a RST|ACK (reject action) */
+	__u32 would_reject; /* of would_drop: the reject action would answer them */
 };
 
 /*
@@ -167,6 +170,25 @@ struct olcd_syn_set {
 	__u8 pad[16];
 };
 
+/*
+ * The reject action's rate limit (reject.h), a global variable written by
+ * the loader: a token bucket per CPU, so that olcd never answers more than
+ * this many SYNs per second on one CPU, whatever arrives.
+ */
+struct olcd_reject_conf {
+	__u64 ns_per_token; /* 1e9 / rate; 0: never answer, drop */
+	__u32 burst;        /* bucket size, tokens */
+	__u32 pad;
+};
+
+/* One CPU's token bucket of the reject action. */
+struct olcd_reject_bucket {
+	__u64 stamp_ns; /* bpf_ktime_get_ns() up to which tokens were added */
+	__u64 limited;  /* SYNs dropped instead of answered: no token left */
+	__u32 tokens;
+	__u32 jiffy;    /* olcd_control.fresh_jiffies of the last refill */
+};
+
 /* LPM trie keys of the exception source prefixes. */
 struct olcd_lpm4_key {
 	__u32 prefixlen;
@@ -176,6 +198,83 @@ struct olcd_lpm4_key {
 struct olcd_lpm6_key {
 	__u32 prefixlen;
 	__u8 addr[16];
+};
+
+/*
+ * Response timing (bpf/resp.h): the time from a request's first byte
+ * reaching the node to the first byte of its answer leaving it, per
+ * protected port, for a sample of the flows.
+ *
+ * Histogram geometry, log-linear (HdrHistogram-like): a value is timed in
+ * units of 2^OLCD_HIST_UNIT_SHIFT ns (1.024 us); units below 2^SUB_BITS
+ * have a bucket each, above every power of two is cut in 2^SUB_BITS equal
+ * buckets. A bucket is at most 1/16 of its lower bound wide, so its middle
+ * is within 3.2 % of any value in it (plus the unit, 2 % at 50 us), up to
+ * 2^(OLCD_HIST_MAX_LOG2) units (68.7 s); longer goes in the last bucket.
+ */
+enum olcd_resp_geometry {
+	OLCD_HIST_UNIT_SHIFT = 10,
+	OLCD_HIST_SUB_BITS = 4,
+	OLCD_HIST_MAX_LOG2 = 26,
+	/* (MAX_LOG2 - SUB_BITS + 1) << SUB_BITS */
+	OLCD_HIST_BUCKETS = 368,
+	OLCD_FLOW_WAYS = 4,
+};
+
+/*
+ * Per-CPU response statistics of one histogram slot (a timed port, see
+ * olcd_resp_ports in resp.h).
+ * 32-bit, folded into 64-bit totals by the loader like olcd_counters. Only
+ * sampled flows are counted: the loader scales by the sample rate.
+ */
+struct olcd_resp_hist {
+	__u32 requests;  /* timers started: a request on a flow with none outstanding */
+	__u32 responses; /* timers stopped by the server's first answer byte (in bucket[]) */
+	__u32 abandoned; /* timers forgotten unanswered: RST, FIN, eviction, idle */
+	__u32 retransmits; /* client data already answered, seen again: ignored */
+	__u32 bucket[OLCD_HIST_BUCKETS];
+};
+
+/* Flow table counters, per CPU, one entry. */
+struct olcd_flow_counters {
+	__u32 inserts;   /* flows entered on their first timed request */
+	__u32 evictions; /* live flows pushed out by a new one (set full) */
+	__u32 expired;   /* idle flows replaced */
+	__u32 forgotten; /* flows ended by FIN or RST */
+};
+
+/*
+ * One set of the flow table: 4 ways, least recently used replaced first,
+ * set and tag chosen by the flow hash (olcd_flow_hash in parse.h). A plain
+ * array for the same reason as olcd_syn_set: an LRU hash lookup would cost
+ * more than the whole sampled budget.
+ */
+struct olcd_flow_set {
+	__u32 tag[OLCD_FLOW_WAYS];      /* flow hash tag | 1; 0 = empty way */
+	__u32 stamp[OLCD_FLOW_WAYS];    /* clock (ns >> 20) of the last start or stop */
+	__u64 start_ns[OLCD_FLOW_WAYS]; /* request outstanding since (ns); 0 = none */
+	/* Client sequence number before which every byte was answered or
+	 * belongs to the request being timed: data below it is a retransmit. */
+	__u32 cseq[OLCD_FLOW_WAYS];
+	/* Server sequence number the request acknowledged: answer bytes start
+	 * at or after it; server data below it is a retransmit of an older
+	 * answer. */
+	__u32 sack[OLCD_FLOW_WAYS];
+	__u16 slot[OLCD_FLOW_WAYS]; /* histogram slot of the flow's port */
+	__u8 pad[24];               /* to two cache lines */
+};
+
+/* Response timing knobs: a global variable (resp.h), written whole by the loader. */
+struct olcd_resp_ctl {
+	__u64 seed; /* flow hash seed, random per load */
+	/* Tests only: when not 0, the clock (ns) instead of bpf_ktime_get_ns(). */
+	__u64 test_now_ns;
+	/* A flow is sampled when the high 32 bits of its hash are <= this:
+	 * 0xffffffff samples every flow, 2^32 / N - 1 one in N. */
+	__u32 sample_max;
+	__u32 sets_mask;  /* sets in olcd_flows minus one (a power of two) */
+	__u32 idle_units; /* a way untouched this long (ns >> 20) is free */
+	__u32 pad;
 };
 
 #endif /* OLCD_H */

@@ -20,6 +20,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "olcd.h"
+#include "maps.h"
 
 /* In-band 802.1Q/802.1ad tags followed before giving up (deeper: pass). */
 #ifndef OLCD_MAX_VLAN
@@ -37,6 +38,7 @@ enum olcd_parse_result {
 	OLCD_P_NEW = 1,          /* a new connection candidate: see olcd_pkt */
 	OLCD_P_UNCLASSIFIED = 2, /* could carry one but cannot be examined */
 	OLCD_P_SHORT = 3,        /* a header ends past the available data */
+	OLCD_P_SEGMENT = 4,      /* established TCP with payload, FIN or RST: see resp.h */
 };
 
 /* TCP flag bits in byte 13 of the TCP header. */
@@ -59,8 +61,8 @@ struct olcd_ext_hdr {
 };
 
 /*
- * A new-connection candidate. The header position is an offset from the frame
- * start, used only off the hot path (exception prefixes, mark): olcd.c keeps
+ * A new-connection candidate. The header positions are offsets from the frame
+ * start, used only off the hot path (exception prefixes, mark, reject): olcd.c keeps
  * no packet offset or pointer across its map lookups (see olcd_handle there).
  */
 struct olcd_pkt {
@@ -74,9 +76,23 @@ struct olcd_pkt {
 	__u64 fpw_tcp;
 	__u64 fpw_addr;
 	__u32 l3off; /* IPv4 or IPv6 header */
+	__u32 l4off; /* TCP header (TCP only) */
 	__u32 dport; /* destination port, host byte order */
 	__u32 ipv6;  /* 0: IPv4, 1: IPv6 */
 	__u32 tcp;   /* 1: TCP, 0: UDP */
+	/* OLCD_P_SEGMENT and UDP OLCD_P_NEW (response timing, resp.h): the
+	 * source and destination addresses (IPv4: as read; IPv6: each folded
+	 * to 64 bits), the first word of the transport header (ports as on
+	 * the wire) and, TCP only, the sequence and acknowledgment numbers
+	 * (host order), payload bytes and flags. */
+	__u64 seg_src;
+	__u64 seg_dst;
+	__u64 seg_hash; /* TCP: the flow hash of a sampled flow, | 1 */
+	__u32 seg_ports;
+	__u32 seg_seq;
+	__u32 seg_ack;
+	__u32 seg_len;
+	__u32 seg_flags;
 };
 
 /* Headers are looked for no further than this from the frame start. */
@@ -122,6 +138,77 @@ static __always_inline int olcd_past_frame(void *data, void *data_end, struct __
 	return data + l3end > data_end;
 }
 
+
+/* Odd 64-bit multipliers of the flow hash (the golden ratio, splitmix64's). */
+#define OLCD_FH_K1 0x9e3779b97f4a7c15ULL
+#define OLCD_FH_K2 0xbf58476d1ce4e5b9ULL
+
+/*
+ * Response timing's flow hash: the same for both directions of a flow, so
+ * that the parser decides the sample without knowing which end is the
+ * server. Each endpoint (address, 64 bits folded for IPv6, and its port)
+ * is mixed by a multiply and the two are added, which does not depend on
+ * their order; a final xor-shift and multiply spread every input bit over
+ * the high half (sample and set) and the low half (tag). ports is the
+ * transport header's first word as read (source port, destination port).
+ */
+static __always_inline __u64 olcd_flow_hash(__u64 src, __u64 dst, __u32 ports, __u64 seed)
+{
+	__u16 sp, dp;
+	__u64 h;
+
+	__builtin_memcpy(&sp, &ports, sizeof(sp));
+	__builtin_memcpy(&dp, (__u8 *)&ports + 2, sizeof(dp));
+	h = ((src ^ seed) + ((__u64)sp << 48)) * OLCD_FH_K1 + ((dst ^ seed) + ((__u64)dp << 48)) * OLCD_FH_K1;
+	h ^= h >> 29;
+	return h * OLCD_FH_K2;
+}
+
+/*
+ * A TCP segment that is not a new connection (flags not SYN alone), for
+ * response timing: reported as OLCD_P_SEGMENT when it carries payload, FIN
+ * or RST, with what resp.h needs; a pure ACK (window updates, window and
+ * keep-alive probes without data included) leaves at once as OLCD_P_NOT_NEW.
+ * The header was checked to lie in the frame; a payload length that does
+ * not add up (header past the IP packet) is no payload.
+ */
+static __always_inline int olcd_parse_seg(const struct tcphdr *th, __u8 flags, __u32 off,
+					  const __be16 *iplen, __u32 l3base, const __u64 *addr,
+					  int v6, struct olcd_pkt *pkt)
+{
+	__u32 hend = off + ((__u32)(((__u8 *)th)[12] >> 4) << 2);
+	__u32 l3end = l3base + bpf_ntohs(*iplen);
+	__u32 len = l3end > hend ? l3end - hend : 0;
+	__u32 ports;
+	__u64 src, dst, h;
+
+	if (len == 0 && !(flags & (OLCD_TCP_FIN | OLCD_TCP_RST)))
+		return OLCD_P_NOT_NEW;
+	/* Neither port timed (the bulk of a node's other traffic): out,
+	 * before the hash. */
+	if (!(((__u16 *)olcd_rports.slot)[bpf_ntohs(th->dest)] |
+	      ((__u16 *)olcd_rports.slot)[bpf_ntohs(th->source)]))
+		return OLCD_P_NOT_NEW;
+	ports = *(__u32 *)th;
+	src = v6 ? addr[0] ^ addr[1] : ((const __u32 *)addr)[0];
+	dst = v6 ? addr[2] ^ addr[3] : ((const __u32 *)addr)[1];
+	h = olcd_flow_hash(src, dst, ports, olcd_rctl.seed);
+	if ((__u32)(h >> 32) > olcd_rctl.sample_max)
+		return OLCD_P_NOT_NEW; /* a flow the sample leaves out */
+	pkt->tcp = 1;
+	pkt->ipv6 = v6;
+	pkt->dport = bpf_ntohs(th->dest);
+	pkt->seg_len = len;
+	pkt->seg_flags = flags;
+	pkt->seg_ports = ports;
+	pkt->seg_seq = bpf_ntohl(th->seq);
+	pkt->seg_ack = bpf_ntohl(th->ack_seq);
+	pkt->seg_src = src;
+	pkt->seg_dst = dst;
+	pkt->seg_hash = h | 1;
+	return OLCD_P_SEGMENT;
+}
+
 /*
  * The transport header at off. The IP packet it belongs to ends at
  * l3base + *iplen (IPv4 total length, IPv6 payload length); addr points to
@@ -152,7 +239,7 @@ static __always_inline int olcd_parse_l4(void *data, void *data_end, __u32 off, 
 		flags = ((__u8 *)th)[13];
 		if ((flags & (OLCD_TCP_SYN | OLCD_TCP_ACK | OLCD_TCP_RST | OLCD_TCP_FIN)) !=
 		    OLCD_TCP_SYN)
-			return OLCD_P_NOT_NEW;
+			return olcd_parse_seg(th, flags, off, iplen, l3base, addr, v6, pkt);
 		doff = ((__u8 *)th)[12] >> 4;
 		if (doff < 5)
 			return OLCD_P_UNCLASSIFIED; /* data offset below the header */
@@ -161,6 +248,7 @@ static __always_inline int olcd_parse_l4(void *data, void *data_end, __u32 off, 
 		if (off + ((__u32)doff << 2) > l3end)
 			return OLCD_P_UNCLASSIFIED;
 		pkt->tcp = 1;
+		pkt->l4off = off;
 		pkt->dport = bpf_ntohs(th->dest);
 		pkt->fpw_tcp = *(__u64 *)th; /* ports, sequence number */
 		pkt->fpw_addr = v6 ? addr[0] ^ addr[1] ^ addr[2] ^ addr[3] : addr[0];
@@ -183,6 +271,13 @@ static __always_inline int olcd_parse_l4(void *data, void *data_end, __u32 off, 
 			return OLCD_P_UNCLASSIFIED;
 		pkt->tcp = 0;
 		pkt->dport = bpf_ntohs(uh->dest);
+		pkt->seg_ports = *(__u32 *)uh;
+		pkt->seg_seq = 0;
+		pkt->seg_ack = 0;
+		pkt->seg_len = 0;
+		pkt->seg_flags = 0;
+		pkt->seg_src = v6 ? addr[0] ^ addr[1] : ((const __u32 *)addr)[0];
+		pkt->seg_dst = v6 ? addr[2] ^ addr[3] : ((const __u32 *)addr)[1];
 	}
 	if (olcd_past_frame(data, data_end, skb, l3end))
 		return OLCD_P_UNCLASSIFIED;
@@ -307,7 +402,8 @@ static __always_inline int olcd_parse_ipv6(void *data, void *data_end, struct __
  *
  * Only the bytes are trusted, never skb->protocol: at TC a VLAN tag the NIC
  * stripped into skb metadata is simply absent from the data, and an in-band tag
- * is walked here, so both give the same answer.
+ * is walked here, so both give the same answer; only the depth limit counts
+ * the stripped tag (skb->vlan_present).
  */
 static __always_inline int olcd_parse(void *data, void *data_end, struct __sk_buff *skb,
 				      struct olcd_pkt *pkt)
@@ -348,6 +444,13 @@ static __always_inline int olcd_parse(void *data, void *data_end, struct __sk_bu
 		proto = vh->proto;
 		off += sizeof(*vh);
 	}
+	/* At TC the kernel has usually taken the outer tag into skb metadata
+	 * (skb_vlan_untag) before the program runs. It counts towards the
+	 * limit, so that a stack deeper than the walk is passed at TC as it
+	 * is at XDP, whatever the NIC or the stack stripped. */
+	if (skb && off == ETH_HLEN + OLCD_MAX_VLAN * sizeof(struct olcd_vlan_hdr) &&
+	    skb->vlan_present)
+		return OLCD_P_UNCLASSIFIED;
 
 	if (proto == bpf_htons(ETH_P_IP))
 		return olcd_parse_ipv4(data, data_end, skb, off, 0, pkt);

@@ -8,11 +8,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/olcd/olcd/internal/daemon"
 	"github.com/olcd/olcd/internal/sampler"
 )
 
@@ -24,6 +26,9 @@ cases use): a header "t_s,<signal>,…" and one row per tick, an empty cell wher
 a signal was unavailable. Record a step load test, then replay it with
 different thresholds and controller parameters (docs/tuning.md). It needs no
 BPF and no running daemon; Ctrl-C stops it early and keeps what was written.
+The measured-queue columns (response_time_p50/p95/p99, requests_per_s,
+inflight_requests) come from the datapath: they are filled from the running
+daemon's status (--socket) when one answers, and empty otherwise.
 
 Flags:
 `
@@ -38,6 +43,7 @@ func cmdRecord(args []string, stdout, stderr io.Writer) error {
 	ports := fs.String("ports", "", "comma-separated TCP `ports` whose accept queues are read")
 	signals := fs.String("signals", "", "comma-separated signal `names` to record (default: every canonical signal)")
 	root := fs.String("root", "/", "filesystem root holding proc/ and sys/ (tests use fixture trees)")
+	socket := socketFlag(fs)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, recordUsage)
 		fs.PrintDefaults()
@@ -92,6 +98,7 @@ func cmdRecord(args []string, stdout, stderr io.Writer) error {
 	defer cancel()
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	daemonSignals := daemonSignalReader(*socket, cols, stderr)
 	var start time.Time
 	rows := 0
 	var werr error
@@ -101,6 +108,7 @@ func cmdRecord(args []string, stdout, stderr io.Writer) error {
 			start = s.At
 		}
 		row = strconv.AppendFloat(row[:0], s.At.Sub(start).Seconds(), 'f', 3, 64)
+		daemonSignals(&s)
 		for _, c := range cols {
 			row = append(row, ',')
 			if v, ok := s.Get(c); ok {
@@ -164,4 +172,43 @@ func parsePorts(list string) ([]uint16, error) {
 		out = append(out, uint16(n))
 	}
 	return out, nil
+}
+
+// measuredQueue are the signals only the datapath measures.
+var measuredQueue = []sampler.Signal{sampler.ResponseTimeP50, sampler.ResponseTimeP95, sampler.ResponseTimeP99,
+	sampler.RequestsPerS, sampler.InflightRequests}
+
+// daemonSignalReader returns a function that fills the measured-queue
+// signals of a snapshot from the running daemon's last status, when the
+// recording has such columns and a daemon answers on socket; the first
+// failure is reported once and the columns stay empty.
+func daemonSignalReader(socket string, cols []sampler.Signal, stderr io.Writer) func(*sampler.Snapshot) {
+	want := false
+	for _, c := range cols {
+		for _, m := range measuredQueue {
+			want = want || c == m
+		}
+	}
+	if !want {
+		return func(*sampler.Snapshot) {}
+	}
+	client := daemon.NewClient(socket, time.Second)
+	warned := false
+	return func(s *sampler.Snapshot) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		st, err := client.Status(ctx)
+		if err != nil {
+			if !warned {
+				fmt.Fprintf(stderr, "olcd record: no daemon on %s (%v): the response-time columns stay empty\n", socket, err)
+				warned = true
+			}
+			return
+		}
+		for _, sig := range st.Signals {
+			if m, ok := sampler.ParseSignal(sig.Name); ok && sig.Available && sig.Value != nil && slices.Contains(measuredQueue, m) {
+				s.Set(m, *sig.Value)
+			}
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 
 	"gonum.org/v1/plot"
@@ -23,13 +24,28 @@ import (
 )
 
 const simulateUsage = `Usage: olcd simulate --config FILE --trace FILE.csv [--out FILE.csv] [--plot FILE.png]
+       olcd simulate --config FILE --plant SCENARIO [--seed N] [--out FILE.csv]
 
 Replays a trace (the format of the field cases: t_s,<signal>,… one row per
 tick, an empty cell = unavailable) through the controller with the config's
 thresholds and parameters, and writes one CSV row per tick:
   t_s,pressure,smoothed_pressure,drop_probability,p_critical,p_normal,p_best_effort,overloaded
-(pressure is empty when no signal was usable). Overload events go to stderr.
+(pressure is empty when no signal was usable), followed by the trace's
+measured-queue columns (response_time_p50/p95/p99, requests_per_s,
+inflight_requests) when it has them. Overload events go to stderr.
 A config that sets nothing but signals.<name>.threshold is enough.
+
+With --plant, no trace: the controller runs against the plant model
+(internal/plant) of a harness scenario <backend>-<clients>-<load>: backend
+cpu (C 1000/s), pool (8 workers x 25 ms, C 320/s) or php (4 children,
+C 180/s); clients open-giveup, open-retry (SYN retransmits with the
+kernel's timeouts, 10 s) or closed-pool (64 blocking clients, 2 s timeout);
+load 3x (0.5 C, 3 C from 10 s to 40 s, 0.5 C) or coldstart (idle, then
+1.5 C from 5 s). The port is the config's first (tcp/18080 under ports:
+auto). One CSV row per tick:
+  ` + plantCSVHeader + `
+and the scenario's figures (goodput over the phase, the steady part's
+std(p) over 1 s windows and goodput windows) on stderr.
 
 Flags:
 `
@@ -82,9 +98,11 @@ func simulate(cfg *rules.Config, tr *adaptive.Trace) (*simulation, error) {
 func cmdSimulate(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("simulate", stderr)
 	configPath := fs.String("config", "", "config `FILE` (thresholds and controller parameters; required)")
-	tracePath := fs.String("trace", "", "trace `FILE.csv` to replay (required)")
+	tracePath := fs.String("trace", "", "trace `FILE.csv` to replay (required without --plant)")
 	outPath := fs.String("out", "", "write the per-tick CSV to `FILE.csv` instead of stdout")
 	plotPath := fs.String("plot", "", "draw signals, pressure and drop probabilities into `FILE.png`")
+	plantName := fs.String("plant", "", "run the plant `SCENARIO` (e.g. pool-closed-pool-3x) instead of a trace")
+	seed := fs.Uint64("seed", 1, "the plant's random `N`")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), simulateUsage)
 		fs.PrintDefaults()
@@ -92,8 +110,8 @@ func cmdSimulate(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *configPath == "" || *tracePath == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "olcd simulate: --config and --trace are required, and nothing else")
+	if *configPath == "" || (*tracePath == "") == (*plantName == "") || (*plantName != "" && *plotPath != "") || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "olcd simulate: --config and one of --trace or --plant are required (--plot only with --trace), and nothing else")
 		fs.Usage()
 		return errUsage
 	}
@@ -111,6 +129,22 @@ func cmdSimulate(args []string, stdout, stderr io.Writer) error {
 	}
 	for _, w := range warnings {
 		fmt.Fprintf(stderr, "warning: %s\n", w)
+	}
+	if *plantName != "" {
+		out := io.Writer(stdout)
+		if *outPath != "" {
+			f, err := os.Create(*outPath)
+			if err != nil {
+				return fmt.Errorf("create output: %w", err)
+			}
+			if err := simulatePlant(cfg, *plantName, *seed, f, stderr); err != nil {
+				f.Close()
+				os.Remove(f.Name())
+				return err
+			}
+			return closeFile(f)
+		}
+		return simulatePlant(cfg, *plantName, *seed, out, stderr)
 	}
 	tr, err := adaptive.ReadTraceFile(*tracePath)
 	if err != nil {
@@ -216,7 +250,19 @@ func num(x float64) string { return strconv.FormatFloat(x, 'g', 6, 64) }
 // writeCSV writes one row per tick.
 func (s *simulation) writeCSV(w io.Writer) error {
 	bw := bufio.NewWriter(w)
-	fmt.Fprintln(bw, csvHeader)
+	// The measured queue (the response times, requests, in flight) the
+	// trace carries is repeated beside the decisions it drove.
+	var queue []sampler.Signal
+	for _, c := range s.trace.Columns {
+		if slices.Contains(measuredQueue, c) {
+			queue = append(queue, c)
+		}
+	}
+	header := csvHeader
+	for _, c := range queue {
+		header += "," + c.String()
+	}
+	fmt.Fprintln(bw, header)
 	for i, d := range s.ticks {
 		pressure, smoothed := "", ""
 		if d.pressureOK {
@@ -226,8 +272,19 @@ func (s *simulation) writeCSV(w io.Writer) error {
 		if d.overloaded {
 			over = 1
 		}
-		fmt.Fprintf(bw, "%s,%s,%s,%s,%s,%s,%s,%d\n", num(s.trace.Rows[i].T), pressure, smoothed, num(d.p),
+		fmt.Fprintf(bw, "%s,%s,%s,%s,%s,%s,%s,%d", num(s.trace.Rows[i].T), pressure, smoothed, num(d.p),
 			num(d.classes[adaptive.ClassCritical]), num(d.classes[adaptive.ClassNormal]), num(d.classes[adaptive.ClassBestEffort]), over)
+		if len(queue) > 0 {
+			snap := s.trace.Snapshot(i)
+			for _, c := range queue {
+				cell := ""
+				if v, ok := snap.Get(c); ok {
+					cell = num(v)
+				}
+				fmt.Fprint(bw, ","+cell)
+			}
+		}
+		fmt.Fprintln(bw)
 	}
 	return bw.Flush()
 }

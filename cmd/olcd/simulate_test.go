@@ -201,7 +201,7 @@ func TestSimulateErrors(t *testing.T) {
 		is     error  // errors.Is target, or nil for any error
 		stderr string // substring of stderr or of the error
 	}{
-		{"no flags", nil, errUsage, "--config and --trace are required"},
+		{"no flags", nil, errUsage, "--config and one of --trace or --plant are required"},
 		{"no trace", []string{"--config", good}, errUsage, "required"},
 		{"stray argument", []string{"--config", good, "--trace", trace, "extra"}, errUsage, "required"},
 		{"unknown flag", []string{"--confg", good}, errUsage, "flag provided but not defined"},
@@ -352,5 +352,81 @@ func TestSimulateLongTracePlot(t *testing.T) {
 	defer f.Close()
 	if _, err := png.Decode(f); err != nil {
 		t.Fatalf("plot is not a PNG: %v", err)
+	}
+}
+
+// TestSimulateResponseThreshold: a threshold on response_time_p95 written
+// as a duration drives shedding through the existing law, and the output
+// repeats the trace's measured-queue column beside the decisions.
+func TestSimulateResponseThreshold(t *testing.T) {
+	cfgPath := writeConfig(t, "signals:\n  response_time_p95: {threshold: 50ms}\n")
+	trace := filepath.Join(t.TempDir(), "queue.csv")
+	rows := "t_s,response_time_p95\n0,0.010\n0.5,0.012\n1,0.080\n1.5,0.120\n2,0.150\n2.5,\n3,0.012\n"
+	if err := os.WriteFile(trace, []byte(rows), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if err := cmdSimulate([]string{"--config", cfgPath, "--trace", trace}, &stdout, &stderr); err != nil {
+		t.Fatalf("simulate: %v\n%s", err, stderr.String())
+	}
+	recs := readCSV(t, stdout.Bytes())
+	if got := strings.Join(recs[0], ","); got != csvHeader+",response_time_p95" {
+		t.Fatalf("header %q", got)
+	}
+	shed := false
+	for _, r := range recs[1:] {
+		p, _ := strconv.ParseFloat(r[3], 64)
+		shed = shed || p > 0
+	}
+	if !shed {
+		t.Errorf("a p95 of 150 ms over a 50 ms threshold shed nothing:\n%s", stdout.String())
+	}
+	if recs[6][8] != "" || recs[5][8] != "0.15" {
+		t.Errorf("measured-queue column %q %q, want 0.15 and empty (unavailable)", recs[5][8], recs[6][8])
+	}
+}
+
+// TestSimulatePlant runs `olcd simulate --plant` on the closed-loop and
+// the retrying clients of the plant and checks its CSV (one row per tick,
+// the p column within the bound) and its summary line against the
+// no-limit-cycle line; an unknown scenario is refused by name.
+func TestSimulatePlant(t *testing.T) {
+	cfgPath := writeConfig(t, "ports: [{port: 8080}]\ncontroller: {min_pass_rate: 0.05}\n")
+	for _, name := range []string{"pool-closed-pool-3x", "cpu-open-retry-3x", "cpu-open-giveup-coldstart"} {
+		var stdout, stderr bytes.Buffer
+		if err := cmdSimulate([]string{"--config", cfgPath, "--plant", name}, &stdout, &stderr); err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, stderr.String())
+		}
+		recs := readCSV(t, stdout.Bytes())
+		if strings.Join(recs[0], ",") != plantCSVHeader {
+			t.Fatalf("%s: header %v", name, recs[0])
+		}
+		if len(recs) < 60 {
+			t.Fatalf("%s: %d rows", name, len(recs))
+		}
+		var maxP float64
+		for _, r := range recs[1:] {
+			p, err := strconv.ParseFloat(r[len(r)-1], 64)
+			if err != nil || p < 0 || p > 0.95 {
+				t.Fatalf("%s: drop probability %q", name, r[len(r)-1])
+			}
+			maxP = max(maxP, p)
+		}
+		if maxP == 0 {
+			t.Errorf("%s: nothing shed", name)
+		}
+		sum := stderr.String()
+		if !strings.Contains(sum, name+" (seed 1, tcp/8080") || !strings.Contains(sum, "goodput") {
+			t.Errorf("%s: summary %q", name, sum)
+		}
+		t.Log(strings.TrimSpace(sum[strings.LastIndex(strings.TrimSpace(sum), "\n")+1:]))
+	}
+	var stderr bytes.Buffer
+	err := cmdSimulate([]string{"--config", cfgPath, "--plant", "disk-open-giveup-3x"}, io.Discard, &stderr)
+	if err == nil || !strings.Contains(err.Error(), `unknown backend "disk"`) {
+		t.Errorf("unknown backend: %v", err)
+	}
+	if err := cmdSimulate([]string{"--config", cfgPath, "--plant", "cpu-open-giveup-3x", "--trace", "x.csv"}, io.Discard, &stderr); !errors.Is(err, errUsage) {
+		t.Errorf("--plant with --trace: %v", err)
 	}
 }

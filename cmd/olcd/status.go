@@ -54,8 +54,14 @@ func printStatus(w io.Writer, st *daemon.Status, all bool, now time.Time) {
 	fmt.Fprintf(w, "tick %d every %gs, last %s ago, up %s\n", st.Ticks, st.IntervalS,
 		ago(now, st.UpdatedAt), now.Sub(st.StartedAt).Round(time.Second))
 	if rf := st.ReloadRefused; rf != nil {
+		// The error of an invalid file renders its problems too: print them
+		// once, as the list.
+		why := rf.Error
+		if len(rf.Problems) > 0 {
+			why = fmt.Sprintf("%d problem(s):", len(rf.Problems))
+		}
 		fmt.Fprintf(w, "CONFIG FILE REFUSED at %s (%s): the running config stays — %s\n",
-			rf.At.Local().Format("15:04:05"), rf.Trigger, rf.Error)
+			rf.At.Local().Format("15:04:05"), rf.Trigger, why)
 		for _, p := range rf.Problems {
 			fmt.Fprintf(w, "  %s\n", p)
 		}
@@ -81,6 +87,9 @@ func printStatus(w io.Writer, st *daemon.Status, all bool, now time.Time) {
 	}
 	if ov.Reason != "" {
 		fmt.Fprintf(w, "  %s\n", ov.Reason)
+	}
+	if lb := st.LB; lb != nil && lb.AgentAddress != "" {
+		fmt.Fprintf(w, "load balancers: HAProxy agent on %s answers %q for the node (GET /v1/lb per port)\n", lb.AgentAddress, lb.AgentReply)
 	}
 	fmt.Fprintln(w)
 
@@ -115,25 +124,41 @@ func printStatus(w io.Writer, st *daemon.Status, all bool, now time.Time) {
 	if len(st.Ports) == 0 {
 		fmt.Fprintln(w, "no protected ports (ports: auto protects TCP ports listening on non-loopback addresses)")
 	} else {
-		fmt.Fprintln(tw, "PORT\tCLASS\tMODE\tSOURCE\tP\tNEW/S\tUNIQUE/S\tRETX/S\tDROP%\tWOULD-DROP%\tMARK%\tEXEMPT/S\tSTALE/S\tACCEPTQ")
+		fmt.Fprintln(tw, "PORT\tCLASS\tMODE\tACTION\tSOURCE\tP\tNEW/S\tUNIQUE/S\tRETX/S\tDROP%\tREJECT/S\tWOULD-DROP%\tMARK%\tEXEMPT/S\tSTALE/S\tACCEPTQ")
 		for _, p := range st.Ports {
-			fmt.Fprintf(tw, "%s/%d\t%s\t%s\t%s\t%.3f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\n",
-				p.Proto, p.Port, p.Class, p.Mode, p.Source, p.DropProbability, p.NewPerS, p.UniquePerS,
-				p.RetransmitsPerS, 100*p.DropShare, 100*p.WouldDropShare, 100*p.MarkedShare, p.ExemptPerS, p.StalePerS,
-				fmtPtr(p.AcceptQueueFill, 2))
+			fmt.Fprintf(tw, "%s/%d\t%s\t%s\t%s\t%s\t%.3f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\n",
+				p.Proto, p.Port, p.Class, p.Mode, p.Action, p.Source, p.DropProbability, p.NewPerS, p.UniquePerS,
+				p.RetransmitsPerS, 100*p.DropShare, p.RejectedPerS+p.WouldRejectPerS, 100*p.WouldDropShare, 100*p.MarkedShare,
+				p.ExemptPerS, p.StalePerS, fmtPtr(p.AcceptQueueFill, 2))
 		}
 		tw.Flush()
 		fmt.Fprintln(w, "(per second and % over the last tick; NEW/S counts SYN retransmits too, UNIQUE/S does not;")
-		fmt.Fprintln(w, " DROP%, WOULD-DROP% and MARK% are shares of NEW/S; ACCEPTQ is the accept-queue fill)")
+		fmt.Fprintln(w, " DROP%, WOULD-DROP% and MARK% are shares of NEW/S; REJECT/S: dropped SYNs answered with a reset")
+		fmt.Fprintln(w, " (in observe mode: would be); ACCEPTQ is the accept-queue fill)")
+		if st.RejectLimited > 0 {
+			fmt.Fprintf(w, "reject: %d SYNs dropped unanswered over action.reject_rate since start\n", st.RejectLimited)
+		}
+		printResponse(w, st)
 	}
 	if len(st.Exceptions) > 0 {
 		fmt.Fprintf(w, "exempt: %s\n", strings.Join(st.Exceptions, ", "))
 	}
+	for _, l := range st.ListenersExempt {
+		why := "listed in " + l.Reason
+		if l.Reason == "exceptions.management" {
+			why = "a management port (exceptions.management), never shed so operators can reach the node; list it under ports: to protect it"
+		}
+		fmt.Fprintf(w, "listening, not protected: %s/%d: %s\n", l.Proto, l.Port, why)
+	}
 	fmt.Fprintln(w)
 
-	fmt.Fprintln(tw, "INTERFACE\tHOOK\tATTACH MODE")
+	fmt.Fprintln(tw, "INTERFACE\tHOOK\tATTACH MODE\tEGRESS")
 	for _, a := range st.Interfaces {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", a.Name, a.Hook, a.Mode)
+		eg := a.Egress
+		if eg == "" {
+			eg = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", a.Name, a.Hook, a.Mode, eg)
 	}
 	for _, n := range st.InterfacesWaiting {
 		fmt.Fprintf(tw, "%s\t-\tnot attached: does not exist (attached when it appears)\n", n)
@@ -163,8 +188,63 @@ func fmtSignal(name string, v *float64) string {
 	}
 	if s, ok := sampler.ParseSignal(name); ok && s.IsFraction() {
 		return strconv.FormatFloat(*v, 'f', 3, 64)
+	} else if ok && s.Unit() == sampler.UnitSeconds {
+		return fmtSeconds(v)
 	}
 	return strconv.FormatFloat(*v, 'f', 2, 64)
+}
+
+// fmtSeconds writes a duration in seconds with three significant digits
+// in a readable unit ("20.4ms", "1.25s"); "-" when unavailable.
+func fmtSeconds(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	switch x := *v; {
+	case x < 1e-3:
+		return strconv.FormatFloat(x*1e6, 'g', 3, 64) + "µs"
+	case x < 1:
+		return strconv.FormatFloat(x*1e3, 'g', 3, 64) + "ms"
+	default:
+		return strconv.FormatFloat(x, 'g', 3, 64) + "s"
+	}
+}
+
+// printResponse prints the response time of the timed ports and the flow
+// table of the response timer.
+func printResponse(w io.Writer, st *daemon.Status) {
+	rt := st.ResponseTiming
+	if rt == nil {
+		fmt.Fprintln(w, "response timing off (datapath.response_sample: 0)")
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PORT\tRESPONSE P50\tP95\tP99\tSAMPLES\tREQUESTS/S\tINFLIGHT")
+	for _, p := range st.Ports {
+		if !p.Timed || p.ResponseTime == nil {
+			fmt.Fprintf(tw, "%s/%d\tnot timed\t\t\t\t\t\n", p.Proto, p.Port)
+			continue
+		}
+		r := p.ResponseTime
+		fmt.Fprintf(tw, "%s/%d\t%s\t%s\t%s\t%d\t%s\t%s\n", p.Proto, p.Port, fmtSeconds(r.P50S), fmtSeconds(r.P95S),
+			fmtSeconds(r.P99S), r.Samples, fmtPtr(p.RequestsPerS, 1), fmtPtr(p.InflightRequests, 0))
+	}
+	tw.Flush()
+	node := map[string]*float64{}
+	for _, s := range st.Signals {
+		node[s.Name] = s.Value
+	}
+	fmt.Fprintf(w, "node (worst timed port): p50 %s  p95 %s  p99 %s\n", fmtSeconds(node["response_time_p50"]),
+		fmtSeconds(node["response_time_p95"]), fmtSeconds(node["response_time_p99"]))
+	sample := "every flow timed"
+	if rt.Sample > 1 {
+		sample = fmt.Sprintf("1 flow in %d timed, rates scaled", rt.Sample)
+	}
+	fmt.Fprintf(w, "(first request byte in to first answer byte out, over the last tick; %s; - is fewer than %d samples)\n",
+		sample, rt.MinSamples)
+	fmt.Fprintf(w, "flow table: %d of %d flows (%.1f%%), %d waiting for an answer; since start %d inserted, %d evicted, %d expired, %d closed\n",
+		rt.FlowsTracked, rt.FlowTableCapacity, 100*rt.FlowTableFill, rt.FlowsOutstanding, rt.Inserts, rt.Evictions, rt.Expired, rt.Forgotten)
 }
 
 func fmtPtr(v *float64, prec int) string {
@@ -220,9 +300,14 @@ Live overrides show in 'olcd status' and are dropped on reload.
 			fmt.Fprintf(stderr, "olcd set threshold: unknown signal %q (%s)\n", rest[1], hint)
 			return errUsage
 		}
+		sig, _ := sampler.ParseSignal(rest[1])
 		if _, perr := strconv.ParseFloat(rest[2], 64); perr != nil {
-			fmt.Fprintf(stderr, "olcd set threshold: %q is not a number\n", rest[2])
-			return errUsage
+			d, derr := time.ParseDuration(rest[2])
+			if derr != nil || sig.Unit() != sampler.UnitSeconds {
+				fmt.Fprintf(stderr, "olcd set threshold: %q is not a number\n", rest[2])
+				return errUsage
+			}
+			rest[2] = strconv.FormatFloat(d.Seconds(), 'g', -1, 64)
 		}
 		doc := fmt.Sprintf("signals:\n  %s:\n    threshold: %s\n", rest[1], rest[2])
 		err = c.Patch(ctx, []byte(doc))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -28,12 +29,15 @@ func TestPrintStatus(t *testing.T) {
 		Classes: []daemon.ClassStatus{{Class: "critical"}, {Class: "normal", DropProbability: 0.4}, {Class: "best-effort", DropProbability: 0.7}},
 		Ports: []daemon.PortStatus{{Proto: "tcp", Port: 8080, Class: "normal", Mode: "enforce", Source: "auto",
 			DropProbability: 0.4, NewPerS: 120, UniquePerS: 100, RetransmitsPerS: 20, DropShare: 0.41}},
-		Exceptions:        []string{"tcp/9100", "from 10.0.0.0/8"},
+		Exceptions:        []string{"tcp/9100", "tcp/22 (management)", "from 10.0.0.0/8"},
+		ListenersExempt:   []daemon.ExemptListener{{Proto: "tcp", Port: 22, Reason: "exceptions.management"}},
 		Interfaces:        []daemon.InterfaceStatus{{Name: "eth0", Hook: "tc", Mode: "tcx"}},
 		InterfacesWaiting: []string{"eth1"},
 		Overrides:         []daemon.Override{{At: now, Kind: "mode", Value: "enforce"}},
-		ReloadRefused: &daemon.ReloadFailure{At: now, Trigger: "SIGHUP", Error: "1 config problem(s)",
-			Problems: []string{"/etc/olcd/olcd.yaml:3: mode: unknown mode \"on\""}},
+		ReloadRefused: &daemon.ReloadFailure{At: now, Trigger: "SIGHUP",
+			Error:    "invalid config, 2 problems:\n  /etc/olcd/olcd.yaml:3: mode: unknown mode \"on\"\n  /etc/olcd/olcd.yaml:4: interval: 5ms is below the minimum 100ms",
+			Problems: []string{"/etc/olcd/olcd.yaml:3: mode: unknown mode \"on\"", "/etc/olcd/olcd.yaml:4: interval: 5ms is below the minimum 100ms"}},
+		LB: &daemon.LBStatus{AgentAddress: "10.0.0.5:9478", Weight: 0.6, State: "ready", AgentReply: "up ready 60%"},
 	}
 	tests := []struct {
 		mode string
@@ -41,9 +45,11 @@ func TestPrintStatus(t *testing.T) {
 		not  []string
 	}{
 		{"enforce", []string{"mode ENFORCE", "+ 1 live override(s)", "shedding 40.0% of new connections", "(42s)",
-			"over, not corroborated", "unavailable", "OVER", "tcp/8080", "41.0", "exempt: tcp/9100, from 10.0.0.0/8",
+			"over, not corroborated", "unavailable", "OVER", "tcp/8080", "41.0", "exempt: tcp/9100, tcp/22 (management), from 10.0.0.0/8",
+			"listening, not protected: tcp/22: a management port (exceptions.management)", "list it under ports: to protect it",
 			"eth0", "tcx", "eth1", "not attached: does not exist", "live overrides (dropped on reload)",
-			"CONFIG FILE REFUSED", "(SIGHUP)", "olcd.yaml:3: mode"}, []string{"runnable"}},
+			"CONFIG FILE REFUSED", "(SIGHUP)", "olcd.yaml:3: mode",
+			`HAProxy agent on 10.0.0.5:9478 answers "up ready 60%"`}, []string{"runnable"}},
 		{"observe", []string{"would shed 40.0%", "observe mode: counted, not dropped"}, nil},
 		{"off", []string{"mode OFF: nothing is shed"}, []string{"shedding 40"}},
 	}
@@ -57,6 +63,11 @@ func TestPrintStatus(t *testing.T) {
 			for _, w := range tc.want {
 				if !strings.Contains(out, w) {
 					t.Errorf("status lacks %q:\n%s", w, out)
+				}
+			}
+			for _, p := range st.ReloadRefused.Problems {
+				if n := strings.Count(out, p); n != 1 {
+					t.Errorf("reload problem %q printed %d times, want once:\n%s", p, n, out)
 				}
 			}
 			for _, n := range tc.not {
@@ -85,5 +96,35 @@ func TestPrintStatus(t *testing.T) {
 				t.Errorf("port row not aligned: CLASS at %d, value at %d\n%s\n%s", col, got, l, lines[i+1])
 			}
 		}
+	}
+}
+
+// TestPrintStatusResponse: the response-time table and the node line, with
+// an unavailable quantile shown as "-", never 0.
+func TestPrintStatusResponse(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	st := daemon.Status{Mode: "observe", UpdatedAt: now, StartedAt: now,
+		Signals: []daemon.SignalStatus{{Name: "response_time_p95", Unit: "seconds", Available: true, Value: f64(0.0213), Threshold: f64(0.05), Pressure: f64(0.43)}},
+		Ports: []daemon.PortStatus{
+			{Proto: "tcp", Port: 80, Class: "normal", Mode: "observe", Source: "config", Timed: true,
+				ResponseTime: &daemon.ResponseTime{P50S: f64(0.0204), P95S: f64(0.0213), P99S: f64(0.250), Samples: 812},
+				RequestsPerS: f64(1624), InflightRequests: f64(33)},
+			{Proto: "tcp", Port: 8080, Class: "normal", Mode: "observe", Source: "config", Timed: true,
+				ResponseTime: &daemon.ResponseTime{Samples: 2}, RequestsPerS: f64(4), InflightRequests: f64(0)},
+			{Proto: "tcp", Port: 9000, Class: "normal", Mode: "observe", Source: "config"},
+		},
+		ResponseTiming: &daemon.ResponseTimingStatus{Sample: 1, MinSamples: 5, FlowTableCapacity: 16384, FlowsTracked: 40, FlowsOutstanding: 33, FlowTableFill: 40.0 / 16384},
+	}
+	var buf bytes.Buffer
+	printStatus(&buf, &st, false, now)
+	out := buf.String()
+	for _, w := range []string{"RESPONSE P50", "20.4ms", "21.3ms", "250ms", "812", "1624.0", "33", "not timed",
+		"node (worst timed port): p50 -  p95 21.3ms  p99 -", "fewer than 5 samples", "flow table: 40 of 16384 flows"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("status lacks %q:\n%s", w, out)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^tcp/8080\s+-\s+-\s+-\s+2\s`).MatchString(out) {
+		t.Errorf("port with 2 samples under a minimum of 5 not shown unavailable:\n%s", out)
 	}
 }

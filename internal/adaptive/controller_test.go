@@ -307,7 +307,7 @@ func TestNoSignalDecays(t *testing.T) {
 // TestEvents checks the event sequence of a 25 s overload.
 func TestEvents(t *testing.T) {
 	cfg := cfgWith(sig{sampler.CPUBusy, 0.8})
-	cfg.Ports = []PortConfig{{PortKey{ProtoTCP, 80}, ClassNormal}}
+	cfg.Ports = []PortConfig{{Key: PortKey{ProtoTCP, 80}, Class: ClassNormal}}
 	c := mustNew(t, cfg)
 	var ds []Decision
 	for i := 0; i < 120; i++ {
@@ -397,7 +397,7 @@ func TestDemandUsesUniqueConnections(t *testing.T) {
 	cfg := cfgWith(sig{sampler.CPUBusy, 0.8})
 	cfg.Params.DemandSmoothing = 1
 	be, norm := PortKey{ProtoTCP, 8080}, PortKey{ProtoTCP, 80}
-	cfg.Ports = []PortConfig{{be, ClassBestEffort}, {norm, ClassNormal}}
+	cfg.Ports = []PortConfig{{Key: be, Class: ClassBestEffort}, {Key: norm, Class: ClassNormal}}
 	c := mustNew(t, cfg)
 	d := c.Step(snap(0, sig{sampler.CPUBusy, 0.5}), map[PortKey]PortStats{
 		be:   {New: 500, Retransmits: 400}, // 100 unique
@@ -415,7 +415,7 @@ func TestDemandUsesUniqueConnections(t *testing.T) {
 // same load, and the priority order still holds.
 func TestNoDemandMeasured(t *testing.T) {
 	cfg := cfgWith(sig{sampler.CPUBusy, 0.8})
-	cfg.Ports = []PortConfig{{PortKey{ProtoTCP, 1}, ClassCritical}, {PortKey{ProtoTCP, 2}, ClassNormal}, {PortKey{ProtoTCP, 3}, ClassBestEffort}}
+	cfg.Ports = []PortConfig{{Key: PortKey{ProtoTCP, 1}, Class: ClassCritical}, {Key: PortKey{ProtoTCP, 2}, Class: ClassNormal}, {Key: PortKey{ProtoTCP, 3}, Class: ClassBestEffort}}
 	ds := run(t, mustNew(t, cfg), repeat(0.98, 12)...)
 	d := ds[len(ds)-1]
 	if d.DropProbability == 0 {
@@ -432,14 +432,14 @@ func TestNoDemandMeasured(t *testing.T) {
 
 func TestReconfigure(t *testing.T) {
 	cfg := cfgWith(sig{sampler.CPUBusy, 0.8})
-	cfg.Ports = []PortConfig{{PortKey{ProtoTCP, 80}, ClassNormal}}
+	cfg.Ports = []PortConfig{{Key: PortKey{ProtoTCP, 80}, Class: ClassNormal}}
 	c := mustNew(t, cfg)
 	ds := run(t, c, repeat(0.98, 20)...)
 	p := ds[19].DropProbability
 	since := ds[19].OverloadSince
 
 	next := cfg
-	next.Ports = append([]PortConfig{{PortKey{ProtoUDP, 53}, ClassCritical}}, cfg.Ports...)
+	next.Ports = append([]PortConfig{{Key: PortKey{ProtoUDP, 53}, Class: ClassCritical}}, cfg.Ports...)
 	next.Thresholds[sampler.PSICPUSome] = 0.3
 	if err := c.Reconfigure(next); err != nil {
 		t.Fatal(err)
@@ -464,7 +464,7 @@ func TestReconfigure(t *testing.T) {
 
 	// An invalid config is rejected and changes nothing.
 	bad := lower
-	bad.Ports = append(bad.Ports, PortConfig{PortKey{ProtoTCP, 80}, ClassBestEffort})
+	bad.Ports = append(bad.Ports, PortConfig{Key: PortKey{ProtoTCP, 80}, Class: ClassBestEffort})
 	if err := c.Reconfigure(bad); err == nil {
 		t.Error("duplicate port accepted")
 	}
@@ -486,11 +486,11 @@ func TestNewRejects(t *testing.T) {
 		{"ki", func(c *Config) { c.Params.Ki = 0 }, "ki"},
 		{"min_pass_rate", func(c *Config) { c.Params.MinPassRate = 1.5 }, "min_pass_rate"},
 		{"cooldown", func(c *Config) { c.Params.Cooldown = -1 }, "cooldown_ticks"},
-		{"port 0", func(c *Config) { c.Ports = []PortConfig{{PortKey{ProtoTCP, 0}, ClassNormal}} }, "port 0"},
-		{"proto", func(c *Config) { c.Ports = []PortConfig{{PortKey{1, 80}, ClassNormal}} }, "tcp or udp"},
-		{"class", func(c *Config) { c.Ports = []PortConfig{{PortKey{ProtoTCP, 80}, NumClasses}} }, "class"},
+		{"port 0", func(c *Config) { c.Ports = []PortConfig{{Key: PortKey{ProtoTCP, 0}, Class: ClassNormal}} }, "port 0"},
+		{"proto", func(c *Config) { c.Ports = []PortConfig{{Key: PortKey{1, 80}, Class: ClassNormal}} }, "tcp or udp"},
+		{"class", func(c *Config) { c.Ports = []PortConfig{{Key: PortKey{ProtoTCP, 80}, Class: NumClasses}} }, "class"},
 		{"duplicate", func(c *Config) {
-			c.Ports = []PortConfig{{PortKey{ProtoTCP, 80}, ClassNormal}, {PortKey{ProtoTCP, 80}, ClassCritical}}
+			c.Ports = []PortConfig{{Key: PortKey{ProtoTCP, 80}, Class: ClassNormal}, {Key: PortKey{ProtoTCP, 80}, Class: ClassCritical}}
 		}, "listed twice"},
 	}
 	for _, tt := range tests {

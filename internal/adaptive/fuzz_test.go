@@ -59,6 +59,11 @@ func fuzzParams(f *fuzzBytes) Params {
 		RecordChange:       pick(f, 0.01, 1e-9, 1),
 		OnsetInterval:      pick(f, 50*time.Millisecond, 0, MinOnsetInterval, MaxOnsetInterval),
 		OnsetRatio:         pick(f, 1.5, 1.1, 10),
+		LatencyKp:          pick(f, 0.5, 0, 4),
+		LatencyKi:          pick(f, 0.25, 0.01, 2),
+		TargetFactor:       pick(f, 3.0, 1.2, 20),
+		InitialTarget:      pick(f, 100*time.Millisecond, time.Millisecond, 30*time.Second),
+		ResponseCooldown:   pick(f, time.Second, 0, 30*time.Second),
 	}
 }
 
@@ -73,8 +78,9 @@ func fuzzConfig(f *fuzzBytes) Config {
 	first := uint16(f.next())
 	for i := range n {
 		cfg.Ports = append(cfg.Ports, PortConfig{
-			Key:   PortKey{Proto: pick(f, ProtoTCP, ProtoUDP), Port: uint16(i) + first + 1},
-			Class: Class((int(f.next()) + i) % int(NumClasses)),
+			Key:    PortKey{Proto: pick(f, ProtoTCP, ProtoUDP), Port: uint16(i) + first + 1},
+			Class:  Class((int(f.next()) + i) % int(NumClasses)),
+			Target: pick(f, ResponseTarget{Auto: true}, ResponseTarget{}, ResponseTarget{Seconds: 0.05}, ResponseTarget{Seconds: 1e-9}),
 		})
 	}
 	// Keys must be unique: the protocol byte may repeat a port.
@@ -140,7 +146,15 @@ func fuzzStats(f *fuzzBytes, ports []PortConfig) map[PortKey]PortStats {
 		}
 		n := pick(&fuzzBytes{b: []byte{b / 5}}, uint64(0), 1, 1000, math.MaxUint64, 1<<53+1)
 		r := pick(&fuzzBytes{b: []byte{b / 25}}, uint64(0), n/2, n, n+1, math.MaxUint64)
-		stats[pc.Key] = PortStats{New: n, Retransmits: r}
+		st := PortStats{New: n, Retransmits: r, Dropped: pick(&fuzzBytes{b: []byte{b / 7}}, uint64(0), n/3, n, n+1)}
+		if rb := f.next(); rb%3 != 0 {
+			st.Response = PortResponse{Available: rb%3 == 1, Samples: uint64(rb),
+				P95:       pick(&fuzzBytes{b: []byte{rb / 3}}, 0.01, 0.2, 0, 5, math.NaN(), -1, math.Inf(1), 1e-300),
+				Requests:  pick(&fuzzBytes{b: []byte{rb / 9}}, 100.0, 0, 1e9, math.NaN(), -5),
+				Responses: pick(&fuzzBytes{b: []byte{rb / 27}}, 100.0, 0, 1e-9, math.Inf(1)),
+				Inflight:  pick(&fuzzBytes{b: []byte{rb / 81}}, 3.0, 0, 1e6, -1)}
+		}
+		stats[pc.Key] = st
 	}
 	return stats
 }
@@ -208,7 +222,10 @@ func (k *fuzzChecker) checkDecision(d Decision, c *Controller, onset bool) {
 		t.Fatalf("%s: %d port decisions for %d ports", where, len(d.Ports), len(k.cfg.Ports))
 	}
 	for i, pd := range d.Ports {
-		if pd.Key != k.cfg.Ports[i].Key || pd.DropProbability != d.Classes[pd.Class] || !finite(pd.Demand) || pd.Demand < 0 {
+		if !finite(pd.QueueP) || pd.QueueP < 0 || pd.QueueP > bound+eps || !finite(pd.ResponseTarget) || pd.ResponseTarget < 0 {
+			t.Fatalf("%s: port %d queue law %+v", where, i, pd)
+		}
+		if pd.Key != k.cfg.Ports[i].Key || pd.DropProbability != math.Max(d.Classes[pd.Class], pd.QueueP) || !finite(pd.Demand) || pd.Demand < 0 {
 			t.Fatalf("%s: port %d decision %+v (classes %s)", where, i, pd, ClassSummary(d.Classes))
 		}
 	}

@@ -77,6 +77,23 @@ type Params struct {
 	// signals show it (1.1..10); the span must also exceed what fits by 5
 	// Poisson deviations and hold at least 10 connections.
 	OnsetRatio float64
+	// LatencyKp is the proportional gain of the law on the measured queue
+	// (0..4): it acts on the change of the normalised p95 error between
+	// ticks, which is the queue's growth, and damps the loop.
+	LatencyKp float64
+	// LatencyKi is the integral gain of the law on the measured queue
+	// (0 < x ≤ 2): the share of the excess queue (in ticks of work) the
+	// pass rate removes per tick, and the rate of the rise below target.
+	LatencyKi float64
+	// TargetFactor is the multiple of a port's baseline p95 an auto target
+	// holds (1.2..20).
+	TargetFactor float64
+	// InitialTarget is an auto target before its baseline is learnt (1 ms
+	// .. 30 s): a port overloaded from its first tick is held there.
+	InitialTarget time.Duration
+	// ResponseCooldown is how long after the last cut the law on the
+	// measured queue waits before raising the pass rate (0..30 s).
+	ResponseCooldown time.Duration
 }
 
 // DefaultParams returns the defaults. The figures that justify them are the
@@ -145,6 +162,22 @@ func DefaultParams() Params {
 		// own error is about 10 %, and a load near what fits is the law's
 		// to follow.
 		OnsetRatio: 1.5,
+		// Kp 0.5 damps the queue's integration: the loop's closed-loop
+		// poles stay real on the plant test's queues.
+		LatencyKp: 0.5,
+		// Ki 0.25: a quarter of the excess queue (in ticks of work) per
+		// tick; below the target the pass rate rises by a quarter of the
+		// relative room, at most recovery_step.
+		LatencyKi: 0.25,
+		// 3 × the baseline p95: the queue the loop keeps is about twice
+		// the service time, enough that the workers never idle while
+		// clients wait, and the p99 stays within 3 × its unloaded value.
+		TargetFactor: 3,
+		// 100 ms before a baseline exists: a cold start into overload is
+		// held at what a person does not notice.
+		InitialTarget: 100 * time.Millisecond,
+		// 1 s: the first retransmit of a SYN shed now arrives 1 s later.
+		ResponseCooldown: time.Second,
 	}
 }
 
@@ -186,6 +219,11 @@ func (p Params) Validate() error {
 	check(finite(p.RecordChange) && p.RecordChange > 0 && p.RecordChange <= 1, "record_change", p.RecordChange, "in (0, 1]")
 	check(p.OnsetInterval == 0 || (p.OnsetInterval >= MinOnsetInterval && p.OnsetInterval <= MaxOnsetInterval), "onset_interval", p.OnsetInterval, "0 (off) or in [10ms, 1s]")
 	check(finite(p.OnsetRatio) && p.OnsetRatio >= 1.1 && p.OnsetRatio <= 10, "onset_ratio", p.OnsetRatio, "in [1.1, 10]")
+	check(finite(p.LatencyKp) && p.LatencyKp >= 0 && p.LatencyKp <= 4, "latency_kp", p.LatencyKp, "in [0, 4]")
+	check(finite(p.LatencyKi) && p.LatencyKi > 0 && p.LatencyKi <= 2, "latency_ki", p.LatencyKi, "in (0, 2]")
+	check(finite(p.TargetFactor) && p.TargetFactor >= 1.2 && p.TargetFactor <= 20, "target_factor", p.TargetFactor, "in [1.2, 20]")
+	check(p.InitialTarget >= time.Millisecond && p.InitialTarget <= 30*time.Second, "initial_target", p.InitialTarget, "in [1ms, 30s]")
+	check(p.ResponseCooldown >= 0 && p.ResponseCooldown <= 30*time.Second, "response_cooldown", p.ResponseCooldown, "in [0, 30s]")
 	return errors.Join(errs...)
 }
 

@@ -116,6 +116,16 @@ type PortStats struct {
 	// the saturation estimate relates to the driving signal; 0 when
 	// unknown, which makes the estimate admit more, never shed more.
 	Dropped uint64
+	// Rejected counts the SYNs among Dropped answered with a reset (reject
+	// action). Their clients learn at once and give up or try again with a
+	// new connection, counted as new demand; none comes back as a
+	// retransmit of the same SYN, so a rejected SYN is never counted twice
+	// (the datapath does not remember it among the dropped SYNs whose
+	// retransmits it recognises) and adds no retry wave a second later.
+	Rejected uint64
+	// Response is the port's measured queue over the tick (response
+	// timing); the zero value (unavailable) when the port is not timed.
+	Response PortResponse
 }
 
 // Unique returns New − Retransmits, and 0 when the counters disagree
@@ -134,6 +144,9 @@ type PortConfig struct {
 	Key PortKey
 	// Class is the port's priority class.
 	Class Class
+	// Target is the port's response-time target; the zero value leaves
+	// the port to the resource law alone.
+	Target ResponseTarget
 }
 
 // Config is everything the controller needs. Build it with
@@ -188,6 +201,16 @@ type PortDecision struct {
 	// Params.DemandSmoothing: the weight the class allocation used. It is 0
 	// until the first measurement.
 	Demand float64
+	// ResponseTarget is the response-time target in force (seconds; 0
+	// when the port has none): fixed, or auto from Baseline.
+	ResponseTarget float64
+	// Baseline is the port's learnt baseline p95 (seconds; 0 until learnt
+	// or without an auto target).
+	Baseline float64
+	// QueueP is the drop probability the law on the measured queue asks
+	// for (0..1 − MinPassRate); DropProbability is the larger of it and
+	// the resource law's class share.
+	QueueP float64
 }
 
 // Decision is the outcome of one Step.

@@ -81,6 +81,10 @@ func (d *testDaemon) write(t *testing.T, cfg string) {
 	}
 }
 
+// reload reads the file and applies it: what Run does on two goroutines,
+// the reader and then the tick loop.
+func (d *testDaemon) reload(trigger string) error { return d.applyLoad(d.readConfig(trigger)) }
+
 // datapathPorts lists the ports that have a policy in the datapath.
 func (d *testDaemon) datapathPorts(t *testing.T) []string {
 	t.Helper()
@@ -254,4 +258,33 @@ func TestCapPorts(t *testing.T) {
 			t.Errorf("%s: capPorts = %v, want %v", tt.name, got, tt.want)
 		}
 	}
+}
+
+// TestPortActions: each port gets its own action (ports[].action over
+// action.kind), shown in the status, and a reload that changes one applies
+// it with the rate limit.
+func TestPortActions(t *testing.T) {
+	cfg := "mode: enforce\ninterfaces: [olcdtest0]\naction: {kind: drop, reject_rate: 100}\nports:\n" +
+		"  - {port: 8080, action: reject}\n  - {port: 8081}\n"
+	d := startTestDaemon(t, cfg)
+	actions := func() map[uint16]string {
+		d.publish()
+		out := map[uint16]string{}
+		for _, p := range d.Status().Ports {
+			out[p.Port] = p.Action
+		}
+		return out
+	}
+	if got := actions(); got[8080] != "reject" || got[8081] != "drop" {
+		t.Errorf("actions %v, want 8080 reject, 8081 drop", got)
+	}
+	d.write(t, strings.Replace(cfg, "kind: drop", "kind: reject", 1))
+	if err := d.reload("test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := actions(); got[8080] != "reject" || got[8081] != "reject" {
+		t.Errorf("after reload actions %v, want both reject", got)
+	}
+	d.tick()
+	d.noErrorsLogged(t)
 }

@@ -20,19 +20,33 @@ type pendingChanges struct {
 	node  *probChange    // the node-level p, when it changed
 	ports map[adaptive.PortKey]portChange
 	ticks int // ticks whose changes are held
+	// response is the node's measured queue at the latest change
+	// (responseValues), nil when responses are not timed.
+	response map[string]any
 }
 
 // probChange is a p that moved from one value to another, passing through
 // [lo, hi] (over the ticks folded into it).
 type probChange struct{ from, to, lo, hi float64 }
 
-func newProbChange(from float64) probChange { return probChange{from: from, to: from, lo: from, hi: from} }
+func newProbChange(from float64) probChange {
+	return probChange{from: from, to: from, lo: from, hi: from}
+}
 
 func (c *probChange) set(to float64) { c.to, c.lo, c.hi = to, min(c.lo, to), max(c.hi, to) }
 
 type portChange struct {
-	class adaptive.Class
+	class  adaptive.Class
+	action string // the port's action (drop, reject, mark) at the latest change
+	// SYNs the port dropped and rejected in the ticks of its changes.
+	dropped, rejected uint64
 	probChange
+}
+
+// portTick is what a port did in the tick that changed its p.
+type portTick struct {
+	action            string
+	dropped, rejected uint64
 }
 
 // changeGroup is the ports of one class that moved from one p to another:
@@ -49,10 +63,17 @@ type changeGroup struct {
 	// Range is the lowest and highest p of the folded ticks (records with
 	// folded_ticks only).
 	Range *[2]float64 `json:"range,omitempty"`
+	// Action is what the ports do to what they shed; Dropped and Rejected
+	// count the SYNs they dropped and answered with a reset in the ticks
+	// of the change.
+	Action   string `json:"action,omitempty"`
+	Dropped  uint64 `json:"dropped"`
+	Rejected uint64 `json:"rejected"`
 }
 
-// add merges one tick's probability_change events.
-func (p *pendingChanges) add(evs []adaptive.Event) {
+// add merges one tick's probability_change events; info tells what each
+// changed port did in the tick (nil: nothing known).
+func (p *pendingChanges) add(evs []adaptive.Event, info func(adaptive.PortKey) portTick) {
 	if len(evs) == 0 {
 		return
 	}
@@ -72,6 +93,12 @@ func (p *pendingChanges) add(evs []adaptive.Event) {
 				pc = portChange{class: ev.Class, probChange: newProbChange(ev.From)}
 			}
 			pc.set(ev.To)
+			if info != nil {
+				t := info(ev.Port)
+				pc.action = t.action
+				pc.dropped += t.dropped
+				pc.rejected += t.rejected
+			}
 			p.ports[ev.Port] = pc
 		}
 		p.last = ev
@@ -95,6 +122,9 @@ func (p *pendingChanges) args(mode string) []any {
 	if !ev.OverloadSince.IsZero() {
 		args = append(args, "overload_since", ev.OverloadSince)
 	}
+	if p.response != nil {
+		args = append(args, "response_time", p.response)
+	}
 	if p.node != nil {
 		node := map[string]any{"from": round4(p.node.from), "to": round4(p.node.to)}
 		if p.ticks > 1 {
@@ -104,6 +134,7 @@ func (p *pendingChanges) args(mode string) []any {
 	}
 	type groupKey struct {
 		class            adaptive.Class
+		action           string
 		from, to, lo, hi float64
 	}
 	keys := slices.SortedFunc(func(yield func(adaptive.PortKey) bool) {
@@ -112,23 +143,27 @@ func (p *pendingChanges) args(mode string) []any {
 				return
 			}
 		}
-	}, func(a, b adaptive.PortKey) int { return cmp.Or(cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Port, b.Port)) })
+	}, func(a, b adaptive.PortKey) int {
+		return cmp.Or(cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Port, b.Port))
+	})
 	var groups []changeGroup
 	index := map[groupKey]int{}
 	for _, k := range keys {
 		pc := p.ports[k]
-		gk := groupKey{pc.class, round4(pc.from), round4(pc.to), round4(pc.lo), round4(pc.hi)}
+		gk := groupKey{pc.class, pc.action, round4(pc.from), round4(pc.to), round4(pc.lo), round4(pc.hi)}
 		i, ok := index[gk]
 		if !ok {
 			i = len(groups)
 			index[gk] = i
-			groups = append(groups, changeGroup{Class: pc.class.String(), From: gk.from, To: gk.to, Ports: []string{}})
+			groups = append(groups, changeGroup{Class: pc.class.String(), Action: pc.action, From: gk.from, To: gk.to, Ports: []string{}})
 			if p.ticks > 1 {
 				groups[i].Range = &[2]float64{gk.lo, gk.hi}
 			}
 		}
 		g := &groups[i]
 		g.Count++
+		g.Dropped += pc.dropped
+		g.Rejected += pc.rejected
 		if len(g.Ports) < maxListedPorts {
 			g.Ports = append(g.Ports, k.String())
 		} else {
@@ -147,7 +182,10 @@ func (p *pendingChanges) args(mode string) []any {
 // recordChanges offers the pending changes, with this tick's events, to
 // the decision log; what its rate limit refuses stays pending.
 func (d *Daemon) recordChanges(evs []adaptive.Event) {
-	d.changes.add(evs)
+	d.changes.add(evs, d.portTick)
+	if len(evs) > 0 {
+		d.changes.response = responseValues(&d.last.snap)
+	}
 	if d.changes.ticks == 0 {
 		return
 	}
@@ -158,4 +196,15 @@ func (d *Daemon) recordChanges(evs []adaptive.Event) {
 	if len(evs) > 0 {
 		d.metrics.decisionsFolded.WithLabelValues("probability_change").Inc()
 	}
+}
+
+// portTick tells what the protected port k did in the last tick.
+func (d *Daemon) portTick(k adaptive.PortKey) portTick {
+	for _, p := range d.ports {
+		if p.key == k {
+			dl := d.last.deltas[k]
+			return portTick{action: p.action.String(), dropped: dl.Dropped, rejected: dl.Rejected}
+		}
+	}
+	return portTick{}
 }

@@ -7,10 +7,13 @@
 // One goroutine, the tick loop, owns the controller, the sampler and every
 // write to the datapath. Admin requests and reloads are handed to it as
 // commands and run between two ticks, so a change is never half-applied and
-// takes effect at the next tick.
+// takes effect at the next tick. The loop never reads the config file: a
+// reload reads and decodes it on another goroutine and hands the loop the
+// decoded config, so a slow or blocking read cannot delay the heartbeat.
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +21,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -71,8 +75,8 @@ type Daemon struct {
 	started time.Time
 
 	// Owned by the tick loop goroutine.
-	base      *rules.Config // as loaded from the file (or the embedded default)
-	cfg       *rules.Config // base + live overrides: what is in force
+	base      *rules.Config  // as loaded from the file (or the embedded default)
+	cfg       *rules.Config  // base + live overrides: what is in force
 	overrides []liveOverride // one per field path, oldest first (overrides.go)
 	refused   *ReloadFailure // the last refused reload of the file, until one succeeds
 	smp       *sampler.Sampler
@@ -82,8 +86,12 @@ type Daemon struct {
 	prev      loader.Stats
 	prevAt    time.Time
 	last      tickResult
-	ticks     uint64
-	ticker    *time.Ticker
+	// flowTable is the last scan of the response timer's flow table, at
+	// flowScanAt (response.go).
+	flowTable  loader.FlowTable
+	flowScanAt time.Time
+	ticks      uint64
+	ticker     *time.Ticker
 	// The onset check between ticks (onset.go).
 	onsetTicker  *time.Ticker
 	onsetEvery   time.Duration
@@ -98,8 +106,9 @@ type Daemon struct {
 	cmds         chan command
 	runCtx       context.Context // Run's context: done once the tick loop stops
 
-	limits      limits // what the loaded datapath was sized and set up with
-	autoLeftOut int    // discovered ports the last discovery had no room for
+	limits      limits   // what the loaded datapath was sized and set up with
+	autoLeftOut int      // discovered ports the last discovery had no room for
+	listening   []uint16 // TCP ports listening on a non-loopback address, as last discovered
 	// Following the interfaces (links.go): set by Run once attached.
 	following  bool
 	linkWarned map[string]string // interface → the last problem logged for it
@@ -110,14 +119,16 @@ type Daemon struct {
 	// (the admin API, a scrape), not twice a second for nobody.
 	statusStale atomic.Bool
 	metrics *metrics
+	lb      lbState // what load balancers are told (lb.go)
 }
 
 // portEntry is one protected port as the daemon tracks it.
 type portEntry struct {
 	key    adaptive.PortKey
 	class  adaptive.Class
-	mode   rules.Mode // effective mode
-	source string     // "config" or "auto"
+	mode   rules.Mode   // effective mode
+	action rules.Action // effective action
+	source string       // "config" or "auto"
 }
 
 // limits are the settings the datapath was loaded with. They change only
@@ -138,6 +149,10 @@ func limitsOf(cfg *rules.Config) limits {
 // load-only function.
 var openDatapath = loader.Open
 
+// checkPrivileges refuses a start without the capabilities the datapath
+// needs; tests that replace openDatapath replace it too.
+var checkPrivileges = loader.CheckPrivileges
+
 // command is work handed to the tick loop; done receives its result.
 type command struct {
 	run  func() error
@@ -146,36 +161,65 @@ type command struct {
 
 // New checks the options and loads the config; nothing is attached yet.
 // Errors: an unreadable or invalid config file (a *rules.ValidationError
-// listing every problem).
+// listing every problem; an empty file is one), or a path that is not a
+// regular file.
 func New(opts Options) (*Daemon, error) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	d := &Daemon{opts: opts, log: log, cmds: make(chan command)}
-	cfg, err := d.loadConfig()
-	if err != nil {
+	l := d.readConfig("start")
+	if l.err != nil {
+		return nil, l.err
+	}
+	d.logWarnings(l.warns)
+	d.base, d.cfg = l.cfg, l.cfg
+	d.metrics = newMetrics(d)
+	d.metrics.reg.MustRegister(&boundsCollector{d: d})
+	if err := d.initLB(); err != nil {
 		return nil, err
 	}
-	d.base, d.cfg = cfg, cfg
-	d.metrics = newMetrics(d)
 	return d, nil
 }
 
-// loadConfig reads the config file, or returns the embedded default, and
-// logs its warnings.
-func (d *Daemon) loadConfig() (*rules.Config, error) {
+// readConfigFile reads the config file; tests replace it to make a read
+// slow.
+var readConfigFile = rules.ReadFile
+
+// configLoad is the config file read and decoded off the tick loop, to be
+// applied by it (applyLoad).
+type configLoad struct {
+	trigger string
+	cfg     *rules.Config
+	warns   []rules.Warning
+	err     error
+}
+
+// readConfig reads and decodes the config file, or returns the embedded
+// default. It must not run on the tick loop: a read can block (a hung
+// network file system) while the loop owes the datapath its heartbeat.
+func (d *Daemon) readConfig(trigger string) configLoad {
 	if d.opts.ConfigPath == "" {
-		return rules.Default(), nil
+		return configLoad{trigger: trigger, cfg: rules.Default()}
 	}
-	cfg, warns, err := rules.Load(d.opts.ConfigPath)
+	data, err := readConfigFile(d.opts.ConfigPath)
 	if err != nil {
-		return nil, err
+		return configLoad{trigger: trigger, err: err}
 	}
+	return parseConfig(trigger, d.opts.ConfigPath, data)
+}
+
+// parseConfig decodes the content of the config file.
+func parseConfig(trigger, path string, data []byte) configLoad {
+	cfg, warns, err := rules.Parse(data, path)
+	return configLoad{trigger: trigger, cfg: cfg, warns: warns, err: err}
+}
+
+func (d *Daemon) logWarnings(warns []rules.Warning) {
 	for _, w := range warns {
 		d.log.Warn("config warning", "warning", w.String())
 	}
-	return cfg, nil
 }
 
 func (d *Daemon) configSource() string {
@@ -240,13 +284,38 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		d.log.Warn("file descriptor limit", "err", err)
 	}
 
+	// Without the capabilities nothing can work: say so before anything
+	// is created.
+	if err := checkPrivileges(); err != nil {
+		return err
+	}
+	// What this start creates on disk goes again if it fails; the socket
+	// directory also at a clean stop.
+	var made leftovers
+	started := false
+	defer func() {
+		if !started {
+			made.remove()
+		}
+	}()
+	if err := made.mkdirAll(filepath.Dir(d.adminSocket()), 0o700); err != nil {
+		return fmt.Errorf("create admin socket directory: %w", err)
+	}
+	sockDirs := made
 	ln, err := listenAdmin(d.adminSocket())
 	if err != nil {
 		return err
 	}
+	defer sockDirs.remove()
 	defer os.Remove(d.adminSocket())
 	defer ln.Close()
 
+	if p := d.decisionLogPath(); p != "" && p != "-" {
+		if err := made.mkdirAll(filepath.Dir(p), 0o750); err != nil {
+			return fmt.Errorf("create decision log directory: %w", err)
+		}
+		made.file(p)
+	}
 	if d.dlog, err = openDecisionLog(d.decisionLogPath(), nil); err != nil {
 		return err
 	}
@@ -263,9 +332,16 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		defer mln.Close()
 	}
 
+	stopLB, err := d.startLB()
+	if err != nil {
+		return err
+	}
+	defer stopLB()
+
 	if err := d.start(); err != nil {
 		return err
 	}
+	started = true
 	defer func() {
 		if cerr := d.dp.Close(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("detach datapath: %w", cerr))
@@ -275,13 +351,13 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 
 	// The admin API has a server and listener of its own: nothing done to
 	// the metrics listener can delay `olcd set mode off`.
-	admin := newHTTPServer(newAdminHandler(d, d.log))
+	admin := newHTTPServer(d.withLB(newAdminHandler(d, d.log)))
 	go serveHTTP(admin, ln, func(err error) { d.log.Error("admin API stopped", "err", err) })
 	defer admin.Close()
 
 	if mln != nil {
 		limit := metricsConnCap(nofile)
-		msrv := newHTTPServer(d.metrics.handler())
+		msrv := newHTTPServer(d.withLB(d.withHealth(d.metrics.handler())))
 		go serveHTTP(msrv, newCapListener(mln, limit, d.metrics.metricsRefused.Inc),
 			func(err error) { d.log.Error("metrics endpoint stopped", "err", err) })
 		defer msrv.Close()
@@ -289,7 +365,27 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 			"max_connections", limit, "fd_limit", nofile)
 	}
 
-	fileChanged := d.watchConfig(ctx)
+	// Reloads are read off the loop and come back decoded on loaded:
+	// SIGHUPs through the reader below (a storm of them coalesced into one
+	// read queued behind the running one), file changes from the watch.
+	loaded := make(chan configLoad)
+	hupReload := make(chan struct{}, 1)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hupReload:
+			}
+			l := d.readConfig("SIGHUP")
+			select {
+			case loaded <- l:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	d.watchConfig(ctx, loaded)
 	linksChanged := d.watchLinks(ctx)
 	d.following = true
 
@@ -333,29 +429,32 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 			d.syncInterfaces(false)
 			d.publish()
 		case c := <-d.cmds:
-			c.done <- c.run()
-			d.publish()
+			cerr := c.run()
+			d.publish() // before the answer: a status read after it shows the change
+			c.done <- cerr
 		case <-hup:
 			_ = sdNotify("RELOADING=1")
-			if err := d.reload("SIGHUP"); err != nil {
-				d.log.Error("reload refused: the running config stays", "trigger", "SIGHUP", "err", err)
+			select {
+			case hupReload <- struct{}{}:
+			default: // a read is queued already; it sees this file too
 			}
 			if err := d.dlog.Reopen(); err != nil {
 				d.log.Error("reopen decision log", "err", err)
+			}
+		case l := <-loaded:
+			if err := d.applyLoad(l); err != nil {
+				d.log.Error("reload refused: the running config stays", "trigger", l.trigger, "err", err)
 			}
 			// Like an admin command, a reload shows in the status at once
 			// (mode, overrides dropped), not only after the next tick.
 			d.publish()
-			_ = sdNotify("READY=1")
+			if l.trigger == "SIGHUP" {
+				_ = sdNotify("READY=1")
+			}
 		case <-usr1:
 			if err := d.dlog.Reopen(); err != nil {
 				d.log.Error("reopen decision log", "err", err)
 			}
-		case <-fileChanged:
-			if err := d.reload("file change"); err != nil {
-				d.log.Error("reload refused: the running config stays", "trigger", "file change", "err", err)
-			}
-			d.publish()
 		}
 	}
 }
@@ -496,6 +595,12 @@ func loaderConfig(cfg *rules.Config, ifaces []string) loader.Config {
 		MaxPrefixes:  cfg.Datapath.MaxPrefixes,
 		MarkFwmark:   cfg.Action.Fwmark,
 		StaleAfter:   cfg.StaleAfter,
+		RejectRate:   rejectRate(cfg),
+		RejectBurst:  cfg.Action.RejectBurst,
+		// 0 turns timing off, as the loader reads it.
+		ResponseSample: uint32(cfg.Datapath.ResponseSample),
+		ResponsePorts:  cfg.Datapath.ResponsePorts,
+		FlowTableSize:  cfg.Datapath.FlowTableSize,
 	}
 	// Without a configured DSCP the mark action sets only the fwmark; the
 	// packet's own DSCP must not be overwritten with 0.
@@ -504,6 +609,15 @@ func loaderConfig(cfg *rules.Config, ifaces []string) loader.Config {
 		lc.Selection = loader.SelectEven
 	}
 	return lc
+}
+
+// rejectRate is the loader's form of action.reject_rate: negative answers
+// none (the loader's 0 is its default).
+func rejectRate(cfg *rules.Config) int {
+	if cfg.Action.RejectRate == 0 {
+		return -1
+	}
+	return cfg.Action.RejectRate
 }
 
 // restartOnly lists the settings a reload cannot change while attached; a
@@ -616,10 +730,12 @@ func (d *Daemon) Patch(ctx context.Context, doc []byte) error {
 	})
 }
 
-// Reload re-reads the config file; live overrides are dropped. Errors: the
-// file is unreadable or invalid (the running config stays).
+// Reload re-reads the config file (on the caller's goroutine) and applies
+// it; live overrides are dropped. Errors: the file is unreadable, not a
+// regular file, empty or invalid (the running config stays).
 func (d *Daemon) Reload(ctx context.Context) error {
-	return d.do(ctx, func() error { return d.reload("admin API") })
+	l := d.readConfig("admin API")
+	return d.do(ctx, func() error { return d.applyLoad(l) })
 }
 
 func (d *Daemon) override(kind, value string, doc []byte) error {
@@ -656,30 +772,30 @@ func (d *Daemon) override(kind, value string, doc []byte) error {
 	return nil
 }
 
-func (d *Daemon) reload(trigger string) error {
-	if d.opts.ConfigPath == "" {
-		d.metrics.reloads.Inc()
-		d.overrides = nil
-		d.dlog.Record("config_reload", "trigger", trigger, "source", EmbeddedSource)
-		return d.apply(rules.Default())
-	}
-	cfg, err := d.loadConfig()
+// applyLoad applies a config file read off the loop (or refuses it: a read
+// or decode error, or a config apply refuses), counts the outcome and
+// records it in the status and the decision log. On success the live
+// overrides are dropped.
+func (d *Daemon) applyLoad(l configLoad) error {
+	src := d.configSource()
+	err := l.err
 	if err == nil {
-		err = d.apply(cfg)
+		d.logWarnings(l.warns)
+		err = d.apply(l.cfg)
 	}
 	if err != nil {
 		d.metrics.reloadFailures.Inc()
-		d.refused = refusal(trigger, err)
-		d.dlog.Record("config_reload_failed", "trigger", trigger, "source", d.opts.ConfigPath, "err", err.Error())
+		d.refused = refusal(l.trigger, err)
+		d.dlog.Record("config_reload_failed", "trigger", l.trigger, "source", src, "err", err.Error())
 		return err
 	}
 	d.metrics.reloads.Inc()
 	d.refused = nil
-	d.base = cfg
+	d.base = l.cfg
 	dropped := len(d.overrides)
 	d.overrides = nil
-	d.log.Info("config reloaded", "trigger", trigger, "source", d.opts.ConfigPath, "overrides_dropped", dropped)
-	d.dlog.Record("config_reload", "trigger", trigger, "source", d.opts.ConfigPath, "overrides_dropped", dropped, "mode", cfg.Mode.String())
+	d.log.Info("config reloaded", "trigger", l.trigger, "source", src, "overrides_dropped", dropped)
+	d.dlog.Record("config_reload", "trigger", l.trigger, "source", src, "overrides_dropped", dropped, "mode", l.cfg.Mode.String())
 	return nil
 }
 
@@ -805,7 +921,7 @@ func (l limits) fits(cfg *rules.Config, ports []portEntry) error {
 func (d *Daemon) program() error {
 	cfg := d.cfg
 	var ex []loader.PortKey
-	for _, k := range cfg.Exceptions.Ports {
+	for _, k := range cfg.ExemptPorts() {
 		ex = append(ex, loaderKey(k))
 	}
 	if err := d.dp.SetExceptions(ex, cfg.Exceptions.Sources); err != nil {
@@ -820,7 +936,7 @@ func (d *Daemon) program() error {
 		pp := loader.PortPolicy{
 			Key:    loaderKey(p.key),
 			Mode:   loaderMode(p.mode),
-			Action: loaderAction(cfg.Action.Kind),
+			Action: loaderAction(p.action),
 			Class:  loader.Class(p.class),
 		}
 		if cfg.Mode != rules.ModeOff {
@@ -830,6 +946,9 @@ func (d *Daemon) program() error {
 	}
 	// The global datapath mode only caps the ports' modes; a port's own
 	// mode decides, so one port can be enforced while the rest observe.
+	if err := d.dp.SetRejectLimit(rejectRate(cfg), cfg.Action.RejectBurst); err != nil {
+		return fmt.Errorf("set reject limit: %w", err)
+	}
 	global := loader.ModeEnforce
 	if cfg.Mode == rules.ModeOff {
 		global = loader.ModeOff
@@ -849,30 +968,49 @@ func (d *Daemon) program() error {
 	return d.dp.Heartbeat()
 }
 
-// watchConfig returns a channel that receives when the config file changes.
-// The directory is watched, not the file, because editors and config
-// management replace files by rename, which a watch on the file would miss.
-// Bursts of events are coalesced over 200 ms.
-func (d *Daemon) watchConfig(ctx context.Context) <-chan struct{} {
-	out := make(chan struct{}, 1)
+// The config file watch's timing. settleAfter coalesces a burst of events
+// (an editor's write, rename and chmod). quietPeriod is how long a file
+// written in place must keep the same content before it is read as
+// complete: a writer that truncates first and writes later (`(sleep 0.6;
+// cat new.yaml) > olcd.yaml`, a slow config management run) leaves it
+// empty or partial in between, and its next write ends the wait.
+const (
+	settleAfter = 200 * time.Millisecond
+	quietPeriod = time.Second
+)
+
+// watchConfig sends the config file, read and decoded, to out after each
+// complete write, until ctx is done. The directory is watched, not the
+// file, because editors and config management replace files by rename,
+// which a watch on the file would miss. A file renamed (or linked) into
+// place is complete: it is read settleAfter after the last event. A file
+// written in place, or one that appears empty, is read when its content
+// has not changed for quietPeriod after settling. Removing the file, or
+// renaming it away, is not acted on (there is nothing to load; SIGHUP
+// reports it).
+func (d *Daemon) watchConfig(ctx context.Context, out chan<- configLoad) {
 	if d.opts.ConfigPath == "" {
-		return out
+		return
 	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		d.log.Warn("config file watch unavailable; reload with SIGHUP", "err", err)
-		return out
+		return
 	}
 	path := d.opts.ConfigPath
 	dir := dirOf(path)
 	if err := w.Add(dir); err != nil {
 		d.log.Warn("config file watch unavailable; reload with SIGHUP", "dir", dir, "err", err)
 		w.Close()
-		return out
+		return
 	}
+	sw := newConfigWatch(path)
+	cw := completeWrite{read: readConfigFile, path: path}
 	go func() {
 		defer w.Close()
-		var debounce <-chan time.Time
+		// Armed by events only; Reset needs no drain since Go 1.23.
+		timer := time.NewTimer(time.Hour)
+		timer.Stop()
 		for {
 			select {
 			case <-ctx.Done():
@@ -881,24 +1019,79 @@ func (d *Daemon) watchConfig(ctx context.Context) <-chan struct{} {
 				if !ok {
 					return
 				}
-				if sameFile(ev.Name, path) && ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename) != 0 {
-					debounce = time.After(200 * time.Millisecond)
+				if sw.changed(ev) {
+					cw.event(ev.Op.Has(fsnotify.Write))
+					timer.Reset(settleAfter)
 				}
 			case err, ok := <-w.Errors:
 				if !ok {
 					return
 				}
+				// Events may be lost (a full queue): read the file once it
+				// is quiet, as if it was written in place.
 				d.log.Warn("config file watch error", "err", err)
-			case <-debounce:
-				debounce = nil
+				cw.event(true)
+				timer.Reset(settleAfter)
+			case <-timer.C:
+				data, done, err := cw.check()
+				if !done {
+					timer.Reset(quietPeriod)
+					continue
+				}
+				l := configLoad{trigger: "file change", err: err}
+				if err == nil {
+					l = parseConfig("file change", path, data)
+				}
 				select {
-				case out <- struct{}{}:
-				default:
+				case out <- l:
+				case <-ctx.Done():
+					return
 				}
 			}
 		}
 	}()
-	return out
+}
+
+// completeWrite decides when a changed config file is completely written.
+type completeWrite struct {
+	read    func(path string) ([]byte, error)
+	path    string
+	inPlace bool // a write event since the last read was acted on
+	// The last read, while waiting for the content to stay the same.
+	have    bool
+	data    []byte
+	errText string
+}
+
+// event notes a change of the file; written tells a write in place from a
+// rename into place (or a new link, directory, FIFO).
+func (c *completeWrite) event(written bool) {
+	c.inPlace = c.inPlace || written
+	c.have = false
+}
+
+// check reads the file once the events settled. done reports that the
+// write is complete and data (or err) is what to load: at once for a file
+// renamed into place that is not blank, else when the content equals the
+// previous check's (the caller checks again after quietPeriod).
+func (c *completeWrite) check() (data []byte, done bool, err error) {
+	data, err = c.read(c.path)
+	errText := ""
+	if err != nil {
+		errText = err.Error()
+	}
+	switch {
+	case !c.inPlace && (err != nil || len(bytes.TrimSpace(data)) > 0):
+		done = true
+	case c.have && errText == c.errText && bytes.Equal(data, c.data):
+		done = true
+	}
+	if done {
+		c.inPlace, c.have, c.data, c.errText = false, false, nil, ""
+		return data, true, err
+	}
+	c.have, c.data, c.errText = true, data, errText
+	return nil, false, nil
 }
 
 // refusal describes a refused reload for the status.

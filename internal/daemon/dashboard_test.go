@@ -33,7 +33,7 @@ func TestDashboardMetricsExist(t *testing.T) {
 
 	m := newMetrics(&Daemon{opts: Options{Version: "test"}})
 	descs := make(chan *prometheus.Desc, 256)
-	for _, c := range []prometheus.Collector{m.ticks, m.tickSeconds, m.sampleErrors, m.reloads, m.reloadFailures, &stateCollector{}} {
+	for _, c := range []prometheus.Collector{m.ticks, m.tickSeconds, m.sampleErrors, m.reloads, m.reloadFailures, &stateCollector{}, &boundsCollector{}} {
 		c.Describe(descs)
 	}
 	close(descs)

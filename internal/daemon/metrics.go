@@ -3,6 +3,7 @@ package daemon
 import (
 	"net/http"
 	"runtime"
+	"slices"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/olcd/olcd/internal/loader"
+	"github.com/olcd/olcd/internal/resptime"
 	"github.com/olcd/olcd/internal/sampler"
 )
 
@@ -127,6 +129,9 @@ var (
 	descDropped  = prometheus.NewDesc("olcd_port_dropped_total", "New connections dropped.", portLabels, nil)
 	descMarked   = prometheus.NewDesc("olcd_port_marked_total", "New connections marked (DSCP/fwmark) and passed.", portLabels, nil)
 	descWould    = prometheus.NewDesc("olcd_port_would_drop_total", "New connections that would have been dropped (observe mode).", portLabels, nil)
+	descRejected = prometheus.NewDesc("olcd_port_rejected_total", "Dropped SYNs answered with a TCP RST|ACK (reject action; also in dropped).", portLabels, nil)
+	descWouldRej = prometheus.NewDesc("olcd_port_would_reject_total", "Would-drop SYNs the reject action would have answered (observe mode; also in would_drop).", portLabels, nil)
+	descRejLimit = prometheus.NewDesc("olcd_reject_limited_total", "SYNs the reject action dropped instead of answering: over the per-CPU rate limit (action.reject_rate).", nil, nil)
 	descExempt   = prometheus.NewDesc("olcd_port_exempt_total", "New connections from exception sources, always passed.", portLabels, nil)
 	descStale    = prometheus.NewDesc("olcd_port_stale_total", "New connections passed because the daemon's heartbeat was stale (fail-open).", portLabels, nil)
 	descOtherNew = prometheus.NewDesc("olcd_unprotected_new_connections_total", "New TCP connections to ports without a policy.", nil, nil)
@@ -136,6 +141,18 @@ var (
 	descOverride = prometheus.NewDesc("olcd_live_overrides", "Live overrides in force on top of the config file.", nil, nil)
 	descLastTick = prometheus.NewDesc("olcd_last_tick_timestamp_seconds", "Unix time of the last control tick.", nil, nil)
 	descDPErr    = prometheus.NewDesc("olcd_datapath_stats_up", "1 when the datapath counters could be read at scrape time.", nil, nil)
+
+	// Response timing (bpf/resp.h): sampled flows only; the counts are
+	// not scaled by the sample rate, the gauges are.
+	descRTHist    = prometheus.NewDesc("olcd_port_response_time_seconds", "Time from a request's first byte reaching the node to its answer's first byte leaving it, sampled flows, since the port was timed (the datapath's log-linear buckets folded at powers of two of 1.024 µs).", portLabels, nil)
+	descRTQuant   = prometheus.NewDesc("olcd_port_response_time_quantile_seconds", "Response-time quantile over the last tick; absent when the tick had too few samples (never 0).", append(slices.Clone(portLabels), "quantile"), nil)
+	descRTReq     = prometheus.NewDesc("olcd_port_requests_timed_total", "Requests timed (sampled flows).", portLabels, nil)
+	descRTAband   = prometheus.NewDesc("olcd_port_requests_abandoned_total", "Timed requests forgotten unanswered: reset, closed, evicted or idle (sampled flows).", portLabels, nil)
+	descRTInfl    = prometheus.NewDesc("olcd_port_inflight_requests", "Requests waiting for their first answer byte at the end of the last tick, scaled by the sample rate.", portLabels, nil)
+	descRTRate    = prometheus.NewDesc("olcd_port_requests_per_second", "Requests per second over the last tick, scaled by the sample rate.", portLabels, nil)
+	descFlowCap   = prometheus.NewDesc("olcd_flow_table_capacity", "Flows the response timer's table holds.", nil, nil)
+	descFlowUsed  = prometheus.NewDesc("olcd_flow_table_flows", "Flows in the response timer's table not idle (last scan, at most 10 s old).", nil, nil)
+	descFlowEvent = prometheus.NewDesc("olcd_flow_table_events_total", "Flow table events: inserted, evicted (a live flow pushed out), expired (an idle flow replaced), closed (FIN/RST).", []string{"event"}, nil)
 )
 
 // stateCollector exports the last published status and the datapath's
@@ -146,8 +163,9 @@ type stateCollector struct{ d *Daemon }
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMode, descSigValue, descSigThr, descSigPress, descSigAvail,
 		descSigCorr, descPressure, descOverload, descNodeP, descClassP, descPortP, descNew, descRetrans,
-		descPassed, descDropped, descMarked, descWould, descExempt, descStale, descOtherNew, descOtherEx,
-		descUncl, descAttach, descOverride, descLastTick, descDPErr} {
+		descPassed, descDropped, descMarked, descWould, descRejected, descWouldRej, descRejLimit, descExempt, descStale, descOtherNew, descOtherEx,
+		descUncl, descAttach, descOverride, descLastTick, descDPErr, descRTHist, descRTQuant, descRTReq,
+		descRTAband, descRTInfl, descRTRate, descFlowCap, descFlowUsed, descFlowEvent} {
 		ch <- d
 	}
 }
@@ -218,12 +236,50 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descDropped, cn.Dropped, labels...)
 		counter(descMarked, cn.Marked, labels...)
 		counter(descWould, cn.WouldDrop, labels...)
+		counter(descRejected, cn.Rejected, labels...)
+		counter(descWouldRej, cn.WouldReject, labels...)
 		counter(descExempt, cn.Exempt, labels...)
 		counter(descStale, cn.Stale, labels...)
+		r, ok := stats.Response[k]
+		if !ok {
+			continue
+		}
+		le := map[float64]uint64{}
+		for i, n := range resptime.Fold(r.Buckets) {
+			le[resptime.LeBounds[i]] = n
+		}
+		ch <- prometheus.MustNewConstHistogram(descRTHist, r.Responses, resptime.Sum(r.Buckets), le, labels...)
+		counter(descRTReq, r.Requests, labels...)
+		counter(descRTAband, r.Abandoned, labels...)
+		if p.RequestsPerS != nil {
+			gauge(descRTRate, *p.RequestsPerS, labels...)
+		}
+		if p.InflightRequests != nil {
+			gauge(descRTInfl, *p.InflightRequests, labels...)
+		}
+		if rt := p.ResponseTime; rt != nil {
+			for _, q := range []struct {
+				v *float64
+				q string
+			}{{rt.P50S, "0.5"}, {rt.P95S, "0.95"}, {rt.P99S, "0.99"}} {
+				if q.v != nil {
+					gauge(descRTQuant, *q.v, append(slices.Clone(labels), q.q)...)
+				}
+			}
+		}
+	}
+	if rt := st.ResponseTiming; rt != nil {
+		gauge(descFlowCap, float64(rt.FlowTableCapacity))
+		gauge(descFlowUsed, float64(rt.FlowsTracked))
+		counter(descFlowEvent, stats.Flows.Inserts, "inserted")
+		counter(descFlowEvent, stats.Flows.Evictions, "evicted")
+		counter(descFlowEvent, stats.Flows.Expired, "expired")
+		counter(descFlowEvent, stats.Flows.Forgotten, "closed")
 	}
 	counter(descOtherNew, stats.Other.NewConns)
 	counter(descOtherEx, stats.Other.Exempt)
 	counter(descUncl, stats.Unclassified)
+	counter(descRejLimit, stats.RejectLimited)
 }
 
 func b2f(b bool) float64 {

@@ -20,6 +20,9 @@ type Status struct {
 	ReloadRefused *ReloadFailure `json:"reload_refused,omitempty"`
 	// IntervalS is the tick interval in seconds.
 	IntervalS float64 `json:"interval_s"`
+	// StaleAfterS is heartbeat.stale_after in seconds: a tick older than
+	// this and the datapath passes everything.
+	StaleAfterS float64 `json:"stale_after_s"`
 	// Ticks counts the ticks since start.
 	Ticks uint64 `json:"ticks"`
 	// UpdatedAt is when the last tick finished.
@@ -35,20 +38,34 @@ type Status struct {
 	Classes []ClassStatus `json:"classes"`
 	// Ports lists the protected ports with their counters.
 	Ports []PortStatus `json:"ports"`
-	// Exceptions lists the exempt ports ("tcp/9100") and source prefixes.
+	// Exceptions lists the exempt ports ("tcp/9100"; a management port
+	// not named in the port list as "tcp/22 (management)") and source
+	// prefixes ("from 10.0.0.0/8").
 	Exceptions []string `json:"exceptions"`
+	// ListenersExempt lists, under ports: auto, the listening ports left
+	// unprotected because an exception names them (SSH by default), with
+	// the reason.
+	ListenersExempt []ExemptListener `json:"listeners_exempt,omitempty"`
 	// Interfaces lists the datapath attachments.
 	Interfaces []InterfaceStatus `json:"interfaces"`
 	// InterfacesWaiting lists the interfaces of the configured list that
 	// do not exist (deleted while olcd runs): they are attached when they
 	// appear.
 	InterfacesWaiting []string `json:"interfaces_waiting,omitempty"`
+	// ResponseTiming describes the datapath's response timing and its
+	// flow table; absent when timing is off (datapath.response_sample: 0).
+	ResponseTiming *ResponseTimingStatus `json:"response_timing,omitempty"`
 	// Unclassified counts packets the datapath could not parse (passed)
 	// since start.
 	Unclassified uint64 `json:"unclassified_total"`
+	// RejectLimited counts SYNs the reject action dropped instead of
+	// answering, over its per-CPU rate limit (action.reject_rate).
+	RejectLimited uint64 `json:"reject_limited_total"`
 	// SampleErrors lists the sources that could not be read in the last
 	// tick, as "source: error".
 	SampleErrors []string `json:"sample_errors,omitempty"`
+	// LB is what load balancers are told (GET /v1/lb has the details).
+	LB *LBStatus `json:"lb,omitempty"`
 }
 
 // Override is one live change on top of the config file.
@@ -74,6 +91,19 @@ type ReloadFailure struct {
 	Problems []string `json:"problems,omitempty"`
 }
 
+// ExemptListener is a listening port that ports: auto does not protect
+// because an exception names it.
+type ExemptListener struct {
+	// Proto is "tcp".
+	Proto string `json:"proto"`
+	// Port is the listening port.
+	Port uint16 `json:"port"`
+	// Reason is the setting that exempts it: "exceptions.ports" or
+	// "exceptions.management" (a port through which operators reach the
+	// node; list it under ports: to protect it).
+	Reason string `json:"reason"`
+}
+
 // OverloadStatus is the controller's view of the node.
 type OverloadStatus struct {
 	// Active is true while the node is shedding (or, in observe mode,
@@ -86,6 +116,9 @@ type OverloadStatus struct {
 	Pressure float64 `json:"pressure"`
 	// DropProbability is the node-level share of new work to shed (0..1).
 	DropProbability float64 `json:"drop_probability"`
+	// Bound is the highest drop probability the controller may write,
+	// 1 − controller.min_pass_rate (0..1).
+	Bound float64 `json:"drop_probability_bound"`
 	// Reason says in words which signal drives the state.
 	Reason string `json:"reason,omitempty"`
 }
@@ -128,6 +161,9 @@ type PortStatus struct {
 	Class string `json:"class"`
 	// Mode is the port's effective mode: "off", "observe" or "enforce".
 	Mode string `json:"mode"`
+	// Action is what shedding does on the port: "drop", "mark" or
+	// "reject".
+	Action string `json:"action"`
 	// Source is "config" or "auto" (discovered listener).
 	Source string `json:"source"`
 	// DropProbability is the probability written to the datapath (0..1).
@@ -146,6 +182,12 @@ type PortStatus struct {
 	WouldDropShare float64 `json:"would_drop_share"`
 	// MarkedShare is marked ÷ new over the last tick.
 	MarkedShare float64 `json:"marked_share"`
+	// RejectedPerS is shed SYNs answered with a RST|ACK per second (reject
+	// action; they are also in the drop share).
+	RejectedPerS float64 `json:"rejected_per_s"`
+	// WouldRejectPerS is would-drop SYNs the reject action would have
+	// answered, per second (observe mode).
+	WouldRejectPerS float64 `json:"would_reject_per_s"`
 	// ExemptPerS is exempt packets (exception sources) per second.
 	ExemptPerS float64 `json:"exempt_per_s"`
 	// StalePerS is packets passed because the heartbeat was stale, per
@@ -154,8 +196,69 @@ type PortStatus struct {
 	// AcceptQueueFill is the port's accept-queue fill (0..1); null when
 	// unknown.
 	AcceptQueueFill *float64 `json:"accept_queue_fill,omitempty"`
+	// Timed is true when the datapath times this port's responses
+	// (protected, timing on, within datapath.response_ports).
+	Timed bool `json:"timed"`
+	// ResponseTime is the port's response time over the last tick; absent
+	// when the port is not timed.
+	ResponseTime *ResponseTime `json:"response_time,omitempty"`
+	// RequestsPerS is the rate of requests timed, scaled by the sample
+	// rate (1/s); absent when the port is not timed.
+	RequestsPerS *float64 `json:"requests_per_s,omitempty"`
+	// InflightRequests is the number of requests waiting for their first
+	// answer byte at the end of the tick, scaled by the sample rate;
+	// absent when the port is not timed.
+	InflightRequests *float64 `json:"inflight_requests,omitempty"`
+	// ResponseHistogram is the port's response-time histogram since it was
+	// timed (sampled flows, cumulative): its nonempty buckets, ascending.
+	ResponseHistogram []HistogramBucket `json:"response_histogram,omitempty"`
 	// Totals are the datapath counters since the program was loaded.
 	Totals PortTotals `json:"totals"`
+}
+
+// HistogramBucket is one nonempty bucket of a response-time histogram:
+// Count responses took at least LoS and less than HiS seconds (HiS null:
+// no upper bound, the last bucket).
+type HistogramBucket struct {
+	LoS   float64  `json:"lo_s"`
+	HiS   *float64 `json:"hi_s"`
+	Count uint64   `json:"count"`
+}
+
+// ResponseTime is one port's response time over the last tick: from a
+// request's first byte reaching the node to its answer's first byte
+// leaving it. The quantiles are null (unavailable, never 0) when the tick
+// had fewer samples than datapath.response_min_samples.
+type ResponseTime struct {
+	P50S *float64 `json:"p50_s"`
+	P95S *float64 `json:"p95_s"`
+	P99S *float64 `json:"p99_s"`
+	// Samples is the number of responses timed in the tick (sampled
+	// flows, not scaled).
+	Samples uint64 `json:"samples"`
+}
+
+// ResponseTimingStatus is the response timer's configuration and its flow
+// table: occupancy (scanned at most every 10 s) and counters since start.
+type ResponseTimingStatus struct {
+	// Sample is N of "one flow in N is timed".
+	Sample uint32 `json:"sample"`
+	// MinSamples is the fewest responses a tick needs per port.
+	MinSamples int `json:"min_samples"`
+	// FlowTableCapacity is how many flows the table holds.
+	FlowTableCapacity int `json:"flow_table_capacity"`
+	// FlowsTracked is the flows in the table not idle past 120 s;
+	// FlowsOutstanding how many of them wait for an answer.
+	FlowsTracked     int `json:"flows_tracked"`
+	FlowsOutstanding int `json:"flows_outstanding"`
+	// FlowTableFill is FlowsTracked ÷ FlowTableCapacity (0..1).
+	FlowTableFill float64 `json:"flow_table_fill"`
+	// Inserts, Evictions (live flows pushed out), Expired (idle flows
+	// replaced) and Forgotten (FIN/RST) count since start.
+	Inserts   uint64 `json:"inserts_total"`
+	Evictions uint64 `json:"evictions_total"`
+	Expired   uint64 `json:"expired_total"`
+	Forgotten uint64 `json:"forgotten_total"`
 }
 
 // PortTotals are cumulative datapath counters of one port.
@@ -168,6 +271,8 @@ type PortTotals struct {
 	Exempt         uint64 `json:"exempt"`
 	Stale          uint64 `json:"stale"`
 	SYNRetransmits uint64 `json:"syn_retransmits"`
+	Rejected       uint64 `json:"rejected"`
+	WouldReject    uint64 `json:"would_reject"`
 }
 
 // InterfaceStatus is one datapath attachment.
@@ -178,4 +283,7 @@ type InterfaceStatus struct {
 	Hook string `json:"hook"`
 	// Mode is "tcx", "clsact", "native" or "generic".
 	Mode string `json:"mode"`
+	// Egress is how the TC egress program of response timing is attached
+	// ("tcx" or "clsact"); absent when timing is off.
+	Egress string `json:"egress,omitempty"`
 }

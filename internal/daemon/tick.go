@@ -11,6 +11,7 @@ import (
 
 	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/loader"
+	"github.com/olcd/olcd/internal/resptime"
 	"github.com/olcd/olcd/internal/rules"
 	"github.com/olcd/olcd/internal/sampler"
 )
@@ -24,6 +25,9 @@ type tickResult struct {
 	stats    loader.Stats
 	deltas   map[adaptive.PortKey]loader.Counters
 	probs    map[adaptive.PortKey]float64
+	// resp is each timed port's response time over the tick (nil when
+	// timing is off).
+	resp map[adaptive.PortKey]resptime.Port
 }
 
 // tick runs sample → stats → controller → maps → heartbeat once.
@@ -41,7 +45,13 @@ func (d *Daemon) tick() {
 	}
 	deltas := make(map[adaptive.PortKey]loader.Counters, len(d.ports))
 	stats := make(map[adaptive.PortKey]adaptive.PortStats, len(d.ports))
+	var resp map[adaptive.PortKey]resptime.Port
 	if err == nil {
+		keys := make([]adaptive.PortKey, 0, len(d.ports))
+		for _, p := range d.ports {
+			keys = append(keys, p.key)
+		}
+		resp = responseSignals(st, d.prev, keys, d.dp.ResponseSample(), d.cfg.Datapath.ResponseMinSamples, snap.Interval, &snap)
 		for _, p := range d.ports {
 			cur, ok := st.Ports[loaderKey(p.key)]
 			if !ok {
@@ -49,7 +59,11 @@ func (d *Daemon) tick() {
 			}
 			dl := counterDelta(cur, d.prev.Ports[loaderKey(p.key)])
 			deltas[p.key] = dl
-			stats[p.key] = portStats(dl)
+			ps := portStats(dl)
+			if pr, ok := resp[p.key]; ok {
+				ps.Response = portResponse(pr, d.dp.ResponseSample(), snap.Interval)
+			}
+			stats[p.key] = ps
 		}
 		d.prev = st
 	}
@@ -67,11 +81,12 @@ func (d *Daemon) tick() {
 	if interval <= 0 {
 		interval = d.cfg.Interval
 	}
-	d.last = tickResult{at: snap.At, interval: interval, snap: snap, decision: dec, stats: st, deltas: deltas, probs: probs}
+	d.last = tickResult{at: snap.At, interval: interval, snap: snap, decision: dec, stats: st, deltas: deltas, probs: probs, resp: resp}
 	d.ticks++
 	d.metrics.ticks.Inc()
 	d.metrics.tickSeconds.Observe(time.Since(start).Seconds())
 	d.recordEvents(dec)
+	d.updateLB()
 	if d.runCtx == nil {
 		d.publish() // not running (tests): nobody would build it
 	} else {
@@ -82,7 +97,18 @@ func (d *Daemon) tick() {
 // portStats is what the controller reads of a port's counter delta, for
 // the ticks and the onset check alike.
 func portStats(dl loader.Counters) adaptive.PortStats {
-	return adaptive.PortStats{New: dl.NewConns, Retransmits: dl.SYNRetransmits, Dropped: dl.Dropped}
+	return adaptive.PortStats{New: dl.NewConns, Retransmits: dl.SYNRetransmits, Dropped: dl.Dropped, Rejected: dl.Rejected}
+}
+
+// portResponse is what the controller reads of a port's response timing:
+// its p95 when available, the samples and the requests of the tick.
+func portResponse(pr resptime.Port, sample uint32, interval time.Duration) adaptive.PortResponse {
+	r := adaptive.PortResponse{Available: pr.Available, Samples: pr.Samples, Requests: pr.RequestsPerS * interval.Seconds(),
+		Responses: float64(pr.Samples) * float64(max(sample, 1)), Inflight: pr.Inflight}
+	if pr.Available {
+		r.P95 = pr.P95
+	}
+	return r
 }
 
 // counterDelta returns cur − prev field by field; a counter that went
@@ -103,8 +129,29 @@ func counterDelta(cur, prev loader.Counters) loader.Counters {
 		Exempt:         sub(cur.Exempt, prev.Exempt),
 		Stale:          sub(cur.Stale, prev.Stale),
 		SYNRetransmits: sub(cur.SYNRetransmits, prev.SYNRetransmits),
+		Rejected:       sub(cur.Rejected, prev.Rejected),
+		WouldReject:    sub(cur.WouldReject, prev.WouldReject),
 	}
 }
+
+// responseValues is the node's measured queue for the decision log: the
+// response-time quantiles (seconds, null when unavailable), requests per
+// second and in flight; nil when response timing gave nothing this tick.
+func responseValues(snap *sampler.Snapshot) map[string]any {
+	out := map[string]any{}
+	for _, sig := range []sampler.Signal{sampler.ResponseTimeP50, sampler.ResponseTimeP95, sampler.ResponseTimeP99,
+		sampler.RequestsPerS, sampler.InflightRequests} {
+		if v, ok := snap.Get(sig); ok {
+			out[sig.String()] = round6(v)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+func round6(v float64) float64 { return math.Round(v*1e6) / 1e6 }
 
 // recordEvents writes the controller's events to the decision log: the
 // probability changes of the tick as one record (changes.go), every other
@@ -126,6 +173,9 @@ func (d *Daemon) recordEvents(dec adaptive.Decision) {
 		}
 		if !ev.OverloadSince.IsZero() {
 			args = append(args, "overload_since", ev.OverloadSince)
+		}
+		if rt := responseValues(&d.last.snap); rt != nil {
+			args = append(args, "response_time", rt)
 		}
 		d.dlog.Record(ev.Kind.String(), args...)
 		d.log.Info(ev.Kind.String(), "reason", ev.Reason, "pressure", round4(ev.Pressure),
@@ -160,7 +210,7 @@ func (d *Daemon) resolvePorts(cfg *rules.Config) []portEntry {
 	if !cfg.PortsAuto {
 		out := make([]portEntry, 0, len(cfg.Ports))
 		for _, p := range cfg.Ports {
-			out = append(out, portEntry{key: p.Key(), class: p.Class, mode: p.EffectiveMode(cfg.Mode), source: "config"})
+			out = append(out, portEntry{key: p.Key(), class: p.Class, mode: p.EffectiveMode(cfg.Mode), action: p.EffectiveAction(cfg.Action.Kind), source: "config"})
 		}
 		return out
 	}
@@ -171,13 +221,14 @@ func (d *Daemon) resolvePorts(cfg *rules.Config) []portEntry {
 		// Keep protecting what was found before rather than nothing.
 		var out []portEntry
 		for _, p := range d.ports {
-			if p.source == "auto" {
-				p.mode = cfg.Mode
+			if p.source == "auto" && !cfg.ExemptPort(p.key) {
+				p.mode, p.action = cfg.Mode, cfg.Action.Kind
 				out = append(out, p)
 			}
 		}
 		return out
 	}
+	d.listening = listeningPorts(listeners)
 	found := autoPorts(cfg, listeners)
 	kept := capPorts(found, d.ports, d.limits.maxPorts)
 	if left := len(found) - len(kept); left != d.autoLeftOut {
@@ -214,9 +265,40 @@ func capPorts(found, current []portEntry, max int) []portEntry {
 	return kept
 }
 
+// listeningPorts returns the TCP ports with a listener on a non-loopback
+// address, sorted, each once: what ports: auto considers.
+func listeningPorts(listeners []sampler.Listener) []uint16 {
+	var out []uint16
+	for _, l := range listeners {
+		if port := l.Addr.Port(); !l.Addr.Addr().Unmap().IsLoopback() && port != 0 && !slices.Contains(out, port) {
+			out = append(out, port)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// exemptListeners returns, under ports: auto, the listening ports left
+// unprotected because an exception names them, with the list that does.
+func exemptListeners(cfg *rules.Config, listening []uint16) []ExemptListener {
+	if !cfg.PortsAuto {
+		return nil
+	}
+	var out []ExemptListener
+	for _, port := range listening {
+		key := adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: port}
+		if why := cfg.ExemptReason(key); why != "" {
+			out = append(out, ExemptListener{Proto: key.Proto.String(), Port: port, Reason: why})
+		}
+	}
+	return out
+}
+
 // autoPorts turns listeners into class-normal TCP ports: a listener on a
-// loopback address serves only this host and is never protected; port
-// numbers are deduplicated across addresses and families.
+// loopback address serves only this host and is never protected, nor is an
+// exempt port (exceptions.ports, or a management port such as SSH: an
+// operator must reach an overloaded node); port numbers are deduplicated
+// across addresses and families.
 func autoPorts(cfg *rules.Config, listeners []sampler.Listener) []portEntry {
 	seen := map[uint16]bool{}
 	var out []portEntry
@@ -231,7 +313,7 @@ func autoPorts(cfg *rules.Config, listeners []sampler.Listener) []portEntry {
 			continue
 		}
 		seen[port] = true
-		out = append(out, portEntry{key: key, class: adaptive.ClassNormal, mode: cfg.Mode, source: "auto"})
+		out = append(out, portEntry{key: key, class: adaptive.ClassNormal, mode: cfg.Mode, action: cfg.Action.Kind, source: "auto"})
 	}
 	slices.SortFunc(out, func(a, b portEntry) int { return cmp.Compare(a.key.Port, b.key.Port) })
 	return out
@@ -319,8 +401,11 @@ func loaderMode(m rules.Mode) loader.Mode {
 }
 
 func loaderAction(a rules.Action) loader.Action {
-	if a == rules.ActionMark {
+	switch a {
+	case rules.ActionMark:
 		return loader.ActionMark
+	case rules.ActionReject:
+		return loader.ActionReject
 	}
 	return loader.ActionDrop
 }
@@ -340,6 +425,7 @@ func (d *Daemon) publish() {
 		ConfigSource: d.configSource(),
 		Overrides:    overrideList(d.overrides),
 		IntervalS:    d.cfg.Interval.Seconds(),
+		StaleAfterS:  d.cfg.StaleAfter.Seconds(),
 		Ticks:        d.ticks,
 		UpdatedAt:    r.at,
 		StartedAt:    d.started,
@@ -347,9 +433,11 @@ func (d *Daemon) publish() {
 			Active:          dec.Overloaded,
 			Pressure:        dec.SmoothedPressure,
 			DropProbability: dec.DropProbability,
+			Bound:           d.cfg.Controller.Bound(),
 			Reason:          dec.Reason,
 		},
-		Unclassified: r.stats.Unclassified,
+		Unclassified:  r.stats.Unclassified,
+		RejectLimited: r.stats.RejectLimited,
 	}
 	// Lists are [] rather than null when empty, so that clients need not
 	// tell the two apart.
@@ -357,6 +445,7 @@ func (d *Daemon) publish() {
 	st.Signals, st.Classes, st.Ports = []SignalStatus{}, []ClassStatus{}, []PortStatus{}
 	st.Exceptions, st.Interfaces = []string{}, []InterfaceStatus{}
 	st.ReloadRefused = d.refused
+	st.LB = d.lbStatus()
 	if dec.Overloaded && !dec.OverloadSince.IsZero() {
 		since := dec.OverloadSince
 		st.Overload.Since = &since
@@ -402,7 +491,7 @@ func (d *Daemon) publish() {
 		tot := r.stats.Ports[loaderKey(p.key)]
 		ps := PortStatus{
 			Proto: p.key.Proto.String(), Port: p.key.Port, Class: p.class.String(),
-			Mode: p.mode.String(), Source: p.source,
+			Mode: p.mode.String(), Action: p.action.String(), Source: p.source,
 			DropProbability: r.probs[p.key],
 			NewPerS:         rate(dl.NewConns),
 			UniquePerS:      rate(dl.NewConns - min(dl.SYNRetransmits, dl.NewConns)),
@@ -410,28 +499,44 @@ func (d *Daemon) publish() {
 			DropShare:       share(dl.Dropped, dl.NewConns),
 			WouldDropShare:  share(dl.WouldDrop, dl.NewConns),
 			MarkedShare:     share(dl.Marked, dl.NewConns),
+			RejectedPerS:    rate(dl.Rejected),
+			WouldRejectPerS: rate(dl.WouldReject),
 			ExemptPerS:      rate(dl.Exempt),
 			StalePerS:       rate(dl.Stale),
 			Totals: PortTotals{
 				NewConns: tot.NewConns, Passed: tot.Passed, Dropped: tot.Dropped, Marked: tot.Marked,
 				WouldDrop: tot.WouldDrop, Exempt: tot.Exempt, Stale: tot.Stale, SYNRetransmits: tot.SYNRetransmits,
+				Rejected: tot.Rejected, WouldReject: tot.WouldReject,
 			},
 		}
 		if f, ok := r.snap.AcceptQueueFill[p.key.Port]; ok && p.key.Proto == adaptive.ProtoTCP {
 			ps.AcceptQueueFill = &f
 		}
+		if pr, ok := r.resp[p.key]; ok {
+			ps.Timed = true
+			ps.ResponseTime = responseTimeStatus(pr)
+			rps, inf := pr.RequestsPerS, pr.Inflight
+			ps.RequestsPerS, ps.InflightRequests = &rps, &inf
+			ps.ResponseHistogram = histogramStatus(r.stats.Response[loaderKey(p.key)].Buckets)
+		}
 		st.Ports = append(st.Ports, ps)
 	}
-	for _, k := range d.cfg.Exceptions.Ports {
-		st.Exceptions = append(st.Exceptions, k.String())
+	for _, k := range d.cfg.ExemptPorts() {
+		if d.cfg.ExemptReason(k) == "exceptions.management" {
+			st.Exceptions = append(st.Exceptions, k.String()+" (management)")
+		} else {
+			st.Exceptions = append(st.Exceptions, k.String())
+		}
 	}
+	st.ListenersExempt = exemptListeners(d.cfg, d.listening)
 	for _, pfx := range d.cfg.Exceptions.Sources {
 		st.Exceptions = append(st.Exceptions, "from "+pfx.String())
 	}
 	if d.dp != nil {
 		for _, a := range d.dp.Attachments() {
-			st.Interfaces = append(st.Interfaces, InterfaceStatus{Name: a.Interface, Hook: a.Hook, Mode: a.Mode})
+			st.Interfaces = append(st.Interfaces, InterfaceStatus{Name: a.Interface, Hook: a.Hook, Mode: a.Mode, Egress: a.Egress})
 		}
+		st.ResponseTiming = d.responseTimingStatus(r.stats)
 	}
 	st.InterfacesWaiting = slices.Clone(d.waiting)
 	d.statusStale.Store(false)

@@ -20,8 +20,12 @@ import (
 // process are leftovers of a killed instance and are removed.
 const FilterPrefix = "olcd"
 
-// filterName is the cls_bpf filter name (TCA_BPF_NAME) of olcd_tc.
-const filterName = FilterPrefix + "_tc"
+// filterName is the cls_bpf filter name (TCA_BPF_NAME) of olcd_tc, and
+// egressFilterName that of olcd_tc_egress.
+const (
+	filterName       = FilterPrefix + "_tc"
+	egressFilterName = FilterPrefix + "_tc_egress"
+)
 
 // Attachment describes one attached program.
 type Attachment struct {
@@ -32,6 +36,9 @@ type Attachment struct {
 	// deleted and created again under the same name has a new one, and
 	// the program went with the old.
 	Ifindex int
+	// Egress is how the TC egress program of response timing is attached
+	// beside the ingress hook: "tcx" or "clsact"; "" when timing is off.
+	Egress string
 }
 
 type attachment struct {
@@ -46,6 +53,10 @@ type attachment struct {
 	// added the qdisc (and so may remove it when it is left empty).
 	filter       *netlink.BpfFilter
 	createdQdisc bool
+	// egress is the TC egress program's attachment (response timing),
+	// detached before this one; it uses this one's netlink handle.
+	egress   *attachment
+	sharedNL bool
 }
 
 // Attachments lists the current attachments in the order they were made.
@@ -166,9 +177,40 @@ func (d *Datapath) attach(iface string, mode AttachMode, noTCX bool) error {
 		return err
 	}
 	a.nl, a.netns = nl, ns
+	if d.cfg.ResponseSample != 0 {
+		// Egress sees the answers; with XDP ingress too, TC is the
+		// only egress hook.
+		e, err := d.attachEgress(nl, l, noTCX)
+		if err != nil {
+			return errors.Join(err, a.detach(d.log))
+		}
+		e.nl, e.netns = nl, ns
+		a.egress = e
+		a.Egress = e.Mode
+	}
 	d.attachments = append(d.attachments, a)
-	d.log.Info("datapath attached", "interface", iface, "hook", a.Hook, "mode", a.Mode)
+	d.log.Info("datapath attached", "interface", iface, "hook", a.Hook, "mode", a.Mode, "egress", a.Egress)
 	return nil
+}
+
+// attachEgress attaches olcd_tc_egress with tcx or, on
+// ebpf.ErrNotSupported, a clsact egress filter named "olcd_tc_egress".
+func (d *Datapath) attachEgress(nl *netlink.Handle, l netlink.Link, noTCX bool) (*attachment, error) {
+	name, idx := l.Attrs().Name, l.Attrs().Index
+	if !noTCX {
+		lk, err := link.AttachTCX(link.TCXOptions{
+			Interface: idx,
+			Program:   d.objs.OlcdTcEgress,
+			Attach:    ebpf.AttachTCXEgress,
+		})
+		if err == nil {
+			return &attachment{Attachment: Attachment{Interface: name, Hook: "tc-egress", Mode: "tcx", Ifindex: idx}, link: lk}, nil
+		}
+		if !errors.Is(err, ebpf.ErrNotSupported) {
+			return nil, fmt.Errorf("attach tc egress (tcx) to %s: %w", name, err)
+		}
+	}
+	return d.attachClsactDir(nl, l, d.objs.OlcdTcEgress, netlink.HANDLE_MIN_EGRESS, egressFilterName, "tc-egress")
 }
 
 func (d *Datapath) attachTC(nl *netlink.Handle, l netlink.Link, noTCX bool) (*attachment, error) {
@@ -180,7 +222,7 @@ func (d *Datapath) attachTC(nl *netlink.Handle, l netlink.Link, noTCX bool) (*at
 			Attach:    ebpf.AttachTCXIngress,
 		})
 		if err == nil {
-			return &attachment{Attachment: Attachment{name, "tc", "tcx", idx}, link: lk}, nil
+			return &attachment{Attachment: Attachment{Interface: name, Hook: "tc", Mode: "tcx", Ifindex: idx}, link: lk}, nil
 		}
 		if !errors.Is(err, ebpf.ErrNotSupported) {
 			return nil, fmt.Errorf("attach tc (tcx) to %s: %w", name, err)
@@ -191,12 +233,18 @@ func (d *Datapath) attachTC(nl *netlink.Handle, l netlink.Link, noTCX bool) (*at
 }
 
 func (d *Datapath) attachClsact(nl *netlink.Handle, l netlink.Link) (*attachment, error) {
+	return d.attachClsactDir(nl, l, d.objs.OlcdTc, netlink.HANDLE_MIN_INGRESS, filterName, "tc")
+}
+
+// attachClsactDir adds prog as a direct-action cls_bpf filter named fname
+// under parent (ingress or egress) of a clsact qdisc, created if absent.
+func (d *Datapath) attachClsactDir(nl *netlink.Handle, l netlink.Link, prog *ebpf.Program, parent uint32, fname, hook string) (*attachment, error) {
 	name, idx := l.Attrs().Name, l.Attrs().Index
 	has, err := hasClsact(nl, l)
 	if err != nil {
-		return nil, fmt.Errorf("attach tc (clsact) to %s: %w", name, err)
+		return nil, fmt.Errorf("attach %s (clsact) to %s: %w", hook, name, err)
 	}
-	a := &attachment{Attachment: Attachment{name, "tc", "clsact", idx}, nl: nl}
+	a := &attachment{Attachment: Attachment{Interface: name, Hook: hook, Mode: "clsact", Ifindex: idx}, nl: nl}
 	if !has {
 		q := &netlink.Clsact{QdiscAttrs: netlink.QdiscAttrs{
 			LinkIndex: idx,
@@ -204,38 +252,38 @@ func (d *Datapath) attachClsact(nl *netlink.Handle, l netlink.Link) (*attachment
 			Parent:    netlink.HANDLE_CLSACT,
 		}}
 		if err := nl.QdiscAdd(q); err != nil {
-			return nil, fmt.Errorf("attach tc (clsact) to %s: add clsact qdisc: %w", name, err)
+			return nil, fmt.Errorf("attach %s (clsact) to %s: add clsact qdisc: %w", hook, name, err)
 		}
 		a.createdQdisc = true
 	}
 	f := &netlink.BpfFilter{
 		FilterAttrs: netlink.FilterAttrs{
 			LinkIndex: idx,
-			Parent:    netlink.HANDLE_MIN_INGRESS,
+			Parent:    parent,
 			Protocol:  unix.ETH_P_ALL,
 			// Priority and handle 0: the kernel picks free ones, so
 			// olcd never collides with a filter already there.
 		},
-		Fd:           d.objs.OlcdTc.FD(),
-		Name:         filterName,
+		Fd:           prog.FD(),
+		Name:         fname,
 		DirectAction: true,
 	}
 	if err := nl.FilterAdd(f); err != nil {
-		err = fmt.Errorf("attach tc (clsact) to %s: add filter: %w", name, err)
+		err = fmt.Errorf("attach %s (clsact) to %s: add filter: %w", hook, name, err)
 		return nil, errors.Join(err, a.removeQdiscIfEmpty(d.log))
 	}
 	// Find the numbers the kernel gave the filter, to delete exactly it.
-	id, err := progID(d.objs.OlcdTc)
+	id, err := progID(prog)
 	if err == nil {
-		a.filter, err = findFilter(nl, l, func(f *netlink.BpfFilter) bool {
-			return f.Name == filterName && f.Id == int(id)
+		a.filter, err = findFilterAt(nl, l, parent, func(f *netlink.BpfFilter) bool {
+			return f.Name == fname && f.Id == int(id)
 		})
 	}
 	if err == nil && a.filter == nil {
 		err = errors.New("the filter added is not listed")
 	}
 	if err != nil {
-		err = fmt.Errorf("attach tc (clsact) to %s: %w", name, err)
+		err = fmt.Errorf("attach %s (clsact) to %s: %w", hook, name, err)
 		return nil, errors.Join(err, a.removeQdiscIfEmpty(d.log))
 	}
 	return a, nil
@@ -254,7 +302,7 @@ func (d *Datapath) attachXDP(l netlink.Link, native, generic bool) (*attachment,
 	if native {
 		lk, err := link.AttachXDP(link.XDPOptions{Program: d.objs.OlcdXdp, Interface: idx, Flags: link.XDPDriverMode})
 		if err == nil {
-			return &attachment{Attachment: Attachment{name, "xdp", "native", idx}, link: lk}, nil
+			return &attachment{Attachment: Attachment{Interface: name, Hook: "xdp", Mode: "native", Ifindex: idx}, link: lk}, nil
 		}
 		if !generic || !(errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ERANGE)) {
 			return nil, fmt.Errorf("attach xdp (native) to %s: %w", name, err)
@@ -265,13 +313,21 @@ func (d *Datapath) attachXDP(l netlink.Link, native, generic bool) (*attachment,
 	if err != nil {
 		return nil, fmt.Errorf("attach xdp (generic) to %s: %w", name, err)
 	}
-	return &attachment{Attachment: Attachment{name, "xdp", "generic", idx}, link: lk}, nil
+	return &attachment{Attachment: Attachment{Interface: name, Hook: "xdp", Mode: "generic", Ifindex: idx}, link: lk}, nil
 }
 
 // detach undoes the attachment. A vanished interface took everything with
 // it and is not an error.
 func (a *attachment) detach(log *slog.Logger) error {
-	if a.nl != nil {
+	if a.egress != nil {
+		e := a.egress
+		a.egress = nil
+		e.sharedNL = true // a's handle, closed below
+		if err := e.detach(log); err != nil {
+			return errors.Join(err, a.detach(log))
+		}
+	}
+	if a.nl != nil && !a.sharedNL {
 		defer a.nl.Close()
 	}
 	if a.link != nil {
@@ -355,19 +411,25 @@ func (d *Datapath) removeLeftovers(nl *netlink.Handle, l netlink.Link) error {
 	if err != nil {
 		return err
 	}
-	fs, err := listFilters(nl, l, netlink.HANDLE_MIN_INGRESS)
+	ownEgress, err := progID(d.objs.OlcdTcEgress)
 	if err != nil {
 		return err
 	}
 	var cands []*netlink.BpfFilter
 	ids := map[uint32]bool{}
-	for _, f := range fs {
-		bf, ok := f.(*netlink.BpfFilter)
-		if !ok || !strings.HasPrefix(bf.Name, FilterPrefix) || bf.Id == int(own) || bf.Handle == 0 {
-			continue
+	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+		fs, err := listFilters(nl, l, parent)
+		if err != nil {
+			return err
 		}
-		cands = append(cands, bf)
-		ids[uint32(bf.Id)] = true
+		for _, f := range fs {
+			bf, ok := f.(*netlink.BpfFilter)
+			if !ok || !strings.HasPrefix(bf.Name, FilterPrefix) || bf.Id == int(own) || bf.Id == int(ownEgress) || bf.Handle == 0 {
+				continue
+			}
+			cands = append(cands, bf)
+			ids[uint32(bf.Id)] = true
+		}
 	}
 	if len(cands) == 0 {
 		return nil
@@ -395,7 +457,7 @@ func (d *Datapath) removeLeftovers(nl *netlink.Handle, l netlink.Link) error {
 // process holds: removeLeftovers took the others) is recognised by name.
 func (d *Datapath) checkOtherInstance(nl *netlink.Handle, l netlink.Link) error {
 	own := map[ebpf.ProgramID]bool{}
-	for _, p := range []*ebpf.Program{d.objs.OlcdTc, d.objs.OlcdXdp} {
+	for _, p := range []*ebpf.Program{d.objs.OlcdTc, d.objs.OlcdXdp, d.objs.OlcdTcEgress} {
 		id, err := progID(p)
 		if err != nil {
 			return err
@@ -521,7 +583,12 @@ func listFilters(nl *netlink.Handle, l netlink.Link, parent uint32) ([]netlink.F
 }
 
 func findFilter(nl *netlink.Handle, l netlink.Link, match func(*netlink.BpfFilter) bool) (*netlink.BpfFilter, error) {
-	fs, err := listFilters(nl, l, netlink.HANDLE_MIN_INGRESS)
+	return findFilterAt(nl, l, netlink.HANDLE_MIN_INGRESS, match)
+}
+
+// findFilterAt is findFilter under parent (ingress or egress).
+func findFilterAt(nl *netlink.Handle, l netlink.Link, parent uint32, match func(*netlink.BpfFilter) bool) (*netlink.BpfFilter, error) {
+	fs, err := listFilters(nl, l, parent)
 	if err != nil {
 		return nil, err
 	}

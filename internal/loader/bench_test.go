@@ -145,6 +145,88 @@ func BenchmarkDatapath(b *testing.B) {
 	}
 }
 
+// singleChunk is how many single runs make one pair of means in
+// runSingles, and maxSingles how many single runs of each program a
+// sub-benchmark makes at most, whatever b.N: each is a syscall of a few
+// microseconds.
+const (
+	singleChunk = 2048
+	maxSingles  = 400_000
+)
+
+// runSingles is run for a program that changes the frame it answers: the
+// reject path turns the SYN into its reply, so BPF_PROG_TEST_RUN's repeat
+// (which runs the program again on the same buffer) would measure the reply
+// going through, not the SYN. Each run here is a call with repeat 1 on a
+// fresh copy of the frame; the kernel times the run alone (its clock reads
+// included, the same for floor and program). want is the return code every
+// program run must give.
+func (p *pairs) runSingles(b *testing.B, floor, prog *ebpf.Program, floorFrame, frame []byte, want uint32) {
+	n := min(b.N, maxSingles)
+	for done := 0; done < n; done += singleChunk {
+		k := min(singleChunk, n-done)
+		var f, g float64
+		for range k {
+			_, per, err := floor.Benchmark(floorFrame, 1, nil)
+			if err != nil {
+				b.Fatalf("run: %v", err)
+			}
+			f += float64(per.Nanoseconds())
+			ret, per, err := prog.Benchmark(frame, 1, nil)
+			if err != nil {
+				b.Fatalf("run: %v", err)
+			}
+			if ret != want {
+				b.Fatalf("program returned %d, want %d", ret, want)
+			}
+			g += float64(per.Nanoseconds())
+		}
+		p.floor = append(p.floor, f/float64(k))
+		p.prog = append(p.prog, g/float64(k))
+	}
+}
+
+// BenchmarkDatapathReject measures the reject path of the XDP program: a
+// SYN (with an MSS option, so the reply is also shortened) to a port with
+// the reject action at p = 1, answered with XDP_TX, against the empty
+// program, both run once per call (see runSingles). drop-p1 is the drop
+// path measured the same way, to relate the figures to BenchmarkDatapath's.
+// Goal (issue 17): reject ≤ 60 ns over floor. At most maxSingles runs of
+// each program, whatever -benchtime says.
+func BenchmarkDatapathReject(b *testing.B) {
+	requireRoot(b)
+	d := loadTest(b, Config{StaleAfter: time.Hour, RejectRate: MaxRejectRate, RejectBurst: MaxRejectRate})
+	floor := emptyXDP(b)
+	const dropPort, rejectPort = 8080, 8443
+	must(b, d.SetPolicies([]PortPolicy{
+		{Key: PortKey{ProtoTCP, dropPort}, Mode: ModeEnforce, Action: ActionDrop, DropProbability: 1},
+		{Key: PortKey{ProtoTCP, rejectPort}, Mode: ModeEnforce, Action: ActionReject, DropProbability: 1},
+	}))
+	must(b, d.SetMode(ModeEnforce))
+	must(b, d.Heartbeat())
+	floorFrame := ipv4Frame(client4, server4, 6, 0, tcpSeg{40000, dropPort, 1, tcpACK}.bytes())
+	for _, c := range []struct {
+		name  string
+		frame []byte
+		want  uint32
+	}{
+		{"drop-p1", syn4(dropPort, 1), xdpDrop},
+		{"reject", syn4(rejectPort, 1), xdpTX},
+		{"reject-ipv6-hbh", ipv6Frame(client6, server6, 0, 0, hopByHop(6), tcpSeg{40000, rejectPort, 1, tcpSYN}.bytes()), xdpTX},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var p pairs
+			p.runSingles(b, floor, d.objs.OlcdXdp, floorFrame, c.frame, c.want)
+			fl, over := mean(p.floor), p.overFloor()
+			b.ReportMetric(mean(p.prog), "ns/op")
+			b.ReportMetric(mean(p.prog), "ns/pkt")
+			b.ReportMetric(fl, "floor-ns/pkt")
+			b.ReportMetric(over, "over-floor-ns/pkt")
+			b.ReportMetric((fl+over)/fl, "x-floor")
+		})
+	}
+}
+
 // BenchmarkDatapathBreakdown takes syn-p50 apart: the same IPv4 SYN to a
 // protected port, changing one thing at a time, each reported as cost over
 // floor (see BenchmarkDatapath for the method). Differences between

@@ -293,7 +293,7 @@ func TestXDPFallback(t *testing.T) {
 	n := newTestNet(t)
 	d := loadTest(t, Config{})
 	n.inServer(t, func() error { return d.Attach("lo", AttachXDP) })
-	if got := d.Attachments(); len(got) != 1 || got[0] != (Attachment{"lo", "xdp", "generic", 1}) {
+	if got := d.Attachments(); len(got) != 1 || got[0] != (Attachment{Interface: "lo", Hook: "xdp", Mode: "generic", Ifindex: 1}) {
 		t.Errorf("attachments %+v, want xdp/generic on lo", got)
 	}
 	must(t, d.Close())

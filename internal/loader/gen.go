@@ -7,4 +7,4 @@ package loader
 // -I../../bpf/include supplies architecture-neutral <asm/*.h> shims, so no
 // host triplet directory is needed and the output does not depend on the build
 // machine. Paths are relative so that no absolute path reaches the object.
-//go:generate go tool bpf2go -tags linux -cflags "-O2 -g -Wall -Werror -mcpu=v3" -type olcd_mode -type olcd_action -type olcd_class -type olcd_proto -type olcd_dscp -type olcd_selection -type olcd_policy_flag -type olcd_geometry -type olcd_policy -type olcd_counters -type olcd_syn_table -type olcd_syn_set -type olcd_lpm4_key -type olcd_lpm6_key olcd ../../bpf/olcd.c -- -I../../bpf/include
+//go:generate go tool bpf2go -tags linux -cflags "-O2 -g -Wall -Werror -mcpu=v3" -type olcd_mode -type olcd_action -type olcd_class -type olcd_proto -type olcd_dscp -type olcd_selection -type olcd_policy_flag -type olcd_geometry -type olcd_policy -type olcd_counters -type olcd_syn_table -type olcd_syn_set -type olcd_lpm4_key -type olcd_lpm6_key -type olcd_reject_bucket -type olcd_resp_geometry -type olcd_resp_hist -type olcd_flow_counters -type olcd_flow_set olcd ../../bpf/olcd.c -- -I../../bpf/include

@@ -114,6 +114,8 @@ func (a Counters) sub(b Counters) Counters {
 		Exempt:         a.Exempt - b.Exempt,
 		Stale:          a.Stale - b.Stale,
 		SYNRetransmits: a.SYNRetransmits - b.SYNRetransmits,
+		Rejected:       a.Rejected - b.Rejected,
+		WouldReject:    a.WouldReject - b.WouldReject,
 	}
 }
 

@@ -71,7 +71,7 @@ func TestIntegration(t *testing.T) {
 			must(t, d.SetMode(ModeEnforce))
 			must(t, d.Heartbeat())
 			n.inServer(t, func() error { return d.attach(n.serverIf, m.mode, m.noTCX) })
-			if got := d.Attachments(); len(got) != 1 || got[0] != (Attachment{n.serverIf, m.hook, m.kernel, got[0].Ifindex}) || got[0].Ifindex <= 0 {
+			if got := d.Attachments(); len(got) != 1 || got[0] != (Attachment{Interface: n.serverIf, Hook: m.hook, Mode: m.kernel, Ifindex: got[0].Ifindex}) || got[0].Ifindex <= 0 {
 				t.Fatalf("attachments %+v, want one %s/%s on %s", got, m.hook, m.kernel, n.serverIf)
 			}
 

@@ -21,13 +21,18 @@ func TestLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	structs := map[string]any{
-		"olcd_policy":     olcdOlcdPolicy{},
-		"olcd_control":    olcdOlcdControl{},
-		"olcd_counters":   olcdOlcdCounters{},
-		"olcd_syn_set":    olcdOlcdSynSet{},
-		"olcd_lpm4_key":   olcdOlcdLpm4Key{},
-		"olcd_lpm6_key":   olcdOlcdLpm6Key{},
-		"olcd_port_index": olcdOlcdPortIndex{},
+		"olcd_policy":        olcdOlcdPolicy{},
+		"olcd_control":       olcdOlcdControl{},
+		"olcd_counters":      olcdOlcdCounters{},
+		"olcd_syn_set":       olcdOlcdSynSet{},
+		"olcd_lpm4_key":      olcdOlcdLpm4Key{},
+		"olcd_lpm6_key":      olcdOlcdLpm6Key{},
+		"olcd_port_index":    olcdOlcdPortIndex{},
+		"olcd_resp_hist":     olcdOlcdRespHist{},
+		"olcd_flow_counters": olcdOlcdFlowCounters{},
+		"olcd_flow_set":      olcdOlcdFlowSet{},
+		"olcd_resp_ctl":      olcdOlcdRespCtl{},
+		"olcd_resp_ports":    olcdOlcdRespPorts{},
 	}
 	for name, v := range structs {
 		var s *btf.Struct
@@ -62,12 +67,16 @@ func TestLayout(t *testing.T) {
 	}
 
 	maps := map[string]struct{ key, value any }{
-		olcdMapOlcdPolicies: {uint32(0), olcdOlcdPolicy{}},
-		olcdMapOlcdStats:    {uint32(0), olcdOlcdCounters{}},
-		olcdMapOlcdUnclass:  {uint32(0), uint64(0)},
-		olcdMapOlcdSyns:     {uint32(0), olcdOlcdSynSet{}},
-		olcdMapOlcdExempt4:  {olcdOlcdLpm4Key{}, uint8(0)},
-		olcdMapOlcdExempt6:  {olcdOlcdLpm6Key{}, uint8(0)},
+		olcdMapOlcdPolicies:  {uint32(0), olcdOlcdPolicy{}},
+		olcdMapOlcdStats:     {uint32(0), olcdOlcdCounters{}},
+		olcdMapOlcdUnclass:   {uint32(0), uint64(0)},
+		olcdMapOlcdSyns:      {uint32(0), olcdOlcdSynSet{}},
+		olcdMapOlcdExempt4:   {olcdOlcdLpm4Key{}, uint8(0)},
+		olcdMapOlcdExempt6:   {olcdOlcdLpm6Key{}, uint8(0)},
+		olcdMapOlcdRejTokens: {uint32(0), olcdOlcdRejectBucket{}},
+		olcdMapOlcdRhist:     {uint32(0), olcdOlcdRespHist{}},
+		olcdMapOlcdFlows:     {uint32(0), olcdOlcdFlowSet{}},
+		olcdMapOlcdFstats:    {uint32(0), olcdOlcdFlowCounters{}},
 	}
 	for name, kv := range maps {
 		m := spec.Maps[name]
@@ -79,7 +88,7 @@ func TestLayout(t *testing.T) {
 			t.Errorf("map %s: C key/value %d/%d bytes, Go %d/%d", name, m.KeySize, m.ValueSize, k, v)
 		}
 	}
-	for name, v := range map[string]any{"olcd_ctl": olcdOlcdControl{}, "olcd_ports": olcdOlcdPortIndex{}} {
+	for name, v := range map[string]any{"olcd_ctl": olcdOlcdControl{}, "olcd_ports": olcdOlcdPortIndex{}, "olcd_rej": olcdOlcdRejectConf{}} {
 		vs := spec.Variables[name]
 		if vs == nil {
 			t.Errorf("variable %s missing", name)
@@ -92,7 +101,7 @@ func TestLayout(t *testing.T) {
 
 	enums := map[string]map[string]uint64{
 		"olcd_mode":   {"OLCD_MODE_OFF": uint64(ModeOff), "OLCD_MODE_OBSERVE": uint64(ModeObserve), "OLCD_MODE_ENFORCE": uint64(ModeEnforce)},
-		"olcd_action": {"OLCD_ACTION_DROP": uint64(ActionDrop), "OLCD_ACTION_MARK": uint64(ActionMark)},
+		"olcd_action": {"OLCD_ACTION_DROP": uint64(ActionDrop), "OLCD_ACTION_MARK": uint64(ActionMark), "OLCD_ACTION_REJECT": uint64(ActionReject)},
 		"olcd_class":  {"OLCD_CLASS_CRITICAL": uint64(ClassCritical), "OLCD_CLASS_NORMAL": uint64(ClassNormal), "OLCD_CLASS_BEST_EFFORT": uint64(ClassBestEffort)},
 		"olcd_proto":  {"OLCD_PROTO_TCP": uint64(ProtoTCP), "OLCD_PROTO_UDP": uint64(ProtoUDP)},
 	}

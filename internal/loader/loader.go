@@ -68,20 +68,27 @@ const (
 	// ActionMark passes the packet with its DSCP rewritten to
 	// Config.MarkDSCP and, at TC, skb->mark set to Config.MarkFwmark.
 	ActionMark = Action(olcdOlcdActionOLCD_ACTION_MARK)
+	// ActionReject answers a TCP SYN with a RST|ACK built in place (XDP_TX
+	// at XDP, a redirect to the same interface's egress at TC), within the
+	// per-CPU rate limit of Config.RejectRate; a SYN over the limit or with
+	// data, and every UDP datagram, is dropped.
+	ActionReject = Action(olcdOlcdActionOLCD_ACTION_REJECT)
 )
 
-// String returns "drop" or "mark" (or "action(N)").
+// String returns "drop", "mark" or "reject" (or "action(N)").
 func (a Action) String() string {
 	switch a {
 	case ActionDrop:
 		return "drop"
 	case ActionMark:
 		return "mark"
+	case ActionReject:
+		return "reject"
 	}
 	return fmt.Sprintf("action(%d)", uint8(a))
 }
 
-func (a Action) valid() bool { return a == ActionDrop || a == ActionMark }
+func (a Action) valid() bool { return a == ActionDrop || a == ActionMark || a == ActionReject }
 
 // Selection is how the datapath picks the new connections a drop
 // probability p sheds.
@@ -255,7 +262,42 @@ type Config struct {
 	StaleAfter time.Duration
 	// Selection is how the draw picks what p sheds; default SelectRandom.
 	Selection Selection
+	// RejectRate is how many SYNs per second one CPU answers with a
+	// RST|ACK under the reject action (a token bucket per CPU); the rest
+	// are dropped and counted (Stats.RejectLimited). 0 takes
+	// DefaultRejectRate; negative answers none. At most MaxRejectRate.
+	RejectRate int
+	// RejectBurst is the bucket's size, in replies; 0 takes a tenth of a
+	// second's worth of RejectRate (at least 1).
+	RejectBurst int
+	// ResponseSample turns response timing on (resp.go) and sets its
+	// sample: one flow in ResponseSample (1..65536) is timed, chosen by a
+	// hash of its addresses and ports. 0 (the zero Config) leaves it off:
+	// no port is timed and the egress program passes everything untouched.
+	ResponseSample uint32
+	// ResponsePorts is how many protected ports are timed at most
+	// (1..MaxResponsePorts), in port order; default 32
+	// (DefaultResponsePorts). Each costs a per-CPU histogram.
+	ResponsePorts int
+	// FlowTableSize is the number of flows the response timer tracks at
+	// once (rounded up to a power of two, sets of 4, least recently used
+	// replaced first). Default 16384 (DefaultFlowTableSize).
+	FlowTableSize int
+	// FlowIdle is how long a tracked flow may go without a request or an
+	// answer before its place is free (an outstanding request in it is
+	// then abandoned). Default 120 s (DefaultFlowIdle): longer than the
+	// longest response the histogram resolves (68 s).
+	FlowIdle time.Duration
 }
+
+// The reject action's rate limit. DefaultRejectRate per CPU answers a 3x
+// overload of tens of thousands of new connections per second on a few
+// CPUs, while a spoofed SYN flood can make olcd send no more than that per
+// CPU towards its claimed sources (each reply smaller than the SYN).
+const (
+	DefaultRejectRate = 20000
+	MaxRejectRate     = 10_000_000
+)
 
 func (c Config) withDefaults() (Config, error) {
 	var errs []error
@@ -292,8 +334,41 @@ func (c Config) withDefaults() (Config, error) {
 	if c.StaleAfter == 0 {
 		c.StaleAfter = DefaultStaleAfter
 	}
+	if c.ResponseSample > MaxResponseSample {
+		errs = append(errs, fmt.Errorf("response sample: 1 in %d is outside 1..%d", c.ResponseSample, MaxResponseSample))
+	}
+	if c.ResponsePorts == 0 {
+		c.ResponsePorts = DefaultResponsePorts
+	}
+	if c.ResponsePorts < 1 || c.ResponsePorts > MaxResponsePorts {
+		errs = append(errs, fmt.Errorf("response ports: %d is outside 1..%d", c.ResponsePorts, MaxResponsePorts))
+	}
+	if c.FlowTableSize == 0 {
+		c.FlowTableSize = DefaultFlowTableSize
+	}
+	if c.FlowTableSize < 1 || c.FlowTableSize > 1<<24 {
+		errs = append(errs, fmt.Errorf("flow table size: %d is outside 1..%d", c.FlowTableSize, 1<<24))
+	}
+	if c.FlowIdle == 0 {
+		c.FlowIdle = DefaultFlowIdle
+	}
+	if c.FlowIdle < time.Second || c.FlowIdle > time.Hour {
+		errs = append(errs, fmt.Errorf("flow idle: %s is outside 1s..1h", c.FlowIdle))
+	}
 	if c.StaleAfter < 0 {
 		errs = append(errs, fmt.Errorf("stale after: %s is negative", c.StaleAfter))
+	}
+	if c.RejectRate == 0 {
+		c.RejectRate = DefaultRejectRate
+	}
+	if c.RejectRate > MaxRejectRate {
+		errs = append(errs, fmt.Errorf("reject rate: %d per second is above %d", c.RejectRate, MaxRejectRate))
+	}
+	if c.RejectBurst == 0 {
+		c.RejectBurst = max(c.RejectRate/10, 1)
+	}
+	if c.RejectBurst < 0 || c.RejectBurst > MaxRejectRate {
+		errs = append(errs, fmt.Errorf("reject burst: %d is outside 1..%d", c.RejectBurst, MaxRejectRate))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return c, fmt.Errorf("loader config: %w", err)
@@ -312,8 +387,11 @@ type objects struct {
 
 // globals live in the .bss section, memory-mapped: writes are plain stores.
 type globals struct {
-	OlcdCtl   *ebpf.Variable `ebpf:"olcd_ctl"`
-	OlcdPorts *ebpf.Variable `ebpf:"olcd_ports"`
+	OlcdCtl    *ebpf.Variable `ebpf:"olcd_ctl"`
+	OlcdPorts  *ebpf.Variable `ebpf:"olcd_ports"`
+	OlcdRej    *ebpf.Variable `ebpf:"olcd_rej"`
+	OlcdRctl   *ebpf.Variable `ebpf:"olcd_rctl"`
+	OlcdRports *ebpf.Variable `ebpf:"olcd_rports"`
 }
 
 func (o *objects) close() error {
@@ -339,8 +417,16 @@ type Datapath struct {
 	exempt   map[PortKey]bool
 	prefixes map[netip.Prefix]bool
 
-	stats   *statsFolder
-	slotBuf []uint16 // PortCounters' slot list, reused
+	stats *statsFolder
+	resp  *respFolder
+	rctl  olcdOlcdRespCtl
+	// rports is the shadow of the olcd_rports index; rslots the
+	// histogram slot of each timed port, rfree the free ones.
+	rports *olcdOlcdRespPorts
+	rslots map[PortKey]uint16
+	rfree  []uint16
+	// slotBuf is PortCounters' slot list, reused.
+	slotBuf []uint16
 
 	attachments []*attachment
 
@@ -356,9 +442,10 @@ func (d *Datapath) exemptIndex() uint32 { return uint32(d.cfg.MaxPorts) + 1 }
 // the daemon uses Open). The global mode starts as ModeOff and the heartbeat
 // as never written, so nothing is dropped before the daemon says so.
 //
-// Errors: an invalid cfg ("loader config: ..."), the memlock limit, or the
-// kernel refusing a map or program (a verifier log is in the error chain as
-// *ebpf.VerifierError).
+// Errors: an invalid cfg ("loader config: ..."), missing capabilities
+// (*PrivilegeError, before anything is created), the memlock limit (naming
+// CAP_SYS_RESOURCE and LimitMEMLOCK), or the kernel refusing a map or
+// program (a verifier log is in the error chain as *ebpf.VerifierError).
 func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -367,8 +454,11 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if err := checkPrivileges(); err != nil {
+		return nil, err
+	}
 	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("remove memlock limit: %w", err)
+		return nil, memlockError(err)
 	}
 	spec, err := loadOlcd()
 	if err != nil {
@@ -380,6 +470,8 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 		log:      log,
 		cfg:      cfg,
 		index:    new(olcdOlcdPortIndex),
+		rports:   new(olcdOlcdRespPorts),
+		rslots:   make(map[PortKey]uint16),
 		policies: make(map[PortKey]PortPolicy),
 		slots:    make(map[PortKey]uint16),
 		exempt:   make(map[PortKey]bool),
@@ -388,12 +480,18 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 		done:     make(chan struct{}),
 	}
 	if err := spec.LoadAndAssign(&d.objs, nil); err != nil {
-		return nil, fmt.Errorf("load datapath: %w", err)
+		return nil, loadError(err)
 	}
 	for i := cfg.MaxPorts; i >= 1; i-- {
 		d.free = append(d.free, uint16(i))
 	}
+	if cfg.ResponseSample != 0 {
+		for i := cfg.ResponsePorts; i >= 1; i-- {
+			d.rfree = append(d.rfree, uint16(i))
+		}
+	}
 	d.stats = newStatsFolder(d.objs.OlcdStats, d.objs.OlcdUnclass)
+	d.resp = newRespFolder(d.objs.OlcdRhist, d.objs.OlcdFstats)
 	var seed [8]byte
 	if _, err := rand.Read(seed[:]); err != nil {
 		return nil, errors.Join(fmt.Errorf("seed dropped-SYN table: %w", err), d.objs.close())
@@ -415,8 +513,19 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 		Flags:     uint8(olcdOlcdPolicyFlagOLCD_POLICY_EXEMPT),
 		StatsSlot: uint16(olcdOlcdGeometryOLCD_SLOT_OTHER),
 	}
+	if _, err := rand.Read(seed[:]); err != nil {
+		return nil, errors.Join(fmt.Errorf("seed flow table: %w", err), d.objs.close())
+	}
+	d.rctl = olcdOlcdRespCtl{
+		Seed:      binary.LittleEndian.Uint64(seed[:]),
+		SampleMax: sampleMax(cfg.ResponseSample),
+		SetsMask:  flowSets(cfg) - 1,
+		IdleUnits: uint32(cfg.FlowIdle.Nanoseconds() >> 20),
+	}
 	if err := errors.Join(
+		d.writeRespControl(),
 		d.writeControl(),
+		d.writeRejectLimit(cfg.RejectRate, cfg.RejectBurst),
 		d.objs.OlcdPolicies.Update(d.exemptIndex(), &shared, ebpf.UpdateAny),
 	); err != nil {
 		return nil, errors.Join(fmt.Errorf("initialise datapath maps: %w", err), d.objs.close())
@@ -434,6 +543,8 @@ func sizeMaps(spec *ebpf.CollectionSpec, cfg Config) {
 	spec.Maps[olcdMapOlcdSyns].MaxEntries = synSets(cfg.SYNTableSize)
 	spec.Maps[olcdMapOlcdExempt4].MaxEntries = uint32(cfg.MaxPrefixes)
 	spec.Maps[olcdMapOlcdExempt6].MaxEntries = uint32(cfg.MaxPrefixes)
+	spec.Maps[olcdMapOlcdRhist].MaxEntries = respSlots(cfg)
+	spec.Maps[olcdMapOlcdFlows].MaxEntries = flowSets(cfg)
 }
 
 // synSets is the number of sets of the dropped-SYN table holding at least
@@ -505,4 +616,35 @@ func (d *Datapath) writeControl() error {
 		return fmt.Errorf("write control record: %w", err)
 	}
 	return nil
+}
+
+// writeRejectLimit writes the reject action's rate limit: rate replies per
+// second and CPU (negative: none), burst replies at once.
+func (d *Datapath) writeRejectLimit(rate, burst int) error {
+	var c olcdOlcdRejectConf
+	if rate > 0 {
+		c.NsPerToken = uint64(time.Second) / uint64(rate)
+		c.Burst = uint32(burst)
+	}
+	if err := d.objs.OlcdRej.Set(&c); err != nil {
+		return fmt.Errorf("write reject limit: %w", err)
+	}
+	return nil
+}
+
+// SetRejectLimit changes the reject action's rate limit (see
+// Config.RejectRate and RejectBurst; 0 takes the defaults). The buckets keep
+// their tokens. Errors: a rate or burst out of range, a closed datapath.
+func (d *Datapath) SetRejectLimit(rate, burst int) error {
+	c, err := Config{RejectRate: rate, RejectBurst: burst}.withDefaults()
+	if err != nil {
+		return fmt.Errorf("set reject limit: %w", err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOpen(); err != nil {
+		return fmt.Errorf("set reject limit: %w", err)
+	}
+	d.cfg.RejectRate, d.cfg.RejectBurst = c.RejectRate, c.RejectBurst
+	return d.writeRejectLimit(c.RejectRate, c.RejectBurst)
 }

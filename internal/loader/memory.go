@@ -60,11 +60,17 @@ func estimateMapMemory(cfg Config, ncpu, prefixes4, prefixes6 int) ([]mapUsage, 
 		{"olcd_policies", array(ports+2, unsafe.Sizeof(olcdOlcdPolicy{}))},
 		{"olcd_stats", percpu(ports+1, unsafe.Sizeof(olcdOlcdCounters{}))},
 		{"olcd_unclass", percpu(1, unsafe.Sizeof(uint64(0)))},
+		{"olcd_rej_tokens", percpu(1, unsafe.Sizeof(olcdOlcdRejectBucket{}))},
 		{"olcd_syns", array(uint64(synSets(cfg.SYNTableSize)), unsafe.Sizeof(olcdOlcdSynSet{}))},
 		// The kernel counts one node (header, address, 1-byte value) per
 		// entry; intermediate nodes come and go with the prefix set.
 		{"olcd_exempt4", uint64(prefixes4) * (lpmNodeHeader + 4 + 1)},
 		{"olcd_exempt6", uint64(prefixes6) * (lpmNodeHeader + 16 + 1)},
+		// Response timing: histograms of the timed ports, the flow
+		// table (one entry each when timing is off).
+		{"olcd_rhist", percpu(uint64(respSlots(cfg)), unsafe.Sizeof(olcdOlcdRespHist{}))},
+		{"olcd_flows", array(uint64(flowSets(cfg)), unsafe.Sizeof(olcdOlcdFlowSet{}))},
+		{"olcd_fstats", percpu(1, unsafe.Sizeof(olcdOlcdFlowCounters{}))},
 	}, nil
 }
 

@@ -15,9 +15,10 @@ import (
 func TestMapMemory(t *testing.T) {
 	ncpu, err := ebpf.PossibleCPU()
 	must(t, err)
-	cfgs := []Config{{}, {MaxPorts: 100, SYNTableSize: 1000, MaxPrefixes: 10}}
+	cfgs := []Config{{}, {MaxPorts: 100, SYNTableSize: 1000, MaxPrefixes: 10},
+		{MaxPorts: 10, ResponseSample: 1, ResponsePorts: 10, FlowTableSize: 1000}}
 	for _, cfg := range cfgs {
-		t.Run(fmt.Sprintf("ports=%d", cfg.MaxPorts), func(t *testing.T) {
+		t.Run(fmt.Sprintf("ports=%d/timed=%d", cfg.MaxPorts, cfg.ResponsePorts), func(t *testing.T) {
 			d := loadTest(t, cfg)
 			var ps []netip.Prefix
 			for i := range 7 {
@@ -74,13 +75,27 @@ func kernelMapMemory(t *testing.T, d *Datapath) map[string]uint64 {
 // per family, all in use) for 2, 64 and 256 CPUs, in MiB. Goal: ≤ 4 MiB at 64
 // CPUs. Nothing is timed: the figures come from the model TestMapMemory
 // checks against the kernel.
+//
+// timing=on is the daemon's default: response timing on, 32 timed ports,
+// 16384 flows.
 func BenchmarkMapMemory(b *testing.B) {
-	for _, ncpu := range []int{2, 64, 256} {
-		b.Run(fmt.Sprintf("cpus=%d", ncpu), func(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		cfg  Config
+	}{{"off", Config{}}, {"on", Config{ResponseSample: 1}}} {
+		for _, ncpu := range []int{2, 64, 256} {
+			benchMapMemory(b, fmt.Sprintf("timing=%s/cpus=%d", c.name, ncpu), c.cfg, ncpu)
+		}
+	}
+}
+
+func benchMapMemory(b *testing.B, name string, cfg Config, ncpu int) {
+	{
+		b.Run(name, func(b *testing.B) {
 			var us []mapUsage
 			for range b.N {
 				var err error
-				us, err = estimateMapMemory(Config{}, ncpu, DefaultMaxPrefixes, DefaultMaxPrefixes)
+				us, err = estimateMapMemory(cfg, ncpu, DefaultMaxPrefixes, DefaultMaxPrefixes)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -89,6 +104,9 @@ func BenchmarkMapMemory(b *testing.B) {
 			for _, u := range us {
 				if strings.HasPrefix(u.name, "olcd_stats") {
 					b.ReportMetric(float64(u.bytes)/(1<<20), "stats-MiB")
+				}
+				if strings.HasPrefix(u.name, "olcd_rhist") || strings.HasPrefix(u.name, "olcd_flows") {
+					b.ReportMetric(float64(u.bytes)/(1<<20), strings.TrimPrefix(u.name, "olcd_")+"-MiB")
 				}
 			}
 		})

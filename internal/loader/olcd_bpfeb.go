@@ -16,8 +16,9 @@ import (
 type olcdOlcdAction uint32
 
 const (
-	olcdOlcdActionOLCD_ACTION_DROP olcdOlcdAction = 0
-	olcdOlcdActionOLCD_ACTION_MARK olcdOlcdAction = 1
+	olcdOlcdActionOLCD_ACTION_DROP   olcdOlcdAction = 0
+	olcdOlcdActionOLCD_ACTION_MARK   olcdOlcdAction = 1
+	olcdOlcdActionOLCD_ACTION_REJECT olcdOlcdAction = 2
 )
 
 type olcdOlcdClass uint32
@@ -54,6 +55,8 @@ type olcdOlcdCounters struct {
 	Stale          uint32
 	SynRetransmits uint32
 	Rnd            uint32
+	Rejected       uint32
+	WouldReject    uint32
 }
 
 type olcdOlcdDscp uint32
@@ -62,6 +65,25 @@ const (
 	olcdOlcdDscpOLCD_DSCP_MAX  olcdOlcdDscp = 63
 	olcdOlcdDscpOLCD_DSCP_KEEP olcdOlcdDscp = 255
 )
+
+type olcdOlcdFlowCounters struct {
+	_         structs.HostLayout
+	Inserts   uint32
+	Evictions uint32
+	Expired   uint32
+	Forgotten uint32
+}
+
+type olcdOlcdFlowSet struct {
+	_       structs.HostLayout
+	Tag     [4]uint32
+	Stamp   [4]uint32
+	StartNs [4]uint64
+	Cseq    [4]uint32
+	Sack    [4]uint32
+	Slot    [4]uint16
+	Pad     [24]uint8
+}
 
 type olcdOlcdGeometry uint32
 
@@ -123,6 +145,55 @@ const (
 	olcdOlcdProtoOLCD_PROTO_UDP olcdOlcdProto = 17
 )
 
+type olcdOlcdRejectBucket struct {
+	_       structs.HostLayout
+	StampNs uint64
+	Limited uint64
+	Tokens  uint32
+	Jiffy   uint32
+}
+
+type olcdOlcdRejectConf struct {
+	_          structs.HostLayout
+	NsPerToken uint64
+	Burst      uint32
+	Pad        uint32
+}
+
+type olcdOlcdRespCtl struct {
+	_         structs.HostLayout
+	Seed      uint64
+	TestNowNs uint64
+	SampleMax uint32
+	SetsMask  uint32
+	IdleUnits uint32
+	Pad       uint32
+}
+
+type olcdOlcdRespGeometry uint32
+
+const (
+	olcdOlcdRespGeometryOLCD_HIST_UNIT_SHIFT olcdOlcdRespGeometry = 10
+	olcdOlcdRespGeometryOLCD_HIST_SUB_BITS   olcdOlcdRespGeometry = 4
+	olcdOlcdRespGeometryOLCD_HIST_MAX_LOG2   olcdOlcdRespGeometry = 26
+	olcdOlcdRespGeometryOLCD_HIST_BUCKETS    olcdOlcdRespGeometry = 368
+	olcdOlcdRespGeometryOLCD_FLOW_WAYS       olcdOlcdRespGeometry = 4
+)
+
+type olcdOlcdRespHist struct {
+	_           structs.HostLayout
+	Requests    uint32
+	Responses   uint32
+	Abandoned   uint32
+	Retransmits uint32
+	Bucket      [368]uint32
+}
+
+type olcdOlcdRespPorts struct {
+	_    structs.HostLayout
+	Slot [2][65536]uint16
+}
+
 type olcdOlcdSelection uint32
 
 const (
@@ -147,25 +218,34 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	olcdMapOlcdExempt4       = "olcd_exempt4"
-	olcdMapOlcdExempt6       = "olcd_exempt6"
-	olcdMapOlcdPolicies      = "olcd_policies"
-	olcdMapOlcdStats         = "olcd_stats"
-	olcdMapOlcdSyns          = "olcd_syns"
-	olcdMapOlcdUnclass       = "olcd_unclass"
-	olcdProgOlcdTc           = "olcd_tc"
-	olcdProgOlcdXdp          = "olcd_xdp"
-	olcdVarOlcdBtfAction     = "olcd_btf_action"
-	olcdVarOlcdBtfClass      = "olcd_btf_class"
-	olcdVarOlcdBtfDscp       = "olcd_btf_dscp"
-	olcdVarOlcdBtfGeometry   = "olcd_btf_geometry"
-	olcdVarOlcdBtfMode       = "olcd_btf_mode"
-	olcdVarOlcdBtfPolicyFlag = "olcd_btf_policy_flag"
-	olcdVarOlcdBtfProto      = "olcd_btf_proto"
-	olcdVarOlcdBtfSelection  = "olcd_btf_selection"
-	olcdVarOlcdBtfSynTable   = "olcd_btf_syn_table"
-	olcdVarOlcdCtl           = "olcd_ctl"
-	olcdVarOlcdPorts         = "olcd_ports"
+	olcdMapOlcdExempt4         = "olcd_exempt4"
+	olcdMapOlcdExempt6         = "olcd_exempt6"
+	olcdMapOlcdFlows           = "olcd_flows"
+	olcdMapOlcdFstats          = "olcd_fstats"
+	olcdMapOlcdPolicies        = "olcd_policies"
+	olcdMapOlcdRejTokens       = "olcd_rej_tokens"
+	olcdMapOlcdRhist           = "olcd_rhist"
+	olcdMapOlcdStats           = "olcd_stats"
+	olcdMapOlcdSyns            = "olcd_syns"
+	olcdMapOlcdUnclass         = "olcd_unclass"
+	olcdProgOlcdTc             = "olcd_tc"
+	olcdProgOlcdTcEgress       = "olcd_tc_egress"
+	olcdProgOlcdXdp            = "olcd_xdp"
+	olcdVarOlcdBtfAction       = "olcd_btf_action"
+	olcdVarOlcdBtfClass        = "olcd_btf_class"
+	olcdVarOlcdBtfDscp         = "olcd_btf_dscp"
+	olcdVarOlcdBtfGeometry     = "olcd_btf_geometry"
+	olcdVarOlcdBtfMode         = "olcd_btf_mode"
+	olcdVarOlcdBtfPolicyFlag   = "olcd_btf_policy_flag"
+	olcdVarOlcdBtfProto        = "olcd_btf_proto"
+	olcdVarOlcdBtfRespGeometry = "olcd_btf_resp_geometry"
+	olcdVarOlcdBtfSelection    = "olcd_btf_selection"
+	olcdVarOlcdBtfSynTable     = "olcd_btf_syn_table"
+	olcdVarOlcdCtl             = "olcd_ctl"
+	olcdVarOlcdPorts           = "olcd_ports"
+	olcdVarOlcdRctl            = "olcd_rctl"
+	olcdVarOlcdRej             = "olcd_rej"
+	olcdVarOlcdRports          = "olcd_rports"
 )
 
 // loadOlcd returns the embedded CollectionSpec for olcd.
@@ -210,37 +290,46 @@ type olcdSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type olcdProgramSpecs struct {
-	OlcdTc  *ebpf.ProgramSpec `ebpf:"olcd_tc"`
-	OlcdXdp *ebpf.ProgramSpec `ebpf:"olcd_xdp"`
+	OlcdTc       *ebpf.ProgramSpec `ebpf:"olcd_tc"`
+	OlcdTcEgress *ebpf.ProgramSpec `ebpf:"olcd_tc_egress"`
+	OlcdXdp      *ebpf.ProgramSpec `ebpf:"olcd_xdp"`
 }
 
 // olcdMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type olcdMapSpecs struct {
-	OlcdExempt4  *ebpf.MapSpec `ebpf:"olcd_exempt4"`
-	OlcdExempt6  *ebpf.MapSpec `ebpf:"olcd_exempt6"`
-	OlcdPolicies *ebpf.MapSpec `ebpf:"olcd_policies"`
-	OlcdStats    *ebpf.MapSpec `ebpf:"olcd_stats"`
-	OlcdSyns     *ebpf.MapSpec `ebpf:"olcd_syns"`
-	OlcdUnclass  *ebpf.MapSpec `ebpf:"olcd_unclass"`
+	OlcdExempt4   *ebpf.MapSpec `ebpf:"olcd_exempt4"`
+	OlcdExempt6   *ebpf.MapSpec `ebpf:"olcd_exempt6"`
+	OlcdFlows     *ebpf.MapSpec `ebpf:"olcd_flows"`
+	OlcdFstats    *ebpf.MapSpec `ebpf:"olcd_fstats"`
+	OlcdPolicies  *ebpf.MapSpec `ebpf:"olcd_policies"`
+	OlcdRejTokens *ebpf.MapSpec `ebpf:"olcd_rej_tokens"`
+	OlcdRhist     *ebpf.MapSpec `ebpf:"olcd_rhist"`
+	OlcdStats     *ebpf.MapSpec `ebpf:"olcd_stats"`
+	OlcdSyns      *ebpf.MapSpec `ebpf:"olcd_syns"`
+	OlcdUnclass   *ebpf.MapSpec `ebpf:"olcd_unclass"`
 }
 
 // olcdVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type olcdVariableSpecs struct {
-	OlcdBtfAction     *ebpf.VariableSpec `ebpf:"olcd_btf_action"`
-	OlcdBtfClass      *ebpf.VariableSpec `ebpf:"olcd_btf_class"`
-	OlcdBtfDscp       *ebpf.VariableSpec `ebpf:"olcd_btf_dscp"`
-	OlcdBtfGeometry   *ebpf.VariableSpec `ebpf:"olcd_btf_geometry"`
-	OlcdBtfMode       *ebpf.VariableSpec `ebpf:"olcd_btf_mode"`
-	OlcdBtfPolicyFlag *ebpf.VariableSpec `ebpf:"olcd_btf_policy_flag"`
-	OlcdBtfProto      *ebpf.VariableSpec `ebpf:"olcd_btf_proto"`
-	OlcdBtfSelection  *ebpf.VariableSpec `ebpf:"olcd_btf_selection"`
-	OlcdBtfSynTable   *ebpf.VariableSpec `ebpf:"olcd_btf_syn_table"`
-	OlcdCtl           *ebpf.VariableSpec `ebpf:"olcd_ctl"`
-	OlcdPorts         *ebpf.VariableSpec `ebpf:"olcd_ports"`
+	OlcdBtfAction       *ebpf.VariableSpec `ebpf:"olcd_btf_action"`
+	OlcdBtfClass        *ebpf.VariableSpec `ebpf:"olcd_btf_class"`
+	OlcdBtfDscp         *ebpf.VariableSpec `ebpf:"olcd_btf_dscp"`
+	OlcdBtfGeometry     *ebpf.VariableSpec `ebpf:"olcd_btf_geometry"`
+	OlcdBtfMode         *ebpf.VariableSpec `ebpf:"olcd_btf_mode"`
+	OlcdBtfPolicyFlag   *ebpf.VariableSpec `ebpf:"olcd_btf_policy_flag"`
+	OlcdBtfProto        *ebpf.VariableSpec `ebpf:"olcd_btf_proto"`
+	OlcdBtfRespGeometry *ebpf.VariableSpec `ebpf:"olcd_btf_resp_geometry"`
+	OlcdBtfSelection    *ebpf.VariableSpec `ebpf:"olcd_btf_selection"`
+	OlcdBtfSynTable     *ebpf.VariableSpec `ebpf:"olcd_btf_syn_table"`
+	OlcdCtl             *ebpf.VariableSpec `ebpf:"olcd_ctl"`
+	OlcdPorts           *ebpf.VariableSpec `ebpf:"olcd_ports"`
+	OlcdRctl            *ebpf.VariableSpec `ebpf:"olcd_rctl"`
+	OlcdRej             *ebpf.VariableSpec `ebpf:"olcd_rej"`
+	OlcdRports          *ebpf.VariableSpec `ebpf:"olcd_rports"`
 }
 
 // olcdObjects contains all objects after they have been loaded into the kernel.
@@ -263,19 +352,27 @@ func (o *olcdObjects) Close() error {
 //
 // It can be passed to loadOlcdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type olcdMaps struct {
-	OlcdExempt4  *ebpf.Map `ebpf:"olcd_exempt4"`
-	OlcdExempt6  *ebpf.Map `ebpf:"olcd_exempt6"`
-	OlcdPolicies *ebpf.Map `ebpf:"olcd_policies"`
-	OlcdStats    *ebpf.Map `ebpf:"olcd_stats"`
-	OlcdSyns     *ebpf.Map `ebpf:"olcd_syns"`
-	OlcdUnclass  *ebpf.Map `ebpf:"olcd_unclass"`
+	OlcdExempt4   *ebpf.Map `ebpf:"olcd_exempt4"`
+	OlcdExempt6   *ebpf.Map `ebpf:"olcd_exempt6"`
+	OlcdFlows     *ebpf.Map `ebpf:"olcd_flows"`
+	OlcdFstats    *ebpf.Map `ebpf:"olcd_fstats"`
+	OlcdPolicies  *ebpf.Map `ebpf:"olcd_policies"`
+	OlcdRejTokens *ebpf.Map `ebpf:"olcd_rej_tokens"`
+	OlcdRhist     *ebpf.Map `ebpf:"olcd_rhist"`
+	OlcdStats     *ebpf.Map `ebpf:"olcd_stats"`
+	OlcdSyns      *ebpf.Map `ebpf:"olcd_syns"`
+	OlcdUnclass   *ebpf.Map `ebpf:"olcd_unclass"`
 }
 
 func (m *olcdMaps) Close() error {
 	return _OlcdClose(
 		m.OlcdExempt4,
 		m.OlcdExempt6,
+		m.OlcdFlows,
+		m.OlcdFstats,
 		m.OlcdPolicies,
+		m.OlcdRejTokens,
+		m.OlcdRhist,
 		m.OlcdStats,
 		m.OlcdSyns,
 		m.OlcdUnclass,
@@ -286,30 +383,36 @@ func (m *olcdMaps) Close() error {
 //
 // It can be passed to loadOlcdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type olcdVariables struct {
-	OlcdBtfAction     *ebpf.Variable `ebpf:"olcd_btf_action"`
-	OlcdBtfClass      *ebpf.Variable `ebpf:"olcd_btf_class"`
-	OlcdBtfDscp       *ebpf.Variable `ebpf:"olcd_btf_dscp"`
-	OlcdBtfGeometry   *ebpf.Variable `ebpf:"olcd_btf_geometry"`
-	OlcdBtfMode       *ebpf.Variable `ebpf:"olcd_btf_mode"`
-	OlcdBtfPolicyFlag *ebpf.Variable `ebpf:"olcd_btf_policy_flag"`
-	OlcdBtfProto      *ebpf.Variable `ebpf:"olcd_btf_proto"`
-	OlcdBtfSelection  *ebpf.Variable `ebpf:"olcd_btf_selection"`
-	OlcdBtfSynTable   *ebpf.Variable `ebpf:"olcd_btf_syn_table"`
-	OlcdCtl           *ebpf.Variable `ebpf:"olcd_ctl"`
-	OlcdPorts         *ebpf.Variable `ebpf:"olcd_ports"`
+	OlcdBtfAction       *ebpf.Variable `ebpf:"olcd_btf_action"`
+	OlcdBtfClass        *ebpf.Variable `ebpf:"olcd_btf_class"`
+	OlcdBtfDscp         *ebpf.Variable `ebpf:"olcd_btf_dscp"`
+	OlcdBtfGeometry     *ebpf.Variable `ebpf:"olcd_btf_geometry"`
+	OlcdBtfMode         *ebpf.Variable `ebpf:"olcd_btf_mode"`
+	OlcdBtfPolicyFlag   *ebpf.Variable `ebpf:"olcd_btf_policy_flag"`
+	OlcdBtfProto        *ebpf.Variable `ebpf:"olcd_btf_proto"`
+	OlcdBtfRespGeometry *ebpf.Variable `ebpf:"olcd_btf_resp_geometry"`
+	OlcdBtfSelection    *ebpf.Variable `ebpf:"olcd_btf_selection"`
+	OlcdBtfSynTable     *ebpf.Variable `ebpf:"olcd_btf_syn_table"`
+	OlcdCtl             *ebpf.Variable `ebpf:"olcd_ctl"`
+	OlcdPorts           *ebpf.Variable `ebpf:"olcd_ports"`
+	OlcdRctl            *ebpf.Variable `ebpf:"olcd_rctl"`
+	OlcdRej             *ebpf.Variable `ebpf:"olcd_rej"`
+	OlcdRports          *ebpf.Variable `ebpf:"olcd_rports"`
 }
 
 // olcdPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadOlcdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type olcdPrograms struct {
-	OlcdTc  *ebpf.Program `ebpf:"olcd_tc"`
-	OlcdXdp *ebpf.Program `ebpf:"olcd_xdp"`
+	OlcdTc       *ebpf.Program `ebpf:"olcd_tc"`
+	OlcdTcEgress *ebpf.Program `ebpf:"olcd_tc_egress"`
+	OlcdXdp      *ebpf.Program `ebpf:"olcd_xdp"`
 }
 
 func (p *olcdPrograms) Close() error {
 	return _OlcdClose(
 		p.OlcdTc,
+		p.OlcdTcEgress,
 		p.OlcdXdp,
 	)
 }

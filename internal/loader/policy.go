@@ -104,6 +104,11 @@ func (d *Datapath) SetPolicies(policies []PortPolicy) error {
 	if err := d.stats.fold(d.slotList()); err != nil {
 		return fmt.Errorf("set policies: %w", err)
 	}
+	if d.cfg.ResponseSample != 0 {
+		if err := d.resp.fold(d.respSlotList()); err != nil {
+			return fmt.Errorf("set policies: %w", err)
+		}
+	}
 
 	next := make(map[PortKey]PortPolicy, len(policies))
 	for _, p := range policies {
@@ -143,6 +148,7 @@ func (d *Datapath) SetPolicies(policies []PortPolicy) error {
 			if err := d.stats.reset(slot); err != nil {
 				return fmt.Errorf("set policies: port %s: %w", p.Key, err)
 			}
+
 		}
 		d.policies[p.Key] = p
 		if err := d.writePolicy(p.Key); err != nil {
@@ -429,14 +435,13 @@ func (d *Datapath) writeIndex() error {
 	for k := range d.policies {
 		next.Idx[protoIndex(k.Proto)][k.Port] = d.slots[k]
 	}
-	if *next == *d.index {
-		return nil
+	if *next != *d.index {
+		if err := d.objs.OlcdPorts.Set(next); err != nil {
+			return fmt.Errorf("write port index: %w", err)
+		}
+		d.index = next
 	}
-	if err := d.objs.OlcdPorts.Set(next); err != nil {
-		return fmt.Errorf("write port index: %w", err)
-	}
-	d.index = next
-	return nil
+	return d.writeRespPorts()
 }
 
 func protoIndex(p Proto) int {

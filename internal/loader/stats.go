@@ -36,6 +36,14 @@ type Counters struct {
 	// sequence number) to one dropped recently: demand that is not new.
 	// They are also in NewConns.
 	SYNRetransmits uint64
+	// Rejected counts the dropped SYNs answered with a RST|ACK (reject
+	// action); the others of Dropped went over the rate limit or carried
+	// data. A rejected SYN is not remembered as dropped: its client gives
+	// up at once, it does not retransmit.
+	Rejected uint64
+	// WouldReject counts the would-drop SYNs that the reject action would
+	// have answered (observe mode, reject action).
+	WouldReject uint64
 }
 
 // Stats is a snapshot of the datapath counters.
@@ -50,10 +58,20 @@ type Stats struct {
 	// 4 VLAN tags, non-first fragments, ESP, or an IPv6 extension-header
 	// chain longer than the walk.
 	Unclassified uint64
+	// RejectLimited counts SYNs the reject action dropped because their
+	// CPU had answered its rate limit's worth (Config.RejectRate).
+	RejectLimited uint64
+	// Response has the response timing of every timed port (see
+	// Datapath.Timed) when timing is on (Config.ResponseSample), nil when
+	// it is off.
+	Response map[PortKey]Response
+	// Flows are the flow table's counters (zero when timing is off).
+	Flows FlowCounters
 }
 
 // Stats returns the cumulative counters of every port with a policy, of the
-// "other" slot, and the unclassified count. Errors: a closed datapath or a
+// "other" slot, and the unclassified count, and with response timing on the
+// response histograms of the timed ports. Errors: a closed datapath or a
 // failed map read.
 func (d *Datapath) Stats() (Stats, error) {
 	d.mu.Lock()
@@ -74,6 +92,21 @@ func (d *Datapath) Stats() (Stats, error) {
 	var err error
 	if s.Unclassified, err = d.stats.unclassified(); err != nil {
 		return Stats{}, fmt.Errorf("read stats: %w", err)
+	}
+	if s.RejectLimited, err = rejectLimited(d.objs.OlcdRejTokens); err != nil {
+		return Stats{}, fmt.Errorf("read stats: %w", err)
+	}
+	if d.cfg.ResponseSample != 0 {
+		if err := d.resp.fold(d.respSlotList()); err != nil {
+			return Stats{}, fmt.Errorf("read stats: %w", err)
+		}
+		s.Response = make(map[PortKey]Response, len(d.rslots))
+		for k, slot := range d.rslots {
+			s.Response[k] = d.resp.response(uint16(slot))
+		}
+		if s.Flows, err = d.resp.flows(); err != nil {
+			return Stats{}, fmt.Errorf("read stats: %w", err)
+		}
 	}
 	return s, nil
 }
@@ -126,18 +159,23 @@ func (d *Datapath) foldLoop() {
 			if err := d.stats.fold(d.slotList()); err != nil {
 				d.log.Warn("fold datapath counters", "err", err)
 			}
+			if d.cfg.ResponseSample != 0 {
+				if err := d.resp.fold(d.respSlotList()); err != nil {
+					d.log.Warn("fold response histograms", "err", err)
+				}
+			}
 		}
 		d.mu.Unlock()
 	}
 }
 
 // numCounters is the number of counters in struct olcd_counters.
-const numCounters = 7
+const numCounters = 9
 
 type counterArray [numCounters]uint32
 
 func countersOf(c *olcdOlcdCounters) counterArray {
-	return counterArray{c.NewConns, c.Dropped, c.Marked, c.WouldDrop, c.Exempt, c.Stale, c.SynRetransmits}
+	return counterArray{c.NewConns, c.Dropped, c.Marked, c.WouldDrop, c.Exempt, c.Stale, c.SynRetransmits, c.Rejected, c.WouldReject}
 }
 
 // slotTotals is the 64-bit total of one slot and the per-CPU 32-bit values
@@ -307,7 +345,22 @@ func (f *statsFolder) counters(slot uint16) Counters {
 		Exempt:         t[4],
 		Stale:          t[5],
 		SYNRetransmits: t[6],
+		Rejected:       t[7],
+		WouldReject:    t[8],
 	}
+}
+
+// rejectLimited sums the reject buckets' limited counts over the CPUs.
+func rejectLimited(m *ebpf.Map) (uint64, error) {
+	var per []olcdOlcdRejectBucket
+	if err := m.Lookup(uint32(0), &per); err != nil {
+		return 0, fmt.Errorf("read reject buckets: %w", err)
+	}
+	var sum uint64
+	for _, b := range per {
+		sum += b.Limited
+	}
+	return sum, nil
 }
 
 func (f *statsFolder) unclassified() (uint64, error) {

@@ -3,6 +3,7 @@ package rules
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -37,6 +38,9 @@ type Config struct {
 	Cgroup string
 	// Controller holds the control-law parameters.
 	Controller adaptive.Params
+	// ResponseTarget is every port's response-time target unless the port
+	// sets its own (controller.response_target, default auto).
+	ResponseTarget adaptive.ResponseTarget
 	// PortsAuto is true for `ports: auto`: the daemon protects every TCP port
 	// with a listener on a non-loopback address, as class normal.
 	PortsAuto bool
@@ -59,6 +63,8 @@ type Config struct {
 	DecisionLog string
 	// Datapath sizes the BPF maps.
 	Datapath DatapathConfig
+	// LB is what olcd tells load balancers (lb.go).
+	LB LBConfig
 
 	// doc is the effective document (defaults not included) the config was
 	// decoded from; Patch merges onto it. origins maps its nodes to the
@@ -78,6 +84,22 @@ type Port struct {
 	// Override is the port's own mode, ModeObserve or ModeEnforce; ModeOff
 	// (the zero value) means no override: the port follows the global mode.
 	Override Mode
+	// Action is the port's own shedding action when HasAction is set;
+	// otherwise the port uses action.kind.
+	Action    Action
+	HasAction bool
+	// Target is the port's own response-time target when HasTarget is
+	// set (off included); otherwise controller.response_target.
+	Target    adaptive.ResponseTarget
+	HasTarget bool
+}
+
+// EffectiveAction returns the port's action: its own if set, else global.
+func (p Port) EffectiveAction(global Action) Action {
+	if p.HasAction {
+		return p.Action
+	}
+	return global
 }
 
 // Key returns the port's controller key.
@@ -102,6 +124,11 @@ type Exceptions struct {
 	// Sources are exempt client prefixes, IPv4 or IPv6, masked (no host
 	// bits beyond the prefix length); a bare address is a /32 or /128.
 	Sources []netip.Prefix
+	// Management are the ports operators reach the node through (default
+	// tcp/22, SSH): exempt unless the port list names them, so that under
+	// ports: auto an overloaded node never sheds its operator's login.
+	// Each is listed once; see Config.ExemptPorts.
+	Management []adaptive.PortKey
 }
 
 // ActionConfig is the shedding action.
@@ -114,7 +141,20 @@ type ActionConfig struct {
 	SetDSCP bool
 	// Fwmark is the firewall mark a mark sets; 0 sets none.
 	Fwmark uint32
+	// RejectRate is how many shed SYNs per second one CPU answers under
+	// the reject action (0..10,000,000, default 20,000); the rest are
+	// dropped. 0 answers none.
+	RejectRate int
+	// RejectBurst is how many replies one CPU may send at once, from a
+	// full bucket (1..10,000,000); 0 (the default) is RejectRate ÷ 10.
+	RejectBurst int
 }
+
+// The reject action's rate limit defaults: per CPU, docs/config.md says why.
+const (
+	DefaultRejectRate = 20000
+	MaxRejectRate     = 10_000_000
+)
 
 // DatapathConfig sizes the BPF maps.
 type DatapathConfig struct {
@@ -131,6 +171,18 @@ type DatapathConfig struct {
 	// probability sheds: "random" (independently, the default) or "even"
 	// (exactly that share, evenly spaced per CPU and port).
 	Selection string
+	// ResponseSample times one flow in N on the protected ports
+	// (0..65536; 0 turns response timing off; default 1, every flow).
+	ResponseSample int
+	// ResponsePorts is how many protected ports are timed at most
+	// (1..65534, default 32): each has a per-CPU histogram of 1.5 KB.
+	ResponsePorts int
+	// FlowTableSize is how many flows the response timer tracks at once
+	// (64..16777216, default 16384).
+	FlowTableSize int
+	// ResponseMinSamples is the fewest responses a port needs in a tick for
+	// its response-time signals to be available (1..1000000, default 5).
+	ResponseMinSamples int
 }
 
 // The defaults that are not controller parameters; docs/config.md gives the
@@ -149,17 +201,26 @@ const (
 	// the ports without one.
 	MaxMaxPorts        = 65534
 	DefaultMaxPrefixes = 1024
+	// Response timing defaults (docs/config.md).
+	DefaultResponseSample     = 1
+	DefaultResponsePorts      = 32
+	DefaultFlowTableSize      = 16384
+	DefaultResponseMinSamples = 5
 )
 
 // DefaultThresholds returns the signals that drive shedding when a config
 // has no `signals` section, with their thresholds (see docs/config.md).
 func DefaultThresholds() [sampler.NumSignals]float64 {
 	var t [sampler.NumSignals]float64
-	t[sampler.CPUBusy] = 0.85
 	t[sampler.PSICPUSome] = 0.5
 	t[sampler.PSIMemoryFull] = 0.1
 	t[sampler.AcceptQueueFill] = 0.9
 	return t
+}
+
+// DefaultManagementPorts returns the default exceptions.management: SSH.
+func DefaultManagementPorts() []adaptive.PortKey {
+	return []adaptive.PortKey{{Proto: adaptive.ProtoTCP, Port: 22}}
 }
 
 // defaults returns the built-in values every document is decoded onto.
@@ -170,13 +231,18 @@ func defaults() *Config {
 		Interval:       DefaultInterval,
 		Thresholds:     DefaultThresholds(),
 		Controller:     adaptive.DefaultParams(),
+		ResponseTarget: adaptive.ResponseTarget{Auto: true},
 		PortsAuto:      true,
-		Action:         ActionConfig{Kind: ActionDrop},
+		Exceptions:     Exceptions{Management: DefaultManagementPorts()},
+		Action:         ActionConfig{Kind: ActionDrop, RejectRate: DefaultRejectRate},
 		StaleAfter:     DefaultStaleAfter,
 		MetricsAddress: DefaultMetricsAddress,
 		AdminSocket:    DefaultAdminSocket,
 		DecisionLog:    DefaultDecisionLog,
-		Datapath:       DatapathConfig{MaxPorts: DefaultMaxPorts, SYNTableSize: DefaultSYNTableSize, MaxPrefixes: DefaultMaxPrefixes, Selection: "random"},
+		Datapath: DatapathConfig{MaxPorts: DefaultMaxPorts, SYNTableSize: DefaultSYNTableSize, MaxPrefixes: DefaultMaxPrefixes, Selection: "random",
+			ResponseSample: DefaultResponseSample, ResponsePorts: DefaultResponsePorts,
+			FlowTableSize: DefaultFlowTableSize, ResponseMinSamples: DefaultResponseMinSamples},
+		LB: defaultLB(),
 	}
 }
 
@@ -201,7 +267,10 @@ func (c *Config) PortConfigs() []adaptive.PortConfig {
 	}
 	out := make([]adaptive.PortConfig, len(c.Ports))
 	for i, p := range c.Ports {
-		out[i] = adaptive.PortConfig{Key: p.Key(), Class: p.Class}
+		out[i] = adaptive.PortConfig{Key: p.Key(), Class: p.Class, Target: c.ResponseTarget}
+		if p.HasTarget {
+			out[i].Target = p.Target
+		}
 	}
 	return out
 }
@@ -213,11 +282,25 @@ func (c *Config) ControllerConfig(ports []adaptive.PortConfig) adaptive.Config {
 	if ports == nil {
 		ports = c.PortConfigs()
 	}
+	ports = append([]adaptive.PortConfig(nil), ports...)
+	// Resolved ports (ports: auto) take the global target; configured
+	// ones their own.
+	own := make(map[adaptive.PortKey]Port, len(c.Ports))
+	for _, p := range c.Ports {
+		own[p.Key()] = p
+	}
+	for i := range ports {
+		if p, ok := own[ports[i].Key]; ok && p.HasTarget {
+			ports[i].Target = p.Target
+		} else {
+			ports[i].Target = c.ResponseTarget
+		}
+	}
 	return adaptive.Config{
 		Interval:   c.Interval,
 		Thresholds: c.Thresholds,
 		Params:     c.Controller,
-		Ports:      append([]adaptive.PortConfig(nil), ports...),
+		Ports:      ports,
 	}
 }
 
@@ -235,15 +318,43 @@ func (c *Config) SamplerConfig(tcpPorts []uint16) sampler.Config {
 	return sampler.Config{Root: "/", Cgroup: c.Cgroup, TCPPorts: append([]uint16(nil), tcpPorts...)}
 }
 
-// ExemptPort reports whether k is in the exception list (the daemon skips
-// such ports under ports: auto).
-func (c *Config) ExemptPort(k adaptive.PortKey) bool {
-	for _, e := range c.Exceptions.Ports {
-		if e == k {
-			return true
+// ExemptPorts returns the ports whose new connections are never shed, each
+// once: exceptions.ports, then the management ports the port list does not
+// name (under ports: auto, every management port). The datapath counts
+// their new connections as exempt.
+func (c *Config) ExemptPorts() []adaptive.PortKey {
+	out := slices.Clone(c.Exceptions.Ports)
+	for _, k := range c.Exceptions.Management {
+		if !slices.Contains(out, k) && !c.listed(k) {
+			out = append(out, k)
 		}
 	}
-	return false
+	return out
+}
+
+// ExemptPort reports whether k is one of ExemptPorts (the daemon skips such
+// listeners under ports: auto).
+func (c *Config) ExemptPort(k adaptive.PortKey) bool { return c.ExemptReason(k) != "" }
+
+// ExemptReason returns why k is exempt, for status and logs: the list that
+// exempts it ("exceptions.ports" or "exceptions.management"), or "" when k
+// is not exempt.
+func (c *Config) ExemptReason(k adaptive.PortKey) string {
+	switch {
+	case slices.Contains(c.Exceptions.Ports, k):
+		return "exceptions.ports"
+	case slices.Contains(c.Exceptions.Management, k) && !c.listed(k):
+		return "exceptions.management"
+	}
+	return ""
+}
+
+// listed reports whether the port list (not ports: auto) names k.
+func (c *Config) listed(k adaptive.PortKey) bool {
+	if c.PortsAuto {
+		return false
+	}
+	return slices.ContainsFunc(c.Ports, func(p Port) bool { return p.Key() == k })
 }
 
 // WithMode returns a copy of c in mode m, applied as a patch so that later

@@ -1,13 +1,17 @@
 package rules
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net/netip"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -17,23 +21,13 @@ import (
 )
 
 // Load reads and validates the config file at path. The error is a
-// *ValidationError listing every problem when the file is invalid, or a
-// wrapped I/O error when it cannot be read. Warnings list valid but
-// surprising settings.
+// *ValidationError listing every problem when the file is invalid (an empty
+// file is: see Parse), or a wrapped I/O error when it cannot be read (see
+// ReadFile). Warnings list valid but surprising settings.
 func Load(path string) (*Config, []Warning, error) {
-	f, err := os.Open(path)
+	data, err := ReadFile(path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read config: %w", err)
-	}
-	defer f.Close()
-	// A config is a few KiB; the bound keeps a mistaken path (a device, a
-	// log file) from exhausting memory.
-	data, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
-	if err != nil {
-		return nil, nil, fmt.Errorf("read config: %w", err)
-	}
-	if len(data) > MaxConfigBytes {
-		return nil, nil, fmt.Errorf("read config %s: larger than %d bytes: not a config file", path, MaxConfigBytes)
+		return nil, nil, err
 	}
 	return Parse(data, path)
 }
@@ -42,19 +36,92 @@ func Load(path string) (*Config, []Warning, error) {
 // any real config, even one with thousands of exception prefixes.
 const MaxConfigBytes = 4 << 20
 
+// ReadFile returns the content of the config file at path (symlinks
+// followed). It never blocks on what is not a config: a FIFO would wait for
+// a writer for ever, a device may never end, a directory has no content, so
+// anything but a regular file is refused, checked before the open and again
+// on the open file (opened with O_NONBLOCK, in case a FIFO took the
+// file's place in between). Errors: the path cannot be read, is not a
+// regular file, or is larger than MaxConfigBytes.
+func ReadFile(path string) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	if err := regularFile(path, fi); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	defer f.Close()
+	if fi, err = f.Stat(); err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	if err := regularFile(path, fi); err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	if len(data) > MaxConfigBytes {
+		return nil, fmt.Errorf("read config %s: larger than %d bytes: not a config file", path, MaxConfigBytes)
+	}
+	return data, nil
+}
+
+// ErrNotRegular is wrapped by ReadFile's error for a path that is not a
+// regular file.
+var ErrNotRegular = errors.New("not a regular file")
+
+// regularFile refuses what is not a regular file, naming what it is.
+func regularFile(path string, fi os.FileInfo) error {
+	m := fi.Mode()
+	if m.IsRegular() {
+		return nil
+	}
+	what := "a special file"
+	switch {
+	case m.IsDir():
+		what = "a directory"
+	case m&os.ModeNamedPipe != 0:
+		what = "a FIFO (named pipe)"
+	case m&os.ModeSocket != 0:
+		what = "a socket"
+	case m&os.ModeCharDevice != 0:
+		what = "a character device"
+	case m&os.ModeDevice != 0:
+		what = "a block device"
+	}
+	return fmt.Errorf("read config %s: %s, %w: not a config file", path, what, ErrNotRegular)
+}
+
 // Parse decodes and validates a config document; source names it in
 // problems (a path, or "" for the embedded default). Keys absent from the
 // document keep their defaults; a `signals` section replaces the default
-// signal list as a whole. The error is a *ValidationError.
+// signal list as a whole. A document without any setting (no bytes, white
+// space or comments only) is refused unless source is "": an empty config
+// file is a mistake (a truncated or unfinished write, `: > olcd.yaml`) far
+// more often than a request for every default, which `{}` states. The error
+// is a *ValidationError.
 func Parse(data []byte, source string) (*Config, []Warning, error) {
 	origins := map[*yaml.Node]string{}
 	name := source
 	if name == "" {
 		name = "embedded default"
 	}
+	if source != "" && len(bytes.TrimSpace(data)) == 0 {
+		// Before YAML, which refuses a tab as white space.
+		return nil, nil, &ValidationError{Problems: []Problem{emptyProblem(source, data)}}
+	}
 	root, probs := parseDocument(data, name, origins)
 	if len(probs) > 0 {
 		return nil, nil, &ValidationError{Problems: probs}
+	}
+	if root == nil && source != "" {
+		return nil, nil, &ValidationError{Problems: []Problem{emptyProblem(source, data)}}
 	}
 	return decodeDocument(root, origins, source, name)
 }
@@ -177,7 +244,7 @@ type decoder struct {
 	failed map[string]bool
 	// The field paths of the decoded list entries, parallel to the typed
 	// lists (an entry that failed to decode is missing from both).
-	portPaths, exPortPaths, sourcePaths, ifacePaths []string
+	portPaths, exPortPaths, sourcePaths, ifacePaths, mgmtPaths []string
 }
 
 // file returns the source n came from.
@@ -391,6 +458,11 @@ func quotedNumberHint(n *yaml.Node) string {
 // integer returns an integer scalar within [lo, hi].
 func (d *decoder) integer(n *yaml.Node, field string, lo, hi int64) (int64, bool) {
 	n = resolve(n)
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!float" && wholeNumber.MatchString(n.Value) {
+		// Digits beyond int64, which YAML resolves as a float.
+		d.add(n, field, fmt.Sprintf("%s is out of range: must be %d..%d", n.Value, lo, hi), "")
+		return 0, false
+	}
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
 		d.add(n, field, "must be a whole number, got "+kindName(n), quotedNumberHint(n))
 		return 0, false
@@ -402,6 +474,9 @@ func (d *decoder) integer(n *yaml.Node, field string, lo, hi int64) (int64, bool
 	}
 	return v, true
 }
+
+// wholeNumber matches a decimal integer as written in YAML.
+var wholeNumber = regexp.MustCompile(`^[-+]?[0-9][0-9_]*$`)
 
 // duration returns a duration scalar such as "500ms" or "2s".
 func (d *decoder) duration(n *yaml.Node, field string) (time.Duration, bool) {
@@ -424,13 +499,13 @@ func (d *decoder) duration(n *yaml.Node, field string) (time.Duration, bool) {
 
 // The keys of each section, in documentation order.
 var (
-	rootKeys       = []string{"mode", "interfaces", "attach", "interval", "signals", "cgroup", "controller", "ports", "exceptions", "action", "heartbeat", "metrics", "admin", "decision_log", "datapath"}
-	controllerKeys = []string{"ki", "kp", "activation_ticks", "smoothing", "cooldown_ticks", "hysteresis", "saturation_boost", "max_step", "recovery_step", "min_pass_rate", "corroboration_ratio", "demand_smoothing", "continue_every", "record_change", "onset_interval", "onset_ratio"}
-	portKeys       = []string{"port", "proto", "class", "mode"}
-	exceptionKeys  = []string{"ports", "sources"}
+	rootKeys       = []string{"mode", "interfaces", "attach", "interval", "signals", "cgroup", "controller", "ports", "exceptions", "action", "heartbeat", "metrics", "admin", "decision_log", "datapath", "lb"}
+	controllerKeys = []string{"ki", "kp", "activation_ticks", "smoothing", "cooldown_ticks", "hysteresis", "saturation_boost", "max_step", "recovery_step", "min_pass_rate", "corroboration_ratio", "demand_smoothing", "continue_every", "record_change", "onset_interval", "onset_ratio", "response_target", "target_factor", "initial_target", "response_cooldown", "latency_kp", "latency_ki"}
+	portKeys       = []string{"port", "proto", "class", "mode", "action", "response_target"}
+	exceptionKeys  = []string{"ports", "sources", "management"}
 	exPortKeys     = []string{"port", "proto"}
-	actionKeys     = []string{"kind", "dscp", "fwmark"}
-	datapathKeys   = []string{"max_ports", "syn_table_size", "max_prefixes", "selection"}
+	actionKeys     = []string{"kind", "dscp", "fwmark", "reject_rate", "reject_burst"}
+	datapathKeys   = []string{"max_ports", "syn_table_size", "max_prefixes", "selection", "response_sample", "response_ports", "flow_table_size", "response_min_samples"}
 )
 
 // root decodes the top-level mapping onto cfg.
@@ -468,7 +543,7 @@ func (d *decoder) root(n *yaml.Node, cfg *Config) {
 				cfg.Cgroup = s
 			}
 		case "controller":
-			d.controller(v, field, &cfg.Controller)
+			d.controller(v, field, cfg)
 		case "ports":
 			d.ports(v, field, cfg)
 		case "exceptions":
@@ -497,6 +572,8 @@ func (d *decoder) root(n *yaml.Node, cfg *Config) {
 			if s, ok := d.str(v, field); ok {
 				cfg.DecisionLog = s
 			}
+		case "lb":
+			d.lb(v, field, cfg)
 		case "datapath":
 			d.mapping(v, field, datapathKeys, func(key string, v *yaml.Node, f string) {
 				switch key {
@@ -517,6 +594,22 @@ func (d *decoder) root(n *yaml.Node, cfg *Config) {
 				case "selection":
 					if s, ok := d.enum(v, f, []string{"random", "even"}); ok {
 						cfg.Datapath.Selection = s
+					}
+				case "response_sample":
+					if i, ok := d.integer(v, f, 0, 65536); ok {
+						cfg.Datapath.ResponseSample = int(i)
+					}
+				case "response_ports":
+					if i, ok := d.integer(v, f, 1, MaxMaxPorts); ok {
+						cfg.Datapath.ResponsePorts = int(i)
+					}
+				case "flow_table_size":
+					if i, ok := d.integer(v, f, 64, 1<<24); ok {
+						cfg.Datapath.FlowTableSize = int(i)
+					}
+				case "response_min_samples":
+					if i, ok := d.integer(v, f, 1, 1000000); ok {
+						cfg.Datapath.ResponseMinSamples = int(i)
 					}
 				}
 			})
@@ -545,6 +638,14 @@ func (d *decoder) signals(n *yaml.Node, path string, cfg *Config) {
 		found := false
 		d.mapping(v, field, []string{"threshold"}, func(_ string, tv *yaml.Node, f string) {
 			found = true
+			if sig.Unit() == sampler.UnitSeconds && resolve(tv).Kind == yaml.ScalarNode && resolve(tv).Tag == "!!str" {
+				// Seconds may be written as a duration: 50ms.
+				if dur, ok := d.duration(tv, f); ok {
+					cfg.Thresholds[sig] = dur.Seconds()
+					d.thresholdSet[sig] = true
+				}
+				return
+			}
 			if x, ok := d.number(tv, f); ok {
 				cfg.Thresholds[sig] = x
 				d.thresholdSet[sig] = true
@@ -557,12 +658,31 @@ func (d *decoder) signals(n *yaml.Node, path string, cfg *Config) {
 }
 
 // controller decodes the controller parameters.
-func (d *decoder) controller(n *yaml.Node, path string, p *adaptive.Params) {
+func (d *decoder) controller(n *yaml.Node, path string, cfg *Config) {
+	p := &cfg.Controller
 	d.mapping(n, path, controllerKeys, func(key string, v *yaml.Node, field string) {
 		switch key {
+		case "response_target":
+			if t, ok := d.responseTarget(v, field); ok {
+				cfg.ResponseTarget = t
+			}
+		case "initial_target", "response_cooldown":
+			if dur, ok := d.duration(v, field); ok {
+				if key == "initial_target" {
+					p.InitialTarget = dur
+				} else {
+					p.ResponseCooldown = dur
+				}
+			}
 		case "activation_ticks", "cooldown_ticks":
-			i, ok := d.integer(v, field, math.MinInt32, math.MaxInt32)
+			// The documented range, not the int's: "must be 0..1000" tells
+			// the user what fits, "-2147483648..2147483647" does not.
+			r := tickRanges[key]
+			i, ok := d.integer(v, field, r.lo, r.hi)
 			if !ok {
+				if last := &d.problems[len(d.problems)-1]; last.Hint == "" && strings.Contains(last.Msg, "out of range") {
+					last.Hint = r.hint
+				}
 				return
 			}
 			if key == "activation_ticks" {
@@ -615,6 +735,12 @@ func paramField(p *adaptive.Params, key string) *float64 {
 		return &p.RecordChange
 	case "onset_ratio":
 		return &p.OnsetRatio
+	case "target_factor":
+		return &p.TargetFactor
+	case "latency_kp":
+		return &p.LatencyKp
+	case "latency_ki":
+		return &p.LatencyKi
 	}
 	panic("rules: no float parameter " + key)
 }
@@ -684,6 +810,16 @@ func (d *decoder) ports(n *yaml.Node, path string, cfg *Config) {
 				if good {
 					p.Override, _ = ParseMode(s)
 				}
+			case "action":
+				var s string
+				if s, good = d.enum(v, f, actionNames); good {
+					p.Action, _ = ParseAction(s)
+					p.HasAction = true
+				}
+			case "response_target":
+				if p.Target, good = d.responseTarget(v, f); good {
+					p.HasTarget = true
+				}
 			}
 			ok = ok && good
 		})
@@ -696,6 +832,40 @@ func (d *decoder) ports(n *yaml.Node, path string, cfg *Config) {
 			d.portPaths = append(d.portPaths, field)
 		}
 	})
+}
+
+// responseTarget decodes a response-time target: auto, off, a duration
+// (50ms) or seconds (0.05), in (0, 30s].
+func (d *decoder) responseTarget(n *yaml.Node, field string) (adaptive.ResponseTarget, bool) {
+	r := resolve(n)
+	if r.Kind == yaml.ScalarNode && r.Tag == "!!str" {
+		switch r.Value {
+		case "auto":
+			return adaptive.ResponseTarget{Auto: true}, true
+		case "off":
+			return adaptive.ResponseTarget{}, true
+		}
+		dur, ok := d.duration(r, field)
+		if !ok {
+			d.problems[len(d.problems)-1].Hint = "write auto, off, or a duration such as 50ms"
+			return adaptive.ResponseTarget{}, false
+		}
+		return d.targetSeconds(r, field, dur.Seconds())
+	}
+	x, ok := d.number(r, field)
+	if !ok {
+		return adaptive.ResponseTarget{}, false
+	}
+	return d.targetSeconds(r, field, x)
+}
+
+// targetSeconds checks a fixed target's range.
+func (d *decoder) targetSeconds(n *yaml.Node, field string, x float64) (adaptive.ResponseTarget, bool) {
+	if !(x > 0 && x <= adaptive.MaxResponseTarget) {
+		d.add(n, field, fmt.Sprintf("response target %v s is out of range: must be in (0, 30s]", x), "write auto, off, or a duration such as 50ms")
+		return adaptive.ResponseTarget{}, false
+	}
+	return adaptive.ResponseTarget{Seconds: x}, true
 }
 
 // portShorthandHint answers a bare port number in a port list
@@ -740,6 +910,14 @@ func (d *decoder) exceptions(n *yaml.Node, path string, cfg *Config) {
 					d.exPortPaths = append(d.exPortPaths, f)
 				}
 			})
+		case "management":
+			cfg.Exceptions.Management = nil
+			d.seq(v, field, func(_ int, item *yaml.Node, f string) {
+				if k, ok := d.managementPort(item, f); ok {
+					cfg.Exceptions.Management = append(cfg.Exceptions.Management, k)
+					d.mgmtPaths = append(d.mgmtPaths, f)
+				}
+			})
 		case "sources":
 			cfg.Exceptions.Sources = nil
 			d.seq(v, field, func(_ int, item *yaml.Node, f string) {
@@ -754,6 +932,37 @@ func (d *decoder) exceptions(n *yaml.Node, path string, cfg *Config) {
 			})
 		}
 	})
+}
+
+// managementPort decodes an exceptions.management entry: a port number
+// (TCP, which every remote shell and config agent uses), or {port, proto}.
+func (d *decoder) managementPort(item *yaml.Node, f string) (adaptive.PortKey, bool) {
+	k := adaptive.PortKey{Proto: adaptive.ProtoTCP}
+	if item.Kind != yaml.MappingNode {
+		if item.Kind != yaml.ScalarNode || item.Tag != "!!int" {
+			d.add(item, f, "must be a port number such as 22, or {port: 22, proto: tcp}, got "+kindName(item), quotedNumberHint(item))
+			return k, false
+		}
+		var ok bool
+		k.Port, ok = d.portNumber(item, f)
+		return k, ok
+	}
+	ok, hasPort := true, false
+	d.mapping(item, f, exPortKeys, func(key string, v *yaml.Node, ff string) {
+		var good bool
+		if key == "port" {
+			hasPort = true
+			k.Port, good = d.portNumber(v, ff)
+		} else {
+			k.Proto, good = d.proto(v, ff)
+		}
+		ok = ok && good
+	})
+	if !hasPort {
+		d.add(item, join(f, "port"), "missing", "every entry needs a port number")
+		ok = false
+	}
+	return k, ok
 }
 
 // prefix parses a CIDR prefix, or a bare address as a host prefix.
@@ -800,8 +1009,16 @@ func (d *decoder) action(n *yaml.Node, path string, cfg *Config) {
 	d.mapping(n, path, actionKeys, func(key string, v *yaml.Node, field string) {
 		switch key {
 		case "kind":
-			if s, ok := d.enum(v, field, []string{"drop", "mark"}); ok {
+			if s, ok := d.enum(v, field, actionNames); ok {
 				cfg.Action.Kind, _ = ParseAction(s)
+			}
+		case "reject_rate":
+			if i, ok := d.integer(v, field, 0, MaxRejectRate); ok {
+				cfg.Action.RejectRate = int(i)
+			}
+		case "reject_burst":
+			if i, ok := d.integer(v, field, 1, MaxRejectRate); ok {
+				cfg.Action.RejectBurst = int(i)
 			}
 		case "dscp":
 			if i, ok := d.integer(v, field, 0, 63); ok {

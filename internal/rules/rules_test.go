@@ -11,10 +11,12 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/lb"
 	"github.com/olcd/olcd/internal/sampler"
 )
 
@@ -148,6 +150,7 @@ func TestValidFull(t *testing.T) {
 	var th [sampler.NumSignals]float64
 	th[sampler.CPUBusy], th[sampler.PSICPUSome], th[sampler.Load1PerCore] = 0.8, 0.4, 3
 	th[sampler.CgroupThrottledRatio], th[sampler.ListenOverflowsPerS] = 0.3, 5
+	th[sampler.ResponseTimeP95], th[sampler.ResponseTimeP99] = 0.05, 0.2
 	want := &Config{
 		Source:     "testdata/valid-full.yaml",
 		Mode:       ModeEnforce,
@@ -159,24 +162,29 @@ func TestValidFull(t *testing.T) {
 		Controller: adaptive.Params{Ki: 0.4, Kp: 0.2, ActivationTicks: 3, Smoothing: 0.6, Cooldown: 8, Hysteresis: 0.1,
 			SaturationBoost: 1.5, MaxStep: 0.2, RecoveryStep: 0.02, MinPassRate: 0.2, CorroborationRatio: 0.6,
 			DemandSmoothing: 0.3, ContinueEvery: 30 * time.Second, RecordChange: 0.02,
-			OnsetInterval: 50 * time.Millisecond, OnsetRatio: 2},
+			OnsetInterval: 50 * time.Millisecond, OnsetRatio: 2,
+			TargetFactor: 4, InitialTarget: 200 * time.Millisecond, ResponseCooldown: 2 * time.Second, LatencyKp: 0.4, LatencyKi: 0.3},
+		ResponseTarget: adaptive.ResponseTarget{Seconds: 0.08},
 		Ports: []Port{
 			{Port: 443, Proto: adaptive.ProtoTCP, Class: adaptive.ClassCritical, Override: ModeEnforce},
-			{Port: 80, Proto: adaptive.ProtoTCP, Class: adaptive.ClassNormal},
+			{Port: 80, Proto: adaptive.ProtoTCP, Class: adaptive.ClassNormal, Target: adaptive.ResponseTarget{Auto: true}, HasTarget: true},
 			{Port: 8080, Proto: adaptive.ProtoTCP, Class: adaptive.ClassBestEffort, Override: ModeObserve},
-			{Port: 53, Proto: adaptive.ProtoUDP, Class: adaptive.ClassNormal},
+			{Port: 53, Proto: adaptive.ProtoUDP, Class: adaptive.ClassNormal, HasTarget: true},
 		},
 		Exceptions: Exceptions{
 			Ports: []adaptive.PortKey{{Proto: adaptive.ProtoTCP, Port: 22}, {Proto: adaptive.ProtoTCP, Port: 9100}},
 			Sources: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.7/32"),
 				netip.MustParsePrefix("2001:db8::/32")},
+			Management: []adaptive.PortKey{{Proto: adaptive.ProtoTCP, Port: 2222}, {Proto: adaptive.ProtoTCP, Port: 8022}},
 		},
-		Action:         ActionConfig{Kind: ActionMark, DSCP: 8, SetDSCP: true, Fwmark: 0x10},
+		Action:         ActionConfig{Kind: ActionMark, DSCP: 8, SetDSCP: true, Fwmark: 0x10, RejectRate: DefaultRejectRate},
 		StaleAfter:     3 * time.Second,
 		MetricsAddress: "[::1]:9477",
 		AdminSocket:    "/run/olcd/test.sock",
 		DecisionLog:    "/var/log/olcd/test.jsonl",
-		Datapath:       DatapathConfig{MaxPorts: 256, SYNTableSize: 131072, MaxPrefixes: 64, Selection: "even"},
+		Datapath: DatapathConfig{MaxPorts: 256, SYNTableSize: 131072, MaxPrefixes: 64, Selection: "even",
+			ResponseSample: 4, ResponsePorts: 16, FlowTableSize: 4096, ResponseMinSamples: 10},
+		LB: LBConfig{Agent: LBAgentConfig{Address: "10.0.0.5:9478", SendWait: 20 * time.Millisecond}, Weight: lb.Params{Smoothing: 0.3, MinWeight: 0.2}},
 	}
 	c.doc, c.origins = nil, nil
 	if !reflect.DeepEqual(c, want) {
@@ -330,8 +338,8 @@ func TestPatch(t *testing.T) {
 		{"unknown key", base, "controler: {ki: 1}", nil, `patch:1: controler: unknown key (did you mean "controller"?)`},
 		// A conflict names both places, each with its own file: "line 29"
 		// alone read as line 29 of the patch.
-		{"conflict with the file", base, "exceptions: {ports: [{port: 443, proto: tcp}]}", nil, "patch:1: exceptions.ports[0]: tcp/443 is both protected (ports[0], testdata/valid-full.yaml:31)"},
-		{"patch protects a port the file exempts", base, "ports: [{port: 22}]", nil, "testdata/valid-full.yaml:37: exceptions.ports[0]: tcp/22 is both protected (ports[0], patch:1) and exempt"},
+		{"conflict with the file", base, "exceptions: {ports: [{port: 443, proto: tcp}]}", nil, "patch:1: exceptions.ports[0]: tcp/443 is both protected (ports[0], testdata/valid-full.yaml:39)"},
+		{"patch protects a port the file exempts", base, "ports: [{port: 22}]", nil, "testdata/valid-full.yaml:45: exceptions.ports[0]: tcp/22 is both protected (ports[0], patch:1) and exempt"},
 		{"null resets the port list to auto", base, "ports: null", func(t *testing.T, c *Config) {
 			if !c.PortsAuto || c.Ports != nil {
 				t.Errorf("ports auto %v, %v", c.PortsAuto, c.Ports)
@@ -401,7 +409,7 @@ func TestControllerAndSamplerConfig(t *testing.T) {
 	}
 	ac := c.ControllerConfig(nil)
 	if ac.Interval != 250*time.Millisecond || ac.Thresholds != c.Thresholds || ac.Params != c.Controller || len(ac.Ports) != 4 ||
-		ac.Ports[0] != (adaptive.PortConfig{Key: adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: 443}, Class: adaptive.ClassCritical}) {
+		ac.Ports[0] != (adaptive.PortConfig{Key: adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: 443}, Class: adaptive.ClassCritical, Target: c.ResponseTarget}) {
 		t.Errorf("controller config %+v", ac)
 	}
 	if _, err := adaptive.New(ac); err != nil {
@@ -432,8 +440,11 @@ func TestParseModeAction(t *testing.T) {
 	if a, err := ParseAction("mark"); err != nil || a != ActionMark {
 		t.Error("mark")
 	}
-	if _, err := ParseAction("reject"); err == nil {
-		t.Error("reject accepted")
+	if a, err := ParseAction("reject"); err != nil || a != ActionReject {
+		t.Error("reject")
+	}
+	if _, err := ParseAction("refuse"); err == nil {
+		t.Error("refuse accepted")
 	}
 }
 
@@ -550,7 +561,7 @@ func TestPatchOriginsBounded(t *testing.T) {
 	}
 	// Problems still name the right file after many patches.
 	_, _, err = c.Patch([]byte("exceptions: {ports: [{port: 443}]}"), "patch")
-	if err == nil || !strings.Contains(err.Error(), "patch:1: exceptions.ports[0]: tcp/443 is both protected (ports[0], testdata/valid-full.yaml:31)") {
+	if err == nil || !strings.Contains(err.Error(), "patch:1: exceptions.ports[0]: tcp/443 is both protected (ports[0], testdata/valid-full.yaml:39)") {
 		t.Errorf("error %v", err)
 	}
 }
@@ -607,5 +618,223 @@ func TestLoadBounded(t *testing.T) {
 	_, _, err := Load("/dev/zero")
 	if err == nil || !strings.Contains(err.Error(), "not a config file") {
 		t.Fatalf("Load(/dev/zero) = %v, want a size refusal", err)
+	}
+}
+
+// TestLoadRefusesEmptyAndTruncated: a file without any setting (empty,
+// white space, comments only) or cut off mid-document is refused with a
+// *ValidationError naming the file, never read as the embedded default.
+// `{}` still asks for every default.
+func TestLoadRefusesEmptyAndTruncated(t *testing.T) {
+	good := "mode: enforce\ninterfaces: [eth0]\nports:\n  - {port: 443, proto: tcp}\n  - {port: 80, proto: tcp}\n"
+	tests := []struct{ name, doc, want string }{
+		{"empty", "", "the file is empty"},
+		{"white space", " \n\t\n\n", "the file holds only white space"},
+		{"comments only", "# mode: enforce\n# ports: auto\n", "holds no setting"},
+		{"empty document", "---\n", "holds no setting"},
+		{"cut in a flow list", good[:strings.Index(good, "eth0")+2], "yaml syntax"},
+		{"cut in a port entry", good[:len(good)-10], "yaml syntax"},
+		{"cut after a key", "mode: enforce\ninterfaces: [eth0]\nport", "yaml syntax"},
+	}
+	dir := t.TempDir()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tt.name, " ", "-")+".yaml")
+			if err := os.WriteFile(path, []byte(tt.doc), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			c, _, err := Load(path)
+			var ve *ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("Load(%q) = %+v, %v; want a *ValidationError", tt.doc, c, err)
+			}
+			if !strings.Contains(err.Error(), tt.want) || ve.Problems[0].File != path {
+				t.Errorf("error %q, want %q naming %s", err, tt.want, path)
+			}
+		})
+	}
+	path := filepath.Join(dir, "all-defaults.yaml")
+	if err := os.WriteFile(path, []byte("{}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if c, _, err := Load(path); err != nil || c.Mode != ModeObserve || !c.PortsAuto {
+		t.Errorf("{}: %+v, %v; want every default", c, err)
+	}
+}
+
+// TestLoadNonRegular: a FIFO, a device or a directory in the config's
+// place is refused at once, naming what it is; a FIFO without a writer
+// used to block the read for ever.
+func TestLoadNonRegular(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "olcd.yaml")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.yaml")
+	if err := os.Symlink("olcd.yaml", link); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ path, want string }{
+		{fifo, "a FIFO (named pipe)"},
+		{link, "a FIFO (named pipe)"},
+		{"/dev/null", "a character device"},
+		{dir, "a directory"},
+	}
+	for _, tt := range tests {
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := Load(tt.path)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if !errors.Is(err, ErrNotRegular) || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), tt.path) {
+				t.Errorf("Load(%s) = %v, want %q naming the path", tt.path, err, tt.want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("Load(%s) blocked", tt.path)
+		}
+	}
+}
+
+// TestStaleAfterBounded: heartbeat.stale_after is at most MaxStaleAfter,
+// above which a dead daemon would keep shedding for minutes or years.
+func TestStaleAfterBounded(t *testing.T) {
+	tests := []struct{ doc, want string }{
+		{"heartbeat: {stale_after: 100000h}\n", "x.yaml:1: heartbeat.stale_after: 100000h0m0s is above the maximum 1m0s"},
+		{"heartbeat: {stale_after: 61s}\n", "above the maximum 1m0s"},
+		{"heartbeat: {stale_after: 60s}\n", ""},
+		{"interval: 30s\nheartbeat: {stale_after: 25s}\n", "use an interval of at most 20s"},
+		{"interval: 10s\nheartbeat: {stale_after: 50s}\n", ""},
+	}
+	for _, tt := range tests {
+		_, _, err := Parse([]byte(tt.doc), "x.yaml")
+		if tt.want == "" {
+			if err != nil {
+				t.Errorf("%q: %v", tt.doc, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: error %v, want %q", tt.doc, err, tt.want)
+		}
+	}
+	c := Default()
+	c.StaleAfter = time.Hour
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "above the maximum") {
+		t.Errorf("Validate with stale_after 1h: %v", err)
+	}
+}
+
+// TestTickParameterRange: an integer controller parameter out of range,
+// even one beyond int32, names the documented range.
+func TestTickParameterRange(t *testing.T) {
+	tests := []struct{ doc, want string }{
+		{"controller: {cooldown_ticks: 99999999999}\n", "99999999999 is out of range: must be 0..1000"},
+		{"controller: {cooldown_ticks: 99999999999999999999}\n", "must be 0..1000"},
+		{"controller: {cooldown_ticks: -1}\n", "-1 is out of range: must be 0..1000"},
+		{"controller: {cooldown_ticks: 1001}\n", "1001 is out of range: must be 0..1000"},
+		{"controller: {activation_ticks: 3000000000}\n", "must be 1..10 (2 ignores single-tick spikes"},
+		{"controller: {activation_ticks: 0}\n", "must be 1..10"},
+	}
+	for _, tt := range tests {
+		_, _, err := Parse([]byte(tt.doc), "x.yaml")
+		if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "2147483647") {
+			t.Errorf("%q: error %v, want %q", tt.doc, err, tt.want)
+		}
+	}
+	c := Default()
+	c.Controller.Cooldown = 5000
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "must be 0..1000") {
+		t.Errorf("Validate with cooldown 5000: %v", err)
+	}
+}
+
+// TestManagementPorts: exceptions.management (default SSH) exempts its
+// ports under ports: auto and from a port list that does not name them; a
+// port list that names one protects it.
+func TestManagementPorts(t *testing.T) {
+	ssh := adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: 22}
+	alt := adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: 2222}
+	web := adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: 443}
+	tests := []struct {
+		name, doc string
+		exempt    []adaptive.PortKey
+		reason22  string
+	}{
+		{"default, auto", "mode: enforce\n", []adaptive.PortKey{ssh}, "exceptions.management"},
+		{"list without 22", "ports: [{port: 443}]\n", []adaptive.PortKey{ssh}, "exceptions.management"},
+		{"list naming 22", "ports: [{port: 443}, {port: 22}]\n", []adaptive.PortKey{}, ""},
+		{"management off", "exceptions: {management: []}\n", []adaptive.PortKey{}, ""},
+		{"own list", "exceptions: {management: [22, {port: 2222, proto: tcp}]}\nports: [{port: 443}]\n", []adaptive.PortKey{ssh, alt}, "exceptions.management"},
+		{"also an exception port", "exceptions: {ports: [{port: 22}]}\n", []adaptive.PortKey{ssh}, "exceptions.ports"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, _, err := Parse([]byte(tt.doc), "x.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.ExemptPorts(); !reflect.DeepEqual(nonNilKeys(got), tt.exempt) {
+				t.Errorf("ExemptPorts = %v, want %v", got, tt.exempt)
+			}
+			if got := c.ExemptReason(ssh); got != tt.reason22 {
+				t.Errorf("ExemptReason(tcp/22) = %q, want %q", got, tt.reason22)
+			}
+			if c.ExemptPort(web) {
+				t.Error("tcp/443 exempt")
+			}
+		})
+	}
+	bad := []struct{ doc, want string }{
+		{"exceptions: {management: [ssh]}\n", `x.yaml:1: exceptions.management[0]: must be a port number such as 22, or {port: 22, proto: tcp}, got the string "ssh"`},
+		{"exceptions: {management: [22, 22]}\n", "exceptions.management[1]: tcp/22 is listed twice (also exceptions.management[0])"},
+		{"exceptions: {management: [70000]}\n", "port 70000 is out of range"},
+		{"exceptions: {management: 22}\n", "exceptions.management: must be a list"},
+		{"exceptions: {management: [{proto: tcp}]}\n", "exceptions.management[0].port: missing"},
+	}
+	for _, tt := range bad {
+		if _, _, err := Parse([]byte(tt.doc), "x.yaml"); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: error %v, want %q", tt.doc, err, tt.want)
+		}
+	}
+}
+
+func nonNilKeys(k []adaptive.PortKey) []adaptive.PortKey {
+	if k == nil {
+		return []adaptive.PortKey{}
+	}
+	return k
+}
+
+// TestPortAction: a port's own action overrides action.kind; reject on a
+// UDP port loads with a warning that it drops; the rate limit decodes.
+func TestPortAction(t *testing.T) {
+	doc := `
+action: {kind: drop, reject_rate: 500, reject_burst: 50}
+ports:
+  - {port: 80, action: reject}
+  - {port: 443}
+  - {port: 53, proto: udp, action: reject}
+`
+	c, warns, err := Parse([]byte(doc), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Action{ActionReject, ActionDrop, ActionReject}
+	for i, p := range c.Ports {
+		if got := p.EffectiveAction(c.Action.Kind); got != want[i] {
+			t.Errorf("port %d: action %s, want %s", p.Port, got, want[i])
+		}
+	}
+	if c.Action.RejectRate != 500 || c.Action.RejectBurst != 50 {
+		t.Errorf("reject limit %d/%d, want 500/50", c.Action.RejectRate, c.Action.RejectBurst)
+	}
+	if len(warns) != 1 || warns[0].Field != "ports[2].action" || !strings.Contains(warns[0].Msg, "reject drops it") {
+		t.Errorf("warnings %v, want one for the UDP port", warns)
+	}
+	if r := Default().Action.RejectRate; r != DefaultRejectRate {
+		t.Errorf("default reject rate %d", r)
 	}
 }

@@ -63,28 +63,31 @@ const (
 	// ActionMark passes the packet with a DSCP and/or fwmark set, so that a
 	// later stage (a load balancer, tc, iptables) decides.
 	ActionMark
+	// ActionReject answers a shed TCP SYN with a RST|ACK from the datapath
+	// (rate-limited per CPU): the client's connect fails at once instead of
+	// waiting out its SYN retransmit timeout. UDP requests are dropped.
+	ActionReject
 )
 
-// String returns "drop" or "mark".
+// actionNames lists the actions in documentation order.
+var actionNames = []string{"drop", "mark", "reject"}
+
+// String returns "drop", "mark" or "reject".
 func (a Action) String() string {
-	switch a {
-	case ActionDrop:
-		return "drop"
-	case ActionMark:
-		return "mark"
+	if int(a) < len(actionNames) {
+		return actionNames[a]
 	}
 	return fmt.Sprintf("action(%d)", uint8(a))
 }
 
-// ParseAction parses "drop" or "mark".
+// ParseAction parses "drop", "mark" or "reject".
 func ParseAction(s string) (Action, error) {
-	switch s {
-	case "drop":
-		return ActionDrop, nil
-	case "mark":
-		return ActionMark, nil
+	for i, n := range actionNames {
+		if s == n {
+			return Action(i), nil
+		}
 	}
-	return 0, fmt.Errorf("unknown action %q: want drop or mark", s)
+	return 0, fmt.Errorf("unknown action %q: want drop, mark or reject", s)
 }
 
 // AttachMode is how the datapath attaches to the interfaces; the loader

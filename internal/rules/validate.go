@@ -18,6 +18,27 @@ import (
 // controller reacts too late to protect anything.
 const MaxInterval = 60 * time.Second
 
+// MaxStaleAfter is the longest accepted heartbeat.stale_after. The
+// datapath keeps shedding with the last drop probabilities until the
+// heartbeat is this old, so a hung or stopped daemon sheds for that long
+// after the overload ended; beyond a minute fail-open no longer protects
+// the node's clients from a dead olcd.
+const MaxStaleAfter = 60 * time.Second
+
+// intRange is the valid range of an integer controller parameter.
+type intRange struct {
+	lo, hi int64
+	hint   string
+}
+
+// tickRanges are the ranges of the integer controller parameters, shared
+// by the decoder (which reports an out-of-range number with them) and
+// validate (for configs built in Go).
+var tickRanges = map[string]intRange{
+	"activation_ticks": {1, 10, "2 ignores single-tick spikes and acts at the second tick"},
+	"cooldown_ticks":   {0, 1000, "5 (2.5 s at 500ms) outlasts the 1 s SYN retransmit"},
+}
+
 // paramRange is the valid range of one float controller parameter. The
 // ranges match adaptive.Params.Validate (TestParamRangesAgree).
 type paramRange struct {
@@ -39,6 +60,9 @@ var paramRanges = []paramRange{
 	{key: "demand_smoothing", lo: 0, hi: 1, loOpen: true},
 	{key: "record_change", lo: 0, hi: 1, loOpen: true},
 	{key: "onset_ratio", lo: 1.1, hi: 10},
+	{key: "latency_kp", lo: 0, hi: 4},
+	{key: "latency_ki", lo: 0, hi: 2, loOpen: true},
+	{key: "target_factor", lo: 1.2, hi: 20},
 }
 
 // contains reports whether x lies in the range.
@@ -117,15 +141,23 @@ func (d *decoder) validate(c *Config) {
 			d.addAt("controller."+r.key, fmt.Sprintf("%g is outside %s", x, r), hint)
 		}
 	}
-	if p.ActivationTicks < 1 || p.ActivationTicks > 10 {
-		d.addAt("controller.activation_ticks", fmt.Sprintf("%d is outside [1, 10]", p.ActivationTicks), "2 ignores single-tick spikes and acts at the second tick")
-	}
-	if p.Cooldown < 0 || p.Cooldown > 1000 {
-		d.addAt("controller.cooldown_ticks", fmt.Sprintf("%d is outside [0, 1000]", p.Cooldown), "")
+	for _, t := range []struct {
+		key string
+		v   int
+	}{{"activation_ticks", p.ActivationTicks}, {"cooldown_ticks", p.Cooldown}} {
+		if key, v, r := t.key, t.v, tickRanges[t.key]; int64(v) < r.lo || int64(v) > r.hi {
+			d.addAt("controller."+key, fmt.Sprintf("%d is out of range: must be %d..%d", v, r.lo, r.hi), r.hint)
+		}
 	}
 	if iv := p.OnsetInterval; iv != 0 && (iv < adaptive.MinOnsetInterval || iv > adaptive.MaxOnsetInterval) {
 		d.addAt("controller.onset_interval", fmt.Sprintf("%v is outside [%v, %v]", iv, adaptive.MinOnsetInterval, adaptive.MaxOnsetInterval),
 			"0 turns the onset check off; 50ms is the default")
+	}
+	if it := p.InitialTarget; it < time.Millisecond || it > 30*time.Second {
+		d.addAt("controller.initial_target", fmt.Sprintf("%v is outside [1ms, 30s]", it), "100ms is the default")
+	}
+	if rc := p.ResponseCooldown; rc < 0 || rc > 30*time.Second {
+		d.addAt("controller.response_cooldown", fmt.Sprintf("%v is outside [0, 30s]", rc), "1s, the first SYN retransmit, is the default")
 	}
 	if p.ContinueEvery < time.Second {
 		d.addAt("controller.continue_every", fmt.Sprintf("%v is below 1s", p.ContinueEvery), "overload_continue is meant for people reading the log; 10s is the default")
@@ -134,12 +166,26 @@ func (d *decoder) validate(c *Config) {
 	d.validateInterfaces(c)
 	d.validatePorts(c)
 
-	if c.Action.Kind == ActionMark && !c.Action.SetDSCP && c.Action.Fwmark == 0 && !d.failed["action.dscp"] && !d.failed["action.fwmark"] {
+	markSets := c.Action.SetDSCP || c.Action.Fwmark != 0 || d.failed["action.dscp"] || d.failed["action.fwmark"]
+	if c.Action.Kind == ActionMark && !markSets {
 		d.addAt("action.kind", "mark needs a dscp or a non-zero fwmark to set", "add action.dscp (0..63) and/or action.fwmark")
 	}
-	if c.StaleAfter <= c.Interval && !d.failed["interval"] && !d.failed["heartbeat.stale_after"] {
-		d.addAt("heartbeat.stale_after", fmt.Sprintf("%v is not longer than the interval %v: the datapath would go stale between two ticks", c.StaleAfter, c.Interval),
-			fmt.Sprintf("use at least 3 × interval, e.g. %v", 10*c.Interval))
+	switch {
+	case d.failed["heartbeat.stale_after"]:
+	case c.StaleAfter > MaxStaleAfter:
+		d.addAt("heartbeat.stale_after", fmt.Sprintf("%v is above the maximum %v: a hung or stopped daemon would keep shedding that long, fail-open would be as good as off", c.StaleAfter, MaxStaleAfter),
+			fmt.Sprintf("use 3 to 10 × interval, e.g. %v (the default is %v)", min(10*c.Interval, MaxStaleAfter), DefaultStaleAfter))
+	case c.StaleAfter <= c.Interval && !d.failed["interval"]:
+		hint := fmt.Sprintf("use at least 3 × interval, e.g. %v", 10*c.Interval)
+		if 3*c.Interval > MaxStaleAfter {
+			hint = fmt.Sprintf("stale_after is at most %v: use an interval of at most %v", MaxStaleAfter, MaxStaleAfter/3)
+		}
+		d.addAt("heartbeat.stale_after", fmt.Sprintf("%v is not longer than the interval %v: the datapath would go stale between two ticks", c.StaleAfter, c.Interval), hint)
+	}
+	for i, p := range c.Ports {
+		if p.HasAction && p.Action == ActionMark && !markSets {
+			d.addAt(join(pathOf(d.portPaths, i, "ports"), "action"), "mark needs action.dscp or a non-zero action.fwmark to set", "add action.dscp (0..63) and/or action.fwmark")
+		}
 	}
 	if c.MetricsAddress != "" {
 		host, port, err := net.SplitHostPort(c.MetricsAddress)
@@ -162,6 +208,7 @@ func (d *decoder) validate(c *Config) {
 		d.addAt("decision_log", fmt.Sprintf("%q must be an absolute path (or \"\" to turn the log off)", c.DecisionLog), "the default is "+DefaultDecisionLog)
 	}
 	d.validateCgroup(c.Cgroup)
+	d.validateLB(c)
 	if !c.PortsAuto && len(c.Ports) > c.Datapath.MaxPorts {
 		d.addAt("datapath.max_ports", fmt.Sprintf("%d is fewer than the %d ports listed", c.Datapath.MaxPorts, len(c.Ports)), "")
 	}
@@ -217,6 +264,15 @@ func (d *decoder) validatePorts(c *Config) {
 			d.addAt(field, fmt.Sprintf("%s is both protected (%s, %s) and exempt", k, other, d.where(other, field)),
 				"remove it from one of the two lists")
 		}
+	}
+	mgmt := map[adaptive.PortKey]int{}
+	for i, k := range c.Exceptions.Management {
+		field := pathOf(d.mgmtPaths, i, "exceptions.management")
+		if j, dup := mgmt[k]; dup {
+			d.addAt(field, fmt.Sprintf("%s is listed twice (also %s)", k, pathOf(d.mgmtPaths, j, "exceptions.management")), "")
+			continue
+		}
+		mgmt[k] = i
 	}
 	prefixes := map[string]int{}
 	for i, p := range c.Exceptions.Sources {
@@ -303,8 +359,25 @@ func (d *decoder) warn(c *Config) []Warning {
 	if c.Interval > 5*time.Second {
 		d.warnAt("interval", fmt.Sprintf("%v: overload is acted on only after %v", c.Interval, time.Duration(c.Controller.ActivationTicks)*c.Interval))
 	}
-	if c.Action.Kind == ActionDrop && (c.Action.SetDSCP || c.Action.Fwmark != 0) {
-		d.warnAt("action", "dscp and fwmark are ignored with kind drop")
+	marks := c.Action.Kind == ActionMark
+	rejects := c.Action.Kind == ActionReject && (c.PortsAuto || len(c.Ports) == 0)
+	for i, p := range c.Ports {
+		a := p.EffectiveAction(c.Action.Kind)
+		marks = marks || a == ActionMark
+		rejects = rejects || a == ActionReject
+		if a == ActionReject && p.Proto == adaptive.ProtoUDP {
+			f := join(pathOf(d.portPaths, i, "ports"), "action")
+			if !p.HasAction {
+				f = "action.kind"
+			}
+			d.warnAt(f, fmt.Sprintf("%s: a UDP request cannot be refused with a reset: reject drops it", p.Key()))
+		}
+	}
+	if !marks && (c.Action.SetDSCP || c.Action.Fwmark != 0) {
+		d.warnAt("action", "dscp and fwmark are ignored: no port uses the mark action")
+	}
+	if rejects && c.Action.RejectRate == 0 {
+		d.warnAt("action.reject_rate", "0 answers no SYN: the reject action drops everything it sheds")
 	}
 	for i, p := range c.Exceptions.Sources {
 		if p.Bits() == 0 {

@@ -59,6 +59,19 @@ func parseDocument(data []byte, source string, origins map[*yaml.Node]string) (*
 	return root, nil
 }
 
+// emptyProblem describes a document that holds no setting.
+func emptyProblem(source string, data []byte) Problem {
+	msg := "the file is empty"
+	switch {
+	case len(bytes.TrimSpace(data)) > 0:
+		msg = "the file holds no setting (only comments, or an empty document)"
+	case len(data) > 0:
+		msg = "the file holds only white space"
+	}
+	return Problem{File: source, Msg: msg + ": refused, so that a truncated or unfinished write never replaces the config",
+		Hint: "write the settings to change, or {} for every default"}
+}
+
 // maxAliasNodes bounds how many nodes aliases may expand to in one
 // document: anchors nested ten deep, each aliased ten times, are ten billion
 // nodes ("billion laughs"), which would exhaust memory while merging a patch.

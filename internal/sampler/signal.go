@@ -94,6 +94,26 @@ const (
 	// backlog) over the listeners of the protected TCP ports (fraction 0..1).
 	AcceptQueueFill
 
+	// ResponseTimeP50 is the median response time (seconds) over the tick
+	// of the worst protected port with enough samples: the time from a
+	// request's first byte reaching the node to the first byte of its
+	// answer leaving it, measured in the datapath (bpf/resp.h). Not read by
+	// the sampler: the daemon sets it from the datapath's histograms
+	// (internal/resptime). Unavailable when no timed port has the minimum
+	// of samples (datapath.response_min_samples), never 0.
+	ResponseTimeP50
+	// ResponseTimeP95 is the 95th percentile, as ResponseTimeP50 (seconds).
+	ResponseTimeP95
+	// ResponseTimeP99 is the 99th percentile, as ResponseTimeP50 (seconds).
+	ResponseTimeP99
+	// RequestsPerS is the rate of requests timed on the protected ports,
+	// summed, scaled by the sample rate (1/s).
+	RequestsPerS
+	// InflightRequests is the number of requests outstanding on the
+	// protected ports at the end of the tick, summed, scaled by the sample
+	// rate (requests).
+	InflightRequests
+
 	// NumSignals is the number of canonical signals; it sizes the per-signal
 	// arrays of Snapshot and of the controller's thresholds.
 	NumSignals
@@ -112,6 +132,8 @@ const (
 	UnitSeconds
 	// UnitPerSecond is an event rate in 1/s.
 	UnitPerSecond
+	// UnitRequests is a count of requests.
+	UnitRequests
 )
 
 // String returns the unit as written in docs and metric help texts.
@@ -125,6 +147,8 @@ func (u Unit) String() string {
 		return "seconds"
 	case UnitPerSecond:
 		return "per_second"
+	case UnitRequests:
+		return "requests"
 	}
 	return fmt.Sprintf("unit(%d)", uint8(u))
 }
@@ -164,6 +188,11 @@ var signalNames = [NumSignals]string{
 	CgroupPSIIOFull:          "cgroup_psi_io_full",
 	ListenOverflowsPerS:      "listen_overflows_per_s",
 	AcceptQueueFill:          "accept_queue_fill",
+	ResponseTimeP50:          "response_time_p50",
+	ResponseTimeP95:          "response_time_p95",
+	ResponseTimeP99:          "response_time_p99",
+	RequestsPerS:             "requests_per_s",
+	InflightRequests:         "inflight_requests",
 }
 
 var signalByName = func() map[string]Signal {
@@ -203,10 +232,12 @@ func (s Signal) Unit() Unit {
 	switch s {
 	case Load1, Load1PerCore, Runnable, RunqPerCore:
 		return UnitTasks
-	case CgroupThrottledS:
+	case CgroupThrottledS, ResponseTimeP50, ResponseTimeP95, ResponseTimeP99:
 		return UnitSeconds
-	case ListenOverflowsPerS:
+	case ListenOverflowsPerS, RequestsPerS:
 		return UnitPerSecond
+	case InflightRequests:
+		return UnitRequests
 	}
 	return UnitFraction
 }

@@ -27,7 +27,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 
 	// --- Attached: status and the kernel agree on the tcx attachment.
 	st := d.mustStatus(t)
-	want := daemon.InterfaceStatus{Name: env.NodeIf, Hook: "tc", Mode: "tcx"}
+	want := daemon.InterfaceStatus{Name: env.NodeIf, Hook: "tc", Mode: "tcx", Egress: "tcx"}
 	if len(st.Interfaces) != 1 || st.Interfaces[0] != want {
 		t.Fatalf("status interfaces = %+v, want [%+v]", st.Interfaces, want)
 	}
@@ -36,6 +36,9 @@ func TestDaemonEndToEnd(t *testing.T) {
 		t.Fatalf("kernel lists %+v on %s, want one tcx program olcd_tc", progs, env.NodeIf)
 	}
 	tcProg := progs[0].ID
+	if eg := env.egressProgs(t); len(eg) != 1 || eg[0].Name != "olcd_tc_egress" {
+		t.Fatalf("kernel lists %+v at egress of %s, want one tcx program olcd_tc_egress (response timing)", eg, env.NodeIf)
+	}
 	human := d.mustCLI(t, "status")
 	for _, s := range []string{env.NodeIf, "tcx", fmt.Sprintf("tcp/%d", serverPort), "cpu_busy", "ENFORCE"} {
 		if !strings.Contains(human, s) {
@@ -291,7 +294,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 	if d.err != nil {
 		t.Fatalf("olcd exited with %v after SIGTERM, want status 0", d.err)
 	}
-	if progs := env.attachedProgs(t); len(progs) != 0 {
+	if progs := append(env.attachedProgs(t), env.egressProgs(t)...); len(progs) != 0 {
 		t.Fatalf("after SIGTERM the kernel still lists %+v on %s", progs, env.NodeIf)
 	}
 	waitProgGone(t, tcProg)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -209,4 +210,131 @@ func waitMetric(t *testing.T, what string, read func() float64, want float64) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// TestConfigRefusedWrites: with mode enforce and one listed interface, the
+// config file emptied in place (`: > olcd.yaml`), left as white space or
+// cut off, or replaced by a FIFO, is refused by the file watch and by
+// SIGHUP: counted, listed in the status, and the running config stays (it
+// used to switch to the embedded default within a second: observe, ports:
+// auto, every interface; a FIFO hung the tick loop). A slow writer that
+// empties the file and writes it 600 ms later
+// (`(sleep 0.6; cat good.yaml) > olcd.yaml`) is applied once, complete,
+// with no refusal in between.
+func TestConfigRefusedWrites(t *testing.T) {
+	requireRoot(t)
+	env := newNetEnv(t)
+	cfg := daemonConfig{Mode: "enforce", Attach: "tc", Threshold: thresholdNever}
+	d := startDaemon(t, env, cfg)
+	failures := func() float64 { return mustMetric(t, d.scrape(t), "olcd_config_reload_failures_total") }
+	reloads := func() float64 { return mustMetric(t, d.scrape(t), "olcd_config_reloads_total") }
+	threshold := func(st *daemon.Status) float64 {
+		if cb := cpuBusy(st); cb != nil && cb.Threshold != nil {
+			return *cb.Threshold
+		}
+		return -1
+	}
+	// running checks, every 50 ms for the given time, that the config in
+	// force is the file's: enforce, the one interface, ticking.
+	running := func(what string, for_ time.Duration, wantPorts int) {
+		t.Helper()
+		deadline := time.Now().Add(for_)
+		for first := true; first || time.Now().Before(deadline); first = false {
+			st := d.mustStatus(t)
+			if st.Mode != "enforce" || len(st.Interfaces) != 1 || st.Interfaces[0].Name != env.NodeIf ||
+				threshold(st) != thresholdNever || st.Ports[0].Port != serverPort || (wantPorts > 0 && len(st.Ports) != wantPorts) {
+				t.Fatalf("%s: the running config changed: %s, interfaces %+v, ports %d", what, summary(st), st.Interfaces, len(st.Ports))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	refused := func(what, want string, failuresWant float64) {
+		t.Helper()
+		waitMetric(t, what, failures, failuresWant)
+		st := d.mustStatus(t)
+		if rf := st.ReloadRefused; rf == nil || !strings.Contains(rf.Error, want) {
+			t.Fatalf("%s: status reload_refused %+v, want %q", what, st.ReloadRefused, want)
+		}
+		running(what, 500*time.Millisecond, 0)
+	}
+
+	// The file olcd reads is a symlink; a regular file renamed into its
+	// place makes the writes below land in the watched directory.
+	writeFileAtomic(t, d.cfgPath, renderConfig(t, startedConfig(d, cfg)))
+	waitMetric(t, "the regular file renamed into place", reloads, 1)
+	f0 := failures()
+
+	shell := func(script string) {
+		t.Helper()
+		if out, err := exec.Command("sh", "-c", script).CombinedOutput(); err != nil {
+			t.Fatalf("sh -c %q: %v\n%s", script, err, out)
+		}
+	}
+	shell(": > " + d.cfgPath)
+	running("file emptied", 800*time.Millisecond, 1)
+	refused("file emptied", "the file is empty", f0+1)
+
+	// A second port tells the slow writer's file from the running one
+	// (any other threshold than 1 would start an overload on a busy host).
+	good := cfg
+	good.Ports = []int{serverPort, serverPort + 1}
+	goodPath := filepath.Join(d.dir, "good.yaml")
+	if err := os.WriteFile(goodPath, renderConfig(t, startedConfig(d, good)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r0 := reloads()
+	start := time.Now()
+	slow := exec.Command("sh", "-c", "(sleep 0.6; cat "+goodPath+") > "+d.cfgPath)
+	if err := slow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = slow.Wait() })
+	running("slow writer at work", 600*time.Millisecond, 1)
+	d.pollStatus(t, "the slow writer's file applied", 5*time.Second, func(s *daemon.Status) bool { return len(s.Ports) == 2 })
+	t.Logf("slow writer's file applied %v after it emptied the file", time.Since(start).Round(10*time.Millisecond))
+	running("after the slow writer", time.Second, 2)
+	if f, r := failures(), reloads(); f != f0+1 || r != r0+1 {
+		t.Fatalf("slow writer: failures %v (want %v), reloads %v (want %v): the partial file was acted on", f, f0+1, r, r0+1)
+	}
+
+	if err := os.WriteFile(d.cfgPath, []byte("\n   \n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	refused("white space only", "only white space", f0+2)
+	doc := renderConfig(t, startedConfig(d, good))
+	cut := strings.Index(string(doc), "proto: tcp, class") + len("proto: tcp, cl")
+	if err := os.WriteFile(d.cfgPath, doc[:cut], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	refused("file cut off", "yaml syntax", f0+3)
+
+	// A FIFO in its place: the watch and a SIGHUP refuse it without
+	// blocking, and the loop keeps ticking.
+	if err := os.Remove(d.cfgPath); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(d.cfgPath, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	refused("FIFO in place", "a FIFO (named pipe)", f0+4)
+	if err := d.signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	refused("SIGHUP with a FIFO in place", "a FIFO (named pipe)", f0+5)
+	st := d.mustStatus(t)
+	for range 3 {
+		st = d.nextTick(t, st)
+	}
+	if d.exited() {
+		t.Fatalf("olcd exited: %v", d.err)
+	}
+	if out, err := exec.Command(bins.olcd, "check-config", d.cfgPath).CombinedOutput(); err == nil || !strings.Contains(string(out), "FIFO") {
+		t.Errorf("check-config on a FIFO: %v\n%s", err, out)
+	}
+
+	os.Remove(d.cfgPath)
+	writeFileAtomic(t, d.cfgPath, doc)
+	d.pollStatus(t, "a good file after the refusals", 5*time.Second, func(s *daemon.Status) bool {
+		return s.ReloadRefused == nil && len(s.Ports) == 2
+	})
 }

@@ -50,6 +50,13 @@ type daemonConfig struct {
 	// AutoInterfaces leaves interfaces: empty (olcd picks and follows the
 	// node namespace's links) instead of naming the veth end.
 	AutoInterfaces bool
+	// MinSamples is datapath.response_min_samples (0: the default).
+	MinSamples int
+	// ResponseP95 is a response_time_p95 threshold ("" for none), e.g. "1ms".
+	ResponseP95 string
+	// AutoPorts writes ports: auto (every listener of the node namespace)
+	// instead of the Ports list.
+	AutoPorts bool
 	// Filled in by startDaemon.
 	Iface, Interval, Metrics, Socket, DecisionLog string
 	Ports                                         []int
@@ -520,6 +527,38 @@ func (e *netEnv) attachedProgsOn(t *testing.T, name string) []attachedProg {
 	fs, err := e.nodeNL.FilterList(l, netlink.HANDLE_MIN_INGRESS)
 	if err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
 		t.Fatalf("list ingress filters on %s: %v", name, err)
+	}
+	for _, f := range fs {
+		if bf, ok := f.(*netlink.BpfFilter); ok && bf.Handle != 0 {
+			out = append(out, attachedProg{Hook: "cls_bpf", ID: ebpf.ProgramID(bf.Id), Name: bf.Name})
+		}
+	}
+	return out
+}
+
+// egressProgs lists the BPF programs at the node interface's egress: tcx
+// programs and cls_bpf filters.
+func (e *netEnv) egressProgs(t *testing.T) []attachedProg {
+	t.Helper()
+	l, err := e.nodeNL.LinkByName(e.NodeIf)
+	if err != nil {
+		t.Fatalf("link %s: %v", e.NodeIf, err)
+	}
+	var out []attachedProg
+	var q *link.QueryResult
+	if err := inNetns(e.nodeNS, func() error {
+		var err error
+		q, err = link.QueryPrograms(link.QueryOptions{Target: l.Attrs().Index, Attach: ebpf.AttachTCXEgress})
+		return err
+	}); err != nil {
+		t.Fatalf("query tcx egress programs on %s: %v", e.NodeIf, err)
+	}
+	for _, p := range q.Programs {
+		out = append(out, attachedProg{Hook: "tcx", ID: p.ID, Name: progName(p.ID)})
+	}
+	fs, err := e.nodeNL.FilterList(l, netlink.HANDLE_MIN_EGRESS)
+	if err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("list egress filters on %s: %v", e.NodeIf, err)
 	}
 	for _, f := range fs {
 		if bf, ok := f.(*netlink.BpfFilter); ok && bf.Handle != 0 {

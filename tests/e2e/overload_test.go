@@ -284,9 +284,7 @@ func TestOverloadComparisons(t *testing.T) {
 	}
 	// Against a static limit set at the C measured minutes earlier on the
 	// same machine (the best case of a static limit: it is told the
-	// answer) the issue's goal is enforce ≥ static; measured 0.88 … 1.01
-	// against 0.99 (docs/tuning.md §5). The test holds 0.85 × static and
-	// reports the goal.
+	// answer), issue 16's line: enforce ≥ static over the whole 3 C phase.
 	st := static.Phase("3x").Settled
 	t.Logf("3 C from +%s: enforce %.2f C (p99 %.0f ms), static %.2f C (p99 %.0f ms)", overload.SettleTime, e.GoodputRPS/c, e.P99Ms, st.GoodputRPS/c, st.P99Ms)
 	// The two runs are minutes apart on a VM whose speed drifts: each
@@ -294,11 +292,9 @@ func TestOverloadComparisons(t *testing.T) {
 	_, se, _ := enforce.CapacityAtRun("3x", h.Calibration)
 	_, ss, _ := static.CapacityAtRun("3x", h.Calibration)
 	t.Logf("CPU per request against the knee of the calibration: enforce run %+.1f %%, static run %+.1f %%", 100*se, 100*ss)
-	if e.GoodputRPS < st.GoodputRPS {
-		t.Logf("GOAL MISSED: enforce goodput %.2f C below the static limit's %.2f C", e.GoodputRPS/c, st.GoodputRPS/c)
-	}
-	if e.GoodputRPS < 0.85*st.GoodputRPS {
-		t.Errorf("3 C from +%s: enforce goodput %.0f/s below 0.85 × the static limit's %.0f/s", overload.SettleTime, e.GoodputRPS, st.GoodputRPS)
+	ew, sw := enforce.Phase("3x"), static.Phase("3x")
+	if ew.GoodputRPS < sw.GoodputRPS {
+		t.Errorf("3 C over the whole phase: enforce goodput %.0f/s (%.2f C) below the static limit's %.0f/s (%.2f C)", ew.GoodputRPS, ew.GoodputRPS/c, sw.GoodputRPS, sw.GoodputRPS/c)
 	}
 	checkHealth(t, enforce)
 
@@ -329,4 +325,153 @@ func TestOverloadComparisons(t *testing.T) {
 			sh.P99Ms, sh.GoodputRPS, eh.P99Ms, eh.GoodputRPS)
 	}
 	checkHealth(t, e2)
+}
+
+// suite3x is a matrix scenario as the suite runs it: 4 s at 0.5 C, 20 s at
+// 3 C, 6 s at 0.5 C (make test's time budget; the steady part from +5 s is
+// 15 s of 1 s windows). make demo-full runs them 25 s at 3 C.
+func suite3x(b overload.Backend, c overload.Clients) overload.Scenario {
+	return overload.Matrix3x(b, c, 4*time.Second, 20*time.Second, 6*time.Second)
+}
+
+// calibrated calibrates backend b once per test binary.
+func calibrated(t *testing.T, h *overload.Harness, b overload.Backend) *overload.Calibration {
+	t.Helper()
+	ov.mu.Lock()
+	defer ov.mu.Unlock()
+	if c := h.CalibrationOf(b); c != nil {
+		return c
+	}
+	c, err := h.CalibrateBackend(context.Background(), b)
+	if err != nil {
+		t.Fatalf("calibrate %s: %v", b, err)
+	}
+	return c
+}
+
+// checkSteady: in the steady part of the overload phase (from +5 s) olcd's
+// drop probability moves by less than 0.05 (standard deviation over 1 s
+// windows) and goodput stays at 0.8 × its mean or more in 95 % of the
+// windows: no limit cycle.
+func checkSteady(t *testing.T, r *overload.RunResult) {
+	t.Helper()
+	m := r.Summary
+	if m.PStdDev != nil && *m.PStdDev >= 0.05 {
+		t.Errorf("%s/%s: drop probability std-dev %.3f over the 1 s windows from +%s, want < 0.05", r.Scenario, r.Variant, *m.PStdDev, overload.SettleTime)
+	}
+	if m.WindowsOK < 0.95 {
+		t.Errorf("%s/%s: %.0f %% of the 1 s windows from +%s have goodput ≥ 0.8 × their mean, want ≥ 95 %%", r.Scenario, r.Variant, 100*m.WindowsOK, overload.SettleTime)
+	}
+}
+
+// logSummary logs a run's matrix row.
+func logSummary(t *testing.T, r *overload.RunResult) {
+	t.Helper()
+	m := r.Summary
+	sd := "-"
+	if m.PStdDev != nil {
+		sd = fmt.Sprintf("%.3f", *m.PStdDev)
+	}
+	t.Logf("%-24s %-14s C %4.0f/s goodput %.2f C (+5s %.2f C) p99 %6.0f ms p sd %s steady %.2f connect %5.0f ms refused %d timeouts %d health %d/%d",
+		r.Scenario, r.Variant, r.CapacityRPS, m.GoodputC, m.SettledGoodputC, m.P99Ms, sd, m.WindowsOK, m.MeanConnectMs, m.ConnectRefused, m.Timeouts, m.HealthOK, m.HealthTotal)
+}
+
+// TestOverloadColdStart: 1.5 C from an idle backend, olcd enforcing: the
+// goodput over the whole phase is at least 0.9 C (issue 16, must show 4:
+// 0.68–0.73 C before the response time was measured) and every health
+// check is answered.
+func TestOverloadColdStart(t *testing.T) {
+	h := overloadHarness(t)
+	r := runOnce(t, h, overload.ColdStart, overload.VariantEnforce)
+	logSummary(t, r)
+	if m := r.Summary; m.GoodputC < 0.9 {
+		t.Errorf("cold start: enforce goodput %.2f C over the whole 1.5 C phase, want ≥ 0.9 C", m.GoodputC)
+	}
+	checkHealth(t, r)
+}
+
+// TestOverloadMatrix is the suite's subset of the client × backend matrix
+// (make demo-full runs all of it): the pool backend (8 workers each holding
+// a request 25 ms without CPU) under 64 blocking clients, and Debian's nginx
+// + php-fpm under vegeta clients that give up after 1 s, each at 3 C
+// against olcd enforcing on the measured response time, a static nftables
+// SYN limit at C and olcd on the CPU alone. Issue 16's lines: open-loop
+// clients enforce ≥ 0.9 × static and ≥ 0.85 C; closed-pool enforce ≥ static
+// and ≥ 0.65 C; no limit cycle in the steady part; every health check
+// answered. The CPU-only olcd's figures are reported: with a bottleneck
+// that is not CPU it has nothing to see.
+func TestOverloadMatrix(t *testing.T) {
+	h := overloadHarness(t)
+	for _, tc := range []struct {
+		b             overload.Backend
+		c             overload.Clients
+		vsStatic, vsC float64
+	}{
+		{overload.BackendPool, overload.ClientsClosedPool, 1, 0.65},
+		{overload.BackendPHP, overload.ClientsOpenGiveUp, 0.9, 0.85},
+	} {
+		sc := suite3x(tc.b, tc.c)
+		t.Run(sc.Name, func(t *testing.T) {
+			calibrated(t, h, tc.b)
+			enforce := runOnce(t, h, sc, overload.VariantEnforce)
+			static := runOnce(t, h, sc, overload.VariantStatic)
+			cpuOnly := runOnce(t, h, sc, overload.VariantEnforceCPU)
+			for _, r := range []*overload.RunResult{enforce, static, cpuOnly} {
+				logSummary(t, r)
+			}
+			e, s, x := enforce.Summary, static.Summary, cpuOnly.Summary
+			t.Logf("CPU-threshold-only olcd: goodput %.2f C, %.1f %% of SYNs shed, p99 %.0f ms (response-time olcd: %.2f C)",
+				x.GoodputC, 100*cpuOnly.Phase(x.Phase).SYNDropRatio, x.P99Ms, e.GoodputC)
+			if e.GoodputRPS < tc.vsStatic*s.GoodputRPS {
+				t.Errorf("enforce goodput %.0f/s (%.2f C) below %.2g × the static limit's %.0f/s (%.2f C)", e.GoodputRPS, e.GoodputC, tc.vsStatic, s.GoodputRPS, s.GoodputC)
+			}
+			if e.GoodputC < tc.vsC {
+				t.Errorf("enforce goodput %.2f C, want ≥ %.2f C", e.GoodputC, tc.vsC)
+			}
+			checkSteady(t, enforce)
+			checkHealth(t, enforce)
+		})
+	}
+}
+
+// TestOverloadClosedPoolReject: the closed pool (64 blocking clients, each
+// with one request of at most 2 s in flight, due times missed while blocked
+// skipped) against the pool backend at 3 C (pool-closed-pool-3x, shared
+// with TestOverloadMatrix), under olcd enforcing with the drop action and
+// with the reject action, one after the other in the same run (issue 17).
+// A dropped SYN blocks its client in connect() through the SYN retransmit
+// timeout; a rejected one is refused at once and the client goes on. At
+// 3 C the reject run's goodput must not fall below the drop run's (within
+// 5 %: two runs on a shared VM), and its mean time in connect() must be at
+// most a tenth of the drop run's. The p99 of successes is reported beside.
+func TestOverloadClosedPoolReject(t *testing.T) {
+	h := overloadHarness(t)
+	calibrated(t, h, overload.BackendPool)
+	sc := suite3x(overload.BackendPool, overload.ClientsClosedPool)
+	c := h.CalibrationOf(overload.BackendPool).CapacityRPS
+	drop := runOnce(t, h, sc, overload.VariantEnforce)
+	reject := runOnce(t, h, sc, overload.VariantEnforceReject)
+	d, r := drop.Phase("3x"), reject.Phase("3x")
+	t.Logf("closed pool at 3 C, drop:   goodput %.0f/s (%.2f C), mean connect %.1f ms, p99 %.1f ms, %d connect timeouts, %d refused, %d requests",
+		d.GoodputRPS, d.GoodputRPS/c, d.MeanConnectMs, d.P99Ms, d.ConnectTimeouts, d.ConnectRefused, d.Requests)
+	t.Logf("closed pool at 3 C, reject: goodput %.0f/s (%.2f C), mean connect %.1f ms, p99 %.1f ms, %d connect timeouts, %d refused, %d requests",
+		r.GoodputRPS, r.GoodputRPS/c, r.MeanConnectMs, r.P99Ms, r.ConnectTimeouts, r.ConnectRefused, r.Requests)
+	// Both lines compare protections of a backend that is the bottleneck.
+	// On this shared VM other work can take the CPUs its quota allows
+	// (the backend then sits well under its quota while latency grows and
+	// olcd, watching the quota, sees no overload): say so instead.
+	if d.CPUBusy < 0.85 && r.CPUBusy < 0.85 {
+		t.Fatalf("the backend used %.2f and %.2f of its quota at 3 C: the VM's CPUs were taken by other work, so neither run overloaded the backend and the comparison says nothing; run the suite alone", d.CPUBusy, r.CPUBusy)
+	}
+	if r.GoodputRPS < 0.95*d.GoodputRPS {
+		t.Errorf("reject goodput at 3 C %.0f/s is below drop's %.0f/s (want ≥ 0.95 ×)", r.GoodputRPS, d.GoodputRPS)
+	}
+	if d.MeanConnectMs < 10*r.MeanConnectMs {
+		t.Errorf("mean connect time at 3 C: drop %.1f ms, reject %.1f ms: cut %.1f ×, want ≥ 10 ×", d.MeanConnectMs, r.MeanConnectMs, d.MeanConnectMs/max(r.MeanConnectMs, 1e-9))
+	}
+	if r.ConnectRefused == 0 {
+		t.Errorf("reject at 3 C: no connect was refused: the reject action did not answer")
+	}
+	checkHealth(t, drop)
+	checkHealth(t, reject)
 }

@@ -36,9 +36,17 @@ type PhaseResult struct {
 	Successes int `json:"successes"`
 	// Rejected counts HTTP 429 answers (in-app limiter), part of Errors.
 	Rejected int `json:"rejected"`
+
 	// ConnectTimeouts counts connects that timed out (dropped SYNs, full
 	// accept queues), part of Timeouts.
 	ConnectTimeouts int `json:"connect_timeouts"`
+	// ConnectRefused counts connects that failed at once with
+	// ECONNREFUSED (a reset: the reject action), part of Errors.
+	ConnectRefused int `json:"connect_refused"`
+	// MeanConnectMs is the mean time a work request's client spent in
+	// connect(), whatever its outcome, in milliseconds: the time a pool
+	// slot or thread is blocked before it has a connection or an error.
+	MeanConnectMs float64 `json:"mean_connect_ms"`
 	// WouldDropRatio is olcd's would-drop ÷ SYNs seen (observe mode).
 	WouldDropRatio float64 `json:"would_drop_ratio"`
 	// MeanP is olcd's mean drop probability over the phase.
@@ -77,6 +85,14 @@ type RunResult struct {
 	// Scenario and Variant name the run.
 	Scenario string  `json:"-"`
 	Variant  Variant `json:"variant"`
+	// Backend and Clients are the scenario's.
+	Backend Backend `json:"backend"`
+	Clients Clients `json:"clients"`
+	// CapacityRPS is the calibrated capacity C of the backend.
+	CapacityRPS float64 `json:"capacity_rps"`
+	// Summary is the overload phase (the highest offered load) in the
+	// figures of the matrix.
+	Summary *Summary `json:"summary,omitempty"`
 	// Phases are the per-phase results.
 	Phases []PhaseResult `json:"phases"`
 	// Series is the per-second time series.
@@ -113,7 +129,7 @@ func (r *RunResult) Phase(name string) PhaseResult {
 
 // analyse turns a run's records into its results.
 func analyse(rec *records, sc Scenario, v Variant, opt Options, cal *Calibration) *RunResult {
-	res := &RunResult{Scenario: sc.Name, Variant: v, KilledAt: rec.killedAt}
+	res := &RunResult{Scenario: sc.Name, Variant: v, KilledAt: rec.killedAt, Backend: sc.backend(), Clients: sc.clients(), CapacityRPS: cal.CapacityRPS}
 	for _, d := range rec.dials {
 		res.Dials = append(res.Dials, DialRecord{Start: d.start, Duration: d.dur, Outcome: d.outcome})
 	}
@@ -130,7 +146,109 @@ func analyse(rec *records, sc Scenario, v Variant, opt Options, cal *Calibration
 	}
 	res.Series = series(rec, from, opt.SLO)
 	res.rec = rec
+	res.Summary = res.summarise(sc.OverloadPhase(), cal.CapacityRPS)
 	return res
+}
+
+// Summary is a run's overload phase in the figures of the matrix.
+type Summary struct {
+	// Phase names the overload phase.
+	Phase string `json:"phase"`
+	// GoodputRPS is answers within the SLO per second over the whole
+	// phase, GoodputC the same ÷ C; SettledGoodputC from +SettleTime.
+	GoodputRPS      float64 `json:"goodput_rps"`
+	GoodputC        float64 `json:"goodput_c"`
+	SettledGoodputC float64 `json:"settled_goodput_c"`
+	// P99Ms is the p99 of the successes over the whole phase.
+	P99Ms float64 `json:"p99_ms"`
+	// PStdDev is the standard deviation of olcd's drop probability over
+	// the 1 s windows of the phase from +SettleTime (NaN without olcd:
+	// omitted).
+	PStdDev *float64 `json:"p_stddev,omitempty"`
+	// WindowsOK is the share of the 1 s windows from +SettleTime whose
+	// goodput is at least 0.8 × their mean: 1 without a limit cycle.
+	WindowsOK float64 `json:"windows_ok"`
+	// MeanConnectMs is the mean time in connect() over the phase.
+	MeanConnectMs float64 `json:"mean_connect_ms"`
+	// ConnectRefused and Timeouts count the phase's refused connects and
+	// timed-out requests.
+	ConnectRefused int `json:"connect_refused"`
+	Timeouts       int `json:"timeouts"`
+	// HealthOK and HealthTotal count the health checks of the whole run.
+	HealthOK    int `json:"health_ok"`
+	HealthTotal int `json:"health_total"`
+}
+
+// windowOKShare is the goodput line of a steady state: a window is fine
+// at this share of the mean goodput or more.
+const windowOKShare = 0.8
+
+// summarise computes the Summary of phase name.
+func (r *RunResult) summarise(name string, c float64) *Summary {
+	from, to, ok := r.phaseSpan(name)
+	if !ok || c <= 0 {
+		return nil
+	}
+	p := r.Phase(name)
+	s := &Summary{Phase: name, GoodputRPS: p.GoodputRPS, GoodputC: p.GoodputRPS / c, P99Ms: p.P99Ms,
+		MeanConnectMs: p.MeanConnectMs, ConnectRefused: p.ConnectRefused, Timeouts: p.Timeouts, SettledGoodputC: p.GoodputRPS / c}
+	if p.Settled != nil {
+		s.SettledGoodputC = p.Settled.GoodputRPS / c
+	}
+	for _, ph := range r.Phases {
+		s.HealthOK += ph.HealthOK
+		s.HealthTotal += ph.HealthTotal
+	}
+	first, last := int((from+SettleTime)/time.Second), int((to-1)/time.Second)
+	var good, ps []float64
+	for i := first; i <= last && i < len(r.Series); i++ {
+		good = append(good, r.Series[i].Goodput)
+		if !math.IsNaN(r.Series[i].P) {
+			ps = append(ps, r.Series[i].P)
+		}
+	}
+	s.WindowsOK = steadyShare(good, windowOKShare)
+	if len(ps) > 1 && olcdVariant(r.Variant) {
+		sd := stddev(ps)
+		s.PStdDev = &sd
+	}
+	return s
+}
+
+// steadyShare is the share of xs at least frac × their mean (1 when empty
+// or the mean is 0).
+func steadyShare(xs []float64, frac float64) float64 {
+	if len(xs) == 0 {
+		return 1
+	}
+	var sum float64
+	for _, x := range xs {
+		sum += x
+	}
+	mean := sum / float64(len(xs))
+	if mean <= 0 {
+		return 1
+	}
+	n := 0
+	for _, x := range xs {
+		if x >= frac*mean {
+			n++
+		}
+	}
+	return float64(n) / float64(len(xs))
+}
+
+// stddev is the population standard deviation of xs.
+func stddev(xs []float64) float64 {
+	var sum, sq float64
+	for _, x := range xs {
+		sum += x
+	}
+	mean := sum / float64(len(xs))
+	for _, x := range xs {
+		sq += (x - mean) * (x - mean)
+	}
+	return math.Sqrt(sq / float64(len(xs)))
 }
 
 // Capacity dips: this VM's backend now and then serves a third less for a
@@ -268,10 +386,23 @@ func phaseResult(rec *records, name string, from, to, slo time.Duration, v Varia
 			}
 		}
 	}
+	var connSum time.Duration
+	var connN int
 	for _, d := range rec.dials {
-		if d.start >= from && d.start < to && d.outcome == outcomeTimeout {
-			pr.ConnectTimeouts++
+		if d.start < from || d.start >= to {
+			continue
 		}
+		connSum += d.dur
+		connN++
+		switch d.outcome {
+		case outcomeTimeout:
+			pr.ConnectTimeouts++
+		case outcomeRefused:
+			pr.ConnectRefused++
+		}
+	}
+	if connN > 0 {
+		pr.MeanConnectMs = connSum.Seconds() * 1e3 / float64(connN)
 	}
 	secs := (to - from).Seconds()
 	pr.DurationS = secs
@@ -281,14 +412,14 @@ func phaseResult(rec *records, name string, from, to, slo time.Duration, v Varia
 	pr.P50Ms, pr.P99Ms = percentile(lat, 0.50), percentile(lat, 0.99)
 
 	a, b := sampleAt(rec.samples, from), sampleAt(rec.samples, to)
-	switch v {
-	case VariantObserve, VariantEnforce:
+	switch {
+	case olcdVariant(v):
 		if a.olcd && b.olcd && b.newConns > a.newConns {
 			n := float64(b.newConns - a.newConns)
 			pr.SYNDropRatio = float64(b.dropped-a.dropped) / n
 			pr.WouldDropRatio = float64(b.would-a.would) / n
 		}
-	case VariantStatic:
+	case v == VariantStatic || v == VariantStaticReject:
 		if b.nftSeen > a.nftSeen {
 			pr.SYNDropRatio = float64(b.nftDrop-a.nftDrop) / float64(b.nftSeen-a.nftSeen)
 		}

@@ -106,3 +106,86 @@ func TestCapacityAtRun(t *testing.T) {
 		}
 	}
 }
+
+// TestSteadyShare: the share of 1 s windows at 0.8 × the mean or more.
+func TestSteadyShare(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		xs   []float64
+		want float64
+	}{
+		{"empty", nil, 1},
+		{"flat", []float64{100, 100, 100, 100}, 1},
+		{"one dip", []float64{100, 100, 100, 20}, 0.75},
+		{"limit cycle", []float64{200, 10, 200, 10}, 0.5},
+		{"all zero", []float64{0, 0}, 1},
+	} {
+		if got := steadyShare(tc.xs, windowOKShare); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("%s: steadyShare %v = %v, want %v", tc.name, tc.xs, got, tc.want)
+		}
+	}
+}
+
+// TestOverloadPhase: the phase with the highest offered load, the first of
+// equals.
+func TestOverloadPhase(t *testing.T) {
+	for _, tc := range []struct {
+		sc   Scenario
+		want string
+	}{
+		{Overload3x, "3x"},
+		{ColdStart, "1.5x"},
+		{CapacityHalved, "1.5x"},
+		{Matrix3x(BackendPHP, ClientsClosedPool, time.Second, time.Second, time.Second), "3x"},
+		{Scenario{}, ""},
+	} {
+		if got := tc.sc.OverloadPhase(); got != tc.want {
+			t.Errorf("%s: overload phase %q, want %q", tc.sc.Name, got, tc.want)
+		}
+	}
+	if n := Matrix3x(BackendPool, ClientsOpenRetry, time.Second, time.Second, time.Second).Name; n != "pool-open-retry-3x" {
+		t.Errorf("matrix name %q, want pool-open-retry-3x", n)
+	}
+	if Overload3x.Name != "cpu-open-giveup-3x" {
+		t.Errorf("scenario 1 is named %q, want cpu-open-giveup-3x", Overload3x.Name)
+	}
+}
+
+// TestSummarise: the overload phase's goodput, the drop probability's
+// spread and the steady share come from the 1 s series from +SettleTime;
+// the health checks from the whole run.
+func TestSummarise(t *testing.T) {
+	r := &RunResult{Variant: VariantEnforce, Phases: []PhaseResult{
+		{Name: "0.5x", DurationS: 2, HealthOK: 20, HealthTotal: 20},
+		{Name: "3x", DurationS: 10, GoodputRPS: 180, P99Ms: 30, MeanConnectMs: 400, HealthOK: 99, HealthTotal: 100,
+			Settled: &PhaseResult{GoodputRPS: 190}},
+	}}
+	for i := range 12 {
+		pt := SecondPoint{T: float64(i), Goodput: 190, P: 0.6}
+		if i == 9 {
+			pt.Goodput, pt.P = 50, 0.7 // one bad window in the steady part
+		}
+		if i < 7 { // before +5 s of the 3x phase (which starts at 2 s): not counted
+			pt.Goodput, pt.P = 0, 0
+		}
+		r.Series = append(r.Series, pt)
+	}
+	m := r.summarise("3x", 200)
+	if m.GoodputC != 0.9 || m.SettledGoodputC != 0.95 || m.P99Ms != 30 || m.MeanConnectMs != 400 {
+		t.Errorf("summary %+v: want goodput 0.9 C, settled 0.95 C, p99 30, connect 400", m)
+	}
+	if m.HealthOK != 119 || m.HealthTotal != 120 {
+		t.Errorf("health %d/%d, want 119/120", m.HealthOK, m.HealthTotal)
+	}
+	// Windows 7..11: one of five below 0.8 × the mean.
+	if math.Abs(m.WindowsOK-0.8) > 1e-9 {
+		t.Errorf("steady share %.3f, want 0.8", m.WindowsOK)
+	}
+	if m.PStdDev == nil || math.Abs(*m.PStdDev-0.04) > 1e-9 {
+		t.Errorf("p std-dev %v, want 0.04", m.PStdDev)
+	}
+	r.Variant = VariantStatic
+	if m := r.summarise("3x", 200); m.PStdDev != nil {
+		t.Errorf("static: p std-dev %v, want none (no olcd)", *m.PStdDev)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
@@ -34,17 +35,32 @@ type AttackConfig struct {
 	// HealthRate is the health checks per second for the whole attack
 	// (0: none).
 	HealthRate float64
-	// Timeout bounds each request, connect included.
+	// Timeout bounds each request, connect included (open-retry: the
+	// answer once connected).
 	Timeout time.Duration
+	// Clients is how the clients behave: ClientsOpenGiveUp ("" too),
+	// ClientsOpenRetry or ClientsClosedPool.
+	Clients Clients
+	// ConnectTimeout bounds a connect of ClientsOpenRetry, the time the
+	// kernel retransmits its SYN.
+	ConnectTimeout time.Duration
+	// Pool is the closed pool's size (RunClosedPool; default
+	// ClosedPoolClients); the open-loop attacker ignores it.
+	Pool int `json:",omitempty"`
 	// Phases are played one after the other.
 	Phases []Phase
+	// KeepAlive reuses connections for the work requests (the response
+	// checks: a latency is then one round trip and the server's time);
+	// otherwise every request is its own connection.
+	KeepAlive bool
 }
 
 // Outcomes of a request.
 const (
 	outcomeOK      = "ok"      // 200 within the timeout
 	outcomeTimeout = "timeout" // no answer within the timeout (a dropped SYN, a queue too long)
-	outcomeError   = "error"   // refused, reset or another non-HTTP failure
+	outcomeRefused = "refused" // connect answered with a reset (ECONNREFUSED): a rejected SYN
+	outcomeError   = "error"   // reset or another non-HTTP failure
 	// Any other HTTP status is "http<code>", e.g. http429.
 )
 
@@ -147,21 +163,39 @@ func RunAttack(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 	}()
 	lines := out
 
+	timeout := cfg.Timeout
 	dialer := &net.Dialer{Timeout: cfg.Timeout}
+	switch cfg.Clients {
+	case ClientsOpenGiveUp, "":
+	case ClientsOpenRetry:
+		if cfg.ConnectTimeout <= 0 {
+			return errors.New("attack: open-retry clients need a connect timeout")
+		}
+		dialer.Timeout = cfg.ConnectTimeout
+		timeout = cfg.ConnectTimeout + cfg.Timeout
+	case ClientsClosedPool:
+		return errors.New("attack: the closed pool is RunClosedPool (olcd-overload closed-pool)")
+	default:
+		return fmt.Errorf("attack: unknown clients %q (have open-giveup, open-retry, closed-pool)", cfg.Clients)
+	}
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		t0 := time.Now()
 		c, err := dialer.DialContext(ctx, network, addr)
 		lines.printf("d %d %d %s\n", t0.UnixNano(), time.Since(t0).Nanoseconds(), classifyErr(err))
 		return c, err
 	}
-	newAttacker := func(dial func(context.Context, string, string) (net.Conn, error)) *vegeta.Attacker {
+	newAttacker := func(dial func(context.Context, string, string) (net.Conn, error), keepAlive bool) *vegeta.Attacker {
 		tr := &http.Transport{DialContext: dial, DisableKeepAlives: true, MaxIdleConnsPerHost: -1}
+		if keepAlive {
+			tr = &http.Transport{DialContext: dial, MaxIdleConnsPerHost: 256}
+		}
 		return vegeta.NewAttacker(
-			vegeta.Client(&http.Client{Transport: tr, Timeout: cfg.Timeout}),
+			vegeta.Client(&http.Client{Transport: tr, Timeout: timeout}),
 			vegeta.Workers(64), vegeta.MaxWorkers(20000), vegeta.Redirects(vegeta.NoFollow))
 	}
-	work := newAttacker(dial)
-	health := newAttacker(dialer.DialContext)
+	work := newAttacker(dial, cfg.KeepAlive)
+	// Health checks are what a load balancer sends: a 1 s budget.
+	health := newAttacker((&net.Dialer{Timeout: cfg.Timeout}).DialContext, false)
 
 	start := time.Now()
 	lines.printf("start %d\n", start.UnixNano())
@@ -204,6 +238,8 @@ func outcome(r *vegeta.Result) string {
 		return fmt.Sprintf("http%d", r.Code)
 	case isTimeoutText(r.Error):
 		return outcomeTimeout
+	case strings.Contains(r.Error, "connection refused"):
+		return outcomeRefused
 	default:
 		return outcomeError
 	}
@@ -218,6 +254,8 @@ func classifyErr(err error) string {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
 		errors.As(err, &ne) && ne.Timeout(), errors.Is(err, os.ErrDeadlineExceeded):
 		return outcomeTimeout
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return outcomeRefused
 	default:
 		return outcomeError
 	}

@@ -35,6 +35,17 @@ type BackendConfig struct {
 	// Limiter is "" (none) or "bbr": go-kratos/aegis ratelimit/bbr around
 	// the work handler with its defaults, answering 429 when it rejects.
 	Limiter string
+	// Sleep, when positive, makes a request wait that long (a handler of
+	// known time: a downstream call, a lock) instead of spinning Work.
+	Sleep time.Duration
+	// Workers, when positive, is a pool of that many workers: a request
+	// waits for a free worker, holds it for its Sleep (or Work) and gives
+	// it back, so the capacity is Workers ÷ Sleep whatever the CPU (a
+	// thread pool, a database connection pool). 0: no pool.
+	Workers int
+	// KeepAlive keeps the work port's connections open between requests
+	// (the response checks); otherwise every answer closes its connection.
+	KeepAlive bool
 }
 
 // RunBackend serves until ctx ends. It prints "ready" on stdout once both
@@ -44,12 +55,30 @@ func RunBackend(ctx context.Context, cfg BackendConfig) error {
 		return errors.New("backend: neither -port nor -health-port")
 	}
 	iters := cfg.Iterations
-	if iters <= 0 {
+	if iters <= 0 && cfg.Sleep <= 0 {
 		iters = calibrateSpin(cfg.Work)
 	}
+	if cfg.Sleep > 0 {
+		iters = 0
+	}
+	var pool chan struct{}
+	if cfg.Workers > 0 {
+		pool = make(chan struct{}, cfg.Workers)
+	}
 	work := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if pool != nil {
+			// Queued requests are served even when their client has
+			// left, as a thread pool's executor queue does.
+			pool <- struct{}{}
+			defer func() { <-pool }()
+		}
+		if cfg.Sleep > 0 {
+			time.Sleep(cfg.Sleep)
+		}
 		sink.Add(spin(iters))
-		w.Header().Set("Connection", "close")
+		if !cfg.KeepAlive {
+			w.Header().Set("Connection", "close")
+		}
 		io.WriteString(w, "ok\n")
 	})
 	var h http.Handler = work
@@ -80,11 +109,11 @@ func RunBackend(ctx context.Context, cfg BackendConfig) error {
 		srv := &http.Server{Handler: l.h, ReadHeaderTimeout: 5 * time.Second, ErrorLog: nil}
 		// Every request is its own connection, as the clients in front of
 		// an overloaded service mostly are.
-		srv.SetKeepAlivesEnabled(false)
+		srv.SetKeepAlivesEnabled(cfg.KeepAlive && l.port == cfg.Port)
 		servers = append(servers, srv)
 		go func() { errc <- srv.Serve(ln) }()
 	}
-	fmt.Printf("ready work=%s iterations=%d limiter=%q gomaxprocs=%d\n", cfg.Work, iters, cfg.Limiter, runtime.GOMAXPROCS(0))
+	fmt.Printf("ready work=%s iterations=%d sleep=%s workers=%d limiter=%q gomaxprocs=%d\n", cfg.Work, iters, cfg.Sleep, cfg.Workers, cfg.Limiter, runtime.GOMAXPROCS(0))
 	select {
 	case <-ctx.Done():
 	case err := <-errc:

@@ -26,6 +26,8 @@ type CalibrationStep struct {
 // Calibration is the measured capacity and the olcd threshold derived from
 // it.
 type Calibration struct {
+	// Backend is the backend calibrated ("": cpu, from before the matrix).
+	Backend Backend `json:"backend,omitempty"`
 	// Steps are the steps of the step load, in order.
 	Steps []CalibrationStep `json:"steps"`
 	// CapacityRPS is C: the highest step whose p99 has not risen (the knee).
@@ -39,6 +41,11 @@ type Calibration struct {
 	Threshold float64 `json:"threshold"`
 	// ThresholdFactor is the share of the knee value the threshold sits at.
 	ThresholdFactor float64 `json:"threshold_factor"`
+	// ResponseThreshold is the response_time_p95 threshold olcd runs with,
+	// in seconds: the latency limit of the knee (kneeP99Factor × BaseP99Ms,
+	// at least BaseP99Ms + kneeP99Slack), the p99 up to which a step
+	// counted as within capacity.
+	ResponseThreshold float64 `json:"response_threshold_s"`
 	// QuotaHalved is the same step load with the quota halved, as scenario
 	// 2 halves it: its CapacityRPS is the new capacity that scenario's
 	// goodput is measured against. Nil until CalibrateHalved ran.
@@ -91,18 +98,86 @@ const MaxThreshold = 0.93
 // sits near the top.
 var halvedSteps = []float64{0.3, 0.5, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0, 1.05, 1.1}
 
-// Calibrate runs the step load without protection, finds the knee (the
-// capacity C) and sets h.Calibration. The steps go past saturation, so the
-// backend is restarted afterwards.
+// matrixSteps are the steps of the pool and php backends, as fractions of
+// their nominal capacity: their capacity is set by a pool, not measured
+// CPU, so the knee sits near 1 and the low steps only give the base.
+var matrixSteps = []float64{0.3, 0.5, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0, 1.05, 1.1}
+
+// Calibrate calibrates the cpu backend and sets h.Calibration (see
+// CalibrateBackend).
 func (h *Harness) Calibrate(ctx context.Context) (*Calibration, error) {
-	cal, err := h.calibrate(ctx, "calibration", h.opt.Quota, calibrationSteps)
+	return h.CalibrateBackend(ctx, BackendCPU)
+}
+
+// CalibrateBackend runs the step load without protection against backend
+// b, finds the knee (the capacity C) and records it as b's calibration
+// (h.Calibration for cpu). The steps go past saturation, so the backend is
+// restarted afterwards.
+func (h *Harness) CalibrateBackend(ctx context.Context, b Backend) (*Calibration, error) {
+	label, steps := "calibration", calibrationSteps
+	if b != BackendCPU {
+		label, steps = "calibration-"+string(b), matrixSteps
+	}
+	prev := h.backend
+	h.backend = b
+	defer func() { h.backend = prev }()
+	cal, err := h.calibrate(ctx, label, h.opt.Quota, steps)
 	if err != nil {
 		return cal, err
 	}
-	h.Calibration = cal
-	fmt.Fprintf(h.opt.Progress, "calibration: C = %.0f req/s; olcd threshold cgroup_cpu_usage_of_quota = %.3f (%.2f × the knee's %.3f, at most %.2f)\n",
-		cal.CapacityRPS, cal.Threshold, cal.ThresholdFactor, cal.KneeCPUBusy, MaxThreshold)
+	cal.Backend = b
+	if b != BackendCPU {
+		// The knee's CPU of a backend whose bottleneck is not CPU is no
+		// ceiling (0.1–0.3 of the quota: the CPU follows the connection
+		// rate, not the queue); the CPU threshold there is the one a user
+		// sets against a CPU overload, the default cpu_busy threshold.
+		cal.Threshold = GuardCPUThreshold
+	}
+	h.SetCalibration(cal)
+	fmt.Fprintf(h.opt.Progress, "calibration (%s): C = %.0f req/s; olcd thresholds cgroup_cpu_usage_of_quota = %.3f (%.2f × the knee's %.3f, at most %.2f), response_time_p95 = %.1f ms (the knee's p99 limit)\n",
+		b, cal.CapacityRPS, cal.Threshold, cal.ThresholdFactor, cal.KneeCPUBusy, MaxThreshold, 1e3*cal.ResponseThreshold)
 	return cal, nil
+}
+
+// GuardCPUThreshold is the cgroup_cpu_usage_of_quota threshold of the
+// backends whose bottleneck is not CPU (pool, php): the embedded default's
+// cpu_busy threshold.
+const GuardCPUThreshold = 0.85
+
+// SetCalibration records cal as the calibration of its backend.
+func (h *Harness) SetCalibration(cal *Calibration) {
+	b := cal.Backend
+	if b == "" {
+		b = BackendCPU
+	}
+	if h.calibrations == nil {
+		h.calibrations = map[Backend]*Calibration{}
+	}
+	h.calibrations[b] = cal
+	if b == BackendCPU {
+		h.Calibration = cal
+	}
+}
+
+// CalibrationOf returns backend b's calibration, nil before it ran.
+func (h *Harness) CalibrationOf(b Backend) *Calibration {
+	if b == BackendCPU || b == "" {
+		return h.Calibration
+	}
+	return h.calibrations[b]
+}
+
+// nominalRPS is backend b's capacity on paper at quota: the step load's
+// unit.
+func (h *Harness) nominalRPS(b Backend, quota float64) float64 {
+	switch b {
+	case BackendPool:
+		return PoolWorkers / PoolHold.Seconds()
+	case BackendPHP:
+		return PHPChildren / (20*time.Millisecond + time.Millisecond).Seconds()
+	default:
+		return quota / h.opt.Work.Seconds()
+	}
 }
 
 // CalibrateHalved runs the step load with the quota halved and records it
@@ -139,16 +214,16 @@ func (h *Harness) calibrate(ctx context.Context, label string, quota float64, st
 		return nil, err
 	}
 	h.waitIdle(5 * time.Second)
-	nominal := quota / h.opt.Work.Seconds()
+	nominal := h.nominalRPS(h.backend, quota)
 	phases := make([]Phase, len(steps))
 	for i, f := range steps {
 		phases[i] = Phase{Name: fmt.Sprintf("step-%.2f", f), Rate: f * nominal, Duration: stepLength}
 	}
-	fmt.Fprintf(h.opt.Progress, "%s: step load %.0f..%.0f req/s (nominal capacity %.0f/s = quota %.2g CPU ÷ %s per request), %s per step\n",
-		label, phases[0].Rate, phases[len(phases)-1].Rate, nominal, quota, h.opt.Work, stepLength)
+	fmt.Fprintf(h.opt.Progress, "%s: step load %.0f..%.0f req/s (nominal capacity %.0f/s), %s per step\n",
+		label, phases[0].Rate, phases[len(phases)-1].Rate, nominal, stepLength)
 	// The quota as a change at 0 s, so that the CPU is read as a share of
 	// this quota, not of Options.Quota.
-	rec, err := h.attack(ctx, dir, label, phases, []QuotaChange{{At: 0, CPUs: quota}}, nil, nil, RunOptions{})
+	rec, err := h.attack(ctx, dir, label, ClientsOpenGiveUp, phases, []QuotaChange{{At: 0, CPUs: quota}}, nil, nil, RunOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -213,5 +288,6 @@ func (c *Calibration) findKnee() error {
 	c.CapacityRPS = c.Steps[knee].RateRPS
 	c.KneeCPUBusy = c.Steps[knee].CPUBusy
 	c.Threshold = min(c.KneeCPUBusy*c.ThresholdFactor, MaxThreshold)
+	c.ResponseThreshold = limit / 1e3
 	return nil
 }

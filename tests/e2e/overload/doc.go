@@ -13,7 +13,12 @@
 //
 // A run is a Scenario (phases of offered load, as multiples of the calibrated
 // capacity C, and capacity changes) under a Variant (none, observe, enforce,
-// static, inapp). Calibrate finds C with a step load. Results come back per
+// static, inapp; enforce-reject: olcd with the reject action). The load is
+// the open-loop attacker, or for a scenario with Client ClientClosedPool
+// (ClosedPool3x) a pool of 64 blocking clients (RunClosedPool: one request of
+// at most 2 s in flight per client, scheduled, missed due times skipped), as
+// thread pools and connection-per-query worker pools load a service:
+// `olcd-overload demo -scenarios closed-pool-3x -variants enforce,enforce-reject`. Calibrate finds C with a step load. Results come back per
 // phase (offered, goodput within the SLO, latency percentiles, errors,
 // timeouts, SYN drop ratio, backend CPU) and as a time series per second,
 // which Report prints, writes as JSON and plots.

@@ -61,6 +61,11 @@ type Options struct {
 	// Progress receives one line every few seconds while a run goes on
 	// (nil: silent).
 	Progress io.Writer
+	// ResponseTarget is the enforce variants' response-time target where
+	// olcd has the law on the measured queue: "" its default (auto, a
+	// multiple of the port's baseline), "knee" the calibration's latency
+	// limit (Calibration.ResponseThreshold).
+	ResponseTarget string
 }
 
 func (o *Options) defaults() {
@@ -128,11 +133,25 @@ type Harness struct {
 
 	backends   []*backendProc
 	iterations int // spin rounds per request, fixed by the first backend
+	// backendNetns, when set, is the network namespace the backend runs
+	// in (the load-balancer test's nodes, lb.go); net is then the client
+	// side, whose HostIP is the node's address.
+	backendNetns string
+	// sleep, when positive, makes the next work backend wait instead of
+	// spinning; keepAlive keeps its connections open (response.go).
+	sleep     time.Duration
+	keepAlive bool
+	// backend is the kind of backend the next start runs ("": cpu).
+	backend Backend
 
 	// Calibration is set by Calibrate (or by the caller, from an earlier
 	// results.json): the capacity and the olcd threshold every later run
 	// uses.
 	Calibration *Calibration
+	// calibrations are the backends' calibrations (cpu: Calibration).
+	calibrations map[Backend]*Calibration
+	// targetLaw is set when olcd accepts controller.response_target.
+	targetLaw bool
 }
 
 // New checks the prerequisites, takes the host lock (waiting for another
@@ -161,7 +180,12 @@ func New(ctx context.Context, opt Options) (*Harness, error) {
 		return nil, err
 	}
 	removeLeftovers()
-	h := &Harness{opt: opt, id: fmt.Sprintf("%05x", rand.IntN(1<<20)), lock: lock}
+	h := &Harness{opt: opt, id: fmt.Sprintf("%05x", rand.IntN(1<<20)), lock: lock, targetLaw: hasTargetLaw(opt.Olcd, opt.OutDir)}
+	law := "response_time_p95 threshold (this olcd has no controller.response_target)"
+	if h.targetLaw {
+		law = "controller.response_target"
+	}
+	fmt.Fprintf(opt.Progress, "olcd %s: enforce controls on the response time through %s\n", opt.Olcd, law)
 	if h.net, err = newNet(h.id); err != nil {
 		h.Close()
 		return nil, err
@@ -200,30 +224,44 @@ type backendProc struct {
 	done chan error
 }
 
-// startBackend starts a fresh backend in the cgroup with the full quota:
-// the work server on WorkPort and, as a second process in the same cgroup,
-// the health server on HealthPort, and waits until both are ready. A fresh
-// work server per run drops the work an earlier overload left queued, which
-// would otherwise burn the CPU for tens of seconds into the next run. The
-// health server is a process of its own so that its answers measure what
-// happens to its connections on the way (olcd must never shed them: the
-// port is an exception), not the Go scheduler of a work server with a
-// backlog of thousands of goroutines, where a health goroutine waits its
-// turn behind them whatever the network did.
+// startBackend starts a fresh backend of h.backend in the cgroup with the
+// full quota: the work server on WorkPort and, as a process of its own in
+// the same cgroup, the health server on HealthPort, and waits until both
+// answer. A fresh work server per run drops the work an earlier overload
+// left queued, which would otherwise burn the CPU for tens of seconds into
+// the next run. The health server is a process of its own so that its
+// answers measure what happens to its connections on the way (olcd must
+// never shed them: the port is an exception), not the scheduler of a work
+// server with a backlog of thousands of requests, where a health check
+// waits its turn behind them whatever the network did.
 func (h *Harness) startBackend(limiter string) error {
 	h.stopBackend()
 	if err := h.cg.SetQuota(h.opt.Quota); err != nil {
 		return err
 	}
-	work, line, err := h.startBackendProc("work", "-port", strconv.Itoa(WorkPort), "-health-port", "0", "-limiter", limiter)
-	if err != nil {
-		return err
-	}
-	h.backends = append(h.backends, work)
-	if _, v, ok := strings.Cut(line, "iterations="); ok && h.iterations == 0 {
-		n, _ := strconv.Atoi(strings.Fields(v)[0])
-		h.iterations = n
-		fmt.Fprintf(h.opt.Progress, "backend: %s\n", line)
+	switch h.backend {
+	case BackendPHP:
+		if err := h.startPHP(); err != nil {
+			h.stopBackend()
+			return err
+		}
+	case BackendCPU, BackendPool, "":
+		args := []string{"-port", strconv.Itoa(WorkPort), "-health-port", "0", "-limiter", limiter}
+		if h.backend == BackendPool {
+			args = append(args, "-workers", strconv.Itoa(PoolWorkers))
+		}
+		work, line, err := h.startBackendProc("work", args...)
+		if err != nil {
+			return err
+		}
+		h.backends = append(h.backends, work)
+		if _, v, ok := strings.Cut(line, "iterations="); ok && h.iterations == 0 && h.sleep == 0 && h.backend != BackendPool {
+			n, _ := strconv.Atoi(strings.Fields(v)[0])
+			h.iterations = n
+			fmt.Fprintf(h.opt.Progress, "backend: %s\n", line)
+		}
+	default:
+		return fmt.Errorf("unknown backend %q (have cpu, pool, php)", h.backend)
 	}
 	health, _, err := h.startBackendProc("health", "-port", "0", "-health-port", strconv.Itoa(HealthPort))
 	if err != nil {
@@ -250,9 +288,24 @@ func (h *Harness) startBackend(limiter string) error {
 	return nil
 }
 
-// startBackendProc starts one backend process in the cgroup and waits for
-// its "ready" line, which it returns.
+// startBackendProc starts one process of the harness's own backend (the
+// olcd-overload binary) in the cgroup and waits for its "ready" line, which
+// it returns.
 func (h *Harness) startBackendProc(role string, args ...string) (*backendProc, string, error) {
+	sleep := h.sleep
+	if h.backend == BackendPool && role == "work" {
+		sleep = PoolHold
+	}
+	argv := append([]string{h.opt.Self, "backend",
+		"-addr", h.net.HostIP.String(), "-work", h.opt.Work.String(), "-iterations", strconv.Itoa(h.iterations),
+		"-sleep", sleep.String(), "-keepalive=" + strconv.FormatBool(h.keepAlive)}, args...)
+	return h.startInCgroup(role, true, argv...)
+}
+
+// startInCgroup starts argv in the backend's cgroup (and network
+// namespace, if any), its stderr to backend-<role>.log; with waitReady it
+// waits for the first line on stdout and returns it.
+func (h *Harness) startInCgroup(role string, waitReady bool, argv ...string) (*backendProc, string, error) {
 	logPath := filepath.Join(h.opt.OutDir, "backend-"+role+".log")
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -265,8 +318,13 @@ func (h *Harness) startBackendProc(role string, args ...string) (*backendProc, s
 	for _, f := range h.cg.ProcsFiles() {
 		join += fmt.Sprintf("echo $$ > %q && ", f)
 	}
-	argv := append([]string{"-c", join + `exec "$@"`, "sh", h.opt.Self, "backend",
-		"-addr", h.net.HostIP.String(), "-work", h.opt.Work.String(), "-iterations", strconv.Itoa(h.iterations)}, args...)
+	run := `exec "$@"`
+	if h.backendNetns != "" {
+		// nsenter, not ip netns exec: that remounts /sys, and with it the
+		// cgroup hierarchies, in a mount namespace of its own.
+		run = `exec nsenter --net=/run/netns/` + h.backendNetns + ` "$@"`
+	}
+	argv = append([]string{"-c", join + run, "sh"}, argv...)
 	cmd := exec.Command("sh", argv...)
 	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -295,6 +353,14 @@ func (h *Harness) startBackendProc(role string, args ...string) (*backendProc, s
 		}
 	}()
 	go func() { p.done <- cmd.Wait(); logf.Close() }()
+	if !waitReady {
+		select {
+		case err := <-p.done:
+			return nil, "", fmt.Errorf("backend (%s) exited at start: %v (see %s)", role, err, logPath)
+		case <-time.After(200 * time.Millisecond):
+			return p, "", nil
+		}
+	}
 	select {
 	case line := <-ready:
 		return p, line, nil

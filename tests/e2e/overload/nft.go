@@ -19,10 +19,15 @@ type nftLimit struct {
 }
 
 // addStaticLimit installs `limit rate over <rps>/second` on new connections
-// (SYN without ACK) to WorkPort, in the input hook of the host namespace.
-// The burst is a tenth of a second's worth, as a static limit is usually
-// configured.
-func (h *Harness) addStaticLimit(rps float64) (*nftLimit, error) {
+// (SYN without ACK) to WorkPort, in the input hook of the host namespace,
+// dropping what is over the rate or, with reject, answering it with a TCP
+// reset. The burst is a tenth of a second's worth, as a static limit is
+// usually configured.
+func (h *Harness) addStaticLimit(rps float64, reject bool) (*nftLimit, error) {
+	verdict := "drop"
+	if reject {
+		verdict = "reject with tcp reset"
+	}
 	n := &nftLimit{table: namePrefix + h.id}
 	rate := int(math.Round(rps))
 	burst := max(5, rate/10)
@@ -32,10 +37,10 @@ func (h *Harness) addStaticLimit(rps float64) (*nftLimit, error) {
 	chain input {
 		type filter hook input priority 0; policy accept;
 		tcp dport %[2]d tcp flags & (syn | ack) == syn counter name "seen"
-		tcp dport %[2]d tcp flags & (syn | ack) == syn limit rate over %[3]d/second burst %[4]d packets counter name "dropped" drop
+		tcp dport %[2]d tcp flags & (syn | ack) == syn limit rate over %[3]d/second burst %[4]d packets counter name "dropped" %[5]s
 	}
 }
-`, n.table, WorkPort, rate, burst)
+`, n.table, WorkPort, rate, burst, verdict)
 	cmd := exec.Command("nft", "-f", "-")
 	cmd.Stdin = strings.NewReader(rules)
 	if out, err := cmd.CombinedOutput(); err != nil {

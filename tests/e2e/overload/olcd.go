@@ -13,17 +13,21 @@ import (
 	"github.com/olcd/olcd/internal/daemon"
 )
 
-// olcdConfig is the daemon's config for a run: the thresholds come from the
-// calibration (docs/tuning.md §1), the bound from docs/tuning.md §2 (3× is
-// beyond what the default min_pass_rate 0.3 can hold), everything else is
-// the default.
+// olcdConfig is the daemon's config for a run: the embedded default plus
+// the interface, the ports, the cgroup, the thresholds from the
+// calibration (docs/tuning.md §1) and the controller keys of
+// Options.OlcdController (min_pass_rate: 3 C is beyond what the default 0.3
+// can hold, docs/tuning.md §2; the others are justified in docs/tuning.md
+// §5). attach: tc because XDP on a veth needs a program on its peer too.
 var olcdConfig = template.Must(template.New("olcd.yaml").Parse(`# written by the overload harness
 mode: {{.Mode}}
 interfaces: [{{.Iface}}]
 attach: tc
 interval: {{.Interval}}
 signals:
-  cgroup_cpu_usage_of_quota: {threshold: {{printf "%.3f" .Threshold}}}
+{{- range .Signals}}
+  {{.}}
+{{- end}}
 cgroup: {{.Cgroup}}
 controller:
 {{- range .Controller}}
@@ -33,6 +37,10 @@ ports:
   - {port: {{.Port}}, proto: tcp, class: normal}
 exceptions:
   ports: [{port: {{.HealthPort}}, proto: tcp}]
+{{- if .Action}}
+action:
+  kind: {{.Action}}
+{{- end}}
 metrics:
   address: ""
 admin:
@@ -41,6 +49,59 @@ decision_log: {{.DecisionLog}}
 datapath:
   selection: {{.Selection}}
 `))
+
+// olcdSettings are what a run's olcd config varies in.
+type olcdSettings struct {
+	// Mode is "observe" or "enforce".
+	Mode string
+	// Signals are the lines of the signals section, "name: {threshold: x}".
+	Signals []string
+	// Controller are controller keys beyond Options.OlcdController.
+	Controller []string
+	// Action is action.kind ("": the default, drop).
+	Action string
+}
+
+// olcdSettingsFor returns the olcd settings of variant v under cal.
+// enforce controls on the work port's measured response time, the
+// cgroup's CPU a guard beside it: with the law on the measured queue
+// (controller.response_target, h.targetLaw) at its default target (auto)
+// or, with Options.ResponseTarget "knee", at the knee's latency limit;
+// without it through a response_time_p95 threshold at the knee's latency
+// limit. enforce-cpu watches the CPU alone (response_target: off).
+func (h *Harness) olcdSettingsFor(v Variant, cal *Calibration) olcdSettings {
+	cpu := fmt.Sprintf("cgroup_cpu_usage_of_quota: {threshold: %.3f}", cal.Threshold)
+	set := olcdSettings{Mode: "enforce", Signals: []string{cpu}}
+	switch v {
+	case VariantEnforceCPU:
+		if h.targetLaw {
+			set.Controller = []string{"response_target: off"}
+		}
+		return set
+	case VariantObserve:
+		set.Mode = "observe"
+	case VariantEnforceReject:
+		set.Action = "reject"
+	}
+	switch {
+	case !h.targetLaw:
+		set.Signals = []string{fmt.Sprintf("response_time_p95: {threshold: %.4f}", cal.ResponseThreshold), cpu}
+	case h.opt.ResponseTarget == "knee":
+		set.Controller = []string{fmt.Sprintf("response_target: %.4f", cal.ResponseThreshold)}
+	}
+	return set
+}
+
+// hasTargetLaw reports whether the olcd binary accepts
+// controller.response_target (the law on the measured queue).
+func hasTargetLaw(olcd, dir string) bool {
+	path := filepath.Join(dir, "probe-response-target.yaml")
+	if err := os.WriteFile(path, []byte("controller:\n  response_target: off\n"), 0o644); err != nil {
+		return false
+	}
+	defer os.Remove(path)
+	return exec.Command(olcd, "check-config", path).Run() == nil
+}
 
 // olcdProc is a running `olcd run`.
 type olcdProc struct {
@@ -54,7 +115,7 @@ type olcdProc struct {
 
 // startOlcd writes the config into dir, starts olcd and waits until it has
 // attached and ticked twice.
-func (h *Harness) startOlcd(ctx context.Context, dir, mode string, threshold float64) (*olcdProc, error) {
+func (h *Harness) startOlcd(ctx context.Context, dir string, set olcdSettings) (*olcdProc, error) {
 	o := &olcdProc{logPath: filepath.Join(dir, "olcd.log"), decisionLog: filepath.Join(dir, "decisions.jsonl")}
 	socket := filepath.Join(dir, "olcd.sock")
 	_ = os.Remove(socket)
@@ -65,7 +126,8 @@ func (h *Harness) startOlcd(ctx context.Context, dir, mode string, threshold flo
 		return nil, err
 	}
 	err = olcdConfig.Execute(f, map[string]any{
-		"Mode": mode, "Iface": h.net.HostIf, "Interval": h.opt.OlcdInterval, "Controller": h.opt.OlcdController, "Selection": h.opt.Selection, "Threshold": threshold, "Cgroup": h.cg.Name,
+		"Mode": set.Mode, "Iface": h.net.HostIf, "Interval": h.opt.OlcdInterval, "Selection": h.opt.Selection,
+		"Signals": set.Signals, "Action": set.Action, "Cgroup": h.cg.Name, "Controller": append(append([]string{}, h.opt.OlcdController...), set.Controller...),
 		"Port": WorkPort, "HealthPort": HealthPort, "Socket": socket, "DecisionLog": o.decisionLog,
 	})
 	f.Close()

@@ -22,6 +22,8 @@ type Report struct {
 	Scenarios []ScenarioResult `json:"scenarios"`
 	// Calibration is the step load behind CapacityRPS.
 	Calibration *Calibration `json:"calibration"`
+	// Calibrations are every calibrated backend's, by backend name.
+	Calibrations map[Backend]*Calibration `json:"calibrations,omitempty"`
 }
 
 // ScenarioResult is one run in results.json.
@@ -33,7 +35,7 @@ type ScenarioResult struct {
 
 // NewReport starts a report for h's calibration.
 func (h *Harness) NewReport() *Report {
-	r := &Report{SLOMs: float64(h.opt.SLO.Milliseconds()), Calibration: h.Calibration, Scenarios: []ScenarioResult{}}
+	r := &Report{SLOMs: float64(h.opt.SLO.Milliseconds()), Calibration: h.Calibration, Scenarios: []ScenarioResult{}, Calibrations: h.calibrations}
 	if h.Calibration != nil {
 		r.CapacityRPS = h.Calibration.CapacityRPS
 	}
@@ -72,8 +74,14 @@ func (r *Report) PrintTables(w io.Writer) {
 		}
 	}
 	for _, name := range order {
+		c := r.CapacityRPS
+		for _, s := range r.Scenarios {
+			if s.Name == name && s.CapacityRPS > 0 {
+				c = s.CapacityRPS
+			}
+		}
 		fmt.Fprintf(w, "\n%s   (C = %.0f req/s, SLO %.0f ms; goodput = HTTP 200 answers within the SLO; p50/p99 of successful answers, - when none;\n"+
-			"   timeouts count shed connections too: a dropped SYN times out at the client; cpu = backend CPU ÷ quota)\n", name, r.CapacityRPS, r.SLOMs)
+			"   timeouts count shed connections too: a dropped SYN times out at the client; refused: connects answered with a reset; connect = mean ms in connect(); cpu = backend CPU ÷ quota)\n", name, c, r.SLOMs)
 		if name == CapacityHalved.Name && r.Calibration != nil {
 			ch := r.Calibration.HalvedCapacityRPS()
 			how := "measured"
@@ -84,7 +92,7 @@ func (r *Report) PrintTables(w io.Writer) {
 				ch, how, ch/(r.CapacityRPS/2), r.CapacityRPS/ch)
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "variant\tphase\toffered/s\tgoodput/s\tgoodput/C\tp50 ms\tp99 ms\terrors\ttimeouts\tSYN drop %\tcpu\tolcd p\thealth\t")
+		fmt.Fprintln(tw, "variant\tphase\toffered/s\tgoodput/s\tgoodput/C\tp50 ms\tp99 ms\terrors\trefused\ttimeouts\tconnect\tSYN drop %\tcpu\tolcd p\thealth\t")
 		for _, s := range r.Scenarios {
 			if s.Name != name {
 				continue
@@ -101,7 +109,7 @@ func (r *Report) PrintTables(w io.Writer) {
 			}
 			for _, p := range rows {
 				olcdP := "-"
-				if s.Variant == VariantEnforce || s.Variant == VariantObserve {
+				if olcdVariant(s.Variant) {
 					olcdP = fmt.Sprintf("%.2f", p.MeanP)
 				}
 				drop := fmt.Sprintf("%.1f", 100*p.SYNDropRatio)
@@ -112,13 +120,14 @@ func (r *Report) PrintTables(w io.Writer) {
 				if p.Successes > 0 {
 					p50, p99 = fmt.Sprintf("%.1f", p.P50Ms), fmt.Sprintf("%.1f", p.P99Ms)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.2f\t%s\t%s\t%d\t%d\t%s\t%.2f\t%s\t%d/%d\t\n",
-					s.Variant, p.Name, p.OfferedRPS, p.GoodputRPS, p.GoodputRPS/r.CapacityRPS, p50, p99,
-					p.Errors, p.Timeouts, drop, p.CPUBusy, olcdP, p.HealthOK, p.HealthTotal)
+				fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.2f\t%s\t%s\t%d\t%d\t%d\t%.0f\t%s\t%.2f\t%s\t%d/%d\t\n",
+					s.Variant, p.Name, p.OfferedRPS, p.GoodputRPS, p.GoodputRPS/c, p50, p99,
+					p.Errors, p.ConnectRefused, p.Timeouts, p.MeanConnectMs, drop, p.CPUBusy, olcdP, p.HealthOK, p.HealthTotal)
 			}
 		}
 		tw.Flush()
 	}
+	r.PrintMatrix(w)
 	fmt.Fprintln(w)
 	for _, s := range r.Scenarios {
 		if s.Plot != "" {
@@ -137,4 +146,32 @@ func relPath(p string) string {
 		return r
 	}
 	return p
+}
+
+// PrintMatrix writes the summary of every run: one row per scenario and
+// variant, its overload phase (the highest offered load) in the figures
+// of the matrix.
+func (r *Report) PrintMatrix(w io.Writer) {
+	fmt.Fprintf(w, "\nmatrix: each scenario's overload phase (the highest offered load); goodput/C over the whole phase and from +%.0fs;\n"+
+		"   p sd = drop probability std-dev over 1 s windows from +%.0fs; steady = share of those windows with goodput ≥ %.1f × their mean;\n"+
+		"   connect = mean ms in connect(); health = health checks answered over the run\n", SettleTime.Seconds(), SettleTime.Seconds(), windowOKShare)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tvariant\tC/s\tgoodput/C\t+5s\tp99 ms\tp sd\tsteady\tconnect\trefused\ttimeouts\thealth\t")
+	for _, s := range r.Scenarios {
+		m := s.Summary
+		if m == nil {
+			continue
+		}
+		sd := "-"
+		if m.PStdDev != nil {
+			sd = fmt.Sprintf("%.3f", *m.PStdDev)
+		}
+		p99 := "-"
+		if m.P99Ms > 0 {
+			p99 = fmt.Sprintf("%.0f", m.P99Ms)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.2f\t%.2f\t%s\t%s\t%.2f\t%.0f\t%d\t%d\t%d/%d\t\n", s.Name, s.Variant, s.CapacityRPS,
+			m.GoodputC, m.SettledGoodputC, p99, sd, m.WindowsOK, m.MeanConnectMs, m.ConnectRefused, m.Timeouts, m.HealthOK, m.HealthTotal)
+	}
+	tw.Flush()
 }

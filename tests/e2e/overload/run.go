@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,23 +20,98 @@ import (
 // Variant is what protects the backend in a run.
 type Variant string
 
-// The five ways each scenario runs.
+// The ways a scenario runs.
 const (
 	// VariantNone: nothing; the collapse the others are measured against.
 	VariantNone Variant = "none"
 	// VariantObserve: olcd in observe mode; counts what it would drop.
 	VariantObserve Variant = "observe"
 	// VariantEnforce: olcd in enforce mode on TC ingress of the host veth,
-	// watching the backend's cgroup.
+	// watching the backend's cgroup and the work port's response time
+	// (Calibration.ResponseThreshold), the CPU as a guard.
 	VariantEnforce Variant = "enforce"
+	// VariantEnforceCPU: olcd enforcing on the cgroup's CPU alone, as
+	// before response times were measured: blind to a bottleneck that is
+	// not CPU (pool, php).
+	VariantEnforceCPU Variant = "enforce-cpu"
+	// VariantEnforceReject: VariantEnforce answering shed SYNs with a
+	// RST|ACK (action.kind: reject) instead of dropping them.
+	VariantEnforceReject Variant = "enforce-reject"
 	// VariantStatic: an nftables SYN rate limit at the calibrated capacity.
 	VariantStatic Variant = "static"
-	// VariantInApp: go-kratos/aegis ratelimit/bbr in the backend (429s).
+	// VariantStaticReject: the same limit answering with a TCP reset.
+	VariantStaticReject Variant = "static-reject"
+	// VariantInApp: go-kratos/aegis ratelimit/bbr in the backend (429s;
+	// the cpu backend only).
 	VariantInApp Variant = "inapp"
 )
 
 // Variants lists every variant in report order.
-var Variants = []Variant{VariantNone, VariantObserve, VariantEnforce, VariantStatic, VariantInApp}
+var Variants = []Variant{VariantNone, VariantObserve, VariantEnforce, VariantEnforceCPU, VariantEnforceReject, VariantStatic, VariantStaticReject, VariantInApp}
+
+// olcdVariant reports whether v runs olcd.
+func olcdVariant(v Variant) bool {
+	switch v {
+	case VariantObserve, VariantEnforce, VariantEnforceCPU, VariantEnforceReject:
+		return true
+	}
+	return false
+}
+
+// Backend is the service under load.
+type Backend string
+
+// The backends of the matrix.
+const (
+	// BackendCPU is the harness's HTTP server spending Options.Work of
+	// CPU per request under a 1-CPU quota: CPU is the bottleneck.
+	BackendCPU Backend = "cpu"
+	// BackendPool is the harness's HTTP server with PoolWorkers workers
+	// that each hold a request PoolHold without CPU (a thread or database
+	// connection pool): C ≈ 320/s at a small share of the quota.
+	BackendPool Backend = "pool"
+	// BackendPHP is Debian's nginx in front of php-fpm (pm = static,
+	// PHPChildren children) running a script with a little CPU and a
+	// 20 ms sleep (php.go).
+	BackendPHP Backend = "php"
+)
+
+// Backends lists the backends in report order.
+var Backends = []Backend{BackendCPU, BackendPool, BackendPHP}
+
+// The pool backend's workers and how long each holds a request.
+const (
+	PoolWorkers = 8
+	PoolHold    = 25 * time.Millisecond
+)
+
+// Clients is how the load's clients behave.
+type Clients string
+
+// The clients of the matrix.
+const (
+	// ClientsOpenGiveUp: vegeta, open loop, a new connection per request,
+	// giving up after Options.Timeout (1 s), before a dropped SYN's first
+	// retransmit.
+	ClientsOpenGiveUp Clients = "open-giveup"
+	// ClientsOpenRetry: the same open loop with a 10 s connect timeout
+	// (RetryConnectTimeout), in which the kernel retransmits a dropped
+	// SYN after 1, 3 and 7 s.
+	ClientsOpenRetry Clients = "open-retry"
+	// ClientsClosedPool: ClosedPoolClients blocking clients, each
+	// connecting, sending one request and waiting for the answer or
+	// ClosedPoolTimeout (closedpool.go),
+	// at its share of the schedule with catch-up skipped (a
+	// thread-per-request application, a connection-per-query database
+	// client).
+	ClientsClosedPool Clients = "closed-pool"
+)
+
+// ClientKinds lists the clients in report order.
+var ClientKinds = []Clients{ClientsOpenGiveUp, ClientsOpenRetry, ClientsClosedPool}
+
+// RetryConnectTimeout bounds a connect of the open-retry clients.
+const RetryConnectTimeout = 10 * time.Second
 
 // ScenarioPhase is a phase of a scenario, its load relative to capacity.
 type ScenarioPhase struct {
@@ -54,22 +131,78 @@ type QuotaChange struct {
 	CPUs float64
 }
 
-// Scenario is a load pattern with optional capacity changes.
+// Scenario is a load pattern with optional capacity changes, against one
+// backend with one kind of client.
 type Scenario struct {
-	// Name identifies the scenario in results ("overload-3x").
-	Name   string
-	Phases []ScenarioPhase
+	// Name identifies the scenario in results ("cpu-open-giveup-3x").
+	Name string
+	// Backend and Clients pick the service and its clients (zero: cpu,
+	// open-giveup).
+	Backend Backend
+	Clients Clients
+	Phases  []ScenarioPhase
 	// Quota lists capacity changes, in time order.
 	Quota []QuotaChange
 }
 
-// Overload3x is scenario 1: 0.5 C, then 3 C for 30 s, then 0.5 C again.
-var Overload3x = Scenario{
-	Name: "overload-3x",
+// backend returns the scenario's backend, cpu by default.
+func (sc Scenario) backend() Backend {
+	if sc.Backend == "" {
+		return BackendCPU
+	}
+	return sc.Backend
+}
+
+// clients returns the scenario's clients, open-giveup by default.
+func (sc Scenario) clients() Clients {
+	if sc.Clients == "" {
+		return ClientsOpenGiveUp
+	}
+	return sc.Clients
+}
+
+// OverloadPhase is the name of the phase with the highest offered load
+// (the first of equals): the one a scenario's summary reports.
+func (sc Scenario) OverloadPhase() string {
+	best := -1
+	for i, p := range sc.Phases {
+		if best < 0 || p.Load > sc.Phases[best].Load {
+			best = i
+		}
+	}
+	if best < 0 {
+		return ""
+	}
+	return sc.Phases[best].Name
+}
+
+// Phases3x are the phases of every `<backend>-<clients>-3x` scenario:
+// 0.5 C, then 3 C, then 0.5 C again.
+func Phases3x(low, high, after time.Duration) []ScenarioPhase {
+	return []ScenarioPhase{
+		{Name: "0.5x", Load: 0.5, Duration: low},
+		{Name: "3x", Load: 3, Duration: high},
+		{Name: "0.5x-after", Load: 0.5, Duration: after},
+	}
+}
+
+// Matrix3x is the 3 C scenario of backend b with clients c, named
+// `<backend>-<clients>-3x`, with phases of the given lengths.
+func Matrix3x(b Backend, c Clients, low, high, after time.Duration) Scenario {
+	return Scenario{Name: fmt.Sprintf("%s-%s-3x", b, c), Backend: b, Clients: c, Phases: Phases3x(low, high, after)}
+}
+
+// Overload3x is scenario 1: the cpu backend and vegeta clients that give
+// up after 1 s; 0.5 C, then 3 C for 30 s, then 0.5 C again.
+var Overload3x = Matrix3x(BackendCPU, ClientsOpenGiveUp, 5*time.Second, 30*time.Second, 10*time.Second)
+
+// ColdStart is 1.5 C from an idle backend: olcd's first reaction, with no
+// earlier overload to learn from, over the whole phase.
+var ColdStart = Scenario{
+	Name: "cpu-open-giveup-coldstart",
 	Phases: []ScenarioPhase{
-		{Name: "0.5x", Load: 0.5, Duration: 5 * time.Second},
-		{Name: "3x", Load: 3, Duration: 30 * time.Second},
-		{Name: "0.5x-after", Load: 0.5, Duration: 10 * time.Second},
+		{Name: "1.5x", Load: 1.5, Duration: 20 * time.Second},
+		{Name: "0.5x-after", Load: 0.5, Duration: 5 * time.Second},
 	},
 }
 
@@ -90,13 +223,23 @@ type RunOptions struct {
 	// KillOlcdAt, when positive, sends SIGKILL to olcd this long after the
 	// load starts (the fail-open test).
 	KillOlcdAt time.Duration
+	// KeepAlive makes the attacker reuse its work connections.
+	KeepAlive bool
+	// Realtime runs the attacker at a real-time priority (chrt -f 10,
+	// when chrt exists), so that its clock readings are not delayed by the
+	// CPU the backend burns: the response checks compare latencies.
+	Realtime bool
 }
 
-// Run plays sc under v and returns its results. It needs a calibration.
+// Run plays sc under v and returns its results. It needs the calibration
+// of the scenario's backend (CalibrateBackend).
 func (h *Harness) Run(ctx context.Context, sc Scenario, v Variant, ro RunOptions) (*RunResult, error) {
-	cal := h.Calibration
+	cal := h.CalibrationOf(sc.backend())
 	if cal == nil {
-		return nil, errors.New("run: no calibration (call Calibrate first)")
+		return nil, fmt.Errorf("run %s: backend %s not calibrated (call CalibrateBackend first)", sc.Name, sc.backend())
+	}
+	if v == VariantInApp && sc.backend() != BackendCPU {
+		return nil, fmt.Errorf("run %s: the in-app limiter exists in the cpu backend only", sc.Name)
 	}
 	dir := filepath.Join(h.opt.OutDir, sc.Name+"-"+string(v))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -106,6 +249,8 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, v Variant, ro RunOptions
 	if v == VariantInApp {
 		limiter = "bbr"
 	}
+	h.backend = sc.backend()
+	defer func() { h.backend = "" }()
 	if err := h.startBackend(limiter); err != nil {
 		return nil, err
 	}
@@ -115,16 +260,16 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, v Variant, ro RunOptions
 	var od *olcdProc
 	var nft *nftLimit
 	switch v {
-	case VariantObserve, VariantEnforce:
+	case VariantObserve, VariantEnforce, VariantEnforceCPU, VariantEnforceReject:
 		var err error
-		od, err = h.startOlcd(ctx, dir, string(v), cal.Threshold)
+		od, err = h.startOlcd(ctx, dir, h.olcdSettingsFor(v, cal))
 		if err != nil {
 			return nil, err
 		}
 		defer od.stop()
-	case VariantStatic:
+	case VariantStatic, VariantStaticReject:
 		var err error
-		nft, err = h.addStaticLimit(cal.CapacityRPS)
+		nft, err = h.addStaticLimit(cal.CapacityRPS, v == VariantStaticReject)
 		if err != nil {
 			return nil, err
 		}
@@ -139,7 +284,7 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, v Variant, ro RunOptions
 		phases[i] = Phase{Name: p.Name, Rate: p.Load * cal.CapacityRPS, Duration: p.Duration}
 	}
 	label := fmt.Sprintf("%s/%s", sc.Name, v)
-	rec, err := h.attack(ctx, dir, label, phases, sc.Quota, od, nft, ro)
+	rec, err := h.attack(ctx, dir, label, sc.clients(), phases, sc.Quota, od, nft, ro)
 	if err != nil {
 		return nil, err
 	}
@@ -190,6 +335,7 @@ type sample struct {
 	p        float64       // olcd's drop probability of the work port
 	newConns uint64        // cumulative datapath counters of the work port
 	dropped  uint64
+	rejected uint64
 	would    uint64
 	nftSeen  uint64 // nftables counters (static)
 	nftDrop  uint64
@@ -198,13 +344,25 @@ type sample struct {
 // attack runs the attacker in the client namespace, samples every 500 ms
 // while it runs, applies the quota changes and the kill, and returns what
 // it saw.
-func (h *Harness) attack(ctx context.Context, dir, label string, phases []Phase, quota []QuotaChange, od *olcdProc, nft *nftLimit, ro RunOptions) (*records, error) {
+func (h *Harness) attack(ctx context.Context, dir, label string, clients Clients, phases []Phase, quota []QuotaChange, od *olcdProc, nft *nftLimit, ro RunOptions) (*records, error) {
 	cfg := AttackConfig{
 		Target:     fmt.Sprintf("http://%s:%d/", h.net.HostIP, WorkPort),
 		Health:     fmt.Sprintf("http://%s:%d/health", h.net.HostIP, HealthPort),
 		HealthRate: h.opt.HealthRate,
 		Timeout:    h.opt.Timeout,
+		Clients:    clients,
 		Phases:     phases,
+		KeepAlive:  ro.KeepAlive,
+	}
+	switch clients {
+	case ClientsOpenRetry:
+		cfg.ConnectTimeout = RetryConnectTimeout
+	case ClientsClosedPool:
+		cfg.Pool, cfg.Timeout = ClosedPoolClients, ClosedPoolTimeout
+	}
+	sub := "attack"
+	if clients == ClientsClosedPool {
+		sub = string(ClientsClosedPool)
 	}
 	cfgPath := filepath.Join(dir, "attack.json")
 	b, _ := json.MarshalIndent(cfg, "", "  ")
@@ -217,7 +375,10 @@ func (h *Harness) attack(ctx context.Context, dir, label string, phases []Phase,
 		return nil, err
 	}
 	defer recFile.Close()
-	cmd := h.net.Command(h.opt.Self, "attack", "-config", cfgPath)
+	cmd := h.net.Command(h.opt.Self, sub, "-config", cfgPath)
+	if chrt, err := exec.LookPath("chrt"); err == nil && ro.Realtime {
+		cmd = h.net.Command(chrt, "-f", "10", h.opt.Self, sub, "-config", cfgPath)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	errLog, err := os.Create(filepath.Join(dir, "attack.stderr"))
 	if err != nil {
@@ -236,32 +397,7 @@ func (h *Harness) attack(ctx context.Context, dir, label string, phases []Phase,
 	var mu sync.Mutex
 	started := make(chan struct{})
 	readDone := make(chan error, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 1<<16), 1<<16)
-		for sc.Scan() {
-			line := sc.Text()
-			fmt.Fprintln(recFile, line)
-			f := strings.Fields(line)
-			mu.Lock()
-			switch {
-			case len(f) == 2 && f[0] == "start":
-				ns, _ := strconv.ParseInt(f[1], 10, 64)
-				rec.start = time.Unix(0, ns)
-				close(started)
-			case len(f) == 5 && f[0] == "r":
-				st, _ := strconv.ParseInt(f[2], 10, 64)
-				lat, _ := strconv.ParseInt(f[3], 10, 64)
-				rec.requests = append(rec.requests, request{health: f[1] == "h", start: time.Unix(0, st).Sub(rec.start), latency: time.Duration(lat), outcome: f[4]})
-			case len(f) == 4 && f[0] == "d":
-				st, _ := strconv.ParseInt(f[1], 10, 64)
-				du, _ := strconv.ParseInt(f[2], 10, 64)
-				rec.dials = append(rec.dials, dial{start: time.Unix(0, st).Sub(rec.start), dur: time.Duration(du), outcome: f[3]})
-			}
-			mu.Unlock()
-		}
-		readDone <- sc.Err()
-	}()
+	go func() { readDone <- readAttack(out, recFile, rec, &mu, started) }()
 	select {
 	case <-started:
 	case <-ctx.Done():
@@ -295,7 +431,7 @@ func (h *Harness) attack(ctx context.Context, dir, label string, phases []Phase,
 				for _, p := range st.Ports {
 					if p.Port == WorkPort && p.Proto == "tcp" {
 						s.olcd, s.p = true, p.DropProbability
-						s.newConns, s.dropped, s.would = p.Totals.NewConns, p.Totals.Dropped, p.Totals.WouldDrop
+						s.newConns, s.dropped, s.rejected, s.would = p.Totals.NewConns, p.Totals.Dropped, p.Totals.Rejected, p.Totals.WouldDrop
 					}
 				}
 			}
@@ -405,4 +541,34 @@ func progressLine(rec *records, el, slo time.Duration) string {
 		}
 	}
 	return s
+}
+
+// readAttack reads the attacker's event lines (RunAttack's format) from out
+// into rec, holding mu for each, copies them to log, and closes started at
+// the "start" line.
+func readAttack(out io.Reader, log io.Writer, rec *records, mu *sync.Mutex, started chan struct{}) error {
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 1<<16), 1<<16)
+	for sc.Scan() {
+		line := sc.Text()
+		fmt.Fprintln(log, line)
+		f := strings.Fields(line)
+		mu.Lock()
+		switch {
+		case len(f) == 2 && f[0] == "start":
+			ns, _ := strconv.ParseInt(f[1], 10, 64)
+			rec.start = time.Unix(0, ns)
+			close(started)
+		case len(f) == 5 && f[0] == "r":
+			st, _ := strconv.ParseInt(f[2], 10, 64)
+			lat, _ := strconv.ParseInt(f[3], 10, 64)
+			rec.requests = append(rec.requests, request{health: f[1] == "h", start: time.Unix(0, st).Sub(rec.start), latency: time.Duration(lat), outcome: f[4]})
+		case len(f) == 4 && f[0] == "d":
+			st, _ := strconv.ParseInt(f[1], 10, 64)
+			du, _ := strconv.ParseInt(f[2], 10, 64)
+			rec.dials = append(rec.dials, dial{start: time.Unix(0, st).Sub(rec.start), dur: time.Duration(du), outcome: f[3]})
+		}
+		mu.Unlock()
+	}
+	return sc.Err()
 }

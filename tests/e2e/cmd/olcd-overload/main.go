@@ -1,11 +1,13 @@
-// Command olcd-overload is `make demo`: it calibrates a CPU-bound HTTP
-// backend's capacity C on this machine, then runs the overload scenarios
-// five ways (no olcd, olcd observe, olcd enforce, a static nftables SYN
-// limit at C, the aegis BBR limiter in the app) with real TCP traffic from a
-// client network namespace, and prints a table per scenario. Results go to
-// <out>/results.json, a PNG time series per run beside it.
+// Command olcd-overload is `make demo` and `make demo-full`: it calibrates
+// each backend's capacity C on this machine (a CPU-bound HTTP server, a
+// server whose capacity is a pool of 8 workers, Debian's nginx + php-fpm),
+// then runs the overload scenarios of the client × backend matrix with real
+// TCP traffic from a client network namespace, each against no olcd, olcd
+// enforcing and a static nftables SYN limit at C (and more variants where
+// they tell something), and prints a table per scenario and the matrix.
+// Results go to <out>/results.json, a PNG time series per run beside it.
 //
-//	olcd-overload [demo] [-olcd bin/olcd] [-out out/demo] [-scenarios a,b] [-variants x,y]
+//	olcd-overload [demo] [-set headline|full|classic] [-olcd bin/olcd] [-out out/demo] [-scenarios a,b] [-variants x,y]
 //	olcd-overload backend ...   (started by the harness, inside the backend's cgroup)
 //	olcd-overload attack -config attack.json   (started by the harness, in the client netns)
 //
@@ -44,9 +46,11 @@ func main() {
 	case "backend":
 		err = backend(ctx, args)
 	case "attack":
-		err = attack(ctx, args)
+		err = attack(ctx, args, overload.RunAttack)
+	case string(overload.ClientsClosedPool):
+		err = attack(ctx, args, overload.RunClosedPool)
 	default:
-		err = fmt.Errorf("unknown command %q: want demo, backend or attack", cmd)
+		err = fmt.Errorf("unknown command %q: want demo, backend, attack or closed-pool", cmd)
 	}
 	switch {
 	case err == nil:
@@ -78,18 +82,77 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// scenarios by name.
-var scenarios = map[string]overload.Scenario{
-	overload.Overload3x.Name:     overload.Overload3x,
-	overload.CapacityHalved.Name: overload.CapacityHalved,
+// plan is one scenario and the variants it runs under.
+type plan struct {
+	sc       overload.Scenario
+	variants []overload.Variant
+}
+
+// Variants of the matrix: every scenario against no olcd, olcd enforcing
+// and a static nftables SYN limit at C; the backends whose bottleneck is
+// not CPU also against a CPU-threshold-only olcd; the closed-pool clients
+// also with shed SYNs answered with a reset (olcd and nftables).
+var (
+	base3      = []overload.Variant{overload.VariantNone, overload.VariantEnforce, overload.VariantStatic}
+	withCPU    = []overload.Variant{overload.VariantEnforceCPU}
+	withReject = []overload.Variant{overload.VariantEnforceReject, overload.VariantStaticReject}
+)
+
+// matrixVariants returns the variants of backend b with clients c.
+func matrixVariants(b overload.Backend, c overload.Clients, reject bool) []overload.Variant {
+	v := append([]overload.Variant{}, base3...)
+	if b != overload.BackendCPU {
+		v = append(v, withCPU...)
+	}
+	if c == overload.ClientsClosedPool {
+		if reject {
+			v = append(v, withReject...)
+		} else {
+			v = append(v, overload.VariantEnforceReject)
+		}
+	}
+	return v
+}
+
+// plans returns the runs of a set: "headline" (make demo, ≤ 12 min: the
+// cpu backend with vegeta and with closed-pool clients, php with vegeta,
+// the cold start; 20 s at 3 C), "full" (make demo-full: every backend ×
+// every client, the cold start and capacity-halved; 25 s at 3 C) or
+// "classic" (the suite's scenario 1 and 2 five ways, as make demo ran
+// before the matrix).
+func plans(set string) ([]plan, error) {
+	switch set {
+	case "headline":
+		low, high, after := 4*time.Second, 20*time.Second, 6*time.Second
+		return []plan{
+			{overload.Matrix3x(overload.BackendCPU, overload.ClientsOpenGiveUp, low, high, after), base3},
+			{overload.Matrix3x(overload.BackendCPU, overload.ClientsClosedPool, low, high, after), append(append([]overload.Variant{}, base3...), overload.VariantEnforceReject)},
+			{overload.Matrix3x(overload.BackendPHP, overload.ClientsOpenGiveUp, low, high, after), append(append([]overload.Variant{}, base3...), overload.VariantEnforceCPU)},
+			{overload.ColdStart, base3},
+		}, nil
+	case "full":
+		low, high, after := 4*time.Second, 25*time.Second, 6*time.Second
+		var ps []plan
+		for _, b := range overload.Backends {
+			for _, c := range overload.ClientKinds {
+				ps = append(ps, plan{overload.Matrix3x(b, c, low, high, after), matrixVariants(b, c, true)})
+			}
+		}
+		return append(ps, plan{overload.ColdStart, base3}, plan{overload.CapacityHalved, base3}), nil
+	case "classic":
+		all := []overload.Variant{overload.VariantNone, overload.VariantObserve, overload.VariantEnforce, overload.VariantStatic, overload.VariantInApp}
+		return []plan{{overload.Overload3x, all}, {overload.CapacityHalved, all}}, nil
+	}
+	return nil, fmt.Errorf("-set: unknown set %q (have headline, full, classic)", set)
 }
 
 func demo(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	olcd := fs.String("olcd", "bin/olcd", "olcd binary")
 	out := fs.String("out", "out/demo", "directory for results.json, plots and logs")
-	scen := fs.String("scenarios", "overload-3x,capacity-halved", "scenarios to run, comma-separated")
-	vars := fs.String("variants", "none,observe,enforce,static,inapp", "variants to run, comma-separated")
+	set := fs.String("set", "headline", "which runs: headline (make demo), full (make demo-full: the whole matrix) or classic")
+	scen := fs.String("scenarios", "", "only these scenarios of the set, comma-separated (default: all)")
+	vars := fs.String("variants", "", "only these variants, comma-separated (default: each scenario's)")
 	work := fs.Duration("work", 5*time.Millisecond, "CPU time per request")
 	slo := fs.Duration("slo", 200*time.Millisecond, "latency within which a success is goodput")
 	interval := fs.Duration("olcd-interval", 500*time.Millisecond, "olcd's tick")
@@ -97,7 +160,9 @@ func demo(ctx context.Context, args []string) error {
 	factor := fs.Float64("threshold-factor", overload.ThresholdFactor, "olcd's threshold as a share of the knee's CPU")
 	gomaxprocs := fs.Int("gomaxprocs", 1, "the backend's GOMAXPROCS (-1: the Go runtime's choice)")
 	selection := fs.String("selection", "even", "olcd's datapath.selection: random or even")
-	reuse := fs.String("calibration", "", "reuse the calibration of an earlier results.json instead of calibrating")
+	reuse := fs.String("calibration", "", "reuse the calibrations of an earlier results.json instead of calibrating")
+	resume := fs.Bool("resume", false, "continue the results.json in -out: reuse its calibrations, skip the runs it has")
+	target := fs.String("response-target", "", "enforce's response-time target with olcd's law on the measured queue: \"\" (olcd's default, auto) or knee (the calibration's latency limit)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -105,28 +170,67 @@ func demo(ctx context.Context, args []string) error {
 	if os.Geteuid() != 0 {
 		return errors.New("needs root (network namespace, veth, cgroup, nftables, BPF): run 'sudo make demo'")
 	}
-	var prev *overload.Calibration
+	if *target != "" && *target != "knee" {
+		return fmt.Errorf("-response-target: %q: want \"\" or knee", *target)
+	}
+	runs, err := plans(*set)
+	if err != nil {
+		return err
+	}
+	if *scen != "" {
+		want := map[string]bool{}
+		for _, n := range splitList(*scen, ",") {
+			want[n] = true
+		}
+		var kept []plan
+		for _, p := range runs {
+			if want[p.sc.Name] {
+				kept = append(kept, p)
+				delete(want, p.sc.Name)
+			}
+		}
+		for n := range want {
+			var have []string
+			for _, p := range runs {
+				have = append(have, p.sc.Name)
+			}
+			return fmt.Errorf("-scenarios: no scenario %q in set %s (have %s)", n, *set, strings.Join(have, ", "))
+		}
+		runs = kept
+	}
+	if *vars != "" {
+		var vs []overload.Variant
+		for _, n := range splitList(*vars, ",") {
+			v := overload.Variant(n)
+			if !validVariant(v) {
+				return fmt.Errorf("-variants: unknown variant %q (have %s)", n, variantNames())
+			}
+			vs = append(vs, v)
+		}
+		for i := range runs {
+			runs[i].variants = vs
+		}
+	}
+	var prev []*overload.Calibration
+	var done *overload.Report
+	if *resume {
+		path := filepath.Join(*out, "results.json")
+		if *reuse == "" {
+			if _, err := os.Stat(path); err == nil {
+				*reuse = path
+			}
+		}
+		if b, err := os.ReadFile(path); err == nil {
+			done = &overload.Report{}
+			if err := json.Unmarshal(b, done); err != nil {
+				return fmt.Errorf("-resume: parse %s: %w", path, err)
+			}
+		}
+	}
 	if *reuse != "" {
-		var err error
-		if prev, err = readCalibration(*reuse); err != nil {
+		if prev, err = readCalibrations(*reuse); err != nil {
 			return fmt.Errorf("-calibration %s: %w", *reuse, err)
 		}
-	}
-	var runs []overload.Scenario
-	for _, n := range strings.Split(*scen, ",") {
-		sc, ok := scenarios[n]
-		if !ok {
-			return fmt.Errorf("-scenarios: unknown scenario %q (have overload-3x, capacity-halved)", n)
-		}
-		runs = append(runs, sc)
-	}
-	var variants []overload.Variant
-	for _, n := range strings.Split(*vars, ",") {
-		v := overload.Variant(n)
-		if !validVariant(v) {
-			return fmt.Errorf("-variants: unknown variant %q (have none, observe, enforce, static, inapp)", n)
-		}
-		variants = append(variants, v)
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -140,50 +244,90 @@ func demo(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	backends := map[overload.Backend]bool{}
+	halved := false
 	var total time.Duration
-	for _, sc := range runs {
-		for _, p := range sc.Phases {
-			total += p.Duration
+	nRuns := 0
+	for _, p := range runs {
+		backends[backendOf(p.sc)] = true
+		halved = halved || p.sc.Name == overload.CapacityHalved.Name
+		for _, ph := range p.sc.Phases {
+			total += time.Duration(len(p.variants)) * ph.Duration
+		}
+		total += time.Duration(len(p.variants)) * 7 * time.Second // start, idle wait, drain
+		nRuns += len(p.variants)
+	}
+	if prev == nil {
+		total += time.Duration(len(backends)) * 40 * time.Second
+		if halved {
+			total += 30 * time.Second
 		}
 	}
-	calib := 40 * time.Second
-	if prev != nil {
-		calib = 0
-	}
-	fmt.Printf("olcd overload demo: %d scenario(s) × %d variant(s) (~%.0f min in all, calibration included); results in %s\n",
-		len(runs), len(variants), (calib + time.Duration(len(variants))*(total+time.Duration(len(runs))*6*time.Second)).Minutes(), *out)
+	fmt.Printf("olcd overload demo (%s): %d scenario(s), %d runs (~%.0f min in all, calibration included); results in %s\n",
+		*set, len(runs), nRuns, total.Minutes(), *out)
 	h, err := overload.New(ctx, overload.Options{Olcd: olcdAbs, Self: self, OutDir: outAbs, Work: *work, SLO: *slo, Progress: os.Stdout,
-		OlcdInterval: *interval, GOMAXPROCS: *gomaxprocs, Selection: *selection, OlcdController: splitList(*ctl, ";")})
+		OlcdInterval: *interval, GOMAXPROCS: *gomaxprocs, Selection: *selection, OlcdController: splitList(*ctl, ";"), ResponseTarget: *target})
 	if err != nil {
 		return err
 	}
 	defer h.Close()
-	if prev != nil {
-		prev.ThresholdFactor = overload.ThresholdFactor
-		prev.Threshold = min(prev.KneeCPUBusy*overload.ThresholdFactor, overload.MaxThreshold)
-		h.Calibration = prev
-		fmt.Printf("calibration from %s: C = %.0f req/s, threshold %.3f\n", *reuse, prev.CapacityRPS, prev.Threshold)
-	} else if _, err := h.Calibrate(ctx); err != nil {
-		return err
+	for _, c := range prev {
+		c.ThresholdFactor = overload.ThresholdFactor
+		c.Threshold = min(c.KneeCPUBusy*overload.ThresholdFactor, overload.MaxThreshold)
+		h.SetCalibration(c)
+		b := c.Backend
+		if b == "" {
+			b = overload.BackendCPU
+		}
+		fmt.Printf("calibration of %s from %s: C = %.0f req/s, thresholds %.3f CPU, %.1f ms p95\n", b, *reuse, c.CapacityRPS, c.Threshold, 1e3*c.ResponseThreshold)
 	}
-	for _, sc := range runs {
-		if sc.Name == overload.CapacityHalved.Name && h.Calibration.QuotaHalved == nil {
-			if _, err := h.CalibrateHalved(ctx); err != nil {
+	for _, b := range overload.Backends {
+		if backends[b] && h.CalibrationOf(b) == nil {
+			if _, err := h.CalibrateBackend(ctx, b); err != nil {
 				return err
 			}
-			break
+		}
+	}
+	if halved && h.Calibration.QuotaHalved == nil {
+		if _, err := h.CalibrateHalved(ctx); err != nil {
+			return err
 		}
 	}
 	rep := h.NewReport()
+	have := map[string]bool{}
+	if done != nil {
+		for _, sr := range done.Scenarios {
+			sr.RunResult.Scenario = sr.Name
+			rep.Add(&sr.RunResult)
+			have[sr.Name+"/"+string(sr.Variant)] = true
+		}
+	}
 	resultsPath := filepath.Join(outAbs, "results.json")
-	for _, sc := range runs {
-		for _, v := range variants {
-			fmt.Printf("\n== %s / %s\n", sc.Name, v)
-			res, err := h.Run(ctx, sc, v, overload.RunOptions{})
+	began, i := time.Now(), 0
+	for _, p := range runs {
+		for _, v := range p.variants {
+			i++
+			if have[p.sc.Name+"/"+string(v)] {
+				fmt.Printf("\n== %s / %s: in %s already (-resume)\n", p.sc.Name, v, resultsPath)
+				nRuns--
+				i--
+				continue
+			}
+			eta := ""
+			if i > 1 {
+				left := time.Since(began) / time.Duration(i-1) * time.Duration(nRuns-i+1)
+				eta = fmt.Sprintf(", ~%.0f min left", left.Minutes())
+			}
+			fmt.Printf("\n== [%d/%d%s] %s / %s\n", i, nRuns, eta, p.sc.Name, v)
+			res, err := h.Run(ctx, p.sc, v, overload.RunOptions{})
 			if err != nil {
-				return fmt.Errorf("%s/%s: %w", sc.Name, v, err)
+				return fmt.Errorf("%s/%s: %w", p.sc.Name, v, err)
 			}
 			rep.Add(res)
+			if m := res.Summary; m != nil {
+				fmt.Printf("  %s/%s %s: goodput %.2f C (+5s %.2f C), p99 %.0f ms, steady %.2f, connect %.0f ms, health %d/%d\n",
+					p.sc.Name, v, m.Phase, m.GoodputC, m.SettledGoodputC, m.P99Ms, m.WindowsOK, m.MeanConnectMs, m.HealthOK, m.HealthTotal)
+			}
 			if err := rep.WriteJSON(resultsPath); err != nil {
 				return err
 			}
@@ -194,8 +338,24 @@ func demo(ctx context.Context, args []string) error {
 	return nil
 }
 
-// readCalibration reads the calibration of an earlier results.json.
-func readCalibration(path string) (*overload.Calibration, error) {
+// backendOf is a scenario's backend, cpu when unset.
+func backendOf(sc overload.Scenario) overload.Backend {
+	if sc.Backend == "" {
+		return overload.BackendCPU
+	}
+	return sc.Backend
+}
+
+func variantNames() string {
+	var n []string
+	for _, v := range overload.Variants {
+		n = append(n, string(v))
+	}
+	return strings.Join(n, ", ")
+}
+
+// readCalibrations reads the calibrations of an earlier results.json.
+func readCalibrations(path string) ([]*overload.Calibration, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -204,11 +364,25 @@ func readCalibration(path string) (*overload.Calibration, error) {
 	if err := json.Unmarshal(b, &prev); err != nil {
 		return nil, fmt.Errorf("parse: %w", err)
 	}
-	c := prev.Calibration
-	if c == nil || c.CapacityRPS <= 0 || c.KneeCPUBusy <= 0 || c.KneeCPUBusy > 1.5 {
-		return nil, errors.New(`no usable "calibration" (want capacity_rps > 0 and knee_cpu_busy in (0, 1.5])`)
+	var out []*overload.Calibration
+	if prev.Calibration != nil {
+		out = append(out, prev.Calibration)
 	}
-	return c, nil
+	for b, c := range prev.Calibrations {
+		if c != nil && b != overload.BackendCPU {
+			c.Backend = b
+			out = append(out, c)
+		}
+	}
+	for _, c := range out {
+		if c.CapacityRPS <= 0 || c.KneeCPUBusy <= 0 || c.KneeCPUBusy > 1.5 || c.ResponseThreshold <= 0 {
+			return nil, errors.New(`no usable calibration (want capacity_rps > 0, knee_cpu_busy in (0, 1.5] and response_threshold_s > 0)`)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New(`no "calibration"`)
+	}
+	return out, nil
 }
 
 func validVariant(v overload.Variant) bool {
@@ -229,6 +403,9 @@ func backend(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.Work, "work", 5*time.Millisecond, "CPU time per request")
 	fs.IntVar(&cfg.Iterations, "iterations", 0, "spin rounds per request (0: calibrate from -work)")
 	fs.StringVar(&cfg.Limiter, "limiter", "", `"" or "bbr" (go-kratos/aegis)`)
+	fs.BoolVar(&cfg.KeepAlive, "keepalive", false, "keep the work port's connections open between requests")
+	fs.DurationVar(&cfg.Sleep, "sleep", 0, "wall time each request waits instead of spinning (0: spin -work)")
+	fs.IntVar(&cfg.Workers, "workers", 0, "a pool of this many workers, each holding a request for -sleep (0: no pool)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -238,7 +415,9 @@ func backend(ctx context.Context, args []string) error {
 	return overload.RunBackend(ctx, cfg)
 }
 
-func attack(ctx context.Context, args []string) error {
+// attack runs a load generator (run: the open-loop attacker or the closed
+// pool) on the config the harness wrote.
+func attack(ctx context.Context, args []string, run func(context.Context, overload.AttackConfig, io.Writer) error) error {
 	fs := flag.NewFlagSet("attack", flag.ContinueOnError)
 	path := fs.String("config", "", "attack config (JSON, written by the harness)")
 	if err := parse(fs, args); err != nil {
@@ -255,7 +434,7 @@ func attack(ctx context.Context, args []string) error {
 	if err := json.Unmarshal(b, &cfg); err != nil {
 		return fmt.Errorf("parse %s: %w", *path, err)
 	}
-	return overload.RunAttack(ctx, cfg, os.Stdout)
+	return run(ctx, cfg, os.Stdout)
 }
 
 // splitList splits s at sep and drops empty items.

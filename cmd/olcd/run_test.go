@@ -1,0 +1,58 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestEmptyOrSpecialConfigRefused: `olcd check-config` and `olcd run
+// --config` refuse an empty, white-space or comment-only file (they used to
+// take it as the embedded default: observe, ports: auto, every interface),
+// and a FIFO or directory at once (a FIFO used to block them for ever).
+// Both exit 1 naming the file and what is wrong, and run attaches nothing:
+// it fails while loading the config, before any datapath work.
+func TestEmptyOrSpecialConfigRefused(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, doc string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	fifo := filepath.Join(dir, "fifo.yaml")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ path, want string }{
+		{write("empty.yaml", ""), "the file is empty"},
+		{write("space.yaml", "\n  \n"), "only white space"},
+		{write("comments.yaml", "# mode: enforce\n"), "holds no setting"},
+		{write("cut.yaml", "mode: enforce\ninterfaces: [eth0\n"), "yaml syntax"},
+		{fifo, "a FIFO (named pipe), not a regular file"},
+		{dir, "a directory, not a regular file"},
+	}
+	for _, tt := range tests {
+		for _, args := range [][]string{{"check-config", tt.path}, {"run", "--config", tt.path, "--admin-socket", filepath.Join(dir, "s.sock")}} {
+			var stdout, stderr bytes.Buffer
+			done := make(chan int, 1)
+			go func() { done <- run(args, &stdout, &stderr) }()
+			select {
+			case code := <-done:
+				if code != 1 || !strings.Contains(stderr.String(), tt.want) || !strings.Contains(stderr.String(), tt.path) {
+					t.Errorf("olcd %s: exit %d, stderr %q; want 1 and %q naming the file", strings.Join(args, " "), code, stderr.String(), tt.want)
+				}
+				if strings.Contains(stdout.String(), "ok") {
+					t.Errorf("olcd %s printed %q", strings.Join(args, " "), stdout.String())
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("olcd %s blocked", strings.Join(args, " "))
+			}
+		}
+	}
+}

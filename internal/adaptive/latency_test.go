@@ -1,0 +1,153 @@
+package adaptive
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/olcd/olcd/internal/sampler"
+)
+
+// measuredTick is one 500 ms tick's port counts with a measured p95
+// (seconds), the requests answered, and in flight what Little's law says
+// the p95 holds (responses per second × p95, at least 1).
+func measuredTick(p95, responses float64) PortStats {
+	return PortStats{New: uint64(responses), Response: PortResponse{Available: true, P95: p95, Samples: uint64(responses),
+		Requests: responses, Responses: responses, Inflight: max(1, responses/0.5*p95)}}
+}
+
+// TestBaselineNotFromOverload is the lesson of envoyproxy/envoy#11579 on
+// the auto target: after a baseline of 10 ms is learnt on quiet ticks, a
+// sustained overload whose p95 sits at 35–60 ms (the loop shedding) for
+// 5 minutes must not move the baseline or the target; once the overload is
+// over, quiet ticks teach again, and only after baselineQuiet of them.
+func TestBaselineNotFromOverload(t *testing.T) {
+	cfg := cfgWith()
+	key := PortKey{ProtoTCP, 80}
+	cfg.Ports = []PortConfig{{Key: key, Class: ClassNormal, Target: ResponseTarget{Auto: true}}}
+	c := mustNew(t, cfg)
+	at := 0.0
+	step := func(st PortStats) Decision {
+		at += 0.5
+		return c.Step(snap(at), map[PortKey]PortStats{key: st})
+	}
+	for range 20 {
+		step(measuredTick(0.010, 100))
+	}
+	d := step(measuredTick(0.010, 100))
+	if b := d.Ports[0].Baseline; b < 0.0099 || b > 0.0101 || d.Ports[0].ResponseTarget < 0.0299 || d.Ports[0].ResponseTarget > 0.0301 {
+		t.Fatalf("baseline %v target %v after quiet ticks at 10 ms, want 10 ms and 30 ms", b, d.Ports[0].ResponseTarget)
+	}
+	for i := range 600 {
+		d = step(measuredTick(0.035+0.025*float64(i%2), 100))
+		if !d.Overloaded && i > 0 {
+			t.Fatalf("tick %d: not overloaded at p95 %v over the target", i, 0.035+0.025*float64(i%2))
+		}
+	}
+	if b := d.Ports[0].Baseline; b < 0.0099 || b > 0.0101 {
+		t.Fatalf("baseline %v after 5 min of overload, want it still 10 ms", b)
+	}
+	// Quiet again, at 12 ms: the loop recovers, then the baseline moves up
+	// slowly (a twentieth per tick), never in one step.
+	var prev float64
+	for i := range 60 {
+		d = step(measuredTick(0.012, 100))
+		b := d.Ports[0].Baseline
+		if prev > 0 && b-prev > 0.05*0.002+1e-9 {
+			t.Fatalf("tick %d: baseline jumped from %v to %v", i, prev, b)
+		}
+		prev = b
+	}
+	if prev <= 0.010 || prev > 0.012 {
+		t.Errorf("baseline %v after a minute of quiet ticks at 12 ms, want in (10, 12] ms", prev)
+	}
+}
+
+// TestQueueLawEvents: an overload seen by the queue law alone (no resource
+// signal over its threshold) starts, continues and ends in the decision
+// log like one of the resource law, with one start and one end.
+func TestQueueLawEvents(t *testing.T) {
+	cfg := cfgWith(sig{sampler.CPUBusy, 0.9})
+	key := PortKey{ProtoTCP, 80}
+	cfg.Ports = []PortConfig{{Key: key, Class: ClassNormal, Target: ResponseTarget{Seconds: 0.05}}}
+	c := mustNew(t, cfg)
+	var kinds []string
+	for i := range 100 {
+		p95 := 0.02
+		if i >= 10 && i < 50 {
+			p95 = 0.2
+		}
+		d := c.Step(snap(float64(i)*0.5, sig{sampler.CPUBusy, 0.3}), map[PortKey]PortStats{key: measuredTick(p95, 100)})
+		for _, ev := range d.Events {
+			if ev.Kind != EventProbabilityChange {
+				kinds = append(kinds, ev.Kind.String())
+			}
+		}
+		if i == 20 && (d.Ports[0].DropProbability == 0 || !d.Overloaded || !strings.Contains(d.Reason, "response_time_p95")) {
+			t.Fatalf("tick 20: p %v overloaded %v reason %q", d.Ports[0].DropProbability, d.Overloaded, d.Reason)
+		}
+		if i == 99 && (d.Ports[0].DropProbability != 0 || d.Overloaded) {
+			t.Fatalf("end: p %v overloaded %v", d.Ports[0].DropProbability, d.Overloaded)
+		}
+	}
+	got := strings.Join(kinds, ",")
+	if !strings.HasPrefix(got, "overload_start,") || !strings.HasSuffix(got, ",overload_end") ||
+		strings.Count(got, "overload_start") != 1 || strings.Count(got, "overload_end") != 1 {
+		t.Errorf("events %s, want one start, continues, one end", got)
+	}
+}
+
+// TestQueueLawClassOrder: two ports over their targets, critical and
+// best-effort (one bottleneck): the critical port holds while the
+// best-effort port can still shed, and sheds once it is at its bound.
+func TestQueueLawClassOrder(t *testing.T) {
+	cfg := cfgWith()
+	cfg.Params.MinPassRate = 0.3
+	crit, be := PortKey{ProtoTCP, 443}, PortKey{ProtoTCP, 8080}
+	tgt := ResponseTarget{Seconds: 0.05}
+	cfg.Ports = []PortConfig{{Key: crit, Class: ClassCritical, Target: tgt}, {Key: be, Class: ClassBestEffort, Target: tgt}}
+	c := mustNew(t, cfg)
+	var critShedAt, beBoundAt int = -1, -1
+	for i := range 100 {
+		d := c.Step(snap(float64(i)*0.5), map[PortKey]PortStats{crit: measuredTick(0.3, 100), be: measuredTick(0.3, 100)})
+		pc, pb := d.Ports[0].DropProbability, d.Ports[1].DropProbability
+		if pb >= 0.7-1e-9 && beBoundAt < 0 {
+			beBoundAt = i
+		}
+		if pc > 0 && critShedAt < 0 {
+			critShedAt = i
+			if pb < 0.7-1e-9 {
+				t.Fatalf("tick %d: critical shed (%v) while best-effort at %v below its bound", i, pc, pb)
+			}
+		}
+	}
+	if beBoundAt < 0 || critShedAt <= beBoundAt {
+		t.Errorf("best-effort at its bound at tick %d, critical shed from tick %d: want best-effort first, then critical", beBoundAt, critShedAt)
+	}
+}
+
+// TestEstimateStandsDownWhenQueueMeasured: with a port's queue measured, a
+// cpu_busy guard pinned at 1 under a 3 × rate does not learn or use the
+// saturation estimate; the same ticks without a target do.
+func TestEstimateStandsDownWhenQueueMeasured(t *testing.T) {
+	for _, measured := range []bool{true, false} {
+		cfg := cfgWith(sig{sampler.CPUBusy, 0.8})
+		key := PortKey{ProtoTCP, 80}
+		cfg.Ports = []PortConfig{{Key: key, Class: ClassNormal}}
+		if measured {
+			cfg.Ports[0].Target = ResponseTarget{Seconds: 0.05}
+		}
+		c := mustNew(t, cfg)
+		for i := range 40 {
+			busy, rate := 0.5, 100.0
+			if i >= 20 {
+				busy, rate = 1, 300
+			}
+			st := measuredTick(0.02, rate/2)
+			st.New = uint64(rate / 2)
+			c.Step(snap(float64(i)*0.5, sig{sampler.CPUBusy, busy}), map[PortKey]PortStats{key: st})
+			if c.capOK == measured && i == 19 {
+				t.Fatalf("measured %v: estimate learnt %v before the step", measured, c.capOK)
+			}
+		}
+	}
+}

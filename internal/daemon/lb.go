@@ -1,0 +1,249 @@
+package daemon
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/lb"
+	"github.com/olcd/olcd/internal/rules"
+	"github.com/olcd/olcd/internal/sampler"
+)
+
+// lbState is what the daemon tells load balancers: the HAProxy agent and
+// the report of GET /v1/lb, both built each tick from the controller's
+// decision (lb.Weigher), never from an estimate of their own.
+type lbState struct {
+	weigher *lb.Weigher // owned by the tick loop
+	agent   *lb.Agent
+	report  atomic.Pointer[lb.Report]
+
+	// The agent's listener, owned by the tick loop once Run started it.
+	ln     net.Listener
+	addr   string // what ln listens on as configured ("" off)
+	served chan error
+	// refused is the configured address the last listen failed on: not
+	// tried again at every tick, only once the configured address changes.
+	refused string
+}
+
+// initLB sets up the weigher and agent (nothing listens yet) and registers
+// the metrics.
+func (d *Daemon) initLB() error {
+	w, err := lb.NewWeigher(d.cfg.LB.Weight)
+	if err != nil {
+		return fmt.Errorf("lb: %w", err)
+	}
+	d.lb.weigher = w
+	d.lb.agent = lb.NewAgent(lb.AgentConfig{SendWait: agentSendWait(d.cfg)}, d.log.With("component", "lb-agent"))
+	d.lb.report.Store(lb.FullWeight())
+	d.metrics.reg.MustRegister(&lbCollector{d: d})
+	return nil
+}
+
+// agentSendWait maps lb.agent.send_wait onto the agent's: in the config 0
+// means never wait.
+func agentSendWait(cfg *rules.Config) time.Duration {
+	if cfg.LB.Agent.SendWait == 0 {
+		return -1
+	}
+	return cfg.LB.Agent.SendWait
+}
+
+// startLB opens the agent listener when lb.agent.address is set, before
+// the datapath attaches (a busy address fails the start); the returned
+// function closes it and waits for the connections in hand.
+func (d *Daemon) startLB() (stop func(), err error) {
+	if err := d.listenAgent(d.cfg.LB.Agent.Address); err != nil {
+		return nil, err
+	}
+	return func() { d.closeAgent() }, nil
+}
+
+// listenAgent makes addr the agent's listener ("" closes it). On error the
+// listener in place stays.
+func (d *Daemon) listenAgent(addr string) error {
+	if addr == d.lb.addr && (addr == "") == (d.lb.ln == nil) {
+		return nil
+	}
+	var ln net.Listener
+	if addr != "" {
+		var err error
+		if ln, err = net.Listen("tcp", addr); err != nil {
+			return fmt.Errorf("listen for the load-balancer agent on %s: %w", addr, err)
+		}
+	}
+	d.closeAgent()
+	d.lb.ln, d.lb.addr = ln, addr
+	if ln == nil {
+		return nil
+	}
+	served := make(chan error, 1)
+	d.lb.served = served
+	go func() { served <- d.lb.agent.Serve(ln) }()
+	d.log.Info("load-balancer agent listening", "address", ln.Addr().String())
+	return nil
+}
+
+// closeAgent closes the agent's listener and waits for its connections.
+func (d *Daemon) closeAgent() {
+	if d.lb.ln == nil {
+		return
+	}
+	d.lb.ln.Close()
+	if err := <-d.lb.served; err != nil {
+		d.log.Error("load-balancer agent stopped", "err", err)
+	}
+	d.lb.ln, d.lb.addr, d.lb.served = nil, "", nil
+}
+
+// updateLB folds the last tick's decision into the weights, publishes the
+// new report to the agent and GET /v1/lb, and follows a reload of the lb
+// section (address, send_wait, weight parameters).
+func (d *Daemon) updateLB() {
+	cfg := d.cfg
+	if err := d.lb.weigher.SetParams(cfg.LB.Weight); err != nil {
+		d.log.Error("lb weight parameters", "err", err)
+	}
+	d.lb.agent.SetSendWait(agentSendWait(cfg))
+	if want := cfg.LB.Agent.Address; d.following && want != d.lb.addr && want != d.lb.refused {
+		if err := d.listenAgent(want); err != nil {
+			d.lb.refused = want
+			d.log.Error("load-balancer agent keeps its address", "err", err, "address", d.lb.addr)
+		}
+	}
+	if cfg.LB.Agent.Address != d.lb.refused {
+		d.lb.refused = ""
+	}
+	rep := d.lb.weigher.Update(lbInput(cfg, d.ports, d.last))
+	d.lb.report.Store(rep)
+	d.lb.agent.Publish(rep)
+}
+
+// lbInput is the tick r as the weigher reads it.
+func lbInput(cfg *rules.Config, ports []portEntry, r tickResult) lb.Input {
+	dec := r.decision
+	bound := cfg.Controller.Bound()
+	atBound := func(p float64) bool { return dec.Overloaded && p >= bound-1e-9 }
+	secs := r.interval.Seconds()
+	rate := func(n uint64) float64 {
+		if secs <= 0 {
+			return 0
+		}
+		return float64(n) / secs
+	}
+	in := lb.Input{At: r.at, Mode: cfg.Mode.String()}
+	byKey := make(map[adaptive.PortKey]adaptive.PortDecision, len(dec.Ports))
+	for _, pd := range dec.Ports {
+		byKey[pd.Key] = pd
+	}
+	nodeMode := cfg.Mode
+	var offered, admitted float64
+	for _, p := range ports {
+		pd := byKey[p.key]
+		dl := r.deltas[p.key]
+		pi := lb.PortInput{
+			Key: p.key, Mode: p.mode.String(), DropProbability: pd.DropProbability, AtBound: atBound(pd.DropProbability),
+			OfferedPerS: rate(dl.NewConns), AdmittedPerS: rate(dl.NewConns - min(dl.Dropped, dl.NewConns)),
+		}
+		offered += pi.OfferedPerS
+		admitted += pi.AdmittedPerS
+		in.Ports = append(in.Ports, pi)
+		if p.mode == rules.ModeEnforce {
+			nodeMode = rules.ModeEnforce
+		}
+	}
+	if cfg.Mode == rules.ModeOff {
+		nodeMode = rules.ModeOff
+	}
+	in.Node = lb.PortInput{Mode: nodeMode.String(), DropProbability: dec.DropProbability, AtBound: atBound(dec.DropProbability),
+		OfferedPerS: offered, AdmittedPerS: admitted}
+	if v, ok := r.snap.Get(sampler.CPUBusy); ok {
+		in.CPUUtilization = &v
+	}
+	for _, s := range dec.Signals {
+		if s.Available && s.Signal.IsFraction() {
+			if in.Utilization == nil {
+				in.Utilization = map[string]float64{}
+			}
+			in.Utilization[s.Signal.String()] = s.Value
+		}
+	}
+	return in
+}
+
+// LB returns the document of GET /v1/lb.
+func (d *Daemon) LB() *lb.Report { return d.lb.report.Load() }
+
+// withLB serves GET /v1/lb beside h's routes (the admin socket and the
+// metrics listener both answer it).
+func (d *Daemon) withLB(h http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/lb", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, d.LB())
+	})
+	mux.Handle("/", h)
+	return mux
+}
+
+// LBStatus is the status's view of what olcd tells load balancers.
+type LBStatus struct {
+	// AgentAddress is where the HAProxy agent listens; "" when off.
+	AgentAddress string `json:"agent_address"`
+	// Weight and State are the node-level answer; AgentReply its line.
+	Weight     float64  `json:"weight"`
+	State      lb.State `json:"state"`
+	AgentReply string   `json:"agent_reply"`
+	// AgentAnswers counts the agent's answers since start, by kind
+	// ("node", "port", "unknown", "overflow").
+	AgentAnswers map[string]uint64 `json:"agent_answers"`
+}
+
+// lbStatus returns the status's lb section.
+func (d *Daemon) lbStatus() *LBStatus {
+	if d.lb.agent == nil {
+		return nil
+	}
+	rep := d.LB()
+	st := &LBStatus{Weight: rep.Node.Weight, State: rep.Node.State, AgentReply: rep.Node.AgentReply, AgentAnswers: d.lb.agent.Counts()}
+	if d.lb.ln != nil {
+		st.AgentAddress = d.lb.ln.Addr().String()
+	}
+	return st
+}
+
+var (
+	descLBWeight  = prometheus.NewDesc("olcd_lb_weight_ratio", "Weight told to load balancers (0..1 of the full weight), per protected port; proto and port empty for the node-level answer.", []string{"proto", "port"}, nil)
+	descLBDrain   = prometheus.NewDesc("olcd_lb_drain", "1 while load balancers are told to drain (shedding at the bound), per port; proto and port empty for the node.", []string{"proto", "port"}, nil)
+	descLBAnswers = prometheus.NewDesc("olcd_lb_agent_answers_total", "HAProxy agent-check connections answered, by kind: node, port, unknown (not a protected port), overflow (answered by the accept loop).", []string{"answer"}, nil)
+)
+
+// lbCollector reads the last report at scrape time.
+type lbCollector struct{ d *Daemon }
+
+func (c *lbCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descLBWeight
+	ch <- descLBDrain
+	ch <- descLBAnswers
+}
+
+func (c *lbCollector) Collect(ch chan<- prometheus.Metric) {
+	rep := c.d.LB()
+	emit := func(t lb.Target, proto, port string) {
+		ch <- prometheus.MustNewConstMetric(descLBWeight, prometheus.GaugeValue, t.Weight, proto, port)
+		ch <- prometheus.MustNewConstMetric(descLBDrain, prometheus.GaugeValue, b2f(t.State == lb.StateDrain), proto, port)
+	}
+	emit(rep.Node, "", "")
+	for _, p := range rep.Ports {
+		emit(p, p.Proto, strconv.Itoa(int(p.Port)))
+	}
+	for k, n := range c.d.lb.agent.Counts() {
+		ch <- prometheus.MustNewConstMetric(descLBAnswers, prometheus.CounterValue, float64(n), k)
+	}
+}

@@ -1,0 +1,437 @@
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/cilium/ebpf"
+)
+
+// Response timing defaults and limits (Config.ResponseSample, FlowTableSize,
+// FlowIdle).
+const (
+	DefaultFlowTableSize = 16384
+	DefaultFlowIdle      = 120 * time.Second
+	MaxResponseSample    = 65536
+	// DefaultResponsePorts is how many ports are timed at most: each has a
+	// per-CPU histogram of 1.5 KB, 48 KiB per port at 32 CPUs.
+	DefaultResponsePorts = 32
+	// MaxResponsePorts is the most ports timed (16-bit slots, 0 unused).
+	MaxResponsePorts = MaxMaxPorts
+)
+
+// HistBuckets is the number of buckets of a port's response-time histogram
+// (enum olcd_resp_geometry; internal/resptime has the geometry).
+const HistBuckets = int(olcdOlcdRespGeometryOLCD_HIST_BUCKETS)
+
+// Response is the cumulative response timing of one port, summed over CPUs,
+// since the port got its slot. Only sampled flows are counted.
+type Response struct {
+	// Requests counts timers started: the first request byte on a flow with
+	// no request outstanding.
+	Requests uint64
+	// Responses counts timers stopped by the server's first answer byte;
+	// each is in Buckets.
+	Responses uint64
+	// Abandoned counts requests forgotten unanswered: the flow was reset,
+	// closed, evicted from the flow table or idle past Config.FlowIdle.
+	Abandoned uint64
+	// Retransmits counts client data already answered and seen again,
+	// which started nothing.
+	Retransmits uint64
+	// Buckets are the response counts per histogram bucket
+	// (internal/resptime.Bounds gives each bucket's range).
+	Buckets []uint64
+}
+
+// Outstanding is the number of sampled requests started and neither answered
+// nor abandoned. It may be off by the few a fold catches between the
+// program's updates of two counters; never negative.
+func (r Response) Outstanding() int64 {
+	n := int64(r.Requests) - int64(r.Responses) - int64(r.Abandoned)
+	return max(n, 0)
+}
+
+// FlowCounters are the flow table's cumulative counters, summed over CPUs.
+type FlowCounters struct {
+	Inserts   uint64 // flows entered on their first timed request
+	Evictions uint64 // live flows pushed out by a new one (set full)
+	Expired   uint64 // idle flows replaced
+	Forgotten uint64 // flows ended by FIN or RST
+}
+
+// FlowTable describes the flow table's occupancy.
+type FlowTable struct {
+	// Capacity is the number of flows it holds (sets × 4).
+	Capacity int
+	// Used is the number of ways holding a flow not idle past FlowIdle;
+	// Outstanding how many of those have a request waiting.
+	Used, Outstanding int
+}
+
+// sampleMax is olcd_resp_ctl.sample_max for one in n (0: nothing sampled;
+// the port bitmap is empty then anyway).
+func sampleMax(n uint32) uint32 {
+	if n <= 1 {
+		if n == 0 {
+			return 0
+		}
+		return math.MaxUint32
+	}
+	return uint32((uint64(1)<<32)/uint64(n) - 1)
+}
+
+// flowSets is the number of sets of the flow table: a power of two holding
+// at least FlowTableSize flows, 1 when timing is off.
+func flowSets(cfg Config) uint32 {
+	if cfg.ResponseSample == 0 {
+		return 1
+	}
+	ways := int(olcdOlcdRespGeometryOLCD_FLOW_WAYS)
+	n := uint32(1)
+	for int(n)*ways < cfg.FlowTableSize {
+		n <<= 1
+	}
+	return n
+}
+
+// respSlots is the size of the response histogram map: ResponsePorts
+// slots and the unused 0 when timing is on, a single unused entry when it
+// is off (the per-CPU histograms are 1.5 KB per port and CPU).
+func respSlots(cfg Config) uint32 {
+	if cfg.ResponseSample == 0 {
+		return 1
+	}
+	return uint32(cfg.ResponsePorts) + 1
+}
+
+// ResponseSample returns the sample rate, one flow in N, or 0 when response
+// timing is off.
+func (d *Datapath) ResponseSample() uint32 { return d.cfg.ResponseSample }
+
+func (d *Datapath) writeRespControl() error {
+	if err := d.objs.OlcdRctl.Set(&d.rctl); err != nil {
+		return fmt.Errorf("write response control: %w", err)
+	}
+	return nil
+}
+
+// writeRespPorts gives every protected port a histogram slot while there
+// are free ones (ports that lost their policy free theirs; a new slot is
+// zeroed first) and writes the timed-port index. Called with the port index
+// (writeIndex), so a port is timed exactly while it has a policy. Ports
+// beyond Config.ResponsePorts are not timed (Timed reports which are).
+func (d *Datapath) writeRespPorts() error {
+	if d.cfg.ResponseSample == 0 {
+		return nil
+	}
+	for k, slot := range d.rslots {
+		if _, ok := d.policies[k]; !ok || d.exempt[k] {
+			delete(d.rslots, k)
+			d.resp.forget(uint16(slot))
+			d.rfree = append(d.rfree, slot)
+		}
+	}
+	for _, k := range sortedKeys(d.policies) {
+		if _, ok := d.rslots[k]; ok || d.exempt[k] || len(d.rfree) == 0 {
+			continue
+		}
+		slot := d.rfree[len(d.rfree)-1]
+		if err := d.resp.reset(uint16(slot)); err != nil {
+			return err
+		}
+		d.rfree = d.rfree[:len(d.rfree)-1]
+		d.rslots[k] = slot
+	}
+	next := new(olcdOlcdRespPorts)
+	for k, slot := range d.rslots {
+		next.Slot[protoIndex(k.Proto)][k.Port] = slot
+	}
+	if *next == *d.rports {
+		return nil
+	}
+	if err := d.objs.OlcdRports.Set(next); err != nil {
+		return fmt.Errorf("write timed-port index: %w", err)
+	}
+	d.rports = next
+	return nil
+}
+
+func sortedKeys(m map[PortKey]PortPolicy) []PortKey {
+	out := make([]PortKey, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(a, b PortKey) int {
+		if a.Proto != b.Proto {
+			return int(a.Proto) - int(b.Proto)
+		}
+		return int(a.Port) - int(b.Port)
+	})
+	return out
+}
+
+// Timed reports whether a port is timed: response timing is on, the port
+// is protected and it got a histogram slot (Config.ResponsePorts).
+func (d *Datapath) Timed(k PortKey) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.rslots[k]
+	return ok
+}
+
+// respSlotList returns the histogram slots in use, sorted.
+func (d *Datapath) respSlotList() []uint16 {
+	s := make([]uint16, 0, len(d.rslots))
+	for _, v := range d.rslots {
+		s = append(s, uint16(v))
+	}
+	slices.Sort(s)
+	return s
+}
+
+// respFields is the number of 32-bit words of struct olcd_resp_hist.
+const respFields = 4 + HistBuckets
+
+type respTotals struct {
+	prev  [][respFields]uint32
+	total [respFields]uint64
+}
+
+// respFolder folds the 32-bit per-CPU response histograms into 64-bit
+// totals, as statsFolder does the counters. Guarded by the Datapath mutex.
+type respFolder struct {
+	m, fstats *ebpf.Map
+	slots     map[uint16]*respTotals
+	noBatch   bool
+	buf       []olcdOlcdRespHist
+	keys      []uint32
+	vals      []olcdOlcdRespHist
+	flowPrev  [][4]uint32
+	flowTotal [4]uint64
+}
+
+func newRespFolder(m, fstats *ebpf.Map) *respFolder {
+	return &respFolder{m: m, fstats: fstats, slots: make(map[uint16]*respTotals)}
+}
+
+func histWords(h *olcdOlcdRespHist) *[respFields]uint32 {
+	var w [respFields]uint32
+	w[0], w[1], w[2], w[3] = h.Requests, h.Responses, h.Abandoned, h.Retransmits
+	copy(w[4:], h.Bucket[:])
+	return &w
+}
+
+func (f *respFolder) add(slot uint16, percpu []olcdOlcdRespHist) {
+	st := f.slots[slot]
+	if st == nil {
+		st = &respTotals{}
+		f.slots[slot] = st
+	}
+	if len(st.prev) != len(percpu) {
+		st.prev = make([][respFields]uint32, len(percpu))
+	}
+	for cpu := range percpu {
+		h := &percpu[cpu]
+		p := &st.prev[cpu]
+		st.total[0] += uint64(h.Requests - p[0])
+		st.total[1] += uint64(h.Responses - p[1])
+		st.total[2] += uint64(h.Abandoned - p[2])
+		st.total[3] += uint64(h.Retransmits - p[3])
+		p[0], p[1], p[2], p[3] = h.Requests, h.Responses, h.Abandoned, h.Retransmits
+		for i, v := range h.Bucket {
+			if v != p[4+i] {
+				st.total[4+i] += uint64(v - p[4+i])
+				p[4+i] = v
+			}
+		}
+	}
+}
+
+// fold reads the histograms of the slots in use (sorted, "other" included
+// and skipped: it has no timed port).
+func (f *respFolder) fold(slots []uint16) error {
+	if len(slots) > 0 && slots[0] == 0 { // slot 0 is never a port's
+		slots = slots[1:]
+	}
+	if len(slots) == 0 {
+		return nil
+	}
+	if n := len(slots); !f.noBatch && n >= batchMinSlots && int(slots[n-1])+1 <= batchDensity*(n+1) {
+		err := f.foldBatch(slots)
+		if !errors.Is(err, ebpf.ErrNotSupported) {
+			return err
+		}
+		f.noBatch = true
+	}
+	for _, slot := range slots {
+		f.buf = f.buf[:0]
+		if err := f.m.Lookup(uint32(slot), &f.buf); err != nil {
+			return fmt.Errorf("read response histogram %d: %w", slot, err)
+		}
+		f.add(slot, f.buf)
+	}
+	return nil
+}
+
+// respChunk bounds one batched read: 64 entries × CPUs × 1.5 KB.
+const respChunk = 64
+
+func (f *respFolder) foldBatch(slots []uint16) error {
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return fmt.Errorf("read response histograms: %w", err)
+	}
+	entries := int(slots[len(slots)-1]) + 1
+	chunk := min(entries, respChunk)
+	if len(f.keys) < chunk {
+		f.keys = make([]uint32, chunk)
+		f.vals = make([]olcdOlcdRespHist, chunk*ncpu)
+	}
+	var cursor ebpf.MapBatchCursor
+	next := 0
+	for from := 0; from < entries; {
+		n := min(chunk, entries-from)
+		got, err := f.m.BatchLookup(&cursor, f.keys[:n], f.vals[:n*ncpu], nil)
+		if errors.Is(err, ebpf.ErrKeyNotExist) && got == n && from+n == entries {
+			err = nil
+		}
+		if err != nil {
+			return fmt.Errorf("batch read of response histograms %d..%d: %w", from, from+n-1, err)
+		}
+		if got == 0 {
+			return fmt.Errorf("batch read of response histograms %d..%d: no progress", from, from+n-1)
+		}
+		for ; next < len(slots) && int(slots[next]) < from+got; next++ {
+			i := int(slots[next]) - from
+			if f.keys[i] != uint32(slots[next]) {
+				return fmt.Errorf("batch read of response histograms: entry %d holds key %d", slots[next], f.keys[i])
+			}
+			f.add(slots[next], f.vals[i*ncpu:(i+1)*ncpu])
+		}
+		from += got
+	}
+	return nil
+}
+
+// reset zeroes a slot's histograms in the kernel and its totals.
+func (f *respFolder) reset(slot uint16) error {
+	n, err := ebpf.PossibleCPU()
+	if err != nil {
+		return fmt.Errorf("reset response histogram %d: %w", slot, err)
+	}
+	if uint32(slot) >= f.m.MaxEntries() {
+		return nil // timing off: a single unused entry
+	}
+	if err := f.m.Update(uint32(slot), make([]olcdOlcdRespHist, n), ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("reset response histogram %d: %w", slot, err)
+	}
+	delete(f.slots, slot)
+	return nil
+}
+
+func (f *respFolder) forget(slot uint16) { delete(f.slots, slot) }
+
+func (f *respFolder) response(slot uint16) Response {
+	st := f.slots[slot]
+	if st == nil {
+		return Response{Buckets: make([]uint64, HistBuckets)}
+	}
+	t := &st.total
+	r := Response{Requests: t[0], Responses: t[1], Abandoned: t[2], Retransmits: t[3], Buckets: make([]uint64, HistBuckets)}
+	copy(r.Buckets, t[4:])
+	return r
+}
+
+func (f *respFolder) flows() (FlowCounters, error) {
+	var per []olcdOlcdFlowCounters
+	if err := f.fstats.Lookup(uint32(0), &per); err != nil {
+		return FlowCounters{}, fmt.Errorf("read flow table counters: %w", err)
+	}
+	if len(f.flowPrev) != len(per) {
+		f.flowPrev = make([][4]uint32, len(per))
+	}
+	for cpu, c := range per {
+		cur := [4]uint32{c.Inserts, c.Evictions, c.Expired, c.Forgotten}
+		for i := range cur {
+			f.flowTotal[i] += uint64(cur[i] - f.flowPrev[cpu][i])
+		}
+		f.flowPrev[cpu] = cur
+	}
+	t := f.flowTotal
+	return FlowCounters{Inserts: t[0], Evictions: t[1], Expired: t[2], Forgotten: t[3]}, nil
+}
+
+// FlowTableOccupancy scans the flow table (sets × 128 bytes, batched) and
+// counts the flows in it not idle past Config.FlowIdle. For status, not for
+// every tick. Errors: a closed datapath or a failed read.
+func (d *Datapath) FlowTableOccupancy() (FlowTable, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOpen(); err != nil {
+		return FlowTable{}, fmt.Errorf("read flow table: %w", err)
+	}
+	ways := int(olcdOlcdRespGeometryOLCD_FLOW_WAYS)
+	m := d.objs.OlcdFlows
+	ft := FlowTable{Capacity: int(m.MaxEntries()) * ways}
+	if d.cfg.ResponseSample == 0 {
+		return FlowTable{}, nil
+	}
+	now, err := monotonicNow()
+	if err != nil {
+		return FlowTable{}, fmt.Errorf("read flow table: %w", err)
+	}
+	if d.rctl.TestNowNs != 0 {
+		now = d.rctl.TestNowNs
+	}
+	stampNow := uint32(now >> 20)
+	count := func(set *olcdOlcdFlowSet) {
+		for w := 0; w < ways; w++ {
+			if set.Tag[w] == 0 || stampNow-set.Stamp[w] > d.rctl.IdleUnits {
+				continue
+			}
+			ft.Used++
+			if set.StartNs[w] != 0 {
+				ft.Outstanding++
+			}
+		}
+	}
+	// Batched, 1024 sets (128 KiB) per call; one lookup per set on
+	// kernels without batch operations.
+	const chunk = 1024
+	keys := make([]uint32, chunk)
+	vals := make([]olcdOlcdFlowSet, chunk)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := m.BatchLookup(&cursor, keys, vals, nil)
+		for i := 0; i < n; i++ {
+			count(&vals[i])
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return ft, nil
+		}
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			break
+		}
+		if err != nil {
+			return FlowTable{}, fmt.Errorf("read flow table: %w", err)
+		}
+		if n == 0 {
+			return FlowTable{}, errors.New("read flow table: batch read made no progress")
+		}
+	}
+	ft.Used, ft.Outstanding = 0, 0
+	var set olcdOlcdFlowSet
+	it := m.Iterate()
+	var key uint32
+	for it.Next(&key, &set) {
+		count(&set)
+	}
+	if err := it.Err(); err != nil {
+		return FlowTable{}, fmt.Errorf("read flow table: %w", err)
+	}
+	return ft, nil
+}

@@ -1,0 +1,178 @@
+package loader
+
+import (
+	"bytes"
+	_ "embed"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+)
+
+// baseObject is the datapath as it was before response timing (commit
+// 1ab021d, bpfel), the baseline BenchmarkResponseTiming measures the SYN
+// path and established segments against in the same run.
+//
+//go:embed testdata/olcd_base_bpfel.o
+var baseObject []byte
+
+// loadBase loads the baseline object with one protected port, tcp/8080, in
+// enforce mode at p, with a fresh heartbeat. Only what the benchmark needs
+// is set: the control record, the port index, the policy and its slot.
+func loadBase(tb testing.TB, p float64) *ebpf.Collection {
+	tb.Helper()
+	spec, err := ebpf.LoadCollectionSpecFromReader(bytes.NewReader(baseObject))
+	if err != nil {
+		tb.Fatalf("baseline spec: %v", err)
+	}
+	spec.Maps[olcdMapOlcdSyns].MaxEntries = synSets(DefaultSYNTableSize)
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		tb.Fatalf("load baseline: %v", err)
+	}
+	tb.Cleanup(coll.Close)
+	now, err := monotonicNow()
+	must(tb, err)
+	ctl := olcdOlcdControl{HeartbeatNs: now, StaleAfterNs: uint64(time.Hour), SynSeed: rand.Uint64(),
+		SynSetsMask: synSets(DefaultSYNTableSize) - 1, MarkDscp: uint8(olcdOlcdDscpOLCD_DSCP_KEEP), Mode: uint8(ModeEnforce)}
+	must(tb, coll.Variables["olcd_ctl"].Set(&ctl))
+	idx := new(olcdOlcdPortIndex)
+	idx.Idx[0][8080] = 1
+	must(tb, coll.Variables["olcd_ports"].Set(idx))
+	pol := olcdOlcdPolicy{DropProb: ProbabilityToFixed(p), StatsSlot: 1, Flags: uint8(olcdOlcdPolicyFlagOLCD_POLICY_PROTECTED),
+		Mode: uint8(ModeEnforce), Action: uint8(ActionDrop)}
+	must(tb, coll.Maps["olcd_policies"].Update(uint32(1), &pol, ebpf.UpdateAny))
+	return coll
+}
+
+// emptyTC is the floor of the egress program: returns TC_ACT_UNSPEC.
+func emptyTC(tb testing.TB) *ebpf.Program {
+	tb.Helper()
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: "olcd_floor_tc", Type: ebpf.SchedCLS,
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, -1), asm.Return()},
+		License:      "Dual MIT/GPL",
+	})
+	if err != nil {
+		tb.Fatalf("load empty TC program: %v", err)
+	}
+	tb.Cleanup(func() { p.Close() })
+	return p
+}
+
+// unsampledPort returns a client port whose flow to tcp/8080 the sample of
+// d leaves out, and sampledPort one it takes.
+func samplePorts(d *Datapath) (unsampled, sampled uint16) {
+	max := sampleMax(d.cfg.ResponseSample)
+	for p := uint16(20000); p < 60000 && (unsampled == 0 || sampled == 0); p++ {
+		if uint32(flowHash(d.rctl.Seed, client4, server4, p, sport)>>32) <= max {
+			if sampled == 0 {
+				sampled = p
+			}
+		} else if unsampled == 0 {
+			unsampled = p
+		}
+	}
+	return unsampled, sampled
+}
+
+// BenchmarkResponseTiming measures what response timing costs per packet:
+// each sub-benchmark runs, chunk after chunk, an empty program (floor), the
+// frame through the datapath as it was before response timing (base) and
+// through this one (timing on, 1 flow in 16), and reports both over the
+// floor and delta-ns, the interquartile mean of the per-chunk differences
+// this − base: the machine's noise moves both of a chunk alike (see
+// BenchmarkDatapath for the method).
+//
+//	syn-p50           SYN to a protected port, p = 0.5 (goal: delta within ± 2 ns)
+//	ack               pure ACK to a protected port
+//	data-unsampled    100-byte segment of an established flow the sample leaves out (goal ≤ 5 ns)
+//	data-sampled      the same, of a sampled flow with a request outstanding: hash, flow table,
+//	                  way found (goal ≤ 40 ns)
+//	egress-unsampled  the server's 100-byte answer at TC egress; base is the empty TC program,
+//	                  as there was no egress program before (goal ≤ 5 ns)
+//	egress-sampled    the same, sampled: the first run stops the timer, the rest find none
+//
+// The two segments per request that start and stop a timer add a clock
+// read and, at the stop, the histogram update; a repeated frame cannot
+// alternate them, so they are not isolated here (docs/datapath.md).
+func BenchmarkResponseTiming(b *testing.B) {
+	requireRoot(b)
+	base := loadBase(b, 0.5)
+	d := loadTest(b, Config{StaleAfter: time.Hour, ResponseSample: 16})
+	must(b, d.SetPolicies([]PortPolicy{{Key: tcp8080, Mode: ModeEnforce, Action: ActionDrop, DropProbability: 0.5}}))
+	must(b, d.SetMode(ModeEnforce))
+	must(b, d.Heartbeat())
+	floor, floorTC := emptyXDP(b), emptyTC(b)
+	un, sa := samplePorts(d)
+	data := func(cp uint16) []byte {
+		return tcpData{client4, server4, cp, sport, cseq0, sseq0, psh, 100}.frame()
+	}
+	answer := func(cp uint16) []byte {
+		return tcpData{server4, client4, sport, cp, sseq0, cseq0 + 100, psh, 100}.frame()
+	}
+	// A sampled flow with a request outstanding (the real clock: no
+	// injected time). Egress then stops it on its first run.
+	if _, err := d.objs.OlcdXdp.Run(&ebpf.RunOptions{Data: data(sa)}); err != nil {
+		b.Fatal(err)
+	}
+	bx, nx := base.Programs["olcd_xdp"], d.objs.OlcdXdp
+	ack := ipv4Frame(client4, server4, 6, 0, tcpSeg{40000, 8080, 1, tcpACK}.bytes())
+	cases := []struct {
+		name            string
+		fl, bprog, prog *ebpf.Program
+		bframe, frame   []byte
+	}{
+		{"syn-p50", floor, bx, nx, syn4(8080, 1), syn4(8080, 1)},
+		{"ack", floor, bx, nx, ack, ack},
+		{"data-unsampled", floor, bx, nx, data(un), data(un)},
+		{"data-sampled", floor, bx, nx, data(sa), data(sa)},
+		{"egress-unsampled", floorTC, floorTC, d.objs.OlcdTcEgress, answer(un), answer(un)},
+		{"egress-sampled", floorTC, floorTC, d.objs.OlcdTcEgress, answer(sa), answer(sa)},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			var fl, bs, nw []float64
+			for n := b.N; n > 0; n -= benchChunk {
+				k := min(n, benchChunk)
+				fl = append(fl, runChunk(b, c.fl, c.frame, k))
+				bs = append(bs, runChunk(b, c.bprog, c.bframe, k))
+				nw = append(nw, runChunk(b, c.prog, c.frame, k))
+			}
+			over := func(x, y []float64) float64 { return (&pairs{floor: y, prog: x}).overFloor() }
+			b.ReportMetric(mean(nw), "ns/op")
+			b.ReportMetric(over(bs, fl), "base-over-floor-ns")
+			b.ReportMetric(over(nw, fl), "over-floor-ns/pkt")
+			b.ReportMetric(over(nw, bs), "delta-ns")
+		})
+	}
+}
+
+// BenchmarkStatsResponse measures Stats with response timing on and every
+// port timed: the counters plus the per-CPU histograms (1.5 KB a port and
+// CPU), as the daemon reads them once per tick. core-% is the share of one
+// CPU that reading costs at the default 500 ms tick (goal at 1000 ports:
+// < 1 %); compare BenchmarkStats (timing off) of the same run.
+func BenchmarkStatsResponse(b *testing.B) {
+	for _, n := range []int{10, 100, 1000} {
+		b.Run(fmt.Sprintf("ports=%d", n), func(b *testing.B) {
+			d := loadTest(b, Config{StaleAfter: time.Hour, MaxPorts: n, ResponseSample: 1, ResponsePorts: n})
+			pols := make([]PortPolicy, n)
+			for i := range pols {
+				pols[i] = PortPolicy{Key: PortKey{ProtoTCP, uint16(1000 + i)}, Mode: ModeEnforce, Action: ActionDrop}
+			}
+			must(b, d.SetPolicies(pols))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := d.Stats(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/5e8*100, "core-%")
+		})
+	}
+}

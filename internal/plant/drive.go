@@ -1,0 +1,109 @@
+package plant
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/sampler"
+)
+
+// DriveTick is one tick of a driven run: what the plant showed and what
+// the controller decided for the port.
+type DriveTick struct {
+	Observation
+	// Port is the port's decision.
+	Port adaptive.PortDecision
+	// Decision is the whole decision (its reason, events, node p).
+	Decision adaptive.Decision
+}
+
+// Drive runs sc under controller c, which must protect key: each tick's
+// observation becomes the snapshot (cpu_busy) and the port's counts and
+// response time the daemon hands the controller (the p95 available from
+// minSamples responses on, as datapath.response_min_samples), and the
+// port's drop probability goes back into the plant. each, when not nil,
+// sees every tick.
+func Drive(c *adaptive.Controller, sc Scenario, key adaptive.PortKey, minSamples int, each func(DriveTick)) (Result, error) {
+	idx := -1
+	for i, pc := range c.Config().Ports {
+		if pc.Key == key {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		return Result{}, fmt.Errorf("drive plant: the controller does not protect %s", key)
+	}
+	res := Run(sc, func(o Observation) float64 {
+		s := sampler.Snapshot{At: adaptive.TraceOrigin.Add(time.Duration(o.T * float64(time.Second))), Interval: sc.Tick}
+		s.Set(sampler.CPUBusy, o.CPUBusy)
+		r := adaptive.PortResponse{Samples: uint64(o.Responses), Requests: float64(o.Requests),
+			Responses: float64(o.Responses), Inflight: float64(o.Inflight)}
+		if o.Responses >= minSamples && o.Responses > 0 {
+			r.Available, r.P95 = true, o.P95
+		}
+		d := c.Step(s, map[adaptive.PortKey]adaptive.PortStats{key: {
+			New: o.New, Retransmits: o.Retransmits, Dropped: o.Dropped, Response: r}})
+		pd := d.Ports[idx]
+		if each != nil {
+			each(DriveTick{Observation: o, Port: pd, Decision: d})
+		}
+		return pd.DropProbability
+	})
+	return res, nil
+}
+
+// Loads are the harness's load shapes, as multiples of C over time.
+var Loads = map[string]func(t float64) float64{
+	// 3x: 0.5 C for 10 s, 3 C for 30 s, 0.5 C for 10 s.
+	"3x": func(t float64) float64 {
+		switch {
+		case t < 10:
+			return 0.5
+		case t < 40:
+			return 3
+		}
+		return 0.5
+	},
+	// coldstart: idle for 5 s, then 1.5 C for 30 s.
+	"coldstart": func(t float64) float64 {
+		if t < 5 {
+			return 0
+		}
+		return 1.5
+	},
+}
+
+// Backends are the plant's backends by name.
+var Backends = map[string]Backend{"cpu": CPU, "pool": Pool, "php": PHP}
+
+// ParseScenario parses a harness scenario name, <backend>-<clients>-<load>
+// (e.g. pool-closed-pool-3x, cpu-open-giveup-coldstart), into a Scenario
+// with the harness's settings (64 closed-loop clients, linear SYN timeouts
+// 4, 500 ms ticks) and the overload phase's bounds (seconds).
+func ParseScenario(name string, seed uint64) (sc Scenario, phase [2]float64, err error) {
+	i := strings.Index(name, "-")
+	j := strings.LastIndex(name, "-")
+	if i < 0 || j <= i {
+		return sc, phase, fmt.Errorf("scenario %q: want <backend>-<clients>-<load>, e.g. pool-closed-pool-3x", name)
+	}
+	b, ok := Backends[name[:i]]
+	if !ok {
+		return sc, phase, fmt.Errorf("scenario %q: unknown backend %q (cpu, pool, php)", name, name[:i])
+	}
+	k, ok := ParseClientKind(name[i+1 : j])
+	if !ok {
+		return sc, phase, fmt.Errorf("scenario %q: unknown clients %q (open-giveup, open-retry, closed-pool)", name, name[i+1:j])
+	}
+	load, ok := Loads[name[j+1:]]
+	if !ok {
+		return sc, phase, fmt.Errorf("scenario %q: unknown load %q (3x, coldstart)", name, name[j+1:])
+	}
+	secs, phase := 50.0, [2]float64{10, 40}
+	if name[j+1:] == "coldstart" {
+		secs, phase = 35, [2]float64{5, 35}
+	}
+	return Scenario{Backend: b, Clients: k, Load: load, Pool: 64, LinearTimeouts: 4, Seconds: secs,
+		Tick: 500 * time.Millisecond, Seed: seed, Noise: 0.01}, phase, nil
+}

@@ -1,0 +1,120 @@
+package rules
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/olcd/olcd/internal/lb"
+)
+
+// LBConfig is what olcd tells load balancers (docs/config.md, "lb"): the
+// weight is computed from the controller's decision, never estimated
+// apart.
+type LBConfig struct {
+	// Agent is the HAProxy agent-check listener.
+	Agent LBAgentConfig
+	// Weight shapes the weight: smoothing of the pass rate and its floor
+	// (defaults lb.DefaultParams).
+	Weight lb.Params
+}
+
+// LBAgentConfig is the HAProxy agent-check listener.
+type LBAgentConfig struct {
+	// Address is host:port with a literal IP; "" (the default) turns the
+	// listener off. An unspecified address is refused unless AllowAny.
+	Address string
+	// AllowAny permits 0.0.0.0, :: or an empty host in Address.
+	AllowAny bool
+	// SendWait is how long a connection may take to send its agent-send
+	// line (0..1s, default lb.DefaultSendWait).
+	SendWait time.Duration
+}
+
+// MaxSendWait bounds lb.agent.send_wait: HAProxy's agent check times out
+// after agent-inter (1 s in the README's wiring) unless "timeout check"
+// says otherwise.
+const MaxSendWait = time.Second
+
+var (
+	lbKeys      = []string{"agent", "smoothing", "min_weight"}
+	lbAgentKeys = []string{"address", "allow_any", "send_wait"}
+)
+
+func defaultLB() LBConfig {
+	return LBConfig{Agent: LBAgentConfig{SendWait: lb.DefaultSendWait}, Weight: lb.DefaultParams()}
+}
+
+// lb decodes the `lb` section.
+func (d *decoder) lb(n *yaml.Node, path string, cfg *Config) {
+	d.mapping(n, path, lbKeys, func(key string, v *yaml.Node, field string) {
+		switch key {
+		case "agent":
+			d.mapping(v, field, lbAgentKeys, func(key string, v *yaml.Node, f string) {
+				switch key {
+				case "address":
+					if s, ok := d.str(v, f); ok {
+						cfg.LB.Agent.Address = s
+					}
+				case "allow_any":
+					if b, ok := d.boolean(v, f); ok {
+						cfg.LB.Agent.AllowAny = b
+					}
+				case "send_wait":
+					if dur, ok := d.duration(v, f); ok {
+						cfg.LB.Agent.SendWait = dur
+					}
+				}
+			})
+		case "smoothing":
+			if x, ok := d.number(v, field); ok {
+				cfg.LB.Weight.Smoothing = x
+			}
+		case "min_weight":
+			if x, ok := d.number(v, field); ok {
+				cfg.LB.Weight.MinWeight = x
+			}
+		}
+	})
+}
+
+// boolean returns a true/false scalar.
+func (d *decoder) boolean(n *yaml.Node, field string) (bool, bool) {
+	n = resolve(n)
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!bool" {
+		var b bool
+		if err := n.Decode(&b); err == nil {
+			return b, true
+		}
+	}
+	d.add(n, field, "must be true or false, got "+kindName(n), "")
+	return false, false
+}
+
+// validateLB checks the `lb` section.
+func (d *decoder) validateLB(c *Config) {
+	a := c.LB.Agent
+	if a.Address != "" && !d.failed["lb.agent.address"] {
+		if err := lb.CheckAddress(a.Address, a.AllowAny); err != nil {
+			d.addAt("lb.agent.address", err.Error(), "the listener tells anyone who connects the node's weight: bind the address the load balancer reaches")
+		} else if a.Address == c.MetricsAddress {
+			d.addAt("lb.agent.address", fmt.Sprintf("%q is also metrics.address", a.Address), "use another port, e.g. 9478")
+		}
+	}
+	if a.SendWait < 0 || a.SendWait > MaxSendWait {
+		d.addAt("lb.agent.send_wait", fmt.Sprintf("%v is outside [0, %v]", a.SendWait, MaxSendWait), "5ms is the default; 0 never waits (node answers only)")
+	}
+	w := c.LB.Weight
+	if !(w.Smoothing > 0 && w.Smoothing <= 1) || math.IsNaN(w.Smoothing) {
+		d.addAt("lb.smoothing", fmt.Sprintf("%g is outside (0, 1]", w.Smoothing), "1 uses the last tick alone")
+	}
+	if !(w.MinWeight > 0 && w.MinWeight <= 1) || math.IsNaN(w.MinWeight) {
+		hint := "the floor keeps a node its share of traffic to show it recovered; 0.1 is the default"
+		if w.MinWeight > 1 && w.MinWeight <= 100 {
+			hint = fmt.Sprintf("looks like percent; did you mean %g?", w.MinWeight/100)
+		}
+		d.addAt("lb.min_weight", fmt.Sprintf("%g is outside (0, 1]", w.MinWeight), hint)
+	}
+}

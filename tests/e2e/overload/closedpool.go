@@ -1,0 +1,190 @@
+package overload
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The closed-pool load (ClientsClosedPool, `olcd-overload closed-pool`): a
+// fixed pool of blocking clients, each with one request in flight at most,
+// like a thread pool or a connection-per-query worker pool in front of a
+// service. Unlike the open-loop attacker, a client blocked in connect() or
+// waiting for an answer sends nothing meanwhile, so the time a protection
+// keeps clients blocked is what limits their throughput.
+
+// ClosedPoolClients is the pool size the closed-pool load uses unless the
+// config says otherwise.
+const ClosedPoolClients = 64
+
+// ClosedPoolTimeout bounds each closed-pool request, connect included.
+const ClosedPoolTimeout = 2 * time.Second
+
+// RunClosedPool plays cfg's phases with cfg.Pool blocking clients (default
+// ClosedPoolClients): client i sends the requests i, i+n, i+2n, … of the
+// schedule the phases' rates make (n clients), each at its due time. Each
+// request opens a connection, sends one GET, and waits for the answer or
+// cfg.Timeout (default ClosedPoolTimeout), connect included; then the
+// client waits for its next due time. A due time that passed while the
+// client was blocked is skipped, not caught up: the pool's offered load falls
+// when its clients are kept waiting, as a real pool's does. Health checks
+// run beside it at cfg.HealthRate. It writes RunAttack's event lines to w,
+// and at the end one line `skipped <n>`, the due requests the pool could not
+// send in time.
+func RunClosedPool(ctx context.Context, cfg AttackConfig, w io.Writer) error {
+	if len(cfg.Phases) == 0 {
+		return errors.New("closed pool: no phases")
+	}
+	clients := cfg.Pool
+	if clients <= 0 {
+		clients = ClosedPoolClients
+	}
+	timeout := cfg.Timeout
+	if timeout <= 0 {
+		timeout = ClosedPoolTimeout
+	}
+	pacer := phasePacer(cfg.Phases)
+	total := pacer.total()
+	lines := &lineWriter{w: bufio.NewWriterSize(w, 1<<16)}
+	stopFlush := make(chan struct{})
+	flushDone := make(chan struct{})
+	go func() {
+		defer close(flushDone)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopFlush:
+				return
+			case <-t.C:
+				lines.flush()
+			}
+		}
+	}()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := time.Now()
+	lines.printf("start %d\n", start.UnixNano())
+	var skipped atomic.Int64
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			skipped.Add(closedClient(ctx, i, clients, pacer, start, timeout, cfg.Target, lines))
+		}()
+	}
+	if cfg.HealthRate > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			healthChecks(ctx, cfg, start, total, timeout, lines)
+		}()
+	}
+	wg.Wait()
+	lines.printf("skipped %d\n", skipped.Load())
+	lines.printf("end\n")
+	lines.close()
+	close(stopFlush)
+	<-flushDone
+	return ctx.Err()
+}
+
+// closedClient is client i of n: it sends the requests i, i+n, … of the
+// schedule until it ends or ctx is done, and returns how many due times it
+// skipped.
+func closedClient(ctx context.Context, i, n int, pacer phasePacer, start time.Time, timeout time.Duration, url string, lines *lineWriter) int64 {
+	dialer := &net.Dialer{}
+	tr := &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			t0 := time.Now()
+			c, err := dialer.DialContext(ctx, network, addr)
+			lines.printf("d %d %d %s\n", t0.UnixNano(), time.Since(t0).Nanoseconds(), classifyErr(err))
+			return c, err
+		},
+	}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: timeout, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	var skipped int64
+	for k := 0; ; k++ {
+		due, ok := pacer.timeOf(float64(k*n + i + 1))
+		if !ok {
+			return skipped
+		}
+		now := time.Since(start)
+		if due < now {
+			// Blocked past this due time: skip it (and any other missed).
+			skipped++
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return skipped
+		case <-time.After(due - now):
+		}
+		t0 := time.Now()
+		outcome := get(ctx, client, url)
+		lines.printf("r a %d %d %s\n", t0.UnixNano(), time.Since(t0).Nanoseconds(), outcome)
+	}
+}
+
+// get sends one GET and reads the answer, returning the outcome.
+func get(ctx context.Context, client *http.Client, url string) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return outcomeError
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		switch o := classifyErr(err); {
+		case o == outcomeTimeout || isTimeoutText(err.Error()):
+			return outcomeTimeout
+		case o == outcomeRefused:
+			return outcomeRefused
+		}
+		return outcomeError
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	switch {
+	case err != nil && isTimeoutText(err.Error()):
+		return outcomeTimeout
+	case err != nil:
+		return outcomeError
+	case resp.StatusCode != http.StatusOK:
+		return fmt.Sprintf("http%d", resp.StatusCode)
+	}
+	return outcomeOK
+}
+
+// healthChecks sends cfg.HealthRate checks per second, each on its own
+// goroutine, until total has passed.
+func healthChecks(ctx context.Context, cfg AttackConfig, start time.Time, total, timeout time.Duration, lines *lineWriter) {
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: timeout}
+	every := time.Duration(float64(time.Second) / cfg.HealthRate)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for due := time.Duration(0); due < total; due += every {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(start.Add(due))):
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			outcome := get(ctx, client, cfg.Health)
+			lines.printf("r h %d %d %s\n", t0.UnixNano(), time.Since(t0).Nanoseconds(), outcome)
+		}()
+	}
+}

@@ -1,0 +1,851 @@
+package overload
+
+import (
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"text/template"
+	"time"
+
+	"github.com/olcd/olcd/internal/daemon"
+	"github.com/olcd/olcd/internal/lb"
+)
+
+// The load-balancer test (TestOverloadLB): two backend nodes behind
+// Debian's HAProxy, each a network namespace with its backend in its own
+// cgroup and its own olcd; HAProxy and the clients in a third namespace.
+//
+//	lb netns: attacker ──► HAProxy 127.0.0.1:18000 (roundrobin)
+//	              │ veth                      │ veth
+//	node A netns: backend (cgroup, quota Q)   node B netns: backend (quota Q, then Q/2)
+//	              olcd (TC ingress, agent)                  olcd (TC ingress, agent)
+//
+// Each node reuses the overload harness (Harness with backendNetns set):
+// its backend, cgroup and calibration.
+
+// LB test ports: HAProxy's frontend in the lb namespace, olcd's metrics
+// and agent on each node.
+const (
+	lbFrontendPort = 18000
+	lbMetricsPort  = 9477
+	lbAgentPort    = 9478
+)
+
+// LBVariant is what protects the nodes in a run.
+type LBVariant string
+
+// The three variants of the load-balancer test.
+const (
+	// LBNone: HAProxy alone.
+	LBNone LBVariant = "none"
+	// LBOlcd: olcd enforcing on both nodes; HAProxy knows nothing of it.
+	LBOlcd LBVariant = "olcd"
+	// LBAgent: olcd enforcing on both nodes and answering HAProxy's agent
+	// checks (weight and drain).
+	LBAgent LBVariant = "olcd-agent"
+)
+
+// LBOptions configure an LBHarness. Zero values take the defaults in
+// brackets.
+type LBOptions struct {
+	// Olcd, Self and OutDir as in Options; HAProxy is the haproxy binary.
+	Olcd, Self, HAProxy, OutDir string
+	// Work, SLO and Timeout as in Options [5ms, 200ms, 1s].
+	Work, SLO, Timeout time.Duration
+	// Quota is each node's CPU quota [0.5: two nodes leave the clients and
+	// HAProxy a CPU of a 2-CPU machine].
+	Quota float64
+	// Load is the offered load as a multiple of one node's C [1.6].
+	Load float64
+	// Before and After are the phases before and after node B's quota is
+	// halved [10s, 25s].
+	Before, After time.Duration
+	// Progress receives progress lines (nil: silent).
+	Progress io.Writer
+}
+
+func (o *LBOptions) defaults() {
+	if o.Work == 0 {
+		o.Work = 5 * time.Millisecond
+	}
+	if o.SLO == 0 {
+		o.SLO = 200 * time.Millisecond
+	}
+	if o.Timeout == 0 {
+		o.Timeout = time.Second
+	}
+	if o.Quota == 0 {
+		o.Quota = 0.5
+	}
+	if o.Load == 0 {
+		o.Load = 1.6
+	}
+	if o.Before == 0 {
+		o.Before = 10 * time.Second
+	}
+	if o.After == 0 {
+		o.After = 25 * time.Second
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+}
+
+// LBHarness owns the three namespaces, the nodes' cgroups and processes.
+type LBHarness struct {
+	opt   LBOptions
+	lock  *os.File
+	lbNS  string
+	nodes []*lbNode
+
+	// CalA is node A's calibration at the full quota (C_A; node B, on the
+	// same machine with the same quota, is taken to have the same C);
+	// CalBHalved node B's at half of it (C_B').
+	CalA, CalBHalved *Calibration
+}
+
+// lbNode is one backend node.
+type lbNode struct {
+	name string
+	ns   string
+	ip   netip.Addr
+	dev  string // the node's veth end, olcd's interface
+	h    *Harness
+	// socket is the admin socket of the olcd started last.
+	socket string
+}
+
+// NewLB checks the prerequisites, takes the host lock and builds the lb
+// namespace and the two nodes.
+func NewLB(ctx context.Context, opt LBOptions) (*LBHarness, error) {
+	opt.defaults()
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the load-balancer test needs root: namespaces, veth pairs, cgroups, BPF")
+	}
+	for _, tool := range []string{"ip", "nsenter"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, fmt.Errorf("%s not found: apt-get install -y iproute2 util-linux", tool)
+		}
+	}
+	for _, b := range []string{opt.Olcd, opt.Self, opt.HAProxy} {
+		if _, err := os.Stat(b); err != nil {
+			return nil, fmt.Errorf("binary: %w", err)
+		}
+	}
+	if err := os.MkdirAll(opt.OutDir, 0o755); err != nil {
+		return nil, err
+	}
+	lock, err := lockHost(ctx)
+	if err != nil {
+		return nil, err
+	}
+	removeLeftovers()
+	l := &LBHarness{opt: opt, lock: lock, lbNS: namePrefix + "-" + newID()}
+	if err := l.build(); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+func newID() string { return fmt.Sprintf("%05x", rand.IntN(1<<20)) }
+
+// build creates the lb namespace and the nodes: a /30 each of a free
+// documentation range, the lb end .1 and the node end .2 of the first, .5
+// and .6 of the second.
+func (l *LBHarness) build() error {
+	first, _, err := pickRange()
+	if err != nil {
+		return err
+	}
+	for _, s := range [][]string{
+		{"ip", "netns", "add", l.lbNS},
+		{"ip", "-n", l.lbNS, "link", "set", "lo", "up"},
+		{"ip", "netns", "exec", l.lbNS, "sysctl", "-q", "-w", "net.ipv4.ip_local_port_range=1024 65000"},
+		{"ip", "netns", "exec", l.lbNS, "sysctl", "-q", "-w", "net.ipv4.tcp_tw_reuse=1"},
+	} {
+		if err := run(s...); err != nil {
+			return err
+		}
+	}
+	base := first.Prev() // x.0
+	for i, name := range []string{"a", "b"} {
+		lbIP := addrPlus(base, 4*i+1)
+		nodeIP := addrPlus(base, 4*i+2)
+		id := newID()
+		n := &lbNode{name: name, ns: namePrefix + "-" + id, ip: nodeIP, dev: namePrefix + id + "c"}
+		l.nodes = append(l.nodes, n)
+		lbIf := namePrefix + id + "h"
+		for _, s := range [][]string{
+			{"ip", "netns", "add", n.ns},
+			{"ip", "-n", l.lbNS, "link", "add", lbIf, "type", "veth", "peer", "name", n.dev, "netns", n.ns},
+			{"ip", "-n", l.lbNS, "addr", "add", lbIP.String() + "/30", "dev", lbIf},
+			{"ip", "-n", l.lbNS, "link", "set", lbIf, "up"},
+			{"ip", "-n", n.ns, "addr", "add", nodeIP.String() + "/30", "dev", n.dev},
+			{"ip", "-n", n.ns, "link", "set", n.dev, "up"},
+			{"ip", "-n", n.ns, "link", "set", "lo", "up"},
+		} {
+			if err := run(s...); err != nil {
+				return err
+			}
+		}
+		cg, err := newCgroup(namePrefix + "-" + id)
+		if err != nil {
+			return err
+		}
+		hopt := Options{Olcd: l.opt.Olcd, Self: l.opt.Self, OutDir: filepath.Join(l.opt.OutDir, "node-"+name),
+			Work: l.opt.Work, SLO: l.opt.SLO, Timeout: l.opt.Timeout, Quota: l.opt.Quota, Progress: l.opt.Progress}
+		hopt.defaults()
+		if err := os.MkdirAll(hopt.OutDir, 0o755); err != nil {
+			return err
+		}
+		n.h = &Harness{opt: hopt, id: id, cg: cg, backendNetns: n.ns,
+			net: &Net{Netns: l.lbNS, ClientIf: lbIf, HostIP: nodeIP, ClientIP: lbIP}}
+	}
+	return nil
+}
+
+func addrPlus(a netip.Addr, n int) netip.Addr {
+	for range n {
+		a = a.Next()
+	}
+	return a
+}
+
+// Close stops everything and removes the namespaces and cgroups; safe
+// after a failed NewLB and more than once.
+func (l *LBHarness) Close() {
+	for _, n := range l.nodes {
+		if n.h != nil {
+			n.h.stopBackend()
+			if n.h.cg != nil {
+				n.h.cg.Close()
+			}
+		}
+		_ = run("ip", "netns", "del", n.ns)
+	}
+	l.nodes = nil
+	if l.lbNS != "" {
+		_ = run("ip", "netns", "del", l.lbNS)
+		l.lbNS = ""
+	}
+	if l.lock != nil {
+		l.lock.Close()
+		l.lock = nil
+	}
+}
+
+// Capacity is C_A + C_B': what the two nodes can serve once B's quota is
+// halved.
+func (l *LBHarness) Capacity() float64 { return l.CalA.CapacityRPS + l.CalBHalved.CapacityRPS }
+
+// Calibrate finds C_A (node A, full quota, through no load balancer) and
+// C_B' (node B, half quota).
+func (l *LBHarness) Calibrate(ctx context.Context) error {
+	a, b := l.nodes[0], l.nodes[1]
+	cal, err := a.h.calibrate(ctx, "calibration-a", l.opt.Quota, calibrationSteps)
+	if err != nil {
+		return err
+	}
+	l.CalA = cal
+	b.h.iterations = a.h.iterations // the same work per request on both
+	if l.CalBHalved, err = b.h.calibrate(ctx, "calibration-b-halved", l.opt.Quota/2, halvedSteps); err != nil {
+		return err
+	}
+	fmt.Fprintf(l.opt.Progress, "lb: C_A = %.0f req/s (threshold %.3f), C_B' = %.0f req/s with the quota halved; C_A + C_B' = %.0f req/s\n",
+		l.CalA.CapacityRPS, l.CalA.Threshold, l.CalBHalved.CapacityRPS, l.Capacity())
+	return nil
+}
+
+// lbOlcdConfig is a node's olcd config: the overload harness's controller
+// settings and threshold, metrics and (with the agent) lb on the node's
+// address.
+var lbOlcdConfig = template.Must(template.New("olcd.yaml").Parse(`# written by the load-balancer test
+mode: enforce
+interfaces: [{{.Iface}}]
+attach: tc
+interval: 500ms
+signals:
+  cgroup_cpu_usage_of_quota: {threshold: {{printf "%.3f" .Threshold}}}
+cgroup: {{.Cgroup}}
+controller:
+{{- range .Controller}}
+  {{.}}
+{{- end}}
+ports:
+  - {port: {{.Port}}, proto: tcp, class: normal}
+exceptions:
+  ports: [{port: {{.HealthPort}}, proto: tcp}]
+metrics:
+  address: "{{.Metrics}}"
+admin:
+  socket: {{.Socket}}
+decision_log: {{.DecisionLog}}
+datapath:
+  selection: even
+{{- if .Agent}}
+lb:
+  agent:
+    address: "{{.Agent}}"
+{{- end}}
+`))
+
+// startOlcd starts olcd in the node's namespace and waits until it has
+// attached and ticked twice.
+func (n *lbNode) startOlcd(ctx context.Context, dir string, threshold float64, agent bool) (*olcdProc, error) {
+	o := &olcdProc{logPath: filepath.Join(dir, "olcd-"+n.name+".log"), decisionLog: filepath.Join(dir, "decisions-"+n.name+".jsonl")}
+	socket := filepath.Join(dir, "olcd-"+n.name+".sock")
+	_ = os.Remove(socket)
+	n.socket = socket
+	_ = os.Remove(o.decisionLog)
+	cfgPath := filepath.Join(dir, "olcd-"+n.name+".yaml")
+	f, err := os.Create(cfgPath)
+	if err != nil {
+		return nil, err
+	}
+	agentAddr := ""
+	if agent {
+		agentAddr = net.JoinHostPort(n.ip.String(), strconv.Itoa(lbAgentPort))
+	}
+	err = lbOlcdConfig.Execute(f, map[string]any{
+		"Iface": n.dev, "Threshold": threshold, "Cgroup": n.h.cg.Name, "Controller": DefaultController,
+		"Port": WorkPort, "HealthPort": HealthPort, "Metrics": net.JoinHostPort(n.ip.String(), strconv.Itoa(lbMetricsPort)),
+		"Socket": socket, "DecisionLog": o.decisionLog, "Agent": agentAddr,
+	})
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(o.logPath)
+	if err != nil {
+		return nil, err
+	}
+	o.cmd = exec.Command("nsenter", "--net=/run/netns/"+n.ns, n.h.opt.Olcd, "run", "--config", cfgPath)
+	o.cmd.Stdout, o.cmd.Stderr = logf, logf
+	o.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := o.cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start olcd on node %s: %w", n.name, err)
+	}
+	o.done = make(chan error, 1)
+	go func() { o.done <- o.cmd.Wait(); logf.Close() }()
+	o.client = daemon.NewClient(socket, 2*time.Second)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st, err := o.status(ctx)
+		if err == nil && st.Ticks >= 2 && len(st.Interfaces) > 0 {
+			return o, nil
+		}
+		select {
+		case err := <-o.done:
+			return nil, fmt.Errorf("olcd on node %s exited at start: %v (see %s)", n.name, err, o.logPath)
+		default:
+		}
+		if time.Now().After(deadline) {
+			o.stop()
+			return nil, fmt.Errorf("olcd on node %s not attached and ticking within 15 s (see %s)", n.name, o.logPath)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// lbReport fetches GET /v1/lb through olcd's admin socket.
+func lbReport(ctx context.Context, socket string) (*lb.Report, error) {
+	c := &http.Client{Timeout: time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+		}}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://olcd/v1/lb", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /v1/lb: %s", resp.Status)
+	}
+	var r lb.Report
+	return &r, json.NewDecoder(resp.Body).Decode(&r)
+}
+
+// haproxyConfig is HAProxy's config: round robin over the two nodes with
+// HTTP health checks on the health port (olcd exempts it) and, with the
+// agent, olcd's agent answering for the work port. The timeouts and
+// retries are those of a common production config: a SYN olcd drops
+// costs the request HAProxy's connect timeout (5 s, longer than the
+// clients wait), not a quick redispatch. abortonclose gives up the
+// connect when the client does: without it HAProxy keeps retransmitting
+// the SYN (1 s, 3 s) after the client has left, the node serves the
+// request when a retransmit passes, and a drop probability p sheds only
+// p³ of the work while it delays the rest past every client's patience
+// (measured: node B at p 0.49 still CPU-bound, its weight stuck at 50).
+var haproxyConfig = template.Must(template.New("haproxy.cfg").Parse(`# written by the load-balancer test
+global
+    maxconn 4000
+    stats socket {{.Socket}} mode 600 level admin
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 10s
+    timeout server 10s
+    timeout check 1s
+    retries 3
+    option redispatch
+    option abortonclose
+frontend fe
+    bind 127.0.0.1:{{.Port}}
+    default_backend be
+backend be
+    balance roundrobin
+    http-reuse never
+    option httpchk GET /health
+{{- range .Servers}}
+    server {{.Name}} {{.Addr}} weight 100 check port {{$.HealthPort}} inter 1s{{if $.Agent}} agent-check agent-port {{$.AgentPort}} agent-inter 1s agent-send "tcp/{{$.WorkPort}}\n"{{end}}
+{{- end}}
+`))
+
+// haproxyProc is a running HAProxy.
+type haproxyProc struct {
+	cmd    *exec.Cmd
+	done   chan error
+	socket string
+	log    string
+}
+
+// startHAProxy starts HAProxy in the lb namespace and waits until both
+// servers are up.
+func (l *LBHarness) startHAProxy(dir string, agent bool) (*haproxyProc, error) {
+	p := &haproxyProc{socket: filepath.Join(dir, "haproxy.sock"), log: filepath.Join(dir, "haproxy.log")}
+	_ = os.Remove(p.socket)
+	type server struct{ Name, Addr string }
+	var servers []server
+	for _, n := range l.nodes {
+		servers = append(servers, server{n.name, net.JoinHostPort(n.ip.String(), strconv.Itoa(WorkPort))})
+	}
+	cfgPath := filepath.Join(dir, "haproxy.cfg")
+	f, err := os.Create(cfgPath)
+	if err != nil {
+		return nil, err
+	}
+	err = haproxyConfig.Execute(f, map[string]any{"Socket": p.socket, "Port": lbFrontendPort, "Servers": servers,
+		"HealthPort": HealthPort, "Agent": agent, "AgentPort": lbAgentPort, "WorkPort": WorkPort})
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	if out, err := exec.Command(l.opt.HAProxy, "-c", "-f", cfgPath).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("haproxy -c %s: %v\n%s", cfgPath, err, out)
+	}
+	logf, err := os.Create(p.log)
+	if err != nil {
+		return nil, err
+	}
+	p.cmd = exec.Command("nsenter", "--net=/run/netns/"+l.lbNS, l.opt.HAProxy, "-db", "-f", cfgPath)
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start haproxy: %w", err)
+	}
+	p.done = make(chan error, 1)
+	go func() { p.done <- p.cmd.Wait(); logf.Close() }()
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		st, err := p.servers()
+		if err == nil && strings.HasPrefix(st["a"].status, "UP") && strings.HasPrefix(st["b"].status, "UP") {
+			return p, nil
+		}
+		select {
+		case err := <-p.done:
+			b, _ := os.ReadFile(p.log)
+			return nil, fmt.Errorf("haproxy exited at start: %v\n%s", err, b)
+		default:
+		}
+		if time.Now().After(deadline) {
+			p.stop()
+			return nil, fmt.Errorf("haproxy: servers not up within 15 s: %v %v (see %s)", st, err, p.log)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (p *haproxyProc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// haproxyServer is one server's line of `show stat`.
+type haproxyServer struct {
+	status string // "UP", "DRAIN (agent)", "DOWN", ...
+	weight float64
+	stot   uint64 // sessions since start
+}
+
+// servers reads `show stat` for the backend's servers.
+func (p *haproxyProc) servers() (map[string]haproxyServer, error) {
+	c, err := net.DialTimeout("unix", p.socket, time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.WriteString(c, "show stat\n"); err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(c)
+	if err != nil {
+		return nil, err
+	}
+	r := csv.NewReader(strings.NewReader(strings.TrimPrefix(strings.TrimSpace(string(b)), "# ")))
+	r.FieldsPerRecord = -1
+	rows, err := r.ReadAll()
+	if err != nil || len(rows) < 2 {
+		return nil, fmt.Errorf("show stat: %v", err)
+	}
+	col := map[string]int{}
+	for i, h := range rows[0] {
+		col[h] = i
+	}
+	out := map[string]haproxyServer{}
+	for _, row := range rows[1:] {
+		if len(row) <= col["stot"] || row[col["pxname"]] != "be" || row[col["svname"]] == "BACKEND" {
+			continue
+		}
+		w, _ := strconv.ParseFloat(row[col["weight"]], 64)
+		n, _ := strconv.ParseUint(row[col["stot"]], 10, 64)
+		out[row[col["svname"]]] = haproxyServer{status: row[col["status"]], weight: w, stot: n}
+	}
+	return out, nil
+}
+
+// LBNodePhase is one node over one phase.
+type LBNodePhase struct {
+	// Node is "a" or "b".
+	Node string `json:"node"`
+	// SessionsPerS is HAProxy's sessions to the node per second.
+	SessionsPerS float64 `json:"sessions_per_s"`
+	// Share is the node's share of HAProxy's sessions.
+	Share float64 `json:"share"`
+	// MeanWeight is HAProxy's weight of the node, mean of the samples (of
+	// the configured 100).
+	MeanWeight float64 `json:"mean_weight"`
+	// DrainShare is the share of samples HAProxy showed the node draining.
+	DrainShare float64 `json:"drain_share"`
+	// CPUBusy is the node's cgroup CPU as a share of its quota.
+	CPUBusy float64 `json:"cpu_busy"`
+	// SYNDropRatio and MeanP are olcd's, 0 without olcd.
+	SYNDropRatio float64 `json:"syn_drop_ratio"`
+	MeanP        float64 `json:"mean_drop_probability"`
+}
+
+// LBPhase is one phase of a run: the clients' view and each node's.
+type LBPhase struct {
+	PhaseResult
+	Nodes []LBNodePhase `json:"nodes"`
+}
+
+// LBRunResult is one run.
+type LBRunResult struct {
+	Variant LBVariant `json:"variant"`
+	Phases  []LBPhase `json:"phases"`
+	// Dir holds the run's logs and configs.
+	Dir string `json:"dir"`
+}
+
+// Phase returns the phase named name.
+func (r *LBRunResult) Phase(name string) LBPhase {
+	for _, p := range r.Phases {
+		if p.Name == name {
+			return p
+		}
+	}
+	return LBPhase{}
+}
+
+// The phase names of a run.
+const (
+	LBPhaseBefore = "1.6x"
+	LBPhaseHalved = "1.6x-b-halved"
+)
+
+// haproxySample is HAProxy's view at one moment.
+type haproxySample struct {
+	t       time.Duration
+	servers map[string]haproxyServer
+}
+
+// Run plays the scenario under v: offered Load × C_A through HAProxy for
+// Before, then node B's quota halved for After.
+func (l *LBHarness) Run(ctx context.Context, v LBVariant) (*LBRunResult, error) {
+	if l.CalA == nil {
+		return nil, errors.New("lb run: calibrate first")
+	}
+	dir := filepath.Join(l.opt.OutDir, "lb-"+string(v))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	for _, n := range l.nodes {
+		if err := n.h.startBackend(""); err != nil {
+			return nil, err
+		}
+		defer n.h.stopBackend()
+	}
+	for _, n := range l.nodes {
+		n.h.waitIdle(5 * time.Second)
+	}
+	ods := make([]*olcdProc, len(l.nodes))
+	if v != LBNone {
+		for i, n := range l.nodes {
+			od, err := n.startOlcd(ctx, dir, l.CalA.Threshold, v == LBAgent)
+			if err != nil {
+				return nil, err
+			}
+			defer od.stop()
+			ods[i] = od
+		}
+	}
+	hp, err := l.startHAProxy(dir, v == LBAgent)
+	if err != nil {
+		return nil, err
+	}
+	defer hp.stop()
+
+	rate := l.opt.Load * l.CalA.CapacityRPS
+	phases := []Phase{{Name: LBPhaseBefore, Rate: rate, Duration: l.opt.Before}, {Name: LBPhaseHalved, Rate: rate, Duration: l.opt.After}}
+	cfg := AttackConfig{Target: fmt.Sprintf("http://127.0.0.1:%d/", lbFrontendPort), Timeout: l.opt.Timeout, Phases: phases}
+	cfgPath := filepath.Join(dir, "attack.json")
+	b, _ := json.MarshalIndent(cfg, "", "  ")
+	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
+		return nil, err
+	}
+	recFile, err := os.Create(filepath.Join(dir, "requests.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer recFile.Close()
+	errLog, err := os.Create(filepath.Join(dir, "attack.stderr"))
+	if err != nil {
+		return nil, err
+	}
+	defer errLog.Close()
+	cmd := exec.Command("nsenter", "--net=/run/netns/"+l.lbNS, l.opt.Self, "attack", "-config", cfgPath)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Stderr = errLog
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start attacker: %w", err)
+	}
+	rec := &records{phases: phases}
+	var mu sync.Mutex
+	started := make(chan struct{})
+	readDone := make(chan error, 1)
+	go func() { readDone <- readAttack(out, recFile, rec, &mu, started) }()
+	select {
+	case <-started:
+	case err := <-readDone:
+		cmd.Wait()
+		return nil, fmt.Errorf("attacker ended before it started: %v (see %s)", err, errLog.Name())
+	case <-time.After(15 * time.Second):
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, errors.New("attacker did not start within 15 s")
+	}
+	finished := make(chan error, 1)
+	go func() { err := <-readDone; finished <- errors.Join(err, cmd.Wait()) }()
+
+	label := "lb/" + string(v)
+	nodeSamples := make([][]sample, len(l.nodes))
+	var hps []haproxySample
+	quota := []float64{l.opt.Quota, l.opt.Quota}
+	halved := false
+	take := func() {
+		mu.Lock()
+		t := time.Since(rec.start)
+		mu.Unlock()
+		for i, n := range l.nodes {
+			s := sample{t: t, quota: quota[i]}
+			s.usage, _ = n.h.cg.Usage()
+			if od := ods[i]; od != nil {
+				if st, err := od.status(ctx); err == nil {
+					for _, p := range st.Ports {
+						if p.Port == WorkPort {
+							s.olcd, s.p, s.newConns, s.dropped = true, p.DropProbability, p.Totals.NewConns, p.Totals.Dropped
+						}
+					}
+				}
+			}
+			nodeSamples[i] = append(nodeSamples[i], s)
+		}
+		if st, err := hp.servers(); err == nil {
+			hps = append(hps, haproxySample{t: t, servers: st})
+		}
+	}
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	take()
+	lastProgress := time.Duration(0)
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			cmd.Process.Kill()
+			<-finished
+			return nil, ctx.Err()
+		case err := <-finished:
+			take()
+			if err != nil {
+				return nil, fmt.Errorf("attacker: %w (see %s)", err, errLog.Name())
+			}
+			done = true
+		case <-tick.C:
+			el := time.Since(rec.start)
+			if !halved && el >= l.opt.Before {
+				quota[1] = l.opt.Quota / 2
+				if err := l.nodes[1].h.cg.SetQuota(quota[1]); err != nil {
+					return nil, err
+				}
+				halved = true
+				fmt.Fprintf(l.opt.Progress, "  [%s] %4.0fs node b's quota halved to %.2g CPU\n", label, el.Seconds(), quota[1])
+			}
+			take()
+			if el-lastProgress >= 5*time.Second {
+				lastProgress = el.Truncate(5 * time.Second)
+				mu.Lock()
+				line := progressLine(rec, el, l.opt.SLO)
+				mu.Unlock()
+				if len(hps) > 0 {
+					last := hps[len(hps)-1].servers
+					line += fmt.Sprintf("  haproxy a: %s w%.0f, b: %s w%.0f", last["a"].status, last["a"].weight, last["b"].status, last["b"].weight)
+				}
+				fmt.Fprintf(l.opt.Progress, "  [%s] %4.0fs %s\n", label, el.Seconds(), line)
+			}
+		}
+	}
+	if err := writeLBSeries(filepath.Join(dir, "timeseries.csv"), l.nodes, nodeSamples, hps); err != nil {
+		return nil, err
+	}
+	res := &LBRunResult{Variant: v, Dir: dir}
+	var from time.Duration
+	for _, ph := range phases {
+		to := from + ph.Duration
+		lp := LBPhase{PhaseResult: phaseResult(rec, ph.Name, from, to, l.opt.SLO, VariantNone)}
+		if ph.Duration >= 2*SettleTime {
+			s := phaseResult(rec, ph.Name+"-settled", from+SettleTime, to, l.opt.SLO, VariantNone)
+			lp.Settled = &s
+		}
+		var total uint64
+		sessions := make([]uint64, len(l.nodes))
+		for i, n := range l.nodes {
+			a, b := haproxyAt(hps, from), haproxyAt(hps, to)
+			sessions[i] = b[n.name].stot - min(a[n.name].stot, b[n.name].stot)
+			total += sessions[i]
+		}
+		for i, n := range l.nodes {
+			nr := phaseResult(&records{samples: nodeSamples[i]}, ph.Name, from, to, l.opt.SLO, VariantEnforce)
+			np := LBNodePhase{Node: n.name, CPUBusy: nr.CPUBusy, SYNDropRatio: nr.SYNDropRatio, MeanP: nr.MeanP,
+				SessionsPerS: float64(sessions[i]) / ph.Duration.Seconds()}
+			if total > 0 {
+				np.Share = float64(sessions[i]) / float64(total)
+			}
+			var wsum float64
+			var nw, ndrain int
+			for _, s := range hps {
+				if s.t < from || s.t >= to {
+					continue
+				}
+				sv := s.servers[n.name]
+				wsum += sv.weight
+				nw++
+				if strings.HasPrefix(sv.status, "DRAIN") {
+					ndrain++
+				}
+			}
+			if nw > 0 {
+				np.MeanWeight, np.DrainShare = wsum/float64(nw), float64(ndrain)/float64(nw)
+			}
+			lp.Nodes = append(lp.Nodes, np)
+		}
+		res.Phases = append(res.Phases, lp)
+		from = to
+	}
+	if v == LBAgent {
+		// What olcd told HAProxy at the end, for the record.
+		for _, n := range l.nodes {
+			if r, err := lbReport(ctx, n.socket); err == nil {
+				b, _ := json.MarshalIndent(r, "", "  ")
+				_ = os.WriteFile(filepath.Join(dir, "v1-lb-"+n.name+".json"), b, 0o644)
+			}
+		}
+	}
+	return res, nil
+}
+
+// haproxyAt returns HAProxy's servers at the sample nearest to t.
+func haproxyAt(s []haproxySample, t time.Duration) map[string]haproxyServer {
+	if len(s) == 0 {
+		return nil
+	}
+	best := s[0]
+	for _, x := range s[1:] {
+		if absDur(x.t-t) < absDur(best.t-t) {
+			best = x
+		}
+	}
+	return best.servers
+}
+
+// writeLBSeries writes one line per sample: time, and per node HAProxy's
+// weight and status, olcd's p and the cgroup's CPU since the previous
+// sample (share of the quota).
+func writeLBSeries(path string, nodes []*lbNode, ns [][]sample, hps []haproxySample) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	w := csv.NewWriter(f)
+	head := []string{"t_s"}
+	for _, n := range nodes {
+		head = append(head, n.name+"_weight", n.name+"_status", n.name+"_p", n.name+"_cpu")
+	}
+	_ = w.Write(head)
+	for i := 1; i < len(ns[0]); i++ {
+		row := []string{strconv.FormatFloat(ns[0][i].t.Seconds(), 'f', 2, 64)}
+		hp := haproxyAt(hps, ns[0][i].t)
+		for j, n := range nodes {
+			if i >= len(ns[j]) {
+				row = append(row, "", "", "", "")
+				continue
+			}
+			busy, _ := busyBetween(ns[j][i-1], ns[j][i])
+			row = append(row, strconv.FormatFloat(hp[n.name].weight, 'f', 0, 64), hp[n.name].status,
+				strconv.FormatFloat(ns[j][i].p, 'f', 3, 64), strconv.FormatFloat(busy, 'f', 3, 64))
+		}
+		_ = w.Write(row)
+	}
+	w.Flush()
+	return w.Error()
+}

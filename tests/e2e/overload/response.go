@@ -1,0 +1,184 @@
+package overload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/olcd/olcd/internal/daemon"
+	"github.com/olcd/olcd/internal/resptime"
+)
+
+// ResponseCheck is one run comparing the response times olcd measures in
+// the datapath with the ones the clients see.
+type ResponseCheck struct {
+	// Name labels the run ("sleep-20ms", "work-3x").
+	Name string
+	// Sleep, when positive, is the handler's wall time (a backend of known
+	// time); 0 runs the CPU backend (Options.Work per request).
+	Sleep time.Duration
+	// Rate is the offered load in requests per second; Load, when
+	// positive, sets it as a multiple of the calibrated capacity instead.
+	Rate, Load float64
+	// Duration is how long the load runs.
+	Duration time.Duration
+}
+
+// ResponseResult compares the two over one run. The clients keep their
+// connections alive, so a latency is the request's way in (half a round
+// trip), the server's time and the answer's way out (the other half):
+// ClientP* are the latencies of the successes minus one round trip, the
+// median connect time of the run.
+type ResponseResult struct {
+	Name        string
+	RateRPS     float64
+	Successes   int
+	Timeouts    int
+	RTTMs       float64
+	ClientP50Ms float64
+	ClientP95Ms float64
+	OlcdP50Ms   float64
+	OlcdP95Ms   float64
+	// OlcdSamples is the number of responses olcd timed during the run.
+	OlcdSamples uint64
+}
+
+// Agree reports whether p50 and p95 agree within 5 % or 0.5 ms, whichever
+// is larger.
+func (r *ResponseResult) Agree() bool {
+	ok := func(client, olcd float64) bool { return math.Abs(client-olcd) <= math.Max(0.05*client, 0.5) }
+	return ok(r.ClientP50Ms, r.OlcdP50Ms) && ok(r.ClientP95Ms, r.OlcdP95Ms)
+}
+
+// RunResponse runs rc with olcd observing (nothing is shed) and returns
+// both sides' quantiles. olcd's come from the difference of the work port's
+// cumulative histogram (status response_histogram) before and after the
+// load, each bucket read at its middle.
+func (h *Harness) RunResponse(ctx context.Context, rc ResponseCheck) (*ResponseResult, error) {
+	rate := rc.Rate
+	if rc.Load > 0 {
+		if h.Calibration == nil {
+			return nil, errors.New("response check: a load relative to capacity needs a calibration")
+		}
+		rate = rc.Load * h.Calibration.CapacityRPS
+	}
+	dir := filepath.Join(h.opt.OutDir, "response-"+rc.Name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	h.sleep, h.keepAlive = rc.Sleep, true
+	defer func() { h.sleep, h.keepAlive = 0, false }()
+	if err := h.startBackend(""); err != nil {
+		return nil, err
+	}
+	defer h.stopBackend()
+	h.waitIdle(5 * time.Second)
+	threshold := 1.0
+	if h.Calibration != nil {
+		threshold = h.Calibration.Threshold
+	}
+	od, err := h.startOlcd(ctx, dir, olcdSettings{Mode: "observe", Signals: []string{fmt.Sprintf("cgroup_cpu_usage_of_quota: {threshold: %.3f}", threshold)}})
+	if err != nil {
+		return nil, err
+	}
+	defer od.stop()
+	before, err := od.status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("olcd status: %w", err)
+	}
+	rec, err := h.attack(ctx, dir, "response/"+rc.Name, ClientsOpenGiveUp, []Phase{{Name: rc.Name, Rate: rate, Duration: rc.Duration}}, nil, od, nil, RunOptions{KeepAlive: true, Realtime: true})
+	if err != nil {
+		return nil, err
+	}
+	// One tick more, so the last answers are in the status.
+	time.Sleep(2 * h.opt.OlcdInterval)
+	after, err := od.status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("olcd status: %w", err)
+	}
+	res := &ResponseResult{Name: rc.Name, RateRPS: rate}
+	var dials []float64
+	for _, d := range rec.dials {
+		if d.outcome == outcomeOK {
+			dials = append(dials, d.dur.Seconds()*1e3)
+		}
+	}
+	slices.Sort(dials)
+	res.RTTMs = percentile(dials, 0.5)
+	var lat []float64
+	for _, r := range rec.requests {
+		switch {
+		case r.health:
+		case r.outcome == outcomeOK:
+			lat = append(lat, r.latency.Seconds()*1e3-res.RTTMs)
+		case r.outcome == outcomeTimeout:
+			res.Timeouts++
+		}
+	}
+	res.Successes = len(lat)
+	slices.Sort(lat)
+	res.ClientP50Ms, res.ClientP95Ms = rankQuantile(lat, 0.5), rankQuantile(lat, 0.95)
+	b, a := workPort(before), workPort(after)
+	if a == nil {
+		return nil, errors.New("olcd status has no work port")
+	}
+	var p50, p95 float64
+	res.OlcdSamples, p50, p95 = HistogramQuantiles(b, a)
+	res.OlcdP50Ms, res.OlcdP95Ms = p50*1e3, p95*1e3
+	return res, nil
+}
+
+// HistogramQuantiles returns the responses a port's status histogram
+// gained from before (nil: since it was timed) to after, and their p50 and
+// p95 in seconds (NaN without responses), read as the daemon reads them
+// (resptime.Quantile).
+func HistogramQuantiles(before, after *daemon.PortStatus) (n uint64, p50, p95 float64) {
+	counts := make([]uint64, resptime.Buckets)
+	for _, hb := range after.ResponseHistogram {
+		counts[bucketOf(hb.LoS)] += hb.Count
+	}
+	if before != nil {
+		for _, hb := range before.ResponseHistogram {
+			b := bucketOf(hb.LoS)
+			counts[b] -= min(counts[b], hb.Count)
+		}
+	}
+	for _, c := range counts {
+		n += c
+	}
+	if n == 0 {
+		return 0, math.NaN(), math.NaN()
+	}
+	p50, _ = resptime.Quantile(counts, 0.5)
+	p95, _ = resptime.Quantile(counts, 0.95)
+	return n, p50, p95
+}
+
+// bucketOf is the bucket whose lower bound is lo seconds (a whole number
+// of 1.024 µs units, so the round trip through nanoseconds is exact).
+func bucketOf(lo float64) int {
+	return resptime.Bucket(time.Duration(math.Round(lo * 1e9)))
+}
+
+// rankQuantile is the nearest-rank q-quantile of sorted values.
+func rankQuantile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[max(i, 0)]
+}
+
+func workPort(st *daemon.Status) *daemon.PortStatus {
+	for i := range st.Ports {
+		if st.Ports[i].Proto == "tcp" && st.Ports[i].Port == WorkPort {
+			return &st.Ports[i]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,92 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/olcd/olcd/internal/debpkg"
+	"github.com/olcd/olcd/tests/e2e/overload"
+)
+
+// TestOverloadLB is the load-balancer test (issue "Tell the load
+// balancer"): two backend nodes (namespace, backend in its own cgroup with
+// a 0.5-CPU quota, own olcd with its own admin socket and metrics port)
+// behind Debian's HAProxy (round robin), HAProxy and the clients in a third
+// namespace. Offered 1.6 × one node's C; after 10 s node B's quota is
+// halved. Three variants in the same run: HAProxy alone, olcd on both
+// nodes without the agent, olcd with the agent. With the agent, the
+// goodput within the SLO over the halved phase must reach 0.9 × (C_A +
+// C_B'); all three are logged and written to lb-results.json.
+//
+// It is part of the OLCD_OVERLOAD suite (make test-overload, which make
+// test runs) and runs alone with make test-lb (~4 min). Its file sorts
+// before overload_test.go, so it runs before the suite's shared harness
+// takes the host lock.
+func TestOverloadLB(t *testing.T) {
+	requireRoot(t)
+	if os.Getenv(overloadEnv) == "" {
+		t.Skipf("load-balancer test: set %s=1 (make test-overload and make test-lb do): it measures goodput and must not share the CPUs with other tests", overloadEnv)
+	}
+	haproxy, err := debpkg.Find("haproxy", "haproxy")
+	if err != nil {
+		t.Skipf("load-balancer test needs Debian's HAProxy: %v", err)
+	}
+	out := os.Getenv("OLCD_OVERLOAD_OUT")
+	if out == "" {
+		out = filepath.Join(os.TempDir(), fmt.Sprintf("olcd-overload-%d", os.Getpid()))
+	}
+	out = filepath.Join(out, "lb")
+	ctx := context.Background()
+	h, err := overload.NewLB(ctx, overload.LBOptions{Olcd: bins.olcd, Self: bins.overload, HAProxy: haproxy, OutDir: out, Progress: os.Stdout})
+	if err != nil {
+		t.Fatalf("lb harness: %v", err)
+	}
+	defer h.Close()
+	if err := h.Calibrate(ctx); err != nil {
+		t.Fatalf("calibrate: %v", err)
+	}
+	capacity := h.Capacity()
+
+	// The agent first, right after the calibration: this VM's speed
+	// drifts over minutes.
+	var runs []*overload.LBRunResult
+	for _, v := range []overload.LBVariant{overload.LBAgent, overload.LBOlcd, overload.LBNone} {
+		r, err := h.Run(ctx, v)
+		if err != nil {
+			t.Fatalf("%s: %v", v, err)
+		}
+		runs = append(runs, r)
+		for _, p := range r.Phases {
+			rows := []overload.PhaseResult{p.PhaseResult}
+			if p.Settled != nil {
+				rows = append(rows, *p.Settled)
+			}
+			for _, x := range rows {
+				t.Logf("%-10s %-22s offered %4.0f/s goodput %4.0f/s (%.2f × C_A+C_B') p50 %6.1f ms p99 %6.1f ms errors %d timeouts %d",
+					v, x.Name, x.OfferedRPS, x.GoodputRPS, x.GoodputRPS/capacity, x.P50Ms, x.P99Ms, x.Errors, x.Timeouts)
+			}
+			for _, n := range p.Nodes {
+				t.Logf("%-10s %-22s node %s: share %.2f (%4.0f sessions/s) weight %5.1f drain %3.0f%% cpu %.2f SYN drop %4.1f%% p %.2f",
+					v, p.Name, n.Node, n.Share, n.SessionsPerS, n.MeanWeight, 100*n.DrainShare, n.CPUBusy, 100*n.SYNDropRatio, n.MeanP)
+			}
+		}
+	}
+	doc := map[string]any{
+		"c_a_rps": h.CalA.CapacityRPS, "c_b_halved_rps": h.CalBHalved.CapacityRPS, "capacity_rps": capacity,
+		"calibration_a": h.CalA, "calibration_b_halved": h.CalBHalved, "runs": runs,
+	}
+	if b, err := json.MarshalIndent(doc, "", "  "); err == nil {
+		_ = os.WriteFile(filepath.Join(out, "lb-results.json"), b, 0o644)
+	}
+	for _, r := range runs {
+		p := r.Phase(overload.LBPhaseHalved)
+		t.Logf("halved phase, %-10s goodput %4.0f/s = %.2f × (C_A + C_B' = %.0f/s)", r.Variant, p.GoodputRPS, p.GoodputRPS/capacity, capacity)
+	}
+	if p := runs[0].Phase(overload.LBPhaseHalved); p.GoodputRPS < 0.9*capacity {
+		t.Errorf("with the agent: goodput over the halved phase %.0f/s = %.2f × (C_A + C_B'), want ≥ 0.9", p.GoodputRPS, p.GoodputRPS/capacity)
+	}
+}

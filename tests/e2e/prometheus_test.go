@@ -1,0 +1,499 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Paths of the files under test, relative to this package.
+const (
+	rulesFile     = "../../deploy/prometheus/olcd-rules.yaml"
+	rulesTestFile = "olcd-rules.test.yaml" // in the rules' directory
+	dashboardFile = "../../deploy/grafana/olcd.json"
+)
+
+// requireTools makes sure the programs exist: when one is missing it runs
+// the project's install step (scripts/deps.sh GROUP) as root, and skips
+// with the reason when not root. It returns each program's path.
+func requireTools(t *testing.T, group string, tools ...string) []string {
+	t.Helper()
+	find := func() ([]string, string) {
+		var paths []string
+		for _, tool := range tools {
+			p, err := exec.LookPath(tool)
+			if err != nil {
+				return nil, tool
+			}
+			paths = append(paths, p)
+		}
+		return paths, ""
+	}
+	if paths, missing := find(); missing == "" {
+		return paths
+	} else if os.Geteuid() != 0 {
+		t.Skipf("%s not installed and not root to install it: run 'sudo scripts/deps.sh %s'", missing, group)
+	}
+	out, err := exec.Command("../../scripts/deps.sh", group).CombinedOutput()
+	t.Logf("scripts/deps.sh %s: %s", group, out)
+	if err != nil {
+		t.Fatalf("scripts/deps.sh %s: %v", group, err)
+	}
+	paths, missing := find()
+	if missing != "" {
+		t.Fatalf("%s still missing after scripts/deps.sh %s", missing, group)
+	}
+	return paths
+}
+
+// TestPrometheusRules: the rules file is valid for Prometheus and its unit
+// tests pass (no root needed).
+func TestPrometheusRules(t *testing.T) {
+	promtool := requireTools(t, "test", "promtool")[0]
+	if out, err := exec.Command(promtool, "check", "rules", rulesFile).CombinedOutput(); err != nil {
+		t.Fatalf("promtool check rules: %v\n%s", err, out)
+	}
+	cmd := exec.Command(promtool, "test", "rules", rulesTestFile)
+	cmd.Dir = filepath.Dir(rulesFile)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "SUCCESS") {
+		t.Fatalf("promtool test rules: %v\n%s", err, out)
+	}
+}
+
+// TestPrometheus runs Debian's Prometheus against a running olcd: olcd in
+// observe mode in a node namespace, overloaded by a busy CPU, with a little
+// traffic from the peer; Prometheus on the node namespace's loopback,
+// scraping it every second and evaluating deploy/prometheus/olcd-rules.yaml.
+// It asserts that the exposition passes `promtool check metrics`, that
+// every query of the Grafana board parses and returns at least one series,
+// that every rule evaluates without error with the recording rules
+// non-empty and no health alert on a healthy node, and that real faults
+// raise their alerts: a refused reload (OlcdConfigReloadFailed) and a
+// stopped daemon in enforce mode (OlcdDown while stopped; OlcdHeartbeatStale
+// after, from the connections its datapath passed as stale meanwhile).
+func TestPrometheus(t *testing.T) {
+	requireRoot(t)
+	tools := requireTools(t, "test", "prometheus", "promtool")
+	prometheus, promtool := tools[0], tools[1]
+
+	env := newNetEnv(t)
+	env.serve(t)
+	burnCPU(t)
+	// A request/response service beside the greeting one, so that the
+	// board's response-time panels have answers to show.
+	const rrPort = serverPort + 1
+	env.lineServer(t, rrPort)
+	d := startDaemon(t, env, daemonConfig{Mode: "observe", Attach: "tc", Threshold: thresholdAlways,
+		Ports: []int{serverPort, rrPort}, MinSamples: 1})
+	traffic := env.trickle(t, 200*time.Millisecond)
+	env.requestLoop(t, netip.AddrPortFrom(env.NodeIP, rrPort).String(), 20*time.Millisecond)
+
+	// --- olcd's exposition, as Prometheus reads it.
+	body := d.get(t, "/metrics")
+	check := exec.Command(promtool, "check", "metrics")
+	check.Stdin = bytes.NewReader(body)
+	if out, err := check.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if got := string(d.get(t, path)); got != "ok\n" {
+			t.Errorf("GET %s on an overloaded, observing olcd = %q, want \"ok\\n\"", path, got)
+		}
+	}
+
+	// --- Prometheus in the node namespace.
+	rules, err := filepath.Abs(rulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg := fmt.Sprintf(`global:
+  scrape_interval: 1s
+  scrape_timeout: 900ms
+  evaluation_interval: 1s
+rule_files: [%q]
+scrape_configs:
+  - job_name: olcd
+    static_configs:
+      - targets: [%q]
+`, rules, d.metrics)
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const promAddr = "127.0.0.1:9090" // loopback of the node namespace
+	logPath := filepath.Join(dir, "prometheus.log")
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpFile(t, "prometheus log", logPath)
+		}
+	})
+	startProc(t, logPath, "ip", "netns", "exec", env.Node, prometheus,
+		"--config.file="+filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+promAddr)
+	pc := &promClient{base: "http://" + promAddr, hc: nsHTTPClient(env)}
+
+	// Enough scrapes that every rate over the board's 15 s window has a
+	// pair of samples, with the traffic counted between them.
+	pc.waitSeries(t, `up{job="olcd"} == 1`, 30*time.Second)
+	time.Sleep(20 * time.Second)
+
+	// --- Every query of the Grafana board.
+	exprs := dashboardQueries(t)
+	if len(exprs) < 10 {
+		t.Fatalf("only %d queries found on the board", len(exprs))
+	}
+	for _, q := range exprs {
+		n, err := pc.query(q.expr)
+		switch {
+		case err != nil:
+			t.Errorf("board %s: %s: %v", q.where, q.expr, err)
+		case n == 0:
+			t.Errorf("board %s: %s: no series", q.where, q.expr)
+		}
+	}
+	t.Logf("%d board queries checked", len(exprs))
+
+	// --- The rules: loaded, evaluated without error, recording rules
+	// non-empty, no health alert on this healthy node.
+	groups := pc.rules(t)
+	nrules := 0
+	for _, g := range groups {
+		for _, r := range g.Rules {
+			nrules++
+			if r.Health != "ok" || r.LastError != "" {
+				t.Errorf("rule %s (group %s): health %q, error %q", r.Name, g.Name, r.Health, r.LastError)
+			}
+			if r.Type == "recording" {
+				if n, err := pc.query(r.Name); err != nil || n == 0 {
+					t.Errorf("recording rule %s: %d series, err %v", r.Name, n, err)
+				}
+			}
+		}
+	}
+	if nrules < 10 {
+		t.Fatalf("Prometheus loaded %d rules from %s", nrules, rules)
+	}
+	health := `ALERTS{alertname=~"OlcdDown|OlcdHeartbeatStale|OlcdConfigReloadFailed|OlcdDatapathStatsUnreadable|OlcdSignalUnavailable"}`
+	if n, err := pc.query(health); err != nil || n != 0 {
+		t.Errorf("%s: %d series (err %v) on a healthy node, want none", health, n, err)
+	}
+	// Overloaded in observe mode: the long-overload alert is on its way.
+	pc.waitSeries(t, `ALERTS{alertname="OlcdWouldShedLong", alertstate="pending", job="olcd"}`, 10*time.Second)
+
+	// --- A refused reload.
+	writeFileAtomic(t, d.realCfg, []byte("mode: sometimes\n"))
+	if err := d.signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	pc.waitSeries(t, `ALERTS{alertname="OlcdConfigReloadFailed", alertstate="pending"}`, 10*time.Second)
+
+	// --- A stopped daemon: no scrape answers (OlcdDown), and the
+	// datapath, its heartbeat stale after 2 s, passes what it would drop in
+	// enforce mode as stale.
+	d.mustCLI(t, "set", "mode", "enforce")
+	pc.waitSeries(t, `olcd_mode{mode="enforce"} == 1`, 10*time.Second)
+	if err := d.signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	pc.waitSeries(t, `ALERTS{alertname="OlcdDown", alertstate="pending"}`, 10*time.Second)
+	time.Sleep(3 * time.Second)
+	if err := d.signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	pc.waitSeries(t, `ALERTS{alertname="OlcdHeartbeatStale", alertstate="pending"}`, 15*time.Second)
+	if n, err := pc.query(`ALERTS{alertname="OlcdDown"}`); err != nil || n != 0 {
+		t.Errorf("OlcdDown still active after SIGCONT: %d series, err %v", n, err)
+	}
+	if ok, failed := traffic(); ok == 0 {
+		t.Errorf("the trickle got no connection through (%d failed)", failed)
+	}
+}
+
+// trickle connects from the peer to the server every period until the test
+// ends (at most 5 minutes); the returned function stops it and reports the
+// successes and failures.
+func (e *netEnv) trickle(t *testing.T, period time.Duration) func() (ok, failed int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var nOK, nFail int
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tk := time.NewTicker(period)
+		defer tk.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tk.C:
+				err := e.connectOnce(passTimeout)
+				mu.Lock()
+				if err == nil {
+					nOK++
+				} else {
+					nFail++
+				}
+				mu.Unlock()
+			}
+		}
+	}()
+	stop := func() (int, int) {
+		cancel()
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		return nOK, nFail
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+// nsHTTPClient dials inside the node namespace.
+func nsHTTPClient(e *netEnv) *http.Client {
+	return &http.Client{
+		Timeout: 10 * time.Second,
+		Transport: &http.Transport{
+			DisableKeepAlives: true,
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				var c net.Conn
+				err := inNetns(e.nodeNS, func() error {
+					var err error
+					c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+					return err
+				})
+				return c, err
+			},
+		},
+	}
+}
+
+// get fetches path from olcd's metrics listener.
+func (d *olcd) get(t *testing.T, path string) []byte {
+	t.Helper()
+	resp, err := nsHTTPClient(d.env).Get("http://" + d.metrics + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET %s: %s: %s", path, resp.Status, b)
+	}
+	return b
+}
+
+// promClient queries Prometheus's HTTP API.
+type promClient struct {
+	base string
+	hc   *http.Client
+}
+
+func (p *promClient) api(path string, params url.Values, into any) error {
+	resp, err := p.hc.Get(p.base + path + "?" + params.Encode())
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var env struct {
+		Status    string          `json:"status"`
+		ErrorType string          `json:"errorType"`
+		Error     string          `json:"error"`
+		Data      json.RawMessage `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&env); err != nil {
+		return fmt.Errorf("%s: decode answer (%s): %w", path, resp.Status, err)
+	}
+	if env.Status != "success" {
+		return fmt.Errorf("%s: %s: %s", env.Status, env.ErrorType, env.Error)
+	}
+	return json.Unmarshal(env.Data, into)
+}
+
+// query evaluates an instant query and returns the number of series (or 1
+// for a scalar).
+func (p *promClient) query(expr string) (int, error) {
+	var data struct {
+		ResultType string          `json:"resultType"`
+		Result     json.RawMessage `json:"result"`
+	}
+	if err := p.api("/api/v1/query", url.Values{"query": {expr}}, &data); err != nil {
+		return 0, err
+	}
+	if data.ResultType == "scalar" || data.ResultType == "string" {
+		return 1, nil
+	}
+	var series []json.RawMessage
+	if err := json.Unmarshal(data.Result, &series); err != nil {
+		return 0, err
+	}
+	return len(series), nil
+}
+
+// waitSeries waits until expr returns at least one series.
+func (p *promClient) waitSeries(t *testing.T, expr string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		n, err := p.query(expr)
+		if err == nil && n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no series within %v (last error: %v)", expr, timeout, err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+type ruleGroup struct {
+	Name  string `json:"name"`
+	Rules []struct {
+		Name      string `json:"name"`
+		Type      string `json:"type"`
+		Health    string `json:"health"`
+		LastError string `json:"lastError"`
+	} `json:"rules"`
+}
+
+// rules returns the loaded rule groups with each rule's last evaluation.
+func (p *promClient) rules(t *testing.T) []ruleGroup {
+	t.Helper()
+	var data struct {
+		Groups []ruleGroup `json:"groups"`
+	}
+	if err := p.api("/api/v1/rules", nil, &data); err != nil {
+		t.Fatalf("GET /api/v1/rules: %v", err)
+	}
+	return data.Groups
+}
+
+// boardQuery is one PromQL expression of the Grafana board.
+type boardQuery struct{ where, expr string }
+
+// grafanaVars are the board's variables and Grafana's built-ins, replaced
+// as Grafana would for "All" (a regex matching every value) and a rate
+// window of a few scrapes.
+var grafanaVars = strings.NewReplacer(
+	"$__rate_interval", "15s", "${__rate_interval}", "15s",
+	"$__interval", "5s", "${__interval}", "5s",
+	"$__range", "1m", "${__range}", "1m",
+	"$instance", ".+", "${instance}", ".+",
+	"$job", ".+", "${job}", ".+",
+)
+
+// labelValues is Grafana's template query label_values(expr, label): the
+// metric query is its first argument.
+var labelValues = regexp.MustCompile(`^label_values\((.*),\s*[a-zA-Z_][a-zA-Z0-9_]*\)$`)
+
+// dashboardQueries returns every panel target and template-variable query
+// of the board, with the variables substituted.
+func dashboardQueries(t *testing.T) []boardQuery {
+	t.Helper()
+	data, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type panel struct {
+		Title   string `json:"title"`
+		Targets []struct {
+			Expr string `json:"expr"`
+		} `json:"targets"`
+		Panels []json.RawMessage `json:"panels"` // rows nest panels
+	}
+	var dash struct {
+		Panels     []json.RawMessage `json:"panels"`
+		Templating struct {
+			List []struct {
+				Name  string `json:"name"`
+				Type  string `json:"type"`
+				Query any    `json:"query"`
+			} `json:"list"`
+		} `json:"templating"`
+	}
+	if err := json.Unmarshal(data, &dash); err != nil {
+		t.Fatalf("%s: %v", dashboardFile, err)
+	}
+	var out []boardQuery
+	var walk func([]json.RawMessage)
+	walk = func(raw []json.RawMessage) {
+		for _, r := range raw {
+			var p panel
+			if err := json.Unmarshal(r, &p); err != nil {
+				t.Fatalf("%s: panel: %v", dashboardFile, err)
+			}
+			for _, tg := range p.Targets {
+				if strings.TrimSpace(tg.Expr) != "" {
+					out = append(out, boardQuery{"panel " + p.Title, grafanaVars.Replace(tg.Expr)})
+				}
+			}
+			walk(p.Panels)
+		}
+	}
+	walk(dash.Panels)
+	for _, v := range dash.Templating.List {
+		if v.Type != "query" {
+			continue
+		}
+		q, _ := v.Query.(string)
+		if m, ok := v.Query.(map[string]any); ok {
+			q, _ = m["query"].(string)
+		}
+		if mm := labelValues.FindStringSubmatch(q); mm != nil {
+			q = mm[1]
+		}
+		out = append(out, boardQuery{"variable $" + v.Name, grafanaVars.Replace(q)})
+	}
+	return out
+}
+
+// requestLoop asks the line server at addr one line every period over one
+// keep-alive connection, from the peer namespace, until the test ends.
+func (e *netEnv) requestLoop(t *testing.T, addr string, period time.Duration) {
+	t.Helper()
+	c := e.peerDial(t, addr)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer c.Close()
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		buf := make([]byte, 3)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+			if _, err := c.Write([]byte("q\n")); err != nil {
+				return
+			}
+			if _, err := io.ReadFull(c, buf); err != nil {
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+}

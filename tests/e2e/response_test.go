@@ -1,0 +1,51 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/olcd/olcd/tests/e2e/overload"
+)
+
+// TestOverloadResponseTime: the response times olcd measures in the
+// datapath (first request byte in, first answer byte out, per protected
+// port) against the clients' (vegeta latencies of the successes minus two
+// veth round trips: every request is its own connection): backends whose
+// handler takes 1, 20 and 200 ms, and the 5 ms CPU backend at 0.5 C and at
+// 3 C without protection (olcd observing). p50 and p95 must agree within
+// 5 % or 0.5 ms, whichever is larger. The table goes to the log and to
+// response-time.json in the suite's output directory.
+func TestOverloadResponseTime(t *testing.T) {
+	h := overloadHarness(t)
+	checks := []overload.ResponseCheck{
+		{Name: "sleep-1ms", Sleep: time.Millisecond, Rate: 50, Duration: 10 * time.Second},
+		{Name: "sleep-20ms", Sleep: 20 * time.Millisecond, Rate: 50, Duration: 10 * time.Second},
+		{Name: "sleep-200ms", Sleep: 200 * time.Millisecond, Rate: 20, Duration: 10 * time.Second},
+		{Name: "work-0.5x", Load: 0.5, Duration: 10 * time.Second},
+		{Name: "work-3x-unprotected", Load: 3, Duration: 10 * time.Second},
+	}
+	var results []*overload.ResponseResult
+	for _, rc := range checks {
+		r, err := h.RunResponse(context.Background(), rc)
+		if err != nil {
+			t.Fatalf("%s: %v", rc.Name, err)
+		}
+		results = append(results, r)
+		t.Logf("%-20s %5.0f/s  ok %5d timeouts %5d  rtt %.3f ms  client p50 %8.2f p95 %8.2f ms  olcd p50 %8.2f p95 %8.2f ms (%d samples)",
+			r.Name, r.RateRPS, r.Successes, r.Timeouts, r.RTTMs, r.ClientP50Ms, r.ClientP95Ms, r.OlcdP50Ms, r.OlcdP95Ms, r.OlcdSamples)
+		if r.Successes < 50 || r.OlcdSamples < 50 {
+			t.Errorf("%s: %d successes, %d timed by olcd: too few to compare", r.Name, r.Successes, r.OlcdSamples)
+		}
+		if !r.Agree() {
+			t.Errorf("%s: client p50 %.2f p95 %.2f ms, olcd p50 %.2f p95 %.2f ms: more than 5 %% or 0.5 ms apart",
+				r.Name, r.ClientP50Ms, r.ClientP95Ms, r.OlcdP50Ms, r.OlcdP95Ms)
+		}
+	}
+	if b, err := json.MarshalIndent(results, "", "  "); err == nil {
+		_ = os.WriteFile(filepath.Join(ov.out, "response-time.json"), b, 0o644)
+	}
+}
