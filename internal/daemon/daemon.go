@@ -114,12 +114,12 @@ type Daemon struct {
 	linkWarned map[string]string // interface → the last problem logged for it
 	waiting    []string          // listed interfaces that do not exist
 
-	status  atomic.Pointer[Status]
+	status atomic.Pointer[Status]
 	// statusStale is set by a tick: the status is built when someone asks
 	// (the admin API, a scrape), not twice a second for nobody.
 	statusStale atomic.Bool
-	metrics *metrics
-	lb      lbState // what load balancers are told (lb.go)
+	metrics     *metrics
+	lb          lbState // what load balancers are told (lb.go)
 }
 
 // portEntry is one protected port as the daemon tracks it.

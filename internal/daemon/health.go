@@ -51,7 +51,7 @@ func writeHealth(w http.ResponseWriter, err error) {
 // live returns nil while the last tick is younger than the heartbeat's
 // stale_after at now; otherwise why not.
 func (d *Daemon) live(now time.Time) error {
-	st := d.status.Load()
+	st := d.freshStatus()
 	if st == nil || st.UpdatedAt.IsZero() {
 		return fmt.Errorf("no tick yet")
 	}
@@ -69,7 +69,7 @@ func (d *Daemon) ready(now time.Time) error {
 	if err := d.live(now); err != nil {
 		return err
 	}
-	st := d.status.Load()
+	st := d.freshStatus()
 	if len(st.Interfaces) == 0 {
 		return fmt.Errorf("no interface attached (waiting: %v)", st.InterfacesWaiting)
 	}
@@ -101,7 +101,7 @@ func (c *boundsCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect reads the last published status.
 func (c *boundsCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.d.status.Load()
+	st := c.d.freshStatus()
 	if st == nil {
 		return
 	}
