@@ -195,24 +195,26 @@ func TestDrawState(t *testing.T) {
 // TestFailOpen: with the heartbeat older than StaleAfter (or never written)
 // p = 1 drops nothing and counts stale; a fresh one drops again.
 func TestFailOpen(t *testing.T) {
-	now, err := monotonicNow()
-	must(t, err)
 	const staleAfter = 2 * time.Second
+	// Heartbeats relative to the moment of each run: a loaded machine can
+	// take seconds to load the datapaths of the earlier cases.
 	tests := []struct {
 		name      string
-		heartbeat uint64
+		heartbeat func(now uint64) uint64
 		stale     bool
 	}{
-		{"fresh", now, false},
-		{"older than stale-after", now - uint64(3*staleAfter), true},
-		{"never written", 0, true},
-		{"ahead of the clock", now + uint64(time.Minute), false},
+		{"fresh", func(now uint64) uint64 { return now }, false},
+		{"older than stale-after", func(now uint64) uint64 { return now - uint64(3*staleAfter) }, true},
+		{"never written", func(uint64) uint64 { return 0 }, true},
+		{"ahead of the clock", func(now uint64) uint64 { return now + uint64(time.Minute) }, false},
 	}
 	for _, h := range hooks {
 		for _, tt := range tests {
 			t.Run(string(h)+"/"+tt.name, func(t *testing.T) {
 				d := setup(t, Config{StaleAfter: staleAfter}, ActionDrop, 1)
-				must(t, d.setHeartbeat(tt.heartbeat))
+				now, err := monotonicNow()
+				must(t, err)
+				must(t, d.setHeartbeat(tt.heartbeat(now)))
 				got, _ := run(t, d, h, syn4(8080, 1))
 				c := stats(t, d).Ports[tcp8080]
 				want, wantC := verdictDrop, Counters{NewConns: 1, Dropped: 1}
