@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	"net/netip"
 	"os"
@@ -197,8 +196,8 @@ func TestDrawState(t *testing.T) {
 // p = 1 drops nothing and counts stale; a fresh one drops again.
 func TestFailOpen(t *testing.T) {
 	const staleAfter = 2 * time.Second
-	// The heartbeat is set relative to the clock right before the packet,
-	// so a slow program load cannot age a "fresh" one.
+	// Heartbeats relative to the moment of each run: a loaded machine can
+	// take seconds to load the datapaths of the earlier cases.
 	tests := []struct {
 		name      string
 		heartbeat func(now uint64) uint64
@@ -920,12 +919,6 @@ func testStatsBatch(t *testing.T, nports int) {
 	}
 	write(1)
 	check("batched", 1)
-	// PortCounters reads what Stats reads, into a reused map.
-	into := map[PortKey]Counters{{ProtoUDP, 1}: {NewConns: 99}}
-	must(t, d.PortCounters(into))
-	if s := stats(t, d); !maps.Equal(into, s.Ports) {
-		t.Errorf("PortCounters %v, want Stats' %v", into, s.Ports)
-	}
 	if d.stats.keys == nil || d.stats.noBatch {
 		t.Fatalf("%d dense slots were read slot by slot", nports)
 	}
