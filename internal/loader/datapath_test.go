@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/netip"
 	"os"
@@ -919,6 +920,12 @@ func testStatsBatch(t *testing.T, nports int) {
 	}
 	write(1)
 	check("batched", 1)
+	// PortCounters reads what Stats reads, into a reused map.
+	into := map[PortKey]Counters{{ProtoUDP, 1}: {NewConns: 99}}
+	must(t, d.PortCounters(into))
+	if s := stats(t, d); !maps.Equal(into, s.Ports) {
+		t.Errorf("PortCounters %v, want Stats' %v", into, s.Ports)
+	}
 	if d.stats.keys == nil || d.stats.noBatch {
 		t.Fatalf("%d dense slots were read slot by slot", nports)
 	}
