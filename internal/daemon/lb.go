@@ -152,6 +152,10 @@ func lbInput(cfg *rules.Config, ports []portEntry, r tickResult) lb.Input {
 			Key: p.key, Mode: p.mode.String(), DropProbability: pd.DropProbability, AtBound: atBound(pd.DropProbability),
 			OfferedPerS: rate(dl.NewConns), AdmittedPerS: rate(dl.NewConns - min(dl.Dropped, dl.NewConns)),
 		}
+		if pr, ok := r.resp[p.key]; ok && pr.Available {
+			p50, p95, p99 := pr.P50, pr.P95, pr.P99
+			pi.ResponseTime = &lb.ResponseTime{P50S: &p50, P95S: &p95, P99S: &p99}
+		}
 		offered += pi.OfferedPerS
 		admitted += pi.AdmittedPerS
 		in.Ports = append(in.Ports, pi)
@@ -164,6 +168,20 @@ func lbInput(cfg *rules.Config, ports []portEntry, r tickResult) lb.Input {
 	}
 	in.Node = lb.PortInput{Mode: nodeMode.String(), DropProbability: dec.DropProbability, AtBound: atBound(dec.DropProbability),
 		OfferedPerS: offered, AdmittedPerS: admitted}
+	// The node's response time is the worst timed port's, as the
+	// node-wide signals are (docs/signals.md).
+	var node lb.ResponseTime
+	for _, sig := range []struct {
+		s   sampler.Signal
+		dst **float64
+	}{{sampler.ResponseTimeP50, &node.P50S}, {sampler.ResponseTimeP95, &node.P95S}, {sampler.ResponseTimeP99, &node.P99S}} {
+		if v, ok := r.snap.Get(sig.s); ok {
+			*sig.dst = &v
+		}
+	}
+	if node.P95S != nil {
+		in.Node.ResponseTime = &node
+	}
 	if v, ok := r.snap.Get(sampler.CPUBusy); ok {
 		in.CPUUtilization = &v
 	}

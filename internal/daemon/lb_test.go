@@ -13,7 +13,9 @@ import (
 	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/lb"
 	"github.com/olcd/olcd/internal/loader"
+	"github.com/olcd/olcd/internal/resptime"
 	"github.com/olcd/olcd/internal/rules"
+	"github.com/olcd/olcd/internal/sampler"
 )
 
 // TestLBInput: what the weigher reads is the tick's decision: the ports'
@@ -41,6 +43,25 @@ func TestLBInput(t *testing.T) {
 	}
 	if p := in.Ports[1]; p.AtBound || p.Mode != "observe" || p.AdmittedPerS != 100 {
 		t.Errorf("tcp/81 %+v: want observe, not at the bound, 100/s admitted", p)
+	}
+	if in.Ports[0].ResponseTime != nil || in.Node.ResponseTime != nil {
+		t.Errorf("response time %+v / %+v without any timing: want null", in.Ports[0].ResponseTime, in.Node.ResponseTime)
+	}
+	// Timed ports carry their quantiles; one with too few samples stays null.
+	r.resp = map[adaptive.PortKey]resptime.Port{
+		k80: {Samples: 40, Available: true, P50: 0.01, P95: 0.05, P99: 0.09},
+		k81: {Samples: 1},
+	}
+	r.snap.Set(sampler.ResponseTimeP95, 0.05)
+	timed := lbInput(cfg, ports, r)
+	if rt := timed.Ports[0].ResponseTime; rt == nil || *rt.P50S != 0.01 || *rt.P95S != 0.05 || *rt.P99S != 0.09 {
+		t.Errorf("tcp/80 response time %+v: want p50 10 ms, p95 50 ms, p99 90 ms", rt)
+	}
+	if timed.Ports[1].ResponseTime != nil {
+		t.Errorf("tcp/81 with 1 sample: response time %+v, want null", timed.Ports[1].ResponseTime)
+	}
+	if rt := timed.Node.ResponseTime; rt == nil || *rt.P95S != 0.05 || rt.P50S != nil {
+		t.Errorf("node response time %+v: want the node-wide p95 only", rt)
 	}
 	r.decision.Overloaded = false
 	if in := lbInput(cfg, ports, r); in.Ports[0].AtBound {
