@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -57,6 +58,14 @@ func look(program string) (string, error) {
 		p := filepath.Join(dir, program)
 		if fi, err := os.Stat(p); err == nil && fi.Mode()&0o111 != 0 {
 			return p, nil
+		}
+	}
+	// A versioned binary, as Debian installs php-fpm (php-fpm8.2): the
+	// newest.
+	for _, dir := range []string{"/usr/sbin", "/usr/bin"} {
+		if m, _ := filepath.Glob(filepath.Join(dir, program+"[0-9]*")); len(m) > 0 {
+			slices.Sort(m)
+			return m[len(m)-1], nil
 		}
 	}
 	return "", errors.New(program + " not found")

@@ -17,64 +17,27 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/daemon"
+	"github.com/olcd/olcd/internal/debpkg"
 	"github.com/olcd/olcd/tests/e2e/overload"
 )
 
 // Response timing against servers no one here wrote, from Debian packages,
 // and the edges of the signal (idle, sparse, a server that never answers).
 
-// requirePackages finds the commands, installing their Debian packages with
-// apt (through scripts/deps.sh when the project has it) when missing and
-// root; without them the test is skipped with the reason.
+// requirePackages finds the commands (command → Debian package),
+// installing what is missing when root (debpkg); without them the test is
+// skipped with the reason.
 func requirePackages(t *testing.T, cmds map[string]string) map[string]string {
 	t.Helper()
 	found := map[string]string{}
-	var missing []string
 	for cmd, pkg := range cmds {
-		if p := lookCmd(cmd); p != "" {
-			found[cmd] = p
-		} else {
-			missing = append(missing, pkg)
+		p, err := debpkg.Find(cmd, pkg)
+		if err != nil {
+			t.Skip(err)
 		}
-	}
-	if len(missing) == 0 {
-		return found
-	}
-	if os.Geteuid() != 0 {
-		t.Skipf("needs %s (apt-get install %s) and root to install them", strings.Join(missing, ", "), strings.Join(missing, " "))
-	}
-	argv := append([]string{"apt-get", "install", "-y", "--no-install-recommends"}, missing...)
-	if _, err := os.Stat("../../scripts/deps.sh"); err == nil {
-		argv = append([]string{"../../scripts/deps.sh"}, missing...)
-	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Skipf("install %s: %v\n%s", strings.Join(missing, " "), err, out)
-	}
-	for cmd := range cmds {
-		if p := lookCmd(cmd); p != "" {
-			found[cmd] = p
-		} else {
-			t.Skipf("%s still missing after installing %s", cmd, strings.Join(missing, " "))
-		}
+		found[cmd] = p
 	}
 	return found
-}
-
-// lookCmd finds a command in PATH or /usr/sbin; "php-fpm" matches the
-// versioned binary Debian installs (php-fpm8.2).
-func lookCmd(name string) string {
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	for _, dir := range []string{"/usr/sbin", "/usr/bin"} {
-		if m, _ := filepath.Glob(filepath.Join(dir, name+"*")); len(m) > 0 {
-			slices.Sort(m)
-			return m[len(m)-1]
-		}
-	}
-	return ""
 }
 
 // startGroup starts a server with its workers in a process group of its

@@ -1,14 +1,12 @@
 package overload
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
-	"strings"
 	"time"
+
+	"github.com/olcd/olcd/internal/debpkg"
 )
 
 // The php backend: Debian's nginx in front of php-fpm with a static pool,
@@ -29,74 +27,14 @@ echo "ok $x\n";
 `
 )
 
-// phpPackages maps the commands the php backend runs to their Debian
-// packages.
-var phpPackages = map[string]string{"nginx": "nginx-light", "php-fpm": "php-fpm"}
-
-// lookCmd finds a command in PATH or /usr/sbin; "php-fpm" matches the
-// versioned binary Debian installs (php-fpm8.2).
-func lookCmd(name string) string {
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	for _, dir := range []string{"/usr/sbin", "/usr/bin"} {
-		if m, _ := filepath.Glob(filepath.Join(dir, name+"*")); len(m) > 0 {
-			slices.Sort(m)
-			return m[len(m)-1]
-		}
-	}
-	return ""
-}
-
-// depsScript finds the project's install step, scripts/deps.sh, above the
-// working directory or beside the binary's directory (bin/../scripts).
-func depsScript() string {
-	var dirs []string
-	if wd, err := os.Getwd(); err == nil {
-		for d := wd; ; d = filepath.Dir(d) {
-			dirs = append(dirs, d)
-			if d == filepath.Dir(d) {
-				break
-			}
-		}
-	}
-	if exe, err := os.Executable(); err == nil {
-		dirs = append(dirs, filepath.Dir(filepath.Dir(exe)))
-	}
-	for _, d := range dirs {
-		p := filepath.Join(d, "scripts", "deps.sh")
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	return ""
-}
-
 // phpCommands returns the nginx and php-fpm binaries, installing their
-// packages when missing through scripts/deps.sh (group test, which lists
-// them), or apt-get without it. The harness runs as root.
+// Debian packages (nginx-light, php-fpm) when missing and root (debpkg).
 func phpCommands() (nginx, fpm string, err error) {
-	var missing []string
-	for cmd, pkg := range phpPackages {
-		if lookCmd(cmd) == "" {
-			missing = append(missing, pkg)
-		}
+	if nginx, err = debpkg.Find("nginx", "nginx-light"); err != nil {
+		return "", "", fmt.Errorf("the php backend: %w", err)
 	}
-	if len(missing) > 0 {
-		slices.Sort(missing)
-		argv := append([]string{"apt-get", "install", "-y", "--no-install-recommends"}, missing...)
-		if s := depsScript(); s != "" {
-			argv = []string{s, "test"}
-		}
-		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return "", "", fmt.Errorf("the php backend needs %s: %s: %w\n%s", strings.Join(missing, " "), strings.Join(argv, " "), err, out)
-		}
-	}
-	nginx, fpm = lookCmd("nginx"), lookCmd("php-fpm")
-	if nginx == "" || fpm == "" {
-		return "", "", errors.New("nginx or php-fpm still missing after installing nginx-light php-fpm")
+	if fpm, err = debpkg.Find("php-fpm", "php-fpm"); err != nil {
+		return "", "", fmt.Errorf("the php backend: %w", err)
 	}
 	return nginx, fpm, nil
 }
