@@ -150,6 +150,12 @@ func (n *testNet) inServer(t *testing.T, fn func() error) {
 // reads, closed at the end of the test.
 func (n *testNet) listen(t *testing.T, port uint16) net.Listener {
 	t.Helper()
+	return n.listenDelay(t, port, 0)
+}
+
+// listenDelay is listen answering each read after delay.
+func (n *testNet) listenDelay(t *testing.T, port uint16, delay time.Duration) net.Listener {
+	t.Helper()
 	var ln net.Listener
 	n.inServer(t, func() error {
 		var err error
@@ -171,6 +177,9 @@ func (n *testNet) listen(t *testing.T, port uint16) net.Listener {
 					k, err := c.Read(buf)
 					if err != nil {
 						return
+					}
+					if delay > 0 {
+						time.Sleep(delay)
 					}
 					if _, err := c.Write(buf[:k]); err != nil {
 						return

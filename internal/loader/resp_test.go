@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -565,36 +564,7 @@ func TestResponseTimingVeth(t *testing.T) {
 // slowServer answers each read on port after delay, echoing it.
 func slowServer(t *testing.T, n *testNet, port uint16, delay time.Duration) {
 	t.Helper()
-	var ln net.Listener
-	n.inServer(t, func() error {
-		var err error
-		ln, err = net.Listen("tcp4", netip.AddrPortFrom(n.serverIP, port).String())
-		return err
-	})
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 64)
-				for {
-					c.SetDeadline(time.Now().Add(10 * time.Second))
-					k, err := c.Read(buf)
-					if err != nil {
-						return
-					}
-					time.Sleep(delay)
-					if _, err := c.Write(buf[:k]); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
+	n.listenDelay(t, port, delay)
 }
 
 func quantileOf(ds []time.Duration, q float64) time.Duration {
