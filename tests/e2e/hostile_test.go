@@ -26,7 +26,7 @@ func TestStartFailuresLeaveNothing(t *testing.T) {
 	}{
 		{"metrics address busy", func(t *testing.T, env *netEnv, d *olcd, cfg *daemonConfig) *olcd {
 			var ln net.Listener
-			if err := inNetns(env.nodeNS, func() (err error) { ln, err = net.Listen("tcp", d.metrics); return err }); err != nil {
+			if err := env.InNode(func() (err error) { ln, err = net.Listen("tcp", d.metrics); return err }); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { ln.Close() })

@@ -274,7 +274,7 @@ func nsHTTPClient(e *netEnv) *http.Client {
 			DisableKeepAlives: true,
 			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 				var c net.Conn
-				err := inNetns(e.nodeNS, func() error {
+				err := e.InNode(func() error {
 					var err error
 					c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
 					return err
