@@ -71,7 +71,7 @@ func TestInterfacesFollowed(t *testing.T) {
 	addPair()
 	waitFor(t, "the pair attached again", func() bool { return slices.Equal(statusIfaces(d.mustStatus(t)), all) })
 	mustRun(t, "ip", "-n", env.Node, "link", "set", extraA, "down")
-	time.Sleep(500 * time.Millisecond)
+	d.linkEventHandled(t)
 	if got := statusIfaces(d.mustStatus(t)); !slices.Equal(got, all) || len(env.attachedProgsOn(t, extraA)) != 1 {
 		t.Errorf("after %s went down: attached %v, want %v with its program kept", extraA, got, all)
 	}
@@ -129,7 +129,7 @@ func TestInterfacesFollowed(t *testing.T) {
 		t.Fatalf("reload naming the altname %s: %v", alt, err)
 	}
 	mustRun(t, "ip", "-n", env.Node, "link", "set", extraB, "down") // a link event
-	time.Sleep(500 * time.Millisecond)
+	d.linkEventHandled(t)
 	if got := statusIfaces(d.mustStatus(t)); !slices.Equal(got, []string{env.NodeIf}) || len(env.attachedProgs(t)) != 1 {
 		t.Errorf("listed by its altname %s: attached %v, want [%s] with its program", alt, got, env.NodeIf)
 	}

@@ -282,6 +282,15 @@ func (d *olcd) pollStatus(t *testing.T, what string, timeout time.Duration, cond
 	}
 }
 
+// linkEventHandled waits until the daemon's loop has handled a link event
+// that the caller's ip command made: by the time that command returns, the
+// kernel has queued the event on the daemon's socket, and the loop takes it
+// at its next turn, so two ticks later it has been handled.
+func (d *olcd) linkEventHandled(t *testing.T) {
+	t.Helper()
+	d.nextTick(t, d.nextTick(t, d.mustStatus(t)))
+}
+
 // nextTick waits for a status published by a tick after the one in st.
 func (d *olcd) nextTick(t *testing.T, st *daemon.Status) *daemon.Status {
 	t.Helper()
