@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // TraceOrigin is the wall-clock time of t_s = 0 when a trace is replayed.
@@ -29,7 +29,7 @@ type Trace struct {
 	// Name is the file name (or the name given to ReadTrace).
 	Name string
 	// Columns are the signal columns, in file order.
-	Columns []sampler.Signal
+	Columns []olc.Signal
 	// Rows are the ticks in file order. A row whose time does not advance is
 	// replayed as a stale sample (see Controller.Step).
 	Rows []TraceRow
@@ -94,11 +94,11 @@ func ReadTrace(r io.Reader, name string) (*Trace, error) {
 		return nil, fmt.Errorf("%s:1: header must be t_s followed by at least one signal name, got %q", name, strings.Join(header, ","))
 	}
 	t := &Trace{Name: name}
-	seen := map[sampler.Signal]bool{}
+	seen := map[olc.Signal]bool{}
 	for i, h := range header[1:] {
 		h = strings.TrimSpace(h)
-		sig, ok := sampler.ParseSignal(h)
-		if !ok {
+		sig, err := olc.ParseSignal(h)
+		if err != nil {
 			msg := fmt.Sprintf("%s:1: column %d: unknown signal %q", name, i+2, h)
 			if s := ClosestSignal(h); s != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)
@@ -176,9 +176,9 @@ const maxStaleWarnings = 5
 // Snapshot returns row i as a sampler snapshot: At is TraceOrigin + T, and
 // Interval the time since the previous row (0 for the first, or when time
 // did not advance).
-func (t *Trace) Snapshot(i int) sampler.Snapshot {
+func (t *Trace) Snapshot(i int) olc.Snapshot {
 	row := t.Rows[i]
-	s := sampler.Snapshot{At: TraceOrigin.Add(seconds(row.T))}
+	s := olc.Snapshot{At: TraceOrigin.Add(seconds(row.T))}
 	if i > 0 && row.T > t.Rows[i-1].T {
 		s.Interval = seconds(row.T - t.Rows[i-1].T)
 	}
@@ -198,7 +198,7 @@ func seconds(s float64) time.Duration { return time.Duration(math.Round(s * 1e9)
 // close: the hint for a misspelt signal in a config or a trace.
 func ClosestSignal(name string) string {
 	best, bestD := "", math.MaxInt
-	for _, sig := range sampler.Signals() {
+	for _, sig := range olc.Signals() {
 		if d := Levenshtein(name, sig.String()); d < bestD {
 			best, bestD = sig.String(), d
 		}

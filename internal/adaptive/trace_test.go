@@ -12,7 +12,8 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/fieldcases"
-	"github.com/olcd/olcd/internal/sampler"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // traceCase is a traces/<case>.json file.
@@ -66,8 +67,8 @@ func loadCase(path string) (traceCase, error) {
 func caseConfig(tc traceCase) (Config, error) {
 	cfg := Config{Interval: seconds(tc.IntervalS), Params: DefaultParams()}
 	for name, th := range tc.Thresholds {
-		sig, ok := sampler.ParseSignal(name)
-		if !ok {
+		sig, err := olc.ParseSignal(name)
+		if err != nil {
 			return cfg, fmt.Errorf("unknown signal %q in thresholds", name)
 		}
 		cfg.Thresholds[sig] = th
@@ -249,7 +250,7 @@ func TestTraceExportShapes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tr.Columns) != 2 || tr.Columns[0] != sampler.CPUBusy || len(tr.Rows) != rows {
+	if len(tr.Columns) != 2 || tr.Columns[0] != olc.CPUBusy || len(tr.Rows) != rows {
 		t.Fatalf("columns %v, %d rows", tr.Columns, len(tr.Rows))
 	}
 	for i, r := range tr.Rows {
@@ -273,7 +274,7 @@ func TestTraceLenient(t *testing.T) {
 		!strings.Contains(tr.Warnings[1], "x.csv:5: column cpu_busy") {
 		t.Errorf("warnings %v", tr.Warnings)
 	}
-	c := mustNew(t, cfgWith(sig{sampler.CPUBusy, 0.8}))
+	c := mustNew(t, cfgWith(sig{olc.CPUBusy, 0.8}))
 	var ds []Decision
 	for i := range tr.Rows {
 		ds = append(ds, c.Step(tr.Snapshot(i), nil))
@@ -320,10 +321,10 @@ func TestTraceSnapshot(t *testing.T) {
 	if !s0.At.Equal(TraceOrigin) || s0.Interval != 0 {
 		t.Errorf("row 0: at %v interval %v", s0.At, s0.Interval)
 	}
-	if _, ok := s0.Get(sampler.PSICPUSome); ok {
+	if _, ok := s0.Get(olc.PSICPUSome); ok {
 		t.Error("row 0: empty cell must be unavailable")
 	}
-	if v, ok := s1.Get(sampler.CPUBusy); !ok || !math.IsNaN(v) {
+	if v, ok := s1.Get(olc.CPUBusy); !ok || !math.IsNaN(v) {
 		t.Errorf("row 1: cpu_busy %v %v, want NaN delivered", v, ok)
 	}
 	if s1.Interval != 500*time.Millisecond || !s1.At.Equal(TraceOrigin.Add(500*time.Millisecond)) {

@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/olcd/olcd/internal/loader"
+	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/resptime"
 	"github.com/olcd/olcd/internal/sampler"
 )
@@ -185,7 +185,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
-	for _, m := range []string{"off", "observe", "enforce"} {
+	for _, m := range olc.ModeNames() {
 		gauge(descMode, b2f(st.Mode == m), m)
 	}
 	for _, s := range st.Signals {
@@ -224,11 +224,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range st.Ports {
 		labels := []string{p.Proto, strconv.Itoa(int(p.Port)), p.Class}
 		gauge(descPortP, p.DropProbability, labels...)
-		proto := loader.ProtoTCP
-		if p.Proto == "udp" {
-			proto = loader.ProtoUDP
-		}
-		k := loader.PortKey{Proto: proto, Port: p.Port}
+		k := p.key
 		cn, ok := stats.Ports[k]
 		if !ok {
 			continue

@@ -1,6 +1,10 @@
 package daemon
 
-import "time"
+import (
+	"time"
+
+	"github.com/olcd/olcd/internal/olc"
+)
 
 // Status is the JSON document of GET /v1/status and `olcd status --json`.
 // Rates are per second over the last tick; probabilities and shares are
@@ -153,6 +157,9 @@ type ClassStatus struct {
 
 // PortStatus is one protected port.
 type PortStatus struct {
+	// key is the port as the daemon and the datapath name it: the metrics
+	// read the datapath's counters with it (not part of the document).
+	key olc.PortKey
 	// Proto is "tcp" or "udp".
 	Proto string `json:"proto"`
 	// Port is the destination port.

@@ -18,7 +18,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // State is the administrative state an answer asks the load balancer for.
@@ -66,11 +66,11 @@ func (p Params) Validate() error {
 // (Key zero).
 type PortInput struct {
 	// Key is the port; the zero key is the node.
-	Key adaptive.PortKey
-	// Mode is the port's effective mode: "off", "observe" or "enforce".
-	// Only in enforce does the weight follow the pass rate: observe and
-	// off never change traffic, so the agent answers full weight.
-	Mode string
+	Key olc.PortKey
+	// Mode is the port's effective mode. Only in enforce does the weight
+	// follow the pass rate: observe and off never change traffic, so the
+	// agent answers full weight.
+	Mode olc.Mode
 	// DropProbability is the controller's p for the port (0..1).
 	DropProbability float64
 	// AtBound is true while p sits at its bound (1 − min_pass_rate) in an
@@ -99,7 +99,7 @@ type Input struct {
 	// At is the tick's time.
 	At time.Time
 	// Mode is the global mode.
-	Mode string
+	Mode olc.Mode
 	// Node is the node-level decision (Key zero).
 	Node PortInput
 	// Ports are the protected ports, in the daemon's order.
@@ -201,8 +201,8 @@ func Reply(s State, weight float64) string {
 type Weigher struct {
 	p      Params
 	node   smoothed
-	ports  map[adaptive.PortKey]*smoothed
-	active map[adaptive.PortKey]bool
+	ports  map[olc.PortKey]*smoothed
+	active map[olc.PortKey]bool
 }
 
 type smoothed struct {
@@ -215,7 +215,7 @@ func NewWeigher(p Params) (*Weigher, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	return &Weigher{p: p, ports: map[adaptive.PortKey]*smoothed{}}, nil
+	return &Weigher{p: p, ports: map[olc.PortKey]*smoothed{}}, nil
 }
 
 // SetParams changes the parameters (a reload); the smoothed weights stay.
@@ -230,9 +230,9 @@ func (w *Weigher) SetParams(p Params) error {
 
 // Update folds one tick into the weights and returns the new report.
 func (w *Weigher) Update(in Input) *Report {
-	r := &Report{UpdatedAt: in.At, Mode: in.Mode, Ports: make([]Target, 0, len(in.Ports))}
+	r := &Report{UpdatedAt: in.At, Mode: in.Mode.String(), Ports: make([]Target, 0, len(in.Ports))}
 	r.Node = w.target(&w.node, in.Node)
-	seen := make(map[adaptive.PortKey]bool, len(in.Ports))
+	seen := make(map[olc.PortKey]bool, len(in.Ports))
 	for _, pi := range in.Ports {
 		s := w.ports[pi.Key]
 		if s == nil {
@@ -264,7 +264,7 @@ func (w *Weigher) Update(in Input) *Report {
 func (w *Weigher) target(s *smoothed, in PortInput) Target {
 	pass := clamp01(1 - in.DropProbability)
 	raw := 1.0
-	enforcing := in.Mode == "enforce"
+	enforcing := in.Mode == olc.ModeEnforce
 	if enforcing {
 		raw = pass
 	}
@@ -275,7 +275,7 @@ func (w *Weigher) target(s *smoothed, in PortInput) Target {
 	}
 	s.w = max(s.w, w.p.MinWeight)
 	t := Target{
-		Mode: in.Mode, State: StateReady, Weight: s.w, PassRate: pass,
+		Mode: in.Mode.String(), State: StateReady, Weight: s.w, PassRate: pass,
 		DropProbability: in.DropProbability, AtBound: in.AtBound,
 		OfferedPerS: in.OfferedPerS, AdmittedPerS: in.AdmittedPerS, ResponseTime: in.ResponseTime,
 	}
@@ -312,21 +312,21 @@ func (r *Report) Lookup(req string) (t Target, found bool) {
 
 // ParseRequest parses an agent-send request naming a port: "tcp/8080",
 // "udp/53" or "8080" (TCP). ok is false for anything else.
-func ParseRequest(req string) (adaptive.PortKey, bool) {
+func ParseRequest(req string) (olc.PortKey, bool) {
 	s := strings.ToLower(strings.TrimSpace(req))
-	proto := adaptive.ProtoTCP
+	proto := olc.ProtoTCP
 	if ps, num, ok := strings.Cut(s, "/"); ok {
-		p, ok := adaptive.ParseProto(ps)
-		if !ok {
-			return adaptive.PortKey{}, false
+		p, err := olc.ParseProto(ps)
+		if err != nil {
+			return olc.PortKey{}, false
 		}
 		proto, s = p, num
 	}
 	n, err := strconv.ParseUint(s, 10, 16)
 	if err != nil || n == 0 {
-		return adaptive.PortKey{}, false
+		return olc.PortKey{}, false
 	}
-	return adaptive.PortKey{Proto: proto, Port: uint16(n)}, true
+	return olc.PortKey{Proto: proto, Port: uint16(n)}, true
 }
 
 // CheckAddress validates an agent listen address: host:port with a literal

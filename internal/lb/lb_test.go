@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/olc"
 )
 
-var tcp8080 = adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: 8080}
+var tcp8080 = olc.PortKey{Proto: olc.ProtoTCP, Port: 8080}
 
 // TestReplyLines pins the exact lines: HAProxy splits them on blanks and
 // commas and reads "up" (operating state), "ready"/"drain" (admin state)
@@ -39,8 +39,8 @@ func TestReplyLines(t *testing.T) {
 func TestWeigher(t *testing.T) {
 	at := time.Unix(1000, 0)
 	enforce := func(p float64, bound bool) Input {
-		return Input{At: at, Mode: "enforce", Node: PortInput{Mode: "enforce", DropProbability: p, AtBound: bound},
-			Ports: []PortInput{{Key: tcp8080, Mode: "enforce", DropProbability: p, AtBound: bound, OfferedPerS: 100, AdmittedPerS: 100 * (1 - p)}}}
+		return Input{At: at, Mode: olc.ModeEnforce, Node: PortInput{Mode: olc.ModeEnforce, DropProbability: p, AtBound: bound},
+			Ports: []PortInput{{Key: tcp8080, Mode: olc.ModeEnforce, DropProbability: p, AtBound: bound, OfferedPerS: 100, AdmittedPerS: 100 * (1 - p)}}}
 	}
 	type step struct {
 		in         Input
@@ -66,11 +66,11 @@ func TestWeigher(t *testing.T) {
 			{enforce(0.5, false), 0.5, StateReady, "up ready 50%"},
 		}},
 		{"observe never changes traffic", Params{Smoothing: 1, MinWeight: 0.1}, []step{
-			{Input{Mode: "observe", Node: PortInput{Mode: "observe", DropProbability: 0.7, AtBound: true},
-				Ports: []PortInput{{Key: tcp8080, Mode: "observe", DropProbability: 0.7, AtBound: true}}}, 1, StateReady, "up ready 100%"},
+			{Input{Mode: olc.ModeObserve, Node: PortInput{Mode: olc.ModeObserve, DropProbability: 0.7, AtBound: true},
+				Ports: []PortInput{{Key: tcp8080, Mode: olc.ModeObserve, DropProbability: 0.7, AtBound: true}}}, 1, StateReady, "up ready 100%"},
 		}},
 		{"off: full weight", Params{Smoothing: 0.5, MinWeight: 0.1}, []step{
-			{Input{Mode: "off", Node: PortInput{Mode: "off", DropProbability: 0.5}, Ports: []PortInput{{Key: tcp8080, Mode: "off", DropProbability: 0.5}}}, 1, StateReady, "up ready 100%"},
+			{Input{Mode: olc.ModeOff, Node: PortInput{Mode: olc.ModeOff, DropProbability: 0.5}, Ports: []PortInput{{Key: tcp8080, Mode: olc.ModeOff, DropProbability: 0.5}}}, 1, StateReady, "up ready 100%"},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -95,11 +95,11 @@ func TestWeigher(t *testing.T) {
 
 func TestWeigherForgetsPorts(t *testing.T) {
 	w, _ := NewWeigher(Params{Smoothing: 0.5, MinWeight: 0.1})
-	in := Input{Mode: "enforce", Node: PortInput{Mode: "enforce"}, Ports: []PortInput{{Key: tcp8080, Mode: "enforce", DropProbability: 0.8}}}
+	in := Input{Mode: olc.ModeEnforce, Node: PortInput{Mode: olc.ModeEnforce}, Ports: []PortInput{{Key: tcp8080, Mode: olc.ModeEnforce, DropProbability: 0.8}}}
 	w.Update(in)
 	in.Ports = nil
 	w.Update(in)
-	in.Ports = []PortInput{{Key: tcp8080, Mode: "enforce", DropProbability: 0}}
+	in.Ports = []PortInput{{Key: tcp8080, Mode: olc.ModeEnforce, DropProbability: 0}}
 	// A port that comes back starts afresh, not from its old weight.
 	if r := w.Update(in); r.Ports[0].Weight != 1 {
 		t.Errorf("weight of a returning port %v, want 1 (no memory of the old one)", r.Ports[0].Weight)
@@ -109,8 +109,8 @@ func TestWeigherForgetsPorts(t *testing.T) {
 func TestORCA(t *testing.T) {
 	w, _ := NewWeigher(DefaultParams())
 	cpu := 0.8
-	r := w.Update(Input{Mode: "enforce", CPUUtilization: &cpu, Utilization: map[string]float64{"cgroup_cpu_usage_of_quota": 0.9},
-		Ports: []PortInput{{Key: tcp8080, Mode: "enforce", AdmittedPerS: 70}, {Key: adaptive.PortKey{Proto: adaptive.ProtoUDP, Port: 53}, Mode: "enforce", AdmittedPerS: 30}}})
+	r := w.Update(Input{Mode: olc.ModeEnforce, CPUUtilization: &cpu, Utilization: map[string]float64{"cgroup_cpu_usage_of_quota": 0.9},
+		Ports: []PortInput{{Key: tcp8080, Mode: olc.ModeEnforce, AdmittedPerS: 70}, {Key: olc.PortKey{Proto: olc.ProtoUDP, Port: 53}, Mode: olc.ModeEnforce, AdmittedPerS: 30}}})
 	if r.ORCA.RPSFractional != 100 || *r.ORCA.CPUUtilization != 0.8 || r.ORCA.Utilization["cgroup_cpu_usage_of_quota"] != 0.9 {
 		t.Errorf("orca %+v", r.ORCA)
 	}
@@ -130,19 +130,19 @@ func TestParamsValidate(t *testing.T) {
 func TestParseRequest(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
-		want adaptive.PortKey
+		want olc.PortKey
 		ok   bool
 	}{
 		{"tcp/8080", tcp8080, true},
 		{"TCP/8080", tcp8080, true},
 		{" 8080 ", tcp8080, true},
-		{"udp/53", adaptive.PortKey{Proto: adaptive.ProtoUDP, Port: 53}, true},
-		{"sctp/80", adaptive.PortKey{}, false},
-		{"tcp/0", adaptive.PortKey{}, false},
-		{"tcp/65536", adaptive.PortKey{}, false},
-		{"be_web/srv1", adaptive.PortKey{}, false},
-		{"", adaptive.PortKey{}, false},
-		{"\x00\xff", adaptive.PortKey{}, false},
+		{"udp/53", olc.PortKey{Proto: olc.ProtoUDP, Port: 53}, true},
+		{"sctp/80", olc.PortKey{}, false},
+		{"tcp/0", olc.PortKey{}, false},
+		{"tcp/65536", olc.PortKey{}, false},
+		{"be_web/srv1", olc.PortKey{}, false},
+		{"", olc.PortKey{}, false},
+		{"\x00\xff", olc.PortKey{}, false},
 	} {
 		got, ok := ParseRequest(tc.in)
 		if got != tc.want || ok != tc.ok {
@@ -203,7 +203,7 @@ func TestTwoNodesFixedPoint(t *testing.T) {
 			load := offered * weights[i] / sum
 			p := max(0, 1-caps[i]/load)
 			good += load * (1 - p)
-			r := w.Update(Input{Mode: "enforce", Node: PortInput{Mode: "enforce", DropProbability: p}})
+			r := w.Update(Input{Mode: olc.ModeEnforce, Node: PortInput{Mode: olc.ModeEnforce, DropProbability: p}})
 			weights[i] = r.Node.Weight
 		}
 	}

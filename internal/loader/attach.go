@@ -13,6 +13,8 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // FilterPrefix starts the name of every cls_bpf filter olcd creates. At
@@ -86,7 +88,7 @@ func (d *Datapath) Attachments() []Attachment {
 // Errors name the hook, mode and interface, e.g. "attach xdp (native) to
 // eth0: ...": unknown mode, unknown interface, already attached to it, a
 // foreign XDP program, or the kernel refusing the attachment.
-func (d *Datapath) Attach(iface string, mode AttachMode) error {
+func (d *Datapath) Attach(iface string, mode olc.AttachMode) error {
 	return d.attach(iface, mode, false)
 }
 
@@ -112,9 +114,9 @@ func (d *Datapath) Detach(iface string) error {
 }
 
 // attach is Attach with a way to skip tcx, for testing the clsact rung.
-func (d *Datapath) attach(iface string, mode AttachMode, noTCX bool) error {
+func (d *Datapath) attach(iface string, mode olc.AttachMode, noTCX bool) error {
 	if mode == "" {
-		mode = AttachAuto
+		mode = olc.AttachAuto
 	}
 	if !mode.Valid() {
 		return fmt.Errorf("attach %s to %s: unknown attach mode", mode, iface)
@@ -163,13 +165,13 @@ func (d *Datapath) attach(iface string, mode AttachMode, noTCX bool) error {
 
 	var a *attachment
 	switch mode {
-	case AttachAuto, AttachTC:
+	case olc.AttachAuto, olc.AttachTC:
 		a, err = d.attachTC(nl, l, noTCX)
-	case AttachXDP:
+	case olc.AttachXDP:
 		a, err = d.attachXDP(l, true, true)
-	case AttachXDPNative:
+	case olc.AttachXDPNative:
 		a, err = d.attachXDP(l, true, false)
-	case AttachXDPGeneric:
+	case olc.AttachXDPGeneric:
 		a, err = d.attachXDP(l, false, true)
 	}
 	if err != nil {

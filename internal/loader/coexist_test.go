@@ -11,6 +11,8 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // passCLS is a SCHED_CLS program that lets everything through, standing in
@@ -90,7 +92,7 @@ func TestCoexistence(t *testing.T) {
 				return addBPFFilter(n.serverIf, "foreign", 7, foreign)
 			})
 			d := loadTest(t, Config{})
-			n.inServer(t, func() error { return d.attach(n.serverIf, AttachTC, noTCX) })
+			n.inServer(t, func() error { return d.attach(n.serverIf, olc.AttachTC, noTCX) })
 			n.inServer(t, func() error {
 				names, _, err := ingressFilterNames(n.serverIf)
 				if err != nil {
@@ -124,7 +126,7 @@ func TestCoexistence(t *testing.T) {
 	t.Run("created-clsact", func(t *testing.T) {
 		n := newTestNet(t)
 		d := loadTest(t, Config{})
-		n.inServer(t, func() error { return d.attach(n.serverIf, AttachTC, true) })
+		n.inServer(t, func() error { return d.attach(n.serverIf, olc.AttachTC, true) })
 		n.inServer(t, d.Close)
 		n.inServer(t, func() error {
 			if _, clsact, err := ingressFilterNames(n.serverIf); err != nil || clsact {
@@ -136,7 +138,7 @@ func TestCoexistence(t *testing.T) {
 		// Someone adds a filter to the clsact olcd created: it stays.
 		foreign := passCLS(t)
 		d2 := loadTest(t, Config{})
-		n.inServer(t, func() error { return d2.attach(n.serverIf, AttachTC, true) })
+		n.inServer(t, func() error { return d2.attach(n.serverIf, olc.AttachTC, true) })
 		n.inServer(t, func() error { return addBPFFilter(n.serverIf, "foreign", 7, foreign) })
 		n.inServer(t, d2.Close)
 		n.inServer(t, func() error {
@@ -166,7 +168,7 @@ func TestLeftoverFilters(t *testing.T) {
 	})
 	stale.Close() // like the killed process: only the filter holds it now
 	d := loadTest(t, Config{})
-	n.inServer(t, func() error { return d.Attach(n.serverIf, AttachTC) })
+	n.inServer(t, func() error { return d.Attach(n.serverIf, olc.AttachTC) })
 	t.Cleanup(func() { n.inServer(t, d.Close) })
 	n.inServer(t, func() error {
 		names, _, err := ingressFilterNames(n.serverIf)
@@ -195,7 +197,7 @@ func TestAnotherInstance(t *testing.T) {
 		})
 		d := loadTest(t, Config{})
 		var err error
-		_ = onThreadIn(n.server, func() error { err = d.Attach(n.serverIf, AttachTC); return nil })
+		_ = onThreadIn(n.server, func() error { err = d.Attach(n.serverIf, olc.AttachTC); return nil })
 		if err == nil || !strings.Contains(err.Error(), `another olcd is attached (clsact filter "olcd_tc"`) {
 			t.Errorf("attach beside a running olcd's filter: %v", err)
 		}
@@ -210,9 +212,9 @@ func TestAnotherInstance(t *testing.T) {
 	t.Run("tcx", func(t *testing.T) {
 		n := newTestNet(t)
 		first, second := loadTest(t, Config{}), loadTest(t, Config{})
-		n.inServer(t, func() error { return first.Attach(n.serverIf, AttachTC) })
+		n.inServer(t, func() error { return first.Attach(n.serverIf, olc.AttachTC) })
 		t.Cleanup(func() { n.inServer(t, first.Close) })
-		for _, mode := range []AttachMode{AttachTC, AttachXDP} {
+		for _, mode := range []olc.AttachMode{olc.AttachTC, olc.AttachXDP} {
 			var err error
 			_ = onThreadIn(n.server, func() error { err = second.Attach(n.serverIf, mode); return nil })
 			if err == nil || !strings.Contains(err.Error(), "another olcd is attached (tcx program olcd_tc") {
@@ -246,12 +248,12 @@ func TestAttachErrors(t *testing.T) {
 
 	tests := []struct {
 		iface string
-		mode  AttachMode
+		mode  olc.AttachMode
 		want  []string
 	}{
-		{n.serverIf, AttachXDP, []string{"attach xdp (native) to " + n.serverIf, fmt.Sprintf("program id %d", fid)}},
-		{n.serverIf, AttachXDPGeneric, []string{"attach xdp (generic) to " + n.serverIf, fmt.Sprintf("program id %d", fid)}},
-		{"olcd-no-such", AttachTC, []string{"attach tc to olcd-no-such"}},
+		{n.serverIf, olc.AttachXDP, []string{"attach xdp (native) to " + n.serverIf, fmt.Sprintf("program id %d", fid)}},
+		{n.serverIf, olc.AttachXDPGeneric, []string{"attach xdp (generic) to " + n.serverIf, fmt.Sprintf("program id %d", fid)}},
+		{"olcd-no-such", olc.AttachTC, []string{"attach tc to olcd-no-such"}},
 		{n.serverIf, "ebpf", []string{"attach ebpf to " + n.serverIf, "unknown attach mode"}},
 	}
 	for _, tt := range tests {
@@ -279,9 +281,9 @@ func TestAttachErrors(t *testing.T) {
 		return nil
 	})
 
-	n.inServer(t, func() error { return d.Attach(n.serverIf, AttachTC) })
+	n.inServer(t, func() error { return d.Attach(n.serverIf, olc.AttachTC) })
 	var err2 error
-	_ = onThreadIn(n.server, func() error { err2 = d.Attach(n.serverIf, AttachTC); return nil })
+	_ = onThreadIn(n.server, func() error { err2 = d.Attach(n.serverIf, olc.AttachTC); return nil })
 	if err2 == nil || !strings.Contains(err2.Error(), "already attached") {
 		t.Errorf("second attach: %v", err2)
 	}
@@ -292,7 +294,7 @@ func TestAttachErrors(t *testing.T) {
 func TestXDPFallback(t *testing.T) {
 	n := newTestNet(t)
 	d := loadTest(t, Config{})
-	n.inServer(t, func() error { return d.Attach("lo", AttachXDP) })
+	n.inServer(t, func() error { return d.Attach("lo", olc.AttachXDP) })
 	if got := d.Attachments(); len(got) != 1 || got[0] != (Attachment{Interface: "lo", Hook: "xdp", Mode: "generic", Ifindex: 1}) {
 		t.Errorf("attachments %+v, want xdp/generic on lo", got)
 	}
@@ -300,7 +302,7 @@ func TestXDPFallback(t *testing.T) {
 
 	d2 := loadTest(t, Config{})
 	var err error
-	_ = onThreadIn(n.server, func() error { err = d2.Attach("lo", AttachXDPNative); return nil })
+	_ = onThreadIn(n.server, func() error { err = d2.Attach("lo", olc.AttachXDPNative); return nil })
 	if err == nil || !strings.Contains(err.Error(), "attach xdp (native) to lo") {
 		t.Errorf("native XDP on lo: %v, want an error naming the mode", err)
 	}
@@ -327,7 +329,7 @@ func TestAttachInterfaceKinds(t *testing.T) {
 	d := loadTest(t, Config{})
 	t.Cleanup(func() { n.inServer(t, d.Close) })
 
-	for _, mode := range []AttachMode{AttachTC, AttachXDP} {
+	for _, mode := range []olc.AttachMode{olc.AttachTC, olc.AttachXDP} {
 		var err error
 		_ = onThreadIn(n.server, func() error { err = d.Attach(tun, mode); return nil })
 		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("attach %s to %s: link type \"none\" has no Ethernet header", mode, tun)) {
@@ -338,9 +340,9 @@ func TestAttachInterfaceKinds(t *testing.T) {
 		t.Fatalf("refused attachments left %+v", got)
 	}
 
-	n.inServer(t, func() error { return d.Attach(n.serverIf, AttachTC) })
+	n.inServer(t, func() error { return d.Attach(n.serverIf, olc.AttachTC) })
 	var err error
-	_ = onThreadIn(n.server, func() error { err = d.Attach(alt, AttachTC); return nil })
+	_ = onThreadIn(n.server, func() error { err = d.Attach(alt, olc.AttachTC); return nil })
 	if err == nil || !strings.Contains(err.Error(), "already attached as "+n.serverIf) {
 		t.Errorf("attach to the altname of an attached interface: %v, want already attached", err)
 	}
@@ -370,7 +372,7 @@ func TestClsactDeletedUnderneath(t *testing.T) {
 				n.inServer(t, func() error { return addClsact(n.serverIf) })
 			}
 			d := loadTest(t, Config{})
-			n.inServer(t, func() error { return d.attach(n.serverIf, AttachTC, true) })
+			n.inServer(t, func() error { return d.attach(n.serverIf, olc.AttachTC, true) })
 			n.inServer(t, func() error {
 				l, err := netlink.LinkByName(n.serverIf)
 				if err != nil {
@@ -434,7 +436,7 @@ func TestDetach(t *testing.T) {
 			}
 			attach := func(name string) Attachment {
 				t.Helper()
-				n.inServer(t, func() error { return d.attach(name, AttachTC, noTCX) })
+				n.inServer(t, func() error { return d.attach(name, olc.AttachTC, noTCX) })
 				for _, a := range d.Attachments() {
 					if a.Interface == name {
 						return a
