@@ -197,7 +197,7 @@ func (p *pairs) runSingles(b *testing.B, floor, prog *ebpf.Program, floorFrame, 
 // each program, whatever -benchtime says.
 func BenchmarkDatapathReject(b *testing.B) {
 	requireRoot(b)
-	d := loadTest(b, Config{StaleAfter: time.Hour, RejectRate: MaxRejectRate, RejectBurst: MaxRejectRate})
+	d := loadTest(b, Config{StaleAfter: time.Hour, RejectRate: olc.MaxRejectRate, RejectBurst: olc.MaxRejectRate})
 	floor := emptyXDP(b)
 	const dropPort, rejectPort = 8080, 8443
 	must(b, d.SetPolicies([]PortPolicy{

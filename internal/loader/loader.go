@@ -102,7 +102,7 @@ type Config struct {
 	// RejectRate is how many SYNs per second one CPU answers with a
 	// RST|ACK under the reject action (a token bucket per CPU); the rest
 	// are dropped and counted (Stats.RejectLimited). 0 takes
-	// DefaultRejectRate; negative answers none. At most MaxRejectRate.
+	// olc.DefaultRejectRate; negative answers none. At most olc.MaxRejectRate.
 	RejectRate int
 	// RejectBurst is the bucket's size, in replies; 0 takes a tenth of a
 	// second's worth of RejectRate (at least 1).
@@ -126,15 +126,6 @@ type Config struct {
 	// longest response the histogram resolves (68 s).
 	FlowIdle time.Duration
 }
-
-// The reject action's rate limit. DefaultRejectRate per CPU answers a 3x
-// overload of tens of thousands of new connections per second on a few
-// CPUs, while a spoofed SYN flood can make olcd send no more than that per
-// CPU towards its claimed sources (each reply smaller than the SYN).
-const (
-	DefaultRejectRate = 20000
-	MaxRejectRate     = 10_000_000
-)
 
 func (c Config) withDefaults() (Config, error) {
 	var errs []error
@@ -196,16 +187,16 @@ func (c Config) withDefaults() (Config, error) {
 		errs = append(errs, fmt.Errorf("stale after: %s is negative", c.StaleAfter))
 	}
 	if c.RejectRate == 0 {
-		c.RejectRate = DefaultRejectRate
+		c.RejectRate = olc.DefaultRejectRate
 	}
-	if c.RejectRate > MaxRejectRate {
-		errs = append(errs, fmt.Errorf("reject rate: %d per second is above %d", c.RejectRate, MaxRejectRate))
+	if c.RejectRate > olc.MaxRejectRate {
+		errs = append(errs, fmt.Errorf("reject rate: %d per second is above %d", c.RejectRate, olc.MaxRejectRate))
 	}
 	if c.RejectBurst == 0 {
 		c.RejectBurst = max(c.RejectRate/10, 1)
 	}
-	if c.RejectBurst < 0 || c.RejectBurst > MaxRejectRate {
-		errs = append(errs, fmt.Errorf("reject burst: %d is outside 1..%d", c.RejectBurst, MaxRejectRate))
+	if c.RejectBurst < 0 || c.RejectBurst > olc.MaxRejectRate {
+		errs = append(errs, fmt.Errorf("reject burst: %d is outside 1..%d", c.RejectBurst, olc.MaxRejectRate))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return c, fmt.Errorf("loader config: %w", err)

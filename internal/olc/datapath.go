@@ -28,4 +28,14 @@ const (
 	// DefaultFlowTableSize is the default number of flows the response
 	// timer tracks at once (datapath.flow_table_size).
 	DefaultFlowTableSize = 16384
+	// DefaultRejectRate is how many shed SYNs per second one CPU answers
+	// with a RST|ACK under the reject action (action.reject_rate): it
+	// answers a 3x overload of tens of thousands of new connections per
+	// second on a few CPUs, while a spoofed SYN flood can make olcd send no
+	// more than that per CPU towards its claimed sources (each reply
+	// smaller than the SYN).
+	DefaultRejectRate = 20000
+	// MaxRejectRate bounds action.reject_rate and action.reject_burst
+	// (replies per second and CPU).
+	MaxRejectRate = 10_000_000
 )

@@ -150,12 +150,6 @@ type ActionConfig struct {
 	RejectBurst int
 }
 
-// The reject action's rate limit defaults: per CPU, docs/config.md says why.
-const (
-	DefaultRejectRate = 20000
-	MaxRejectRate     = 10_000_000
-)
-
 // DatapathConfig sizes the BPF maps.
 type DatapathConfig struct {
 	// MaxPorts is the capacity of the port policy map (1..MaxMaxPorts, default
@@ -225,7 +219,7 @@ func defaults() *Config {
 		ResponseTarget: adaptive.ResponseTarget{Auto: true},
 		PortsAuto:      true,
 		Exceptions:     Exceptions{Management: DefaultManagementPorts()},
-		Action:         ActionConfig{Kind: olc.ActionDrop, RejectRate: DefaultRejectRate},
+		Action:         ActionConfig{Kind: olc.ActionDrop, RejectRate: olc.DefaultRejectRate},
 		StaleAfter:     olc.DefaultStaleAfter,
 		MetricsAddress: DefaultMetricsAddress,
 		AdminSocket:    DefaultAdminSocket,

@@ -1014,11 +1014,11 @@ func (d *decoder) action(n *yaml.Node, path string, cfg *Config) {
 				cfg.Action.Kind, _ = olc.ParseAction(s)
 			}
 		case "reject_rate":
-			if i, ok := d.integer(v, field, 0, MaxRejectRate); ok {
+			if i, ok := d.integer(v, field, 0, olc.MaxRejectRate); ok {
 				cfg.Action.RejectRate = int(i)
 			}
 		case "reject_burst":
-			if i, ok := d.integer(v, field, 1, MaxRejectRate); ok {
+			if i, ok := d.integer(v, field, 1, olc.MaxRejectRate); ok {
 				cfg.Action.RejectBurst = int(i)
 			}
 		case "dscp":

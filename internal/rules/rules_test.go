@@ -178,7 +178,7 @@ func TestValidFull(t *testing.T) {
 				netip.MustParsePrefix("2001:db8::/32")},
 			Management: []olc.PortKey{{Proto: olc.ProtoTCP, Port: 2222}, {Proto: olc.ProtoTCP, Port: 8022}},
 		},
-		Action:         ActionConfig{Kind: olc.ActionMark, DSCP: 8, SetDSCP: true, Fwmark: 0x10, RejectRate: DefaultRejectRate},
+		Action:         ActionConfig{Kind: olc.ActionMark, DSCP: 8, SetDSCP: true, Fwmark: 0x10, RejectRate: olc.DefaultRejectRate},
 		StaleAfter:     3 * time.Second,
 		MetricsAddress: "[::1]:9477",
 		AdminSocket:    "/run/olcd/test.sock",
@@ -831,7 +831,7 @@ ports:
 	if len(warns) != 1 || warns[0].Field != "ports[2].action" || !strings.Contains(warns[0].Msg, "reject drops it") {
 		t.Errorf("warnings %v, want one for the UDP port", warns)
 	}
-	if r := Default().Action.RejectRate; r != DefaultRejectRate {
+	if r := Default().Action.RejectRate; r != olc.DefaultRejectRate {
 		t.Errorf("default reject rate %d", r)
 	}
 }
