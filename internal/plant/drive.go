@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/adaptive"
-
 	"github.com/olcd/olcd/internal/olc"
+	"github.com/olcd/olcd/internal/trace"
 )
 
 // DriveTick is one tick of a driven run: what the plant showed and what
@@ -41,7 +41,7 @@ func Drive(c *adaptive.Controller, sc Scenario, key olc.PortKey, minSamples int,
 	var between func(Observation) (float64, bool)
 	if sc.Window > 0 {
 		between = func(o Observation) (float64, bool) {
-			at := adaptive.TraceOrigin.Add(time.Duration(o.T * float64(time.Second)))
+			at := trace.Origin.Add(time.Duration(o.T * float64(time.Second)))
 			d, ok := c.Onset(at, sc.Window, map[olc.PortKey]adaptive.PortStats{key: {
 				New: o.New, Retransmits: o.Retransmits, Dropped: o.Dropped,
 				Response: adaptive.PortResponse{Samples: uint64(o.Responses), Requests: float64(o.Requests),
@@ -56,7 +56,7 @@ func Drive(c *adaptive.Controller, sc Scenario, key olc.PortKey, minSamples int,
 		}
 	}
 	res := RunWindows(sc, func(o Observation) float64 {
-		s := olc.Snapshot{At: adaptive.TraceOrigin.Add(time.Duration(o.T * float64(time.Second))), Interval: sc.Tick}
+		s := olc.Snapshot{At: trace.Origin.Add(time.Duration(o.T * float64(time.Second))), Interval: sc.Tick}
 		s.Set(olc.CPUBusy, o.CPUBusy)
 		r := adaptive.PortResponse{Samples: uint64(o.Responses), Requests: float64(o.Requests),
 			Responses: float64(o.Responses), Inflight: float64(o.Inflight)}

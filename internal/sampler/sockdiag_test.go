@@ -6,7 +6,6 @@ import (
 	"math"
 	"net"
 	"net/netip"
-	"os"
 	"slices"
 	"syscall"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/olcd/olcd/internal/olc"
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // nlMsg builds one netlink message (header + payload, padded to 4 bytes).
@@ -296,7 +296,5 @@ func TestAcceptQueueFillLargestListenerLive(t *testing.T) {
 
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (cgroup writes, host-wide counters): run as root, as CI does")
-	}
+	testutil.RequireRoot(t, "cgroup writes, host-wide counters")
 }
