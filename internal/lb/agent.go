@@ -444,6 +444,8 @@ type lingering struct {
 // stop is closed and the queue is empty.
 func (a *Agent) closeLingering(stop <-chan struct{}) {
 	var buf [maxRequest]byte
+	tm := time.NewTimer(time.Hour)
+	tm.Stop()
 	for {
 		var l lingering
 		select {
@@ -459,9 +461,11 @@ func (a *Agent) closeLingering(stop <-chan struct{}) {
 			}
 		}
 		if d := time.Until(l.until); d > 0 {
+			tm.Reset(d)
 			select {
-			case <-time.After(d):
+			case <-tm.C:
 			case <-stop:
+				tm.Stop()
 			}
 		}
 		if readNow(l.c, buf[:]) > 0 {
