@@ -31,6 +31,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/loader"
 	"github.com/olcd/olcd/internal/netif"
 	"github.com/olcd/olcd/internal/rules"
@@ -75,10 +76,10 @@ type Daemon struct {
 	started time.Time
 
 	// Owned by the tick loop goroutine.
-	base      *rules.Config  // as loaded from the file (or the embedded default)
-	cfg       *rules.Config  // base + live overrides: what is in force
-	overrides []liveOverride // one per field path, oldest first (overrides.go)
-	refused   *ReloadFailure // the last refused reload of the file, until one succeeds
+	base      *rules.Config      // as loaded from the file (or the embedded default)
+	cfg       *rules.Config      // base + live overrides: what is in force
+	overrides []liveOverride     // one per field path, oldest first (overrides.go)
+	refused   *api.ReloadFailure // the last refused reload of the file, until one succeeds
 	smp       *sampler.Sampler
 	ctrl      *adaptive.Controller
 	dp        *loader.Datapath
@@ -114,7 +115,7 @@ type Daemon struct {
 	linkWarned map[string]string // interface → the last problem logged for it
 	waiting    []string          // listed interfaces that do not exist
 
-	status atomic.Pointer[Status]
+	status atomic.Pointer[api.Status]
 	// statusStale is set by a tick: the status is built when someone asks
 	// (the admin API, a scrape), not twice a second for nobody.
 	statusStale atomic.Bool
@@ -236,7 +237,7 @@ func (d *Daemon) adminSocket() string {
 	if d.cfg.AdminSocket != "" {
 		return d.cfg.AdminSocket
 	}
-	return DefaultAdminSocket
+	return api.DefaultSocket
 }
 
 func (d *Daemon) metricsAddress() string {
@@ -585,11 +586,11 @@ func (d *Daemon) do(ctx context.Context, fn func() error) error {
 }
 
 // Status returns the status published after the last tick or command.
-func (d *Daemon) Status() *Status {
+func (d *Daemon) Status() *api.Status {
 	if st := d.freshStatus(); st != nil {
 		return st
 	}
-	return &Status{Version: d.opts.Version, ConfigSource: d.configSource(), StartedAt: d.started}
+	return &api.Status{Version: d.opts.Version, ConfigSource: d.configSource(), StartedAt: d.started}
 }
 
 // statusWait bounds how long a status request waits for the tick loop to
@@ -601,7 +602,7 @@ const statusWait = 200 * time.Millisecond
 // freshStatus returns the status of the last tick, built by the tick loop
 // on demand, or the last one built when the loop does not answer within
 // statusWait; nil before the first.
-func (d *Daemon) freshStatus() *Status {
+func (d *Daemon) freshStatus() *api.Status {
 	if d.statusStale.Load() && d.runCtx != nil {
 		ctx, cancel := context.WithTimeout(d.runCtx, statusWait)
 		_ = d.do(ctx, func() error {
@@ -1018,8 +1019,8 @@ func (c *completeWrite) check() (data []byte, done bool, err error) {
 }
 
 // refusal describes a refused reload for the status.
-func refusal(trigger string, err error) *ReloadFailure {
-	rf := &ReloadFailure{At: time.Now(), Trigger: trigger, Error: err.Error()}
+func refusal(trigger string, err error) *api.ReloadFailure {
+	rf := &api.ReloadFailure{At: time.Now(), Trigger: trigger, Error: err.Error()}
 	var pl problemLister
 	if errors.As(err, &pl) {
 		rf.Problems = pl.ProblemLines()
