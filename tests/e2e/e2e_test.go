@@ -11,7 +11,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/olcd/olcd/internal/daemon"
+	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/loader"
 )
 
@@ -28,7 +28,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 
 	// --- Attached: status and the kernel agree on the tcx attachment.
 	st := d.mustStatus(t)
-	want := daemon.InterfaceStatus{Name: env.NodeIf, Hook: "tc", Mode: "tcx", Egress: "tcx"}
+	want := api.InterfaceStatus{Name: env.NodeIf, Hook: "tc", Mode: "tcx", Egress: "tcx"}
 	if len(st.Interfaces) != 1 || st.Interfaces[0] != want {
 		t.Fatalf("status interfaces = %+v, want [%+v]", st.Interfaces, want)
 	}
@@ -50,7 +50,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 	// --- Live numbers: ticks advance, the signal is read, counters follow
 	// the traffic exactly.
 	first := st
-	st = d.pollStatus(t, "three more ticks", 5*time.Second, func(s *daemon.Status) bool { return s.Ticks >= first.Ticks+3 })
+	st = d.pollStatus(t, "three more ticks", 5*time.Second, func(s *api.Status) bool { return s.Ticks >= first.Ticks+3 })
 	if !st.UpdatedAt.After(first.UpdatedAt) {
 		t.Errorf("updated_at did not advance over 3 ticks: %v then %v", first.UpdatedAt, st.UpdatedAt)
 	}
@@ -71,21 +71,21 @@ func TestDaemonEndToEnd(t *testing.T) {
 	before := ps.Totals
 	const nOK = 20
 	env.expectAllOK(t, "below the threshold", nOK)
-	st = d.pollStatus(t, "the 20 connections counted", 5*time.Second, func(s *daemon.Status) bool {
+	st = d.pollStatus(t, "the 20 connections counted", 5*time.Second, func(s *api.Status) bool {
 		return port(t, s).Totals.NewConns >= before.NewConns+nOK
 	})
 	tot := port(t, st).Totals
-	if got := (daemon.PortTotals{
+	if got := (api.PortTotals{
 		NewConns: tot.NewConns - before.NewConns, Passed: tot.Passed - before.Passed, Dropped: tot.Dropped - before.Dropped,
 		SYNRetransmits: tot.SYNRetransmits - before.SYNRetransmits, WouldDrop: tot.WouldDrop - before.WouldDrop,
-	}); got != (daemon.PortTotals{NewConns: nOK, Passed: nOK}) {
+	}); got != (api.PortTotals{NewConns: nOK, Passed: nOK}) {
 		t.Fatalf("status counters moved by %+v for %d accepted connections, want new_conns = passed = %d", got, nOK, nOK)
 	}
 
 	// --- PATCH /v1/config via `olcd set threshold`: the next tick uses the
 	// new threshold, and the decision follows it.
 	stopBurn := burnCPU(t)
-	d.pollStatus(t, "cpu_busy above 0.1 with one CPU burning", 10*time.Second, func(s *daemon.Status) bool {
+	d.pollStatus(t, "cpu_busy above 0.1 with one CPU burning", 10*time.Second, func(s *api.Status) bool {
 		c := cpuBusy(s)
 		return c != nil && c.Value != nil && *c.Value > 0.1
 	})
