@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/olcd/olcd/internal/daemon"
+	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/sampler"
 )
@@ -193,7 +193,7 @@ func daemonSignalReader(socket string, cols []olc.Signal, stderr io.Writer) func
 	if !want {
 		return func(*olc.Snapshot) {}
 	}
-	client := daemon.NewClient(socket, time.Second)
+	client := api.NewClient(socket, time.Second)
 	warned := false
 	return func(s *olc.Snapshot) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

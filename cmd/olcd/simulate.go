@@ -347,8 +347,8 @@ func segments(ts, ys []float64, ok []bool) []plotter.XYs {
 
 // plotBuckets is how many points per series a plot draws at most, as
 // pairs (the lowest and the highest value of a bucket of ticks): about two
-// per pixel of the data area. gonum/plot rasterises every point, which took
-// half an hour for a trace of a million ticks.
+// per pixel of the data area. gonum/plot rasterises every point, so a long
+// trace would take as long to plot as it has ticks (docs/tuning.md).
 const plotBuckets = 1000
 
 // decimate reduces a series longer than 2 × buckets to the lowest and the

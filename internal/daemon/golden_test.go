@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/loader"
 	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/resptime"
@@ -229,7 +230,7 @@ func TestGolden(t *testing.T) {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("GET /v1/status: %d %s", rec.Code, rec.Body)
 	}
-	var st Status
+	var st api.Status
 	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil {
 		t.Fatal(err)
 	}

@@ -175,10 +175,11 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect reads the status and the BPF maps.
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.d.freshStatus()
-	if st == nil {
+	pub := c.d.freshPublished()
+	if pub == nil {
 		return
 	}
+	st := pub.st
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
@@ -221,10 +222,10 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if err != nil {
 		return
 	}
-	for _, p := range st.Ports {
+	for i, p := range st.Ports {
 		labels := []string{p.Proto, strconv.Itoa(int(p.Port)), p.Class}
 		gauge(descPortP, p.DropProbability, labels...)
-		k := p.key
+		k := pub.keys[i]
 		cn, ok := stats.Ports[k]
 		if !ok {
 			continue

@@ -3,6 +3,8 @@ package loader
 import (
 	"errors"
 	"fmt"
+	"os"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/olcd/olcd/internal/lock"
 	"github.com/olcd/olcd/internal/olc"
 )
 
@@ -151,9 +154,9 @@ func TestCoexistence(t *testing.T) {
 	})
 }
 
-// TestLeftoverFilters: a cls_bpf filter named like olcd's whose program no
-// process holds any more (left by a killed instance) is removed at Attach;
-// other filters are not touched.
+// TestLeftoverFilters: a cls_bpf filter named like olcd's that a killed
+// instance left, with its lock file (no longer locked), is removed at
+// Attach; other filters are not touched.
 func TestLeftoverFilters(t *testing.T) {
 	n := newTestNet(t)
 	stale, foreign := passCLS(t), passCLS(t)
@@ -162,6 +165,13 @@ func TestLeftoverFilters(t *testing.T) {
 			return err
 		}
 		if err := addBPFFilter(n.NodeIf, "olcd_tc", 3, stale); err != nil {
+			return err
+		}
+		path, err := lockPathOf(n.NodeIf)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, nil, 0o644); err != nil {
 			return err
 		}
 		return addBPFFilter(n.NodeIf, "foreign", 4, foreign)
@@ -182,19 +192,30 @@ func TestLeftoverFilters(t *testing.T) {
 	})
 }
 
-// TestAnotherInstance: an olcd that is running (its program held by a live
-// process) is neither mistaken for a leftover nor joined: its clsact filter
+// TestAnotherInstance: an olcd that is running (it holds the interface's
+// lock) is neither mistaken for a leftover nor joined: its clsact filter
 // stays, and attaching beside it, or beside its tcx program, is refused.
 func TestAnotherInstance(t *testing.T) {
 	t.Run("clsact", func(t *testing.T) {
 		n := newTestNet(t)
-		live := passCLS(t) // this process holds it, as a running olcd would
+		live := passCLS(t)
+		var held *lock.File
 		n.inServer(t, func() error {
 			if err := addClsact(n.NodeIf); err != nil {
 				return err
 			}
+			// This process holds the program and the lock, as a running
+			// olcd would.
+			path, err := lockPathOf(n.NodeIf)
+			if err != nil {
+				return err
+			}
+			if held, err = lock.TryExclusive(path); err != nil {
+				return err
+			}
 			return addBPFFilter(n.NodeIf, "olcd_tc", 3, live)
 		})
+		t.Cleanup(func() { held.Release() })
 		d := loadTest(t, Config{})
 		var err error
 		_ = n.InNode(func() error { err = d.Attach(n.NodeIf, olc.AttachTC); return nil })
@@ -209,6 +230,26 @@ func TestAnotherInstance(t *testing.T) {
 			return nil
 		})
 	})
+	t.Run("lock only", func(t *testing.T) {
+		// Another olcd that holds the lock but has attached nothing yet.
+		n := newTestNet(t)
+		var held *lock.File
+		var path string
+		n.inServer(t, func() (err error) {
+			if path, err = lockPathOf(n.NodeIf); err != nil {
+				return err
+			}
+			held, err = lock.TryExclusive(path)
+			return err
+		})
+		t.Cleanup(func() { held.Release() })
+		d := loadTest(t, Config{})
+		var err error
+		_ = n.InNode(func() error { err = d.Attach(n.NodeIf, olc.AttachTC); return nil })
+		if err == nil || !strings.Contains(err.Error(), "another olcd is attached (it holds "+path+")") {
+			t.Errorf("attach beside a locked interface: %v", err)
+		}
+	})
 	t.Run("tcx", func(t *testing.T) {
 		n := newTestNet(t)
 		first, second := loadTest(t, Config{}), loadTest(t, Config{})
@@ -222,6 +263,30 @@ func TestAnotherInstance(t *testing.T) {
 			}
 		}
 	})
+}
+
+// lockPathOf is the attachment lock of the interface named ifname in the
+// calling thread's network namespace.
+func lockPathOf(ifname string) (string, error) {
+	l, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return "", err
+	}
+	return attachLockPath(currentNetns(), l.Attrs().Index), nil
+}
+
+// currentNetns names the namespace as /proc does (the inode of
+// /proc/thread-self/ns/net), without reading /proc.
+func TestCurrentNetns(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		t.Skipf("no /proc to compare with: %v", err)
+	}
+	if got := currentNetns(); got != st.Ino {
+		t.Errorf("currentNetns() = %d, /proc/thread-self/ns/net has inode %d", got, st.Ino)
+	}
 }
 
 // TestAttachErrors: a foreign XDP program is refused with its id; errors

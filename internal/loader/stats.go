@@ -207,10 +207,9 @@ type statsFolder struct {
 // batchMinSlots is the fewest slots in use from which a fold reads the
 // stats map with batched lookups instead of one lookup per slot, and
 // batchDensity how many array entries per slot in use the batch may read
-// (slots freed by removed ports are read too). BenchmarkStats, side by side
-// on a 2-CPU VM: Stats with 10 ports took 0.33 x the time of slot-by-slot
-// reads, with 1000 ports 0.27-0.34 x (0.42-0.54 against 1.2-2.0 ms in two
-// runs); below a few slots the two are within the noise.
+// (slots freed by removed ports are read too). Below a few slots the two
+// ways cost the same; above, batches take a fraction of the time
+// (BenchmarkStats, docs/datapath.md "Maps and globals").
 const (
 	batchMinSlots = 8
 	batchDensity  = 4

@@ -1,9 +1,7 @@
-package daemon
+package api
 
 import (
 	"time"
-
-	"github.com/olcd/olcd/internal/olc"
 )
 
 // Status is the JSON document of GET /v1/status and `olcd status --json`.
@@ -157,9 +155,6 @@ type ClassStatus struct {
 
 // PortStatus is one protected port.
 type PortStatus struct {
-	// key is the port as the daemon and the datapath name it: the metrics
-	// read the datapath's counters with it (not part of the document).
-	key olc.PortKey
 	// Proto is "tcp" or "udp".
 	Proto string `json:"proto"`
 	// Port is the destination port.
@@ -306,4 +301,18 @@ type InterfaceStatus struct {
 	// Egress is how the TC egress program of response timing is attached
 	// ("tcx" or "clsact"); absent when timing is off.
 	Egress string `json:"egress,omitempty"`
+}
+
+// LBStatus is the status's view of what olcd tells load balancers.
+type LBStatus struct {
+	// AgentAddress is where the HAProxy agent listens; "" when off.
+	AgentAddress string `json:"agent_address"`
+	// Weight and State are the node-level answer; AgentReply its line.
+	// State is the lb package's state word ("ready", "drain", ...).
+	Weight     float64 `json:"weight"`
+	State      string  `json:"state"`
+	AgentReply string  `json:"agent_reply"`
+	// AgentAnswers counts the agent's answers since start, by kind
+	// ("node", "port", "unknown", "overflow").
+	AgentAnswers map[string]uint64 `json:"agent_answers"`
 }
