@@ -6,8 +6,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"runtime"
@@ -20,7 +20,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
+	"github.com/olcd/olcd/internal/testutil"
+	"github.com/vishvananda/netlink"
 )
 
 // The 1000-connection measurement (issue "Tell the load balancer", must
@@ -47,8 +48,10 @@ import (
 //     the agent learns to wait for it there while the silent peer is still
 //     answered at accept.
 
-// rig is two namespaces and a veth pair between them.
+// rig is the shared netns rig (testutil.Net, named, so that the clients
+// run in it with ip netns exec), with a second client address.
 type rig struct {
+	*testutil.Net
 	srvNS, cliNS string
 	srvIP        string
 	// cliIP[0] is the silent and HAProxy-like clients' source, cliIP[1]
@@ -60,73 +63,39 @@ type rig struct {
 // removes them when the test ends. Skips without root or ip(8).
 func newRig(t testing.TB) *rig {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces and a veth pair")
-	}
+	testutil.RequireRoot(t, "creates network namespaces and a veth pair")
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("needs ip(8) (iproute2)")
 	}
-	id := fmt.Sprintf("%06x", rand.IntN(1<<24))
-	// Only the two new namespaces hold these addresses: a /29 of
-	// TEST-NET-3, never the host's ranges.
-	base := rand.IntN(32) * 8
-	r := &rig{srvNS: "olcdlb-s-" + id, cliNS: "olcdlb-c-" + id, srvIP: fmt.Sprintf("203.0.113.%d", base+1),
-		cliIP: [2]string{fmt.Sprintf("203.0.113.%d", base+2), fmt.Sprintf("203.0.113.%d", base+3)}}
-	srvIf, cliIf := "olbs"+id, "olbc"+id
-	run := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	n := testutil.NewNet(t, testutil.NetOptions{Named: true, Bits: 29})
+	late := netip.PrefixFrom(n.PeerIP.Next(), n.Prefix.Bits())
+	testutil.Must(t, n.InPeer(func() error {
+		l, err := netlink.LinkByName(n.PeerIf)
+		if err != nil {
+			return err
 		}
-	}
-	run("netns", "add", r.srvNS)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", r.srvNS).Run() })
-	run("netns", "add", r.cliNS)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", r.cliNS).Run() })
-	run("-n", r.srvNS, "link", "add", srvIf, "type", "veth", "peer", "name", cliIf, "netns", r.cliNS)
-	run("-n", r.srvNS, "addr", "add", r.srvIP+"/29", "dev", srvIf)
-	run("-n", r.cliNS, "addr", "add", r.cliIP[0]+"/29", "dev", cliIf)
-	run("-n", r.cliNS, "addr", "add", r.cliIP[1]+"/29", "dev", cliIf)
-	for _, ns := range []string{r.srvNS, r.cliNS} {
-		run("-n", ns, "link", "set", "lo", "up")
-	}
-	run("-n", r.srvNS, "link", "set", srvIf, "up")
-	run("-n", r.cliNS, "link", "set", cliIf, "up")
-	return r
+		addr := &netlink.Addr{IPNet: &net.IPNet{IP: late.Addr().AsSlice(), Mask: net.CIDRMask(late.Bits(), 32)}}
+		if err := netlink.AddrAdd(l, addr); err != nil {
+			return fmt.Errorf("add %s to %s: %w", late, n.PeerIf, err)
+		}
+		return nil
+	}))
+	return &rig{Net: n, srvNS: n.Node, cliNS: n.Peer, srvIP: n.NodeIP.String(),
+		cliIP: [2]string{n.PeerIP.String(), late.Addr().String()}}
 }
 
-// listen opens a TCP listener inside the server namespace. The socket
-// keeps its namespace; the thread that made it is left to die with its
-// goroutine (locked, never unlocked) rather than go back to the runtime in
-// the wrong namespace.
+// listen opens a TCP listener inside the server namespace.
 func (r *rig) listen(t testing.TB) net.Listener {
 	t.Helper()
-	type res struct {
-		ln  net.Listener
-		err error
+	var ln net.Listener
+	if err := r.InNode(func() (err error) {
+		ln, err = net.Listen("tcp", net.JoinHostPort(r.srvIP, "0"))
+		return err
+	}); err != nil {
+		t.Fatalf("listen in %s: %v", r.srvNS, err)
 	}
-	ch := make(chan res, 1)
-	go func() {
-		runtime.LockOSThread()
-		h, err := netns.GetFromName(r.srvNS)
-		if err != nil {
-			ch <- res{err: err}
-			return
-		}
-		defer h.Close()
-		if err := netns.Set(h); err != nil {
-			ch <- res{err: err}
-			return
-		}
-		ln, err := net.Listen("tcp", net.JoinHostPort(r.srvIP, "0"))
-		ch <- res{ln, err}
-	}()
-	x := <-ch
-	if x.err != nil {
-		t.Fatalf("listen in %s: %v", r.srvNS, x.err)
-	}
-	t.Cleanup(func() { x.ln.Close() })
-	return x.ln
+	t.Cleanup(func() { ln.Close() })
+	return ln
 }
 
 // burst runs one client process in the client namespace.
