@@ -28,8 +28,10 @@ import (
 // show 2): the agent listens, in this process as in the daemon, inside one
 // network namespace; 1000 clients in another process (this test binary
 // re-executed, clientMain) inside a second namespace reach it over a veth
-// pair, so that the clients' goroutines are not the agent's. Each burst is
-// timed per client from its connect() completing to the answer's newline.
+// pair, so that the clients are not the agent's goroutines. Each client is
+// timed from its request being complete (its connect() completed and, when
+// it sends a line, the line written) to the answer's newline reaching its
+// socket, both kernel times (clientMain), and from calling connect().
 // A bare listener (accept, read the line if one is sent, write a constant
 // line, close: a goroutine per connection, the least a Go server does) takes
 // the same bursts in the same run, as the baseline: on this 2-CPU VM the
