@@ -928,8 +928,10 @@ func (d *Daemon) program() error {
 		return fmt.Errorf("set exceptions: %w", err)
 	}
 	current := map[adaptive.PortKey]float64{}
+	shed := map[adaptive.PortKey]bool{}
 	for _, pd := range d.last.decision.Ports {
 		current[pd.Key] = pd.DropProbability
+		shed[pd.Key] = pd.ShedRetransmits
 	}
 	var pol []loader.PortPolicy
 	for _, p := range d.ports {
@@ -940,7 +942,7 @@ func (d *Daemon) program() error {
 			Class:  loader.Class(p.class),
 		}
 		if cfg.Mode != rules.ModeOff {
-			pp.DropProbability = current[p.key]
+			pp.DropProbability, pp.ShedRetransmits = current[p.key], shed[p.key]
 		}
 		pol = append(pol, pp)
 	}

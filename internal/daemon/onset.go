@@ -108,6 +108,7 @@ func (d *Daemon) onsetCheck() {
 func (d *Daemon) writeProbabilities(dec adaptive.Decision) map[adaptive.PortKey]float64 {
 	probs := make(map[adaptive.PortKey]float64, len(dec.Ports))
 	lp := make(map[loader.PortKey]float64, len(dec.Ports))
+	shed := make(map[loader.PortKey]bool, len(dec.Ports))
 	for _, pd := range dec.Ports {
 		p := pd.DropProbability
 		if d.cfg.Mode == rules.ModeOff {
@@ -115,9 +116,13 @@ func (d *Daemon) writeProbabilities(dec adaptive.Decision) map[adaptive.PortKey]
 		}
 		probs[pd.Key] = p
 		lp[loaderKey(pd.Key)] = p
+		shed[loaderKey(pd.Key)] = pd.ShedRetransmits
 	}
 	if err := d.dp.SetDropProbabilities(lp); err != nil {
 		d.log.Error("write drop probabilities", "err", err)
+	}
+	if err := d.dp.SetRetransmitShedding(shed); err != nil {
+		d.log.Error("write retransmit shedding", "err", err)
 	}
 	return probs
 }
