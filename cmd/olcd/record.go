@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/olcd/olcd/internal/daemon"
+	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/sampler"
 )
 
@@ -192,7 +192,7 @@ func daemonSignalReader(socket string, cols []sampler.Signal, stderr io.Writer) 
 	if !want {
 		return func(*sampler.Snapshot) {}
 	}
-	client := daemon.NewClient(socket, time.Second)
+	client := api.NewClient(socket, time.Second)
 	warned := false
 	return func(s *sampler.Snapshot) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

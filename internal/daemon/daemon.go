@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -29,10 +30,11 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
-	"github.com/vishvananda/netlink"
 
 	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/loader"
+	"github.com/olcd/olcd/internal/netif"
 	"github.com/olcd/olcd/internal/rules"
 	"github.com/olcd/olcd/internal/sampler"
 )
@@ -75,13 +77,13 @@ type Daemon struct {
 	started time.Time
 
 	// Owned by the tick loop goroutine.
-	base      *rules.Config  // as loaded from the file (or the embedded default)
-	cfg       *rules.Config  // base + live overrides: what is in force
-	overrides []liveOverride // one per field path, oldest first (overrides.go)
-	refused   *ReloadFailure // the last refused reload of the file, until one succeeds
-	smp       *sampler.Sampler
+	base      *rules.Config      // as loaded from the file (or the embedded default)
+	cfg       *rules.Config      // base + live overrides: what is in force
+	overrides []liveOverride     // one per field path, oldest first (overrides.go)
+	refused   *api.ReloadFailure // the last refused reload of the file, until one succeeds
+	smp       snapshotter
 	ctrl      *adaptive.Controller
-	dp        *loader.Datapath
+	dp        datapath
 	ports     []portEntry
 	prev      loader.Stats
 	prevAt    time.Time
@@ -114,12 +116,39 @@ type Daemon struct {
 	linkWarned map[string]string // interface → the last problem logged for it
 	waiting    []string          // listed interfaces that do not exist
 
-	status atomic.Pointer[Status]
+	status atomic.Pointer[api.Status]
 	// statusStale is set by a tick: the status is built when someone asks
 	// (the admin API, a scrape), not twice a second for nobody.
 	statusStale atomic.Bool
 	metrics     *metrics
 	lb          lbState // what load balancers are told (lb.go)
+}
+
+// snapshotter is what the daemon uses of the sampler (*sampler.Sampler);
+// tests drive the daemon with fixed snapshots.
+type snapshotter interface {
+	Sample() sampler.Snapshot
+	SetTCPPorts(ports []uint16)
+}
+
+// datapath is what the daemon uses of the loaded datapath
+// (*loader.Datapath); tests drive the daemon without a kernel through it.
+type datapath interface {
+	Attach(iface string, mode loader.AttachMode) error
+	Detach(iface string) error
+	Attachments() []loader.Attachment
+	SetPolicies(policies []loader.PortPolicy) error
+	SetDropProbabilities(m map[loader.PortKey]float64) error
+	SetRetransmitShedding(m map[loader.PortKey]bool) error
+	SetExceptions(ports []loader.PortKey, sources []netip.Prefix) error
+	SetMode(m loader.Mode) error
+	SetRejectLimit(rate, burst int) error
+	Heartbeat() error
+	Stats() (loader.Stats, error)
+	PortCounters(into map[loader.PortKey]loader.Counters) error
+	ResponseSample() uint32
+	FlowTableOccupancy() (loader.FlowTable, error)
+	Close() error
 }
 
 // portEntry is one protected port as the daemon tracks it.
@@ -236,7 +265,7 @@ func (d *Daemon) adminSocket() string {
 	if d.cfg.AdminSocket != "" {
 		return d.cfg.AdminSocket
 	}
-	return DefaultAdminSocket
+	return api.DefaultSocket
 }
 
 func (d *Daemon) metricsAddress() string {
@@ -468,16 +497,20 @@ func (d *Daemon) start() error {
 	}
 	d.limits = limitsOf(d.cfg)
 	d.ports = d.resolvePorts(d.cfg)
-	if d.smp, err = sampler.New(d.cfg.SamplerConfig(tcpPorts(d.ports)), d.log.With("component", "sampler")); err != nil {
+	smp, err := sampler.New(d.cfg.SamplerConfig(tcpPorts(d.ports)), d.log.With("component", "sampler"))
+	if err != nil {
 		return fmt.Errorf("start sampler: %w", err)
 	}
+	d.smp = smp
 	if d.ctrl, err = adaptive.New(d.cfg.ControllerConfig(controllerPorts(d.ports))); err != nil {
 		return fmt.Errorf("start controller: %w", err)
 	}
 	lcfg := loaderConfig(d.cfg, ifaces)
-	if d.dp, err = openDatapath(lcfg, d.log.With("component", "loader")); err != nil {
+	dp, err := openDatapath(lcfg, d.log.With("component", "loader"))
+	if err != nil {
 		return err
 	}
+	d.dp = dp
 	if err := d.program(); err != nil {
 		d.dp.Close()
 		return err
@@ -489,7 +522,7 @@ func (d *Daemon) start() error {
 }
 
 // resolveInterfaces returns the configured interfaces, or the interfaces
-// the embedded default protects (see selectInterfaces). Errors: none found.
+// the embedded default protects (see netif.Default). Errors: none found.
 func (d *Daemon) resolveInterfaces(configured []string) ([]string, error) {
 	if len(configured) > 0 {
 		return configured, nil
@@ -498,8 +531,7 @@ func (d *Daemon) resolveInterfaces(configured []string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	infos := linkInfos(links)
-	out, skipped := selectInterfaces(infos)
+	out, skipped := netif.Default(links)
 	for name, why := range skipped {
 		d.log.Info("interface not protected by the embedded default", "interface", name, "reason", why)
 	}
@@ -507,82 +539,6 @@ func (d *Daemon) resolveInterfaces(configured []string) ([]string, error) {
 		return nil, errors.New("no interface to attach to: no non-loopback Ethernet interface is up (set interfaces: in the config)")
 	}
 	return out, nil
-}
-
-// linkInfos describes the links for selectInterfaces.
-func linkInfos(links []netlink.Link) []ifaceInfo {
-	byIndex := make(map[int]netlink.Link, len(links))
-	for _, l := range links {
-		byIndex[l.Attrs().Index] = l
-	}
-	infos := make([]ifaceInfo, 0, len(links))
-	for _, l := range links {
-		a := l.Attrs()
-		info := ifaceInfo{
-			name: a.Name, index: a.Index, kind: l.Type(), encap: a.EncapType, parent: a.ParentIndex,
-			up: a.Flags&net.FlagUp != 0, loopback: a.Flags&net.FlagLoopback != 0,
-		}
-		if m, ok := byIndex[a.MasterIndex]; ok && a.MasterIndex != 0 {
-			info.masterKind = m.Type()
-		}
-		infos = append(infos, info)
-	}
-	return infos
-}
-
-// ifaceInfo is what selectInterfaces needs to know of a link.
-type ifaceInfo struct {
-	name, kind, encap string // kind: netlink link type ("veth", "bridge", "vlan", ...); encap: "ether", "none", ...
-	index, parent     int    // parent: the lower device of a vlan/macvlan/ipvlan, else 0
-	masterKind        string // link type of the bridge/bond/VRF it is enslaved to, or ""
-	up, loopback      bool
-}
-
-// selectInterfaces picks, among the links, those the embedded default
-// attaches to: up, not loopback, Ethernet-framed (the datapath parses
-// Ethernet; an L3 device such as WireGuard or tun hands it IP headers), and
-// each packet on exactly one of them. A packet crosses the tc ingress hook
-// of a bridge, bond or team port and then of the master, and of a parent
-// device and then of its vlan, macvlan or ipvlan child: attaching both would
-// count every new connection twice and shed it with twice the probability.
-// So ports of those masters are skipped (the master is attached), and so
-// are children whose parent is attached. skipped maps each link left out
-// (other than down or loopback ones) to the reason.
-func selectInterfaces(links []ifaceInfo) (out []string, skipped map[string]string) {
-	skipped = map[string]string{}
-	chosen := map[int]bool{}
-	for _, l := range links {
-		switch {
-		case !l.up || l.loopback:
-		case l.encap != "ether":
-			skipped[l.name] = fmt.Sprintf("link type %q has no Ethernet header", l.encap)
-		case l.masterKind == "bridge" || l.masterKind == "bond" || l.masterKind == "team" || l.masterKind == "openvswitch":
-			skipped[l.name] = fmt.Sprintf("port of a %s, whose master is protected instead", l.masterKind)
-		default:
-			chosen[l.index] = true
-		}
-	}
-	for _, l := range links {
-		if !chosen[l.index] {
-			continue
-		}
-		if stacked(l.kind) && chosen[l.parent] {
-			skipped[l.name] = fmt.Sprintf("%s on a protected parent, which sees its packets first", l.kind)
-			continue
-		}
-		out = append(out, l.name)
-	}
-	return out, skipped
-}
-
-// stacked reports whether a link of this kind receives what its parent
-// device received, after the parent's tc ingress hook ran.
-func stacked(kind string) bool {
-	switch kind {
-	case "vlan", "macvlan", "macvtap", "ipvlan", "ipvtap":
-		return true
-	}
-	return false
 }
 
 // loaderConfig maps the config onto the datapath's own types.
@@ -662,11 +618,11 @@ func (d *Daemon) do(ctx context.Context, fn func() error) error {
 }
 
 // Status returns the status published after the last tick or command.
-func (d *Daemon) Status() *Status {
+func (d *Daemon) Status() *api.Status {
 	if st := d.freshStatus(); st != nil {
 		return st
 	}
-	return &Status{Version: d.opts.Version, ConfigSource: d.configSource(), StartedAt: d.started}
+	return &api.Status{Version: d.opts.Version, ConfigSource: d.configSource(), StartedAt: d.started}
 }
 
 // statusWait bounds how long a status request waits for the tick loop to
@@ -678,7 +634,7 @@ const statusWait = 200 * time.Millisecond
 // freshStatus returns the status of the last tick, built by the tick loop
 // on demand, or the last one built when the loop does not answer within
 // statusWait; nil before the first.
-func (d *Daemon) freshStatus() *Status {
+func (d *Daemon) freshStatus() *api.Status {
 	if d.statusStale.Load() && d.runCtx != nil {
 		ctx, cancel := context.WithTimeout(d.runCtx, statusWait)
 		_ = d.do(ctx, func() error {
@@ -1097,8 +1053,8 @@ func (c *completeWrite) check() (data []byte, done bool, err error) {
 }
 
 // refusal describes a refused reload for the status.
-func refusal(trigger string, err error) *ReloadFailure {
-	rf := &ReloadFailure{At: time.Now(), Trigger: trigger, Error: err.Error()}
+func refusal(trigger string, err error) *api.ReloadFailure {
+	rf := &api.ReloadFailure{At: time.Now(), Trigger: trigger, Error: err.Error()}
 	var pl problemLister
 	if errors.As(err, &pl) {
 		rf.Problems = pl.ProblemLines()

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/lb"
 	"github.com/olcd/olcd/internal/rules"
 	"github.com/olcd/olcd/internal/sampler"
@@ -210,26 +211,13 @@ func (d *Daemon) withLB(h http.Handler) http.Handler {
 	return mux
 }
 
-// LBStatus is the status's view of what olcd tells load balancers.
-type LBStatus struct {
-	// AgentAddress is where the HAProxy agent listens; "" when off.
-	AgentAddress string `json:"agent_address"`
-	// Weight and State are the node-level answer; AgentReply its line.
-	Weight     float64  `json:"weight"`
-	State      lb.State `json:"state"`
-	AgentReply string   `json:"agent_reply"`
-	// AgentAnswers counts the agent's answers since start, by kind
-	// ("node", "port", "unknown", "overflow").
-	AgentAnswers map[string]uint64 `json:"agent_answers"`
-}
-
 // lbStatus returns the status's lb section.
-func (d *Daemon) lbStatus() *LBStatus {
+func (d *Daemon) lbStatus() *api.LBStatus {
 	if d.lb.agent == nil {
 		return nil
 	}
 	rep := d.LB()
-	st := &LBStatus{Weight: rep.Node.Weight, State: rep.Node.State, AgentReply: rep.Node.AgentReply, AgentAnswers: d.lb.agent.Counts()}
+	st := &api.LBStatus{Weight: rep.Node.Weight, State: string(rep.Node.State), AgentReply: rep.Node.AgentReply, AgentAnswers: d.lb.agent.Counts()}
 	if d.lb.ln != nil {
 		st.AgentAddress = d.lb.ln.Addr().String()
 	}

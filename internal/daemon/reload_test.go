@@ -17,6 +17,7 @@ import (
 
 	"github.com/olcd/olcd/internal/loader"
 	"github.com/olcd/olcd/internal/rules"
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // counterValue reads a counter of the daemon's metrics.
@@ -33,8 +34,9 @@ func counterValue(t *testing.T, c interface{ Write(*dto.Metric) error }) float64
 // space only or truncated file, or of a FIFO, device or directory in the
 // file's place, is refused without blocking: the running config stays, the
 // refusal is counted in olcd_config_reload_failures_total and shown in the
-// status with its problems. (An empty file used to be applied as the
-// embedded default: observe mode, ports: auto; a FIFO blocked the loop.)
+// status with its problems. (Taken as the embedded default, an empty file
+// would switch a node to observe mode, ports: auto; a FIFO would block the
+// loop.)
 func TestReloadRefusesEmptyTruncatedAndSpecial(t *testing.T) {
 	good := testConfig(2, "500ms", "5s", 4)
 	tests := []struct {
@@ -122,11 +124,9 @@ func writeContent(doc string) func(t *testing.T, path string) {
 // hangs (here held by the test, as a hung NFS mount would), the tick loop
 // keeps ticking and writing the heartbeat and answers the kill switch,
 // for a SIGHUP and for POST /v1/reload alike; the reload applies when the
-// read returns. The read used to run on the loop, which stopped with it.
+// read returns. A read on the loop would stop it.
 func TestConfigReadOffTickLoop(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: loads the BPF datapath")
-	}
+	testutil.RequireRoot(t, "loads the BPF datapath")
 	dir := t.TempDir()
 	path := filepath.Join(dir, "olcd.yaml")
 	if err := os.WriteFile(path, []byte(testConfig(1, "100ms", "1s", 4)), 0o644); err != nil {

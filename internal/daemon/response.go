@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/loader"
 	"github.com/olcd/olcd/internal/resptime"
 	"github.com/olcd/olcd/internal/sampler"
@@ -64,8 +65,8 @@ func responseSignals(cur, prev loader.Stats, ports []adaptive.PortKey, sample ui
 	return out
 }
 
-func responseTimeStatus(pr resptime.Port) *ResponseTime {
-	rt := &ResponseTime{Samples: pr.Samples}
+func responseTimeStatus(pr resptime.Port) *api.ResponseTime {
+	rt := &api.ResponseTime{Samples: pr.Samples}
 	if pr.Available {
 		p50, p95, p99 := pr.P50, pr.P95, pr.P99
 		rt.P50S, rt.P95S, rt.P99S = &p50, &p95, &p99
@@ -79,7 +80,7 @@ const flowScanEvery = 10 * time.Second
 
 // responseTimingStatus reports the response timer and its flow table,
 // scanning the table at most every flowScanEvery. nil when timing is off.
-func (d *Daemon) responseTimingStatus(st loader.Stats) *ResponseTimingStatus {
+func (d *Daemon) responseTimingStatus(st loader.Stats) *api.ResponseTimingStatus {
 	n := d.dp.ResponseSample()
 	if n == 0 {
 		return nil
@@ -93,7 +94,7 @@ func (d *Daemon) responseTimingStatus(st loader.Stats) *ResponseTimingStatus {
 		}
 	}
 	ft := d.flowTable
-	rs := &ResponseTimingStatus{
+	rs := &api.ResponseTimingStatus{
 		Sample: n, MinSamples: d.cfg.Datapath.ResponseMinSamples,
 		FlowTableCapacity: ft.Capacity, FlowsTracked: ft.Used, FlowsOutstanding: ft.Outstanding,
 		Inserts: st.Flows.Inserts, Evictions: st.Flows.Evictions, Expired: st.Flows.Expired, Forgotten: st.Flows.Forgotten,
@@ -105,14 +106,14 @@ func (d *Daemon) responseTimingStatus(st loader.Stats) *ResponseTimingStatus {
 }
 
 // histogramStatus lists the nonempty buckets of a cumulative histogram.
-func histogramStatus(buckets []uint64) []HistogramBucket {
-	var out []HistogramBucket
+func histogramStatus(buckets []uint64) []api.HistogramBucket {
+	var out []api.HistogramBucket
 	for b, n := range buckets {
 		if n == 0 {
 			continue
 		}
 		lo, hi := resptime.Bounds(b)
-		hb := HistogramBucket{LoS: lo, Count: n}
+		hb := api.HistogramBucket{LoS: lo, Count: n}
 		if !math.IsInf(hi, 1) {
 			hb.HiS = &hi
 		}

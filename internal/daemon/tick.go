@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/loader"
 	"github.com/olcd/olcd/internal/resptime"
 	"github.com/olcd/olcd/internal/rules"
@@ -280,15 +281,15 @@ func listeningPorts(listeners []sampler.Listener) []uint16 {
 
 // exemptListeners returns, under ports: auto, the listening ports left
 // unprotected because an exception names them, with the list that does.
-func exemptListeners(cfg *rules.Config, listening []uint16) []ExemptListener {
+func exemptListeners(cfg *rules.Config, listening []uint16) []api.ExemptListener {
 	if !cfg.PortsAuto {
 		return nil
 	}
-	var out []ExemptListener
+	var out []api.ExemptListener
 	for _, port := range listening {
 		key := adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: port}
 		if why := cfg.ExemptReason(key); why != "" {
-			out = append(out, ExemptListener{Proto: key.Proto.String(), Port: port, Reason: why})
+			out = append(out, api.ExemptListener{Proto: key.Proto.String(), Port: port, Reason: why})
 		}
 	}
 	return out
@@ -419,7 +420,7 @@ func sameFile(a, b string) bool { return filepath.Clean(a) == filepath.Clean(b) 
 func (d *Daemon) publish() {
 	r := d.last
 	dec := r.decision
-	st := &Status{
+	st := &api.Status{
 		Version:      d.opts.Version,
 		Mode:         d.cfg.Mode.String(),
 		ConfigSource: d.configSource(),
@@ -429,7 +430,7 @@ func (d *Daemon) publish() {
 		Ticks:        d.ticks,
 		UpdatedAt:    r.at,
 		StartedAt:    d.started,
-		Overload: OverloadStatus{
+		Overload: api.OverloadStatus{
 			Active:          dec.Overloaded,
 			Pressure:        dec.SmoothedPressure,
 			DropProbability: dec.DropProbability,
@@ -442,8 +443,8 @@ func (d *Daemon) publish() {
 	// Lists are [] rather than null when empty, so that clients need not
 	// tell the two apart.
 	st.Overrides = nonNil(st.Overrides)
-	st.Signals, st.Classes, st.Ports = []SignalStatus{}, []ClassStatus{}, []PortStatus{}
-	st.Exceptions, st.Interfaces = []string{}, []InterfaceStatus{}
+	st.Signals, st.Classes, st.Ports = []api.SignalStatus{}, []api.ClassStatus{}, []api.PortStatus{}
+	st.Exceptions, st.Interfaces = []string{}, []api.InterfaceStatus{}
 	st.ReloadRefused = d.refused
 	st.LB = d.lbStatus()
 	if dec.Overloaded && !dec.OverloadSince.IsZero() {
@@ -453,7 +454,7 @@ func (d *Daemon) publish() {
 	withThreshold := map[sampler.Signal]bool{}
 	for _, s := range dec.Signals {
 		withThreshold[s.Signal] = true
-		ss := SignalStatus{Name: s.Signal.String(), Unit: s.Signal.Unit().String(), Available: s.Available, Corroborated: s.Corroborated}
+		ss := api.SignalStatus{Name: s.Signal.String(), Unit: s.Signal.Unit().String(), Available: s.Available, Corroborated: s.Corroborated}
 		th := s.Threshold
 		ss.Threshold = &th
 		if s.Available {
@@ -467,11 +468,11 @@ func (d *Daemon) publish() {
 			continue
 		}
 		if v, ok := r.snap.Get(sig); ok {
-			st.Signals = append(st.Signals, SignalStatus{Name: sig.String(), Unit: sig.Unit().String(), Available: true, Value: &v})
+			st.Signals = append(st.Signals, api.SignalStatus{Name: sig.String(), Unit: sig.Unit().String(), Available: true, Value: &v})
 		}
 	}
 	for c := range adaptive.NumClasses {
-		st.Classes = append(st.Classes, ClassStatus{Class: c.String(), DropProbability: dec.Classes[c]})
+		st.Classes = append(st.Classes, api.ClassStatus{Class: c.String(), DropProbability: dec.Classes[c]})
 	}
 	secs := r.interval.Seconds()
 	rate := func(n uint64) float64 {
@@ -489,7 +490,7 @@ func (d *Daemon) publish() {
 	for _, p := range d.ports {
 		dl := r.deltas[p.key]
 		tot := r.stats.Ports[loaderKey(p.key)]
-		ps := PortStatus{
+		ps := api.PortStatus{
 			Proto: p.key.Proto.String(), Port: p.key.Port, Class: p.class.String(),
 			Mode: p.mode.String(), Action: p.action.String(), Source: p.source,
 			DropProbability: r.probs[p.key],
@@ -503,7 +504,7 @@ func (d *Daemon) publish() {
 			WouldRejectPerS: rate(dl.WouldReject),
 			ExemptPerS:      rate(dl.Exempt),
 			StalePerS:       rate(dl.Stale),
-			Totals: PortTotals{
+			Totals: api.PortTotals{
 				NewConns: tot.NewConns, Passed: tot.Passed, Dropped: tot.Dropped, Marked: tot.Marked,
 				WouldDrop: tot.WouldDrop, Exempt: tot.Exempt, Stale: tot.Stale, SYNRetransmits: tot.SYNRetransmits,
 				Rejected: tot.Rejected, WouldReject: tot.WouldReject,
@@ -554,7 +555,7 @@ func (d *Daemon) publish() {
 	}
 	if d.dp != nil {
 		for _, a := range d.dp.Attachments() {
-			st.Interfaces = append(st.Interfaces, InterfaceStatus{Name: a.Interface, Hook: a.Hook, Mode: a.Mode, Egress: a.Egress})
+			st.Interfaces = append(st.Interfaces, api.InterfaceStatus{Name: a.Interface, Hook: a.Hook, Mode: a.Mode, Egress: a.Egress})
 		}
 		st.ResponseTiming = d.responseTimingStatus(r.stats)
 	}

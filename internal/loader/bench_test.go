@@ -32,12 +32,13 @@ func emptyXDP(tb testing.TB) *ebpf.Program {
 
 // benchChunk is how many packets one BPF_PROG_TEST_RUN call runs.
 //
-// Each XDP call with a repeat count above 1 has a fixed cost of about 16 ms
-// on the reference VM (the kernel switches the XDP dispatcher to the program
-// and back), so wall time would measure that, not the program. The kernel's
-// own per-run average is used instead: it times only the loop and stops its
-// clock while the task is scheduled out. It is whole nanoseconds; the
-// statistics below average many chunks, which gives the fraction.
+// Each XDP call with a repeat count above 1 has a fixed cost of milliseconds
+// (the kernel switches the XDP dispatcher to the program and back;
+// docs/datapath.md, "Per-packet cost"), so wall time would measure that,
+// not the program. The kernel's own per-run average is used instead: it
+// times only the loop and stops its clock while the task is scheduled out.
+// It is whole nanoseconds; the statistics below average many chunks, which
+// gives the fraction.
 const benchChunk = 1 << 19
 
 // runChunk runs frame n times through p and returns the kernel's per-run

@@ -416,7 +416,8 @@ func monotonicNow() (uint64, error) {
 
 // timensOffset is the CLOCK_MONOTONIC offset of this process's time
 // namespace in ns (0 without time namespaces). A process cannot change its
-// time namespace once it runs threads, so it is read once.
+// time namespace once it runs threads, so it is read once. It is the loader's
+// one /proc read: the kernel shows a time namespace's offsets nowhere else.
 var timensOffset = sync.OnceValues(func() (int64, error) {
 	data, err := os.ReadFile("/proc/self/timens_offsets")
 	if errors.Is(err, os.ErrNotExist) {

@@ -198,22 +198,23 @@ type statsFolder struct {
 	noBatch bool
 	keys    []uint32
 	vals    []olcdOlcdCounters
+	// seed is Config.DrawSeed: 0 starts each slot's generators at random.
+	seed uint64
 }
 
 // batchMinSlots is the fewest slots in use from which a fold reads the
 // stats map with batched lookups instead of one lookup per slot, and
 // batchDensity how many array entries per slot in use the batch may read
-// (slots freed by removed ports are read too). BenchmarkStats, side by side
-// on a 2-CPU VM: Stats with 10 ports took 0.33 x the time of slot-by-slot
-// reads, with 1000 ports 0.27-0.34 x (0.42-0.54 against 1.2-2.0 ms in two
-// runs); below a few slots the two are within the noise.
+// (slots freed by removed ports are read too). Below a few slots the two
+// ways cost the same; above, batches take a fraction of the time
+// (BenchmarkStats, docs/datapath.md "Maps and globals").
 const (
 	batchMinSlots = 8
 	batchDensity  = 4
 )
 
-func newStatsFolder(m, unclass *ebpf.Map) *statsFolder {
-	return &statsFolder{m: m, unclass: unclass, slots: make(map[uint16]*slotTotals)}
+func newStatsFolder(m, unclass *ebpf.Map, seed uint64) *statsFolder {
+	return &statsFolder{m: m, unclass: unclass, slots: make(map[uint16]*slotTotals), seed: seed}
 }
 
 // fold reads the slots (sorted ascending, as slotList returns them) and adds
@@ -305,14 +306,20 @@ func (f *statsFolder) add(slot uint16, percpu []olcdOlcdCounters) {
 // reset zeroes a slot in the kernel and in the totals, for a new owner, and
 // starts the slot's random generator at a random state on every CPU, so that
 // no two CPUs or ports draw the same sequence (olcd_draw in bpf/olcd.c).
+// With a seed the states are drawn from a generator seeded by (seed, slot)
+// instead: the same seed and slot give the same states on every load.
 func (f *statsFolder) reset(slot uint16) error {
 	n, err := ebpf.PossibleCPU()
 	if err != nil {
 		return fmt.Errorf("reset stats slot %d: %w", slot, err)
 	}
+	draw := rand.Uint32
+	if f.seed != 0 {
+		draw = rand.New(rand.NewPCG(f.seed, uint64(slot))).Uint32
+	}
 	vals := make([]olcdOlcdCounters, n)
 	for i := range vals {
-		vals[i].Rnd = rand.Uint32()
+		vals[i].Rnd = draw()
 	}
 	if err := f.m.Update(uint32(slot), vals, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("reset stats slot %d: %w", slot, err)

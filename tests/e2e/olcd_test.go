@@ -26,7 +26,8 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/vishvananda/netlink"
 
-	"github.com/olcd/olcd/internal/daemon"
+	"github.com/olcd/olcd/internal/api"
+	"github.com/olcd/olcd/internal/loader"
 )
 
 // Thresholds for cpu_busy that decide the overload state without depending
@@ -187,7 +188,7 @@ func dumpFile(t *testing.T, what, path string) {
 func (d *olcd) pid() int { return d.cmd.Process.Pid }
 
 // waitReady polls the status until the daemon has ticked and attached.
-func (d *olcd) waitReady(t *testing.T) *daemon.Status {
+func (d *olcd) waitReady(t *testing.T) *api.Status {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -236,19 +237,19 @@ func (d *olcd) mustCLI(t *testing.T, args ...string) string {
 }
 
 // status runs `olcd status --json` and decodes it.
-func (d *olcd) status() (*daemon.Status, error) {
+func (d *olcd) status() (*api.Status, error) {
 	out, err := d.cli("status", "--json")
 	if err != nil {
 		return nil, err
 	}
-	var st daemon.Status
+	var st api.Status
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		return nil, fmt.Errorf("decode olcd status --json: %w\n%s", err, out)
 	}
 	return &st, nil
 }
 
-func (d *olcd) mustStatus(t *testing.T) *daemon.Status {
+func (d *olcd) mustStatus(t *testing.T) *api.Status {
 	t.Helper()
 	st, err := d.status()
 	if err != nil {
@@ -259,10 +260,10 @@ func (d *olcd) mustStatus(t *testing.T) *daemon.Status {
 
 // pollStatus polls the status every 50 ms until cond holds and returns that
 // status; it fails the test after timeout, describing the last status.
-func (d *olcd) pollStatus(t *testing.T, what string, timeout time.Duration, cond func(*daemon.Status) bool) *daemon.Status {
+func (d *olcd) pollStatus(t *testing.T, what string, timeout time.Duration, cond func(*api.Status) bool) *api.Status {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
-	var last *daemon.Status
+	var last *api.Status
 	var lastErr error
 	for {
 		st, err := d.status()
@@ -281,16 +282,25 @@ func (d *olcd) pollStatus(t *testing.T, what string, timeout time.Duration, cond
 	}
 }
 
+// linkEventHandled waits until the daemon's loop has handled a link event
+// that the caller's ip command made: by the time that command returns, the
+// kernel has queued the event on the daemon's socket, and the loop takes it
+// at its next turn, so two ticks later it has been handled.
+func (d *olcd) linkEventHandled(t *testing.T) {
+	t.Helper()
+	d.nextTick(t, d.nextTick(t, d.mustStatus(t)))
+}
+
 // nextTick waits for a status published by a tick after the one in st.
-func (d *olcd) nextTick(t *testing.T, st *daemon.Status) *daemon.Status {
+func (d *olcd) nextTick(t *testing.T, st *api.Status) *api.Status {
 	t.Helper()
 	after := st.Ticks
 	return d.pollStatus(t, fmt.Sprintf("a tick after tick %d", after), 5*time.Second,
-		func(s *daemon.Status) bool { return s.Ticks > after })
+		func(s *api.Status) bool { return s.Ticks > after })
 }
 
 // summary renders what the assertions look at, for failure messages.
-func summary(st *daemon.Status) string {
+func summary(st *api.Status) string {
 	if st == nil {
 		return "none"
 	}
@@ -313,7 +323,7 @@ func deref(v *float64) any {
 	return *v
 }
 
-func cpuBusy(st *daemon.Status) *daemon.SignalStatus {
+func cpuBusy(st *api.Status) *api.SignalStatus {
 	for i := range st.Signals {
 		if st.Signals[i].Name == "cpu_busy" {
 			return &st.Signals[i]
@@ -324,7 +334,7 @@ func cpuBusy(st *daemon.Status) *daemon.SignalStatus {
 
 // port returns the status of the server port; it fails the test when the
 // port is not listed.
-func port(t *testing.T, st *daemon.Status) daemon.PortStatus {
+func port(t *testing.T, st *api.Status) api.PortStatus {
 	t.Helper()
 	for _, p := range st.Ports {
 		if p.Port == serverPort && p.Proto == "tcp" {
@@ -332,11 +342,11 @@ func port(t *testing.T, st *daemon.Status) daemon.PortStatus {
 		}
 	}
 	t.Fatalf("tcp/%d not in status: %s", serverPort, summary(st))
-	return daemon.PortStatus{}
+	return api.PortStatus{}
 }
 
 // portP is the drop probability of the server port in st (-1 when absent).
-func portP(st *daemon.Status) float64 {
+func portP(st *api.Status) float64 {
 	for _, p := range st.Ports {
 		if p.Port == serverPort {
 			return p.DropProbability
@@ -346,9 +356,9 @@ func portP(st *daemon.Status) float64 {
 }
 
 // waitShedding waits until the server port's p is 1 (every SYN dropped).
-func (d *olcd) waitShedding(t *testing.T) *daemon.Status {
+func (d *olcd) waitShedding(t *testing.T) *api.Status {
 	t.Helper()
-	return d.pollStatus(t, "port p = 1", 10*time.Second, func(s *daemon.Status) bool {
+	return d.pollStatus(t, "port p = 1", 10*time.Second, func(s *api.Status) bool {
 		return s.Mode == "enforce" && s.Overload.Active && portP(s) == 1
 	})
 }
@@ -363,7 +373,7 @@ func (d *olcd) scrape(t *testing.T) map[string]*dto.MetricFamily {
 			DisableKeepAlives: true,
 			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 				var c net.Conn
-				err := inNetns(d.env.nodeNS, func() error {
+				err := d.env.InNode(func() error {
 					var err error
 					c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
 					return err
@@ -510,7 +520,7 @@ func (e *netEnv) attachedProgsOn(t *testing.T, name string) []attachedProg {
 	}
 	var out []attachedProg
 	var q *link.QueryResult
-	if err := inNetns(e.nodeNS, func() error {
+	if err := e.InNode(func() error {
 		var err error
 		q, err = link.QueryPrograms(link.QueryOptions{Target: l.Attrs().Index, Attach: ebpf.AttachTCXIngress})
 		return err
@@ -518,11 +528,11 @@ func (e *netEnv) attachedProgsOn(t *testing.T, name string) []attachedProg {
 		t.Fatalf("query tcx programs on %s: %v", name, err)
 	}
 	for _, p := range q.Programs {
-		out = append(out, attachedProg{Hook: "tcx", ID: p.ID, Name: progName(p.ID)})
+		out = append(out, attachedProg{Hook: "tcx", ID: p.ID, Name: loader.ProgramName(p.ID)})
 	}
 	if x := l.Attrs().Xdp; x != nil && x.Attached {
 		id := ebpf.ProgramID(x.ProgId)
-		out = append(out, attachedProg{Hook: "xdp", ID: id, Name: progName(id)})
+		out = append(out, attachedProg{Hook: "xdp", ID: id, Name: loader.ProgramName(id)})
 	}
 	fs, err := e.nodeNL.FilterList(l, netlink.HANDLE_MIN_INGRESS)
 	if err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
@@ -546,7 +556,7 @@ func (e *netEnv) egressProgs(t *testing.T) []attachedProg {
 	}
 	var out []attachedProg
 	var q *link.QueryResult
-	if err := inNetns(e.nodeNS, func() error {
+	if err := e.InNode(func() error {
 		var err error
 		q, err = link.QueryPrograms(link.QueryOptions{Target: l.Attrs().Index, Attach: ebpf.AttachTCXEgress})
 		return err
@@ -554,7 +564,7 @@ func (e *netEnv) egressProgs(t *testing.T) []attachedProg {
 		t.Fatalf("query tcx egress programs on %s: %v", e.NodeIf, err)
 	}
 	for _, p := range q.Programs {
-		out = append(out, attachedProg{Hook: "tcx", ID: p.ID, Name: progName(p.ID)})
+		out = append(out, attachedProg{Hook: "tcx", ID: p.ID, Name: loader.ProgramName(p.ID)})
 	}
 	fs, err := e.nodeNL.FilterList(l, netlink.HANDLE_MIN_EGRESS)
 	if err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
@@ -566,20 +576,6 @@ func (e *netEnv) egressProgs(t *testing.T) []attachedProg {
 		}
 	}
 	return out
-}
-
-// progName returns the name of the loaded program id, or "" when it is gone.
-func progName(id ebpf.ProgramID) string {
-	p, err := ebpf.NewProgramFromID(id)
-	if err != nil {
-		return ""
-	}
-	defer p.Close()
-	info, err := p.Info()
-	if err != nil {
-		return ""
-	}
-	return info.Name
 }
 
 // progExists reports whether a program with id is still loaded.
@@ -611,7 +607,7 @@ func olcdProgIDs(t *testing.T) map[ebpf.ProgramID]string {
 			t.Fatalf("enumerate BPF programs: %v", err)
 		}
 		id = next
-		if name := progName(id); strings.HasPrefix(name, "olcd") {
+		if name := loader.ProgramName(id); strings.HasPrefix(name, "olcd") {
 			out[id] = name
 		}
 	}

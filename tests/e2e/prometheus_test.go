@@ -150,22 +150,35 @@ scrape_configs:
 	pc := &promClient{base: "http://" + promAddr, hc: nsHTTPClient(env)}
 
 	// Enough scrapes that every rate over the board's 15 s window has a
-	// pair of samples, with the traffic counted between them.
+	// pair of samples, with the traffic counted between them: the window
+	// full of 1 s scrapes (14, not 15: a scrape may straddle its edge).
 	pc.waitSeries(t, `up{job="olcd"} == 1`, 30*time.Second)
-	time.Sleep(20 * time.Second)
+	pc.waitSeries(t, `count_over_time(up{job="olcd"}[15s]) >= 14`, 40*time.Second)
 
 	// --- Every query of the Grafana board.
 	exprs := dashboardQueries(t)
 	if len(exprs) < 10 {
 		t.Fatalf("only %d queries found on the board", len(exprs))
 	}
+	// A panel's series may come later than the window (response time is
+	// there once a tick has enough timed requests): every query has until
+	// one deadline to return one.
+	deadline := time.Now().Add(20 * time.Second)
 	for _, q := range exprs {
-		n, err := pc.query(q.expr)
-		switch {
-		case err != nil:
-			t.Errorf("board %s: %s: %v", q.where, q.expr, err)
-		case n == 0:
-			t.Errorf("board %s: %s: no series", q.where, q.expr)
+		for {
+			n, err := pc.query(q.expr)
+			if err != nil {
+				t.Errorf("board %s: %s: %v", q.where, q.expr, err)
+				break
+			}
+			if n > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("board %s: %s: no series", q.where, q.expr)
+				break
+			}
+			time.Sleep(250 * time.Millisecond)
 		}
 	}
 	t.Logf("%d board queries checked", len(exprs))
@@ -274,7 +287,7 @@ func nsHTTPClient(e *netEnv) *http.Client {
 			DisableKeepAlives: true,
 			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 				var c net.Conn
-				err := inNetns(e.nodeNS, func() error {
+				err := e.InNode(func() error {
 					var err error
 					c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
 					return err

@@ -21,7 +21,7 @@ import (
 	"text/template"
 	"time"
 
-	"github.com/olcd/olcd/internal/daemon"
+	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/lb"
 )
 
@@ -392,7 +392,7 @@ func (n *lbNode) startOlcd(ctx context.Context, dir string, threshold float64, a
 	}
 	o.done = make(chan error, 1)
 	go func() { o.done <- o.cmd.Wait(); logf.Close() }()
-	o.client = daemon.NewClient(socket, 2*time.Second)
+	o.client = api.NewClient(socket, 2*time.Second)
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		st, err := o.status(ctx)

@@ -13,60 +13,19 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/olcd/olcd/internal/testutil"
 )
 
-// docRanges are the documentation ranges of RFC 5737. The harness takes the
-// first one no address or route of the host overlaps: test VMs are known to
-// sit in TEST-NET-1 themselves.
-var docRanges = []netip.Prefix{
-	netip.MustParsePrefix("198.51.100.0/24"),
-	netip.MustParsePrefix("203.0.113.0/24"),
-	netip.MustParsePrefix("192.0.2.0/24"),
-}
-
-// pickRange returns the first documentation range the host does not use.
+// pickRange returns the first two addresses of a documentation range the
+// host does not use (testutil.FreeDocRange).
 func pickRange() (host, client netip.Addr, err error) {
-	var used []netip.Prefix
-	out, err := exec.Command("ip", "-4", "route", "show", "table", "all").Output()
+	p, err := testutil.FreeDocRange()
 	if err != nil {
-		return host, client, fmt.Errorf("ip route: %w", err)
+		return host, client, err
 	}
-	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 0 {
-			continue
-		}
-		dst := f[0]
-		if dst == "local" || dst == "broadcast" || dst == "unicast" {
-			if len(f) < 2 {
-				continue
-			}
-			dst = f[1]
-		}
-		if dst == "default" {
-			continue
-		}
-		if !strings.Contains(dst, "/") {
-			dst += "/32"
-		}
-		if p, err := netip.ParsePrefix(dst); err == nil {
-			used = append(used, p)
-		}
-	}
-	for _, r := range docRanges {
-		free := true
-		for _, u := range used {
-			if u.Overlaps(r) {
-				free = false
-				break
-			}
-		}
-		if free {
-			a := r.Addr().Next()
-			return a, a.Next(), nil
-		}
-	}
-	return host, client, fmt.Errorf("every documentation range (%v) is in use on this host", docRanges)
+	host = p.Addr().Next()
+	return host, host.Next(), nil
 }
 
 const (
@@ -98,47 +57,42 @@ type Net struct {
 	// addresses, from a documentation range (RFC 5737) the host does not
 	// use, so nothing outside the pair can ever be reached through them.
 	HostIP, ClientIP netip.Addr
+
+	rig *testutil.Net // what newNet created; nil for a Net that only names ends
 }
 
-// newNet creates the namespace and the veth pair (a /30 of a free
-// documentation range) and tunes the client's ephemeral ports so that an
-// open-loop attack of a few thousand new connections per second never runs
-// out of them. id must be short: interface names have at most 15 bytes.
+// newNet creates the namespace and the veth pair (testutil's rig, a /30 of
+// a free documentation range, the host end in the host namespace) and tunes
+// the client's ephemeral ports so that an open-loop attack of a few
+// thousand new connections per second never runs out of them. id must be
+// short: interface names have at most 15 bytes.
 func newNet(id string) (n *Net, err error) {
-	n = &Net{Netns: namePrefix + "-" + id, HostIf: namePrefix + id + "h", ClientIf: namePrefix + id + "c"}
-	if n.HostIP, n.ClientIP, err = pickRange(); err != nil {
+	rig, err := testutil.Create(testutil.NetOptions{Named: true, NodeHere: true, Bits: 30,
+		Peer: namePrefix + "-" + id, NodeIf: namePrefix + id + "h", PeerIf: namePrefix + id + "c"})
+	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err != nil {
-			n.Close()
-		}
-	}()
-	steps := [][]string{
-		{"ip", "netns", "add", n.Netns},
-		{"ip", "link", "add", n.HostIf, "type", "veth", "peer", "name", n.ClientIf, "netns", n.Netns},
-		{"ip", "addr", "add", n.HostIP.String() + "/30", "dev", n.HostIf},
-		{"ip", "link", "set", n.HostIf, "up"},
-		{"ip", "-n", n.Netns, "addr", "add", n.ClientIP.String() + "/30", "dev", n.ClientIf},
-		{"ip", "-n", n.Netns, "link", "set", n.ClientIf, "up"},
-		{"ip", "-n", n.Netns, "link", "set", "lo", "up"},
-		// Per-namespace sysctls: the client closes a connection on every
-		// timeout, each leaving a TIME_WAIT for 60 s.
+	n = &Net{Netns: rig.Peer, HostIf: rig.NodeIf, ClientIf: rig.PeerIf, HostIP: rig.NodeIP, ClientIP: rig.PeerIP, rig: rig}
+	// Per-namespace sysctls: the client closes a connection on every
+	// timeout, each leaving a TIME_WAIT for 60 s.
+	for _, s := range [][]string{
 		{"ip", "netns", "exec", n.Netns, "sysctl", "-q", "-w", "net.ipv4.ip_local_port_range=1024 65000"},
 		{"ip", "netns", "exec", n.Netns, "sysctl", "-q", "-w", "net.ipv4.tcp_tw_reuse=1"},
-	}
-	for _, s := range steps {
+	} {
 		if err := run(s...); err != nil {
-			return n, err
+			n.Close()
+			return nil, err
 		}
 	}
 	return n, nil
 }
 
-// Close removes the namespace; the veth pair goes with it.
+// Close removes the namespace and the veth pair.
 func (n *Net) Close() {
-	_ = run("ip", "link", "del", n.HostIf)
-	_ = run("ip", "netns", "del", n.Netns)
+	if n.rig != nil {
+		_ = n.rig.Close()
+		n.rig = nil
+	}
 }
 
 // Command returns argv run inside the client namespace.

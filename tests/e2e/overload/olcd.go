@@ -10,7 +10,7 @@ import (
 	"text/template"
 	"time"
 
-	"github.com/olcd/olcd/internal/daemon"
+	"github.com/olcd/olcd/internal/api"
 )
 
 // olcdConfig is the daemon's config for a run: the embedded default plus
@@ -125,7 +125,7 @@ func hasTargetLaw(olcd, dir string) bool {
 type olcdProc struct {
 	cmd         *exec.Cmd
 	done        chan error
-	client      *daemon.Client
+	client      *api.Client
 	logPath     string
 	decisionLog string
 	killed      bool
@@ -165,7 +165,7 @@ func (h *Harness) startOlcd(ctx context.Context, dir string, set olcdSettings) (
 	}
 	o.done = make(chan error, 1)
 	go func() { o.done <- o.cmd.Wait(); logf.Close() }()
-	o.client = daemon.NewClient(socket, 2*time.Second)
+	o.client = api.NewClient(socket, 2*time.Second)
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		st, err := o.status(ctx)
@@ -186,7 +186,7 @@ func (h *Harness) startOlcd(ctx context.Context, dir string, set olcdSettings) (
 }
 
 // status asks the daemon for its status.
-func (o *olcdProc) status(ctx context.Context) (*daemon.Status, error) {
+func (o *olcdProc) status(ctx context.Context) (*api.Status, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	return o.client.Status(ctx)
