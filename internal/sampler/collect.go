@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // reading is one tick's raw values, before any delta is taken. collect fills
@@ -33,7 +35,7 @@ type reading struct {
 	fills  []portFill
 	diagOK bool
 
-	errs []SourceError
+	errs []olc.SourceError
 }
 
 type portFill struct {
@@ -69,7 +71,7 @@ func (r *reading) reset() {
 }
 
 func (r *reading) addErr(source string, err error) {
-	r.errs = append(r.errs, SourceError{Source: source, Err: err})
+	r.errs = append(r.errs, olc.SourceError{Source: source, Err: err})
 }
 
 // collect reads every source into r. Each source is independent: a failure

@@ -216,9 +216,9 @@ func waitMetric(t *testing.T, what string, read func() float64, want float64) {
 // TestConfigRefusedWrites: with mode enforce and one listed interface, the
 // config file emptied in place (`: > olcd.yaml`), left as white space or
 // cut off, or replaced by a FIFO, is refused by the file watch and by
-// SIGHUP: counted, listed in the status, and the running config stays (it
-// used to switch to the embedded default within a second: observe, ports:
-// auto, every interface; a FIFO hung the tick loop). A slow writer that
+// SIGHUP: counted, listed in the status, and the running config stays (not
+// the embedded default: observe, ports: auto, every interface; nor a tick
+// loop hung on a FIFO). A slow writer that
 // empties the file and writes it 600 ms later
 // (`(sleep 0.6; cat good.yaml) > olcd.yaml`) is applied once, complete,
 // with no refusal in between.
