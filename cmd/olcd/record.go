@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/api"
+	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/sampler"
 )
 
@@ -103,7 +104,7 @@ func cmdRecord(args []string, stdout, stderr io.Writer) error {
 	rows := 0
 	var werr error
 	row := make([]byte, 0, 512)
-	smp.Run(ctx, *interval, func(s sampler.Snapshot) {
+	smp.Run(ctx, *interval, func(s olc.Snapshot) {
 		if start.IsZero() {
 			start = s.At
 		}
@@ -138,16 +139,16 @@ func cmdRecord(args []string, stdout, stderr io.Writer) error {
 }
 
 // recordColumns parses --signals; empty means every canonical signal.
-func recordColumns(list string) ([]sampler.Signal, error) {
+func recordColumns(list string) ([]olc.Signal, error) {
 	if list == "" {
-		return sampler.Signals(), nil
+		return olc.Signals(), nil
 	}
-	var cols []sampler.Signal
-	seen := map[sampler.Signal]bool{}
+	var cols []olc.Signal
+	seen := map[olc.Signal]bool{}
 	for _, name := range strings.Split(list, ",") {
 		name = strings.TrimSpace(name)
-		sig, ok := sampler.ParseSignal(name)
-		if !ok {
+		sig, err := olc.ParseSignal(name)
+		if err != nil {
 			return nil, fmt.Errorf("--signals: unknown signal %q", name)
 		}
 		if !seen[sig] {
@@ -175,14 +176,14 @@ func parsePorts(list string) ([]uint16, error) {
 }
 
 // measuredQueue are the signals only the datapath measures.
-var measuredQueue = []sampler.Signal{sampler.ResponseTimeP50, sampler.ResponseTimeP95, sampler.ResponseTimeP99,
-	sampler.RequestsPerS, sampler.InflightRequests}
+var measuredQueue = []olc.Signal{olc.ResponseTimeP50, olc.ResponseTimeP95, olc.ResponseTimeP99,
+	olc.RequestsPerS, olc.InflightRequests}
 
 // daemonSignalReader returns a function that fills the measured-queue
 // signals of a snapshot from the running daemon's last status, when the
 // recording has such columns and a daemon answers on socket; the first
 // failure is reported once and the columns stay empty.
-func daemonSignalReader(socket string, cols []sampler.Signal, stderr io.Writer) func(*sampler.Snapshot) {
+func daemonSignalReader(socket string, cols []olc.Signal, stderr io.Writer) func(*olc.Snapshot) {
 	want := false
 	for _, c := range cols {
 		for _, m := range measuredQueue {
@@ -190,11 +191,11 @@ func daemonSignalReader(socket string, cols []sampler.Signal, stderr io.Writer) 
 		}
 	}
 	if !want {
-		return func(*sampler.Snapshot) {}
+		return func(*olc.Snapshot) {}
 	}
 	client := api.NewClient(socket, time.Second)
 	warned := false
-	return func(s *sampler.Snapshot) {
+	return func(s *olc.Snapshot) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		st, err := client.Status(ctx)
@@ -206,7 +207,7 @@ func daemonSignalReader(socket string, cols []sampler.Signal, stderr io.Writer) 
 			return
 		}
 		for _, sig := range st.Signals {
-			if m, ok := sampler.ParseSignal(sig.Name); ok && sig.Available && sig.Value != nil && slices.Contains(measuredQueue, m) {
+			if m, err := olc.ParseSignal(sig.Name); err == nil && sig.Available && sig.Value != nil && slices.Contains(measuredQueue, m) {
 				s.Set(m, *sig.Value)
 			}
 		}

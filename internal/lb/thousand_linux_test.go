@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"os/exec"
 	"runtime"
@@ -20,16 +19,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/olcd/olcd/internal/testutil"
 	"github.com/vishvananda/netlink"
+
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // The 1000-connection measurement (issue "Tell the load balancer", must
 // show 2): the agent listens, in this process as in the daemon, inside one
 // network namespace; 1000 clients in another process (this test binary
 // re-executed, clientMain) inside a second namespace reach it over a veth
-// pair, so that the clients' goroutines are not the agent's. Each burst is
-// timed per client from its connect() completing to the answer's newline.
+// pair, so that the clients are not the agent's goroutines. Each client is
+// timed from its request being complete (its connect() completed and, when
+// it sends a line, the line written) to the answer's newline reaching its
+// socket, both kernel times (clientMain), and from calling connect().
 // A bare listener (accept, read the line if one is sent, write a constant
 // line, close: a goroutine per connection, the least a Go server does) takes
 // the same bursts in the same run, as the baseline: on this 2-CPU VM the
@@ -48,52 +50,42 @@ import (
 //     the agent learns to wait for it there while the silent peer is still
 //     answered at accept.
 
-// rig is the shared netns rig (testutil.Net, named, so that the clients
-// run in it with ip netns exec), with a second client address.
+// rig is the test network (testutil.Net, named so that the client process
+// can be started in its peer namespace) with a second client address.
 type rig struct {
-	*testutil.Net
-	srvNS, cliNS string
-	srvIP        string
-	// cliIP[0] is the silent and HAProxy-like clients' source, cliIP[1]
-	// the late clients'.
+	net *testutil.Net
+	// cliIP[0] is the silent and HAProxy-like clients' source (the peer
+	// end's address), cliIP[1] the late clients'.
 	cliIP [2]string
 }
 
-// newRig creates the namespaces and the veth pair, with random names, and
-// removes them when the test ends. Skips without root or ip(8).
+// newRig creates the network, removed when the test ends. Skips without
+// root or ip(8) (the client process is started with ip netns exec).
 func newRig(t testing.TB) *rig {
 	t.Helper()
-	testutil.RequireRoot(t, "creates network namespaces and a veth pair")
 	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs ip(8) (iproute2)")
+		t.Skip("needs ip(8) (iproute2) to start the clients in their namespace")
 	}
-	n := testutil.NewNet(t, testutil.NetOptions{Named: true, Bits: 29})
-	late := netip.PrefixFrom(n.PeerIP.Next(), n.Prefix.Bits())
-	testutil.Must(t, n.InPeer(func() error {
-		l, err := netlink.LinkByName(n.PeerIf)
-		if err != nil {
-			return err
-		}
-		addr := &netlink.Addr{IPNet: &net.IPNet{IP: late.Addr().AsSlice(), Mask: net.CIDRMask(late.Bits(), 32)}}
-		if err := netlink.AddrAdd(l, addr); err != nil {
-			return fmt.Errorf("add %s to %s: %w", late, n.PeerIf, err)
-		}
-		return nil
-	}))
-	return &rig{Net: n, srvNS: n.Node, cliNS: n.Peer, srvIP: n.NodeIP.String(),
-		cliIP: [2]string{n.PeerIP.String(), late.Addr().String()}}
+	n := testutil.NewNet(t, testutil.NetOptions{Named: true})
+	second := n.PeerIP.Next()
+	h, err := netlink.NewHandleAt(n.PeerNS)
+	testutil.Must(t, err)
+	defer h.Close()
+	l, err := h.LinkByName(n.PeerIf)
+	testutil.Must(t, err)
+	testutil.Must(t, h.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: second.AsSlice(), Mask: net.CIDRMask(n.Prefix.Bits(), 32)}}))
+	return &rig{net: n, cliIP: [2]string{n.PeerIP.String(), second.String()}}
 }
 
-// listen opens a TCP listener inside the server namespace.
+// listen opens a TCP listener in the node namespace (the socket keeps it).
 func (r *rig) listen(t testing.TB) net.Listener {
 	t.Helper()
 	var ln net.Listener
-	if err := r.InNode(func() (err error) {
-		ln, err = net.Listen("tcp", net.JoinHostPort(r.srvIP, "0"))
+	testutil.Must(t, r.net.InNode(func() error {
+		var err error
+		ln, err = net.Listen("tcp", net.JoinHostPort(r.net.NodeIP.String(), "0"))
 		return err
-	}); err != nil {
-		t.Fatalf("listen in %s: %v", r.srvNS, err)
-	}
+	}))
 	t.Cleanup(func() { ln.Close() })
 	return ln
 }
@@ -106,7 +98,7 @@ func (r *rig) burst(t testing.TB, s clientSpec) clientResult {
 		t.Fatal(err)
 	}
 	spec, _ := json.Marshal(s)
-	cmd := exec.Command("ip", "netns", "exec", r.cliNS, self, "-test.run=^$")
+	cmd := exec.Command("ip", "netns", "exec", r.net.Peer, self, "-test.run=^$")
 	cmd.Env = append(os.Environ(), clientsEnv+"="+string(spec))
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // reading is one tick's raw values, before any delta is taken. collect fills
@@ -32,7 +34,7 @@ type reading struct {
 	fills  []portFill
 	diagOK bool
 
-	errs []SourceError
+	errs []olc.SourceError
 }
 
 type portFill struct {
@@ -68,7 +70,7 @@ func (r *reading) reset() {
 }
 
 func (r *reading) addErr(source string, err error) {
-	r.errs = append(r.errs, SourceError{Source: source, Err: err})
+	r.errs = append(r.errs, olc.SourceError{Source: source, Err: err})
 }
 
 // collect reads every source into r. Each source is independent: a failure

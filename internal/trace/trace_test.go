@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // TestReadErrors checks that malformed traces are rejected with the
@@ -51,7 +51,7 @@ func TestExportShapes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tr.Columns) != 2 || tr.Columns[0] != sampler.CPUBusy || len(tr.Rows) != rows {
+	if len(tr.Columns) != 2 || tr.Columns[0] != olc.CPUBusy || len(tr.Rows) != rows {
 		t.Fatalf("columns %v, %d rows", tr.Columns, len(tr.Rows))
 	}
 	for i, r := range tr.Rows {
@@ -94,10 +94,10 @@ func TestSnapshot(t *testing.T) {
 	if !s0.At.Equal(Origin) || s0.Interval != 0 {
 		t.Errorf("row 0: at %v interval %v", s0.At, s0.Interval)
 	}
-	if _, ok := s0.Get(sampler.PSICPUSome); ok {
+	if _, ok := s0.Get(olc.PSICPUSome); ok {
 		t.Error("row 0: empty cell must be unavailable")
 	}
-	if v, ok := s1.Get(sampler.CPUBusy); !ok || !math.IsNaN(v) {
+	if v, ok := s1.Get(olc.CPUBusy); !ok || !math.IsNaN(v) {
 		t.Errorf("row 1: cpu_busy %v %v, want NaN delivered", v, ok)
 	}
 	if s1.Interval != 500*time.Millisecond || !s1.At.Equal(Origin.Add(500*time.Millisecond)) {
