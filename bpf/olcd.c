@@ -321,7 +321,8 @@ static __always_inline int olcd_not_enforced(struct olcd_counters *st, __u32 mod
  * Returns an olcd_verdict.
  *
  * In the order of docs/datapath.md: count the new connection; mode off →
- * pass; dropped-SYN table → count a retransmit; p = 0 → pass; the draw;
+ * pass; dropped-SYN table → count a retransmit; p = 0 → pass; the draw (a
+ * retransmit of a port that sheds them is dropped without one);
  * observe → count would-drop; heartbeat stale → count stale; mark or drop.
  * The heartbeat verdict is taken first only because its (rare) clock read
  * is a helper call, cheapest while only the policy and fp are kept.
@@ -361,7 +362,10 @@ static __always_inline int olcd_decide(const struct olcd_policy *pol, __u32 *pi,
 			prob = pol->drop_prob;
 			if (prob == 0)
 				return OLCD_V_PASS;
-			act = olcd_select(st, prob, ctl->selection);
+			if (seen && (pol->flags & OLCD_POLICY_SHED_RETRANSMITS))
+				act = 1;
+			else
+				act = olcd_select(st, prob, ctl->selection);
 			if (__builtin_expect(mode != OLCD_MODE_ENFORCE, 0))
 				return olcd_not_enforced(st, mode, act, mark->reject);
 			st->dropped += act;
@@ -415,7 +419,7 @@ static __always_inline int olcd_handle_policy(const struct olcd_pkt *pkt, void *
 	pol = bpf_map_lookup_elem(&olcd_policies, &pi);
 	if (!pol)
 		return OLCD_V_PASS;
-	flags = pol->flags;
+	flags = pol->flags & ~OLCD_POLICY_SHED_RETRANSMITS;
 	if (__builtin_expect(flags != OLCD_POLICY_PROTECTED, 0)) {
 		/* Exempt, with or without a policy of its own. A UDP port
 		 * without a policy is not protected: not a request. */

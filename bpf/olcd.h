@@ -49,6 +49,9 @@ enum olcd_proto {
 enum olcd_policy_flag {
 	OLCD_POLICY_PROTECTED = 1, /* the port is shed: counted, drawn, acted on */
 	OLCD_POLICY_EXEMPT = 2,    /* exception port: always passed, counted exempt */
+	/* While drop_prob != 0, a SYN found in the dropped-SYN table is dropped
+	 * without a draw: its client already waited a retransmit timeout. */
+	OLCD_POLICY_SHED_RETRANSMITS = 4,
 };
 
 /*

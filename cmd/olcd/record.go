@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -17,6 +16,7 @@ import (
 	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/trace"
 )
 
 const recordUsage = `Usage: olcd record --out FILE.csv [--duration 5m] [--interval 500ms] [--cgroup PATH] [--ports 80,443] [--signals a,b]
@@ -88,46 +88,25 @@ func cmdRecord(args []string, stdout, stderr io.Writer) error {
 		defer f.Close()
 		w = f
 	}
-	bw := bufio.NewWriter(w)
-	header := []string{"t_s"}
-	for _, c := range cols {
-		header = append(header, c.String())
+	tw, err := trace.NewWriter(w, cols)
+	if err != nil {
+		return fmt.Errorf("write trace: %w", err)
 	}
-	fmt.Fprintln(bw, strings.Join(header, ","))
 
 	ctx, cancel := context.WithTimeout(context.Background(), *duration)
 	defer cancel()
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	daemonSignals := daemonSignalReader(*socket, cols, stderr)
-	var start time.Time
 	rows := 0
 	var werr error
-	row := make([]byte, 0, 512)
 	smp.Run(ctx, *interval, func(s olc.Snapshot) {
-		if start.IsZero() {
-			start = s.At
-		}
-		row = strconv.AppendFloat(row[:0], s.At.Sub(start).Seconds(), 'f', 3, 64)
 		daemonSignals(&s)
-		for _, c := range cols {
-			row = append(row, ',')
-			if v, ok := s.Get(c); ok {
-				row = strconv.AppendFloat(row, v, 'g', 6, 64)
-			}
-		}
-		row = append(row, '\n')
-		if _, err := bw.Write(row); err != nil && werr == nil {
+		if err := tw.Write(s); err != nil && werr == nil {
 			werr = err
 			cancel()
 		}
 		rows++
-		// Flush every tick: a recording stopped by a crash or Ctrl-C
-		// keeps every complete row.
-		if err := bw.Flush(); err != nil && werr == nil {
-			werr = err
-			cancel()
-		}
 	})
 	if werr != nil {
 		return fmt.Errorf("write trace: %w", werr)

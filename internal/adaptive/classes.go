@@ -110,7 +110,7 @@ func (c *Controller) allocate(d *Decision) {
 		ps := &c.ports[i]
 		ps.p = math.Max(d.Classes[ps.cfg.Class], ps.loop.p())
 		d.Ports[i] = PortDecision{Key: ps.cfg.Key, Class: ps.cfg.Class, DropProbability: ps.p, Demand: ps.demand,
-			ResponseTarget: ps.loop.target, QueueP: ps.loop.p()}
+			ResponseTarget: ps.loop.target, QueueP: ps.loop.p(), ShedRetransmits: ps.loop.shedRetransmits()}
 		if ps.loop.base.ok {
 			d.Ports[i].Baseline = ps.loop.base.value
 		}

@@ -124,7 +124,21 @@ type PortDecision struct {
 	// for (0..1 − MinPassRate); DropProbability is the larger of it and
 	// the resource law's class share.
 	QueueP float64
+	// ShedRetransmits asks the datapath to drop every retransmitted SYN
+	// (one found among the SYNs it dropped) while DropProbability > 0,
+	// instead of drawing it like a first attempt: set while the law on
+	// the measured queue sheds a port whose target is below the first
+	// SYN retransmit timeout (SYNRetransmitTimeout). Such a SYN's client
+	// has already waited longer than the target; admitting it serves an
+	// answer that is late whatever happens next, in place of a first
+	// attempt that would have been on time (docs/controller.md §0).
+	ShedRetransmits bool
 }
+
+// SYNRetransmitTimeout is the delay of a dropped SYN's first retransmit
+// (seconds): TCP's initial retransmission timeout, 1 s (RFC 6298 §2.1;
+// Linux TCP_TIMEOUT_INIT).
+const SYNRetransmitTimeout = 1.0
 
 // Decision is the outcome of one Step.
 type Decision struct {

@@ -140,6 +140,7 @@ type datapath interface {
 	Attachments() []loader.Attachment
 	SetPolicies(policies []loader.PortPolicy) error
 	SetDropProbabilities(m map[olc.PortKey]float64) error
+	SetRetransmitShedding(m map[olc.PortKey]bool) error
 	SetExceptions(ports []olc.PortKey, sources []netip.Prefix) error
 	SetMode(m olc.Mode) error
 	SetRejectLimit(rate, burst int) error
@@ -902,8 +903,10 @@ func (d *Daemon) program() error {
 		return fmt.Errorf("set exceptions: %w", err)
 	}
 	current := map[olc.PortKey]float64{}
+	shed := map[olc.PortKey]bool{}
 	for _, pd := range d.last.decision.Ports {
 		current[pd.Key] = pd.DropProbability
+		shed[pd.Key] = pd.ShedRetransmits
 	}
 	var pol []loader.PortPolicy
 	for _, p := range d.ports {
@@ -914,7 +917,7 @@ func (d *Daemon) program() error {
 			Class:  p.class,
 		}
 		if cfg.Mode != olc.ModeOff {
-			pp.DropProbability = current[p.key]
+			pp.DropProbability, pp.ShedRetransmits = current[p.key], shed[p.key]
 		}
 		pol = append(pol, pp)
 	}

@@ -80,6 +80,8 @@ func (f *fakeDatapath) SetDropProbabilities(m map[olc.PortKey]float64) error {
 	return nil
 }
 
+func (f *fakeDatapath) SetRetransmitShedding(map[olc.PortKey]bool) error { return nil }
+
 func (f *fakeDatapath) SetExceptions(ports []olc.PortKey, sources []netip.Prefix) error {
 	for _, k := range ports {
 		f.writes = append(f.writes, "exception port "+k.String())

@@ -108,15 +108,20 @@ func (d *Daemon) onsetCheck() {
 // datapath (all 0 in mode off) and returns them.
 func (d *Daemon) writeProbabilities(dec adaptive.Decision) map[olc.PortKey]float64 {
 	probs := make(map[olc.PortKey]float64, len(dec.Ports))
+	shed := make(map[olc.PortKey]bool, len(dec.Ports))
 	for _, pd := range dec.Ports {
 		p := pd.DropProbability
 		if d.cfg.Mode == olc.ModeOff {
 			p = 0
 		}
 		probs[pd.Key] = p
+		shed[pd.Key] = pd.ShedRetransmits
 	}
 	if err := d.dp.SetDropProbabilities(probs); err != nil {
 		d.log.Error("write drop probabilities", "err", err)
+	}
+	if err := d.dp.SetRetransmitShedding(shed); err != nil {
+		d.log.Error("write retransmit shedding", "err", err)
 	}
 	return probs
 }

@@ -503,6 +503,40 @@ func TestSYNRetransmits(t *testing.T) {
 	}
 }
 
+// TestShedRetransmits: with ShedRetransmits a retransmit of a dropped SYN is
+// dropped whatever the draw while p > 0, a first attempt is drawn as usual,
+// and at p = 0 everything passes; without it the retransmit is drawn.
+func TestShedRetransmits(t *testing.T) {
+	for _, h := range hooks {
+		t.Run(string(h), func(t *testing.T) {
+			d := setup(t, Config{StaleAfter: time.Hour}, olc.ActionDrop, 1)
+			run(t, d, h, syn4(8080, 1)) // dropped at p = 1: remembered
+			const tiny = 1e-6           // a draw practically never drops
+			for _, tc := range []struct {
+				name string
+				p    float64
+				shed bool
+				isn  uint32
+				want verdict
+			}{
+				{"retransmit, shedding", tiny, true, 1, verdictDrop},
+				{"first attempt, shedding", tiny, true, 2, verdictPass},
+				{"retransmit, not shedding", tiny, false, 1, verdictPass},
+				{"retransmit, shedding at p = 0", 0, true, 1, verdictPass},
+			} {
+				must(t, d.SetDropProbabilities(map[olc.PortKey]float64{tcp8080: tc.p}))
+				must(t, d.SetRetransmitShedding(map[olc.PortKey]bool{tcp8080: tc.shed}))
+				if v, _ := run(t, d, h, syn4(8080, tc.isn)); v != tc.want {
+					t.Errorf("%s: verdict %s, want %s %+v", tc.name, v, tc.want, stats(t, d).Ports[tcp8080])
+				}
+			}
+			if err := d.SetRetransmitShedding(map[olc.PortKey]bool{{Proto: olc.ProtoTCP, Port: 1}: true}); err == nil {
+				t.Error("a port without a policy: no error")
+			}
+		})
+	}
+}
+
 // TestSYNTableLRU: with one set of four ways (SYNTableSize 4), a fifth
 // dropped SYN evicts the least recently used one, where a retransmit counts
 // as a use. The table's clock is the heartbeat (olcd_syn_clock), so the test

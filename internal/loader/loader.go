@@ -66,6 +66,10 @@ type PortPolicy struct {
 	// DropProbability is the fraction 0..1 of new connections to act on;
 	// see ProbabilityToFixed for how it is rounded.
 	DropProbability float64
+	// ShedRetransmits drops every retransmitted SYN (one found among the
+	// SYNs the port dropped) while DropProbability > 0, without a draw
+	// (adaptive.PortDecision.ShedRetransmits).
+	ShedRetransmits bool
 }
 
 // Config sizes the maps and sets the fixed parts of the control record.

@@ -203,6 +203,43 @@ func (d *Datapath) SetDropProbabilities(m map[olc.PortKey]float64) error {
 	return nil
 }
 
+// SetRetransmitShedding sets whether each port in m drops its retransmitted
+// SYNs without a draw while its drop probability is above 0
+// (PortPolicy.ShedRetransmits); ports not in m keep theirs. Like
+// SetDropProbabilities it is a per-tick call and writes only the entries
+// that change.
+//
+// Errors: a port without a policy, a closed datapath, or a failed map
+// write. Nothing is changed when validation fails.
+func (d *Datapath) SetRetransmitShedding(m map[olc.PortKey]bool) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOpen(); err != nil {
+		return fmt.Errorf("set retransmit shedding: %w", err)
+	}
+	var errs []error
+	for k := range m {
+		if _, ok := d.policies[k]; !ok {
+			errs = append(errs, fmt.Errorf("port %s has no policy", k))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("set retransmit shedding: %w", err)
+	}
+	for k, on := range m {
+		pol := d.policies[k]
+		if pol.ShedRetransmits == on {
+			continue
+		}
+		pol.ShedRetransmits = on
+		d.policies[k] = pol
+		if err := d.writePolicy(k); err != nil {
+			return fmt.Errorf("set retransmit shedding: %w", err)
+		}
+	}
+	return nil
+}
+
 // SetExceptions replaces the exception ports and source prefixes. New
 // connections to an exception port or from an exception prefix always pass
 // and are counted as exempt (in the port's slot, or "other" for a TCP port
@@ -413,6 +450,9 @@ func (d *Datapath) writePolicy(k olc.PortKey) error {
 	flags := uint8(olcdOlcdPolicyFlagOLCD_POLICY_PROTECTED)
 	if d.exempt[k] {
 		flags |= uint8(olcdOlcdPolicyFlagOLCD_POLICY_EXEMPT)
+	}
+	if p.ShedRetransmits {
+		flags |= uint8(olcdOlcdPolicyFlagOLCD_POLICY_SHED_RETRANSMITS)
 	}
 	v := olcdOlcdPolicy{
 		DropProb:  ProbabilityToFixed(p.DropProbability),

@@ -36,6 +36,19 @@ func Drive(c *adaptive.Controller, sc Scenario, key olc.PortKey, minSamples int,
 	if idx < 0 {
 		return Result{}, fmt.Errorf("drive plant: the controller does not protect %s", key)
 	}
+	// The datapath sheds every retransmitted SYN while the decision asks
+	// it to (PortDecision.ShedRetransmits) and p > 0.
+	shedRetx := false
+	retxP := sc.RetransmitP
+	sc.RetransmitP = func(p float64) float64 {
+		switch {
+		case shedRetx && p > 0:
+			return 1
+		case retxP != nil:
+			return retxP(p)
+		}
+		return p
+	}
 	// The daemon's onset check between ticks: the window's counts and
 	// measured queue, handed to Controller.Onset.
 	var between func(Observation) (float64, bool)
@@ -52,6 +65,7 @@ func Drive(c *adaptive.Controller, sc Scenario, key olc.PortKey, minSamples int,
 			if each != nil {
 				each(DriveTick{Observation: o, Port: d.Ports[idx], Decision: d})
 			}
+			shedRetx = d.Ports[idx].ShedRetransmits
 			return d.Ports[idx].DropProbability, true
 		}
 	}
@@ -66,6 +80,7 @@ func Drive(c *adaptive.Controller, sc Scenario, key olc.PortKey, minSamples int,
 		d := c.Step(s, map[olc.PortKey]adaptive.PortStats{key: {
 			New: o.New, Retransmits: o.Retransmits, Dropped: o.Dropped, Response: r}})
 		pd := d.Ports[idx]
+		shedRetx = pd.ShedRetransmits
 		if each != nil {
 			each(DriveTick{Observation: o, Port: pd, Decision: d})
 		}

@@ -3,6 +3,7 @@ package sampler
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -90,7 +91,7 @@ func (s *Sampler) collect(r *reading) {
 }
 
 func (s *Sampler) collectStat(r *reading) {
-	f, err := s.open(s.pathStat)
+	f, err := os.Open(s.pathStat)
 	if err != nil {
 		r.addErr(SourceProcStat, fmt.Errorf("open %s: %w", s.pathStat, err))
 		return

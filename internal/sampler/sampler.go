@@ -67,7 +67,6 @@ type Sampler struct {
 
 	// Injection points; tests replace them to simulate kernel behaviour a
 	// fixture tree cannot (EOPNOTSUPP from a pressure file with psi=0).
-	open     openFunc
 	readFile readFileFunc
 	loadAvg  func() (float64, error)
 	nodePSI  func(res psiResource) (procfs.PSIStats, error)
@@ -132,7 +131,6 @@ func New(cfg Config, log *slog.Logger) (*Sampler, error) {
 		pathStat:    filepath.Join(root, "proc/stat"),
 		pathNetstat: filepath.Join(root, "proc/net/netstat"),
 		readFile:    readFileInto,
-		open:        openFile,
 		cgName:      cg,
 		cgRetry:     cgroupRetry,
 		buf:         make([]byte, 8192),

@@ -104,3 +104,35 @@ func TestSnapshot(t *testing.T) {
 		t.Errorf("row 1: at %v interval %v", s1.At, s1.Interval)
 	}
 }
+
+// TestWriteRoundTrip: what Writer writes, Read reads back: times relative
+// to the first row, empty cells for unavailable signals, the values.
+func TestWriteRoundTrip(t *testing.T) {
+	var b strings.Builder
+	w, err := NewWriter(&b, []sampler.Signal{sampler.CPUBusy, sampler.PSICPUSome})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	s0 := sampler.Snapshot{At: at}
+	s0.Set(sampler.CPUBusy, 0.5)
+	s1 := sampler.Snapshot{At: at.Add(500 * time.Millisecond)}
+	s1.Set(sampler.CPUBusy, 0.123456789)
+	s1.Set(sampler.PSICPUSome, 0.25)
+	for _, s := range []sampler.Snapshot{s0, s1} {
+		if err := w.Write(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const want = "t_s,cpu_busy,psi_cpu_some\n0.000,0.5,\n0.500,0.123457,0.25\n"
+	if b.String() != want {
+		t.Fatalf("wrote %q, want %q", b.String(), want)
+	}
+	tr, err := Read(strings.NewReader(b.String()), "x.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Rows) != 2 || tr.Rows[1].T != 0.5 || tr.Rows[0].Present[1] || tr.Rows[1].Values[1] != 0.25 {
+		t.Errorf("read back %+v", tr.Rows)
+	}
+}

@@ -353,6 +353,15 @@ lb:
 {{- end}}
 `))
 
+// lbController are the controller keys of the load-balancer test's olcd,
+// whose nodes run the resource law on the cgroup's CPU as measured in
+// docs/tuning.md §6 (the overload matrix's olcd is the default but for
+// min_pass_rate: DefaultController).
+var lbController = []string{
+	"min_pass_rate: 0.05", "activation_ticks: 1", "max_step: 0.5", "cooldown_ticks: 2", "recovery_step: 0.1",
+	"hysteresis: 0.02",
+}
+
 // startOlcd starts olcd in the node's namespace and waits until it has
 // attached and ticked twice.
 func (n *lbNode) startOlcd(ctx context.Context, dir string, threshold float64, agent bool) (*olcdProc, error) {
@@ -371,7 +380,7 @@ func (n *lbNode) startOlcd(ctx context.Context, dir string, threshold float64, a
 		agentAddr = net.JoinHostPort(n.ip.String(), strconv.Itoa(lbAgentPort))
 	}
 	err = lbOlcdConfig.Execute(f, map[string]any{
-		"Iface": n.dev, "Threshold": threshold, "Cgroup": n.h.cg.Name, "Controller": DefaultController,
+		"Iface": n.dev, "Threshold": threshold, "Cgroup": n.h.cg.Name, "Controller": lbController,
 		"Port": WorkPort, "HealthPort": HealthPort, "Metrics": net.JoinHostPort(n.ip.String(), strconv.Itoa(lbMetricsPort)),
 		"Socket": socket, "DecisionLog": o.decisionLog, "Agent": agentAddr, "ResponseTarget": n.responseTarget,
 	})
