@@ -109,17 +109,17 @@ func TestSnapshot(t *testing.T) {
 // to the first row, empty cells for unavailable signals, the values.
 func TestWriteRoundTrip(t *testing.T) {
 	var b strings.Builder
-	w, err := NewWriter(&b, []sampler.Signal{sampler.CPUBusy, sampler.PSICPUSome})
+	w, err := NewWriter(&b, []olc.Signal{olc.CPUBusy, olc.PSICPUSome})
 	if err != nil {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	s0 := sampler.Snapshot{At: at}
-	s0.Set(sampler.CPUBusy, 0.5)
-	s1 := sampler.Snapshot{At: at.Add(500 * time.Millisecond)}
-	s1.Set(sampler.CPUBusy, 0.123456789)
-	s1.Set(sampler.PSICPUSome, 0.25)
-	for _, s := range []sampler.Snapshot{s0, s1} {
+	s0 := olc.Snapshot{At: at}
+	s0.Set(olc.CPUBusy, 0.5)
+	s1 := olc.Snapshot{At: at.Add(500 * time.Millisecond)}
+	s1.Set(olc.CPUBusy, 0.123456789)
+	s1.Set(olc.PSICPUSome, 0.25)
+	for _, s := range []olc.Snapshot{s0, s1} {
 		if err := w.Write(s); err != nil {
 			t.Fatal(err)
 		}

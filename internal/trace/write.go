@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // Writer writes a trace in the format Read reads: the header when created,
@@ -14,14 +14,14 @@ import (
 // crash or Ctrl-C keeps every complete row.
 type Writer struct {
 	bw    *bufio.Writer
-	cols  []sampler.Signal
+	cols  []olc.Signal
 	start time.Time
 	row   []byte
 }
 
 // NewWriter writes the header "t_s,<signal>,…" for cols to w. Errors: the
 // write's.
-func NewWriter(w io.Writer, cols []sampler.Signal) (*Writer, error) {
+func NewWriter(w io.Writer, cols []olc.Signal) (*Writer, error) {
 	tw := &Writer{bw: bufio.NewWriter(w), cols: cols, row: make([]byte, 0, 512)}
 	tw.row = append(tw.row, "t_s"...)
 	for _, c := range cols {
@@ -33,7 +33,7 @@ func NewWriter(w io.Writer, cols []sampler.Signal) (*Writer, error) {
 // Write appends s as a row: t_s is the time since the first row's At
 // (seconds, 3 decimals), each column the signal's value (6 significant
 // digits) or an empty cell when it is unavailable. Errors: the write's.
-func (w *Writer) Write(s sampler.Snapshot) error {
+func (w *Writer) Write(s olc.Snapshot) error {
 	if w.start.IsZero() {
 		w.start = s.At
 	}
