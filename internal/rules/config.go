@@ -356,7 +356,7 @@ func (c *Config) Validate() error {
 	if name == "" {
 		name = "config"
 	}
-	d := &decoder{fallback: name, pos: map[string]*yaml.Node{}, failed: map[string]bool{}, entries: map[string][]string{}}
+	d := newDecoder(nil, name)
 	for s, t := range c.Thresholds {
 		d.thresholdSet[s] = t != 0
 	}

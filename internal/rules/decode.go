@@ -217,7 +217,7 @@ func withSignals(base *yaml.Node, th [sampler.NumSignals]float64, origins map[*y
 
 // decodeDocument decodes root onto the defaults and validates the result.
 func decodeDocument(root *yaml.Node, origins map[*yaml.Node]string, source, name string) (*Config, []Warning, error) {
-	d := &decoder{origins: origins, fallback: name, pos: map[string]*yaml.Node{}, failed: map[string]bool{}, entries: map[string][]string{}}
+	d := newDecoder(origins, name)
 	doc := defaultDocument()
 	if root != nil {
 		d.fields(root, reflect.ValueOf(doc).Elem(), "")
@@ -253,6 +253,12 @@ type decoder struct {
 	// parallel to the typed list (an entry that failed to decode is missing
 	// from both).
 	entries map[string][]string
+}
+
+// newDecoder returns a decoder for a document whose nodes came from
+// origins; fallback names the source of nodes without one.
+func newDecoder(origins map[*yaml.Node]string, fallback string) *decoder {
+	return &decoder{origins: origins, fallback: fallback, pos: map[string]*yaml.Node{}, failed: map[string]bool{}, entries: map[string][]string{}}
 }
 
 // file returns the source n came from.

@@ -161,38 +161,30 @@ func (d *decoder) validatePorts(c *Config) {
 		}
 		protected[p.Key()] = i
 	}
-	exempt := map[adaptive.PortKey]int{}
+	exempt := unique(d, "exceptions.ports", c.Exceptions.Ports)
 	for i, k := range c.Exceptions.Ports {
-		field := d.entryPath("exceptions.ports", i)
-		if j, dup := exempt[k]; dup {
-			d.addAt(field, fmt.Sprintf("%s is listed twice (also %s)", k, d.entryPath("exceptions.ports", j)), "")
-			continue
-		}
-		exempt[k] = i
-		if j, both := protected[k]; both {
-			other := d.entryPath("ports", j)
+		if j, both := protected[k]; both && exempt[k] == i {
+			field, other := d.entryPath("exceptions.ports", i), d.entryPath("ports", j)
 			d.addAt(field, fmt.Sprintf("%s is both protected (%s, %s) and exempt", k, other, d.where(other, field)),
 				"remove it from one of the two lists")
 		}
 	}
-	mgmt := map[adaptive.PortKey]int{}
-	for i, k := range c.Exceptions.Management {
-		field := d.entryPath("exceptions.management", i)
-		if j, dup := mgmt[k]; dup {
-			d.addAt(field, fmt.Sprintf("%s is listed twice (also %s)", k, d.entryPath("exceptions.management", j)), "")
+	unique(d, "exceptions.management", c.Exceptions.Management)
+	unique(d, "exceptions.sources", c.Exceptions.Sources)
+}
+
+// unique reports each entry of the list at path that repeats an earlier
+// one, and returns the index of every key's first entry.
+func unique[K comparable](d *decoder, path string, keys []K) map[K]int {
+	first := make(map[K]int, len(keys))
+	for i, k := range keys {
+		if j, dup := first[k]; dup {
+			d.addAt(d.entryPath(path, i), fmt.Sprintf("%v is listed twice (also %s)", k, d.entryPath(path, j)), "")
 			continue
 		}
-		mgmt[k] = i
+		first[k] = i
 	}
-	prefixes := map[string]int{}
-	for i, p := range c.Exceptions.Sources {
-		field := d.entryPath("exceptions.sources", i)
-		if j, dup := prefixes[p.String()]; dup {
-			d.addAt(field, fmt.Sprintf("%s is listed twice (also %s)", p, d.entryPath("exceptions.sources", j)), "")
-			continue
-		}
-		prefixes[p.String()] = i
-	}
+	return first
 }
 
 // where renders the position of field for a problem reported at from:
