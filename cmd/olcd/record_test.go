@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/fieldcases"
 	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/trace"
 )
 
 // TestRecordRoundTrip records a fixture node and reads the file back with
@@ -30,7 +30,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("record exit %d: %s", code, stderr.String())
 	}
-	tr, err := adaptive.ReadTraceFile(out)
+	tr, err := trace.ReadFile(out)
 	if err != nil {
 		t.Fatalf("read recorded trace: %v", err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/rules"
 	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/trace"
 )
 
 const simulateUsage = `Usage: olcd simulate --config FILE --trace FILE.csv [--out FILE.csv] [--plot FILE.png]
@@ -52,7 +53,7 @@ Flags:
 
 // simulation is the outcome of replaying a trace.
 type simulation struct {
-	trace *adaptive.Trace
+	trace *trace.Trace
 	cfg   *rules.Config
 	// ticks holds what the CSV and the plot need of each decision; a
 	// Decision keeps its signals, ports and reason strings, about 600 bytes
@@ -75,7 +76,7 @@ type simTick struct {
 // simulate replays tr through a controller configured by cfg. Without port
 // counts in a trace, the class columns assume every configured port (or,
 // under ports: auto, every class) carries the same demand.
-func simulate(cfg *rules.Config, tr *adaptive.Trace) (*simulation, error) {
+func simulate(cfg *rules.Config, tr *trace.Trace) (*simulation, error) {
 	c, err := adaptive.New(cfg.ControllerConfig(nil))
 	if err != nil {
 		return nil, fmt.Errorf("build controller: %w", err)
@@ -146,7 +147,7 @@ func cmdSimulate(args []string, stdout, stderr io.Writer) error {
 		}
 		return simulatePlant(cfg, *plantName, *seed, out, stderr)
 	}
-	tr, err := adaptive.ReadTraceFile(*tracePath)
+	tr, err := trace.ReadFile(*tracePath)
 	if err != nil {
 		return err
 	}
@@ -222,7 +223,7 @@ func closeFile(f *os.File) error {
 }
 
 // medianStep returns the median time between rows (seconds).
-func medianStep(tr *adaptive.Trace) float64 {
+func medianStep(tr *trace.Trace) float64 {
 	if len(tr.Rows) < 2 {
 		return 0
 	}

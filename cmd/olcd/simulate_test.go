@@ -15,6 +15,7 @@ import (
 	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/fieldcases"
 	"github.com/olcd/olcd/internal/rules"
+	"github.com/olcd/olcd/internal/trace"
 )
 
 // sharedTrace returns the path of one shared field-case trace.
@@ -52,10 +53,10 @@ func readCSV(t *testing.T, data []byte) [][]string {
 // case's expectations and against the controller driven directly.
 func TestSimulateStepTrace(t *testing.T) {
 	cfgPath := writeConfig(t, "signals:\n  cpu_busy: {threshold: 0.8}\n")
-	trace := sharedTrace(t, "step-overload.csv")
+	tracePath := sharedTrace(t, "step-overload.csv")
 	out := filepath.Join(t.TempDir(), "out.csv")
 	var stdout, stderr bytes.Buffer
-	if err := cmdSimulate([]string{"--config", cfgPath, "--trace", trace, "--out", out}, &stdout, &stderr); err != nil {
+	if err := cmdSimulate([]string{"--config", cfgPath, "--trace", tracePath, "--out", out}, &stdout, &stderr); err != nil {
 		t.Fatalf("simulate: %v\n%s", err, stderr.String())
 	}
 	data, err := os.ReadFile(out)
@@ -66,7 +67,7 @@ func TestSimulateStepTrace(t *testing.T) {
 	if strings.Join(recs[0], ",") != csvHeader {
 		t.Fatalf("header %v", recs[0])
 	}
-	tr, err := adaptive.ReadTraceFile(trace)
+	tr, err := trace.ReadFile(tracePath)
 	if err != nil {
 		t.Fatal(err)
 	}

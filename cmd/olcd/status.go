@@ -11,9 +11,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/daemon"
 	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/spell"
 )
 
 // clientTimeout bounds an admin request. A write waits for the tick loop,
@@ -294,7 +294,7 @@ Live overrides show in 'olcd status' and are dropped on reload.
 	case rest[0] == "threshold" && len(rest) == 3:
 		if _, ok := sampler.ParseSignal(rest[1]); !ok {
 			hint := "the canonical names are in docs/signals.md"
-			if c := adaptive.ClosestSignal(rest[1]); c != "" {
+			if c := spell.Closest(rest[1], spell.Names(sampler.Signals())); c != "" {
 				hint = fmt.Sprintf("did you mean %q?", c)
 			}
 			fmt.Fprintf(stderr, "olcd set threshold: unknown signal %q (%s)\n", rest[1], hint)

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // TestListenAdminDirectory: the admin socket is refused in a directory
@@ -31,9 +33,7 @@ func TestListenAdminDirectory(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tt.owner >= 0 || strings.Contains(tt.name, "other group") {
-				if os.Geteuid() != 0 {
-					t.Skip("needs root to chown")
-				}
+				testutil.RequireRoot(t, "chowns the socket directory")
 				uid, gid := os.Geteuid(), 65534
 				if tt.owner >= 0 {
 					uid = tt.owner

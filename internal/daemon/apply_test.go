@@ -15,6 +15,7 @@ import (
 
 	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/loader"
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // syncBuffer is a log sink safe for the loader's background goroutine.
@@ -47,9 +48,7 @@ type testDaemon struct {
 // root: the datapath is really loaded.
 func startTestDaemon(t testing.TB, cfg string) *testDaemon {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: loads the BPF datapath")
-	}
+	testutil.RequireRoot(t, "loads the BPF datapath")
 	path := filepath.Join(t.TempDir(), "olcd.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // atomicWriter lays out and updates a directory as the kubelet does for a
@@ -39,12 +41,8 @@ func (a *atomicWriter) write(t *testing.T, name, content string) {
 	a.cur = ts
 }
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+// must is testutil.Must, under the name this package's tests use.
+var must = testutil.Must
 
 // TestWatchConfigMapUpdate: an update of a ConfigMap volume, which makes no
 // event on the config file's own name, is a config change; an unrelated

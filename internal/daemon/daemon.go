@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -79,9 +80,9 @@ type Daemon struct {
 	cfg       *rules.Config  // base + live overrides: what is in force
 	overrides []liveOverride // one per field path, oldest first (overrides.go)
 	refused   *ReloadFailure // the last refused reload of the file, until one succeeds
-	smp       *sampler.Sampler
+	smp       snapshotter
 	ctrl      *adaptive.Controller
-	dp        *loader.Datapath
+	dp        datapath
 	ports     []portEntry
 	prev      loader.Stats
 	prevAt    time.Time
@@ -120,6 +121,32 @@ type Daemon struct {
 	statusStale atomic.Bool
 	metrics     *metrics
 	lb          lbState // what load balancers are told (lb.go)
+}
+
+// snapshotter is what the daemon uses of the sampler (*sampler.Sampler);
+// tests drive the daemon with fixed snapshots.
+type snapshotter interface {
+	Sample() sampler.Snapshot
+	SetTCPPorts(ports []uint16)
+}
+
+// datapath is what the daemon uses of the loaded datapath
+// (*loader.Datapath); tests drive the daemon without a kernel through it.
+type datapath interface {
+	Attach(iface string, mode loader.AttachMode) error
+	Detach(iface string) error
+	Attachments() []loader.Attachment
+	SetPolicies(policies []loader.PortPolicy) error
+	SetDropProbabilities(m map[loader.PortKey]float64) error
+	SetExceptions(ports []loader.PortKey, sources []netip.Prefix) error
+	SetMode(m loader.Mode) error
+	SetRejectLimit(rate, burst int) error
+	Heartbeat() error
+	Stats() (loader.Stats, error)
+	PortCounters(into map[loader.PortKey]loader.Counters) error
+	ResponseSample() uint32
+	FlowTableOccupancy() (loader.FlowTable, error)
+	Close() error
 }
 
 // portEntry is one protected port as the daemon tracks it.
@@ -468,16 +495,20 @@ func (d *Daemon) start() error {
 	}
 	d.limits = limitsOf(d.cfg)
 	d.ports = d.resolvePorts(d.cfg)
-	if d.smp, err = sampler.New(d.cfg.SamplerConfig(tcpPorts(d.ports)), d.log.With("component", "sampler")); err != nil {
+	smp, err := sampler.New(d.cfg.SamplerConfig(tcpPorts(d.ports)), d.log.With("component", "sampler"))
+	if err != nil {
 		return fmt.Errorf("start sampler: %w", err)
 	}
+	d.smp = smp
 	if d.ctrl, err = adaptive.New(d.cfg.ControllerConfig(controllerPorts(d.ports))); err != nil {
 		return fmt.Errorf("start controller: %w", err)
 	}
 	lcfg := loaderConfig(d.cfg, ifaces)
-	if d.dp, err = openDatapath(lcfg, d.log.With("component", "loader")); err != nil {
+	dp, err := openDatapath(lcfg, d.log.With("component", "loader"))
+	if err != nil {
 		return err
 	}
+	d.dp = dp
 	if err := d.program(); err != nil {
 		d.dp.Close()
 		return err

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/loader"
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // TestFailedStartLeavesNothing starts the daemon where it must fail and
@@ -22,9 +23,7 @@ import (
 // metrics address taken (the admin socket directory and the decision log
 // were created by then, and go again).
 func TestFailedStartLeavesNothing(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: runs a child as nobody and takes the capabilities' place")
-	}
+	testutil.RequireRoot(t, "runs a child as nobody and takes the capabilities' place")
 	if os.Getenv("OLCD_LEFTOVER_CHILD") != "" {
 		t.Skip("in the child")
 	}

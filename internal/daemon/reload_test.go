@@ -17,6 +17,7 @@ import (
 
 	"github.com/olcd/olcd/internal/loader"
 	"github.com/olcd/olcd/internal/rules"
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // counterValue reads a counter of the daemon's metrics.
@@ -124,9 +125,7 @@ func writeContent(doc string) func(t *testing.T, path string) {
 // for a SIGHUP and for POST /v1/reload alike; the reload applies when the
 // read returns. The read used to run on the loop, which stopped with it.
 func TestConfigReadOffTickLoop(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: loads the BPF datapath")
-	}
+	testutil.RequireRoot(t, "loads the BPF datapath")
 	dir := t.TempDir()
 	path := filepath.Join(dir, "olcd.yaml")
 	if err := os.WriteFile(path, []byte(testConfig(1, "100ms", "1s", 4)), 0o644); err != nil {

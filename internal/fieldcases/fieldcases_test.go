@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 func TestDirs(t *testing.T) {
@@ -47,9 +49,5 @@ func TestDirs(t *testing.T) {
 	}
 }
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+// must is testutil.Must, under the name this package's tests use.
+var must = testutil.Must

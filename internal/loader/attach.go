@@ -468,7 +468,7 @@ func (d *Datapath) checkOtherInstance(nl *netlink.Handle, l netlink.Link) error 
 		if own[id] {
 			return nil
 		}
-		if name := programName(id); strings.HasPrefix(name, FilterPrefix) {
+		if name := ProgramName(id); strings.HasPrefix(name, FilterPrefix) {
 			return fmt.Errorf("another olcd is attached (%s program %s, id %d); two would shed the same connections twice: stop it first", hook, name, id)
 		}
 		return nil
@@ -507,7 +507,7 @@ func (d *Datapath) checkOtherInstance(nl *netlink.Handle, l netlink.Link) error 
 
 // programName returns the name of a loaded program, or "" when it cannot be
 // read (gone already).
-func programName(id ebpf.ProgramID) string {
+func ProgramName(id ebpf.ProgramID) string {
 	p, err := ebpf.NewProgramFromID(id)
 	if err != nil {
 		return ""

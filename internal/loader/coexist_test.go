@@ -84,15 +84,15 @@ func TestCoexistence(t *testing.T) {
 			n := newTestNet(t)
 			foreign := passCLS(t)
 			n.inServer(t, func() error {
-				if err := addClsact(n.serverIf); err != nil {
+				if err := addClsact(n.NodeIf); err != nil {
 					return fmt.Errorf("add foreign clsact: %w", err)
 				}
-				return addBPFFilter(n.serverIf, "foreign", 7, foreign)
+				return addBPFFilter(n.NodeIf, "foreign", 7, foreign)
 			})
 			d := loadTest(t, Config{})
-			n.inServer(t, func() error { return d.attach(n.serverIf, AttachTC, noTCX) })
+			n.inServer(t, func() error { return d.attach(n.NodeIf, AttachTC, noTCX) })
 			n.inServer(t, func() error {
-				names, _, err := ingressFilterNames(n.serverIf)
+				names, _, err := ingressFilterNames(n.NodeIf)
 				if err != nil {
 					return err
 				}
@@ -109,7 +109,7 @@ func TestCoexistence(t *testing.T) {
 			// filter in the namespace it attached in.
 			must(t, d.Close())
 			n.inServer(t, func() error {
-				names, clsact, err := ingressFilterNames(n.serverIf)
+				names, clsact, err := ingressFilterNames(n.NodeIf)
 				if err != nil {
 					return err
 				}
@@ -124,10 +124,10 @@ func TestCoexistence(t *testing.T) {
 	t.Run("created-clsact", func(t *testing.T) {
 		n := newTestNet(t)
 		d := loadTest(t, Config{})
-		n.inServer(t, func() error { return d.attach(n.serverIf, AttachTC, true) })
+		n.inServer(t, func() error { return d.attach(n.NodeIf, AttachTC, true) })
 		n.inServer(t, d.Close)
 		n.inServer(t, func() error {
-			if _, clsact, err := ingressFilterNames(n.serverIf); err != nil || clsact {
+			if _, clsact, err := ingressFilterNames(n.NodeIf); err != nil || clsact {
 				return fmt.Errorf("clsact olcd created is still there after Close (err %v)", err)
 			}
 			return nil
@@ -136,11 +136,11 @@ func TestCoexistence(t *testing.T) {
 		// Someone adds a filter to the clsact olcd created: it stays.
 		foreign := passCLS(t)
 		d2 := loadTest(t, Config{})
-		n.inServer(t, func() error { return d2.attach(n.serverIf, AttachTC, true) })
-		n.inServer(t, func() error { return addBPFFilter(n.serverIf, "foreign", 7, foreign) })
+		n.inServer(t, func() error { return d2.attach(n.NodeIf, AttachTC, true) })
+		n.inServer(t, func() error { return addBPFFilter(n.NodeIf, "foreign", 7, foreign) })
 		n.inServer(t, d2.Close)
 		n.inServer(t, func() error {
-			names, clsact, err := ingressFilterNames(n.serverIf)
+			names, clsact, err := ingressFilterNames(n.NodeIf)
 			if err != nil || !clsact || len(names) != 1 || names[0] != "foreign" {
 				return fmt.Errorf("clsact %v, filters %q (err %v): want the foreign filter kept", clsact, names, err)
 			}
@@ -156,20 +156,20 @@ func TestLeftoverFilters(t *testing.T) {
 	n := newTestNet(t)
 	stale, foreign := passCLS(t), passCLS(t)
 	n.inServer(t, func() error {
-		if err := addClsact(n.serverIf); err != nil {
+		if err := addClsact(n.NodeIf); err != nil {
 			return err
 		}
-		if err := addBPFFilter(n.serverIf, "olcd_tc", 3, stale); err != nil {
+		if err := addBPFFilter(n.NodeIf, "olcd_tc", 3, stale); err != nil {
 			return err
 		}
-		return addBPFFilter(n.serverIf, "foreign", 4, foreign)
+		return addBPFFilter(n.NodeIf, "foreign", 4, foreign)
 	})
 	stale.Close() // like the killed process: only the filter holds it now
 	d := loadTest(t, Config{})
-	n.inServer(t, func() error { return d.Attach(n.serverIf, AttachTC) })
+	n.inServer(t, func() error { return d.Attach(n.NodeIf, AttachTC) })
 	t.Cleanup(func() { n.inServer(t, d.Close) })
 	n.inServer(t, func() error {
-		names, _, err := ingressFilterNames(n.serverIf)
+		names, _, err := ingressFilterNames(n.NodeIf)
 		if err != nil {
 			return err
 		}
@@ -188,19 +188,19 @@ func TestAnotherInstance(t *testing.T) {
 		n := newTestNet(t)
 		live := passCLS(t) // this process holds it, as a running olcd would
 		n.inServer(t, func() error {
-			if err := addClsact(n.serverIf); err != nil {
+			if err := addClsact(n.NodeIf); err != nil {
 				return err
 			}
-			return addBPFFilter(n.serverIf, "olcd_tc", 3, live)
+			return addBPFFilter(n.NodeIf, "olcd_tc", 3, live)
 		})
 		d := loadTest(t, Config{})
 		var err error
-		_ = onThreadIn(n.server, func() error { err = d.Attach(n.serverIf, AttachTC); return nil })
+		_ = n.InNode(func() error { err = d.Attach(n.NodeIf, AttachTC); return nil })
 		if err == nil || !strings.Contains(err.Error(), `another olcd is attached (clsact filter "olcd_tc"`) {
 			t.Errorf("attach beside a running olcd's filter: %v", err)
 		}
 		n.inServer(t, func() error {
-			names, _, err := ingressFilterNames(n.serverIf)
+			names, _, err := ingressFilterNames(n.NodeIf)
 			if err != nil || len(names) != 1 || names[0] != "olcd_tc" {
 				return fmt.Errorf("filters %q (err %v), want the running olcd's kept", names, err)
 			}
@@ -210,11 +210,11 @@ func TestAnotherInstance(t *testing.T) {
 	t.Run("tcx", func(t *testing.T) {
 		n := newTestNet(t)
 		first, second := loadTest(t, Config{}), loadTest(t, Config{})
-		n.inServer(t, func() error { return first.Attach(n.serverIf, AttachTC) })
+		n.inServer(t, func() error { return first.Attach(n.NodeIf, AttachTC) })
 		t.Cleanup(func() { n.inServer(t, first.Close) })
 		for _, mode := range []AttachMode{AttachTC, AttachXDP} {
 			var err error
-			_ = onThreadIn(n.server, func() error { err = second.Attach(n.serverIf, mode); return nil })
+			_ = n.InNode(func() error { err = second.Attach(n.NodeIf, mode); return nil })
 			if err == nil || !strings.Contains(err.Error(), "another olcd is attached (tcx program olcd_tc") {
 				t.Errorf("attach %s beside a running olcd: %v", mode, err)
 			}
@@ -237,7 +237,7 @@ func TestAttachErrors(t *testing.T) {
 	fid, err := progID(foreign)
 	must(t, err)
 	n.inServer(t, func() error {
-		l, err := netlink.LinkByName(n.serverIf)
+		l, err := netlink.LinkByName(n.NodeIf)
 		if err != nil {
 			return err
 		}
@@ -249,14 +249,14 @@ func TestAttachErrors(t *testing.T) {
 		mode  AttachMode
 		want  []string
 	}{
-		{n.serverIf, AttachXDP, []string{"attach xdp (native) to " + n.serverIf, fmt.Sprintf("program id %d", fid)}},
-		{n.serverIf, AttachXDPGeneric, []string{"attach xdp (generic) to " + n.serverIf, fmt.Sprintf("program id %d", fid)}},
+		{n.NodeIf, AttachXDP, []string{"attach xdp (native) to " + n.NodeIf, fmt.Sprintf("program id %d", fid)}},
+		{n.NodeIf, AttachXDPGeneric, []string{"attach xdp (generic) to " + n.NodeIf, fmt.Sprintf("program id %d", fid)}},
 		{"olcd-no-such", AttachTC, []string{"attach tc to olcd-no-such"}},
-		{n.serverIf, "ebpf", []string{"attach ebpf to " + n.serverIf, "unknown attach mode"}},
+		{n.NodeIf, "ebpf", []string{"attach ebpf to " + n.NodeIf, "unknown attach mode"}},
 	}
 	for _, tt := range tests {
 		var err error
-		_ = onThreadIn(n.server, func() error { err = d.Attach(tt.iface, tt.mode); return nil })
+		_ = n.InNode(func() error { err = d.Attach(tt.iface, tt.mode); return nil })
 		if err == nil {
 			t.Errorf("attach %s to %s succeeded", tt.mode, tt.iface)
 			continue
@@ -269,7 +269,7 @@ func TestAttachErrors(t *testing.T) {
 	}
 	// The foreign program is still there.
 	n.inServer(t, func() error {
-		l, err := netlink.LinkByName(n.serverIf)
+		l, err := netlink.LinkByName(n.NodeIf)
 		if err != nil {
 			return err
 		}
@@ -279,9 +279,9 @@ func TestAttachErrors(t *testing.T) {
 		return nil
 	})
 
-	n.inServer(t, func() error { return d.Attach(n.serverIf, AttachTC) })
+	n.inServer(t, func() error { return d.Attach(n.NodeIf, AttachTC) })
 	var err2 error
-	_ = onThreadIn(n.server, func() error { err2 = d.Attach(n.serverIf, AttachTC); return nil })
+	_ = n.InNode(func() error { err2 = d.Attach(n.NodeIf, AttachTC); return nil })
 	if err2 == nil || !strings.Contains(err2.Error(), "already attached") {
 		t.Errorf("second attach: %v", err2)
 	}
@@ -300,7 +300,7 @@ func TestXDPFallback(t *testing.T) {
 
 	d2 := loadTest(t, Config{})
 	var err error
-	_ = onThreadIn(n.server, func() error { err = d2.Attach("lo", AttachXDPNative); return nil })
+	_ = n.InNode(func() error { err = d2.Attach("lo", AttachXDPNative); return nil })
 	if err == nil || !strings.Contains(err.Error(), "attach xdp (native) to lo") {
 		t.Errorf("native XDP on lo: %v, want an error naming the mode", err)
 	}
@@ -313,12 +313,12 @@ func TestXDPFallback(t *testing.T) {
 // deleted while attached is detached by Close without an error.
 func TestAttachInterfaceKinds(t *testing.T) {
 	n := newTestNet(t)
-	tun, alt := n.serverIf+"t", n.serverIf+"a"
+	tun, alt := n.NodeIf+"t", n.NodeIf+"a"
 	n.inServer(t, func() error {
 		if err := netlink.LinkAdd(&netlink.Tuntap{LinkAttrs: netlink.LinkAttrs{Name: tun}, Mode: netlink.TUNTAP_MODE_TUN}); err != nil {
 			return fmt.Errorf("add tun: %w", err)
 		}
-		l, err := netlink.LinkByName(n.serverIf)
+		l, err := netlink.LinkByName(n.NodeIf)
 		if err != nil {
 			return err
 		}
@@ -329,7 +329,7 @@ func TestAttachInterfaceKinds(t *testing.T) {
 
 	for _, mode := range []AttachMode{AttachTC, AttachXDP} {
 		var err error
-		_ = onThreadIn(n.server, func() error { err = d.Attach(tun, mode); return nil })
+		_ = n.InNode(func() error { err = d.Attach(tun, mode); return nil })
 		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("attach %s to %s: link type \"none\" has no Ethernet header", mode, tun)) {
 			t.Errorf("attach %s to a tun device: %v, want a refusal naming the link type", mode, err)
 		}
@@ -338,16 +338,16 @@ func TestAttachInterfaceKinds(t *testing.T) {
 		t.Fatalf("refused attachments left %+v", got)
 	}
 
-	n.inServer(t, func() error { return d.Attach(n.serverIf, AttachTC) })
+	n.inServer(t, func() error { return d.Attach(n.NodeIf, AttachTC) })
 	var err error
-	_ = onThreadIn(n.server, func() error { err = d.Attach(alt, AttachTC); return nil })
-	if err == nil || !strings.Contains(err.Error(), "already attached as "+n.serverIf) {
+	_ = n.InNode(func() error { err = d.Attach(alt, AttachTC); return nil })
+	if err == nil || !strings.Contains(err.Error(), "already attached as "+n.NodeIf) {
 		t.Errorf("attach to the altname of an attached interface: %v, want already attached", err)
 	}
 
 	// The interface goes away under the attachment: Close still succeeds.
 	n.inServer(t, func() error {
-		l, err := netlink.LinkByName(n.serverIf)
+		l, err := netlink.LinkByName(n.NodeIf)
 		if err != nil {
 			return err
 		}
@@ -367,12 +367,12 @@ func TestClsactDeletedUnderneath(t *testing.T) {
 		t.Run(fmt.Sprintf("created-by-olcd=%v", ours), func(t *testing.T) {
 			n := newTestNet(t)
 			if !ours {
-				n.inServer(t, func() error { return addClsact(n.serverIf) })
+				n.inServer(t, func() error { return addClsact(n.NodeIf) })
 			}
 			d := loadTest(t, Config{})
-			n.inServer(t, func() error { return d.attach(n.serverIf, AttachTC, true) })
+			n.inServer(t, func() error { return d.attach(n.NodeIf, AttachTC, true) })
 			n.inServer(t, func() error {
-				l, err := netlink.LinkByName(n.serverIf)
+				l, err := netlink.LinkByName(n.NodeIf)
 				if err != nil {
 					return err
 				}
@@ -384,7 +384,7 @@ func TestClsactDeletedUnderneath(t *testing.T) {
 				t.Errorf("close after the qdisc was deleted: %v", err)
 			}
 			n.inServer(t, func() error {
-				if names, clsact, err := ingressFilterNames(n.serverIf); err != nil || clsact || len(names) != 0 {
+				if names, clsact, err := ingressFilterNames(n.NodeIf); err != nil || clsact || len(names) != 0 {
 					return fmt.Errorf("after Close: clsact %v, filters %q (err %v)", clsact, names, err)
 				}
 				return nil
@@ -402,7 +402,7 @@ func TestDetach(t *testing.T) {
 		t.Run(fmt.Sprintf("noTCX=%v", noTCX), func(t *testing.T) {
 			n := newTestNet(t)
 			d := loadTest(t, Config{})
-			h, err := netlink.NewHandleAt(n.server)
+			h, err := netlink.NewHandleAt(n.NodeNS)
 			must(t, err)
 			defer h.Close()
 			onTC := func(name string) int {
@@ -444,20 +444,20 @@ func TestDetach(t *testing.T) {
 				return Attachment{}
 			}
 
-			attach(n.serverIf)
-			must(t, d.Detach(n.serverIf))
+			attach(n.NodeIf)
+			must(t, d.Detach(n.NodeIf))
 			if got := d.Attachments(); len(got) != 0 {
 				t.Errorf("after Detach: %+v", got)
 			}
-			if c := onTC(n.serverIf); c != 0 {
-				t.Errorf("%d programs left on %s after Detach", c, n.serverIf)
+			if c := onTC(n.NodeIf); c != 0 {
+				t.Errorf("%d programs left on %s after Detach", c, n.NodeIf)
 			}
-			if err := d.Detach(n.serverIf); err == nil || !strings.Contains(err.Error(), "not attached") {
+			if err := d.Detach(n.NodeIf); err == nil || !strings.Contains(err.Error(), "not attached") {
 				t.Errorf("second Detach: %v", err)
 			}
-			attach(n.serverIf)
-			if c := onTC(n.serverIf); c != 1 {
-				t.Errorf("%d programs on %s after attaching again, want 1", c, n.serverIf)
+			attach(n.NodeIf)
+			if c := onTC(n.NodeIf); c != 1 {
+				t.Errorf("%d programs on %s after attaching again, want 1", c, n.NodeIf)
 			}
 
 			const dummy = "oldetach"
@@ -480,7 +480,7 @@ func TestDetach(t *testing.T) {
 				t.Errorf("re-created %s: ifindex %d then %d, %d programs", dummy, first.Ifindex, second.Ifindex, onTC(dummy))
 			}
 			must(t, d.Close())
-			if onTC(dummy) != 0 || onTC(n.serverIf) != 0 {
+			if onTC(dummy) != 0 || onTC(n.NodeIf) != 0 {
 				t.Error("programs left after Close")
 			}
 		})

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -193,6 +194,99 @@ func TestDrawState(t *testing.T) {
 	}
 }
 
+// drawModel is olcd_draw and olcd_select (bpf/olcd.c) in Go, started from
+// a slot's generator state on one CPU: what the datapath selects, packet by
+// packet.
+type drawModel struct {
+	rnd  uint32
+	even bool
+}
+
+func (m *drawModel) selects(p uint32) bool {
+	if p == math.MaxUint32 {
+		return true
+	}
+	if m.even {
+		sum := uint64(m.rnd) + uint64(p)
+		m.rnd = uint32(sum)
+		return sum>>32 != 0
+	}
+	x := m.rnd*747796405 + 2891336453
+	m.rnd = x
+	x = ((x >> ((x >> 28) + 4)) ^ x) * 277803737
+	return (x>>22)^x < p
+}
+
+// TestDrawSeed: with Config.DrawSeed the draw is fixed. On one CPU, the
+// same seed selects the same SYNs on every load and another seed others;
+// and the datapath selects exactly what the Go model of the draw does from
+// the seeded state, for both selections and both programs.
+func TestDrawSeed(t *testing.T) {
+	const n, p = 200, 0.3
+	for _, sel := range []Selection{SelectRandom, SelectEven} {
+		for _, h := range hooks {
+			t.Run(fmt.Sprintf("%s/%v", h, sel), func(t *testing.T) {
+				// verdicts loads a datapath with seed and runs n SYNs on
+				// one CPU; start is that CPU's state of the port's slot.
+				verdicts := func(seed uint64) (got []verdict, start uint32) {
+					d := setup(t, Config{StaleAfter: time.Hour, Selection: sel, DrawSeed: seed}, ActionDrop, p)
+					var rets []uint32
+					var err error
+					onOneCPU(t, func() {
+						var set unix.CPUSet
+						if err = unix.SchedGetaffinity(0, &set); err != nil {
+							return
+						}
+						var per []olcdOlcdCounters
+						if err = d.objs.OlcdStats.Lookup(uint32(d.slots[tcp8080]), &per); err != nil {
+							return
+						}
+						for cpu := range per {
+							if set.IsSet(cpu) {
+								start = per[cpu].Rnd
+							}
+						}
+						for i := range n {
+							var ret uint32
+							if ret, err = d.prog(h).Run(&ebpf.RunOptions{Data: syn4(8080, uint32(i+1))}); err != nil {
+								return
+							}
+							rets = append(rets, ret)
+						}
+					})
+					must(t, err)
+					for _, r := range rets {
+						got = append(got, toVerdict(t, h, r))
+					}
+					return got, start
+				}
+				a, startA := verdicts(7)
+				b, startB := verdicts(7)
+				c, _ := verdicts(8)
+				if startA != startB || !slices.Equal(a, b) {
+					t.Errorf("seed 7 twice: start states %#x and %#x, verdicts differ: %v", startA, startB, !slices.Equal(a, b))
+				}
+				if slices.Equal(a, c) {
+					t.Errorf("seeds 7 and 8 select the same %d SYNs", n)
+				}
+				m := drawModel{rnd: startA, even: sel == SelectEven}
+				fixed, dropped := ProbabilityToFixed(p), 0
+				for i, v := range a {
+					want := verdictPass
+					if m.selects(fixed) {
+						want = verdictDrop
+						dropped++
+					}
+					if v != want {
+						t.Fatalf("SYN %d: %s, the model of the draw says %s", i+1, v, want)
+					}
+				}
+				t.Logf("%d of %d dropped at p = %v", dropped, n, p)
+			})
+		}
+	}
+}
+
 // TestFailOpen: with the heartbeat older than StaleAfter (or never written)
 // p = 1 drops nothing and counts stale; a fresh one drops again.
 func TestFailOpen(t *testing.T) {
@@ -245,7 +339,11 @@ func TestHeartbeatTimeNamespace(t *testing.T) {
 		if v, _ := run(t, d, hookXDP, syn4(8080, 1)); v != verdictDrop {
 			t.Errorf("offset %v, fresh heartbeat: %s, want drop", time.Duration(off), v)
 		}
-		time.Sleep(500 * time.Millisecond)
+		// A heartbeat that stopped 0.5 s ago, on the clock the daemon
+		// reads (the namespace's, corrected to the host's).
+		now, err := monotonicNow()
+		must(t, err)
+		must(t, d.setHeartbeat(now-uint64(500*time.Millisecond)))
 		if v, _ := run(t, d, hookXDP, syn4(8080, 2)); v != verdictPass {
 			t.Errorf("offset %v, heartbeat 0.5 s old, stale after 0.3 s: %s, want pass (fail-open)", time.Duration(off), v)
 		}

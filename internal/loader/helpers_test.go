@@ -3,10 +3,10 @@ package loader
 import (
 	"encoding/binary"
 	"errors"
-	"os"
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // Return codes the tests compare against (linux/bpf.h, linux/pkt_cls.h).
@@ -17,12 +17,10 @@ const (
 	tcActUnspc = 0xffffffff // TC_ACT_UNSPEC (-1): pass, let the next program run
 )
 
-// requireRoot skips tests that load BPF programs or touch network namespaces.
+// requireRoot skips tests that load BPF programs.
 func requireRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: loads BPF programs (BPF_PROG_TEST_RUN) and creates network namespaces")
-	}
+	testutil.RequireRoot(t, "loads BPF programs (BPF_PROG_TEST_RUN)")
 }
 
 // loadTest loads a datapath closed at the end of the test.
@@ -141,9 +139,5 @@ func ipv4Checksum(h []byte) uint16 {
 	return ^uint16(sum)
 }
 
-func must(t testing.TB, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+// must is testutil.Must, under the name this package's tests use.
+var must = testutil.Must

@@ -70,9 +70,9 @@ func TestIntegration(t *testing.T) {
 			must(t, d.SetExceptions([]PortKey{{ProtoTCP, portExempt}}, nil))
 			must(t, d.SetMode(ModeEnforce))
 			must(t, d.Heartbeat())
-			n.inServer(t, func() error { return d.attach(n.serverIf, m.mode, m.noTCX) })
-			if got := d.Attachments(); len(got) != 1 || got[0] != (Attachment{Interface: n.serverIf, Hook: m.hook, Mode: m.kernel, Ifindex: got[0].Ifindex}) || got[0].Ifindex <= 0 {
-				t.Fatalf("attachments %+v, want one %s/%s on %s", got, m.hook, m.kernel, n.serverIf)
+			n.inServer(t, func() error { return d.attach(n.NodeIf, m.mode, m.noTCX) })
+			if got := d.Attachments(); len(got) != 1 || got[0] != (Attachment{Interface: n.NodeIf, Hook: m.hook, Mode: m.kernel, Ifindex: got[0].Ifindex}) || got[0].Ifindex <= 0 {
+				t.Fatalf("attachments %+v, want one %s/%s on %s", got, m.hook, m.kernel, n.NodeIf)
 			}
 
 			// p = 0: connects succeed; keep one connection open.
@@ -120,7 +120,7 @@ func TestIntegration(t *testing.T) {
 			// Close: nothing of olcd left.
 			var ifindex int
 			n.inServer(t, func() error {
-				l, err := netlink.LinkByName(n.serverIf)
+				l, err := netlink.LinkByName(n.NodeIf)
 				if err != nil {
 					return err
 				}
@@ -128,7 +128,7 @@ func TestIntegration(t *testing.T) {
 				return d.Close()
 			})
 			closed = true
-			n.inServer(t, func() error { return nothingLeft(n.serverIf, ifindex) })
+			n.inServer(t, func() error { return nothingLeft(n.NodeIf, ifindex) })
 			programsGone(t, ids)
 		})
 	}
@@ -156,7 +156,7 @@ func checkMark(t *testing.T, n *testNet, d *Datapath, tc bool) {
 	var ln net.Listener
 	n.inServer(t, func() error {
 		var err error
-		ln, err = net.Listen("tcp4", netip.AddrPortFrom(n.serverIP, portMark).String())
+		ln, err = net.Listen("tcp4", netip.AddrPortFrom(n.NodeIP, portMark).String())
 		return err
 	})
 	defer ln.Close()
@@ -250,8 +250,8 @@ func checkVLAN(t *testing.T, n *testNet, d *Datapath) {
 		asm.Return(),
 	})
 	var lp, lo link.Link
-	if err := onThreadIn(n.client, func() error {
-		l, err := netlink.LinkByName(n.clientIf)
+	if err := n.InPeer(func() error {
+		l, err := netlink.LinkByName(n.PeerIf)
 		if err != nil {
 			return err
 		}
@@ -262,7 +262,7 @@ func checkVLAN(t *testing.T, n *testNet, d *Datapath) {
 	}
 	defer lp.Close()
 	n.inServer(t, func() error {
-		l, err := netlink.LinkByName(n.serverIf)
+		l, err := netlink.LinkByName(n.NodeIf)
 		if err != nil {
 			return err
 		}

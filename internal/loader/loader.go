@@ -262,6 +262,12 @@ type Config struct {
 	StaleAfter time.Duration
 	// Selection is how the draw picks what p sheds; default SelectRandom.
 	Selection Selection
+	// DrawSeed fixes the draw for tests: non-zero starts the generator of
+	// every port's slot on every CPU at a state derived from (DrawSeed,
+	// slot), so a given sequence of packets on one CPU is selected the same
+	// way on every load. 0 (the zero Config, and what the daemon uses)
+	// starts them at random states. The datapath is the same either way.
+	DrawSeed uint64
 	// RejectRate is how many SYNs per second one CPU answers with a
 	// RST|ACK under the reject action (a token bucket per CPU); the rest
 	// are dropped and counted (Stats.RejectLimited). 0 takes
@@ -490,7 +496,7 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 			d.rfree = append(d.rfree, uint16(i))
 		}
 	}
-	d.stats = newStatsFolder(d.objs.OlcdStats, d.objs.OlcdUnclass)
+	d.stats = newStatsFolder(d.objs.OlcdStats, d.objs.OlcdUnclass, cfg.DrawSeed)
 	d.resp = newRespFolder(d.objs.OlcdRhist, d.objs.OlcdFstats)
 	var seed [8]byte
 	if _, err := rand.Read(seed[:]); err != nil {

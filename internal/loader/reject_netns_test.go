@@ -53,10 +53,10 @@ func TestRejectRealTraffic(t *testing.T) {
 			must(t, d.SetPolicies([]PortPolicy{{Key: k, Mode: ModeEnforce, Action: ActionReject}}))
 			must(t, d.SetMode(ModeEnforce))
 			must(t, d.Heartbeat())
-			n.inServer(t, func() error { return d.attach(n.serverIf, m.mode, m.noTCX) })
+			n.inServer(t, func() error { return d.attach(n.NodeIf, m.mode, m.noTCX) })
 			if m.txOff {
-				if err := onThreadIn(n.client, func() error { return setTxChecksum(n.clientIf, false) }); err != nil {
-					t.Fatalf("turn off checksum offload on %s: %v", n.clientIf, err)
+				if err := n.InPeer(func() error { return setTxChecksum(n.PeerIf, false) }); err != nil {
+					t.Fatalf("turn off checksum offload on %s: %v", n.PeerIf, err)
 				}
 			}
 			if m.mode == AttachXDPNative {
@@ -113,8 +113,8 @@ func passXDPOnClient(t *testing.T, n *testNet) {
 	must(t, err)
 	t.Cleanup(func() { p.Close() })
 	var l link.Link
-	if err := onThreadIn(n.client, func() error {
-		ifc, err := netlink.LinkByName(n.clientIf)
+	if err := n.InPeer(func() error {
+		ifc, err := netlink.LinkByName(n.PeerIf)
 		if err != nil {
 			return err
 		}

@@ -510,7 +510,7 @@ func TestResponseTimingVeth(t *testing.T) {
 			must(t, d.SetPolicies([]PortPolicy{{Key: tcp8080, Mode: ModeEnforce, Action: ActionDrop}}))
 			must(t, d.SetMode(ModeEnforce))
 			must(t, d.Heartbeat())
-			n.inServer(t, func() error { return d.attach(n.serverIf, m.mode, m.noTCX) })
+			n.inServer(t, func() error { return d.attach(n.NodeIf, m.mode, m.noTCX) })
 			if got := d.Attachments(); len(got) != 1 || got[0].Egress != m.egress {
 				t.Fatalf("attachments %+v, want egress %s", got, m.egress)
 			}
@@ -543,7 +543,7 @@ func TestResponseTimingVeth(t *testing.T) {
 					return err
 				}
 				defer h.Close()
-				l, err := h.LinkByName(n.serverIf)
+				l, err := h.LinkByName(n.NodeIf)
 				if err != nil {
 					return err
 				}

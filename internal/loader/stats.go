@@ -198,6 +198,8 @@ type statsFolder struct {
 	noBatch bool
 	keys    []uint32
 	vals    []olcdOlcdCounters
+	// seed is Config.DrawSeed: 0 starts each slot's generators at random.
+	seed uint64
 }
 
 // batchMinSlots is the fewest slots in use from which a fold reads the
@@ -212,8 +214,8 @@ const (
 	batchDensity  = 4
 )
 
-func newStatsFolder(m, unclass *ebpf.Map) *statsFolder {
-	return &statsFolder{m: m, unclass: unclass, slots: make(map[uint16]*slotTotals)}
+func newStatsFolder(m, unclass *ebpf.Map, seed uint64) *statsFolder {
+	return &statsFolder{m: m, unclass: unclass, slots: make(map[uint16]*slotTotals), seed: seed}
 }
 
 // fold reads the slots (sorted ascending, as slotList returns them) and adds
@@ -305,14 +307,20 @@ func (f *statsFolder) add(slot uint16, percpu []olcdOlcdCounters) {
 // reset zeroes a slot in the kernel and in the totals, for a new owner, and
 // starts the slot's random generator at a random state on every CPU, so that
 // no two CPUs or ports draw the same sequence (olcd_draw in bpf/olcd.c).
+// With a seed the states are drawn from a generator seeded by (seed, slot)
+// instead: the same seed and slot give the same states on every load.
 func (f *statsFolder) reset(slot uint16) error {
 	n, err := ebpf.PossibleCPU()
 	if err != nil {
 		return fmt.Errorf("reset stats slot %d: %w", slot, err)
 	}
+	draw := rand.Uint32
+	if f.seed != 0 {
+		draw = rand.New(rand.NewPCG(f.seed, uint64(slot))).Uint32
+	}
 	vals := make([]olcdOlcdCounters, n)
 	for i := range vals {
-		vals[i].Rnd = rand.Uint32()
+		vals[i].Rnd = draw()
 	}
 	if err := f.m.Update(uint32(slot), vals, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("reset stats slot %d: %w", slot, err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/olcd/olcd/internal/testutil"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -48,8 +49,8 @@ func TestCorpusSameVerdict(t *testing.T) {
 	for _, side := range []struct {
 		ns  netns.NsHandle
 		if_ string
-	}{{n.server, n.serverIf}, {n.client, n.clientIf}} {
-		if err := onThreadIn(side.ns, func() error {
+	}{{n.NodeNS, n.NodeIf}, {n.PeerNS, n.PeerIf}} {
+		if err := testutil.InNetns(side.ns, func() error {
 			l, err := netlink.LinkByName(side.if_)
 			if err != nil {
 				return err
@@ -59,7 +60,7 @@ func TestCorpusSameVerdict(t *testing.T) {
 			t.Fatalf("set mtu of %s: %v", side.if_, err)
 		}
 	}
-	n.inServer(t, func() error { return d.Attach(n.serverIf, AttachTC) })
+	n.inServer(t, func() error { return d.Attach(n.NodeIf, AttachTC) })
 
 	xdp := make([]verdict, len(cases))
 	tcRun := make([]verdict, len(cases))
@@ -98,7 +99,7 @@ func injectCorpus(d *Datapath, n *testNet, cases []packetCase) ([]verdict, []boo
 		// namespace and CPU mask go with it.
 		runtime.LockOSThread()
 		errc <- func() error {
-			if err := netns.Set(n.client); err != nil {
+			if err := netns.Set(n.PeerNS); err != nil {
 				return fmt.Errorf("enter client netns: %w", err)
 			}
 			var set unix.CPUSet
@@ -106,7 +107,7 @@ func injectCorpus(d *Datapath, n *testNet, cases []packetCase) ([]verdict, []boo
 			if err := unix.SchedSetaffinity(0, &set); err != nil {
 				return fmt.Errorf("pin sender: %w", err)
 			}
-			l, err := netlink.LinkByName(n.clientIf)
+			l, err := netlink.LinkByName(n.PeerIf)
 			if err != nil {
 				return err
 			}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/trace"
 )
 
 // DriveTick is one tick of a driven run: what the plant showed and what
@@ -40,7 +41,7 @@ func Drive(c *adaptive.Controller, sc Scenario, key adaptive.PortKey, minSamples
 	var between func(Observation) (float64, bool)
 	if sc.Window > 0 {
 		between = func(o Observation) (float64, bool) {
-			at := adaptive.TraceOrigin.Add(time.Duration(o.T * float64(time.Second)))
+			at := trace.Origin.Add(time.Duration(o.T * float64(time.Second)))
 			d, ok := c.Onset(at, sc.Window, map[adaptive.PortKey]adaptive.PortStats{key: {
 				New: o.New, Retransmits: o.Retransmits, Dropped: o.Dropped,
 				Response: adaptive.PortResponse{Samples: uint64(o.Responses), Requests: float64(o.Requests),
@@ -55,7 +56,7 @@ func Drive(c *adaptive.Controller, sc Scenario, key adaptive.PortKey, minSamples
 		}
 	}
 	res := RunWindows(sc, func(o Observation) float64 {
-		s := sampler.Snapshot{At: adaptive.TraceOrigin.Add(time.Duration(o.T * float64(time.Second))), Interval: sc.Tick}
+		s := sampler.Snapshot{At: trace.Origin.Add(time.Duration(o.T * float64(time.Second))), Interval: sc.Tick}
 		s.Set(sampler.CPUBusy, o.CPUBusy)
 		r := adaptive.PortResponse{Samples: uint64(o.Responses), Requests: float64(o.Requests),
 			Responses: float64(o.Responses), Inflight: float64(o.Inflight)}

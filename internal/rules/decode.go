@@ -21,6 +21,7 @@ import (
 	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/ranges"
 	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/spell"
 )
 
 // Load reads and validates the config file at path. The error is a
@@ -789,14 +790,8 @@ func orList(values []string) string {
 // closest returns the candidate nearest to s by edit distance, when it is
 // close enough to be a plausible typo.
 func closest(s string, candidates []string) string {
-	best, bestD := "", math.MaxInt
-	for _, c := range candidates {
-		if dd := adaptive.Levenshtein(s, c); dd < bestD {
-			best, bestD = c, dd
-		}
-	}
-	if bestD <= max(2, len(s)/3) {
-		return best
+	if c := spell.Closest(s, candidates); c != "" {
+		return c
 	}
 	// A truncated name ("min_pass" for "min_pass_rate") is far in edit
 	// distance but still the obvious intent.

@@ -13,6 +13,7 @@ import (
 	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/lb"
 	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/spell"
 )
 
 // document is olcd.yaml as written: every key is declared here once, as a
@@ -142,7 +143,7 @@ func (s *signalsSection) decodeYAML(d *decoder, n *yaml.Node, path string) bool 
 		sig, ok := sampler.ParseSignal(name)
 		if !ok {
 			hint := "see docs/config.md for the canonical names"
-			if c := adaptive.ClosestSignal(name); c != "" {
+			if c := spell.Closest(name, spell.Names(sampler.Signals())); c != "" {
 				hint = fmt.Sprintf("did you mean %q?", c)
 			}
 			d.add(v, field, fmt.Sprintf("unknown signal %q", name), hint)

@@ -7,8 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // maxFileSize bounds how much of one pseudo-file is read into memory. The
@@ -25,15 +23,14 @@ type readFileFunc func(path string, buf []byte) ([]byte, error)
 // kernel returns only on special configurations (EOPNOTSUPP with psi=0).
 type openFunc func(path string) (io.ReadCloser, error)
 
-// readFileInto is the production readFileFunc. It uses raw syscalls instead of
-// os.ReadFile so a tick allocates nothing on the success path: the buffer is
-// the caller's and no *os.File is created.
+// readFileInto is the production readFileFunc: it reads through os.File into
+// the caller's buffer, which is reused across ticks.
 func readFileInto(path string, buf []byte) ([]byte, error) {
-	fd, err := openRaw(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return buf[:0], err
 	}
-	defer unix.Close(fd)
+	defer f.Close()
 	buf = buf[:cap(buf)]
 	if len(buf) == 0 {
 		buf = make([]byte, 4096)
@@ -44,68 +41,20 @@ func readFileInto(path string, buf []byte) ([]byte, error) {
 			if len(buf) >= maxFileSize {
 				return buf[:0], fmt.Errorf("read %s: larger than %d bytes", path, maxFileSize)
 			}
-			nb := make([]byte, 2*len(buf))
-			copy(nb, buf[:n])
-			buf = nb
+			buf = append(buf[:n], make([]byte, len(buf))...)
 		}
-		m, err := unix.Read(fd, buf[n:])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return buf[:0], &fs.PathError{Op: "read", Path: path, Err: err}
-		}
-		if m == 0 {
+		m, err := f.Read(buf[n:])
+		n += m
+		if err == io.EOF {
 			return buf[:n], nil
 		}
-		n += m
-	}
-}
-
-func openRaw(path string) (int, error) {
-	for {
-		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err == unix.EINTR {
-			continue
-		}
 		if err != nil {
-			return -1, &fs.PathError{Op: "open", Path: path, Err: err}
+			return buf[:0], err
 		}
-		return fd, nil
 	}
 }
 
-// rawFile is an io.ReadCloser over a file descriptor without the *os.File
-// bookkeeping; it is reused across ticks.
-type rawFile struct {
-	fd   int
-	path string
-}
-
-func (f *rawFile) Read(p []byte) (int, error) {
-	for {
-		n, err := unix.Read(f.fd, p)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return 0, &fs.PathError{Op: "read", Path: f.path, Err: err}
-		}
-		if n == 0 {
-			return 0, io.EOF
-		}
-		return n, nil
-	}
-}
-
-func (f *rawFile) Close() error {
-	if f.fd < 0 {
-		return nil
-	}
-	err := unix.Close(f.fd)
-	f.fd = -1
-	return err
-}
+func openFile(path string) (io.ReadCloser, error) { return os.Open(path) }
 
 // isAbsent reports whether err means the source does not exist on this node
 // (file or directory missing, or the kernel refusing it as unsupported, which

@@ -140,6 +140,9 @@ func makeQuotaCgroup(t *testing.T, quotaUs int) *testCgroup {
 		mk(d)
 		write(filepath.Join(d, "cpu.cfs_period_us"), "100000")
 		write(filepath.Join(d, "cpu.cfs_quota_us"), strconv.Itoa(quotaUs))
+		// The largest weight, so that sibling groups busy with other test
+		// packages cannot starve the loop below its quota (seen in a fresh-machine run).
+		write(filepath.Join(d, "cpu.shares"), "262144")
 		if acctM != nil && acctM != cpuM {
 			mk(filepath.Join(acctM.point, cg.name))
 		}
@@ -157,6 +160,7 @@ func makeQuotaCgroup(t *testing.T, quotaUs int) *testCgroup {
 		d := filepath.Join(v2.point, cg.name)
 		mk(d)
 		write(filepath.Join(d, "cpu.max"), fmt.Sprintf("%d 100000", quotaUs))
+		write(filepath.Join(d, "cpu.weight"), "10000") // as cpu.shares above
 		cg.v2, cg.psi = true, true
 	default:
 		t.Skip("no cgroup hierarchy with the cpu controller is mounted")

@@ -16,10 +16,7 @@ import (
 // columns than the header's position of ListenOverflows, or a value that is
 // not an unsigned integer is an error naming the line.
 //
-// procfs reads this file only per process (/proc/<pid>/net/netstat, through
-// Self(), which needs /proc/self to be a symlink) and allocates a pointer per
-// column; this reads <root>/proc/net/netstat without allocating and looks at
-// one column only.
+// Hand parser: procfs reads netstat only per process (/proc/self/net/netstat), which fixture roots lack.
 func parseListenOverflows(data []byte) (v uint64, found bool, err error) {
 	lineNo := 0
 	next := func() ([]byte, bool) {

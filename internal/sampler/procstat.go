@@ -50,6 +50,8 @@ type statReading struct {
 // without being held in memory.
 const statLineBuf = 4096
 
+// Hand parser: procfs's Stat fails the whole file on a negative processes counter (TestProcStatNotProcfs).
+//
 // parseProcStat reads /proc/stat from r, line by line, parsing only the
 // aggregate cpu line, counting cpuN lines, and parsing procs_running. It
 // stops reading once it has both. Every other line (intr, softirq, a negative

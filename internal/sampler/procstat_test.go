@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+
+	"github.com/prometheus/procfs"
 )
 
 func TestParseProcStat(t *testing.T) {
@@ -212,5 +214,25 @@ func TestCPUSignalsFromRoots(t *testing.T) {
 		if got, ok := snap.Get(sig); !ok || math.Abs(got-w) > 1e-9 {
 			t.Errorf("%s = %v (ok %v), want %v", sig, got, ok, w)
 		}
+	}
+}
+
+// The reason /proc/stat has its own parser: on the field case
+// proc-stat-odd-shapes (a negative processes counter) procfs's Stat fails the
+// whole file, losing cpu_busy and runnable, while ours reads both. If procfs
+// starts reading it, switch to procfs.
+func TestProcStatNotProcfs(t *testing.T) {
+	const in = "cpu  200 0 200 1400 0 0 0 0\ncpu0 200 0 200 1400 0 0 0 0\n\nprocesses -2049041839\nprocs_running 1\n"
+	dir := mkTree(t, map[string]string{"stat": in})
+	pfs, err := procfs.NewFS(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pfs.Stat(); err == nil {
+		t.Error("procfs now reads a negative processes counter: /proc/stat can move to procfs")
+	}
+	st, err := parseProcStat(strings.NewReader(in), nil)
+	if err != nil || !st.cpuOK || !st.runningOK || st.running != 1 {
+		t.Errorf("ours: %+v, %v", st, err)
 	}
 }

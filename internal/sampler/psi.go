@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+
+	"github.com/prometheus/procfs"
 )
 
 // psiResource is one of the resources PSI reports on.
@@ -71,11 +73,11 @@ func validAvg(v float64) bool {
 //	some avg10=0.12 avg60=0.05 avg300=0.01 total=123456
 //	full avg10=0.00 avg60=0.00 avg300=0.00 total=0
 //
-// It is used for /proc/pressure/* and for the cgroup v2 files
-// (cpu.pressure, …), which procfs does not read. Like procfs's parser, it
-// ignores lines with an unknown first word and fails on a malformed
-// some/full line; unlike it, it does not allocate and it rejects an avg10
-// outside 0..100. A missing line leaves that half unavailable.
+// It is used for the cgroup v2 files (cpu.pressure, …): procfs reads only
+// /proc/pressure/*. Like procfs's parser, it ignores lines with an unknown
+// first word and fails on a malformed some/full line; like fromPSIStats, it
+// rejects an avg10 outside 0..100. A missing line leaves that half
+// unavailable.
 func parsePSI(data []byte) (psiReading, error) {
 	var r psiReading
 	lineNo := 0
@@ -137,4 +139,24 @@ func parsePSILine(rest []byte) (psiLine, error) {
 	}
 	l.ok = true
 	return l, nil
+}
+
+// fromPSIStats converts procfs's reading of /proc/pressure/<res>, rejecting
+// an avg10 outside 0..100 as parsePSI does.
+func fromPSIStats(st procfs.PSIStats) (psiReading, error) {
+	var r psiReading
+	for _, l := range []struct {
+		name string
+		in   *procfs.PSILine
+		out  *psiLine
+	}{{"some", st.Some, &r.some}, {"full", st.Full, &r.full}} {
+		if l.in == nil {
+			continue
+		}
+		if !validAvg(l.in.Avg10) {
+			return psiReading{}, fmt.Errorf("%s: avg10=%v: not a percentage", l.name, l.in.Avg10)
+		}
+		*l.out = psiLine{avg10: l.in.Avg10, total: l.in.Total, ok: true}
+	}
+	return r, nil
 }

@@ -106,8 +106,8 @@ func psiFile(someAvg float64, someTotal uint64, full bool) string {
 // resources' values intact. EOPNOTSUPP is what reading a pressure file
 // returns when the kernel runs with psi=0 but kept the file (cgroup files on
 // 5.2–6.0); a fixture tree cannot produce an errno, so the test injects it
-// at the sampler's file-read function, for /proc/pressure/memory and for the
-// cgroup's cpu.pressure.
+// at the sampler's procfs read of /proc/pressure/memory and at its file-read
+// function for the cgroup's cpu.pressure.
 func TestPSIUnavailableIsPerResource(t *testing.T) {
 	base := map[string]string{
 		"proc/stat":                            "cpu 1 0 0 1\ncpu0 1 0 0 1\nprocs_running 1\n",
@@ -195,11 +195,18 @@ func TestPSIUnavailableIsPerResource(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			root := mkTree(t, withFiles(tc.files))
 			s, logs := newLogged(t, Config{Root: root, Cgroup: "/sys/fs/cgroup/app"})
-			if tc.nodeFail != nil || tc.cgroupFail != nil {
-				s.readFile = func(p string, buf []byte) ([]byte, error) {
-					if _, ok := tc.nodeFail[filepath.Base(p)]; ok && strings.Contains(p, "/proc/pressure/") {
-						return buf[:0], eopnotsupp(p)
+			if tc.nodeFail != nil {
+				read := s.nodePSI
+				s.nodePSI = func(res psiResource) (procfs.PSIStats, error) {
+					if _, ok := tc.nodeFail[psiResourceNames[res]]; ok {
+						// As procfs wraps it.
+						return procfs.PSIStats{}, fmt.Errorf("%w: %w", procfs.ErrFileRead, eopnotsupp(s.pathPSI[res]))
 					}
+					return read(res)
+				}
+			}
+			if tc.cgroupFail != nil {
+				s.readFile = func(p string, buf []byte) ([]byte, error) {
 					if _, ok := tc.cgroupFail[filepath.Base(p)]; ok && strings.Contains(p, "/app/") {
 						return buf[:0], eopnotsupp(p)
 					}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"path"
 	"path/filepath"
@@ -69,6 +68,7 @@ type Sampler struct {
 	open     openFunc
 	readFile readFileFunc
 	loadAvg  func() (float64, error)
+	nodePSI  func(res psiResource) (procfs.PSIStats, error)
 
 	procFS   procfs.FS
 	procFSOK bool
@@ -95,7 +95,6 @@ type Sampler struct {
 	portIdx  map[uint16]int
 	fillV    fillVisitor
 	idxGen   uint64
-	stat     rawFile
 	noted    map[noteKey]struct{}
 }
 
@@ -131,6 +130,7 @@ func New(cfg Config, log *slog.Logger) (*Sampler, error) {
 		pathStat:    filepath.Join(root, "proc/stat"),
 		pathNetstat: filepath.Join(root, "proc/net/netstat"),
 		readFile:    readFileInto,
+		open:        openFile,
 		cgName:      cg,
 		cgRetry:     cgroupRetry,
 		buf:         make([]byte, 8192),
@@ -141,7 +141,6 @@ func New(cfg Config, log *slog.Logger) (*Sampler, error) {
 	for r := range numPSIResources {
 		s.pathPSI[r] = filepath.Join(root, "proc/pressure", psiResourceNames[r])
 	}
-	s.open = s.openRaw
 	s.loadAvg = func() (float64, error) {
 		fs, err := s.fs()
 		if err != nil {
@@ -152,6 +151,13 @@ func New(cfg Config, log *slog.Logger) (*Sampler, error) {
 			return 0, err
 		}
 		return la.Load1, nil
+	}
+	s.nodePSI = func(res psiResource) (procfs.PSIStats, error) {
+		fs, err := s.fs()
+		if err != nil {
+			return procfs.PSIStats{}, fmt.Errorf("%w: %w", procfs.ErrFileRead, err)
+		}
+		return fs.PSIStatsForResource(psiResourceNames[res])
 	}
 	s.SetTCPPorts(cfg.TCPPorts)
 
@@ -165,15 +171,6 @@ func New(cfg Config, log *slog.Logger) (*Sampler, error) {
 		s.resolve(cgroupMountsOrLayout(root, mounts), time.Now())
 	}
 	return s, nil
-}
-
-func (s *Sampler) openRaw(p string) (io.ReadCloser, error) {
-	fd, err := openRaw(p)
-	if err != nil {
-		return nil, err
-	}
-	s.stat = rawFile{fd: fd, path: p}
-	return &s.stat, nil
 }
 
 // fs returns the procfs view of Root/proc, retrying when it was missing.

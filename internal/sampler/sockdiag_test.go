@@ -6,12 +6,12 @@ import (
 	"math"
 	"net"
 	"net/netip"
-	"os"
 	"slices"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/olcd/olcd/internal/testutil"
 	"golang.org/x/sys/unix"
 )
 
@@ -294,7 +294,5 @@ func TestAcceptQueueFillLargestListenerLive(t *testing.T) {
 
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (cgroup writes, host-wide counters): run as root, as CI does")
-	}
+	testutil.RequireRoot(t, "cgroup writes, host-wide counters")
 }

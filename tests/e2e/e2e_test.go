@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/olcd/olcd/internal/daemon"
+	"github.com/olcd/olcd/internal/loader"
 )
 
 // TestDaemonEndToEnd drives one `olcd run` through its life: attach, live
@@ -326,7 +327,7 @@ func waitProgGone(t *testing.T, id ebpf.ProgramID) {
 	deadline := time.Now().Add(5 * time.Second)
 	for progExists(t, id) {
 		if time.Now().After(deadline) {
-			t.Fatalf("BPF program %d (%s) still loaded", id, progName(id))
+			t.Fatalf("BPF program %d (%s) still loaded", id, loader.ProgramName(id))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -5,112 +5,42 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/olcd/olcd/internal/testutil"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 )
 
 // serverPort is the protected port of the loadgen server in the node
 // namespace (namespaces are private, so a fixed number collides with nobody).
 const serverPort = 8080
 
-// netEnv is a node namespace (olcd and the server) and a peer namespace (the
-// clients) joined by a veth pair.
+// netEnv is the shared netns rig (testutil.Net, named, so that olcd and the
+// servers run in it with ip netns exec): a node namespace (olcd and the
+// server) and a peer namespace (the clients) joined by a veth pair.
 type netEnv struct {
-	Node, Peer     string // namespace names
-	NodeIf, PeerIf string // veth ends
-	NodeIP, PeerIP netip.Addr
-	nodeNS, peerNS netns.NsHandle
-	nodeNL         *netlink.Handle
+	*testutil.Net
+	nodeNL *netlink.Handle
 }
 
-// newNetEnv creates the namespaces and the veth pair with names unique to
-// this process and test, and removes them in t.Cleanup.
+// newNetEnv creates the namespaces and the veth pair, removed in t.Cleanup.
 func newNetEnv(t *testing.T) *netEnv {
 	t.Helper()
-	suffix := fmt.Sprintf("%x%04x", os.Getpid()&0xffffff, rand.IntN(0x10000))
-	e := &netEnv{
-		Node:   "olcd-e2e-node-" + suffix,
-		Peer:   "olcd-e2e-peer-" + suffix,
-		NodeIf: "oe" + suffix + "n", // at most 13 bytes: IFNAMSIZ is 16
-		PeerIf: "oe" + suffix + "p",
-		NodeIP: netip.MustParseAddr("10.201.0.1"),
-		PeerIP: netip.MustParseAddr("10.201.0.2"),
-	}
-	mustRun(t, "ip", "netns", "add", e.Node)
-	t.Cleanup(func() { runQuiet("ip", "netns", "del", e.Node) })
-	mustRun(t, "ip", "netns", "add", e.Peer)
-	t.Cleanup(func() { runQuiet("ip", "netns", "del", e.Peer) })
-	e.createVeth(t)
-	for _, ns := range []string{e.Node, e.Peer} {
-		mustRun(t, "ip", "-n", ns, "link", "set", "lo", "up")
-	}
-
+	e := &netEnv{Net: testutil.NewNet(t, testutil.NetOptions{Named: true})}
 	var err error
-	if e.nodeNS, err = netns.GetFromName(e.Node); err != nil {
-		t.Fatalf("open namespace %s: %v", e.Node, err)
-	}
-	t.Cleanup(func() { e.nodeNS.Close() })
-	if e.peerNS, err = netns.GetFromName(e.Peer); err != nil {
-		t.Fatalf("open namespace %s: %v", e.Peer, err)
-	}
-	t.Cleanup(func() { e.peerNS.Close() })
-	if e.nodeNL, err = netlink.NewHandleAt(e.nodeNS); err != nil {
+	if e.nodeNL, err = netlink.NewHandleAt(e.NodeNS); err != nil {
 		t.Fatalf("netlink handle in %s: %v", e.Node, err)
 	}
 	t.Cleanup(e.nodeNL.Close)
 	return e
-}
-
-// createVeth creates the veth pair, addressed and up. It is created
-// directly inside the namespaces: the names never appear in the host
-// namespace, where other tests create theirs.
-func (e *netEnv) createVeth(t *testing.T) {
-	t.Helper()
-	mustRun(t, "ip", "link", "add", e.NodeIf, "netns", e.Node, "type", "veth", "peer", "name", e.PeerIf, "netns", e.Peer)
-	mustRun(t, "ip", "-n", e.Node, "addr", "add", e.NodeIP.String()+"/24", "dev", e.NodeIf)
-	mustRun(t, "ip", "-n", e.Peer, "addr", "add", e.PeerIP.String()+"/24", "dev", e.PeerIf)
-	mustRun(t, "ip", "-n", e.Node, "link", "set", e.NodeIf, "up")
-	mustRun(t, "ip", "-n", e.Peer, "link", "set", e.PeerIf, "up")
-}
-
-// inNetns runs fn on an OS thread switched into ns. Sockets fn creates stay
-// in ns after it returns. If the thread cannot be switched back it stays
-// locked and dies with its goroutine, so no other goroutine inherits ns.
-func inNetns(ns netns.NsHandle, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- fmt.Errorf("get current namespace: %w", err)
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(ns); err != nil {
-			errc <- fmt.Errorf("enter namespace: %w", err)
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- errors.Join(ferr, fmt.Errorf("leave namespace: %w", err))
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
 }
 
 // serverAddr is the loadgen server as the peer sees it.
@@ -123,7 +53,7 @@ func (e *netEnv) serverAddr() string {
 // error (refused, reset), which the callers tell apart.
 func (e *netEnv) connectOnce(timeout time.Duration) error {
 	var c net.Conn
-	err := inNetns(e.peerNS, func() error {
+	err := e.InPeer(func() error {
 		var err error
 		c, err = net.DialTimeout("tcp", e.serverAddr(), timeout)
 		return err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/daemon"
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // followWithin bounds the time from a link change to olcd's new attachment:
@@ -39,7 +40,7 @@ func TestInterfacesFollowed(t *testing.T) {
 	// --- Deleted and created again under its name.
 	mustRun(t, "ip", "-n", env.Node, "link", "del", env.NodeIf)
 	start := time.Now()
-	env.createVeth(t)
+	testutil.Must(t, env.CreateVeth())
 	waitFor(t, "a program on the new "+env.NodeIf, func() bool {
 		p := env.attachedProgs(t)
 		return len(p) == 1 && p[0].Name == "olcd_tc"
@@ -70,7 +71,7 @@ func TestInterfacesFollowed(t *testing.T) {
 	addPair()
 	waitFor(t, "the pair attached again", func() bool { return slices.Equal(statusIfaces(d.mustStatus(t)), all) })
 	mustRun(t, "ip", "-n", env.Node, "link", "set", extraA, "down")
-	time.Sleep(500 * time.Millisecond)
+	d.linkEventHandled(t)
 	if got := statusIfaces(d.mustStatus(t)); !slices.Equal(got, all) || len(env.attachedProgsOn(t, extraA)) != 1 {
 		t.Errorf("after %s went down: attached %v, want %v with its program kept", extraA, got, all)
 	}
@@ -99,7 +100,7 @@ func TestInterfacesFollowed(t *testing.T) {
 	if out := d.mustCLI(t, "status"); !strings.Contains(out, "does not exist (attached when it appears)") {
 		t.Errorf("olcd status does not show the waiting %s:\n%s", env.NodeIf, out)
 	}
-	env.createVeth(t)
+	testutil.Must(t, env.CreateVeth())
 	waitFor(t, "the listed "+env.NodeIf+" attached again", func() bool { return len(env.attachedProgs(t)) == 1 })
 	env.expectAllDropped(t, "after the listed veth was created again", 5)
 
@@ -128,7 +129,7 @@ func TestInterfacesFollowed(t *testing.T) {
 		t.Fatalf("reload naming the altname %s: %v", alt, err)
 	}
 	mustRun(t, "ip", "-n", env.Node, "link", "set", extraB, "down") // a link event
-	time.Sleep(500 * time.Millisecond)
+	d.linkEventHandled(t)
 	if got := statusIfaces(d.mustStatus(t)); !slices.Equal(got, []string{env.NodeIf}) || len(env.attachedProgs(t)) != 1 {
 		t.Errorf("listed by its altname %s: attached %v, want [%s] with its program", alt, got, env.NodeIf)
 	}

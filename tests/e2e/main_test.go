@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // bins holds the binaries built once per test run.
@@ -35,9 +37,7 @@ func requireRoot(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test: skipped in -short mode (it runs the daemon for tens of seconds)")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("end-to-end test needs root: it creates network namespaces and loads BPF programs")
-	}
+	testutil.RequireRoot(t, "end-to-end test: creates network namespaces and runs olcd, which loads BPF programs")
 	bins.once.Do(buildBinaries)
 	if bins.err != nil {
 		t.Fatalf("build binaries: %v", bins.err)

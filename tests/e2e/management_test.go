@@ -30,7 +30,7 @@ func TestManagementPortNeverShed(t *testing.T) {
 	connects := func(n int) (ok int) {
 		for range n {
 			var c net.Conn
-			err := inNetns(env.peerNS, func() (err error) { c, err = net.DialTimeout("tcp", ssh, synTimeout); return err })
+			err := env.InPeer(func() (err error) { c, err = net.DialTimeout("tcp", ssh, synTimeout); return err })
 			if err == nil {
 				ok++
 				c.Close()

@@ -27,6 +27,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/olcd/olcd/internal/daemon"
+	"github.com/olcd/olcd/internal/loader"
 )
 
 // Thresholds for cpu_busy that decide the overload state without depending
@@ -281,6 +282,15 @@ func (d *olcd) pollStatus(t *testing.T, what string, timeout time.Duration, cond
 	}
 }
 
+// linkEventHandled waits until the daemon's loop has handled a link event
+// that the caller's ip command made: by the time that command returns, the
+// kernel has queued the event on the daemon's socket, and the loop takes it
+// at its next turn, so two ticks later it has been handled.
+func (d *olcd) linkEventHandled(t *testing.T) {
+	t.Helper()
+	d.nextTick(t, d.nextTick(t, d.mustStatus(t)))
+}
+
 // nextTick waits for a status published by a tick after the one in st.
 func (d *olcd) nextTick(t *testing.T, st *daemon.Status) *daemon.Status {
 	t.Helper()
@@ -363,7 +373,7 @@ func (d *olcd) scrape(t *testing.T) map[string]*dto.MetricFamily {
 			DisableKeepAlives: true,
 			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 				var c net.Conn
-				err := inNetns(d.env.nodeNS, func() error {
+				err := d.env.InNode(func() error {
 					var err error
 					c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
 					return err
@@ -510,7 +520,7 @@ func (e *netEnv) attachedProgsOn(t *testing.T, name string) []attachedProg {
 	}
 	var out []attachedProg
 	var q *link.QueryResult
-	if err := inNetns(e.nodeNS, func() error {
+	if err := e.InNode(func() error {
 		var err error
 		q, err = link.QueryPrograms(link.QueryOptions{Target: l.Attrs().Index, Attach: ebpf.AttachTCXIngress})
 		return err
@@ -518,11 +528,11 @@ func (e *netEnv) attachedProgsOn(t *testing.T, name string) []attachedProg {
 		t.Fatalf("query tcx programs on %s: %v", name, err)
 	}
 	for _, p := range q.Programs {
-		out = append(out, attachedProg{Hook: "tcx", ID: p.ID, Name: progName(p.ID)})
+		out = append(out, attachedProg{Hook: "tcx", ID: p.ID, Name: loader.ProgramName(p.ID)})
 	}
 	if x := l.Attrs().Xdp; x != nil && x.Attached {
 		id := ebpf.ProgramID(x.ProgId)
-		out = append(out, attachedProg{Hook: "xdp", ID: id, Name: progName(id)})
+		out = append(out, attachedProg{Hook: "xdp", ID: id, Name: loader.ProgramName(id)})
 	}
 	fs, err := e.nodeNL.FilterList(l, netlink.HANDLE_MIN_INGRESS)
 	if err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
@@ -546,7 +556,7 @@ func (e *netEnv) egressProgs(t *testing.T) []attachedProg {
 	}
 	var out []attachedProg
 	var q *link.QueryResult
-	if err := inNetns(e.nodeNS, func() error {
+	if err := e.InNode(func() error {
 		var err error
 		q, err = link.QueryPrograms(link.QueryOptions{Target: l.Attrs().Index, Attach: ebpf.AttachTCXEgress})
 		return err
@@ -554,7 +564,7 @@ func (e *netEnv) egressProgs(t *testing.T) []attachedProg {
 		t.Fatalf("query tcx egress programs on %s: %v", e.NodeIf, err)
 	}
 	for _, p := range q.Programs {
-		out = append(out, attachedProg{Hook: "tcx", ID: p.ID, Name: progName(p.ID)})
+		out = append(out, attachedProg{Hook: "tcx", ID: p.ID, Name: loader.ProgramName(p.ID)})
 	}
 	fs, err := e.nodeNL.FilterList(l, netlink.HANDLE_MIN_EGRESS)
 	if err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
@@ -566,20 +576,6 @@ func (e *netEnv) egressProgs(t *testing.T) []attachedProg {
 		}
 	}
 	return out
-}
-
-// progName returns the name of the loaded program id, or "" when it is gone.
-func progName(id ebpf.ProgramID) string {
-	p, err := ebpf.NewProgramFromID(id)
-	if err != nil {
-		return ""
-	}
-	defer p.Close()
-	info, err := p.Info()
-	if err != nil {
-		return ""
-	}
-	return info.Name
 }
 
 // progExists reports whether a program with id is still loaded.
@@ -611,7 +607,7 @@ func olcdProgIDs(t *testing.T) map[ebpf.ProgramID]string {
 			t.Fatalf("enumerate BPF programs: %v", err)
 		}
 		id = next
-		if name := progName(id); strings.HasPrefix(name, "olcd") {
+		if name := loader.ProgramName(id); strings.HasPrefix(name, "olcd") {
 			out[id] = name
 		}
 	}

@@ -150,9 +150,10 @@ scrape_configs:
 	pc := &promClient{base: "http://" + promAddr, hc: nsHTTPClient(env)}
 
 	// Enough scrapes that every rate over the board's 15 s window has a
-	// pair of samples, with the traffic counted between them.
+	// pair of samples, with the traffic counted between them: the window
+	// full of 1 s scrapes (14, not 15: a scrape may straddle its edge).
 	pc.waitSeries(t, `up{job="olcd"} == 1`, 30*time.Second)
-	time.Sleep(20 * time.Second)
+	pc.waitSeries(t, `count_over_time(up{job="olcd"}[15s]) >= 14`, 40*time.Second)
 
 	// --- Every query of the Grafana board.
 	exprs := dashboardQueries(t)
@@ -274,7 +275,7 @@ func nsHTTPClient(e *netEnv) *http.Client {
 			DisableKeepAlives: true,
 			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 				var c net.Conn
-				err := inNetns(e.nodeNS, func() error {
+				err := e.InNode(func() error {
 					var err error
 					c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
 					return err

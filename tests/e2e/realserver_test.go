@@ -78,7 +78,7 @@ func (e *netEnv) peerClient() *http.Client {
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			var c net.Conn
-			err := inNetns(e.peerNS, func() error {
+			err := e.InPeer(func() error {
 				var err error
 				c, err = (&net.Dialer{Timeout: 3 * time.Second}).DialContext(ctx, network, addr)
 				return err
@@ -98,7 +98,7 @@ func (e *netEnv) connectRTT(t *testing.T, addr string) time.Duration {
 	for range 20 {
 		var c net.Conn
 		var d time.Duration
-		err := inNetns(e.peerNS, func() error {
+		err := e.InPeer(func() error {
 			var err error
 			t0 := time.Now() // the handshake only, not the switch of namespace
 			c, err = net.DialTimeout("tcp", addr, 2*time.Second)
@@ -215,7 +215,7 @@ http {
 	})
 	addr := fmt.Sprintf("%s:80", env.NodeIP)
 	deadline := time.Now().Add(10 * time.Second)
-	for inNetns(env.peerNS, func() error {
+	for env.InPeer(func() error {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			c.Close()
@@ -263,7 +263,7 @@ http {
 func (e *netEnv) lineServer(t *testing.T, port int) {
 	t.Helper()
 	var ln net.Listener
-	if err := inNetns(e.nodeNS, func() error {
+	if err := e.InNode(func() error {
 		var err error
 		ln, err = net.Listen("tcp4", fmt.Sprintf("%s:%d", e.NodeIP, port))
 		return err
@@ -302,7 +302,7 @@ func (e *netEnv) lineServer(t *testing.T, port int) {
 func (e *netEnv) peerDial(t *testing.T, addr string) net.Conn {
 	t.Helper()
 	var c net.Conn
-	if err := inNetns(e.peerNS, func() error {
+	if err := e.InPeer(func() error {
 		var err error
 		c, err = net.DialTimeout("tcp", addr, 2*time.Second)
 		return err

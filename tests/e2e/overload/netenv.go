@@ -13,60 +13,19 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/olcd/olcd/internal/testutil"
 )
 
-// docRanges are the documentation ranges of RFC 5737. The harness takes the
-// first one no address or route of the host overlaps: test VMs are known to
-// sit in TEST-NET-1 themselves.
-var docRanges = []netip.Prefix{
-	netip.MustParsePrefix("198.51.100.0/24"),
-	netip.MustParsePrefix("203.0.113.0/24"),
-	netip.MustParsePrefix("192.0.2.0/24"),
-}
-
-// pickRange returns the first documentation range the host does not use.
+// pickRange returns the first two addresses of a documentation range the
+// host does not use (testutil.FreeDocRange).
 func pickRange() (host, client netip.Addr, err error) {
-	var used []netip.Prefix
-	out, err := exec.Command("ip", "-4", "route", "show", "table", "all").Output()
+	p, err := testutil.FreeDocRange()
 	if err != nil {
-		return host, client, fmt.Errorf("ip route: %w", err)
+		return host, client, err
 	}
-	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 0 {
-			continue
-		}
-		dst := f[0]
-		if dst == "local" || dst == "broadcast" || dst == "unicast" {
-			if len(f) < 2 {
-				continue
-			}
-			dst = f[1]
-		}
-		if dst == "default" {
-			continue
-		}
-		if !strings.Contains(dst, "/") {
-			dst += "/32"
-		}
-		if p, err := netip.ParsePrefix(dst); err == nil {
-			used = append(used, p)
-		}
-	}
-	for _, r := range docRanges {
-		free := true
-		for _, u := range used {
-			if u.Overlaps(r) {
-				free = false
-				break
-			}
-		}
-		if free {
-			a := r.Addr().Next()
-			return a, a.Next(), nil
-		}
-	}
-	return host, client, fmt.Errorf("every documentation range (%v) is in use on this host", docRanges)
+	host = p.Addr().Next()
+	return host, host.Next(), nil
 }
 
 const (

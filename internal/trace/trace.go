@@ -1,4 +1,8 @@
-package adaptive
+// Package trace reads sample traces: CSV files of canonical signals, one row
+// per tick, in the format of the field cases (../shared/cases/README.md,
+// traces/*.csv). `olcd record` writes them, `olcd simulate` and the
+// controller's tests replay them.
+package trace
 
 import (
 	"bufio"
@@ -13,11 +17,12 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/spell"
 )
 
-// TraceOrigin is the wall-clock time of t_s = 0 when a trace is replayed.
+// Origin is the wall-clock time of t_s = 0 when a trace is replayed.
 // Any fixed instant would do; a fixed one keeps replays deterministic.
-var TraceOrigin = time.Date(2000, time.January, 1, 0, 0, 0, 0, time.UTC)
+var Origin = time.Date(2000, time.January, 1, 0, 0, 0, 0, time.UTC)
 
 // Trace is a series of samples in the format of the field cases
 // (../shared/cases/README.md, traces/*.csv): a header "t_s,<signal>,…" and
@@ -26,20 +31,20 @@ var TraceOrigin = time.Date(2000, time.January, 1, 0, 0, 0, 0, time.UTC)
 // the controller as is, and a cell that is not a number at all is passed as
 // NaN (an invalid sample) with a warning.
 type Trace struct {
-	// Name is the file name (or the name given to ReadTrace).
+	// Name is the file name (or the name given to Read).
 	Name string
 	// Columns are the signal columns, in file order.
 	Columns []sampler.Signal
 	// Rows are the ticks in file order. A row whose time does not advance is
-	// replayed as a stale sample (see Controller.Step).
-	Rows []TraceRow
+	// replayed as a stale sample (see adaptive.Controller.Step).
+	Rows []Row
 	// Warnings name the cells that were not numbers ("file:line: column
 	// …"), replayed as invalid samples.
 	Warnings []string
 }
 
-// TraceRow is one tick of a Trace.
-type TraceRow struct {
+// Row is one tick of a Trace.
+type Row struct {
 	// T is the time since the start of the trace (seconds, ≥ 0).
 	T float64
 	// Line is the row's line number in the file (1 = header).
@@ -50,30 +55,30 @@ type TraceRow struct {
 	Present []bool
 }
 
-// MaxTraceSeconds is the largest t_s a trace may hold (seconds, about 285
-// years): t_s is replayed as a time.Duration after TraceOrigin, in
+// MaxSeconds is the largest t_s a trace may hold (seconds, about 285
+// years): t_s is replayed as a time.Duration after Origin, in
 // nanoseconds that must fit an int64 (at most 9.22e9 s). Beyond it the
 // conversion overflowed into negative, out-of-order times.
-const MaxTraceSeconds = 9e9
+const MaxSeconds = 9e9
 
-// traceSlab is how many rows' values ReadTrace allocates at once.
-const traceSlab = 1024
+// slab is how many rows' values Read allocates at once.
+const slab = 1024
 
-// ReadTraceFile reads a trace CSV file.
-func ReadTraceFile(path string) (*Trace, error) {
+// ReadFile reads a trace CSV file.
+func ReadFile(path string) (*Trace, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read trace: %w", err)
 	}
 	defer f.Close()
-	return ReadTrace(f, path)
+	return Read(f, path)
 }
 
-// ReadTrace parses a trace from r; name is used in errors. Errors name the
+// Read parses a trace from r; name is used in errors. Errors name the
 // line and the column: a missing or malformed header, an unknown signal
 // (with the closest canonical name), a duplicate column, a row of the wrong
 // width, a time that is not a finite number ≥ 0.
-func ReadTrace(r io.Reader, name string) (*Trace, error) {
+func Read(r io.Reader, name string) (*Trace, error) {
 	// A spreadsheet's CSV export starts with a UTF-8 byte order mark, which
 	// would otherwise become part of the first column's name.
 	br := bufio.NewReader(r)
@@ -100,7 +105,7 @@ func ReadTrace(r io.Reader, name string) (*Trace, error) {
 		sig, ok := sampler.ParseSignal(h)
 		if !ok {
 			msg := fmt.Sprintf("%s:1: column %d: unknown signal %q", name, i+2, h)
-			if s := ClosestSignal(h); s != "" {
+			if s := spell.Closest(h, spell.Names(sampler.Signals())); s != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)
 			}
 			return nil, errors.New(msg)
@@ -111,7 +116,7 @@ func ReadTrace(r io.Reader, name string) (*Trace, error) {
 		seen[sig] = true
 		t.Columns = append(t.Columns, sig)
 	}
-	// The rows' values share slabs of traceSlab rows, so that a trace of a
+	// The rows' values share slabs of rows (slab at a time), so that a trace of a
 	// million ticks costs two allocations per thousand rows, not per row.
 	var vals []float64
 	var present []bool
@@ -128,13 +133,13 @@ func ReadTrace(r io.Reader, name string) (*Trace, error) {
 		}
 		n := len(t.Columns)
 		if len(vals) < n {
-			vals, present = make([]float64, n*traceSlab), make([]bool, n*traceSlab)
+			vals, present = make([]float64, n*slab), make([]bool, n*slab)
 		}
-		row := TraceRow{Line: line, Values: vals[:n:n], Present: present[:n:n]}
+		row := Row{Line: line, Values: vals[:n:n], Present: present[:n:n]}
 		vals, present = vals[n:], present[n:]
 		ts, err := strconv.ParseFloat(strings.TrimSpace(rec[0]), 64)
-		if err != nil || math.IsNaN(ts) || ts < 0 || ts > MaxTraceSeconds {
-			return nil, fmt.Errorf("%s:%d: t_s %q: must be a number of seconds in [0, %g]", name, line, rec[0], MaxTraceSeconds)
+		if err != nil || math.IsNaN(ts) || ts < 0 || ts > MaxSeconds {
+			return nil, fmt.Errorf("%s:%d: t_s %q: must be a number of seconds in [0, %g]", name, line, rec[0], MaxSeconds)
 		}
 		row.T = ts
 		for i, cell := range rec[1:] {
@@ -169,16 +174,16 @@ func ReadTrace(r io.Reader, name string) (*Trace, error) {
 	return t, nil
 }
 
-// maxStaleWarnings is how many rows whose time does not advance ReadTrace
+// maxStaleWarnings is how many rows whose time does not advance Read
 // names one by one.
 const maxStaleWarnings = 5
 
-// Snapshot returns row i as a sampler snapshot: At is TraceOrigin + T, and
+// Snapshot returns row i as a sampler snapshot: At is Origin + T, and
 // Interval the time since the previous row (0 for the first, or when time
 // did not advance).
 func (t *Trace) Snapshot(i int) sampler.Snapshot {
 	row := t.Rows[i]
-	s := sampler.Snapshot{At: TraceOrigin.Add(seconds(row.T))}
+	s := sampler.Snapshot{At: Origin.Add(seconds(row.T))}
 	if i > 0 && row.T > t.Rows[i-1].T {
 		s.Interval = seconds(row.T - t.Rows[i-1].T)
 	}
@@ -192,40 +197,3 @@ func (t *Trace) Snapshot(i int) sampler.Snapshot {
 
 // seconds converts seconds to a Duration, rounded to the nanosecond.
 func seconds(s float64) time.Duration { return time.Duration(math.Round(s * 1e9)) }
-
-// ClosestSignal returns the canonical signal name closest to name (edit
-// distance at most a third of its length, at least 2), or "" when none is
-// close: the hint for a misspelt signal in a config or a trace.
-func ClosestSignal(name string) string {
-	best, bestD := "", math.MaxInt
-	for _, sig := range sampler.Signals() {
-		if d := Levenshtein(name, sig.String()); d < bestD {
-			best, bestD = sig.String(), d
-		}
-	}
-	if bestD <= max(2, len(name)/3) {
-		return best
-	}
-	return ""
-}
-
-// Levenshtein returns the edit distance between a and b (bytes).
-func Levenshtein(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
-}

@@ -1,0 +1,269 @@
+package testutil
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"runtime"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// DocRanges are the documentation ranges (RFC 5737) a test network may use:
+// TEST-NET-2 and TEST-NET-3. TEST-NET-1 (192.0.2.0/24) is left out on
+// purpose: test machines sit in it themselves (this project's CI uplink is
+// 192.0.2.2/24), so a test that assigned it could reach a real network.
+var DocRanges = []netip.Prefix{
+	netip.MustParsePrefix("198.51.100.0/24"),
+	netip.MustParsePrefix("203.0.113.0/24"),
+}
+
+// FreeDocRange returns the first of DocRanges that no address or route (in
+// any routing table) of the calling thread's network namespace overlaps.
+func FreeDocRange() (netip.Prefix, error) {
+	var used []netip.Prefix
+	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V4,
+		&netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("list routes: %w", err)
+	}
+	for _, r := range routes {
+		// The default route (nil or 0.0.0.0/0) overlaps everything and
+		// says nothing about what is in use.
+		if r.Dst != nil {
+			if p := ipNetPrefix(r.Dst); p.Bits() > 0 {
+				used = append(used, p)
+			}
+		}
+	}
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("list addresses: %w", err)
+	}
+	for _, a := range addrs {
+		used = append(used, ipNetPrefix(a.IPNet))
+	}
+	for _, r := range DocRanges {
+		free := true
+		for _, u := range used {
+			if u.IsValid() && u.Overlaps(r) {
+				free = false
+				break
+			}
+		}
+		if free {
+			return r, nil
+		}
+	}
+	return netip.Prefix{}, fmt.Errorf("every documentation range (%v) is in use on this host", DocRanges)
+}
+
+func ipNetPrefix(n *net.IPNet) netip.Prefix {
+	a, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return netip.Prefix{}
+	}
+	ones, _ := n.Mask.Size()
+	return netip.PrefixFrom(a.Unmap(), ones)
+}
+
+// InNetns runs fn on a locked OS thread switched into ns, then switches
+// back. Sockets, netlink handles and bpf() attachments fn creates belong to
+// ns. With netns.None() the thread stays where it is, free for fn to switch
+// (netns.New does). If switching back fails the thread stays locked and
+// dies with its goroutine, so no other goroutine inherits the namespace.
+func InNetns(ns netns.NsHandle, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			errc <- fmt.Errorf("get current netns: %w", err)
+			return
+		}
+		defer orig.Close()
+		if ns.IsOpen() {
+			if err := netns.Set(ns); err != nil {
+				errc <- fmt.Errorf("enter netns: %w", err)
+				return
+			}
+		}
+		ferr := fn()
+		if err := netns.Set(orig); err != nil {
+			errc <- errors.Join(ferr, fmt.Errorf("return to the original netns: %w", err))
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- ferr
+	}()
+	return <-errc
+}
+
+// NewNetns creates an anonymous network namespace. It lives as long as the
+// handle and any socket in it, so a killed test leaves nothing behind.
+func NewNetns() (netns.NsHandle, error) {
+	ns := netns.None()
+	err := InNetns(netns.None(), func() error {
+		var err error
+		ns, err = netns.New()
+		return err
+	})
+	return ns, err
+}
+
+// newNamedNetns creates a network namespace bound at /run/netns/name, as
+// `ip netns add` does, so that commands can be run in it by name.
+func newNamedNetns(name string) (netns.NsHandle, error) {
+	ns := netns.None()
+	err := InNetns(netns.None(), func() error {
+		var err error
+		ns, err = netns.NewNamed(name)
+		return err
+	})
+	return ns, err
+}
+
+// NetOptions configures NewNet.
+type NetOptions struct {
+	// Named binds the namespaces under /run/netns (Net.Node, Net.Peer), for
+	// tests that run commands in them (ip netns exec). Anonymous otherwise.
+	Named bool
+}
+
+// Net is two network namespaces the test creates, joined by a veth pair:
+// the node (where olcd attaches and servers listen) and the peer (where
+// clients run). Nothing is created in the test's own namespace.
+type Net struct {
+	// Node and Peer are the namespace names under /run/netns; empty unless
+	// NetOptions.Named.
+	Node, Peer string
+	// NodeNS and PeerNS are handles to the namespaces, open until cleanup.
+	NodeNS, PeerNS netns.NsHandle
+	// NodeIf and PeerIf are the veth ends, at most 11 bytes, so a test can
+	// add a few characters for interfaces of its own (IFNAMSIZ is 16).
+	NodeIf, PeerIf string
+	// NodeIP (.1) and PeerIP (.2) are the ends' addresses, in Prefix.
+	NodeIP, PeerIP netip.Addr
+	// Prefix is the documentation range the ends are numbered from
+	// (FreeDocRange), configured on both ends.
+	Prefix netip.Prefix
+}
+
+// NewNet creates the namespaces and the veth pair, each end with lo and the
+// veth up and addressed, and removes them in t.Cleanup. Names carry a
+// random suffix so tests running at once (in any package) never meet. It
+// skips the test when not root.
+func NewNet(t testing.TB, opt NetOptions) *Net {
+	t.Helper()
+	RequireRoot(t, "creates network namespaces and a veth pair")
+	prefix, err := FreeDocRange()
+	if err != nil {
+		t.Fatalf("pick an address range: %v", err)
+	}
+	id := fmt.Sprintf("%08x", rand.Uint32())
+	n := &Net{
+		NodeIf: "ot" + id + "n",
+		PeerIf: "ot" + id + "p",
+		Prefix: prefix,
+	}
+	n.NodeIP = prefix.Addr().Next()
+	n.PeerIP = n.NodeIP.Next()
+	for _, end := range []struct {
+		ns   *netns.NsHandle
+		name *string
+		role string
+	}{{&n.NodeNS, &n.Node, "node"}, {&n.PeerNS, &n.Peer, "peer"}} {
+		if opt.Named {
+			*end.name = "olcd-test-" + id + "-" + end.role
+			*end.ns, err = newNamedNetns(*end.name)
+		} else {
+			*end.ns, err = NewNetns()
+		}
+		if err != nil {
+			t.Fatalf("create %s netns: %v", end.role, err)
+		}
+		ns, name := *end.ns, *end.name
+		t.Cleanup(func() {
+			ns.Close()
+			if name != "" {
+				if err := netns.DeleteNamed(name); err != nil {
+					t.Errorf("delete netns %s: %v", name, err)
+				}
+			}
+		})
+	}
+	t.Cleanup(func() {
+		// Deleting one end deletes both; the namespaces would take it too,
+		// but only once every socket in them is gone.
+		if h, err := netlink.NewHandleAt(n.NodeNS); err == nil {
+			if l, err := h.LinkByName(n.NodeIf); err == nil {
+				_ = h.LinkDel(l)
+			}
+			h.Close()
+		}
+	})
+	if err := n.CreateVeth(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// CreateVeth creates the veth pair, its ends addressed and up, directly
+// inside the namespaces. NewNet calls it; a test that deleted the pair calls
+// it to create the pair again under the same names.
+func (n *Net) CreateVeth() error {
+	veth := &netlink.Veth{
+		LinkAttrs:     netlink.LinkAttrs{Name: n.NodeIf, Namespace: netlink.NsFd(n.NodeNS)},
+		PeerName:      n.PeerIf,
+		PeerNamespace: netlink.NsFd(n.PeerNS),
+	}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return fmt.Errorf("create veth %s/%s: %w", n.NodeIf, n.PeerIf, err)
+	}
+	for _, end := range []struct {
+		ns     netns.NsHandle
+		ifname string
+		ip     netip.Addr
+	}{{n.NodeNS, n.NodeIf, n.NodeIP}, {n.PeerNS, n.PeerIf, n.PeerIP}} {
+		if err := configure(end.ns, end.ifname, netip.PrefixFrom(end.ip, n.Prefix.Bits())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// configure brings lo and ifname in ns up, with addr on ifname.
+func configure(ns netns.NsHandle, ifname string, addr netip.Prefix) error {
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return fmt.Errorf("netlink handle: %w", err)
+	}
+	defer h.Close()
+	for _, name := range []string{"lo", ifname} {
+		l, err := h.LinkByName(name)
+		if err != nil {
+			return fmt.Errorf("find %s: %w", name, err)
+		}
+		if name == ifname {
+			a := &netlink.Addr{IPNet: &net.IPNet{IP: addr.Addr().AsSlice(), Mask: net.CIDRMask(addr.Bits(), 32)}}
+			if err := h.AddrAdd(l, a); err != nil {
+				return fmt.Errorf("add %s to %s: %w", addr, name, err)
+			}
+		}
+		if err := h.LinkSetUp(l); err != nil {
+			return fmt.Errorf("set %s up: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// InNode runs fn in the node namespace (InNetns).
+func (n *Net) InNode(fn func() error) error { return InNetns(n.NodeNS, fn) }
+
+// InPeer runs fn in the peer namespace (InNetns).
+func (n *Net) InPeer(fn func() error) error { return InNetns(n.PeerNS, fn) }

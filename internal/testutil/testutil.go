@@ -1,0 +1,27 @@
+// Package testutil holds what the project's tests share: the root check,
+// Must, and (on Linux) a network rig of two namespaces joined by a veth pair.
+// Only tests and test harnesses import it.
+package testutil
+
+import (
+	"os"
+	"testing"
+)
+
+// RequireRoot skips t unless the process runs as root (effective uid 0).
+// needs says what the test does that needs root, e.g. "loads BPF programs";
+// it is the skip message, so a skipped run says what it did not test.
+func RequireRoot(t testing.TB, needs string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skipf("needs root (%s): run as root, as CI does", needs)
+	}
+}
+
+// Must fails t at once when err is not nil.
+func Must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
