@@ -350,6 +350,13 @@ func TestPatch(t *testing.T) {
 				t.Errorf("thresholds %v", c.Thresholds)
 			}
 		}, ""},
+		// A merge key in a patch merges onto the file like the keys it
+		// stands for: the merged ki replaces the file's.
+		{"merge key replaces a base key", base, "controller: {<<: {ki: 0.3}}", func(t *testing.T, c *Config) {
+			if c.Controller.Ki != 0.3 || c.Controller.Kp != 0.2 {
+				t.Errorf("ki %v kp %v, want 0.3 (patched) and 0.2 (the file's)", c.Controller.Ki, c.Controller.Kp)
+			}
+		}, ""},
 		// An alias inside its own anchor made merge recurse until the stack
 		// overflowed: a fatal error that took the daemon down.
 		{"alias cycle", base, "signals: &s {cpu_busy: {threshold: 0.7}, psi_cpu_some: *s}", nil, "patch:1: alias *s refers to a node that contains it"},
