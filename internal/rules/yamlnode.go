@@ -176,31 +176,39 @@ func pairs(n *yaml.Node) [][2]*yaml.Node {
 	if n == nil || n.Kind != yaml.MappingNode {
 		return nil
 	}
-	explicit := map[string]bool{}
+	written, merges := make([][2]*yaml.Node, 0, len(n.Content)/2), false
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		if k := resolve(n.Content[i]); !isMergeKey(k) && k.Kind == yaml.ScalarNode {
-			explicit[k.Value] = true
+		k := resolve(n.Content[i])
+		written = append(written, [2]*yaml.Node{k, resolve(n.Content[i+1])})
+		merges = merges || isMergeKey(k)
+	}
+	if !merges {
+		return written
+	}
+	explicit := map[string]bool{}
+	for _, kv := range written {
+		if !isMergeKey(kv[0]) && kv[0].Kind == yaml.ScalarNode {
+			explicit[kv[0].Value] = true
 		}
 	}
-	out := make([][2]*yaml.Node, 0, len(n.Content)/2)
+	out := make([][2]*yaml.Node, 0, len(written))
 	merged := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
-		if !isMergeKey(k) {
-			out = append(out, [2]*yaml.Node{k, v})
+	for _, kv := range written {
+		if !isMergeKey(kv[0]) {
+			out = append(out, kv)
 			continue
 		}
-		items := []*yaml.Node{v}
-		if v.Kind == yaml.SequenceNode {
-			items = v.Content
+		items := []*yaml.Node{kv[1]}
+		if kv[1].Kind == yaml.SequenceNode {
+			items = kv[1].Content
 		}
 		for _, m := range items {
-			for _, kv := range pairs(m) {
-				if kv[0].Kind != yaml.ScalarNode || explicit[kv[0].Value] || merged[kv[0].Value] {
+			for _, mkv := range pairs(m) {
+				if mkv[0].Kind != yaml.ScalarNode || explicit[mkv[0].Value] || merged[mkv[0].Value] {
 					continue
 				}
-				merged[kv[0].Value] = true
-				out = append(out, kv)
+				merged[mkv[0].Value] = true
+				out = append(out, mkv)
 			}
 		}
 	}
@@ -330,10 +338,16 @@ func merge(base, patch *yaml.Node, origins map[*yaml.Node]string) *yaml.Node {
 	out := *base
 	out.Content = nil
 	keepOrigin(&out, base, origins)
+	patched := map[string]*yaml.Node{}
+	for _, kv := range pairs(patch) {
+		if _, dup := patched[kv[0].Value]; !dup {
+			patched[kv[0].Value] = kv[1]
+		}
+	}
 	seen := map[string]bool{}
 	for _, kv := range pairs(base) {
 		k, v := kv[0], kv[1]
-		pv := mapGet(patch, k.Value)
+		pv := patched[k.Value]
 		seen[k.Value] = pv != nil
 		switch {
 		case pv == nil:
