@@ -68,9 +68,8 @@ struct {
 
 /*
  * Recently dropped SYNs (struct olcd_syn_set). A plain array with the
- * replacement done in the program: measured on the reference VM, one lookup in
- * a BPF_MAP_TYPE_LRU_HASH with the 40-byte key cost 35-45 ns, more than the
- * whole budget of a SYN; this costs a few. See docs/datapath.md.
+ * replacement done in the program: one lookup in a BPF_MAP_TYPE_LRU_HASH
+ * costs more than the whole budget of a SYN (docs/datapath.md).
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

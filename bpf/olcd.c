@@ -237,22 +237,12 @@ static __always_inline int olcd_count_pass(__u32 slot, __u32 exempt)
 }
 
 /*
- * The draw: a uniform 32-bit value from a PCG generator (M. E. O'Neill, "PCG:
- * A Family of Simple Fast Space-Efficient Statistically Good Algorithms for
- * Random Number Generation", 2014: the 32-bit RXS-M-XS member) whose state
- * lives in the stats slot, per CPU (olcd_counters.rnd). A step of a full
- * period 32-bit linear congruential generator (Knuth's conditions: odd
- * increment, multiplier = 1 mod 4), then a bijective permutation of the
- * state: every 32-bit output once per 2^32 draws, so a period is exactly
- * uniform. The loader starts every slot at a random state on every CPU, so
- * CPUs and ports draw independently.
- *
- * Not bpf_get_prandom_u32(), which the issue named: that is a helper the
- * verifier does not inline, a real call that also makes the compiler save
- * the values it keeps across it. Measured on the reference VM, it costs 6-7
- * ns per packet: a protected IPv4 SYN at p = 0.5 then takes about 33 ns of
- * its 30 ns budget, and about 26 with this generator (docs/datapath.md,
- * "The draw").
+ * The draw: a uniform 32-bit value from PCG RXS-M-XS 32 (M. E. O'Neill,
+ * "PCG: A Family of Simple Fast Space-Efficient Statistically Good Algorithms
+ * for Random Number Generation", 2014), its state per CPU in the stats slot
+ * (olcd_counters.rnd), started by the loader. In the program rather than
+ * bpf_get_prandom_u32(), a helper call the verifier does not inline, which
+ * would cost the SYN path its budget (docs/datapath.md, "The draw").
  */
 static __always_inline __u32 olcd_draw(struct olcd_counters *st)
 {
@@ -284,9 +274,9 @@ static __always_inline __u32 olcd_syn_clock(const struct olcd_control *ctl)
  * Whether the draw selects this packet, 0 or 1, for a drop probability p > 0
  * (always at 0xffffffff), by the control record's selection (enum
  * olcd_selection). The random draw is random by design, so a branch on it
- * would be mispredicted half the time at p = 0.5 (about 5 ns): the outcome
- * is the borrow of the 64-bit difference, used arithmetically. The branch on
- * the selection is taken the same way for every packet.
+ * would be mispredicted half the time at p = 0.5: the outcome is the borrow
+ * of the 64-bit difference, used arithmetically. The branch on the
+ * selection is taken the same way for every packet.
  */
 static __always_inline __u32 olcd_select(struct olcd_counters *st, __u32 p, __u8 selection)
 {
@@ -331,7 +321,8 @@ static __always_inline int olcd_not_enforced(struct olcd_counters *st, __u32 mod
  * Returns an olcd_verdict.
  *
  * In the order of docs/datapath.md: count the new connection; mode off →
- * pass; dropped-SYN table → count a retransmit; p = 0 → pass; the draw;
+ * pass; dropped-SYN table → count a retransmit; p = 0 → pass; the draw (a
+ * retransmit of a port that sheds them is dropped without one);
  * observe → count would-drop; heartbeat stale → count stale; mark or drop.
  * The heartbeat verdict is taken first only because its (rare) clock read
  * is a helper call, cheapest while only the policy and fp are kept.
@@ -371,7 +362,10 @@ static __always_inline int olcd_decide(const struct olcd_policy *pol, __u32 *pi,
 			prob = pol->drop_prob;
 			if (prob == 0)
 				return OLCD_V_PASS;
-			act = olcd_select(st, prob, ctl->selection);
+			if (seen && (pol->flags & OLCD_POLICY_SHED_RETRANSMITS))
+				act = 1;
+			else
+				act = olcd_select(st, prob, ctl->selection);
 			if (__builtin_expect(mode != OLCD_MODE_ENFORCE, 0))
 				return olcd_not_enforced(st, mode, act, mark->reject);
 			st->dropped += act;
@@ -425,7 +419,7 @@ static __always_inline int olcd_handle_policy(const struct olcd_pkt *pkt, void *
 	pol = bpf_map_lookup_elem(&olcd_policies, &pi);
 	if (!pol)
 		return OLCD_V_PASS;
-	flags = pol->flags;
+	flags = pol->flags & ~OLCD_POLICY_SHED_RETRANSMITS;
 	if (__builtin_expect(flags != OLCD_POLICY_PROTECTED, 0)) {
 		/* Exempt, with or without a policy of its own. A UDP port
 		 * without a policy is not protected: not a request. */
@@ -535,7 +529,7 @@ int olcd_xdp(struct xdp_md *ctx)
 		return XDP_PASS;
 	if (r != OLCD_P_NEW) {
 		if (r == OLCD_P_SEGMENT)
-			olcd_resp_ingress(&pkt, OLCD_INDEX_TCP);
+			olcd_resp_ingress(&pkt);
 		else
 			olcd_count_unclassified();
 		return XDP_PASS;
@@ -545,7 +539,7 @@ int olcd_xdp(struct xdp_md *ctx)
 	if (v == OLCD_V_REJECT)
 		return olcd_reject_xdp(olcd_unstash_ctx(&mark), mark.st);
 	if (__builtin_expect(!pkt.tcp, 0) && v == OLCD_V_PASS)
-		olcd_resp_udp_in(&pkt);
+		olcd_resp_udp(pkt.seg_addrs, pkt.seg_ports, pkt.ipv6, 0);
 	if (v == OLCD_V_MARK) {
 		/* Parse again rather than keep the header offsets alive
 		 * through olcd_decide (see olcd_handle). */
@@ -587,7 +581,7 @@ int olcd_tc(struct __sk_buff *skb)
 		return TC_ACT_UNSPEC;
 	if (r != OLCD_P_NEW) {
 		if (r == OLCD_P_SEGMENT)
-			olcd_resp_ingress(&pkt, OLCD_INDEX_TCP);
+			olcd_resp_ingress(&pkt);
 		else
 			olcd_count_unclassified();
 		return TC_ACT_UNSPEC;
@@ -597,7 +591,7 @@ int olcd_tc(struct __sk_buff *skb)
 	if (v == OLCD_V_REJECT)
 		return olcd_reject_tc(olcd_unstash_ctx(&mark), mark.st);
 	if (__builtin_expect(!pkt.tcp, 0) && v == OLCD_V_PASS)
-		olcd_resp_udp_in(&pkt);
+		olcd_resp_udp(pkt.seg_addrs, pkt.seg_ports, pkt.ipv6, 0);
 	if (v == OLCD_V_MARK) {
 		/* Parse again: see olcd_xdp. */
 		skb = olcd_unstash_ctx(&mark);
@@ -627,16 +621,16 @@ int olcd_tc_egress(struct __sk_buff *skb)
 	struct olcd_pkt pkt;
 	int r;
 
-	r = olcd_parse(data, data_end, skb, &pkt);
+	r = olcd_parse_dir(data, data_end, skb, 1, &pkt);
 	if (r == OLCD_P_SHORT && skb->len > (__u32)(data_end - data)) {
 		bpf_skb_pull_data(skb, skb->len < OLCD_PULL_MAX ? skb->len : OLCD_PULL_MAX);
 		data = (void *)(long)skb->data;
 		data_end = (void *)(long)skb->data_end;
-		r = olcd_parse(data, data_end, skb, &pkt);
+		r = olcd_parse_dir(data, data_end, skb, 1, &pkt);
 	}
 	if (r == OLCD_P_SEGMENT)
-		olcd_resp_egress(&pkt, OLCD_INDEX_TCP);
+		olcd_resp_egress(&pkt);
 	else if (r == OLCD_P_NEW && !pkt.tcp)
-		olcd_resp_egress(&pkt, OLCD_INDEX_UDP);
+		olcd_resp_udp(pkt.seg_addrs, pkt.seg_ports, pkt.ipv6, 1);
 	return TC_ACT_UNSPEC;
 }

@@ -49,6 +49,9 @@ enum olcd_proto {
 enum olcd_policy_flag {
 	OLCD_POLICY_PROTECTED = 1, /* the port is shed: counted, drawn, acted on */
 	OLCD_POLICY_EXEMPT = 2,    /* exception port: always passed, counted exempt */
+	/* While drop_prob != 0, a SYN found in the dropped-SYN table is dropped
+	 * without a draw: its client already waited a retransmit timeout. */
+	OLCD_POLICY_SHED_RETRANSMITS = 4,
 };
 
 /*
@@ -266,7 +269,7 @@ struct olcd_flow_set {
 
 /* Response timing knobs: a global variable (resp.h), written whole by the loader. */
 struct olcd_resp_ctl {
-	__u64 seed; /* flow hash seed, random per load */
+	__u64 seed; /* flow hash multiplier (olcd_flow_hash): random and odd, per load */
 	/* Tests only: when not 0, the clock (ns) instead of bpf_ktime_get_ns(). */
 	__u64 test_now_ns;
 	/* A flow is sampled when the high 32 bits of its hash are <= this:

@@ -267,8 +267,8 @@ static __always_inline int olcd_reject_xdp(struct xdp_md *ctx, struct olcd_count
 	 * TCP options, IPv6 extension headers, Ethernet padding, all the
 	 * client's own bytes) is link-layer padding, which every receiver
 	 * drops by the IP length (ip_rcv, ipv6_rcv). Shortening the frame with
-	 * bpf_xdp_adjust_tail cost 16 ns, a quarter of the reject path
-	 * (docs/datapath.md). */
+	 * bpf_xdp_adjust_tail would cost a large share of the reject path
+	 * (docs/datapath.md, "Reject"). */
 	st->rejected += 1;
 	return XDP_TX;
 drop:

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/olcd/olcd/internal/daemon"
+	"github.com/olcd/olcd/internal/api"
 )
 
 // update rewrites the golden files (go test -run TestGoldenStatusText -update).
@@ -23,7 +23,7 @@ func TestGoldenStatusText(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st daemon.Status
+	var st api.Status
 	if err := json.Unmarshal(data, &st); err != nil {
 		t.Fatal(err)
 	}

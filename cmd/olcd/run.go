@@ -10,6 +10,7 @@ import (
 	"runtime/pprof"
 	"syscall"
 
+	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/daemon"
 	"github.com/olcd/olcd/internal/rules"
 )
@@ -20,7 +21,7 @@ func cmdRun(args []string, stderr io.Writer) error {
 	config := fs.String("config", "", "config `file`; without it olcd runs on the embedded default (observe mode, ports: auto)")
 	level := fs.String("log-level", "info", "operational log level: debug, info, warn or error")
 	format := fs.String("log-format", "text", "operational log format: text or json")
-	socket := fs.String("admin-socket", "", "admin API unix socket `path`, overriding the config (default "+daemon.DefaultAdminSocket+")")
+	socket := fs.String("admin-socket", "", "admin API unix socket `path`, overriding the config (default "+api.DefaultSocket+")")
 	metricsAddr := fs.String("metrics-address", "", "Prometheus listen `address`, overriding the config; \"off\" disables it")
 	decisions := fs.String("decision-log", "", "decision log `path`, overriding the config; \"-\" disables it")
 	cpuProfile := fs.String("cpu-profile", "", "write a pprof CPU profile of the daemon to `file` until it stops (for performance reports; the sampling adds some CPU of its own)")
@@ -142,7 +143,7 @@ func cmdCheckConfig(args []string, stdout, stderr io.Writer) error {
 func socketFlag(fs interface {
 	String(name, value, usage string) *string
 }) *string {
-	def := daemon.DefaultAdminSocket
+	def := api.DefaultSocket
 	if env := os.Getenv("OLCD_SOCKET"); env != "" {
 		def = env
 	}

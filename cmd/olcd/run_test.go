@@ -11,9 +11,9 @@ import (
 )
 
 // TestEmptyOrSpecialConfigRefused: `olcd check-config` and `olcd run
-// --config` refuse an empty, white-space or comment-only file (they used to
-// take it as the embedded default: observe, ports: auto, every interface),
-// and a FIFO or directory at once (a FIFO used to block them for ever).
+// --config` refuse an empty, white-space or comment-only file (not taken as
+// the embedded default: observe, ports: auto, every interface), and a FIFO
+// or directory at once (a FIFO must not block them for ever).
 // Both exit 1 naming the file and what is wrong, and run attaches nothing:
 // it fails while loading the config, before any datapath work.
 func TestEmptyOrSpecialConfigRefused(t *testing.T) {

@@ -11,8 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/olcd/olcd/internal/daemon"
-	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/api"
+	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/spell"
 )
 
@@ -31,7 +31,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
 	defer cancel()
-	st, err := daemon.NewClient(*socket, clientTimeout).Status(ctx)
+	st, err := api.NewClient(*socket, clientTimeout).Status(ctx)
 	if err != nil {
 		return err
 	}
@@ -45,7 +45,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 }
 
 // printStatus renders the status as aligned tables.
-func printStatus(w io.Writer, st *daemon.Status, all bool, now time.Time) {
+func printStatus(w io.Writer, st *api.Status, all bool, now time.Time) {
 	src := st.ConfigSource
 	if n := len(st.Overrides); n > 0 {
 		src += fmt.Sprintf(" + %d live override(s)", n)
@@ -186,9 +186,9 @@ func fmtSignal(name string, v *float64) string {
 	if v == nil {
 		return "-"
 	}
-	if s, ok := sampler.ParseSignal(name); ok && s.IsFraction() {
+	if s, err := olc.ParseSignal(name); err == nil && s.IsFraction() {
 		return strconv.FormatFloat(*v, 'f', 3, 64)
-	} else if ok && s.Unit() == sampler.UnitSeconds {
+	} else if err == nil && s.Unit() == olc.UnitSeconds {
 		return fmtSeconds(v)
 	}
 	return strconv.FormatFloat(*v, 'f', 2, 64)
@@ -212,7 +212,7 @@ func fmtSeconds(v *float64) string {
 
 // printResponse prints the response time of the timed ports and the flow
 // table of the response timer.
-func printResponse(w io.Writer, st *daemon.Status) {
+func printResponse(w io.Writer, st *api.Status) {
 	rt := st.ResponseTiming
 	if rt == nil {
 		fmt.Fprintln(w, "response timing off (datapath.response_sample: 0)")
@@ -284,7 +284,7 @@ Live overrides show in 'olcd status' and are dropped on reload.
 		fs.Usage()
 		return errUsage
 	}
-	c := daemon.NewClient(*socket, clientTimeout)
+	c := api.NewClient(*socket, clientTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
 	defer cancel()
 	var err error
@@ -292,18 +292,18 @@ Live overrides show in 'olcd status' and are dropped on reload.
 	case rest[0] == "mode" && len(rest) == 2:
 		err = c.SetMode(ctx, rest[1])
 	case rest[0] == "threshold" && len(rest) == 3:
-		if _, ok := sampler.ParseSignal(rest[1]); !ok {
+		if _, perr := olc.ParseSignal(rest[1]); perr != nil {
 			hint := "the canonical names are in docs/signals.md"
-			if c := spell.Closest(rest[1], spell.Names(sampler.Signals())); c != "" {
+			if c := spell.Closest(rest[1], spell.Names(olc.Signals())); c != "" {
 				hint = fmt.Sprintf("did you mean %q?", c)
 			}
 			fmt.Fprintf(stderr, "olcd set threshold: unknown signal %q (%s)\n", rest[1], hint)
 			return errUsage
 		}
-		sig, _ := sampler.ParseSignal(rest[1])
+		sig, _ := olc.ParseSignal(rest[1])
 		if _, perr := strconv.ParseFloat(rest[2], 64); perr != nil {
 			d, derr := time.ParseDuration(rest[2])
-			if derr != nil || sig.Unit() != sampler.UnitSeconds {
+			if derr != nil || sig.Unit() != olc.UnitSeconds {
 				fmt.Fprintf(stderr, "olcd set threshold: %q is not a number\n", rest[2])
 				return errUsage
 			}
@@ -342,7 +342,7 @@ func cmdReload(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
 	defer cancel()
-	if err := daemon.NewClient(*socket, clientTimeout).Reload(ctx); err != nil {
+	if err := api.NewClient(*socket, clientTimeout).Reload(ctx); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, "ok: config reloaded; live overrides dropped")

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/olcd/olcd/internal/daemon"
+	"github.com/olcd/olcd/internal/api"
 )
 
 func f64(v float64) *float64 { return &v }
@@ -15,29 +15,29 @@ func f64(v float64) *float64 { return &v }
 func TestPrintStatus(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	since := now.Add(-42 * time.Second)
-	base := daemon.Status{
+	base := api.Status{
 		Version: "v1", ConfigSource: "/etc/olcd/olcd.yaml", IntervalS: 0.5, Ticks: 7,
 		UpdatedAt: now.Add(-100 * time.Millisecond), StartedAt: now.Add(-time.Hour),
-		Overload: daemon.OverloadStatus{Active: true, Since: &since, Pressure: 1.25, DropProbability: 0.4,
+		Overload: api.OverloadStatus{Active: true, Since: &since, Pressure: 1.25, DropProbability: 0.4,
 			Reason: "cpu_busy 1 (pressure 1.25, threshold 0.8): shedding"},
-		Signals: []daemon.SignalStatus{
+		Signals: []api.SignalStatus{
 			{Name: "cpu_busy", Unit: "fraction", Available: true, Value: f64(1), Threshold: f64(0.8), Pressure: f64(1.25), Corroborated: true},
 			{Name: "load1_per_core", Unit: "tasks", Available: true, Value: f64(3), Threshold: f64(2), Pressure: f64(1.5)},
 			{Name: "psi_cpu_some", Unit: "fraction", Threshold: f64(0.5)},
 			{Name: "runnable", Unit: "tasks", Available: true, Value: f64(4)},
 		},
-		Classes: []daemon.ClassStatus{{Class: "critical"}, {Class: "normal", DropProbability: 0.4}, {Class: "best-effort", DropProbability: 0.7}},
-		Ports: []daemon.PortStatus{{Proto: "tcp", Port: 8080, Class: "normal", Mode: "enforce", Source: "auto",
+		Classes: []api.ClassStatus{{Class: "critical"}, {Class: "normal", DropProbability: 0.4}, {Class: "best-effort", DropProbability: 0.7}},
+		Ports: []api.PortStatus{{Proto: "tcp", Port: 8080, Class: "normal", Mode: "enforce", Source: "auto",
 			DropProbability: 0.4, NewPerS: 120, UniquePerS: 100, RetransmitsPerS: 20, DropShare: 0.41}},
 		Exceptions:        []string{"tcp/9100", "tcp/22 (management)", "from 10.0.0.0/8"},
-		ListenersExempt:   []daemon.ExemptListener{{Proto: "tcp", Port: 22, Reason: "exceptions.management"}},
-		Interfaces:        []daemon.InterfaceStatus{{Name: "eth0", Hook: "tc", Mode: "tcx"}},
+		ListenersExempt:   []api.ExemptListener{{Proto: "tcp", Port: 22, Reason: "exceptions.management"}},
+		Interfaces:        []api.InterfaceStatus{{Name: "eth0", Hook: "tc", Mode: "tcx"}},
 		InterfacesWaiting: []string{"eth1"},
-		Overrides:         []daemon.Override{{At: now, Kind: "mode", Value: "enforce"}},
-		ReloadRefused: &daemon.ReloadFailure{At: now, Trigger: "SIGHUP",
+		Overrides:         []api.Override{{At: now, Kind: "mode", Value: "enforce"}},
+		ReloadRefused: &api.ReloadFailure{At: now, Trigger: "SIGHUP",
 			Error:    "invalid config, 2 problems:\n  /etc/olcd/olcd.yaml:3: mode: unknown mode \"on\"\n  /etc/olcd/olcd.yaml:4: interval: 5ms is below the minimum 100ms",
 			Problems: []string{"/etc/olcd/olcd.yaml:3: mode: unknown mode \"on\"", "/etc/olcd/olcd.yaml:4: interval: 5ms is below the minimum 100ms"}},
-		LB: &daemon.LBStatus{AgentAddress: "10.0.0.5:9478", Weight: 0.6, State: "ready", AgentReply: "up ready 60%"},
+		LB: &api.LBStatus{AgentAddress: "10.0.0.5:9478", Weight: 0.6, State: "ready", AgentReply: "up ready 60%"},
 	}
 	tests := []struct {
 		mode string
@@ -103,17 +103,17 @@ func TestPrintStatus(t *testing.T) {
 // an unavailable quantile shown as "-", never 0.
 func TestPrintStatusResponse(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	st := daemon.Status{Mode: "observe", UpdatedAt: now, StartedAt: now,
-		Signals: []daemon.SignalStatus{{Name: "response_time_p95", Unit: "seconds", Available: true, Value: f64(0.0213), Threshold: f64(0.05), Pressure: f64(0.43)}},
-		Ports: []daemon.PortStatus{
+	st := api.Status{Mode: "observe", UpdatedAt: now, StartedAt: now,
+		Signals: []api.SignalStatus{{Name: "response_time_p95", Unit: "seconds", Available: true, Value: f64(0.0213), Threshold: f64(0.05), Pressure: f64(0.43)}},
+		Ports: []api.PortStatus{
 			{Proto: "tcp", Port: 80, Class: "normal", Mode: "observe", Source: "config", Timed: true,
-				ResponseTime: &daemon.ResponseTime{P50S: f64(0.0204), P95S: f64(0.0213), P99S: f64(0.250), Samples: 812},
+				ResponseTime: &api.ResponseTime{P50S: f64(0.0204), P95S: f64(0.0213), P99S: f64(0.250), Samples: 812},
 				RequestsPerS: f64(1624), InflightRequests: f64(33)},
 			{Proto: "tcp", Port: 8080, Class: "normal", Mode: "observe", Source: "config", Timed: true,
-				ResponseTime: &daemon.ResponseTime{Samples: 2}, RequestsPerS: f64(4), InflightRequests: f64(0)},
+				ResponseTime: &api.ResponseTime{Samples: 2}, RequestsPerS: f64(4), InflightRequests: f64(0)},
 			{Proto: "tcp", Port: 9000, Class: "normal", Mode: "observe", Source: "config"},
 		},
-		ResponseTiming: &daemon.ResponseTimingStatus{Sample: 1, MinSamples: 5, FlowTableCapacity: 16384, FlowsTracked: 40, FlowsOutstanding: 33, FlowTableFill: 40.0 / 16384},
+		ResponseTiming: &api.ResponseTimingStatus{Sample: 1, MinSamples: 5, FlowTableCapacity: 16384, FlowsTracked: 40, FlowsOutstanding: 33, FlowTableFill: 40.0 / 16384},
 	}
 	var buf bytes.Buffer
 	printStatus(&buf, &st, false, now)

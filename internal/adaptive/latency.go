@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // ResponseTarget is a port's response-time target: the p95 the law on the
@@ -78,6 +80,8 @@ type latencyLoop struct {
 	served    float64    // requests/s answered on the last over tick: the measured capacity
 	shed      [2]float64 // SYNs dropped in the previous and in this tick
 	returning float64    // smoothed share of shed SYNs retransmitted 1 s later
+	firstShed [2]float64 // first attempts dropped in the previous and in this tick
+	retries   float64    // smoothed retransmits per first attempt shed 1 s before
 	base      baseline
 }
 
@@ -86,6 +90,31 @@ func newLatencyLoop() latencyLoop { return latencyLoop{pass: 1} }
 
 // p returns the loop's drop probability.
 func (l *latencyLoop) p() float64 { return 1 - l.pass }
+
+// shedRetransmits reports whether the port's retransmitted SYNs are all
+// shed (PortDecision.ShedRetransmits): while the loop sheds, with a target
+// below the first retransmit's delay, and clients that keep retrying (at
+// least retryingShare of the shed SYNs come back). Clients that retry
+// until a long connect timeout answer a shed SYN with up to five more,
+// each late; a closed pool's clients with a short timeout come back once
+// (measured on the plant: 0.83–0.92 of shed SYNs return with open-retry
+// clients, 0.23–0.67 with closed-pool ones), and shedding that one
+// retransmit blocks them until their timeout: their pool then empties and
+// refills in waves (TestClientsPlant's windows line, 80 % on cpu).
+func (l *latencyLoop) shedRetransmits() bool {
+	return l.active && l.pass < 1 && l.target > 0 && l.target < SYNRetransmitTimeout && l.retries >= retryingShare
+}
+
+// retryingShare is the retransmits per shed first attempt from which the
+// port's clients count as retrying beyond their first retransmit.
+const retryingShare = 1.5
+
+// minRetryCount is the fewest first attempts shed in a tick that measure
+// how often they come back; maxRetries caps one tick's ratio.
+const (
+	minRetryCount = 5
+	maxRetries    = 8
+)
 
 // targetFor returns the target in force for tgt (seconds) and whether the
 // port has one.
@@ -133,7 +162,22 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 	if back := l.shed[0]; back > 0 {
 		l.returning += returnSmoothing * (math.Min(1, float64(st.Retransmits)/back) - l.returning)
 	}
-	l.shed[0], l.shed[1] = l.shed[1], float64(min(st.Dropped, st.New))
+	// How many times a shed first attempt comes back: the retransmits of
+	// this tick against the first attempts shed a second before. 1 at
+	// most for clients whose patience ends before the second retransmit
+	// (a closed pool's 2 s); about 1 + p + p² … for clients that retry
+	// on, 5 when every retransmit is shed.
+	if back := l.firstShed[0]; back >= minRetryCount {
+		l.retries += returnSmoothing * (math.Min(maxRetries, float64(st.Retransmits)/back) - l.retries)
+	}
+	dropped := float64(min(st.Dropped, st.New))
+	retx := float64(min(st.Retransmits, st.New))
+	first := dropped - retx*dropped/math.Max(1, float64(st.New)) // retransmits drawn like the rest
+	if l.shedRetransmits() {
+		first = dropped - retx // every retransmit was shed
+	}
+	l.shed[0], l.shed[1] = l.shed[1], dropped
+	l.firstShed[0], l.firstShed[1] = l.firstShed[1], math.Max(0, first)
 	l.target = l.targetFor(tgt, prm)
 	if l.target <= 0 {
 		*l = latencyLoop{pass: 1, base: l.base}
@@ -193,10 +237,14 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 			reason = fmt.Sprintf("over the target, %.0f requests in flight where %.0f keep it", r.Inflight, r.Responses/dt*T)
 		}
 		if r.Responses > 0 {
-			l.served = r.Responses / dt
+			// The capacity is what a tick that ends with a queue served:
+			// a tick whose queue emptied idled for part of it.
+			if served := r.Responses / dt; l.served <= 0 || r.Inflight >= served*T {
+				l.served = served
+			}
 			// The p95 of a tick that served an old backlog is history
 			// once the requests in flight fit the target: no further cut.
-			if r.Inflight < l.served*T && delta < 0 {
+			if r.Inflight < r.Responses/dt*T && delta < 0 {
 				delta = 0
 				reason = "over the target on a backlog already served, holding"
 			} else if r.Requests < r.Responses && delta < 0 && !sized {
@@ -255,7 +303,8 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 	l.pass = math.Min(1, math.Max(prm.MinPassRate, next))
 	why := fmt.Sprintf("response_time_p95 %.3gs %s %.3gs (target %s): pass rate %.3f", m, reason, T, tgtName(tgt, l), l.pass)
 	if l.pass >= 1 {
-		*l = latencyLoop{pass: 1, base: l.base, target: l.target, shed: l.shed, returning: l.returning}
+		*l = latencyLoop{pass: 1, base: l.base, target: l.target, shed: l.shed, returning: l.returning,
+			firstShed: l.firstShed, retries: l.retries}
 		why += ", overload of the queue over"
 	}
 	return why
@@ -307,6 +356,11 @@ func (l *latencyLoop) recoverPass(st PortStats, dt float64) (float64, bool) {
 	}
 	perConn := r.Requests / admitted // requests per admitted connection (keep-alive)
 	demand := (float64(st.New) + l.returning*(l.shed[0]+l.shed[1])/2) / dt
+	if l.shedRetransmits() {
+		// Every retransmit is shed: the pass rate applies to first
+		// attempts alone.
+		demand = float64(st.New-min(st.Retransmits, st.New)) / dt
+	}
 	return math.Min(1, recoverShare*l.served/(perConn*demand)), true
 }
 
@@ -360,9 +414,9 @@ func tgtName(tgt ResponseTarget, l *latencyLoop) string {
 // port of a less protected class is over its own target with room to shed
 // (they likely share the bottleneck, and the less protected one goes
 // first). A port missing from stats, or a stale tick, holds its loop.
-func (c *Controller) queueLaws(d *Decision, stats map[PortKey]PortStats, stale bool) {
+func (c *Controller) queueLaws(d *Decision, stats map[olc.PortKey]PortStats, stale bool) {
 	prm := &c.cfg.Params
-	var sheddable [NumClasses]bool // a port of the class is over target and above its bound
+	var sheddable [olc.NumClasses]bool // a port of the class is over target and above its bound
 	for i := range c.ports {
 		ps := &c.ports[i]
 		st, ok := stats[ps.cfg.Key]
@@ -384,7 +438,7 @@ func (c *Controller) queueLaws(d *Decision, stats map[PortKey]PortStats, stale b
 		}
 		if ok && !stale {
 			mayCut := true
-			for cl := ps.cfg.Class + 1; cl < NumClasses; cl++ {
+			for cl := ps.cfg.Class + 1; cl < olc.NumClasses; cl++ {
 				if sheddable[cl] {
 					mayCut = false
 				}

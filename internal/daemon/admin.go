@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/olcd/olcd/internal/api"
 )
 
 // maxPatchBytes bounds the body of PATCH /v1/config; a config document is a
@@ -25,22 +27,13 @@ const maxPatchBytes = 64 << 10
 // within one tick and is never half-applied.
 type adminBackend interface {
 	// Status returns the JSON document of GET /v1/status.
-	Status() *Status
+	Status() *api.Status
 	// SetMode switches the global mode ("off", "observe", "enforce").
 	SetMode(ctx context.Context, mode string) error
 	// Reload re-reads the config file.
 	Reload(ctx context.Context) error
 	// Patch applies a partial config document as a live override.
 	Patch(ctx context.Context, doc []byte) error
-}
-
-// APIError is the JSON body of every non-2xx admin API answer.
-type APIError struct {
-	// Error is the message in one line.
-	Error string `json:"error"`
-	// Problems lists every config problem, one per line with file:line and
-	// field path, when the request carried or triggered an invalid config.
-	Problems []string `json:"problems,omitempty"`
 }
 
 // problemLister is implemented by errors that carry a list of config
@@ -104,7 +97,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 func writeError(w http.ResponseWriter, code int, err error) {
-	body := APIError{Error: err.Error()}
+	body := api.Error{Error: err.Error()}
 	var pl problemLister
 	if errors.As(err, &pl) {
 		body.Problems = pl.ProblemLines()

@@ -30,10 +30,12 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
-	"github.com/vishvananda/netlink"
 
 	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/loader"
+	"github.com/olcd/olcd/internal/netif"
+	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/rules"
 	"github.com/olcd/olcd/internal/sampler"
 )
@@ -76,10 +78,10 @@ type Daemon struct {
 	started time.Time
 
 	// Owned by the tick loop goroutine.
-	base      *rules.Config  // as loaded from the file (or the embedded default)
-	cfg       *rules.Config  // base + live overrides: what is in force
-	overrides []liveOverride // one per field path, oldest first (overrides.go)
-	refused   *ReloadFailure // the last refused reload of the file, until one succeeds
+	base      *rules.Config      // as loaded from the file (or the embedded default)
+	cfg       *rules.Config      // base + live overrides: what is in force
+	overrides []liveOverride     // one per field path, oldest first (overrides.go)
+	refused   *api.ReloadFailure // the last refused reload of the file, until one succeeds
 	smp       snapshotter
 	ctrl      *adaptive.Controller
 	dp        datapath
@@ -96,9 +98,9 @@ type Daemon struct {
 	// The onset check between ticks (onset.go).
 	onsetTicker  *time.Ticker
 	onsetEvery   time.Duration
-	onsetPrev    map[loader.PortKey]loader.Counters // swapped with onsetCur, reused
-	onsetCur     map[loader.PortKey]loader.Counters
-	onsetStats   map[adaptive.PortKey]adaptive.PortStats // reused by every check
+	onsetPrev    map[olc.PortKey]loader.Counters // swapped with onsetCur, reused
+	onsetCur     map[olc.PortKey]loader.Counters
+	onsetStats   map[olc.PortKey]adaptive.PortStats // reused by every check
 	onsetAt      time.Time
 	onsetOK      bool // onsetPrev is a baseline
 	onsetFailing bool // the last onset read of the statistics failed
@@ -115,7 +117,7 @@ type Daemon struct {
 	linkWarned map[string]string // interface → the last problem logged for it
 	waiting    []string          // listed interfaces that do not exist
 
-	status atomic.Pointer[Status]
+	status atomic.Pointer[published]
 	// statusStale is set by a tick: the status is built when someone asks
 	// (the admin API, a scrape), not twice a second for nobody.
 	statusStale atomic.Bool
@@ -126,24 +128,25 @@ type Daemon struct {
 // snapshotter is what the daemon uses of the sampler (*sampler.Sampler);
 // tests drive the daemon with fixed snapshots.
 type snapshotter interface {
-	Sample() sampler.Snapshot
+	Sample() olc.Snapshot
 	SetTCPPorts(ports []uint16)
 }
 
 // datapath is what the daemon uses of the loaded datapath
 // (*loader.Datapath); tests drive the daemon without a kernel through it.
 type datapath interface {
-	Attach(iface string, mode loader.AttachMode) error
+	Attach(iface string, mode olc.AttachMode) error
 	Detach(iface string) error
 	Attachments() []loader.Attachment
 	SetPolicies(policies []loader.PortPolicy) error
-	SetDropProbabilities(m map[loader.PortKey]float64) error
-	SetExceptions(ports []loader.PortKey, sources []netip.Prefix) error
-	SetMode(m loader.Mode) error
+	SetDropProbabilities(m map[olc.PortKey]float64) error
+	SetRetransmitShedding(m map[olc.PortKey]bool) error
+	SetExceptions(ports []olc.PortKey, sources []netip.Prefix) error
+	SetMode(m olc.Mode) error
 	SetRejectLimit(rate, burst int) error
 	Heartbeat() error
 	Stats() (loader.Stats, error)
-	PortCounters(into map[loader.PortKey]loader.Counters) error
+	PortCounters(into map[olc.PortKey]loader.Counters) error
 	ResponseSample() uint32
 	FlowTableOccupancy() (loader.FlowTable, error)
 	Close() error
@@ -151,11 +154,11 @@ type datapath interface {
 
 // portEntry is one protected port as the daemon tracks it.
 type portEntry struct {
-	key    adaptive.PortKey
-	class  adaptive.Class
-	mode   rules.Mode   // effective mode
-	action rules.Action // effective action
-	source string       // "config" or "auto"
+	key    olc.PortKey
+	class  olc.Class
+	mode   olc.Mode   // effective mode
+	action olc.Action // effective action
+	source string     // "config" or "auto"
 }
 
 // limits are the settings the datapath was loaded with. They change only
@@ -165,7 +168,7 @@ type limits struct {
 	maxPorts    int           // datapath.max_ports
 	maxPrefixes int           // datapath.max_prefixes, per address family
 	staleAfter  time.Duration // heartbeat.stale_after
-	attach      rules.AttachMode
+	attach      olc.AttachMode
 }
 
 func limitsOf(cfg *rules.Config) limits {
@@ -263,7 +266,7 @@ func (d *Daemon) adminSocket() string {
 	if d.cfg.AdminSocket != "" {
 		return d.cfg.AdminSocket
 	}
-	return DefaultAdminSocket
+	return api.DefaultSocket
 }
 
 func (d *Daemon) metricsAddress() string {
@@ -495,7 +498,7 @@ func (d *Daemon) start() error {
 	}
 	d.limits = limitsOf(d.cfg)
 	d.ports = d.resolvePorts(d.cfg)
-	smp, err := sampler.New(d.cfg.SamplerConfig(tcpPorts(d.ports)), d.log.With("component", "sampler"))
+	smp, err := sampler.New(samplerConfig(d.cfg, tcpPorts(d.ports)), d.log.With("component", "sampler"))
 	if err != nil {
 		return fmt.Errorf("start sampler: %w", err)
 	}
@@ -519,8 +522,14 @@ func (d *Daemon) start() error {
 	return nil
 }
 
+// samplerConfig is the sampler's config for cfg on the real root "/",
+// watching the accept queues of the protected TCP ports.
+func samplerConfig(cfg *rules.Config, tcpPorts []uint16) sampler.Config {
+	return sampler.Config{Root: "/", Cgroup: cfg.Cgroup, TCPPorts: slices.Clone(tcpPorts)}
+}
+
 // resolveInterfaces returns the configured interfaces, or the interfaces
-// the embedded default protects (see selectInterfaces). Errors: none found.
+// the embedded default protects (see netif.Default). Errors: none found.
 func (d *Daemon) resolveInterfaces(configured []string) ([]string, error) {
 	if len(configured) > 0 {
 		return configured, nil
@@ -529,8 +538,7 @@ func (d *Daemon) resolveInterfaces(configured []string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	infos := linkInfos(links)
-	out, skipped := selectInterfaces(infos)
+	out, skipped := netif.Default(links)
 	for name, why := range skipped {
 		d.log.Info("interface not protected by the embedded default", "interface", name, "reason", why)
 	}
@@ -540,87 +548,11 @@ func (d *Daemon) resolveInterfaces(configured []string) ([]string, error) {
 	return out, nil
 }
 
-// linkInfos describes the links for selectInterfaces.
-func linkInfos(links []netlink.Link) []ifaceInfo {
-	byIndex := make(map[int]netlink.Link, len(links))
-	for _, l := range links {
-		byIndex[l.Attrs().Index] = l
-	}
-	infos := make([]ifaceInfo, 0, len(links))
-	for _, l := range links {
-		a := l.Attrs()
-		info := ifaceInfo{
-			name: a.Name, index: a.Index, kind: l.Type(), encap: a.EncapType, parent: a.ParentIndex,
-			up: a.Flags&net.FlagUp != 0, loopback: a.Flags&net.FlagLoopback != 0,
-		}
-		if m, ok := byIndex[a.MasterIndex]; ok && a.MasterIndex != 0 {
-			info.masterKind = m.Type()
-		}
-		infos = append(infos, info)
-	}
-	return infos
-}
-
-// ifaceInfo is what selectInterfaces needs to know of a link.
-type ifaceInfo struct {
-	name, kind, encap string // kind: netlink link type ("veth", "bridge", "vlan", ...); encap: "ether", "none", ...
-	index, parent     int    // parent: the lower device of a vlan/macvlan/ipvlan, else 0
-	masterKind        string // link type of the bridge/bond/VRF it is enslaved to, or ""
-	up, loopback      bool
-}
-
-// selectInterfaces picks, among the links, those the embedded default
-// attaches to: up, not loopback, Ethernet-framed (the datapath parses
-// Ethernet; an L3 device such as WireGuard or tun hands it IP headers), and
-// each packet on exactly one of them. A packet crosses the tc ingress hook
-// of a bridge, bond or team port and then of the master, and of a parent
-// device and then of its vlan, macvlan or ipvlan child: attaching both would
-// count every new connection twice and shed it with twice the probability.
-// So ports of those masters are skipped (the master is attached), and so
-// are children whose parent is attached. skipped maps each link left out
-// (other than down or loopback ones) to the reason.
-func selectInterfaces(links []ifaceInfo) (out []string, skipped map[string]string) {
-	skipped = map[string]string{}
-	chosen := map[int]bool{}
-	for _, l := range links {
-		switch {
-		case !l.up || l.loopback:
-		case l.encap != "ether":
-			skipped[l.name] = fmt.Sprintf("link type %q has no Ethernet header", l.encap)
-		case l.masterKind == "bridge" || l.masterKind == "bond" || l.masterKind == "team" || l.masterKind == "openvswitch":
-			skipped[l.name] = fmt.Sprintf("port of a %s, whose master is protected instead", l.masterKind)
-		default:
-			chosen[l.index] = true
-		}
-	}
-	for _, l := range links {
-		if !chosen[l.index] {
-			continue
-		}
-		if stacked(l.kind) && chosen[l.parent] {
-			skipped[l.name] = fmt.Sprintf("%s on a protected parent, which sees its packets first", l.kind)
-			continue
-		}
-		out = append(out, l.name)
-	}
-	return out, skipped
-}
-
-// stacked reports whether a link of this kind receives what its parent
-// device received, after the parent's tc ingress hook ran.
-func stacked(kind string) bool {
-	switch kind {
-	case "vlan", "macvlan", "macvtap", "ipvlan", "ipvtap":
-		return true
-	}
-	return false
-}
-
 // loaderConfig maps the config onto the datapath's own types.
 func loaderConfig(cfg *rules.Config, ifaces []string) loader.Config {
 	lc := loader.Config{
 		Interfaces:   ifaces,
-		Attach:       loader.AttachMode(cfg.Attach),
+		Attach:       olc.AttachMode(cfg.Attach),
 		MaxPorts:     cfg.Datapath.MaxPorts,
 		SYNTableSize: cfg.Datapath.SYNTableSize,
 		MaxPrefixes:  cfg.Datapath.MaxPrefixes,
@@ -693,11 +625,11 @@ func (d *Daemon) do(ctx context.Context, fn func() error) error {
 }
 
 // Status returns the status published after the last tick or command.
-func (d *Daemon) Status() *Status {
+func (d *Daemon) Status() *api.Status {
 	if st := d.freshStatus(); st != nil {
 		return st
 	}
-	return &Status{Version: d.opts.Version, ConfigSource: d.configSource(), StartedAt: d.started}
+	return &api.Status{Version: d.opts.Version, ConfigSource: d.configSource(), StartedAt: d.started}
 }
 
 // statusWait bounds how long a status request waits for the tick loop to
@@ -706,10 +638,26 @@ func (d *Daemon) Status() *Status {
 // `olcd status`.
 const statusWait = 200 * time.Millisecond
 
+// published is the status of the last tick and, beside it, what the
+// metrics need that the document carries as text: the ports' keys, in the
+// order of st.Ports.
+type published struct {
+	st   *api.Status
+	keys []olc.PortKey
+}
+
 // freshStatus returns the status of the last tick, built by the tick loop
 // on demand, or the last one built when the loop does not answer within
 // statusWait; nil before the first.
-func (d *Daemon) freshStatus() *Status {
+func (d *Daemon) freshStatus() *api.Status {
+	if p := d.freshPublished(); p != nil {
+		return p.st
+	}
+	return nil
+}
+
+// freshPublished is freshStatus with the ports' keys.
+func (d *Daemon) freshPublished() *published {
 	if d.statusStale.Load() && d.runCtx != nil {
 		ctx, cancel := context.WithTimeout(d.runCtx, statusWait)
 		_ = d.do(ctx, func() error {
@@ -727,12 +675,12 @@ func (d *Daemon) freshStatus() *Status {
 // switch: the datapath stops shedding at once and every drop probability is
 // written as 0 before the call returns.
 func (d *Daemon) SetMode(ctx context.Context, mode string) error {
-	m, err := rules.ParseMode(mode)
+	m, err := olc.ParseMode(mode)
 	if err != nil {
 		return err
 	}
 	fn := func() error { return d.override("mode", mode, []byte("mode: "+mode+"\n")) }
-	if m != rules.ModeOff || d.dp == nil || d.runCtx == nil {
+	if m != olc.ModeOff || d.dp == nil || d.runCtx == nil {
 		return d.do(ctx, fn)
 	}
 	// The kill switch does not wait for the tick loop, whatever holds it:
@@ -740,7 +688,7 @@ func (d *Daemon) SetMode(ctx context.Context, mode string) error {
 	// for concurrent use), and the override that makes it stick is handed
 	// to the tick loop with a context of its own, so it is applied even
 	// when this request gives up waiting.
-	if err := d.dp.SetMode(loader.ModeOff); err != nil {
+	if err := d.dp.SetMode(olc.ModeOff); err != nil {
 		return fmt.Errorf("kill switch: %w", err)
 	}
 	done := make(chan error, 1)
@@ -857,7 +805,7 @@ func (d *Daemon) apply(cfg *rules.Config) error {
 		return fmt.Errorf("reconfigure controller: %w", err)
 	}
 	if old.Cgroup != cfg.Cgroup {
-		smp, err := sampler.New(cfg.SamplerConfig(tcpPorts(ports)), d.log.With("component", "sampler"))
+		smp, err := sampler.New(samplerConfig(cfg, tcpPorts(ports)), d.log.With("component", "sampler"))
 		if err != nil {
 			_ = d.ctrl.Reconfigure(old.ControllerConfig(controllerPorts(oldPorts)))
 			return fmt.Errorf("restart sampler: %w", err)
@@ -866,7 +814,7 @@ func (d *Daemon) apply(cfg *rules.Config) error {
 	} else {
 		d.smp.SetTCPPorts(tcpPorts(ports))
 	}
-	if old.Mode == rules.ModeOff && cfg.Mode != rules.ModeOff {
+	if old.Mode == olc.ModeOff && cfg.Mode != olc.ModeOff {
 		// Leaving the kill switch starts from p = 0: while off, nothing was
 		// shed, so what the controller learnt does not describe this node
 		// under shedding.
@@ -951,27 +899,25 @@ func (l limits) fits(cfg *rules.Config, ports []portEntry) error {
 // in mode off they are written as 0.
 func (d *Daemon) program() error {
 	cfg := d.cfg
-	var ex []loader.PortKey
-	for _, k := range cfg.ExemptPorts() {
-		ex = append(ex, loaderKey(k))
-	}
-	if err := d.dp.SetExceptions(ex, cfg.Exceptions.Sources); err != nil {
+	if err := d.dp.SetExceptions(cfg.ExemptPorts(), cfg.Exceptions.Sources); err != nil {
 		return fmt.Errorf("set exceptions: %w", err)
 	}
-	current := map[adaptive.PortKey]float64{}
+	current := map[olc.PortKey]float64{}
+	shed := map[olc.PortKey]bool{}
 	for _, pd := range d.last.decision.Ports {
 		current[pd.Key] = pd.DropProbability
+		shed[pd.Key] = pd.ShedRetransmits
 	}
 	var pol []loader.PortPolicy
 	for _, p := range d.ports {
 		pp := loader.PortPolicy{
-			Key:    loaderKey(p.key),
-			Mode:   loaderMode(p.mode),
-			Action: loaderAction(p.action),
-			Class:  loader.Class(p.class),
+			Key:    p.key,
+			Mode:   p.mode,
+			Action: p.action,
+			Class:  p.class,
 		}
-		if cfg.Mode != rules.ModeOff {
-			pp.DropProbability = current[p.key]
+		if cfg.Mode != olc.ModeOff {
+			pp.DropProbability, pp.ShedRetransmits = current[p.key], shed[p.key]
 		}
 		pol = append(pol, pp)
 	}
@@ -980,11 +926,11 @@ func (d *Daemon) program() error {
 	if err := d.dp.SetRejectLimit(rejectRate(cfg), cfg.Action.RejectBurst); err != nil {
 		return fmt.Errorf("set reject limit: %w", err)
 	}
-	global := loader.ModeEnforce
-	if cfg.Mode == rules.ModeOff {
-		global = loader.ModeOff
+	global := olc.ModeEnforce
+	if cfg.Mode == olc.ModeOff {
+		global = olc.ModeOff
 	}
-	if global == loader.ModeOff {
+	if global == olc.ModeOff {
 		// The kill switch must not wait for the policies.
 		if err := d.dp.SetMode(global); err != nil {
 			return fmt.Errorf("set datapath mode: %w", err)
@@ -1126,8 +1072,8 @@ func (c *completeWrite) check() (data []byte, done bool, err error) {
 }
 
 // refusal describes a refused reload for the status.
-func refusal(trigger string, err error) *ReloadFailure {
-	rf := &ReloadFailure{At: time.Now(), Trigger: trigger, Error: err.Error()}
+func refusal(trigger string, err error) *api.ReloadFailure {
+	rf := &api.ReloadFailure{At: time.Now(), Trigger: trigger, Error: err.Error()}
 	var pl problemLister
 	if errors.As(err, &pl) {
 		rf.Problems = pl.ProblemLines()

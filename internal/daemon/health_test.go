@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/olcd/olcd/internal/api"
 )
 
 // TestLiveness: /healthz follows the tick loop only. Shedding at the bound,
@@ -19,22 +21,22 @@ func TestLiveness(t *testing.T) {
 	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
 		name     string
-		st       *Status
+		st       *api.Status
 		wantCode int
 		wantBody string
 	}{
 		{"no status yet", nil, 503, "no tick yet"},
-		{"fresh tick", &Status{UpdatedAt: now.Add(-500 * time.Millisecond), StaleAfterS: 5}, 200, "ok"},
-		{"shedding at the bound", &Status{UpdatedAt: now.Add(-time.Second), StaleAfterS: 5, Mode: "enforce",
-			Overload: OverloadStatus{Active: true, DropProbability: 0.7, Bound: 0.7}, SampleErrors: []string{"psi_cpu: absent"}}, 200, "ok"},
-		{"tick just under stale_after", &Status{UpdatedAt: now.Add(-4999 * time.Millisecond), StaleAfterS: 5}, 200, "ok"},
-		{"tick at stale_after: failing open", &Status{UpdatedAt: now.Add(-5 * time.Second), StaleAfterS: 5}, 503, "datapath fails open"},
-		{"tick long ago", &Status{UpdatedAt: now.Add(-time.Minute), StaleAfterS: 5, Overload: OverloadStatus{Active: true}}, 503, "last tick 1m0s ago"},
+		{"fresh tick", &api.Status{UpdatedAt: now.Add(-500 * time.Millisecond), StaleAfterS: 5}, 200, "ok"},
+		{"shedding at the bound", &api.Status{UpdatedAt: now.Add(-time.Second), StaleAfterS: 5, Mode: "enforce",
+			Overload: api.OverloadStatus{Active: true, DropProbability: 0.7, Bound: 0.7}, SampleErrors: []string{"psi_cpu: absent"}}, 200, "ok"},
+		{"tick just under stale_after", &api.Status{UpdatedAt: now.Add(-4999 * time.Millisecond), StaleAfterS: 5}, 200, "ok"},
+		{"tick at stale_after: failing open", &api.Status{UpdatedAt: now.Add(-5 * time.Second), StaleAfterS: 5}, 503, "datapath fails open"},
+		{"tick long ago", &api.Status{UpdatedAt: now.Add(-time.Minute), StaleAfterS: 5, Overload: api.OverloadStatus{Active: true}}, 503, "last tick 1m0s ago"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := &Daemon{}
 			if tc.st != nil {
-				d.status.Store(tc.st)
+				d.status.Store(&published{st: tc.st})
 			}
 			rec := httptest.NewRecorder()
 			err := d.live(now)
@@ -51,8 +53,8 @@ func TestLiveness(t *testing.T) {
 // exported.
 func TestHealthRoutes(t *testing.T) {
 	d := &Daemon{}
-	d.status.Store(&Status{UpdatedAt: time.Now(), StaleAfterS: 5, Overload: OverloadStatus{Bound: 0.7},
-		ReloadRefused: &ReloadFailure{Error: "bad"}})
+	d.status.Store(&published{st: &api.Status{UpdatedAt: time.Now(), StaleAfterS: 5, Overload: api.OverloadStatus{Bound: 0.7},
+		ReloadRefused: &api.ReloadFailure{Error: "bad"}}})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(&boundsCollector{d: d})
 	mux := http.NewServeMux()

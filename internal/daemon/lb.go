@@ -11,9 +11,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/lb"
 	"github.com/olcd/olcd/internal/rules"
-	"github.com/olcd/olcd/internal/sampler"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // lbState is what the daemon tells load balancers: the HAProxy agent and
@@ -138,8 +140,8 @@ func lbInput(cfg *rules.Config, ports []portEntry, r tickResult) lb.Input {
 		}
 		return float64(n) / secs
 	}
-	in := lb.Input{At: r.at, Mode: cfg.Mode.String()}
-	byKey := make(map[adaptive.PortKey]adaptive.PortDecision, len(dec.Ports))
+	in := lb.Input{At: r.at, Mode: cfg.Mode}
+	byKey := make(map[olc.PortKey]adaptive.PortDecision, len(dec.Ports))
 	for _, pd := range dec.Ports {
 		byKey[pd.Key] = pd
 	}
@@ -149,7 +151,7 @@ func lbInput(cfg *rules.Config, ports []portEntry, r tickResult) lb.Input {
 		pd := byKey[p.key]
 		dl := r.deltas[p.key]
 		pi := lb.PortInput{
-			Key: p.key, Mode: p.mode.String(), DropProbability: pd.DropProbability, AtBound: atBound(pd.DropProbability),
+			Key: p.key, Mode: p.mode, DropProbability: pd.DropProbability, AtBound: atBound(pd.DropProbability),
 			OfferedPerS: rate(dl.NewConns), AdmittedPerS: rate(dl.NewConns - min(dl.Dropped, dl.NewConns)),
 		}
 		if pr, ok := r.resp[p.key]; ok && pr.Available {
@@ -159,22 +161,22 @@ func lbInput(cfg *rules.Config, ports []portEntry, r tickResult) lb.Input {
 		offered += pi.OfferedPerS
 		admitted += pi.AdmittedPerS
 		in.Ports = append(in.Ports, pi)
-		if p.mode == rules.ModeEnforce {
-			nodeMode = rules.ModeEnforce
+		if p.mode == olc.ModeEnforce {
+			nodeMode = olc.ModeEnforce
 		}
 	}
-	if cfg.Mode == rules.ModeOff {
-		nodeMode = rules.ModeOff
+	if cfg.Mode == olc.ModeOff {
+		nodeMode = olc.ModeOff
 	}
-	in.Node = lb.PortInput{Mode: nodeMode.String(), DropProbability: dec.DropProbability, AtBound: atBound(dec.DropProbability),
+	in.Node = lb.PortInput{Mode: nodeMode, DropProbability: dec.DropProbability, AtBound: atBound(dec.DropProbability),
 		OfferedPerS: offered, AdmittedPerS: admitted}
 	// The node's response time is the worst timed port's, as the
 	// node-wide signals are (docs/signals.md).
 	var node lb.ResponseTime
 	for _, sig := range []struct {
-		s   sampler.Signal
+		s   olc.Signal
 		dst **float64
-	}{{sampler.ResponseTimeP50, &node.P50S}, {sampler.ResponseTimeP95, &node.P95S}, {sampler.ResponseTimeP99, &node.P99S}} {
+	}{{olc.ResponseTimeP50, &node.P50S}, {olc.ResponseTimeP95, &node.P95S}, {olc.ResponseTimeP99, &node.P99S}} {
 		if v, ok := r.snap.Get(sig.s); ok {
 			*sig.dst = &v
 		}
@@ -182,7 +184,7 @@ func lbInput(cfg *rules.Config, ports []portEntry, r tickResult) lb.Input {
 	if node.P95S != nil {
 		in.Node.ResponseTime = &node
 	}
-	if v, ok := r.snap.Get(sampler.CPUBusy); ok {
+	if v, ok := r.snap.Get(olc.CPUBusy); ok {
 		in.CPUUtilization = &v
 	}
 	for _, s := range dec.Signals {
@@ -210,26 +212,13 @@ func (d *Daemon) withLB(h http.Handler) http.Handler {
 	return mux
 }
 
-// LBStatus is the status's view of what olcd tells load balancers.
-type LBStatus struct {
-	// AgentAddress is where the HAProxy agent listens; "" when off.
-	AgentAddress string `json:"agent_address"`
-	// Weight and State are the node-level answer; AgentReply its line.
-	Weight     float64  `json:"weight"`
-	State      lb.State `json:"state"`
-	AgentReply string   `json:"agent_reply"`
-	// AgentAnswers counts the agent's answers since start, by kind
-	// ("node", "port", "unknown", "overflow").
-	AgentAnswers map[string]uint64 `json:"agent_answers"`
-}
-
 // lbStatus returns the status's lb section.
-func (d *Daemon) lbStatus() *LBStatus {
+func (d *Daemon) lbStatus() *api.LBStatus {
 	if d.lb.agent == nil {
 		return nil
 	}
 	rep := d.LB()
-	st := &LBStatus{Weight: rep.Node.Weight, State: rep.Node.State, AgentReply: rep.Node.AgentReply, AgentAnswers: d.lb.agent.Counts()}
+	st := &api.LBStatus{Weight: rep.Node.Weight, State: string(rep.Node.State), AgentReply: rep.Node.AgentReply, AgentAnswers: d.lb.agent.Counts()}
 	if d.lb.ln != nil {
 		st.AgentAddress = d.lb.ln.Addr().String()
 	}

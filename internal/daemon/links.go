@@ -9,6 +9,8 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/olcd/olcd/internal/loader"
+	"github.com/olcd/olcd/internal/netif"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // linkEventBuffer is the receive buffer asked for the link-event socket
@@ -81,7 +83,7 @@ func (d *Daemon) watchLinks(ctx context.Context) <-chan struct{} {
 //     stale attachment is dropped, and the interface attached again when it
 //     exists and is wanted;
 //   - with interfaces: [] an interface that appears, or comes up, and that
-//     selectInterfaces would pick is attached; one that becomes a bridge or
+//     netif.Default would pick is attached; one that becomes a bridge or
 //     bond port is detached (its master is protected). One that merely goes
 //     down stays attached: its filter is still there when it comes back up;
 //   - with a list, the listed interfaces (by name or altname) are attached
@@ -116,7 +118,7 @@ func (d *Daemon) syncInterfaces(periodic bool) {
 	var skipped map[string]string // auto: links left out, with the reason
 	if auto {
 		var names []string
-		names, skipped = selectInterfaces(linkInfos(links))
+		names, skipped = netif.Default(links)
 		for _, n := range names {
 			want[byName[n].Attrs().Index] = n
 		}
@@ -165,7 +167,7 @@ func (d *Daemon) syncInterfaces(periodic bool) {
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		if err := d.dp.Attach(n, loader.AttachMode(d.limits.attach)); err != nil {
+		if err := d.dp.Attach(n, olc.AttachMode(d.limits.attach)); err != nil {
 			if loader.InterfaceGone(err) {
 				d.noteLink(n, "interface gone while being attached")
 			} else {

@@ -9,7 +9,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/api"
+	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/rules"
 	"github.com/olcd/olcd/internal/sampler"
 )
@@ -28,15 +29,15 @@ func TestAutoPortsManagement(t *testing.T) {
 	tests := []struct {
 		name, doc string
 		ports     []uint16
-		exempt    []ExemptListener
+		exempt    []api.ExemptListener
 	}{
 		{"default", "mode: enforce\n", []uint16{80, 2222},
-			[]ExemptListener{{"tcp", 22, "exceptions.management"}}},
+			[]api.ExemptListener{{Proto: "tcp", Port: 22, Reason: "exceptions.management"}}},
 		{"management off", "exceptions: {management: []}\n", []uint16{22, 80, 2222}, nil},
 		{"two management ports", "exceptions: {management: [22, 2222]}\n", []uint16{80},
-			[]ExemptListener{{"tcp", 22, "exceptions.management"}, {"tcp", 2222, "exceptions.management"}}},
+			[]api.ExemptListener{{Proto: "tcp", Port: 22, Reason: "exceptions.management"}, {Proto: "tcp", Port: 2222, Reason: "exceptions.management"}}},
 		{"exception port", "exceptions: {ports: [{port: 80}]}\n", []uint16{2222},
-			[]ExemptListener{{"tcp", 22, "exceptions.management"}, {"tcp", 80, "exceptions.ports"}}},
+			[]api.ExemptListener{{Proto: "tcp", Port: 22, Reason: "exceptions.management"}, {Proto: "tcp", Port: 80, Reason: "exceptions.ports"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -72,14 +73,14 @@ func TestAutoPortsSkipSSH(t *testing.T) {
 		t.Skipf("cannot listen on tcp/22: %v", err)
 	}
 	d := startTestDaemon(t, "mode: enforce\ninterfaces: [olcdtest0]\nports: auto\n")
-	ssh := adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: 22}
+	ssh := olc.PortKey{Proto: olc.ProtoTCP, Port: 22}
 	if slices.ContainsFunc(d.ports, func(p portEntry) bool { return p.key == ssh }) {
 		t.Fatalf("tcp/22 protected under ports: auto: %v", portNames(d.ports))
 	}
 	d.publish()
 	st := d.Status()
 	if !slices.Contains(st.Exceptions, "tcp/22 (management)") ||
-		!slices.Contains(st.ListenersExempt, ExemptListener{"tcp", 22, "exceptions.management"}) {
+		!slices.Contains(st.ListenersExempt, api.ExemptListener{Proto: "tcp", Port: 22, Reason: "exceptions.management"}) {
 		t.Errorf("status exceptions %q, exempt listeners %+v: want tcp/22 as a management port", st.Exceptions, st.ListenersExempt)
 	}
 	if got := d.datapathPorts(t); slices.Contains(got, "tcp/22") {

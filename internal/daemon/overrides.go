@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/rules"
 )
 
@@ -19,7 +20,7 @@ const maxLoggedValue = 1024
 
 // liveOverride is an Override with the field paths it sets.
 type liveOverride struct {
-	Override
+	api.Override
 	paths []string
 }
 
@@ -50,8 +51,8 @@ func coveredBy(old, paths []string) bool {
 }
 
 // overrideList is the status's view of the live overrides, oldest first.
-func overrideList(list []liveOverride) []Override {
-	out := make([]Override, len(list))
+func overrideList(list []liveOverride) []api.Override {
+	out := make([]api.Override, len(list))
 	for i, o := range list {
 		out[i] = o.Override
 	}
@@ -65,7 +66,7 @@ func newOverride(kind, value string, doc []byte) (liveOverride, error) {
 	if err != nil {
 		return liveOverride{}, err
 	}
-	return liveOverride{Override: Override{At: time.Now(), Kind: kind, Value: value}, paths: paths}, nil
+	return liveOverride{Override: api.Override{At: time.Now(), Kind: kind, Value: value}, paths: paths}, nil
 }
 
 // loggedValue shortens v for the decision log.

@@ -16,6 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/olcd/olcd/internal/loader"
+	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/rules"
 	"github.com/olcd/olcd/internal/testutil"
 )
@@ -34,8 +35,9 @@ func counterValue(t *testing.T, c interface{ Write(*dto.Metric) error }) float64
 // space only or truncated file, or of a FIFO, device or directory in the
 // file's place, is refused without blocking: the running config stays, the
 // refusal is counted in olcd_config_reload_failures_total and shown in the
-// status with its problems. (An empty file used to be applied as the
-// embedded default: observe mode, ports: auto; a FIFO blocked the loop.)
+// status with its problems. (Taken as the embedded default, an empty file
+// would switch a node to observe mode, ports: auto; a FIFO would block the
+// loop.)
 func TestReloadRefusesEmptyTruncatedAndSpecial(t *testing.T) {
 	good := testConfig(2, "500ms", "5s", 4)
 	tests := []struct {
@@ -84,7 +86,7 @@ func TestReloadRefusesEmptyTruncatedAndSpecial(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("reload: %v, want %q", err, tt.want)
 			}
-			if d.cfg != running || d.cfg.Mode != rules.ModeEnforce || d.cfg.PortsAuto || len(d.ports) != 2 {
+			if d.cfg != running || d.cfg.Mode != olc.ModeEnforce || d.cfg.PortsAuto || len(d.ports) != 2 {
 				t.Errorf("running config changed: mode %v, auto %v, %d ports", d.cfg.Mode, d.cfg.PortsAuto, len(d.ports))
 			}
 			if got := counterValue(t, d.metrics.reloadFailures); got != fail0+1 {
@@ -123,7 +125,7 @@ func writeContent(doc string) func(t *testing.T, path string) {
 // hangs (here held by the test, as a hung NFS mount would), the tick loop
 // keeps ticking and writing the heartbeat and answers the kill switch,
 // for a SIGHUP and for POST /v1/reload alike; the reload applies when the
-// read returns. The read used to run on the loop, which stopped with it.
+// read returns. A read on the loop would stop it.
 func TestConfigReadOffTickLoop(t *testing.T) {
 	testutil.RequireRoot(t, "loads the BPF datapath")
 	dir := t.TempDir()

@@ -4,10 +4,11 @@ import (
 	"math"
 	"time"
 
-	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/loader"
 	"github.com/olcd/olcd/internal/resptime"
-	"github.com/olcd/olcd/internal/sampler"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // responseSignals turns the datapath's cumulative histograms into each
@@ -16,22 +17,22 @@ import (
 // quantile the worst port with enough samples (unavailable when none has
 // them), and the sums of requests_per_s and inflight_requests. Nothing is
 // set when timing is off.
-func responseSignals(cur, prev loader.Stats, ports []adaptive.PortKey, sample uint32, minSamples int,
-	interval time.Duration, snap *sampler.Snapshot) map[adaptive.PortKey]resptime.Port {
+func responseSignals(cur, prev loader.Stats, ports []olc.PortKey, sample uint32, minSamples int,
+	interval time.Duration, snap *olc.Snapshot) map[olc.PortKey]resptime.Port {
 	if cur.Response == nil {
 		return nil
 	}
-	out := make(map[adaptive.PortKey]resptime.Port, len(cur.Response))
+	out := make(map[olc.PortKey]resptime.Port, len(cur.Response))
 	var reqs, inflight float64
 	var worst [3]float64
 	any := false
 	delta := make([]uint64, loader.HistBuckets)
 	for _, k := range ports {
-		r, ok := cur.Response[loaderKey(k)]
+		r, ok := cur.Response[k]
 		if !ok {
 			continue
 		}
-		p := prev.Response[loaderKey(k)]
+		p := prev.Response[k]
 		reset := r.Responses < p.Responses || r.Requests < p.Requests || len(p.Buckets) != len(r.Buckets)
 		for b := range delta {
 			delta[b] = r.Buckets[b]
@@ -53,19 +54,19 @@ func responseSignals(cur, prev loader.Stats, ports []adaptive.PortKey, sample ui
 		}
 	}
 	if any {
-		snap.Set(sampler.ResponseTimeP50, worst[0])
-		snap.Set(sampler.ResponseTimeP95, worst[1])
-		snap.Set(sampler.ResponseTimeP99, worst[2])
+		snap.Set(olc.ResponseTimeP50, worst[0])
+		snap.Set(olc.ResponseTimeP95, worst[1])
+		snap.Set(olc.ResponseTimeP99, worst[2])
 	}
 	if interval > 0 {
-		snap.Set(sampler.RequestsPerS, reqs)
+		snap.Set(olc.RequestsPerS, reqs)
 	}
-	snap.Set(sampler.InflightRequests, inflight)
+	snap.Set(olc.InflightRequests, inflight)
 	return out
 }
 
-func responseTimeStatus(pr resptime.Port) *ResponseTime {
-	rt := &ResponseTime{Samples: pr.Samples}
+func responseTimeStatus(pr resptime.Port) *api.ResponseTime {
+	rt := &api.ResponseTime{Samples: pr.Samples}
 	if pr.Available {
 		p50, p95, p99 := pr.P50, pr.P95, pr.P99
 		rt.P50S, rt.P95S, rt.P99S = &p50, &p95, &p99
@@ -79,7 +80,7 @@ const flowScanEvery = 10 * time.Second
 
 // responseTimingStatus reports the response timer and its flow table,
 // scanning the table at most every flowScanEvery. nil when timing is off.
-func (d *Daemon) responseTimingStatus(st loader.Stats) *ResponseTimingStatus {
+func (d *Daemon) responseTimingStatus(st loader.Stats) *api.ResponseTimingStatus {
 	n := d.dp.ResponseSample()
 	if n == 0 {
 		return nil
@@ -93,7 +94,7 @@ func (d *Daemon) responseTimingStatus(st loader.Stats) *ResponseTimingStatus {
 		}
 	}
 	ft := d.flowTable
-	rs := &ResponseTimingStatus{
+	rs := &api.ResponseTimingStatus{
 		Sample: n, MinSamples: d.cfg.Datapath.ResponseMinSamples,
 		FlowTableCapacity: ft.Capacity, FlowsTracked: ft.Used, FlowsOutstanding: ft.Outstanding,
 		Inserts: st.Flows.Inserts, Evictions: st.Flows.Evictions, Expired: st.Flows.Expired, Forgotten: st.Flows.Forgotten,
@@ -105,14 +106,14 @@ func (d *Daemon) responseTimingStatus(st loader.Stats) *ResponseTimingStatus {
 }
 
 // histogramStatus lists the nonempty buckets of a cumulative histogram.
-func histogramStatus(buckets []uint64) []HistogramBucket {
-	var out []HistogramBucket
+func histogramStatus(buckets []uint64) []api.HistogramBucket {
+	var out []api.HistogramBucket
 	for b, n := range buckets {
 		if n == 0 {
 			continue
 		}
 		lo, hi := resptime.Bounds(b)
-		hb := HistogramBucket{LoS: lo, Count: n}
+		hb := api.HistogramBucket{LoS: lo, Count: n}
 		if !math.IsInf(hi, 1) {
 			hb.HiS = &hi
 		}

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/loader"
+	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/resptime"
 	"github.com/olcd/olcd/internal/rules"
 	"github.com/olcd/olcd/internal/sampler"
@@ -20,14 +22,14 @@ import (
 type tickResult struct {
 	at       time.Time
 	interval time.Duration
-	snap     sampler.Snapshot
+	snap     olc.Snapshot
 	decision adaptive.Decision
 	stats    loader.Stats
-	deltas   map[adaptive.PortKey]loader.Counters
-	probs    map[adaptive.PortKey]float64
+	deltas   map[olc.PortKey]loader.Counters
+	probs    map[olc.PortKey]float64
 	// resp is each timed port's response time over the tick (nil when
 	// timing is off).
-	resp map[adaptive.PortKey]resptime.Port
+	resp map[olc.PortKey]resptime.Port
 }
 
 // tick runs sample → stats → controller → maps → heartbeat once.
@@ -43,21 +45,21 @@ func (d *Daemon) tick() {
 		d.log.Error("read datapath statistics", "err", err)
 		d.metrics.sampleErrors.WithLabelValues(sourceDatapathStats).Inc()
 	}
-	deltas := make(map[adaptive.PortKey]loader.Counters, len(d.ports))
-	stats := make(map[adaptive.PortKey]adaptive.PortStats, len(d.ports))
-	var resp map[adaptive.PortKey]resptime.Port
+	deltas := make(map[olc.PortKey]loader.Counters, len(d.ports))
+	stats := make(map[olc.PortKey]adaptive.PortStats, len(d.ports))
+	var resp map[olc.PortKey]resptime.Port
 	if err == nil {
-		keys := make([]adaptive.PortKey, 0, len(d.ports))
+		keys := make([]olc.PortKey, 0, len(d.ports))
 		for _, p := range d.ports {
 			keys = append(keys, p.key)
 		}
 		resp = responseSignals(st, d.prev, keys, d.dp.ResponseSample(), d.cfg.Datapath.ResponseMinSamples, snap.Interval, &snap)
 		for _, p := range d.ports {
-			cur, ok := st.Ports[loaderKey(p.key)]
+			cur, ok := st.Ports[p.key]
 			if !ok {
 				continue
 			}
-			dl := counterDelta(cur, d.prev.Ports[loaderKey(p.key)])
+			dl := counterDelta(cur, d.prev.Ports[p.key])
 			deltas[p.key] = dl
 			ps := portStats(dl)
 			if pr, ok := resp[p.key]; ok {
@@ -137,10 +139,10 @@ func counterDelta(cur, prev loader.Counters) loader.Counters {
 // responseValues is the node's measured queue for the decision log: the
 // response-time quantiles (seconds, null when unavailable), requests per
 // second and in flight; nil when response timing gave nothing this tick.
-func responseValues(snap *sampler.Snapshot) map[string]any {
+func responseValues(snap *olc.Snapshot) map[string]any {
 	out := map[string]any{}
-	for _, sig := range []sampler.Signal{sampler.ResponseTimeP50, sampler.ResponseTimeP95, sampler.ResponseTimeP99,
-		sampler.RequestsPerS, sampler.InflightRequests} {
+	for _, sig := range []olc.Signal{olc.ResponseTimeP50, olc.ResponseTimeP95, olc.ResponseTimeP99,
+		olc.RequestsPerS, olc.InflightRequests} {
 		if v, ok := snap.Get(sig); ok {
 			out[sig.String()] = round6(v)
 		}
@@ -249,7 +251,7 @@ func capPorts(found, current []portEntry, max int) []portEntry {
 	if max <= 0 || len(found) <= max {
 		return found
 	}
-	protected := make(map[adaptive.PortKey]bool, len(current))
+	protected := make(map[olc.PortKey]bool, len(current))
 	for _, p := range current {
 		protected[p.key] = true
 	}
@@ -280,15 +282,15 @@ func listeningPorts(listeners []sampler.Listener) []uint16 {
 
 // exemptListeners returns, under ports: auto, the listening ports left
 // unprotected because an exception names them, with the list that does.
-func exemptListeners(cfg *rules.Config, listening []uint16) []ExemptListener {
+func exemptListeners(cfg *rules.Config, listening []uint16) []api.ExemptListener {
 	if !cfg.PortsAuto {
 		return nil
 	}
-	var out []ExemptListener
+	var out []api.ExemptListener
 	for _, port := range listening {
-		key := adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: port}
+		key := olc.PortKey{Proto: olc.ProtoTCP, Port: port}
 		if why := cfg.ExemptReason(key); why != "" {
-			out = append(out, ExemptListener{Proto: key.Proto.String(), Port: port, Reason: why})
+			out = append(out, api.ExemptListener{Proto: key.Proto.String(), Port: port, Reason: why})
 		}
 	}
 	return out
@@ -308,12 +310,12 @@ func autoPorts(cfg *rules.Config, listeners []sampler.Listener) []portEntry {
 		if addr.IsLoopback() || port == 0 || seen[port] {
 			continue
 		}
-		key := adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: port}
+		key := olc.PortKey{Proto: olc.ProtoTCP, Port: port}
 		if cfg.ExemptPort(key) {
 			continue
 		}
 		seen[port] = true
-		out = append(out, portEntry{key: key, class: adaptive.ClassNormal, mode: cfg.Mode, action: cfg.Action.Kind, source: "auto"})
+		out = append(out, portEntry{key: key, class: olc.ClassNormal, mode: cfg.Mode, action: cfg.Action.Kind, source: "auto"})
 	}
 	slices.SortFunc(out, func(a, b portEntry) int { return cmp.Compare(a.key.Port, b.key.Port) })
 	return out
@@ -352,7 +354,7 @@ func (d *Daemon) rediscover() {
 }
 
 func diffPorts(old, cur []portEntry) (added, removed []string) {
-	has := func(ps []portEntry, k adaptive.PortKey) bool {
+	has := func(ps []portEntry, k olc.PortKey) bool {
 		return slices.ContainsFunc(ps, func(p portEntry) bool { return p.key == k })
 	}
 	for _, p := range cur {
@@ -379,35 +381,11 @@ func controllerPorts(ports []portEntry) []adaptive.PortConfig {
 func tcpPorts(ports []portEntry) []uint16 {
 	var out []uint16
 	for _, p := range ports {
-		if p.key.Proto == adaptive.ProtoTCP {
+		if p.key.Proto == olc.ProtoTCP {
 			out = append(out, p.key.Port)
 		}
 	}
 	return out
-}
-
-func loaderKey(k adaptive.PortKey) loader.PortKey {
-	return loader.PortKey{Proto: loader.Proto(k.Proto), Port: k.Port}
-}
-
-func loaderMode(m rules.Mode) loader.Mode {
-	switch m {
-	case rules.ModeEnforce:
-		return loader.ModeEnforce
-	case rules.ModeObserve:
-		return loader.ModeObserve
-	}
-	return loader.ModeOff
-}
-
-func loaderAction(a rules.Action) loader.Action {
-	switch a {
-	case rules.ActionMark:
-		return loader.ActionMark
-	case rules.ActionReject:
-		return loader.ActionReject
-	}
-	return loader.ActionDrop
 }
 
 func dirOf(path string) string { return filepath.Dir(path) }
@@ -419,7 +397,7 @@ func sameFile(a, b string) bool { return filepath.Clean(a) == filepath.Clean(b) 
 func (d *Daemon) publish() {
 	r := d.last
 	dec := r.decision
-	st := &Status{
+	st := &api.Status{
 		Version:      d.opts.Version,
 		Mode:         d.cfg.Mode.String(),
 		ConfigSource: d.configSource(),
@@ -429,7 +407,7 @@ func (d *Daemon) publish() {
 		Ticks:        d.ticks,
 		UpdatedAt:    r.at,
 		StartedAt:    d.started,
-		Overload: OverloadStatus{
+		Overload: api.OverloadStatus{
 			Active:          dec.Overloaded,
 			Pressure:        dec.SmoothedPressure,
 			DropProbability: dec.DropProbability,
@@ -442,18 +420,18 @@ func (d *Daemon) publish() {
 	// Lists are [] rather than null when empty, so that clients need not
 	// tell the two apart.
 	st.Overrides = nonNil(st.Overrides)
-	st.Signals, st.Classes, st.Ports = []SignalStatus{}, []ClassStatus{}, []PortStatus{}
-	st.Exceptions, st.Interfaces = []string{}, []InterfaceStatus{}
+	st.Signals, st.Classes, st.Ports = []api.SignalStatus{}, []api.ClassStatus{}, []api.PortStatus{}
+	st.Exceptions, st.Interfaces = []string{}, []api.InterfaceStatus{}
 	st.ReloadRefused = d.refused
 	st.LB = d.lbStatus()
 	if dec.Overloaded && !dec.OverloadSince.IsZero() {
 		since := dec.OverloadSince
 		st.Overload.Since = &since
 	}
-	withThreshold := map[sampler.Signal]bool{}
+	withThreshold := map[olc.Signal]bool{}
 	for _, s := range dec.Signals {
 		withThreshold[s.Signal] = true
-		ss := SignalStatus{Name: s.Signal.String(), Unit: s.Signal.Unit().String(), Available: s.Available, Corroborated: s.Corroborated}
+		ss := api.SignalStatus{Name: s.Signal.String(), Unit: s.Signal.Unit().String(), Available: s.Available, Corroborated: s.Corroborated}
 		th := s.Threshold
 		ss.Threshold = &th
 		if s.Available {
@@ -462,16 +440,16 @@ func (d *Daemon) publish() {
 		}
 		st.Signals = append(st.Signals, ss)
 	}
-	for sig := range sampler.NumSignals {
+	for sig := range olc.NumSignals {
 		if withThreshold[sig] {
 			continue
 		}
 		if v, ok := r.snap.Get(sig); ok {
-			st.Signals = append(st.Signals, SignalStatus{Name: sig.String(), Unit: sig.Unit().String(), Available: true, Value: &v})
+			st.Signals = append(st.Signals, api.SignalStatus{Name: sig.String(), Unit: sig.Unit().String(), Available: true, Value: &v})
 		}
 	}
-	for c := range adaptive.NumClasses {
-		st.Classes = append(st.Classes, ClassStatus{Class: c.String(), DropProbability: dec.Classes[c]})
+	for c := range olc.NumClasses {
+		st.Classes = append(st.Classes, api.ClassStatus{Class: c.String(), DropProbability: dec.Classes[c]})
 	}
 	secs := r.interval.Seconds()
 	rate := func(n uint64) float64 {
@@ -488,8 +466,8 @@ func (d *Daemon) publish() {
 	}
 	for _, p := range d.ports {
 		dl := r.deltas[p.key]
-		tot := r.stats.Ports[loaderKey(p.key)]
-		ps := PortStatus{
+		tot := r.stats.Ports[p.key]
+		ps := api.PortStatus{
 			Proto: p.key.Proto.String(), Port: p.key.Port, Class: p.class.String(),
 			Mode: p.mode.String(), Action: p.action.String(), Source: p.source,
 			DropProbability: r.probs[p.key],
@@ -503,13 +481,13 @@ func (d *Daemon) publish() {
 			WouldRejectPerS: rate(dl.WouldReject),
 			ExemptPerS:      rate(dl.Exempt),
 			StalePerS:       rate(dl.Stale),
-			Totals: PortTotals{
+			Totals: api.PortTotals{
 				NewConns: tot.NewConns, Passed: tot.Passed, Dropped: tot.Dropped, Marked: tot.Marked,
 				WouldDrop: tot.WouldDrop, Exempt: tot.Exempt, Stale: tot.Stale, SYNRetransmits: tot.SYNRetransmits,
 				Rejected: tot.Rejected, WouldReject: tot.WouldReject,
 			},
 		}
-		if f, ok := r.snap.AcceptQueueFill[p.key.Port]; ok && p.key.Proto == adaptive.ProtoTCP {
+		if f, ok := r.snap.AcceptQueueFill[p.key.Port]; ok && p.key.Proto == olc.ProtoTCP {
 			ps.AcceptQueueFill = &f
 		}
 		ps.ResponseTargetMode = "off"
@@ -537,7 +515,7 @@ func (d *Daemon) publish() {
 			ps.ResponseTime = responseTimeStatus(pr)
 			rps, inf := pr.RequestsPerS, pr.Inflight
 			ps.RequestsPerS, ps.InflightRequests = &rps, &inf
-			ps.ResponseHistogram = histogramStatus(r.stats.Response[loaderKey(p.key)].Buckets)
+			ps.ResponseHistogram = histogramStatus(r.stats.Response[p.key].Buckets)
 		}
 		st.Ports = append(st.Ports, ps)
 	}
@@ -554,7 +532,7 @@ func (d *Daemon) publish() {
 	}
 	if d.dp != nil {
 		for _, a := range d.dp.Attachments() {
-			st.Interfaces = append(st.Interfaces, InterfaceStatus{Name: a.Interface, Hook: a.Hook, Mode: a.Mode, Egress: a.Egress})
+			st.Interfaces = append(st.Interfaces, api.InterfaceStatus{Name: a.Interface, Hook: a.Hook, Mode: a.Mode, Egress: a.Egress})
 		}
 		st.ResponseTiming = d.responseTimingStatus(r.stats)
 	}
@@ -563,7 +541,11 @@ func (d *Daemon) publish() {
 	for _, e := range r.snap.Errors {
 		st.SampleErrors = append(st.SampleErrors, fmt.Sprintf("%s: %v", e.Source, e.Err))
 	}
-	d.status.Store(st)
+	keys := make([]olc.PortKey, len(d.ports))
+	for i, p := range d.ports {
+		keys[i] = p.key
+	}
+	d.status.Store(&published{st: st, keys: keys})
 }
 
 func nonNil[T any](s []T) []T {

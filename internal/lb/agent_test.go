@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -28,20 +27,17 @@ func testReport() *Report {
 
 // startAgent serves a on a loopback port until the test ends.
 func startAgent(t testing.TB, a *Agent) string {
-	addr, _ := startTimedAgent(t, a)
-	return addr
-}
-
-// startTimedAgent serves a on a loopback port whose connections record
-// the time from their accept to their close: the agent's own latency,
-// without the clients' and the kernel's share.
-func startTimedAgent(t testing.TB, a *Agent) (string, *timedListener) {
 	t.Helper()
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln := &timedListener{Listener: inner}
+	serveUntilCleanup(t, a, ln)
+	return ln.Addr().String()
+}
+
+// serveUntilCleanup serves a on ln until the test ends.
+func serveUntilCleanup(t testing.TB, a *Agent, ln net.Listener) {
 	done := make(chan error, 1)
 	go func() { done <- a.Serve(ln) }()
 	t.Cleanup(func() {
@@ -50,58 +46,38 @@ func startTimedAgent(t testing.TB, a *Agent) (string, *timedListener) {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return ln.Addr().String(), ln
 }
 
-type timedListener struct {
-	net.Listener
-	mu   sync.Mutex
-	held []time.Duration
-}
+// Loopback sources: the agent learns per peer address whether it sends its
+// line, so tests that mix silent and talking clients give them addresses
+// of their own.
+var (
+	talker = &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}
+	silent = &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}
+)
 
-func (l *timedListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return &timedConn{TCPConn: c.(*net.TCPConn), l: l, at: time.Now()}, nil
-}
-
-// take returns and forgets the recorded times, sorted.
-func (l *timedListener) take() []time.Duration {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := l.held
-	l.held = nil
-	slices.Sort(out)
-	return out
-}
-
-type timedConn struct {
-	*net.TCPConn
-	l  *timedListener
-	at time.Time
-}
-
-func (c *timedConn) Close() error {
-	err := c.TCPConn.Close()
-	d := time.Since(c.at)
-	c.l.mu.Lock()
-	c.l.held = append(c.l.held, d)
-	c.l.mu.Unlock()
-	return err
-}
-
-// ask connects, sends req (if not nil), and reads until EOF.
+// ask connects, sends req (if not nil), and reads until EOF. Clients
+// sending nothing connect from silent, the others from talker.
 func ask(t testing.TB, addr string, req []byte) string {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	src := talker
+	if req == nil {
+		src = silent
+	}
+	return askFrom(t, src, addr, req, 0)
+}
+
+// askFrom is ask from the address src, sending req after delay.
+func askFrom(t testing.TB, src *net.TCPAddr, addr string, req []byte, delay time.Duration) string {
+	t.Helper()
+	c, err := (&net.Dialer{LocalAddr: src, Timeout: 5 * time.Second}).Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	if req != nil {
+		time.Sleep(delay)
 		if _, err := c.Write(req); err != nil {
 			t.Fatal(err)
 		}
@@ -167,13 +143,57 @@ func TestAgentSilentClientHeldOpen(t *testing.T) {
 	}
 }
 
-// TestAgentThousandAtOnce: 1000 clients connect at once, as 1000 HAProxy
-// servers' agent checks might: some send their agent-send line, some send
-// nothing. Every one is answered with a line of the report; the handlers
-// in hand never exceed MaxConns (the bound on memory: one goroutine and
-// one 128-byte buffer each), the rest are answered by the accept loop.
-// Latencies are logged; the goal (answers within 10 ms) is measured by
-// BenchmarkAgentThousand.
+// TestAgentLearnsPeers: a peer that sent nothing is answered at accept
+// from then on (HAProxy without agent-send); one that sent its line only
+// after the accept gets, once, the node's answer at accept, and from then
+// on its connections wait for their line (the port's answer); a line in
+// at accept (HAProxy with agent-send) is answered at once whatever the
+// peer did before.
+func TestAgentLearnsPeers(t *testing.T) {
+	a := NewAgent(AgentConfig{SendWait: 200 * time.Millisecond}, nil)
+	a.Publish(testReport())
+	addr := startAgent(t, a)
+	peer := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 3)}
+	step := func(name string, req []byte, delay time.Duration, want string, waited uint64) {
+		t.Helper()
+		if got := askFrom(t, peer, addr, req, delay); got != want {
+			t.Errorf("%s: answer %q, want %q", name, got, want)
+		}
+		if n := a.Waited(); n != waited {
+			t.Errorf("%s: %d connections waited for their line, want %d", name, n, waited)
+		}
+	}
+	step("unknown peer, silent: waits, then the node's answer", nil, 0, "up ready 80%\n", 1)
+	step("known silent: answered at accept", nil, 0, "up ready 80%\n", 1)
+	if a.peers.expectLine(peer) {
+		t.Fatal("a peer that sent nothing is still expected to send a line")
+	}
+	step("line in at accept: its port", []byte("tcp/8080\n"), 0, "up drain 30%\n", 1)
+	// The line comes 20 ms after the connect: the peer was silent, so
+	// the answer is the node's, at once; the connection stays
+	// half-closed for SendWait and its line teaches the agent.
+	step("late line from a silent peer: the node's answer, once", []byte("tcp/8080\n"), 20*time.Millisecond, "up ready 80%\n", 1)
+	for deadline := time.Now().Add(5 * time.Second); !a.peers.expectLine(peer); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a late line did not mark the peer as one that sends lines")
+		}
+	}
+	step("late line, learnt: waits for it", []byte("tcp/8080\n"), 20*time.Millisecond, "up drain 30%\n", 2)
+
+	never := NewAgent(AgentConfig{SendWait: -1}, nil)
+	never.Publish(testReport())
+	if got := askFrom(t, peer, startAgent(t, never), []byte("tcp/8080\n"), 20*time.Millisecond); got != "up ready 80%\n" || never.Waited() != 0 {
+		t.Errorf("SendWait < 0: answer %q after %d waits, want the node's at accept", got, never.Waited())
+	}
+}
+
+// TestAgentThousandAtOnce: 1000 loopback clients connect at once, as 1000
+// HAProxy servers' agent checks might: some send their agent-send line,
+// some send nothing. Every one is answered with a line of the report; the
+// connections waiting for their line never exceed MaxConns (the bound on
+// memory: one goroutine and one 128-byte buffer each), the rest are
+// answered at accept. The latency goal is measured with the clients in
+// another process and network namespace: BenchmarkAgentThousand.
 func TestAgentThousandAtOnce(t *testing.T) {
 	const n = 1000
 	for _, tc := range []struct {
@@ -183,11 +203,10 @@ func TestAgentThousandAtOnce(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			a := NewAgent(AgentConfig{MaxConns: 64}, nil)
 			a.Publish(testReport())
-			addr, ln := startTimedAgent(t, a)
+			addr := startAgent(t, a)
 			lat := thousand(t, addr, n, tc.req)
-			held := ln.take()
 			if p := a.Peak(); p > 64 {
-				t.Errorf("peak %d handlers at once, want at most MaxConns 64", p)
+				t.Errorf("peak %d connections waiting at once, want at most MaxConns 64", p)
 			}
 			c := a.Counts()
 			if got := c[AnswerPort] + c[AnswerOverflow] + c[AnswerNode]; got != n || c[AnswerUnknown] != 0 {
@@ -197,11 +216,8 @@ func TestAgentThousandAtOnce(t *testing.T) {
 				t.Errorf("silent clients got %d port answers", c[AnswerPort])
 			}
 			slices.Sort(lat)
-			t.Logf("%d at once: accept to answer p50 %v p99 %v max %v; dial to answer p50 %v p99 %v max %v; handlers peak %d of 64; answers %v",
-				n, held[len(held)/2], held[len(held)*99/100], held[len(held)-1], lat[n/2], lat[n*99/100], lat[n-1], a.Peak(), c)
-			var ms runtime.MemStats
-			runtime.ReadMemStats(&ms)
-			t.Logf("heap in use after: %.1f MiB", float64(ms.HeapInuse)/(1<<20))
+			t.Logf("%d at once (clients in this process): dial to answer p50 %v p99 %v max %v; waited %d, peak %d of 64; answers %v",
+				n, lat[n/2], lat[n*99/100], lat[n-1], a.Waited(), a.Peak(), c)
 		})
 	}
 }
@@ -235,8 +251,8 @@ func thousand(t testing.TB, addr string, n int, req []byte) []time.Duration {
 			b, err := io.ReadAll(c)
 			lat[i] = time.Since(t0)
 			if errors.Is(err, syscall.ECONNRESET) {
-				// Answered by the overflow path before the line came
-				// (AgentConfig.MaxConns): the answer, then an RST.
+				// Answered at accept for the node (overflow) before
+				// the line came: the answer, then an RST.
 				resets.Add(1)
 				err = nil
 			}
@@ -264,68 +280,6 @@ func errString(err error) string {
 	return err.Error()
 }
 
-// BenchmarkAgentThousand measures the goal: 1000 connections at
-// once, every one answered within 10 ms. accept-p99-ms is the agent's own
-// time (accept to answer and close), dial-p99-ms the clients' (dial to
-// the answer's end, the kernel's handshakes and the clients' share of the
-// CPUs included). BenchmarkBaselineThousand is the same load on a
-// listener that writes a constant line at once: the part of the time
-// that is not the agent's.
-func BenchmarkAgentThousand(b *testing.B) {
-	for _, tc := range []struct {
-		name string
-		req  []byte
-	}{{"agent-send", []byte("tcp/8080\n")}, {"silent", nil}} {
-		b.Run(tc.name, func(b *testing.B) {
-			a := NewAgent(AgentConfig{}, nil)
-			a.Publish(testReport())
-			addr, ln := startTimedAgent(b, a)
-			var dial, held []time.Duration
-			for b.Loop() {
-				dial = append(dial, thousand(b, addr, 1000, tc.req)...)
-				held = append(held, ln.take()...)
-			}
-			reportLatency(b, dial, held)
-		})
-	}
-}
-
-func BenchmarkBaselineThousand(b *testing.B) {
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	ln := &timedListener{Listener: inner}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				_, _ = c.Write([]byte("up drain 30%\n"))
-				c.Close()
-			}()
-		}
-	}()
-	var dial, held []time.Duration
-	for b.Loop() {
-		dial = append(dial, thousand(b, ln.Addr().String(), 1000, []byte("tcp/8080\n"))...)
-		held = append(held, ln.take()...)
-	}
-	reportLatency(b, dial, held)
-}
-
-func reportLatency(b *testing.B, dial, held []time.Duration) {
-	slices.Sort(dial)
-	slices.Sort(held)
-	b.ReportMetric(float64(held[len(held)*99/100])/1e6, "accept-p99-ms")
-	b.ReportMetric(float64(held[len(held)-1])/1e6, "accept-max-ms")
-	b.ReportMetric(float64(dial[len(dial)*99/100])/1e6, "dial-p99-ms")
-	b.ReportMetric(float64(dial[len(dial)-1])/1e6, "dial-max-ms")
-}
-
 // BenchmarkAgentAnswer is one connection, request and answer.
 func BenchmarkAgentAnswer(b *testing.B) {
 	a := NewAgent(AgentConfig{}, nil)
@@ -333,5 +287,17 @@ func BenchmarkAgentAnswer(b *testing.B) {
 	addr := startAgent(b, a)
 	for b.Loop() {
 		ask(b, addr, []byte("tcp/8080\n"))
+	}
+}
+
+// BenchmarkLookup is the per-connection work on a line in at accept.
+func BenchmarkLookup(b *testing.B) {
+	l := newLines(testReport())
+	req := []byte("tcp/8080")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, k := l.lookup(req); k != kindPort {
+			b.Fatal(k)
+		}
 	}
 }

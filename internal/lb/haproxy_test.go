@@ -202,6 +202,15 @@ func TestHAProxyParses(t *testing.T) {
 	if c[AnswerNode] == 0 || c[AnswerPort] == 0 || c[AnswerUnknown] != 0 {
 		t.Errorf("answers %v: want node answers (plain) and port answers (agent-send), nothing unknown", c)
 	}
+	// HAProxy's agent check connects with a delayed ACK: its agent-send
+	// line comes with the handshake's last ACK and is in at accept, and
+	// a check without agent-send is answered at accept once the peer is
+	// known to send nothing (the first such check waits SendWait).
+	total := c[AnswerNode] + c[AnswerPort]
+	t.Logf("answers %v; %d of %d waited for their line", c, a.Waited(), total)
+	if w := a.Waited(); 4*w > total {
+		t.Errorf("%d of HAProxy's %d checks waited for their line, want nearly none", w, total)
+	}
 }
 
 func equalStats(got, want map[string]haproxyStat) bool {

@@ -25,7 +25,25 @@ func readNow(c net.Conn, buf []byte) int {
 		if err == nil && m > 0 {
 			n = m
 		}
-		return true // never wait: this is the overflow path
+		return true // never wait
 	})
 	return n
+}
+
+// writeNow writes b to c without waiting: on a fresh socket the send
+// buffer takes a line whole. A peer that advertised no window, or a
+// socket that fails, gets nothing (the close follows).
+func writeNow(c net.Conn, b []byte) {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Write(func(fd uintptr) bool {
+		_, _ = syscall.Write(int(fd), b)
+		return true // never wait
+	})
 }

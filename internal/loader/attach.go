@@ -4,21 +4,29 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
+	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/olcd/olcd/internal/lock"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // FilterPrefix starts the name of every cls_bpf filter olcd creates. At
 // Attach, filters with this prefix that belong to no live Datapath of this
 // process are leftovers of a killed instance and are removed.
 const FilterPrefix = "olcd"
+
+// LockDir holds the attachment locks: while a Datapath is attached to an
+// interface it holds an exclusive flock on LockDir/attach-<netns>-<ifindex>.lock
+// (netns is the network namespace's inode). The kernel drops the lock when
+// the process exits, however it exits.
+const LockDir = "/run/olcd"
 
 // filterName is the cls_bpf filter name (TCA_BPF_NAME) of olcd_tc, and
 // egressFilterName that of olcd_tc_egress.
@@ -57,6 +65,9 @@ type attachment struct {
 	// detached before this one; it uses this one's netlink handle.
 	egress   *attachment
 	sharedNL bool
+	// lock says that this process is the olcd attached to the interface
+	// (see LockDir); nil for egress, which shares its ingress's.
+	lock *lock.File
 }
 
 // Attachments lists the current attachments in the order they were made.
@@ -86,7 +97,7 @@ func (d *Datapath) Attachments() []Attachment {
 // Errors name the hook, mode and interface, e.g. "attach xdp (native) to
 // eth0: ...": unknown mode, unknown interface, already attached to it, a
 // foreign XDP program, or the kernel refusing the attachment.
-func (d *Datapath) Attach(iface string, mode AttachMode) error {
+func (d *Datapath) Attach(iface string, mode olc.AttachMode) error {
 	return d.attach(iface, mode, false)
 }
 
@@ -112,9 +123,9 @@ func (d *Datapath) Detach(iface string) error {
 }
 
 // attach is Attach with a way to skip tcx, for testing the clsact rung.
-func (d *Datapath) attach(iface string, mode AttachMode, noTCX bool) error {
+func (d *Datapath) attach(iface string, mode olc.AttachMode, noTCX bool) error {
 	if mode == "" {
-		mode = AttachAuto
+		mode = olc.AttachAuto
 	}
 	if !mode.Valid() {
 		return fmt.Errorf("attach %s to %s: unknown attach mode", mode, iface)
@@ -152,31 +163,37 @@ func (d *Datapath) attach(iface string, mode AttachMode, noTCX bool) error {
 			return fmt.Errorf("attach %s to %s: already attached as %s (%s, %s)", mode, iface, a.Interface, a.Hook, a.Mode)
 		}
 	}
-	if err := d.removeLeftovers(nl, l); err != nil {
+	lk, err := d.lockInterface(nl, l, ns)
+	if err != nil {
 		nl.Close()
 		return fmt.Errorf("attach %s to %s: %w", mode, iface, err)
 	}
-	if err := d.checkOtherInstance(nl, l); err != nil {
+	fail := func(err error) error {
 		nl.Close()
-		return fmt.Errorf("attach %s to %s: %w", mode, iface, err)
+		return errors.Join(err, lk.Release())
+	}
+	if err := d.removeLeftovers(nl, l); err != nil {
+		return fail(fmt.Errorf("attach %s to %s: %w", mode, iface, err))
+	}
+	if err := d.checkOtherInstance(nl, l); err != nil {
+		return fail(fmt.Errorf("attach %s to %s: %w", mode, iface, err))
 	}
 
 	var a *attachment
 	switch mode {
-	case AttachAuto, AttachTC:
+	case olc.AttachAuto, olc.AttachTC:
 		a, err = d.attachTC(nl, l, noTCX)
-	case AttachXDP:
+	case olc.AttachXDP:
 		a, err = d.attachXDP(l, true, true)
-	case AttachXDPNative:
+	case olc.AttachXDPNative:
 		a, err = d.attachXDP(l, true, false)
-	case AttachXDPGeneric:
+	case olc.AttachXDPGeneric:
 		a, err = d.attachXDP(l, false, true)
 	}
 	if err != nil {
-		nl.Close()
-		return err
+		return fail(err)
 	}
-	a.nl, a.netns = nl, ns
+	a.nl, a.netns, a.lock = nl, ns, lk
 	if d.cfg.ResponseSample != 0 {
 		// Egress sees the answers; with XDP ingress too, TC is the
 		// only egress hook.
@@ -318,7 +335,10 @@ func (d *Datapath) attachXDP(l netlink.Link, native, generic bool) (*attachment,
 
 // detach undoes the attachment. A vanished interface took everything with
 // it and is not an error.
-func (a *attachment) detach(log *slog.Logger) error {
+func (a *attachment) detach(log *slog.Logger) (err error) {
+	// After the programs are gone (or failed to go: the attachment is
+	// forgotten all the same), the interface is free for the next olcd.
+	defer func() { err = errors.Join(err, a.lock.Release()) }()
 	if a.egress != nil {
 		e := a.egress
 		a.egress = nil
@@ -397,11 +417,33 @@ func (a *attachment) removeQdiscIfEmpty(log *slog.Logger) error {
 	return nil
 }
 
+// lockInterface takes the interface's attachment lock (see LockDir). Held by
+// another process (or another Datapath of this one), it means another olcd
+// runs on the interface: the error names what that olcd attached when
+// checkOtherInstance can tell (it may still be attaching), the lock file
+// otherwise.
+func (d *Datapath) lockInterface(nl *netlink.Handle, l netlink.Link, netns uint64) (*lock.File, error) {
+	path := attachLockPath(netns, l.Attrs().Index)
+	lk, err := lock.TryExclusive(path)
+	if errors.Is(err, lock.ErrLocked) {
+		if err := d.checkOtherInstance(nl, l); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("another olcd is attached (it holds %s); two would shed the same connections twice: stop it first", path)
+	}
+	return lk, err
+}
+
+// attachLockPath is the lock file of the interface ifindex in the network
+// namespace with inode netns.
+func attachLockPath(netns uint64, ifindex int) string {
+	return filepath.Join(LockDir, fmt.Sprintf("attach-%d-%d.lock", netns, ifindex))
+}
+
 // removeLeftovers deletes cls_bpf ingress filters named with FilterPrefix
-// whose program no process holds any more: a killed olcd cannot remove its
-// own, and its program would keep running on frozen maps. A filter whose
-// program a live process holds belongs to another running olcd and is left
-// alone (checkOtherInstance refuses to attach beside it).
+// that are not this Datapath's. It runs holding the interface's lock, so no
+// other olcd is running there: they are a killed olcd's, which cannot remove
+// its own, and its program would keep running on frozen maps.
 func (d *Datapath) removeLeftovers(nl *netlink.Handle, l netlink.Link) error {
 	has, err := hasClsact(nl, l)
 	if err != nil || !has {
@@ -415,8 +457,6 @@ func (d *Datapath) removeLeftovers(nl *netlink.Handle, l netlink.Link) error {
 	if err != nil {
 		return err
 	}
-	var cands []*netlink.BpfFilter
-	ids := map[uint32]bool{}
 	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
 		fs, err := listFilters(nl, l, parent)
 		if err != nil {
@@ -427,26 +467,12 @@ func (d *Datapath) removeLeftovers(nl *netlink.Handle, l netlink.Link) error {
 			if !ok || !strings.HasPrefix(bf.Name, FilterPrefix) || bf.Id == int(own) || bf.Id == int(ownEgress) || bf.Handle == 0 {
 				continue
 			}
-			cands = append(cands, bf)
-			ids[uint32(bf.Id)] = true
+			if err := nl.FilterDel(bf); err != nil && !gone(err) {
+				return fmt.Errorf("remove leftover filter %q (program id %d): %w", bf.Name, bf.Id, err)
+			}
+			d.log.Info("removed a leftover olcd filter", "interface", l.Attrs().Name,
+				"filter", bf.Name, "program_id", bf.Id, "priority", bf.Priority)
 		}
-	}
-	if len(cands) == 0 {
-		return nil
-	}
-	held, err := heldPrograms(ids)
-	if err != nil {
-		return err
-	}
-	for _, bf := range cands {
-		if _, live := held[uint32(bf.Id)]; live {
-			continue
-		}
-		if err := nl.FilterDel(bf); err != nil && !gone(err) {
-			return fmt.Errorf("remove leftover filter %q (program id %d): %w", bf.Name, bf.Id, err)
-		}
-		d.log.Info("removed a leftover olcd filter", "interface", l.Attrs().Name,
-			"filter", bf.Name, "program_id", bf.Id, "priority", bf.Priority)
 	}
 	return nil
 }
@@ -520,45 +546,6 @@ func ProgramName(id ebpf.ProgramID) string {
 	return info.Name
 }
 
-// heldPrograms returns which of the program ids some process holds a file
-// descriptor of, with the pid of one holder. It reads /proc/*/fdinfo, the
-// only place the kernel tells; run only when a leftover candidate exists.
-func heldPrograms(ids map[uint32]bool) (map[uint32]int, error) {
-	held := map[uint32]int{}
-	procs, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil, fmt.Errorf("find program holders: %w", err)
-	}
-	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
-		if err != nil {
-			continue
-		}
-		dir := "/proc/" + p.Name()
-		fds, err := os.ReadDir(dir + "/fd")
-		if err != nil {
-			continue // gone, or a kernel thread
-		}
-		for _, fd := range fds {
-			if target, err := os.Readlink(dir + "/fd/" + fd.Name()); err != nil || target != "anon_inode:bpf-prog" {
-				continue
-			}
-			info, err := os.ReadFile(dir + "/fdinfo/" + fd.Name())
-			if err != nil {
-				continue
-			}
-			for _, line := range strings.Split(string(info), "\n") {
-				if v, ok := strings.CutPrefix(line, "prog_id:"); ok {
-					if id, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32); err == nil && ids[uint32(id)] {
-						held[uint32(id)] = pid
-					}
-				}
-			}
-		}
-	}
-	return held, nil
-}
-
 func hasClsact(nl *netlink.Handle, l netlink.Link) (bool, error) {
 	var qs []netlink.Qdisc
 	err := RetryDump(func() (err error) { qs, err = nl.QdiscList(l); return err })
@@ -626,10 +613,22 @@ func progID(p *ebpf.Program) (ebpf.ProgramID, error) {
 }
 
 // currentNetns identifies the calling thread's network namespace by its
-// inode (0 if /proc cannot tell, which only weakens the duplicate check).
+// inode, asked of a socket (SIOCGSKNS, Linux 4.9) rather than read from
+// /proc; 0 if the kernel cannot tell, which only weakens the duplicate check
+// and shares one lock between namespaces.
 func currentNetns() uint64 {
+	s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0
+	}
+	defer unix.Close(s)
+	ns, err := unix.IoctlRetInt(s, unix.SIOCGSKNS)
+	if err != nil {
+		return 0
+	}
+	defer unix.Close(ns)
 	var st unix.Stat_t
-	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+	if err := unix.Fstat(ns, &st); err != nil {
 		return 0
 	}
 	return st.Ino

@@ -3,6 +3,8 @@ package loader
 import (
 	"errors"
 	"fmt"
+	"os"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -11,6 +13,9 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/olcd/olcd/internal/lock"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // passCLS is a SCHED_CLS program that lets everything through, standing in
@@ -90,7 +95,7 @@ func TestCoexistence(t *testing.T) {
 				return addBPFFilter(n.NodeIf, "foreign", 7, foreign)
 			})
 			d := loadTest(t, Config{})
-			n.inServer(t, func() error { return d.attach(n.NodeIf, AttachTC, noTCX) })
+			n.inServer(t, func() error { return d.attach(n.NodeIf, olc.AttachTC, noTCX) })
 			n.inServer(t, func() error {
 				names, _, err := ingressFilterNames(n.NodeIf)
 				if err != nil {
@@ -124,7 +129,7 @@ func TestCoexistence(t *testing.T) {
 	t.Run("created-clsact", func(t *testing.T) {
 		n := newTestNet(t)
 		d := loadTest(t, Config{})
-		n.inServer(t, func() error { return d.attach(n.NodeIf, AttachTC, true) })
+		n.inServer(t, func() error { return d.attach(n.NodeIf, olc.AttachTC, true) })
 		n.inServer(t, d.Close)
 		n.inServer(t, func() error {
 			if _, clsact, err := ingressFilterNames(n.NodeIf); err != nil || clsact {
@@ -136,7 +141,7 @@ func TestCoexistence(t *testing.T) {
 		// Someone adds a filter to the clsact olcd created: it stays.
 		foreign := passCLS(t)
 		d2 := loadTest(t, Config{})
-		n.inServer(t, func() error { return d2.attach(n.NodeIf, AttachTC, true) })
+		n.inServer(t, func() error { return d2.attach(n.NodeIf, olc.AttachTC, true) })
 		n.inServer(t, func() error { return addBPFFilter(n.NodeIf, "foreign", 7, foreign) })
 		n.inServer(t, d2.Close)
 		n.inServer(t, func() error {
@@ -149,9 +154,9 @@ func TestCoexistence(t *testing.T) {
 	})
 }
 
-// TestLeftoverFilters: a cls_bpf filter named like olcd's whose program no
-// process holds any more (left by a killed instance) is removed at Attach;
-// other filters are not touched.
+// TestLeftoverFilters: a cls_bpf filter named like olcd's that a killed
+// instance left, with its lock file (no longer locked), is removed at
+// Attach; other filters are not touched.
 func TestLeftoverFilters(t *testing.T) {
 	n := newTestNet(t)
 	stale, foreign := passCLS(t), passCLS(t)
@@ -162,11 +167,18 @@ func TestLeftoverFilters(t *testing.T) {
 		if err := addBPFFilter(n.NodeIf, "olcd_tc", 3, stale); err != nil {
 			return err
 		}
+		path, err := lockPathOf(n.NodeIf)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, nil, 0o644); err != nil {
+			return err
+		}
 		return addBPFFilter(n.NodeIf, "foreign", 4, foreign)
 	})
 	stale.Close() // like the killed process: only the filter holds it now
 	d := loadTest(t, Config{})
-	n.inServer(t, func() error { return d.Attach(n.NodeIf, AttachTC) })
+	n.inServer(t, func() error { return d.Attach(n.NodeIf, olc.AttachTC) })
 	t.Cleanup(func() { n.inServer(t, d.Close) })
 	n.inServer(t, func() error {
 		names, _, err := ingressFilterNames(n.NodeIf)
@@ -178,24 +190,45 @@ func TestLeftoverFilters(t *testing.T) {
 		}
 		return nil
 	})
+	// Attached, it holds the lock; closed, the lock file is gone.
+	var path string
+	n.inServer(t, func() (err error) { path, err = lockPathOf(n.NodeIf); return err })
+	if _, err := lock.TryExclusive(path); !errors.Is(err, lock.ErrLocked) {
+		t.Errorf("lock while attached: %v, want ErrLocked", err)
+	}
+	n.inServer(t, d.Close)
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("lock file after Close: %v, want removed", err)
+	}
 }
 
-// TestAnotherInstance: an olcd that is running (its program held by a live
-// process) is neither mistaken for a leftover nor joined: its clsact filter
+// TestAnotherInstance: an olcd that is running (it holds the interface's
+// lock) is neither mistaken for a leftover nor joined: its clsact filter
 // stays, and attaching beside it, or beside its tcx program, is refused.
 func TestAnotherInstance(t *testing.T) {
 	t.Run("clsact", func(t *testing.T) {
 		n := newTestNet(t)
-		live := passCLS(t) // this process holds it, as a running olcd would
+		live := passCLS(t)
+		var held *lock.File
 		n.inServer(t, func() error {
 			if err := addClsact(n.NodeIf); err != nil {
 				return err
 			}
+			// This process holds the program and the lock, as a running
+			// olcd would.
+			path, err := lockPathOf(n.NodeIf)
+			if err != nil {
+				return err
+			}
+			if held, err = lock.TryExclusive(path); err != nil {
+				return err
+			}
 			return addBPFFilter(n.NodeIf, "olcd_tc", 3, live)
 		})
+		t.Cleanup(func() { held.Release() })
 		d := loadTest(t, Config{})
 		var err error
-		_ = n.InNode(func() error { err = d.Attach(n.NodeIf, AttachTC); return nil })
+		_ = n.InNode(func() error { err = d.Attach(n.NodeIf, olc.AttachTC); return nil })
 		if err == nil || !strings.Contains(err.Error(), `another olcd is attached (clsact filter "olcd_tc"`) {
 			t.Errorf("attach beside a running olcd's filter: %v", err)
 		}
@@ -207,12 +240,32 @@ func TestAnotherInstance(t *testing.T) {
 			return nil
 		})
 	})
+	t.Run("lock only", func(t *testing.T) {
+		// Another olcd that holds the lock but has attached nothing yet.
+		n := newTestNet(t)
+		var held *lock.File
+		var path string
+		n.inServer(t, func() (err error) {
+			if path, err = lockPathOf(n.NodeIf); err != nil {
+				return err
+			}
+			held, err = lock.TryExclusive(path)
+			return err
+		})
+		t.Cleanup(func() { held.Release() })
+		d := loadTest(t, Config{})
+		var err error
+		_ = n.InNode(func() error { err = d.Attach(n.NodeIf, olc.AttachTC); return nil })
+		if err == nil || !strings.Contains(err.Error(), "another olcd is attached (it holds "+path+")") {
+			t.Errorf("attach beside a locked interface: %v", err)
+		}
+	})
 	t.Run("tcx", func(t *testing.T) {
 		n := newTestNet(t)
 		first, second := loadTest(t, Config{}), loadTest(t, Config{})
-		n.inServer(t, func() error { return first.Attach(n.NodeIf, AttachTC) })
+		n.inServer(t, func() error { return first.Attach(n.NodeIf, olc.AttachTC) })
 		t.Cleanup(func() { n.inServer(t, first.Close) })
-		for _, mode := range []AttachMode{AttachTC, AttachXDP} {
+		for _, mode := range []olc.AttachMode{olc.AttachTC, olc.AttachXDP} {
 			var err error
 			_ = n.InNode(func() error { err = second.Attach(n.NodeIf, mode); return nil })
 			if err == nil || !strings.Contains(err.Error(), "another olcd is attached (tcx program olcd_tc") {
@@ -220,6 +273,30 @@ func TestAnotherInstance(t *testing.T) {
 			}
 		}
 	})
+}
+
+// lockPathOf is the attachment lock of the interface named ifname in the
+// calling thread's network namespace.
+func lockPathOf(ifname string) (string, error) {
+	l, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return "", err
+	}
+	return attachLockPath(currentNetns(), l.Attrs().Index), nil
+}
+
+// currentNetns names the namespace as /proc does (the inode of
+// /proc/thread-self/ns/net), without reading /proc.
+func TestCurrentNetns(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		t.Skipf("no /proc to compare with: %v", err)
+	}
+	if got := currentNetns(); got != st.Ino {
+		t.Errorf("currentNetns() = %d, /proc/thread-self/ns/net has inode %d", got, st.Ino)
+	}
 }
 
 // TestAttachErrors: a foreign XDP program is refused with its id; errors
@@ -246,12 +323,12 @@ func TestAttachErrors(t *testing.T) {
 
 	tests := []struct {
 		iface string
-		mode  AttachMode
+		mode  olc.AttachMode
 		want  []string
 	}{
-		{n.NodeIf, AttachXDP, []string{"attach xdp (native) to " + n.NodeIf, fmt.Sprintf("program id %d", fid)}},
-		{n.NodeIf, AttachXDPGeneric, []string{"attach xdp (generic) to " + n.NodeIf, fmt.Sprintf("program id %d", fid)}},
-		{"olcd-no-such", AttachTC, []string{"attach tc to olcd-no-such"}},
+		{n.NodeIf, olc.AttachXDP, []string{"attach xdp (native) to " + n.NodeIf, fmt.Sprintf("program id %d", fid)}},
+		{n.NodeIf, olc.AttachXDPGeneric, []string{"attach xdp (generic) to " + n.NodeIf, fmt.Sprintf("program id %d", fid)}},
+		{"olcd-no-such", olc.AttachTC, []string{"attach tc to olcd-no-such"}},
 		{n.NodeIf, "ebpf", []string{"attach ebpf to " + n.NodeIf, "unknown attach mode"}},
 	}
 	for _, tt := range tests {
@@ -279,9 +356,9 @@ func TestAttachErrors(t *testing.T) {
 		return nil
 	})
 
-	n.inServer(t, func() error { return d.Attach(n.NodeIf, AttachTC) })
+	n.inServer(t, func() error { return d.Attach(n.NodeIf, olc.AttachTC) })
 	var err2 error
-	_ = n.InNode(func() error { err2 = d.Attach(n.NodeIf, AttachTC); return nil })
+	_ = n.InNode(func() error { err2 = d.Attach(n.NodeIf, olc.AttachTC); return nil })
 	if err2 == nil || !strings.Contains(err2.Error(), "already attached") {
 		t.Errorf("second attach: %v", err2)
 	}
@@ -292,7 +369,7 @@ func TestAttachErrors(t *testing.T) {
 func TestXDPFallback(t *testing.T) {
 	n := newTestNet(t)
 	d := loadTest(t, Config{})
-	n.inServer(t, func() error { return d.Attach("lo", AttachXDP) })
+	n.inServer(t, func() error { return d.Attach("lo", olc.AttachXDP) })
 	if got := d.Attachments(); len(got) != 1 || got[0] != (Attachment{Interface: "lo", Hook: "xdp", Mode: "generic", Ifindex: 1}) {
 		t.Errorf("attachments %+v, want xdp/generic on lo", got)
 	}
@@ -300,7 +377,7 @@ func TestXDPFallback(t *testing.T) {
 
 	d2 := loadTest(t, Config{})
 	var err error
-	_ = n.InNode(func() error { err = d2.Attach("lo", AttachXDPNative); return nil })
+	_ = n.InNode(func() error { err = d2.Attach("lo", olc.AttachXDPNative); return nil })
 	if err == nil || !strings.Contains(err.Error(), "attach xdp (native) to lo") {
 		t.Errorf("native XDP on lo: %v, want an error naming the mode", err)
 	}
@@ -327,7 +404,7 @@ func TestAttachInterfaceKinds(t *testing.T) {
 	d := loadTest(t, Config{})
 	t.Cleanup(func() { n.inServer(t, d.Close) })
 
-	for _, mode := range []AttachMode{AttachTC, AttachXDP} {
+	for _, mode := range []olc.AttachMode{olc.AttachTC, olc.AttachXDP} {
 		var err error
 		_ = n.InNode(func() error { err = d.Attach(tun, mode); return nil })
 		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("attach %s to %s: link type \"none\" has no Ethernet header", mode, tun)) {
@@ -338,9 +415,9 @@ func TestAttachInterfaceKinds(t *testing.T) {
 		t.Fatalf("refused attachments left %+v", got)
 	}
 
-	n.inServer(t, func() error { return d.Attach(n.NodeIf, AttachTC) })
+	n.inServer(t, func() error { return d.Attach(n.NodeIf, olc.AttachTC) })
 	var err error
-	_ = n.InNode(func() error { err = d.Attach(alt, AttachTC); return nil })
+	_ = n.InNode(func() error { err = d.Attach(alt, olc.AttachTC); return nil })
 	if err == nil || !strings.Contains(err.Error(), "already attached as "+n.NodeIf) {
 		t.Errorf("attach to the altname of an attached interface: %v, want already attached", err)
 	}
@@ -370,7 +447,7 @@ func TestClsactDeletedUnderneath(t *testing.T) {
 				n.inServer(t, func() error { return addClsact(n.NodeIf) })
 			}
 			d := loadTest(t, Config{})
-			n.inServer(t, func() error { return d.attach(n.NodeIf, AttachTC, true) })
+			n.inServer(t, func() error { return d.attach(n.NodeIf, olc.AttachTC, true) })
 			n.inServer(t, func() error {
 				l, err := netlink.LinkByName(n.NodeIf)
 				if err != nil {
@@ -434,7 +511,7 @@ func TestDetach(t *testing.T) {
 			}
 			attach := func(name string) Attachment {
 				t.Helper()
-				n.inServer(t, func() error { return d.attach(name, AttachTC, noTCX) })
+				n.inServer(t, func() error { return d.attach(name, olc.AttachTC, noTCX) })
 				for _, a := range d.Attachments() {
 					if a.Interface == name {
 						return a

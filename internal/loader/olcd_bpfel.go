@@ -129,8 +129,9 @@ type olcdOlcdPolicy struct {
 type olcdOlcdPolicyFlag uint32
 
 const (
-	olcdOlcdPolicyFlagOLCD_POLICY_PROTECTED olcdOlcdPolicyFlag = 1
-	olcdOlcdPolicyFlagOLCD_POLICY_EXEMPT    olcdOlcdPolicyFlag = 2
+	olcdOlcdPolicyFlagOLCD_POLICY_PROTECTED        olcdOlcdPolicyFlag = 1
+	olcdOlcdPolicyFlagOLCD_POLICY_EXEMPT           olcdOlcdPolicyFlag = 2
+	olcdOlcdPolicyFlagOLCD_POLICY_SHED_RETRANSMITS olcdOlcdPolicyFlag = 4
 )
 
 type olcdOlcdPortIndex struct {

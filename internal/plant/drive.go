@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/adaptive"
-	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/trace"
 )
 
@@ -26,7 +26,7 @@ type DriveTick struct {
 // minSamples responses on, as datapath.response_min_samples), and the
 // port's drop probability goes back into the plant. each, when not nil,
 // sees every tick.
-func Drive(c *adaptive.Controller, sc Scenario, key adaptive.PortKey, minSamples int, each func(DriveTick)) (Result, error) {
+func Drive(c *adaptive.Controller, sc Scenario, key olc.PortKey, minSamples int, each func(DriveTick)) (Result, error) {
 	idx := -1
 	for i, pc := range c.Config().Ports {
 		if pc.Key == key {
@@ -36,13 +36,26 @@ func Drive(c *adaptive.Controller, sc Scenario, key adaptive.PortKey, minSamples
 	if idx < 0 {
 		return Result{}, fmt.Errorf("drive plant: the controller does not protect %s", key)
 	}
+	// The datapath sheds every retransmitted SYN while the decision asks
+	// it to (PortDecision.ShedRetransmits) and p > 0.
+	shedRetx := false
+	retxP := sc.RetransmitP
+	sc.RetransmitP = func(p float64) float64 {
+		switch {
+		case shedRetx && p > 0:
+			return 1
+		case retxP != nil:
+			return retxP(p)
+		}
+		return p
+	}
 	// The daemon's onset check between ticks: the window's counts and
 	// measured queue, handed to Controller.Onset.
 	var between func(Observation) (float64, bool)
 	if sc.Window > 0 {
 		between = func(o Observation) (float64, bool) {
 			at := trace.Origin.Add(time.Duration(o.T * float64(time.Second)))
-			d, ok := c.Onset(at, sc.Window, map[adaptive.PortKey]adaptive.PortStats{key: {
+			d, ok := c.Onset(at, sc.Window, map[olc.PortKey]adaptive.PortStats{key: {
 				New: o.New, Retransmits: o.Retransmits, Dropped: o.Dropped,
 				Response: adaptive.PortResponse{Samples: uint64(o.Responses), Requests: float64(o.Requests),
 					Responses: float64(o.Responses), Inflight: float64(o.Inflight)}}})
@@ -52,20 +65,22 @@ func Drive(c *adaptive.Controller, sc Scenario, key adaptive.PortKey, minSamples
 			if each != nil {
 				each(DriveTick{Observation: o, Port: d.Ports[idx], Decision: d})
 			}
+			shedRetx = d.Ports[idx].ShedRetransmits
 			return d.Ports[idx].DropProbability, true
 		}
 	}
 	res := RunWindows(sc, func(o Observation) float64 {
-		s := sampler.Snapshot{At: trace.Origin.Add(time.Duration(o.T * float64(time.Second))), Interval: sc.Tick}
-		s.Set(sampler.CPUBusy, o.CPUBusy)
+		s := olc.Snapshot{At: trace.Origin.Add(time.Duration(o.T * float64(time.Second))), Interval: sc.Tick}
+		s.Set(olc.CPUBusy, o.CPUBusy)
 		r := adaptive.PortResponse{Samples: uint64(o.Responses), Requests: float64(o.Requests),
 			Responses: float64(o.Responses), Inflight: float64(o.Inflight)}
 		if o.Responses >= minSamples && o.Responses > 0 {
 			r.Available, r.P95 = true, o.P95
 		}
-		d := c.Step(s, map[adaptive.PortKey]adaptive.PortStats{key: {
+		d := c.Step(s, map[olc.PortKey]adaptive.PortStats{key: {
 			New: o.New, Retransmits: o.Retransmits, Dropped: o.Dropped, Response: r}})
 		pd := d.Ports[idx]
+		shedRetx = pd.ShedRetransmits
 		if each != nil {
 			each(DriveTick{Observation: o, Port: pd, Decision: d})
 		}

@@ -580,3 +580,16 @@ func (r Result) Goodput(t0, t1 float64) float64 {
 	}
 	return g / (t1 - t0)
 }
+
+// GoodputWithin returns the successes per second completed in (t0, t1]
+// whose latency as the client saw it (from its first SYN) is at most slo
+// seconds: the harness's goodput within its SLO.
+func (r Result) GoodputWithin(t0, t1, slo float64) float64 {
+	var g float64
+	for _, s := range r.Successes {
+		if s[0] > t0 && s[0] <= t1 && s[1] <= slo {
+			g++
+		}
+	}
+	return g / (t1 - t0)
+}

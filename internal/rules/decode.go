@@ -18,9 +18,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/ranges"
-	"github.com/olcd/olcd/internal/sampler"
 	"github.com/olcd/olcd/internal/spell"
 )
 
@@ -190,7 +189,7 @@ func reachable(doc *yaml.Node, origins map[*yaml.Node]string) map[*yaml.Node]str
 }
 
 // withSignals returns base with a `signals` mapping holding thresholds.
-func withSignals(base *yaml.Node, th [sampler.NumSignals]float64, origins map[*yaml.Node]string) *yaml.Node {
+func withSignals(base *yaml.Node, th [olc.NumSignals]float64, origins map[*yaml.Node]string) *yaml.Node {
 	sigs := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
 	for s, v := range th {
 		if v <= 0 {
@@ -200,7 +199,7 @@ func withSignals(base *yaml.Node, th [sampler.NumSignals]float64, origins map[*y
 			{Kind: yaml.ScalarNode, Tag: "!!str", Value: "threshold"},
 			{Kind: yaml.ScalarNode, Tag: "!!float", Value: strconv.FormatFloat(v, 'g', -1, 64)},
 		}}
-		sigs.Content = append(sigs.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: sampler.Signal(s).String()}, inner)
+		sigs.Content = append(sigs.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: olc.Signal(s).String()}, inner)
 	}
 	record(sigs, "default", origins)
 	out := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
@@ -246,7 +245,7 @@ type decoder struct {
 	pos map[string]*yaml.Node
 	// thresholdSet marks the signals the document gives a threshold
 	// (signalsSection.set).
-	thresholdSet [sampler.NumSignals]bool
+	thresholdSet [olc.NumSignals]bool
 	// failed marks the fields that did not decode, so that validate skips
 	// the cross-checks that would only repeat the mistake.
 	failed map[string]bool
@@ -566,11 +565,11 @@ var scalars = map[reflect.Type]func(d *decoder, n *yaml.Node, field string) (any
 		p, ok := d.prefix(n, f, s)
 		return p, ok
 	},
-	reflect.TypeFor[Mode]():           enumOf([]string{"off", "observe", "enforce"}, func(s string) Mode { m, _ := ParseMode(s); return m }),
-	reflect.TypeFor[AttachMode]():     enumOf(attachNames(), func(s string) AttachMode { return AttachMode(s) }),
-	reflect.TypeFor[Action]():         enumOf(actionNames, func(s string) Action { a, _ := ParseAction(s); return a }),
-	reflect.TypeFor[adaptive.Proto](): enumOf([]string{"tcp", "udp"}, func(s string) adaptive.Proto { p, _ := adaptive.ParseProto(s); return p }),
-	reflect.TypeFor[adaptive.Class](): enumOf([]string{"critical", "normal", "best-effort"}, func(s string) adaptive.Class { c, _ := adaptive.ParseClass(s); return c }),
+	reflect.TypeFor[olc.Mode]():       enumOf([]string{"off", "observe", "enforce"}, func(s string) olc.Mode { m, _ := olc.ParseMode(s); return m }),
+	reflect.TypeFor[olc.AttachMode](): enumOf(attachNames(), func(s string) olc.AttachMode { return olc.AttachMode(s) }),
+	reflect.TypeFor[olc.Action]():     enumOf(actionNames, func(s string) olc.Action { a, _ := olc.ParseAction(s); return a }),
+	reflect.TypeFor[olc.Proto]():      enumOf([]string{"tcp", "udp"}, func(s string) olc.Proto { p, _ := olc.ParseProto(s); return p }),
+	reflect.TypeFor[olc.Class]():      enumOf([]string{"critical", "normal", "best-effort"}, func(s string) olc.Class { c, _ := olc.ParseClass(s); return c }),
 }
 
 // enumOf decodes one of words into a T.

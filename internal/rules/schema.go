@@ -12,7 +12,7 @@ import (
 
 	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/lb"
-	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/spell"
 )
 
@@ -23,9 +23,9 @@ import (
 // config turns it into a Config. The keys are documented in
 // docs/config.md; the controller's are adaptive.Params' own tags.
 type document struct {
-	Mode       Mode              `yaml:"mode"`
+	Mode       olc.Mode          `yaml:"mode"`
 	Interfaces []string          `yaml:"interfaces"`
-	Attach     AttachMode        `yaml:"attach"`
+	Attach     olc.AttachMode    `yaml:"attach"`
 	Interval   time.Duration     `yaml:"interval"`
 	Signals    signalsSection    `yaml:"signals"`
 	Cgroup     string            `yaml:"cgroup"`
@@ -37,11 +37,11 @@ type document struct {
 		Management managementPorts `yaml:"management"`
 	} `yaml:"exceptions"`
 	Action struct {
-		Kind        Action `yaml:"kind"`
-		DSCP        *uint8 `yaml:"dscp" range:"[0, 63]"`
-		Fwmark      uint32 `yaml:"fwmark"`
-		RejectRate  int    `yaml:"reject_rate" range:"[0, 10000000]"`
-		RejectBurst int    `yaml:"reject_burst" range:"[1, 10000000]"`
+		Kind        olc.Action `yaml:"kind"`
+		DSCP        *uint8     `yaml:"dscp" range:"[0, 63]"`
+		Fwmark      uint32     `yaml:"fwmark"`
+		RejectRate  int        `yaml:"reject_rate" range:"[0, 10000000]"`
+		RejectBurst int        `yaml:"reject_burst" range:"[1, 10000000]"`
 	} `yaml:"action"`
 	Heartbeat struct {
 		StaleAfter time.Duration `yaml:"stale_after"`
@@ -64,17 +64,17 @@ type document struct {
 // defaultDocument returns the built-in values every document is decoded
 // onto; docs/config.md gives the reason for each.
 func defaultDocument() *document {
-	doc := &document{Mode: ModeObserve, Attach: AttachAuto, Interval: DefaultInterval, DecisionLog: DefaultDecisionLog,
-		Datapath: DatapathConfig{MaxPorts: DefaultMaxPorts, SYNTableSize: DefaultSYNTableSize, MaxPrefixes: DefaultMaxPrefixes, Selection: "random",
-			ResponseSample: DefaultResponseSample, ResponsePorts: DefaultResponsePorts,
-			FlowTableSize: DefaultFlowTableSize, ResponseMinSamples: DefaultResponseMinSamples}}
+	doc := &document{Mode: olc.ModeObserve, Attach: olc.AttachAuto, Interval: DefaultInterval, DecisionLog: DefaultDecisionLog,
+		Datapath: DatapathConfig{MaxPorts: olc.DefaultMaxPorts, SYNTableSize: olc.DefaultSYNTableSize, MaxPrefixes: olc.DefaultMaxPrefixes, Selection: "random",
+			ResponseSample: DefaultResponseSample, ResponsePorts: olc.DefaultResponsePorts,
+			FlowTableSize: olc.DefaultFlowTableSize, ResponseMinSamples: DefaultResponseMinSamples}}
 	doc.Signals.th = DefaultThresholds()
 	doc.Controller.Params = adaptive.DefaultParams()
 	doc.Controller.ResponseTarget = responseTarget{Auto: true}
 	doc.Ports.auto = true
 	doc.Exceptions.Management = DefaultManagementPorts()
-	doc.Action.Kind, doc.Action.RejectRate = ActionDrop, DefaultRejectRate
-	doc.Heartbeat.StaleAfter = DefaultStaleAfter
+	doc.Action.Kind, doc.Action.RejectRate = olc.ActionDrop, olc.DefaultRejectRate
+	doc.Heartbeat.StaleAfter = olc.DefaultStaleAfter
 	doc.Metrics.Address = DefaultMetricsAddress
 	doc.Admin.Socket = DefaultAdminSocket
 	w := lb.DefaultParams()
@@ -113,37 +113,37 @@ type controllerSection struct {
 // portEntry is one entry of `ports:`.
 type portEntry struct {
 	Port   portNumber      `yaml:"port"`
-	Proto  adaptive.Proto  `yaml:"proto"`
-	Class  adaptive.Class  `yaml:"class"`
+	Proto  olc.Proto       `yaml:"proto"`
+	Class  olc.Class       `yaml:"class"`
 	Mode   portMode        `yaml:"mode"`
-	Action *Action         `yaml:"action"`
+	Action *olc.Action     `yaml:"action"`
 	Target *responseTarget `yaml:"response_target"`
 }
 
 // portKeyEntry is {port, proto}, an entry of exceptions.ports or
 // exceptions.management.
 type portKeyEntry struct {
-	Port  portNumber     `yaml:"port"`
-	Proto adaptive.Proto `yaml:"proto"`
+	Port  portNumber `yaml:"port"`
+	Proto olc.Proto  `yaml:"proto"`
 }
 
 // signalsSection is `signals: {<name>: {threshold: x}}`; present, it
 // replaces the default signal list.
 type signalsSection struct {
-	th [sampler.NumSignals]float64
+	th [olc.NumSignals]float64
 	// set marks the signals the document gives a threshold, so that
 	// validate also checks an explicit 0 (which the typed config reads as
 	// "unused").
-	set [sampler.NumSignals]bool
+	set [olc.NumSignals]bool
 }
 
 func (s *signalsSection) decodeYAML(d *decoder, n *yaml.Node, path string) bool {
 	*s = signalsSection{}
 	return d.mapping(n, path, nil, func(name string, v *yaml.Node, field string) {
-		sig, ok := sampler.ParseSignal(name)
-		if !ok {
+		sig, err := olc.ParseSignal(name)
+		if err != nil {
 			hint := "see docs/config.md for the canonical names"
-			if c := spell.Closest(name, spell.Names(sampler.Signals())); c != "" {
+			if c := spell.Closest(name, spell.Names(olc.Signals())); c != "" {
 				hint = fmt.Sprintf("did you mean %q?", c)
 			}
 			d.add(v, field, fmt.Sprintf("unknown signal %q", name), hint)
@@ -157,7 +157,8 @@ func (s *signalsSection) decodeYAML(d *decoder, n *yaml.Node, path string) bool 
 		d.mapping(v, field, []string{"threshold"}, func(_ string, tv *yaml.Node, f string) {
 			found = true
 			var x float64
-			if sig.Unit() == sampler.UnitSeconds && tv.Kind == yaml.ScalarNode && tv.Tag == "!!str" {
+			var ok bool
+			if sig.Unit() == olc.UnitSeconds && tv.Kind == yaml.ScalarNode && tv.Tag == "!!str" {
 				// Seconds may be written as a duration: 50ms.
 				dur, good := d.duration(tv, f)
 				x, ok = dur.Seconds(), good
@@ -191,11 +192,11 @@ func (p *portsSection) decodeYAML(d *decoder, n *yaml.Node, path string) bool {
 	}
 	*p = portsSection{}
 	return d.seq(n, path, func(item *yaml.Node, field string) bool {
-		e := portEntry{Proto: adaptive.ProtoTCP, Class: adaptive.ClassNormal}
+		e := portEntry{Proto: olc.ProtoTCP, Class: olc.ClassNormal}
 		if !d.entry(item, field, &e, "{port: 443, proto: tcp}") {
 			return false
 		}
-		port := Port{Port: uint16(e.Port), Proto: e.Proto, Class: e.Class, Override: Mode(e.Mode)}
+		port := Port{Port: uint16(e.Port), Proto: e.Proto, Class: e.Class, Override: olc.Mode(e.Mode)}
 		if e.Action != nil {
 			port.Action, port.HasAction = *e.Action, true
 		}
@@ -223,28 +224,28 @@ func (d *decoder) entry(item *yaml.Node, field string, e any, example string) bo
 }
 
 // exemptPorts is exceptions.ports.
-type exemptPorts []adaptive.PortKey
+type exemptPorts []olc.PortKey
 
 func (l *exemptPorts) decodeYAML(d *decoder, n *yaml.Node, path string) bool {
 	*l = nil
 	return d.seq(n, path, func(item *yaml.Node, field string) bool {
-		e := portKeyEntry{Proto: adaptive.ProtoTCP}
+		e := portKeyEntry{Proto: olc.ProtoTCP}
 		if !d.entry(item, field, &e, "{port: 22, proto: tcp}") {
 			return false
 		}
-		*l = append(*l, adaptive.PortKey{Proto: e.Proto, Port: uint16(e.Port)})
+		*l = append(*l, olc.PortKey{Proto: e.Proto, Port: uint16(e.Port)})
 		return true
 	})
 }
 
 // managementPorts is exceptions.management: each entry a port number (TCP,
 // which every remote shell and config agent uses), or {port, proto}.
-type managementPorts []adaptive.PortKey
+type managementPorts []olc.PortKey
 
 func (l *managementPorts) decodeYAML(d *decoder, n *yaml.Node, path string) bool {
 	*l = nil
 	return d.seq(n, path, func(item *yaml.Node, field string) bool {
-		e := portKeyEntry{Proto: adaptive.ProtoTCP}
+		e := portKeyEntry{Proto: olc.ProtoTCP}
 		switch {
 		case item.Kind == yaml.ScalarNode && item.Tag == "!!int":
 			if !e.Port.decodeYAML(d, item, field) {
@@ -256,7 +257,7 @@ func (l *managementPorts) decodeYAML(d *decoder, n *yaml.Node, path string) bool
 		case !d.entry(item, field, &e, ""):
 			return false
 		}
-		*l = append(*l, adaptive.PortKey{Proto: e.Proto, Port: uint16(e.Port)})
+		*l = append(*l, olc.PortKey{Proto: e.Proto, Port: uint16(e.Port)})
 		return true
 	})
 }
@@ -277,9 +278,9 @@ func (p *portNumber) decodeYAML(d *decoder, n *yaml.Node, field string) bool {
 	return ok
 }
 
-// portMode is a port's own mode: observe or enforce (ModeOff, the zero
+// portMode is a port's own mode: observe or enforce (olc.ModeOff, the zero
 // value, is no override).
-type portMode Mode
+type portMode olc.Mode
 
 func (m *portMode) decodeYAML(d *decoder, n *yaml.Node, field string) bool {
 	s, ok := d.enum(n, field, []string{"observe", "enforce"})
@@ -289,7 +290,7 @@ func (m *portMode) decodeYAML(d *decoder, n *yaml.Node, field string) bool {
 		}
 		return false
 	}
-	mode, _ := ParseMode(s)
+	mode, _ := olc.ParseMode(s)
 	*m = portMode(mode)
 	return true
 }

@@ -10,9 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/ranges"
-	"github.com/olcd/olcd/internal/sampler"
 )
 
 // MaxInterval is the longest accepted tick interval: beyond it the
@@ -27,7 +26,7 @@ const MaxInterval = 60 * time.Second
 const MaxStaleAfter = 60 * time.Second
 
 // thresholdCheck returns what is wrong with threshold x of sig, and a hint.
-func thresholdCheck(sig sampler.Signal, x float64) (msg, hint string) {
+func thresholdCheck(sig olc.Signal, x float64) (msg, hint string) {
 	switch {
 	case math.IsNaN(x) || math.IsInf(x, 0):
 		return fmt.Sprintf("threshold %v is not a finite number", x), ""
@@ -59,7 +58,7 @@ func (d *decoder) validate(c *Config) {
 	}
 
 	for s := range c.Thresholds {
-		sig := sampler.Signal(s)
+		sig := olc.Signal(s)
 		x := c.Thresholds[s]
 		if !d.thresholdSet[s] && x == 0 {
 			continue
@@ -77,14 +76,14 @@ func (d *decoder) validate(c *Config) {
 	d.validatePorts(c)
 
 	markSets := c.Action.SetDSCP || c.Action.Fwmark != 0 || d.failed["action.dscp"] || d.failed["action.fwmark"]
-	if c.Action.Kind == ActionMark && !markSets {
+	if c.Action.Kind == olc.ActionMark && !markSets {
 		d.addAt("action.kind", "mark needs a dscp or a non-zero fwmark to set", "add action.dscp (0..63) and/or action.fwmark")
 	}
 	switch {
 	case d.failed["heartbeat.stale_after"]:
 	case c.StaleAfter > MaxStaleAfter:
 		d.addAt("heartbeat.stale_after", fmt.Sprintf("%v is above the maximum %v: a hung or stopped daemon would keep shedding that long, fail-open would be as good as off", c.StaleAfter, MaxStaleAfter),
-			fmt.Sprintf("use 3 to 10 × interval, e.g. %v (the default is %v)", min(10*c.Interval, MaxStaleAfter), DefaultStaleAfter))
+			fmt.Sprintf("use 3 to 10 × interval, e.g. %v (the default is %v)", min(10*c.Interval, MaxStaleAfter), olc.DefaultStaleAfter))
 	case c.StaleAfter <= c.Interval && !d.failed["interval"]:
 		hint := fmt.Sprintf("use at least 3 × interval, e.g. %v", 10*c.Interval)
 		if 3*c.Interval > MaxStaleAfter {
@@ -93,7 +92,7 @@ func (d *decoder) validate(c *Config) {
 		d.addAt("heartbeat.stale_after", fmt.Sprintf("%v is not longer than the interval %v: the datapath would go stale between two ticks", c.StaleAfter, c.Interval), hint)
 	}
 	for i, p := range c.Ports {
-		if p.HasAction && p.Action == ActionMark && !markSets {
+		if p.HasAction && p.Action == olc.ActionMark && !markSets {
 			d.addAt(join(d.entryPath("ports", i), "action"), "mark needs action.dscp or a non-zero action.fwmark to set", "add action.dscp (0..63) and/or action.fwmark")
 		}
 	}
@@ -151,7 +150,7 @@ func (d *decoder) validateInterfaces(c *Config) {
 // validatePorts checks duplicates among protected and exempt ports and
 // prefixes, and ports both protected and exempt.
 func (d *decoder) validatePorts(c *Config) {
-	protected := map[adaptive.PortKey]int{}
+	protected := map[olc.PortKey]int{}
 	for i, p := range c.Ports {
 		field := d.entryPath("ports", i)
 		if j, dup := protected[p.Key()]; dup {
@@ -209,22 +208,22 @@ func (d *decoder) warn(c *Config) []Warning {
 		anySignal = anySignal || t > 0
 	}
 	switch {
-	case c.Mode == ModeOff:
+	case c.Mode == olc.ModeOff:
 		d.warnAt("mode", "off: olcd reports what it sees but never sheds")
 	case !anySignal:
 		d.warnAt("signals", fmt.Sprintf("no signal has a threshold: the controller never sheds, even in %s mode", c.Mode))
-	case c.Mode == ModeEnforce && !c.PortsAuto && len(c.Ports) > 0:
+	case c.Mode == olc.ModeEnforce && !c.PortsAuto && len(c.Ports) > 0:
 		allObserve := true
 		for _, p := range c.Ports {
-			allObserve = allObserve && p.Override == ModeObserve
+			allObserve = allObserve && p.Override == olc.ModeObserve
 		}
 		if allObserve {
 			d.warnAt("mode", "enforce, but every port overrides it to observe: nothing is enforced")
 		}
-	case c.Mode == ModeObserve && !c.PortsAuto && len(c.Ports) > 0:
+	case c.Mode == olc.ModeObserve && !c.PortsAuto && len(c.Ports) > 0:
 		allObserve := true
 		for _, p := range c.Ports {
-			allObserve = allObserve && p.Override != ModeEnforce
+			allObserve = allObserve && p.Override != olc.ModeEnforce
 		}
 		if allObserve && d.at("mode") != nil {
 			d.warnAt("mode", "observe on every port: olcd only counts what it would drop (fine for a first rollout; enforce one port next)")
@@ -232,7 +231,7 @@ func (d *decoder) warn(c *Config) []Warning {
 	}
 	if c.Cgroup == "" {
 		for s, t := range c.Thresholds {
-			if sig := sampler.Signal(s); t > 0 && sig.IsCgroup() {
+			if sig := olc.Signal(s); t > 0 && sig.IsCgroup() {
 				d.warnAt("signals."+sig.String(), "no cgroup is configured: the daemon never samples this signal, so it never sheds on it (set cgroup: to the service's cgroup)")
 			}
 		}
@@ -243,7 +242,7 @@ func (d *decoder) warn(c *Config) []Warning {
 	if !c.PortsAuto && len(c.Ports) > 1 {
 		allCritical := true
 		for _, p := range c.Ports {
-			allCritical = allCritical && p.Class == adaptive.ClassCritical
+			allCritical = allCritical && p.Class == olc.ClassCritical
 		}
 		if allCritical {
 			d.warnAt("ports", "every port is critical: the classes make no difference")
@@ -261,13 +260,13 @@ func (d *decoder) warn(c *Config) []Warning {
 	if c.Interval > 5*time.Second {
 		d.warnAt("interval", fmt.Sprintf("%v: overload is acted on only after %v", c.Interval, time.Duration(c.Controller.ActivationTicks)*c.Interval))
 	}
-	marks := c.Action.Kind == ActionMark
-	rejects := c.Action.Kind == ActionReject && (c.PortsAuto || len(c.Ports) == 0)
+	marks := c.Action.Kind == olc.ActionMark
+	rejects := c.Action.Kind == olc.ActionReject && (c.PortsAuto || len(c.Ports) == 0)
 	for i, p := range c.Ports {
 		a := p.EffectiveAction(c.Action.Kind)
-		marks = marks || a == ActionMark
-		rejects = rejects || a == ActionReject
-		if a == ActionReject && p.Proto == adaptive.ProtoUDP {
+		marks = marks || a == olc.ActionMark
+		rejects = rejects || a == olc.ActionReject
+		if a == olc.ActionReject && p.Proto == olc.ProtoUDP {
 			f := join(d.entryPath("ports", i), "action")
 			if !p.HasAction {
 				f = "action.kind"

@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -128,89 +129,163 @@ func newNamedNetns(name string) (netns.NsHandle, error) {
 	return ns, err
 }
 
-// NetOptions configures NewNet.
+// NetOptions configures NewNet and Create.
 type NetOptions struct {
 	// Named binds the namespaces under /run/netns (Net.Node, Net.Peer), for
 	// tests that run commands in them (ip netns exec). Anonymous otherwise.
 	Named bool
+	// NodeHere keeps the node end in the calling thread's namespace (a
+	// harness whose servers and olcd run on the host) instead of a new
+	// namespace; Net.Node is then empty.
+	NodeHere bool
+	// Peer, NodeIf and PeerIf, when set, are used as the peer namespace's
+	// name (with Named) and the veth ends' names instead of generated ones:
+	// for a harness that recognises its leftovers by name.
+	Peer, NodeIf, PeerIf string
+	// Bits is the prefix length the ends are configured with, 24 (the
+	// default) to 30.
+	Bits int
 }
 
-// Net is two network namespaces the test creates, joined by a veth pair:
-// the node (where olcd attaches and servers listen) and the peer (where
-// clients run). Nothing is created in the test's own namespace.
+// Net is two network namespaces joined by a veth pair: the node (where
+// olcd attaches and servers listen) and the peer (where clients run).
+// Unless NetOptions.NodeHere, nothing is created in the caller's own
+// namespace.
 type Net struct {
 	// Node and Peer are the namespace names under /run/netns; empty unless
-	// NetOptions.Named.
+	// NetOptions.Named (Node also with NodeHere).
 	Node, Peer string
-	// NodeNS and PeerNS are handles to the namespaces, open until cleanup.
+	// NodeNS and PeerNS are handles to the namespaces, open until Close.
 	NodeNS, PeerNS netns.NsHandle
-	// NodeIf and PeerIf are the veth ends, at most 11 bytes, so a test can
-	// add a few characters for interfaces of its own (IFNAMSIZ is 16).
+	// NodeIf and PeerIf are the veth ends. Generated names have 11 bytes,
+	// so a test can add a few characters for interfaces of its own
+	// (IFNAMSIZ is 16).
 	NodeIf, PeerIf string
 	// NodeIP (.1) and PeerIP (.2) are the ends' addresses, in Prefix.
 	NodeIP, PeerIP netip.Addr
-	// Prefix is the documentation range the ends are numbered from
-	// (FreeDocRange), configured on both ends.
+	// Prefix is the network of the ends: the first addresses of a free
+	// documentation range (FreeDocRange), NetOptions.Bits long.
 	Prefix netip.Prefix
+
+	named []string // namespaces bound under /run/netns by Create
 }
 
-// NewNet creates the namespaces and the veth pair, each end with lo and the
-// veth up and addressed, and removes them in t.Cleanup. Names carry a
-// random suffix so tests running at once (in any package) never meet. It
-// skips the test when not root.
+// NewNet creates the namespaces and the veth pair (Create) and removes them
+// in t.Cleanup. Generated names carry a random suffix so tests running at
+// once (in any package) never meet. It skips the test when not root.
 func NewNet(t testing.TB, opt NetOptions) *Net {
 	t.Helper()
 	RequireRoot(t, "creates network namespaces and a veth pair")
-	prefix, err := FreeDocRange()
+	n, err := Create(opt)
 	if err != nil {
-		t.Fatalf("pick an address range: %v", err)
-	}
-	id := fmt.Sprintf("%08x", rand.Uint32())
-	n := &Net{
-		NodeIf: "ot" + id + "n",
-		PeerIf: "ot" + id + "p",
-		Prefix: prefix,
-	}
-	n.NodeIP = prefix.Addr().Next()
-	n.PeerIP = n.NodeIP.Next()
-	for _, end := range []struct {
-		ns   *netns.NsHandle
-		name *string
-		role string
-	}{{&n.NodeNS, &n.Node, "node"}, {&n.PeerNS, &n.Peer, "peer"}} {
-		if opt.Named {
-			*end.name = "olcd-test-" + id + "-" + end.role
-			*end.ns, err = newNamedNetns(*end.name)
-		} else {
-			*end.ns, err = NewNetns()
-		}
-		if err != nil {
-			t.Fatalf("create %s netns: %v", end.role, err)
-		}
-		ns, name := *end.ns, *end.name
-		t.Cleanup(func() {
-			ns.Close()
-			if name != "" {
-				if err := netns.DeleteNamed(name); err != nil {
-					t.Errorf("delete netns %s: %v", name, err)
-				}
-			}
-		})
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		// Deleting one end deletes both; the namespaces would take it too,
-		// but only once every socket in them is gone.
+		if err := n.Close(); err != nil {
+			t.Errorf("remove the test network: %v", err)
+		}
+	})
+	return n
+}
+
+// Create creates the namespaces and the veth pair, each end with lo and the
+// veth up and addressed. Close removes them; on error nothing is left.
+func Create(opt NetOptions) (n *Net, err error) {
+	bits := opt.Bits
+	if bits == 0 {
+		bits = 24
+	}
+	if bits < 24 || bits > 30 {
+		return nil, fmt.Errorf("test network prefix length %d: want 24..30", bits)
+	}
+	docRange, err := FreeDocRange()
+	if err != nil {
+		return nil, fmt.Errorf("pick an address range: %w", err)
+	}
+	id := fmt.Sprintf("%08x", rand.Uint32())
+	n = &Net{
+		Peer:   opt.Peer,
+		NodeIf: cmp.Or(opt.NodeIf, "ot"+id+"n"),
+		PeerIf: cmp.Or(opt.PeerIf, "ot"+id+"p"),
+		Prefix: netip.PrefixFrom(docRange.Addr(), bits),
+		NodeNS: netns.None(),
+		PeerNS: netns.None(),
+	}
+	n.NodeIP = n.Prefix.Addr().Next()
+	n.PeerIP = n.NodeIP.Next()
+	defer func() {
+		if err != nil {
+			n.Close()
+		}
+	}()
+	if opt.NodeHere {
+		if n.NodeNS, err = currentNetns(); err != nil {
+			return n, err
+		}
+	} else if n.NodeNS, err = n.newNetns(opt.Named, &n.Node, "olcd-test-"+id+"-node"); err != nil {
+		return n, fmt.Errorf("create node netns: %w", err)
+	}
+	if n.PeerNS, err = n.newNetns(opt.Named, &n.Peer, cmp.Or(opt.Peer, "olcd-test-"+id+"-peer")); err != nil {
+		return n, fmt.Errorf("create peer netns: %w", err)
+	}
+	return n, n.CreateVeth()
+}
+
+// newNetns creates a namespace, bound as name (stored in *bound) when named.
+func (n *Net) newNetns(named bool, bound *string, name string) (netns.NsHandle, error) {
+	if !named {
+		return NewNetns()
+	}
+	ns, err := newNamedNetns(name)
+	if err == nil {
+		*bound = name
+		n.named = append(n.named, name)
+	}
+	return ns, err
+}
+
+// currentNetns returns a handle to the calling goroutine's namespace as
+// Go's threads have it: that of the thread the process started on.
+func currentNetns() (netns.NsHandle, error) {
+	ns := netns.None()
+	err := InNetns(netns.None(), func() error {
+		var err error
+		ns, err = netns.Get()
+		return err
+	})
+	return ns, err
+}
+
+// Close deletes the veth pair and the namespaces Create made, and closes
+// the handles. Safe after a failed Create and more than once.
+func (n *Net) Close() error {
+	var errs []error
+	if n.NodeNS.IsOpen() {
+		// Deleting one end deletes both; the namespaces would take it
+		// too, but only once every socket in them is gone, and a node end
+		// in the caller's namespace stays.
 		if h, err := netlink.NewHandleAt(n.NodeNS); err == nil {
 			if l, err := h.LinkByName(n.NodeIf); err == nil {
-				_ = h.LinkDel(l)
+				if err := h.LinkDel(l); err != nil {
+					errs = append(errs, fmt.Errorf("delete %s: %w", n.NodeIf, err))
+				}
 			}
 			h.Close()
 		}
-	})
-	if err := n.CreateVeth(); err != nil {
-		t.Fatal(err)
 	}
-	return n
+	for _, ns := range []*netns.NsHandle{&n.NodeNS, &n.PeerNS} {
+		if ns.IsOpen() {
+			ns.Close()
+		}
+		*ns = netns.None()
+	}
+	for _, name := range n.named {
+		if err := netns.DeleteNamed(name); err != nil {
+			errs = append(errs, fmt.Errorf("delete netns %s: %w", name, err))
+		}
+	}
+	n.named = nil
+	return errors.Join(errs...)
 }
 
 // CreateVeth creates the veth pair, its ends addressed and up, directly

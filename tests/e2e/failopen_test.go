@@ -15,7 +15,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/olcd/olcd/internal/daemon"
+	"github.com/olcd/olcd/internal/api"
 )
 
 // TestFailOpenKill9 kills a shedding daemon with SIGKILL, for each attach
@@ -149,13 +149,13 @@ func TestFailOpenStopCont(t *testing.T) {
 	env.expectAllDropped(t, "after SIGCONT", nResumed)
 	st = d.nextTick(t, d.mustStatus(t))
 	after := port(t, st).Totals
-	got := daemon.PortTotals{
+	got := api.PortTotals{
 		NewConns: after.NewConns - before.NewConns, Dropped: after.Dropped - before.Dropped,
 		Stale: after.Stale - before.Stale, Passed: after.Passed - before.Passed,
 		SYNRetransmits: after.SYNRetransmits - before.SYNRetransmits,
 	}
 	passed := uint64(1 + nStale) // the first probe that passed, then the burst
-	want := daemon.PortTotals{
+	want := api.PortTotals{
 		NewConns: uint64(dropped) + passed + nResumed, Dropped: uint64(dropped) + nResumed,
 		Stale: passed, Passed: passed,
 	}

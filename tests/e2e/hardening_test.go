@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/olcd/olcd/internal/daemon"
+	"github.com/olcd/olcd/internal/api"
 )
 
 // daemonNOFILE is the RLIMIT_NOFILE the flooded daemon runs with: below the
@@ -149,7 +149,7 @@ func TestMetricsFloodByUnprivilegedUser(t *testing.T) {
 }
 
 // signalNamed returns the named signal of st, or nil.
-func signalNamed(st *daemon.Status, name string) *daemon.SignalStatus {
+func signalNamed(st *api.Status, name string) *api.SignalStatus {
 	for i := range st.Signals {
 		if st.Signals[i].Name == name {
 			return &st.Signals[i]

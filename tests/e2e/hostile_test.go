@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/olcd/olcd/internal/daemon"
+	"github.com/olcd/olcd/internal/api"
 )
 
 // TestStartFailuresLeaveNothing: a daemon that cannot start exits non-zero
@@ -139,7 +139,7 @@ func TestConfigChurnAndSignals(t *testing.T) {
 
 	failures := func() float64 { return mustMetric(t, d.scrape(t), "olcd_config_reload_failures_total") }
 	reloads := func() float64 { return mustMetric(t, d.scrape(t), "olcd_config_reloads_total") }
-	threshold := func(st *daemon.Status) float64 {
+	threshold := func(st *api.Status) float64 {
 		if cb := cpuBusy(st); cb != nil && cb.Threshold != nil {
 			return *cb.Threshold
 		}
@@ -191,7 +191,7 @@ func TestConfigChurnAndSignals(t *testing.T) {
 	if err := os.Rename(tmp, d.cfgPath); err != nil {
 		t.Fatal(err)
 	}
-	d.pollStatus(t, "the renamed file applied", 5*time.Second, func(s *daemon.Status) bool { return threshold(s) == 0.99 })
+	d.pollStatus(t, "the renamed file applied", 5*time.Second, func(s *api.Status) bool { return threshold(s) == 0.99 })
 	if f := failures(); f != 2 {
 		t.Errorf("reload failures %v, want 2", f)
 	}
@@ -216,9 +216,9 @@ func waitMetric(t *testing.T, what string, read func() float64, want float64) {
 // TestConfigRefusedWrites: with mode enforce and one listed interface, the
 // config file emptied in place (`: > olcd.yaml`), left as white space or
 // cut off, or replaced by a FIFO, is refused by the file watch and by
-// SIGHUP: counted, listed in the status, and the running config stays (it
-// used to switch to the embedded default within a second: observe, ports:
-// auto, every interface; a FIFO hung the tick loop). A slow writer that
+// SIGHUP: counted, listed in the status, and the running config stays (not
+// the embedded default: observe, ports: auto, every interface; nor a tick
+// loop hung on a FIFO). A slow writer that
 // empties the file and writes it 600 ms later
 // (`(sleep 0.6; cat good.yaml) > olcd.yaml`) is applied once, complete,
 // with no refusal in between.
@@ -229,7 +229,7 @@ func TestConfigRefusedWrites(t *testing.T) {
 	d := startDaemon(t, env, cfg)
 	failures := func() float64 { return mustMetric(t, d.scrape(t), "olcd_config_reload_failures_total") }
 	reloads := func() float64 { return mustMetric(t, d.scrape(t), "olcd_config_reloads_total") }
-	threshold := func(st *daemon.Status) float64 {
+	threshold := func(st *api.Status) float64 {
 		if cb := cpuBusy(st); cb != nil && cb.Threshold != nil {
 			return *cb.Threshold
 		}
@@ -291,7 +291,7 @@ func TestConfigRefusedWrites(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = slow.Wait() })
 	running("slow writer at work", 600*time.Millisecond, 1)
-	d.pollStatus(t, "the slow writer's file applied", 5*time.Second, func(s *daemon.Status) bool { return len(s.Ports) == 2 })
+	d.pollStatus(t, "the slow writer's file applied", 5*time.Second, func(s *api.Status) bool { return len(s.Ports) == 2 })
 	t.Logf("slow writer's file applied %v after it emptied the file", time.Since(start).Round(10*time.Millisecond))
 	running("after the slow writer", time.Second, 2)
 	if f, r := failures(), reloads(); f != f0+1 || r != r0+1 {
@@ -335,7 +335,7 @@ func TestConfigRefusedWrites(t *testing.T) {
 
 	os.Remove(d.cfgPath)
 	writeFileAtomic(t, d.cfgPath, doc)
-	d.pollStatus(t, "a good file after the refusals", 5*time.Second, func(s *daemon.Status) bool {
+	d.pollStatus(t, "a good file after the refusals", 5*time.Second, func(s *api.Status) bool {
 		return s.ReloadRefused == nil && len(s.Ports) == 2
 	})
 }

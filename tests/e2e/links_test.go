@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/olcd/olcd/internal/daemon"
+	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/testutil"
 )
 
@@ -146,7 +146,7 @@ func TestInterfacesFollowed(t *testing.T) {
 }
 
 // statusIfaces returns the names of the status's attachments, sorted.
-func statusIfaces(st *daemon.Status) []string {
+func statusIfaces(st *api.Status) []string {
 	var out []string
 	for _, i := range st.Interfaces {
 		out = append(out, i.Name)

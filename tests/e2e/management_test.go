@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/olcd/olcd/internal/daemon"
+	"github.com/olcd/olcd/internal/api"
 )
 
 // TestManagementPortNeverShed: under ports: auto, on a node shedding every
@@ -48,10 +48,10 @@ func TestManagementPortNeverShed(t *testing.T) {
 	burnCPU(t)
 	d := startDaemon(t, env, daemonConfig{Mode: "enforce", Attach: "tc", Threshold: thresholdAlways, AutoPorts: true})
 	st := d.waitShedding(t)
-	if slices.ContainsFunc(st.Ports, func(p daemon.PortStatus) bool { return p.Port == 22 }) {
+	if slices.ContainsFunc(st.Ports, func(p api.PortStatus) bool { return p.Port == 22 }) {
 		t.Fatalf("tcp/22 protected under ports: auto: %s", summary(st))
 	}
-	if !slices.Contains(st.ListenersExempt, daemon.ExemptListener{Proto: "tcp", Port: 22, Reason: "exceptions.management"}) ||
+	if !slices.Contains(st.ListenersExempt, api.ExemptListener{Proto: "tcp", Port: 22, Reason: "exceptions.management"}) ||
 		!slices.Contains(st.Exceptions, "tcp/22 (management)") {
 		t.Errorf("status exempt listeners %+v, exceptions %q: want tcp/22 as a management port", st.ListenersExempt, st.Exceptions)
 	}
@@ -68,8 +68,8 @@ func TestManagementPortNeverShed(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.mustCLI(t, "set", "patch", patch)
-	d.pollStatus(t, "tcp/22 protected and shed at p = 1", 10*time.Second, func(s *daemon.Status) bool {
-		return slices.ContainsFunc(s.Ports, func(p daemon.PortStatus) bool { return p.Port == 22 && p.DropProbability == 1 })
+	d.pollStatus(t, "tcp/22 protected and shed at p = 1", 10*time.Second, func(s *api.Status) bool {
+		return slices.ContainsFunc(s.Ports, func(p api.PortStatus) bool { return p.Port == 22 && p.DropProbability == 1 })
 	})
 	if ok := connects(10); ok != 0 {
 		t.Errorf("with management: [] and p = 1, %d of 10 connects to tcp/22 accepted, want 0", ok)

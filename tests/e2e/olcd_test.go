@@ -26,7 +26,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/vishvananda/netlink"
 
-	"github.com/olcd/olcd/internal/daemon"
+	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/loader"
 )
 
@@ -188,7 +188,7 @@ func dumpFile(t *testing.T, what, path string) {
 func (d *olcd) pid() int { return d.cmd.Process.Pid }
 
 // waitReady polls the status until the daemon has ticked and attached.
-func (d *olcd) waitReady(t *testing.T) *daemon.Status {
+func (d *olcd) waitReady(t *testing.T) *api.Status {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -237,19 +237,19 @@ func (d *olcd) mustCLI(t *testing.T, args ...string) string {
 }
 
 // status runs `olcd status --json` and decodes it.
-func (d *olcd) status() (*daemon.Status, error) {
+func (d *olcd) status() (*api.Status, error) {
 	out, err := d.cli("status", "--json")
 	if err != nil {
 		return nil, err
 	}
-	var st daemon.Status
+	var st api.Status
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		return nil, fmt.Errorf("decode olcd status --json: %w\n%s", err, out)
 	}
 	return &st, nil
 }
 
-func (d *olcd) mustStatus(t *testing.T) *daemon.Status {
+func (d *olcd) mustStatus(t *testing.T) *api.Status {
 	t.Helper()
 	st, err := d.status()
 	if err != nil {
@@ -260,10 +260,10 @@ func (d *olcd) mustStatus(t *testing.T) *daemon.Status {
 
 // pollStatus polls the status every 50 ms until cond holds and returns that
 // status; it fails the test after timeout, describing the last status.
-func (d *olcd) pollStatus(t *testing.T, what string, timeout time.Duration, cond func(*daemon.Status) bool) *daemon.Status {
+func (d *olcd) pollStatus(t *testing.T, what string, timeout time.Duration, cond func(*api.Status) bool) *api.Status {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
-	var last *daemon.Status
+	var last *api.Status
 	var lastErr error
 	for {
 		st, err := d.status()
@@ -292,15 +292,15 @@ func (d *olcd) linkEventHandled(t *testing.T) {
 }
 
 // nextTick waits for a status published by a tick after the one in st.
-func (d *olcd) nextTick(t *testing.T, st *daemon.Status) *daemon.Status {
+func (d *olcd) nextTick(t *testing.T, st *api.Status) *api.Status {
 	t.Helper()
 	after := st.Ticks
 	return d.pollStatus(t, fmt.Sprintf("a tick after tick %d", after), 5*time.Second,
-		func(s *daemon.Status) bool { return s.Ticks > after })
+		func(s *api.Status) bool { return s.Ticks > after })
 }
 
 // summary renders what the assertions look at, for failure messages.
-func summary(st *daemon.Status) string {
+func summary(st *api.Status) string {
 	if st == nil {
 		return "none"
 	}
@@ -323,7 +323,7 @@ func deref(v *float64) any {
 	return *v
 }
 
-func cpuBusy(st *daemon.Status) *daemon.SignalStatus {
+func cpuBusy(st *api.Status) *api.SignalStatus {
 	for i := range st.Signals {
 		if st.Signals[i].Name == "cpu_busy" {
 			return &st.Signals[i]
@@ -334,7 +334,7 @@ func cpuBusy(st *daemon.Status) *daemon.SignalStatus {
 
 // port returns the status of the server port; it fails the test when the
 // port is not listed.
-func port(t *testing.T, st *daemon.Status) daemon.PortStatus {
+func port(t *testing.T, st *api.Status) api.PortStatus {
 	t.Helper()
 	for _, p := range st.Ports {
 		if p.Port == serverPort && p.Proto == "tcp" {
@@ -342,11 +342,11 @@ func port(t *testing.T, st *daemon.Status) daemon.PortStatus {
 		}
 	}
 	t.Fatalf("tcp/%d not in status: %s", serverPort, summary(st))
-	return daemon.PortStatus{}
+	return api.PortStatus{}
 }
 
 // portP is the drop probability of the server port in st (-1 when absent).
-func portP(st *daemon.Status) float64 {
+func portP(st *api.Status) float64 {
 	for _, p := range st.Ports {
 		if p.Port == serverPort {
 			return p.DropProbability
@@ -356,9 +356,9 @@ func portP(st *daemon.Status) float64 {
 }
 
 // waitShedding waits until the server port's p is 1 (every SYN dropped).
-func (d *olcd) waitShedding(t *testing.T) *daemon.Status {
+func (d *olcd) waitShedding(t *testing.T) *api.Status {
 	t.Helper()
-	return d.pollStatus(t, "port p = 1", 10*time.Second, func(s *daemon.Status) bool {
+	return d.pollStatus(t, "port p = 1", 10*time.Second, func(s *api.Status) bool {
 		return s.Mode == "enforce" && s.Overload.Active && portP(s) == 1
 	})
 }

@@ -160,13 +160,25 @@ scrape_configs:
 	if len(exprs) < 10 {
 		t.Fatalf("only %d queries found on the board", len(exprs))
 	}
+	// A panel's series may come later than the window (response time is
+	// there once a tick has enough timed requests): every query has until
+	// one deadline to return one.
+	deadline := time.Now().Add(20 * time.Second)
 	for _, q := range exprs {
-		n, err := pc.query(q.expr)
-		switch {
-		case err != nil:
-			t.Errorf("board %s: %s: %v", q.where, q.expr, err)
-		case n == 0:
-			t.Errorf("board %s: %s: no series", q.where, q.expr)
+		for {
+			n, err := pc.query(q.expr)
+			if err != nil {
+				t.Errorf("board %s: %s: %v", q.where, q.expr, err)
+				break
+			}
+			if n > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("board %s: %s: no series", q.where, q.expr)
+				break
+			}
+			time.Sleep(250 * time.Millisecond)
 		}
 	}
 	t.Logf("%d board queries checked", len(exprs))

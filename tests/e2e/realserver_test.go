@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/olcd/olcd/internal/daemon"
+	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/debpkg"
 	"github.com/olcd/olcd/tests/e2e/overload"
 )
@@ -142,7 +142,7 @@ func quantile(sorted []float64, q float64) float64 {
 	return sorted[max(i, 0)]
 }
 
-func statusPort(st *daemon.Status, port int) *daemon.PortStatus {
+func statusPort(st *api.Status, port int) *api.PortStatus {
 	for i := range st.Ports {
 		if st.Ports[i].Proto == "tcp" && int(st.Ports[i].Port) == port {
 			return &st.Ports[i]
@@ -324,7 +324,7 @@ func ask(t *testing.T, c net.Conn, line string) {
 	}
 }
 
-func nodeSignal(st *daemon.Status, name string) *daemon.SignalStatus {
+func nodeSignal(st *api.Status, name string) *api.SignalStatus {
 	for i := range st.Signals {
 		if st.Signals[i].Name == name {
 			return &st.Signals[i]
@@ -345,7 +345,7 @@ func TestResponseTimeEdges(t *testing.T) {
 	env.lineServer(t, serverPort)
 	d := startDaemon(t, env, daemonConfig{Mode: "observe", Attach: "tc", Threshold: thresholdNever, MinSamples: 3})
 	addr := env.serverAddr()
-	unavailable := func(st *daemon.Status, what string) {
+	unavailable := func(st *api.Status, what string) {
 		t.Helper()
 		p := statusPort(st, serverPort)
 		if p == nil || !p.Timed || p.ResponseTime == nil {
@@ -406,7 +406,7 @@ func TestResponseTimeEdges(t *testing.T) {
 		}
 		hung = append(hung, h)
 	}
-	st = d.pollStatus(t, "6 requests in flight", 5*time.Second, func(s *daemon.Status) bool {
+	st = d.pollStatus(t, "6 requests in flight", 5*time.Second, func(s *api.Status) bool {
 		p := statusPort(s, serverPort)
 		return p != nil && p.InflightRequests != nil && *p.InflightRequests == 6
 	})
@@ -432,7 +432,7 @@ func TestResponseTimeEdges(t *testing.T) {
 	for _, h := range hung {
 		h.Close()
 	}
-	st = d.pollStatus(t, "nothing in flight after the clients closed", 5*time.Second, func(s *daemon.Status) bool {
+	st = d.pollStatus(t, "nothing in flight after the clients closed", 5*time.Second, func(s *api.Status) bool {
 		p := statusPort(s, serverPort)
 		return p != nil && p.InflightRequests != nil && *p.InflightRequests == 0
 	})
@@ -467,7 +467,7 @@ func TestResponseTimeDrivesShedding(t *testing.T) {
 			}
 		}
 	}()
-	st := d.pollStatus(t, "an overload from response_time_p95", 10*time.Second, func(s *daemon.Status) bool {
+	st := d.pollStatus(t, "an overload from response_time_p95", 10*time.Second, func(s *api.Status) bool {
 		return s.Overload.Active && portP(s) > 0
 	})
 	if s := nodeSignal(st, "response_time_p95"); s == nil || s.Value == nil || *s.Value < 0.0015 || s.Threshold == nil || *s.Threshold != 0.001 {

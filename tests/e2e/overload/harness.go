@@ -54,10 +54,13 @@ type Options struct {
 	// OlcdController are the controller keys of olcd's config, one
 	// "key: value" each [DefaultController].
 	OlcdController []string
-	// Selection is olcd's datapath.selection, "random" or "even" [even:
-	// what passes keeps the offered stream's spacing, so the backend sees
-	// no bursts the shedding made].
+	// Selection is olcd's datapath.selection, "random" or "even" ["":
+	// the embedded default].
 	Selection string
+	// CPUGuard keeps the cgroup's CPU at the calibrated threshold as a
+	// guard beside the queue law in the enforce variants [false: the
+	// embedded default's signals; docs/tuning.md §0 measures both].
+	CPUGuard bool
 	// Progress receives one line every few seconds while a run goes on
 	// (nil: silent).
 	Progress io.Writer
@@ -93,34 +96,15 @@ func (o *Options) defaults() {
 	if o.OlcdController == nil {
 		o.OlcdController = DefaultController
 	}
-	if o.Selection == "" {
-		o.Selection = "even"
-	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
 }
 
 // DefaultController are the controller settings of the harness's olcd
-// config; every other key is olcd's default. The service's clients give up
-// after 1 s, so every second of overload before the shedding holds is lost
-// goodput, and work admitted meanwhile must drain before new requests meet
-// their SLO (docs/tuning.md §5):
-//   - min_pass_rate 0.05: at 3 C the default bound 0.7 cannot hold the
-//     target (docs/tuning.md §2);
-//   - activation_ticks 1: a cgroup at its quota is no noisy sample;
-//   - max_step 0.5: the first cut, sized by the saturation estimate, is not
-//     spread over three ticks;
-//   - cooldown_ticks 2, recovery_step 0.1: after draining the backlog, p
-//     returns to the estimate 1 s after the CPU fell, not 2.5 s (these
-//     clients give up before their SYN's first retransmit, so no retry
-//     wave follows the release);
-//   - hysteresis 0.02: the band below the target in which p holds is 2 %,
-//     not 5 %, so the service runs at its target, not up to 5 % below it.
-var DefaultController = []string{
-	"min_pass_rate: 0.05", "activation_ticks: 1", "max_step: 0.5", "cooldown_ticks: 2", "recovery_step: 0.1",
-	"hysteresis: 0.02",
-}
+// config; every other key is olcd's default: min_pass_rate 0.05, because at
+// 3 C the default bound 0.7 cannot hold the target (docs/tuning.md §2).
+var DefaultController = []string{"min_pass_rate: 0.05"}
 
 // Harness owns the client namespace, the veth pair, the backend's cgroup and
 // the backend process. It runs one thing at a time; Close removes it all.

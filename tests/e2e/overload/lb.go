@@ -21,7 +21,7 @@ import (
 	"text/template"
 	"time"
 
-	"github.com/olcd/olcd/internal/daemon"
+	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/lb"
 )
 
@@ -76,6 +76,10 @@ type LBOptions struct {
 	Before, After time.Duration
 	// Progress receives progress lines (nil: silent).
 	Progress io.Writer
+	// ResponseTarget, when set, is the nodes' controller.response_target
+	// ("off": the resource law alone, without the law on the measured
+	// queue) [olcd's default, auto].
+	ResponseTarget string
 }
 
 func (o *LBOptions) defaults() {
@@ -127,6 +131,8 @@ type lbNode struct {
 	h    *Harness
 	// socket is the admin socket of the olcd started last.
 	socket string
+	// responseTarget is LBOptions.ResponseTarget.
+	responseTarget string
 }
 
 // NewLB checks the prerequisites, takes the host lock and builds the lb
@@ -187,7 +193,7 @@ func (l *LBHarness) build() error {
 		lbIP := addrPlus(base, 4*i+1)
 		nodeIP := addrPlus(base, 4*i+2)
 		id := newID()
-		n := &lbNode{name: name, ns: namePrefix + "-" + id, ip: nodeIP, dev: namePrefix + id + "c"}
+		n := &lbNode{name: name, ns: namePrefix + "-" + id, ip: nodeIP, dev: namePrefix + id + "c", responseTarget: l.opt.ResponseTarget}
 		l.nodes = append(l.nodes, n)
 		lbIf := namePrefix + id + "h"
 		for _, s := range [][]string{
@@ -326,6 +332,9 @@ controller:
 {{- range .Controller}}
   {{.}}
 {{- end}}
+{{- if .ResponseTarget}}
+  response_target: {{.ResponseTarget}}
+{{- end}}
 ports:
   - {port: {{.Port}}, proto: tcp, class: normal}
 exceptions:
@@ -343,6 +352,15 @@ lb:
     address: "{{.Agent}}"
 {{- end}}
 `))
+
+// lbController are the controller keys of the load-balancer test's olcd,
+// whose nodes run the resource law on the cgroup's CPU as measured in
+// docs/tuning.md §6 (the overload matrix's olcd is the default but for
+// min_pass_rate: DefaultController).
+var lbController = []string{
+	"min_pass_rate: 0.05", "activation_ticks: 1", "max_step: 0.5", "cooldown_ticks: 2", "recovery_step: 0.1",
+	"hysteresis: 0.02",
+}
 
 // startOlcd starts olcd in the node's namespace and waits until it has
 // attached and ticked twice.
@@ -362,9 +380,9 @@ func (n *lbNode) startOlcd(ctx context.Context, dir string, threshold float64, a
 		agentAddr = net.JoinHostPort(n.ip.String(), strconv.Itoa(lbAgentPort))
 	}
 	err = lbOlcdConfig.Execute(f, map[string]any{
-		"Iface": n.dev, "Threshold": threshold, "Cgroup": n.h.cg.Name, "Controller": DefaultController,
+		"Iface": n.dev, "Threshold": threshold, "Cgroup": n.h.cg.Name, "Controller": lbController,
 		"Port": WorkPort, "HealthPort": HealthPort, "Metrics": net.JoinHostPort(n.ip.String(), strconv.Itoa(lbMetricsPort)),
-		"Socket": socket, "DecisionLog": o.decisionLog, "Agent": agentAddr,
+		"Socket": socket, "DecisionLog": o.decisionLog, "Agent": agentAddr, "ResponseTarget": n.responseTarget,
 	})
 	f.Close()
 	if err != nil {
@@ -383,7 +401,7 @@ func (n *lbNode) startOlcd(ctx context.Context, dir string, threshold float64, a
 	}
 	o.done = make(chan error, 1)
 	go func() { o.done <- o.cmd.Wait(); logf.Close() }()
-	o.client = daemon.NewClient(socket, 2*time.Second)
+	o.client = api.NewClient(socket, 2*time.Second)
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		st, err := o.status(ctx)

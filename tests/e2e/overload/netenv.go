@@ -57,47 +57,42 @@ type Net struct {
 	// addresses, from a documentation range (RFC 5737) the host does not
 	// use, so nothing outside the pair can ever be reached through them.
 	HostIP, ClientIP netip.Addr
+
+	rig *testutil.Net // what newNet created; nil for a Net that only names ends
 }
 
-// newNet creates the namespace and the veth pair (a /30 of a free
-// documentation range) and tunes the client's ephemeral ports so that an
-// open-loop attack of a few thousand new connections per second never runs
-// out of them. id must be short: interface names have at most 15 bytes.
+// newNet creates the namespace and the veth pair (testutil's rig, a /30 of
+// a free documentation range, the host end in the host namespace) and tunes
+// the client's ephemeral ports so that an open-loop attack of a few
+// thousand new connections per second never runs out of them. id must be
+// short: interface names have at most 15 bytes.
 func newNet(id string) (n *Net, err error) {
-	n = &Net{Netns: namePrefix + "-" + id, HostIf: namePrefix + id + "h", ClientIf: namePrefix + id + "c"}
-	if n.HostIP, n.ClientIP, err = pickRange(); err != nil {
+	rig, err := testutil.Create(testutil.NetOptions{Named: true, NodeHere: true, Bits: 30,
+		Peer: namePrefix + "-" + id, NodeIf: namePrefix + id + "h", PeerIf: namePrefix + id + "c"})
+	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err != nil {
-			n.Close()
-		}
-	}()
-	steps := [][]string{
-		{"ip", "netns", "add", n.Netns},
-		{"ip", "link", "add", n.HostIf, "type", "veth", "peer", "name", n.ClientIf, "netns", n.Netns},
-		{"ip", "addr", "add", n.HostIP.String() + "/30", "dev", n.HostIf},
-		{"ip", "link", "set", n.HostIf, "up"},
-		{"ip", "-n", n.Netns, "addr", "add", n.ClientIP.String() + "/30", "dev", n.ClientIf},
-		{"ip", "-n", n.Netns, "link", "set", n.ClientIf, "up"},
-		{"ip", "-n", n.Netns, "link", "set", "lo", "up"},
-		// Per-namespace sysctls: the client closes a connection on every
-		// timeout, each leaving a TIME_WAIT for 60 s.
+	n = &Net{Netns: rig.Peer, HostIf: rig.NodeIf, ClientIf: rig.PeerIf, HostIP: rig.NodeIP, ClientIP: rig.PeerIP, rig: rig}
+	// Per-namespace sysctls: the client closes a connection on every
+	// timeout, each leaving a TIME_WAIT for 60 s.
+	for _, s := range [][]string{
 		{"ip", "netns", "exec", n.Netns, "sysctl", "-q", "-w", "net.ipv4.ip_local_port_range=1024 65000"},
 		{"ip", "netns", "exec", n.Netns, "sysctl", "-q", "-w", "net.ipv4.tcp_tw_reuse=1"},
-	}
-	for _, s := range steps {
+	} {
 		if err := run(s...); err != nil {
-			return n, err
+			n.Close()
+			return nil, err
 		}
 	}
 	return n, nil
 }
 
-// Close removes the namespace; the veth pair goes with it.
+// Close removes the namespace and the veth pair.
 func (n *Net) Close() {
-	_ = run("ip", "link", "del", n.HostIf)
-	_ = run("ip", "netns", "del", n.Netns)
+	if n.rig != nil {
+		_ = n.rig.Close()
+		n.rig = nil
+	}
 }
 
 // Command returns argv run inside the client namespace.

@@ -23,9 +23,9 @@ func TestOlcdSettingsFor(t *testing.T) {
 		{"observe, threshold law", false, "", VariantObserve, olcdSettings{Mode: "observe", Signals: []string{rt, cpu}}},
 		{"reject, threshold law", false, "", VariantEnforceReject, olcdSettings{Mode: "enforce", Signals: []string{rt, cpu}, Action: "reject"}},
 		{"cpu only, threshold law", false, "", VariantEnforceCPU, olcdSettings{Mode: "enforce", Signals: []string{cpu}}},
-		{"enforce, target law, default target", true, "", VariantEnforce, olcdSettings{Mode: "enforce", Signals: []string{cpu}}},
-		{"enforce, target law, knee target", true, "knee", VariantEnforce, olcdSettings{Mode: "enforce", Signals: []string{cpu}, Controller: []string{"response_target: 0.0120"}}},
-		{"reject, target law", true, "", VariantEnforceReject, olcdSettings{Mode: "enforce", Signals: []string{cpu}, Action: "reject"}},
+		{"enforce, target law, default target", true, "", VariantEnforce, olcdSettings{Mode: "enforce", Signals: quietGuards}},
+		{"enforce, target law, knee target", true, "knee", VariantEnforce, olcdSettings{Mode: "enforce", Signals: quietGuards, Controller: []string{"response_target: 0.0120"}}},
+		{"reject, target law", true, "", VariantEnforceReject, olcdSettings{Mode: "enforce", Signals: quietGuards, Action: "reject"}},
 		{"cpu only, target law", true, "knee", VariantEnforceCPU, olcdSettings{Mode: "enforce", Signals: []string{cpu}, Controller: []string{"response_target: off"}}},
 	} {
 		h := &Harness{targetLaw: tc.targetLaw, opt: Options{ResponseTarget: tc.target}}
@@ -48,9 +48,23 @@ func TestOlcdConfigTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"signals:\n  response_time_p95: {threshold: 0.0120}\n", "controller:\n  min_pass_rate: 0.05\n", "action:\n  kind: reject\n"} {
+	for _, want := range []string{"signals:\n  response_time_p95: {threshold: 0.0120}\n", "controller:\n  min_pass_rate: 0.05\n", "action:\n  kind: reject\n", "datapath:\n  selection: even\n"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("config lacks %q:\n%s", want, b.String())
+		}
+	}
+	// Without signals or a selection the embedded default's stand.
+	b.Reset()
+	err = olcdConfig.Execute(&b, map[string]any{
+		"Mode": "enforce", "Iface": "veth0", "Interval": "500ms", "Cgroup": "olcd-x",
+		"Controller": []string{"min_pass_rate: 0.05"}, "Port": WorkPort, "HealthPort": HealthPort, "Socket": "/tmp/s", "DecisionLog": "/tmp/d",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"signals:", "datapath:"} {
+		if strings.Contains(b.String(), bad) {
+			t.Errorf("config has %q without one set:\n%s", bad, b.String())
 		}
 	}
 }

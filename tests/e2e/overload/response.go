@@ -10,7 +10,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/olcd/olcd/internal/daemon"
+	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/resptime"
 )
 
@@ -137,7 +137,7 @@ func (h *Harness) RunResponse(ctx context.Context, rc ResponseCheck) (*ResponseR
 // gained from before (nil: since it was timed) to after, and their p50 and
 // p95 in seconds (NaN without responses), read as the daemon reads them
 // (resptime.Quantile).
-func HistogramQuantiles(before, after *daemon.PortStatus) (n uint64, p50, p95 float64) {
+func HistogramQuantiles(before, after *api.PortStatus) (n uint64, p50, p95 float64) {
 	counts := make([]uint64, resptime.Buckets)
 	for _, hb := range after.ResponseHistogram {
 		counts[bucketOf(hb.LoS)] += hb.Count
@@ -174,7 +174,7 @@ func rankQuantile(sorted []float64, q float64) float64 {
 	return sorted[max(i, 0)]
 }
 
-func workPort(st *daemon.Status) *daemon.PortStatus {
+func workPort(st *api.Status) *api.PortStatus {
 	for i := range st.Ports {
 		if st.Ports[i].Proto == "tcp" && st.Ports[i].Port == WorkPort {
 			return &st.Ports[i]

@@ -159,7 +159,8 @@ func demo(ctx context.Context, args []string) error {
 	ctl := fs.String("olcd-controller", strings.Join(overload.DefaultController, ";"), "olcd controller settings, \"key: value\" separated by ;")
 	factor := fs.Float64("threshold-factor", overload.ThresholdFactor, "olcd's threshold as a share of the knee's CPU")
 	gomaxprocs := fs.Int("gomaxprocs", 1, "the backend's GOMAXPROCS (-1: the Go runtime's choice)")
-	selection := fs.String("selection", "even", "olcd's datapath.selection: random or even")
+	selection := fs.String("selection", "", "olcd's datapath.selection: random or even (default: olcd's)")
+	cpuGuard := fs.Bool("cpu-guard", false, "enforce with the cgroup's CPU threshold as a guard beside the queue law (default: the embedded default's signals)")
 	reuse := fs.String("calibration", "", "reuse the calibrations of an earlier results.json instead of calibrating")
 	resume := fs.Bool("resume", false, "continue the results.json in -out: reuse its calibrations, skip the runs it has")
 	target := fs.String("response-target", "", "enforce's response-time target with olcd's law on the measured queue: \"\" (olcd's default, auto) or knee (the calibration's latency limit)")
@@ -266,7 +267,7 @@ func demo(ctx context.Context, args []string) error {
 	fmt.Printf("olcd overload demo (%s): %d scenario(s), %d runs (~%.0f min in all, calibration included); results in %s\n",
 		*set, len(runs), nRuns, total.Minutes(), *out)
 	h, err := overload.New(ctx, overload.Options{Olcd: olcdAbs, Self: self, OutDir: outAbs, Work: *work, SLO: *slo, Progress: os.Stdout,
-		OlcdInterval: *interval, GOMAXPROCS: *gomaxprocs, Selection: *selection, OlcdController: splitList(*ctl, ";"), ResponseTarget: *target})
+		OlcdInterval: *interval, GOMAXPROCS: *gomaxprocs, Selection: *selection, CPUGuard: *cpuGuard, OlcdController: splitList(*ctl, ";"), ResponseTarget: *target})
 	if err != nil {
 		return err
 	}

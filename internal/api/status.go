@@ -1,6 +1,8 @@
-package daemon
+package api
 
-import "time"
+import (
+	"time"
+)
 
 // Status is the JSON document of GET /v1/status and `olcd status --json`.
 // Rates are per second over the last tick; probabilities and shares are
@@ -299,4 +301,18 @@ type InterfaceStatus struct {
 	// Egress is how the TC egress program of response timing is attached
 	// ("tcx" or "clsact"); absent when timing is off.
 	Egress string `json:"egress,omitempty"`
+}
+
+// LBStatus is the status's view of what olcd tells load balancers.
+type LBStatus struct {
+	// AgentAddress is where the HAProxy agent listens; "" when off.
+	AgentAddress string `json:"agent_address"`
+	// Weight and State are the node-level answer; AgentReply its line.
+	// State is the lb package's state word ("ready", "drain", ...).
+	Weight     float64 `json:"weight"`
+	State      string  `json:"state"`
+	AgentReply string  `json:"agent_reply"`
+	// AgentAnswers counts the agent's answers since start, by kind
+	// ("node", "port", "unknown", "overflow").
+	AgentAnswers map[string]uint64 `json:"agent_answers"`
 }

@@ -1,4 +1,4 @@
-package daemon
+package api
 
 import (
 	"bytes"
@@ -11,10 +11,6 @@ import (
 	"strings"
 	"time"
 )
-
-// DefaultAdminSocket is where the daemon listens unless the config says
-// otherwise: under /run (tmpfs, gone after reboot) in a 0700 directory.
-const DefaultAdminSocket = "/run/olcd/olcd.sock"
 
 // Client talks to a running daemon over its admin unix socket. It is what
 // `olcd status` and `olcd set` use.
@@ -97,7 +93,7 @@ func (c *Client) do(ctx context.Context, method, path, ctype string, body []byte
 		return fmt.Errorf("read answer to %s %s: %w", method, path, err)
 	}
 	if resp.StatusCode/100 != 2 {
-		var ae APIError
+		var ae Error
 		if json.Unmarshal(data, &ae) != nil || ae.Error == "" {
 			return fmt.Errorf("%s %s: %s", method, path, resp.Status)
 		}

@@ -1,4 +1,4 @@
-package daemon
+package netif
 
 import (
 	"slices"

@@ -1,0 +1,83 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// serve answers the admin API on a unix socket with h.
+func serve(t *testing.T, h http.Handler) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "olcd.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return sock
+}
+
+func TestClient(t *testing.T) {
+	var gotMode, gotPatch, gotType string
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(Status{Mode: "enforce", Ticks: 7, Ports: []PortStatus{{Proto: "tcp", Port: 80}}})
+	})
+	mux.HandleFunc("POST /v1/mode", func(w http.ResponseWriter, r *http.Request) {
+		var req struct{ Mode string }
+		json.NewDecoder(r.Body).Decode(&req)
+		gotMode = req.Mode
+		if req.Mode == "bogus" {
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			json.NewEncoder(w).Encode(Error{Error: "unknown mode", Problems: []string{"mode: bogus", "want off, observe or enforce"}})
+		}
+	})
+	mux.HandleFunc("PATCH /v1/config", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		gotPatch, gotType = string(b), r.Header.Get("Content-Type")
+	})
+	mux.HandleFunc("POST /v1/reload", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "not json", http.StatusInternalServerError)
+	})
+	c := NewClient(serve(t, mux), 2*time.Second)
+	ctx := context.Background()
+
+	st, err := c.Status(ctx)
+	if err != nil || st.Mode != "enforce" || st.Ticks != 7 || len(st.Ports) != 1 || st.Ports[0].Port != 80 {
+		t.Fatalf("status %+v, %v", st, err)
+	}
+	if err := c.SetMode(ctx, "observe"); err != nil || gotMode != "observe" {
+		t.Errorf("set mode: %v (sent %q)", err, gotMode)
+	}
+	err = c.SetMode(ctx, "bogus")
+	var pe *ProblemsError
+	if !errors.As(err, &pe) || pe.Msg != "unknown mode" || len(pe.ProblemLines()) != 2 ||
+		err.Error() != "unknown mode:\n  mode: bogus\n  want off, observe or enforce" {
+		t.Errorf("refused mode: %v", err)
+	}
+	if err := c.Patch(ctx, []byte("mode: off\n")); err != nil || gotPatch != "mode: off\n" || gotType != "application/yaml" {
+		t.Errorf("patch: %v (sent %q as %q)", err, gotPatch, gotType)
+	}
+	// A non-2xx answer without the error body names the request and status.
+	if err := c.Reload(ctx); err == nil || errors.As(err, &pe) || !strings.Contains(err.Error(), "POST /v1/reload: 500") {
+		t.Errorf("reload: %v", err)
+	}
+}
+
+func TestClientNoDaemon(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "none.sock")
+	_, err := NewClient(sock, time.Second).Status(context.Background())
+	if err == nil || !strings.Contains(err.Error(), sock) || !strings.Contains(err.Error(), "is olcd running?") {
+		t.Errorf("status without a daemon: %v", err)
+	}
+}
