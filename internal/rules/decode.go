@@ -565,31 +565,23 @@ var scalars = map[reflect.Type]func(d *decoder, n *yaml.Node, field string) (any
 		p, ok := d.prefix(n, f, s)
 		return p, ok
 	},
-	reflect.TypeFor[olc.Mode]():       enumOf([]string{"off", "observe", "enforce"}, func(s string) olc.Mode { m, _ := olc.ParseMode(s); return m }),
-	reflect.TypeFor[olc.AttachMode](): enumOf(attachNames(), func(s string) olc.AttachMode { return olc.AttachMode(s) }),
-	reflect.TypeFor[olc.Action]():     enumOf(actionNames, func(s string) olc.Action { a, _ := olc.ParseAction(s); return a }),
-	reflect.TypeFor[olc.Proto]():      enumOf([]string{"tcp", "udp"}, func(s string) olc.Proto { p, _ := olc.ParseProto(s); return p }),
-	reflect.TypeFor[olc.Class]():      enumOf([]string{"critical", "normal", "best-effort"}, func(s string) olc.Class { c, _ := olc.ParseClass(s); return c }),
+	reflect.TypeFor[olc.Mode]():       enumOf(olc.ModeNames(), olc.ParseMode),
+	reflect.TypeFor[olc.AttachMode](): enumOf(spell.Names(olc.AttachModes()), olc.ParseAttachMode),
+	reflect.TypeFor[olc.Action]():     enumOf(olc.ActionNames(), olc.ParseAction),
+	reflect.TypeFor[olc.Proto]():      enumOf([]string{"tcp", "udp"}, olc.ParseProto),
+	reflect.TypeFor[olc.Class]():      enumOf(olc.ClassNames(), olc.ParseClass),
 }
 
-// enumOf decodes one of words into a T.
-func enumOf[T any](words []string, parse func(string) T) func(d *decoder, n *yaml.Node, field string) (any, bool) {
+// enumOf decodes one of words (olc's names for T) into a T.
+func enumOf[T any](words []string, parse func(string) (T, error)) func(d *decoder, n *yaml.Node, field string) (any, bool) {
 	return func(d *decoder, n *yaml.Node, f string) (any, bool) {
 		s, ok := d.enum(n, f, words)
 		if !ok {
 			return nil, false
 		}
-		return parse(s), true
+		x, err := parse(s)
+		return x, err == nil
 	}
-}
-
-// attachNames returns the attach modes' names in documentation order.
-func attachNames() []string {
-	names := make([]string, len(attachModes))
-	for i, m := range attachModes {
-		names[i] = string(m)
-	}
-	return names
 }
 
 // value decodes n into v, the value of field (sf its struct field: tags
