@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -15,7 +14,9 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/api"
+	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/trace"
 )
 
 const recordUsage = `Usage: olcd record --out FILE.csv [--duration 5m] [--interval 500ms] [--cgroup PATH] [--ports 80,443] [--signals a,b]
@@ -87,46 +88,25 @@ func cmdRecord(args []string, stdout, stderr io.Writer) error {
 		defer f.Close()
 		w = f
 	}
-	bw := bufio.NewWriter(w)
-	header := []string{"t_s"}
-	for _, c := range cols {
-		header = append(header, c.String())
+	tw, err := trace.NewWriter(w, cols)
+	if err != nil {
+		return fmt.Errorf("write trace: %w", err)
 	}
-	fmt.Fprintln(bw, strings.Join(header, ","))
 
 	ctx, cancel := context.WithTimeout(context.Background(), *duration)
 	defer cancel()
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	daemonSignals := daemonSignalReader(*socket, cols, stderr)
-	var start time.Time
 	rows := 0
 	var werr error
-	row := make([]byte, 0, 512)
-	smp.Run(ctx, *interval, func(s sampler.Snapshot) {
-		if start.IsZero() {
-			start = s.At
-		}
-		row = strconv.AppendFloat(row[:0], s.At.Sub(start).Seconds(), 'f', 3, 64)
+	smp.Run(ctx, *interval, func(s olc.Snapshot) {
 		daemonSignals(&s)
-		for _, c := range cols {
-			row = append(row, ',')
-			if v, ok := s.Get(c); ok {
-				row = strconv.AppendFloat(row, v, 'g', 6, 64)
-			}
-		}
-		row = append(row, '\n')
-		if _, err := bw.Write(row); err != nil && werr == nil {
+		if err := tw.Write(s); err != nil && werr == nil {
 			werr = err
 			cancel()
 		}
 		rows++
-		// Flush every tick: a recording stopped by a crash or Ctrl-C
-		// keeps every complete row.
-		if err := bw.Flush(); err != nil && werr == nil {
-			werr = err
-			cancel()
-		}
 	})
 	if werr != nil {
 		return fmt.Errorf("write trace: %w", werr)
@@ -138,16 +118,16 @@ func cmdRecord(args []string, stdout, stderr io.Writer) error {
 }
 
 // recordColumns parses --signals; empty means every canonical signal.
-func recordColumns(list string) ([]sampler.Signal, error) {
+func recordColumns(list string) ([]olc.Signal, error) {
 	if list == "" {
-		return sampler.Signals(), nil
+		return olc.Signals(), nil
 	}
-	var cols []sampler.Signal
-	seen := map[sampler.Signal]bool{}
+	var cols []olc.Signal
+	seen := map[olc.Signal]bool{}
 	for _, name := range strings.Split(list, ",") {
 		name = strings.TrimSpace(name)
-		sig, ok := sampler.ParseSignal(name)
-		if !ok {
+		sig, err := olc.ParseSignal(name)
+		if err != nil {
 			return nil, fmt.Errorf("--signals: unknown signal %q", name)
 		}
 		if !seen[sig] {
@@ -175,14 +155,14 @@ func parsePorts(list string) ([]uint16, error) {
 }
 
 // measuredQueue are the signals only the datapath measures.
-var measuredQueue = []sampler.Signal{sampler.ResponseTimeP50, sampler.ResponseTimeP95, sampler.ResponseTimeP99,
-	sampler.RequestsPerS, sampler.InflightRequests}
+var measuredQueue = []olc.Signal{olc.ResponseTimeP50, olc.ResponseTimeP95, olc.ResponseTimeP99,
+	olc.RequestsPerS, olc.InflightRequests}
 
 // daemonSignalReader returns a function that fills the measured-queue
 // signals of a snapshot from the running daemon's last status, when the
 // recording has such columns and a daemon answers on socket; the first
 // failure is reported once and the columns stay empty.
-func daemonSignalReader(socket string, cols []sampler.Signal, stderr io.Writer) func(*sampler.Snapshot) {
+func daemonSignalReader(socket string, cols []olc.Signal, stderr io.Writer) func(*olc.Snapshot) {
 	want := false
 	for _, c := range cols {
 		for _, m := range measuredQueue {
@@ -190,11 +170,11 @@ func daemonSignalReader(socket string, cols []sampler.Signal, stderr io.Writer) 
 		}
 	}
 	if !want {
-		return func(*sampler.Snapshot) {}
+		return func(*olc.Snapshot) {}
 	}
 	client := api.NewClient(socket, time.Second)
 	warned := false
-	return func(s *sampler.Snapshot) {
+	return func(s *olc.Snapshot) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		st, err := client.Status(ctx)
@@ -206,7 +186,7 @@ func daemonSignalReader(socket string, cols []sampler.Signal, stderr io.Writer) 
 			return
 		}
 		for _, sig := range st.Signals {
-			if m, ok := sampler.ParseSignal(sig.Name); ok && sig.Available && sig.Value != nil && slices.Contains(measuredQueue, m) {
+			if m, err := olc.ParseSignal(sig.Name); err == nil && sig.Available && sig.Value != nil && slices.Contains(measuredQueue, m) {
 				s.Set(m, *sig.Value)
 			}
 		}

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/olcd/olcd/internal/fieldcases"
-	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/trace"
 )
 
@@ -34,7 +34,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("read recorded trace: %v", err)
 	}
-	want := []sampler.Signal{sampler.CPUBusy, sampler.Load1, sampler.PSICPUSomeAvg10, sampler.PSICPUFullAvg10}
+	want := []olc.Signal{olc.CPUBusy, olc.Load1, olc.PSICPUSomeAvg10, olc.PSICPUFullAvg10}
 	if len(tr.Columns) != len(want) {
 		t.Fatalf("columns %v, want %v", tr.Columns, want)
 	}
@@ -50,13 +50,13 @@ func TestRecordRoundTrip(t *testing.T) {
 	if !last.At.After(first.At) {
 		t.Error("times do not advance")
 	}
-	if v, ok := last.Get(sampler.Load1); !ok || v != 0.5 {
+	if v, ok := last.Get(olc.Load1); !ok || v != 0.5 {
 		t.Errorf("load1 = %v, %v; want 0.5 (the fixture's)", v, ok)
 	}
-	if _, ok := first.Get(sampler.CPUBusy); ok {
+	if _, ok := first.Get(olc.CPUBusy); ok {
 		t.Error("cpu_busy on the first tick: it needs two readings and must be an empty cell")
 	}
-	if _, ok := last.Get(sampler.PSICPUFullAvg10); ok {
+	if _, ok := last.Get(olc.PSICPUFullAvg10); ok {
 		t.Error("psi_cpu_full_avg10 recorded although the fixture has no full line")
 	}
 	data, _ := os.ReadFile(out)

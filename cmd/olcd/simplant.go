@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/plant"
 	"github.com/olcd/olcd/internal/rules"
 )
@@ -19,7 +20,7 @@ func plantPort(cfg *rules.Config) []adaptive.PortConfig {
 	if ports := cfg.PortConfigs(); len(ports) > 0 {
 		return ports[:1]
 	}
-	return []adaptive.PortConfig{{Key: adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: 18080}, Class: adaptive.ClassNormal}}
+	return []adaptive.PortConfig{{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 18080}, Class: olc.ClassNormal}}
 }
 
 // simulatePlant runs the named plant scenario under the config's

@@ -19,8 +19,8 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/rules"
-	"github.com/olcd/olcd/internal/sampler"
 	"github.com/olcd/olcd/internal/trace"
 )
 
@@ -70,7 +70,7 @@ type simTick struct {
 	pressureOK         bool
 	overloaded         bool
 	p                  float64
-	classes            [adaptive.NumClasses]float64
+	classes            [olc.NumClasses]float64
 }
 
 // simulate replays tr through a controller configured by cfg. Without port
@@ -253,7 +253,7 @@ func (s *simulation) writeCSV(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	// The measured queue (the response times, requests, in flight) the
 	// trace carries is repeated beside the decisions it drove.
-	var queue []sampler.Signal
+	var queue []olc.Signal
 	for _, c := range s.trace.Columns {
 		if slices.Contains(measuredQueue, c) {
 			queue = append(queue, c)
@@ -274,7 +274,7 @@ func (s *simulation) writeCSV(w io.Writer) error {
 			over = 1
 		}
 		fmt.Fprintf(bw, "%s,%s,%s,%s,%s,%s,%s,%d", num(s.trace.Rows[i].T), pressure, smoothed, num(d.p),
-			num(d.classes[adaptive.ClassCritical]), num(d.classes[adaptive.ClassNormal]), num(d.classes[adaptive.ClassBestEffort]), over)
+			num(d.classes[olc.ClassCritical]), num(d.classes[olc.ClassNormal]), num(d.classes[olc.ClassBestEffort]), over)
 		if len(queue) > 0 {
 			snap := s.trace.Snapshot(i)
 			for _, c := range queue {
@@ -320,7 +320,7 @@ func (s *simulation) writeEvents(w io.Writer) {
 }
 
 // usable reports whether v is a value the controller would use.
-func usable(sig sampler.Signal, v float64) bool {
+func usable(sig olc.Signal, v float64) bool {
 	return !math.IsNaN(v) && !math.IsInf(v, 0) && v >= 0 && (!sig.IsFraction() || v <= 1.05)
 }
 
@@ -540,7 +540,7 @@ func (s *simulation) writePlot(w io.Writer) error {
 	for i := range all {
 		all[i] = true
 	}
-	classes := []adaptive.Class{adaptive.ClassBestEffort, adaptive.ClassNormal, adaptive.ClassCritical}
+	classes := []olc.Class{olc.ClassBestEffort, olc.ClassNormal, olc.ClassCritical}
 	classColors := []color.Color{color.RGBA{R: 230, G: 140, A: 255}, color.RGBA{B: 200, A: 255}, color.RGBA{G: 150, A: 255}}
 	for k, cl := range classes {
 		ys := make([]float64, len(rows))

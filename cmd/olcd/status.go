@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/api"
-	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/spell"
 )
 
@@ -186,9 +186,9 @@ func fmtSignal(name string, v *float64) string {
 	if v == nil {
 		return "-"
 	}
-	if s, ok := sampler.ParseSignal(name); ok && s.IsFraction() {
+	if s, err := olc.ParseSignal(name); err == nil && s.IsFraction() {
 		return strconv.FormatFloat(*v, 'f', 3, 64)
-	} else if ok && s.Unit() == sampler.UnitSeconds {
+	} else if err == nil && s.Unit() == olc.UnitSeconds {
 		return fmtSeconds(v)
 	}
 	return strconv.FormatFloat(*v, 'f', 2, 64)
@@ -292,18 +292,18 @@ Live overrides show in 'olcd status' and are dropped on reload.
 	case rest[0] == "mode" && len(rest) == 2:
 		err = c.SetMode(ctx, rest[1])
 	case rest[0] == "threshold" && len(rest) == 3:
-		if _, ok := sampler.ParseSignal(rest[1]); !ok {
+		if _, perr := olc.ParseSignal(rest[1]); perr != nil {
 			hint := "the canonical names are in docs/signals.md"
-			if c := spell.Closest(rest[1], spell.Names(sampler.Signals())); c != "" {
+			if c := spell.Closest(rest[1], spell.Names(olc.Signals())); c != "" {
 				hint = fmt.Sprintf("did you mean %q?", c)
 			}
 			fmt.Fprintf(stderr, "olcd set threshold: unknown signal %q (%s)\n", rest[1], hint)
 			return errUsage
 		}
-		sig, _ := sampler.ParseSignal(rest[1])
+		sig, _ := olc.ParseSignal(rest[1])
 		if _, perr := strconv.ParseFloat(rest[2], 64); perr != nil {
 			d, derr := time.ParseDuration(rest[2])
-			if derr != nil || sig.Unit() != sampler.UnitSeconds {
+			if derr != nil || sig.Unit() != olc.UnitSeconds {
 				fmt.Fprintf(stderr, "olcd set threshold: %q is not a number\n", rest[2])
 				return errUsage
 			}

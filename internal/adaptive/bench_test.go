@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // BenchmarkStep measures one tick with 0, 10 and 100 ports (the daemon's
@@ -17,24 +17,24 @@ func BenchmarkStep(b *testing.B) {
 	for _, n := range []int{0, 10, 100} {
 		b.Run(fmt.Sprintf("ports=%d", n), func(b *testing.B) {
 			cfg := Config{Interval: 500 * time.Millisecond, Params: DefaultParams()}
-			cfg.Thresholds[sampler.CPUBusy] = 0.8
-			cfg.Thresholds[sampler.PSICPUSome] = 0.4
-			cfg.Thresholds[sampler.Load1PerCore] = 2
-			cfg.Thresholds[sampler.CgroupThrottledRatio] = 0.3
-			stats := make(map[PortKey]PortStats, n)
+			cfg.Thresholds[olc.CPUBusy] = 0.8
+			cfg.Thresholds[olc.PSICPUSome] = 0.4
+			cfg.Thresholds[olc.Load1PerCore] = 2
+			cfg.Thresholds[olc.CgroupThrottledRatio] = 0.3
+			stats := make(map[olc.PortKey]PortStats, n)
 			for i := 0; i < n; i++ {
-				k := PortKey{ProtoTCP, uint16(1000 + i)}
-				cfg.Ports = append(cfg.Ports, PortConfig{Key: k, Class: Class(i % int(NumClasses))})
+				k := olc.PortKey{Proto: olc.ProtoTCP, Port: uint16(1000 + i)}
+				cfg.Ports = append(cfg.Ports, PortConfig{Key: k, Class: olc.Class(i % int(olc.NumClasses))})
 				stats[k] = PortStats{New: uint64(100 + i), Retransmits: uint64(i % 7)}
 			}
 			c, err := New(cfg)
 			if err != nil {
 				b.Fatal(err)
 			}
-			s := sampler.Snapshot{Interval: 500 * time.Millisecond}
-			s.Set(sampler.PSICPUSome, 0.3)
-			s.Set(sampler.Load1PerCore, 1.5)
-			s.Set(sampler.CgroupThrottledRatio, 0.1)
+			s := olc.Snapshot{Interval: 500 * time.Millisecond}
+			s.Set(olc.PSICPUSome, 0.3)
+			s.Set(olc.Load1PerCore, 1.5)
+			s.Set(olc.CgroupThrottledRatio, 0.1)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
@@ -42,9 +42,9 @@ func BenchmarkStep(b *testing.B) {
 				// Alternate 60 s of overload with 60 s of calm so that p
 				// keeps moving and events are produced.
 				if (i/120)%2 == 0 {
-					s.Set(sampler.CPUBusy, 0.98)
+					s.Set(olc.CPUBusy, 0.98)
 				} else {
-					s.Set(sampler.CPUBusy, 0.3)
+					s.Set(olc.CPUBusy, 0.3)
 				}
 				_ = c.Step(s, stats)
 			}
@@ -60,11 +60,11 @@ func BenchmarkOnset(b *testing.B) {
 	for _, n := range []int{1, 10, 100} {
 		b.Run(fmt.Sprintf("ports=%d", n), func(b *testing.B) {
 			cfg := Config{Interval: 500 * time.Millisecond, Params: DefaultParams()}
-			cfg.Thresholds[sampler.CPUBusy] = 0.8
-			stats := make(map[PortKey]PortStats, n)
+			cfg.Thresholds[olc.CPUBusy] = 0.8
+			stats := make(map[olc.PortKey]PortStats, n)
 			for i := 0; i < n; i++ {
-				k := PortKey{ProtoTCP, uint16(1000 + i)}
-				cfg.Ports = append(cfg.Ports, PortConfig{Key: k, Class: Class(i % int(NumClasses))})
+				k := olc.PortKey{Proto: olc.ProtoTCP, Port: uint16(1000 + i)}
+				cfg.Ports = append(cfg.Ports, PortConfig{Key: k, Class: olc.Class(i % int(olc.NumClasses))})
 				stats[k] = PortStats{New: 50}
 			}
 			c, err := New(cfg)
@@ -72,8 +72,8 @@ func BenchmarkOnset(b *testing.B) {
 				b.Fatal(err)
 			}
 			// Two steady ticks at half the threshold teach the estimate.
-			s := sampler.Snapshot{Interval: 500 * time.Millisecond}
-			s.Set(sampler.CPUBusy, 0.4)
+			s := olc.Snapshot{Interval: 500 * time.Millisecond}
+			s.Set(olc.CPUBusy, 0.4)
 			for i := 1; i <= 2; i++ {
 				s.At = TraceOrigin.Add(time.Duration(i) * 500 * time.Millisecond)
 				c.Step(s, stats)
@@ -81,7 +81,7 @@ func BenchmarkOnset(b *testing.B) {
 			if !c.capOK {
 				b.Fatal("no estimate learnt")
 			}
-			window := make(map[PortKey]PortStats, n)
+			window := make(map[olc.PortKey]PortStats, n)
 			for k := range stats {
 				window[k] = PortStats{New: 10}
 			}

@@ -5,7 +5,7 @@ import (
 	"math"
 	"strings"
 
-	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // Demand, gain scheduling and the class split (docs/controller.md §4).
@@ -16,14 +16,14 @@ const minPassScale = 0.02
 
 // measure updates the ports' smoothed demand and attempts from stats and
 // the class weights the law and the split use.
-func (c *Controller) measure(s *sampler.Snapshot, stats map[PortKey]PortStats) {
+func (c *Controller) measure(s *olc.Snapshot, stats map[olc.PortKey]PortStats) {
 	prm := &c.cfg.Params
 	dt := s.Interval.Seconds()
 	if dt <= 0 {
 		dt = c.cfg.Interval.Seconds()
 	}
 	c.dt = dt
-	var demand, attempts, count [NumClasses]float64
+	var demand, attempts, count [olc.NumClasses]float64
 	var total float64
 	c.prevAdm = 0
 	if c.ratesOK {
@@ -59,7 +59,7 @@ func (c *Controller) measure(s *sampler.Snapshot, stats map[PortKey]PortStats) {
 	case len(c.ports) > 0:
 		c.weights, c.attempts = count, count
 	default:
-		c.weights = [NumClasses]float64{1, 1, 1}
+		c.weights = [olc.NumClasses]float64{1, 1, 1}
 		c.attempts = c.weights
 	}
 }
@@ -81,7 +81,7 @@ func (c *Controller) scale(rising bool) float64 {
 		admitted += c.attempts[cl] * (1 - c.classP[cl])
 	}
 	m := -1
-	for _, cl := range [...]Class{ClassBestEffort, ClassNormal, ClassCritical} {
+	for _, cl := range [...]olc.Class{olc.ClassBestEffort, olc.ClassNormal, olc.ClassCritical} {
 		if c.weights[cl] <= 0 {
 			continue
 		}
@@ -146,8 +146,8 @@ func changed(recorded, p, step float64) bool {
 // the classes, least protected first, each class up to bound. A class with
 // no weight gets bound when shedding remains at its turn (its first new
 // connections would be shed like the rest of its class), else 0.
-func splitClasses(p, bound float64, weights [NumClasses]float64) [NumClasses]float64 {
-	var out [NumClasses]float64
+func splitClasses(p, bound float64, weights [olc.NumClasses]float64) [olc.NumClasses]float64 {
+	var out [olc.NumClasses]float64
 	var total float64
 	for _, w := range weights {
 		total += w
@@ -156,7 +156,7 @@ func splitClasses(p, bound float64, weights [NumClasses]float64) [NumClasses]flo
 		return out
 	}
 	remaining := p * total
-	for _, cl := range [...]Class{ClassBestEffort, ClassNormal, ClassCritical} {
+	for _, cl := range [...]olc.Class{olc.ClassBestEffort, olc.ClassNormal, olc.ClassCritical} {
 		w := weights[cl]
 		if remaining <= 1e-12*total {
 			break
@@ -174,9 +174,9 @@ func splitClasses(p, bound float64, weights [NumClasses]float64) [NumClasses]flo
 
 // ClassSummary renders the class probabilities for logs:
 // "critical=0.000 normal=0.120 best-effort=0.700".
-func ClassSummary(classes [NumClasses]float64) string {
+func ClassSummary(classes [olc.NumClasses]float64) string {
 	var b strings.Builder
-	for cl := Class(0); cl < NumClasses; cl++ {
+	for cl := olc.Class(0); cl < olc.NumClasses; cl++ {
 		if cl > 0 {
 			b.WriteByte(' ')
 		}

@@ -7,7 +7,8 @@ import (
 
 	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/plant"
-	"github.com/olcd/olcd/internal/sampler"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // The plant of issue 16 (internal/plant): a backend's workers behind a FIFO
@@ -33,10 +34,10 @@ func clientController(t *testing.T, mutate func(*adaptive.Config)) *adaptive.Con
 	cfg := adaptive.Config{Interval: 500 * time.Millisecond, Params: adaptive.DefaultParams()}
 	cfg.Params.MinPassRate = 0.05
 	if guardCPU {
-		cfg.Thresholds[sampler.CPUBusy] = 0.93
+		cfg.Thresholds[olc.CPUBusy] = 0.93
 	}
-	cfg.Ports = []adaptive.PortConfig{{Key: adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: clientPort},
-		Class: adaptive.ClassNormal, Target: adaptive.ResponseTarget{Auto: true}}}
+	cfg.Ports = []adaptive.PortConfig{{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: clientPort},
+		Class: olc.ClassNormal, Target: adaptive.ResponseTarget{Auto: true}}}
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -49,7 +50,7 @@ func clientController(t *testing.T, mutate func(*adaptive.Config)) *adaptive.Con
 
 // drive runs sc under c and returns the result.
 func drive(c *adaptive.Controller, sc plant.Scenario) plant.Result {
-	res, err := plant.Drive(c, sc, adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: clientPort}, 5, nil)
+	res, err := plant.Drive(c, sc, olc.PortKey{Proto: olc.ProtoTCP, Port: clientPort}, 5, nil)
 	if err != nil {
 		panic(err)
 	}

@@ -6,14 +6,14 @@ import (
 	"math"
 	"time"
 
-	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // Controller turns snapshots and port counts into drop probabilities. It is
 // not safe for concurrent use; the daemon calls Step from its tick loop only.
 type Controller struct {
 	cfg     Config
-	signals []sampler.Signal // signals with a threshold, canonical order
+	signals []olc.Signal // signals with a threshold, canonical order
 
 	p           float64 // node-level drop probability
 	overloaded  bool
@@ -35,7 +35,7 @@ type Controller struct {
 	// the node is overloaded, but the offered rate does: shedding down to
 	// capRate × threshold admits what put the signal at its target.
 	capRate   float64
-	capSignal sampler.Signal
+	capSignal olc.Signal
 	capOK     bool
 	capQuota  float64 // the cgroup quota (CPUs) capRate is per unit of; 0: not a quota signal
 	offered   float64 // this tick's new connections/s over all ports, retransmits included
@@ -73,11 +73,11 @@ type Controller struct {
 	lastTick   Decision   // the last tick's signals, for decisions between ticks
 
 	recordedNode float64
-	classP       [NumClasses]float64 // class probabilities in force (last tick's split)
-	weights      [NumClasses]float64 // demand per class used by the split
-	attempts     [NumClasses]float64 // new connections/s per class, retransmits included
+	classP       [olc.NumClasses]float64 // class probabilities in force (last tick's split)
+	weights      [olc.NumClasses]float64 // demand per class used by the split
+	attempts     [olc.NumClasses]float64 // new connections/s per class, retransmits included
 	ports        []portState
-	index        map[PortKey]int
+	index        map[olc.PortKey]int
 }
 
 type portState struct {
@@ -107,20 +107,20 @@ func validate(cfg Config) error {
 	}
 	for s, t := range cfg.Thresholds {
 		if math.IsNaN(t) || math.IsInf(t, 0) || t < 0 {
-			errs = append(errs, fmt.Errorf("threshold of %s = %v: must be 0 (unused) or positive", sampler.Signal(s), t))
+			errs = append(errs, fmt.Errorf("threshold of %s = %v: must be 0 (unused) or positive", olc.Signal(s), t))
 		}
 	}
 	if err := cfg.Params.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	seen := make(map[PortKey]bool, len(cfg.Ports))
+	seen := make(map[olc.PortKey]bool, len(cfg.Ports))
 	for _, pc := range cfg.Ports {
 		switch {
-		case pc.Key.Proto != ProtoTCP && pc.Key.Proto != ProtoUDP:
+		case pc.Key.Proto != olc.ProtoTCP && pc.Key.Proto != olc.ProtoUDP:
 			errs = append(errs, fmt.Errorf("port %s: protocol must be tcp or udp", pc.Key))
 		case pc.Key.Port == 0:
 			errs = append(errs, fmt.Errorf("port %s: port 0 cannot be protected", pc.Key))
-		case pc.Class >= NumClasses:
+		case pc.Class >= olc.NumClasses:
 			errs = append(errs, fmt.Errorf("port %s: unknown %s", pc.Key, pc.Class))
 		case seen[pc.Key]:
 			errs = append(errs, fmt.Errorf("port %s: listed twice", pc.Key))
@@ -141,14 +141,14 @@ func (c *Controller) Reconfigure(cfg Config) error {
 		return fmt.Errorf("controller config: %w", err)
 	}
 	cfg.Ports = append([]PortConfig(nil), cfg.Ports...)
-	signals := make([]sampler.Signal, 0, sampler.NumSignals)
+	signals := make([]olc.Signal, 0, olc.NumSignals)
 	for s, t := range cfg.Thresholds {
 		if t > 0 {
-			signals = append(signals, sampler.Signal(s))
+			signals = append(signals, olc.Signal(s))
 		}
 	}
 	ports := make([]portState, len(cfg.Ports))
-	index := make(map[PortKey]int, len(cfg.Ports))
+	index := make(map[olc.PortKey]int, len(cfg.Ports))
 	for i, pc := range cfg.Ports {
 		ports[i] = portState{cfg: pc, loop: newLatencyLoop()}
 		if j, ok := c.index[pc.Key]; ok {
@@ -190,7 +190,7 @@ func (c *Controller) DropProbability() float64 { return c.p }
 // its previous demand estimate) and returns the decision. Time comes only
 // from s.At; a snapshot not later than the previous one is stale and counts
 // as a tick without usable signals.
-func (c *Controller) Step(s sampler.Snapshot, stats map[PortKey]PortStats) Decision {
+func (c *Controller) Step(s olc.Snapshot, stats map[olc.PortKey]PortStats) Decision {
 	d := Decision{At: s.At}
 	stale := c.started && !s.At.After(c.lastAt)
 	if !stale {

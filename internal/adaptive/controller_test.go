@@ -7,19 +7,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // sig is a signal value for snap.
 type sig struct {
-	s sampler.Signal
+	s olc.Signal
 	v float64
 }
 
 // snap returns a snapshot at TraceOrigin + t seconds with the given values
 // and a 500 ms interval.
-func snap(t float64, vals ...sig) sampler.Snapshot {
-	s := sampler.Snapshot{At: TraceOrigin.Add(seconds(t)), Interval: 500 * time.Millisecond}
+func snap(t float64, vals ...sig) olc.Snapshot {
+	s := olc.Snapshot{At: TraceOrigin.Add(seconds(t)), Interval: 500 * time.Millisecond}
 	for _, v := range vals {
 		s.Set(v.s, v.v)
 	}
@@ -45,7 +45,7 @@ func mustNew(t *testing.T, cfg Config) *Controller {
 	return c
 }
 
-func stateOf(d Decision, s sampler.Signal) SignalState {
+func stateOf(d Decision, s olc.Signal) SignalState {
 	for _, st := range d.Signals {
 		if st.Signal == s {
 			return st
@@ -55,35 +55,35 @@ func stateOf(d Decision, s sampler.Signal) SignalState {
 }
 
 func TestSignalEvaluation(t *testing.T) {
-	cfg := cfgWith(sig{sampler.CPUBusy, 0.8}, sig{sampler.Load1PerCore, 2}, sig{sampler.PSIIOSome, 0.5},
-		sig{sampler.CgroupThrottledRatio, 0.25}, sig{sampler.ListenOverflowsPerS, 10})
+	cfg := cfgWith(sig{olc.CPUBusy, 0.8}, sig{olc.Load1PerCore, 2}, sig{olc.PSIIOSome, 0.5},
+		sig{olc.CgroupThrottledRatio, 0.25}, sig{olc.ListenOverflowsPerS, 10})
 	tests := []struct {
 		name         string
 		vals         []sig
-		check        sampler.Signal
+		check        olc.Signal
 		available    bool
 		corroborated bool
 		pressure     float64 // node pressure
 		nodeOK       bool
 	}{
-		{"plain fraction", []sig{{sampler.CPUBusy, 0.4}}, sampler.CPUBusy, true, true, 0.5, true},
-		{"NaN ignored", []sig{{sampler.CPUBusy, math.NaN()}}, sampler.CPUBusy, false, false, 0, false},
-		{"+Inf ignored", []sig{{sampler.CPUBusy, math.Inf(1)}}, sampler.CPUBusy, false, false, 0, false},
-		{"negative ignored", []sig{{sampler.CPUBusy, -0.5}}, sampler.CPUBusy, false, false, 0, false},
-		{"fraction above 1.05 ignored", []sig{{sampler.CPUBusy, 1.06}}, sampler.CPUBusy, false, false, 0, false},
-		{"fraction jitter 1.04 kept", []sig{{sampler.CPUBusy, 1.04}}, sampler.CPUBusy, true, true, 1.3, true},
-		{"rate above 1 is valid", []sig{{sampler.ListenOverflowsPerS, 30}}, sampler.ListenOverflowsPerS, true, true, 3, true},
-		{"load without cpu: not counted", []sig{{sampler.Load1PerCore, 8}, {sampler.CPUBusy, 0.1}}, sampler.Load1PerCore, true, false, 0.125, true},
-		{"load without any cpu signal: not counted", []sig{{sampler.Load1PerCore, 8}}, sampler.Load1PerCore, true, false, 0, false},
-		{"load with cpu at half threshold", []sig{{sampler.Load1PerCore, 8}, {sampler.CPUBusy, 0.4}}, sampler.Load1PerCore, true, true, 4, true},
-		{"load confirmed by psi cpu (default reference 0.2)", []sig{{sampler.Load1PerCore, 8}, {sampler.PSICPUSome, 0.1}}, sampler.Load1PerCore, true, true, 4, true},
-		{"load, psi cpu below half reference", []sig{{sampler.Load1PerCore, 8}, {sampler.PSICPUSome, 0.09}}, sampler.Load1PerCore, true, false, 0, false},
-		{"load, invalid confirmer ignored", []sig{{sampler.Load1PerCore, 8}, {sampler.CPUBusy, math.NaN()}}, sampler.Load1PerCore, true, false, 0, false},
-		{"throttling without usage: not counted", []sig{{sampler.CgroupThrottledRatio, 0.9}, {sampler.CgroupCPUUsageOfQuota, 0.2}}, sampler.CgroupThrottledRatio, true, false, 0, false},
-		{"throttling with usage (default reference 0.9)", []sig{{sampler.CgroupThrottledRatio, 0.5}, {sampler.CgroupCPUUsageOfQuota, 0.45}}, sampler.CgroupThrottledRatio, true, true, 2, true},
-		{"throttling with cgroup psi", []sig{{sampler.CgroupThrottledRatio, 0.5}, {sampler.CgroupPSICPUSomeAvg10, 0.15}}, sampler.CgroupThrottledRatio, true, true, 2, true},
-		{"throttling, node psi does not confirm", []sig{{sampler.CgroupThrottledRatio, 0.5}, {sampler.PSICPUSome, 0.9}}, sampler.CgroupThrottledRatio, true, false, 0, false},
-		{"largest corroborated wins", []sig{{sampler.CPUBusy, 0.4}, {sampler.PSIIOSome, 0.6}}, sampler.PSIIOSome, true, true, 1.2, true},
+		{"plain fraction", []sig{{olc.CPUBusy, 0.4}}, olc.CPUBusy, true, true, 0.5, true},
+		{"NaN ignored", []sig{{olc.CPUBusy, math.NaN()}}, olc.CPUBusy, false, false, 0, false},
+		{"+Inf ignored", []sig{{olc.CPUBusy, math.Inf(1)}}, olc.CPUBusy, false, false, 0, false},
+		{"negative ignored", []sig{{olc.CPUBusy, -0.5}}, olc.CPUBusy, false, false, 0, false},
+		{"fraction above 1.05 ignored", []sig{{olc.CPUBusy, 1.06}}, olc.CPUBusy, false, false, 0, false},
+		{"fraction jitter 1.04 kept", []sig{{olc.CPUBusy, 1.04}}, olc.CPUBusy, true, true, 1.3, true},
+		{"rate above 1 is valid", []sig{{olc.ListenOverflowsPerS, 30}}, olc.ListenOverflowsPerS, true, true, 3, true},
+		{"load without cpu: not counted", []sig{{olc.Load1PerCore, 8}, {olc.CPUBusy, 0.1}}, olc.Load1PerCore, true, false, 0.125, true},
+		{"load without any cpu signal: not counted", []sig{{olc.Load1PerCore, 8}}, olc.Load1PerCore, true, false, 0, false},
+		{"load with cpu at half threshold", []sig{{olc.Load1PerCore, 8}, {olc.CPUBusy, 0.4}}, olc.Load1PerCore, true, true, 4, true},
+		{"load confirmed by psi cpu (default reference 0.2)", []sig{{olc.Load1PerCore, 8}, {olc.PSICPUSome, 0.1}}, olc.Load1PerCore, true, true, 4, true},
+		{"load, psi cpu below half reference", []sig{{olc.Load1PerCore, 8}, {olc.PSICPUSome, 0.09}}, olc.Load1PerCore, true, false, 0, false},
+		{"load, invalid confirmer ignored", []sig{{olc.Load1PerCore, 8}, {olc.CPUBusy, math.NaN()}}, olc.Load1PerCore, true, false, 0, false},
+		{"throttling without usage: not counted", []sig{{olc.CgroupThrottledRatio, 0.9}, {olc.CgroupCPUUsageOfQuota, 0.2}}, olc.CgroupThrottledRatio, true, false, 0, false},
+		{"throttling with usage (default reference 0.9)", []sig{{olc.CgroupThrottledRatio, 0.5}, {olc.CgroupCPUUsageOfQuota, 0.45}}, olc.CgroupThrottledRatio, true, true, 2, true},
+		{"throttling with cgroup psi", []sig{{olc.CgroupThrottledRatio, 0.5}, {olc.CgroupPSICPUSomeAvg10, 0.15}}, olc.CgroupThrottledRatio, true, true, 2, true},
+		{"throttling, node psi does not confirm", []sig{{olc.CgroupThrottledRatio, 0.5}, {olc.PSICPUSome, 0.9}}, olc.CgroupThrottledRatio, true, false, 0, false},
+		{"largest corroborated wins", []sig{{olc.CPUBusy, 0.4}, {olc.PSIIOSome, 0.6}}, olc.PSIIOSome, true, true, 1.2, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -104,9 +104,9 @@ func TestSignalEvaluation(t *testing.T) {
 // +Inf is an invalid sample; counted, it made the smoothed pressure NaN and
 // froze p.
 func TestPressureOverflow(t *testing.T) {
-	c := mustNew(t, cfgWith(sig{sampler.ListenOverflowsPerS, 0.5}))
-	d := c.Step(snap(0, sig{sampler.ListenOverflowsPerS, math.MaxFloat64}), nil)
-	if st := stateOf(d, sampler.ListenOverflowsPerS); st.Available || !st.Invalid || d.PressureAvailable {
+	c := mustNew(t, cfgWith(sig{olc.ListenOverflowsPerS, 0.5}))
+	d := c.Step(snap(0, sig{olc.ListenOverflowsPerS, math.MaxFloat64}), nil)
+	if st := stateOf(d, olc.ListenOverflowsPerS); st.Available || !st.Invalid || d.PressureAvailable {
 		t.Errorf("state %+v, node pressure %v (available %v): want an invalid sample", st, d.Pressure, d.PressureAvailable)
 	}
 }
@@ -114,13 +114,13 @@ func TestPressureOverflow(t *testing.T) {
 // TestConfiguredConfirmerThreshold: a configured threshold replaces the
 // default reference of a confirming signal.
 func TestConfiguredConfirmerThreshold(t *testing.T) {
-	c := mustNew(t, cfgWith(sig{sampler.Load1, 4}, sig{sampler.CPUBusy, 0.6}))
-	d := c.Step(snap(0, sig{sampler.Load1, 8}, sig{sampler.CPUBusy, 0.31}), nil)
-	if !stateOf(d, sampler.Load1).Corroborated {
+	c := mustNew(t, cfgWith(sig{olc.Load1, 4}, sig{olc.CPUBusy, 0.6}))
+	d := c.Step(snap(0, sig{olc.Load1, 8}, sig{olc.CPUBusy, 0.31}), nil)
+	if !stateOf(d, olc.Load1).Corroborated {
 		t.Error("cpu_busy 0.31 ≥ 0.5 × 0.6 must corroborate load1")
 	}
-	d = c.Step(snap(0.5, sig{sampler.Load1, 8}, sig{sampler.CPUBusy, 0.29}), nil)
-	if stateOf(d, sampler.Load1).Corroborated {
+	d = c.Step(snap(0.5, sig{olc.Load1, 8}, sig{olc.CPUBusy, 0.29}), nil)
+	if stateOf(d, olc.Load1).Corroborated {
 		t.Error("cpu_busy 0.29 < 0.5 × 0.6 must not corroborate load1")
 	}
 }
@@ -131,11 +131,11 @@ func run(t *testing.T, c *Controller, busy ...float64) []Decision {
 	t.Helper()
 	out := make([]Decision, len(busy))
 	for i, b := range busy {
-		var s sampler.Snapshot
+		var s olc.Snapshot
 		if math.IsNaN(b) {
 			s = snap(float64(i) * 0.5) // unavailable
 		} else {
-			s = snap(float64(i)*0.5, sig{sampler.CPUBusy, b})
+			s = snap(float64(i)*0.5, sig{olc.CPUBusy, b})
 		}
 		out[i] = c.Step(s, nil)
 	}
@@ -181,7 +181,7 @@ func TestActivation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ds := run(t, mustNew(t, cfgWith(sig{sampler.CPUBusy, 0.8})), tt.busy...)
+			ds := run(t, mustNew(t, cfgWith(sig{olc.CPUBusy, 0.8})), tt.busy...)
 			first := -1
 			for i, d := range ds {
 				if d.DropProbability > 0 {
@@ -206,7 +206,7 @@ func TestActivation(t *testing.T) {
 // RecoveryStep per tick.
 func TestBoundsAndSteps(t *testing.T) {
 	for _, mpr := range []float64{0, 0.05, 0.3, 0.9, 1} {
-		cfg := cfgWith(sig{sampler.CPUBusy, 0.5})
+		cfg := cfgWith(sig{olc.CPUBusy, 0.5})
 		cfg.Params.MinPassRate = mpr
 		ds := run(t, mustNew(t, cfg), concat(repeat(1, 60), repeat(0.1, 60))...)
 		bound := 1 - mpr
@@ -240,7 +240,7 @@ func TestBoundsAndSteps(t *testing.T) {
 // TestHysteresis: inside the band p holds; a tick over the target resets
 // the cooldown.
 func TestHysteresis(t *testing.T) {
-	c := mustNew(t, cfgWith(sig{sampler.CPUBusy, 0.8}))
+	c := mustNew(t, cfgWith(sig{olc.CPUBusy, 0.8}))
 	ds := run(t, c, concat(repeat(0.98, 10), repeat(0.78, 20))...)
 	held := ds[12].DropProbability
 	for i := 12; i < 30; i++ {
@@ -253,7 +253,7 @@ func TestHysteresis(t *testing.T) {
 	}
 	// Healthy for 4 ticks, one over, then healthy: the fall starts only
 	// after 5 consecutive healthy ticks counted from the last over tick.
-	ds = run(t, mustNew(t, cfgWith(sig{sampler.CPUBusy, 0.8})), concat(repeat(0.98, 10), repeat(0.2, 4), repeat(1, 2), repeat(0.2, 12))...)
+	ds = run(t, mustNew(t, cfgWith(sig{olc.CPUBusy, 0.8})), concat(repeat(0.98, 10), repeat(0.2, 4), repeat(1, 2), repeat(0.2, 12))...)
 	firstFall := -1
 	for i := 1; i < len(ds); i++ {
 		if ds[i].DropProbability < ds[i-1].DropProbability {
@@ -274,19 +274,19 @@ func TestHysteresis(t *testing.T) {
 func TestNoSignalDecays(t *testing.T) {
 	for _, name := range []string{"unavailable", "invalid", "stale"} {
 		t.Run(name, func(t *testing.T) {
-			c := mustNew(t, cfgWith(sig{sampler.CPUBusy, 0.8}))
+			c := mustNew(t, cfgWith(sig{olc.CPUBusy, 0.8}))
 			ds := run(t, c, repeat(0.98, 40)...)
 			p0 := ds[39].DropProbability
 			var last Decision
 			for i := 0; i < 40; i++ {
-				var s sampler.Snapshot
+				var s olc.Snapshot
 				switch name {
 				case "unavailable":
 					s = snap(20 + float64(i)*0.5)
 				case "invalid":
-					s = snap(20+float64(i)*0.5, sig{sampler.CPUBusy, math.NaN()})
+					s = snap(20+float64(i)*0.5, sig{olc.CPUBusy, math.NaN()})
 				case "stale":
-					s = snap(19.5, sig{sampler.CPUBusy, 0.98}) // the last tick's time again
+					s = snap(19.5, sig{olc.CPUBusy, 0.98}) // the last tick's time again
 				}
 				last = c.Step(s, nil)
 				want := math.Max(0, p0-float64(i+1-c.cfg.Params.Cooldown)*c.cfg.Params.RecoveryStep)
@@ -306,8 +306,8 @@ func TestNoSignalDecays(t *testing.T) {
 
 // TestEvents checks the event sequence of a 25 s overload.
 func TestEvents(t *testing.T) {
-	cfg := cfgWith(sig{sampler.CPUBusy, 0.8})
-	cfg.Ports = []PortConfig{{Key: PortKey{ProtoTCP, 80}, Class: ClassNormal}}
+	cfg := cfgWith(sig{olc.CPUBusy, 0.8})
+	cfg.Ports = []PortConfig{{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 80}, Class: olc.ClassNormal}}
 	c := mustNew(t, cfg)
 	var ds []Decision
 	for i := 0; i < 120; i++ {
@@ -315,7 +315,7 @@ func TestEvents(t *testing.T) {
 		if i >= 4 && i < 54 {
 			b = 0.98
 		}
-		ds = append(ds, c.Step(snap(float64(i)*0.5, sig{sampler.CPUBusy, b}), map[PortKey]PortStats{{ProtoTCP, 80}: {New: 100}}))
+		ds = append(ds, c.Step(snap(float64(i)*0.5, sig{olc.CPUBusy, b}), map[olc.PortKey]PortStats{{Proto: olc.ProtoTCP, Port: 80}: {New: 100}}))
 	}
 	k := kinds(ds)
 	if got := k[EventOverloadStart]; len(got) != 1 || got[0] != 5 {
@@ -366,18 +366,18 @@ func TestSplitClasses(t *testing.T) {
 	tests := []struct {
 		name    string
 		p       float64
-		weights [NumClasses]float64 // critical, normal, best-effort
-		want    [NumClasses]float64
+		weights [olc.NumClasses]float64 // critical, normal, best-effort
+		want    [olc.NumClasses]float64
 	}{
-		{"nothing to shed", 0, [NumClasses]float64{1, 1, 1}, [NumClasses]float64{}},
-		{"best-effort absorbs", 0.2, [NumClasses]float64{1, 1, 1}, [NumClasses]float64{0, 0, 0.6}},
-		{"then normal", 0.4, [NumClasses]float64{1, 1, 1}, [NumClasses]float64{0, 0.5, 0.7}},
-		{"critical only when the others are at the bound", 0.6, [NumClasses]float64{1, 1, 1}, [NumClasses]float64{0.4, 0.7, 0.7}},
-		{"all at the bound", 0.7, [NumClasses]float64{1, 1, 1}, [NumClasses]float64{0.7, 0.7, 0.7}},
-		{"weighted by demand, empty normal untouched", 0.1, [NumClasses]float64{800, 0, 200}, [NumClasses]float64{0, 0, 0.5}},
-		{"empty best-effort gets the bound", 0.1, [NumClasses]float64{500, 500, 0}, [NumClasses]float64{0, 0.2, 0.7}},
-		{"only critical", 0.3, [NumClasses]float64{1, 0, 0}, [NumClasses]float64{0.3, 0.7, 0.7}},
-		{"no weight at all", 0.3, [NumClasses]float64{}, [NumClasses]float64{}},
+		{"nothing to shed", 0, [olc.NumClasses]float64{1, 1, 1}, [olc.NumClasses]float64{}},
+		{"best-effort absorbs", 0.2, [olc.NumClasses]float64{1, 1, 1}, [olc.NumClasses]float64{0, 0, 0.6}},
+		{"then normal", 0.4, [olc.NumClasses]float64{1, 1, 1}, [olc.NumClasses]float64{0, 0.5, 0.7}},
+		{"critical only when the others are at the bound", 0.6, [olc.NumClasses]float64{1, 1, 1}, [olc.NumClasses]float64{0.4, 0.7, 0.7}},
+		{"all at the bound", 0.7, [olc.NumClasses]float64{1, 1, 1}, [olc.NumClasses]float64{0.7, 0.7, 0.7}},
+		{"weighted by demand, empty normal untouched", 0.1, [olc.NumClasses]float64{800, 0, 200}, [olc.NumClasses]float64{0, 0, 0.5}},
+		{"empty best-effort gets the bound", 0.1, [olc.NumClasses]float64{500, 500, 0}, [olc.NumClasses]float64{0, 0.2, 0.7}},
+		{"only critical", 0.3, [olc.NumClasses]float64{1, 0, 0}, [olc.NumClasses]float64{0.3, 0.7, 0.7}},
+		{"no weight at all", 0.3, [olc.NumClasses]float64{}, [olc.NumClasses]float64{}},
 	}
 	for _, tt := range tests {
 		got := splitClasses(tt.p, b, tt.weights)
@@ -394,12 +394,12 @@ func TestSplitClasses(t *testing.T) {
 // demand, so a best-effort port flooded with retries does not get more of
 // the shedding than its unique demand warrants.
 func TestDemandUsesUniqueConnections(t *testing.T) {
-	cfg := cfgWith(sig{sampler.CPUBusy, 0.8})
+	cfg := cfgWith(sig{olc.CPUBusy, 0.8})
 	cfg.Params.DemandSmoothing = 1
-	be, norm := PortKey{ProtoTCP, 8080}, PortKey{ProtoTCP, 80}
-	cfg.Ports = []PortConfig{{Key: be, Class: ClassBestEffort}, {Key: norm, Class: ClassNormal}}
+	be, norm := olc.PortKey{Proto: olc.ProtoTCP, Port: 8080}, olc.PortKey{Proto: olc.ProtoTCP, Port: 80}
+	cfg.Ports = []PortConfig{{Key: be, Class: olc.ClassBestEffort}, {Key: norm, Class: olc.ClassNormal}}
 	c := mustNew(t, cfg)
-	d := c.Step(snap(0, sig{sampler.CPUBusy, 0.5}), map[PortKey]PortStats{
+	d := c.Step(snap(0, sig{olc.CPUBusy, 0.5}), map[olc.PortKey]PortStats{
 		be:   {New: 500, Retransmits: 400}, // 100 unique
 		norm: {New: 300, Retransmits: 0},   // 300 unique
 	})
@@ -414,40 +414,40 @@ func TestDemandUsesUniqueConnections(t *testing.T) {
 // TestNoDemandMeasured: without counts every port is assumed to carry the
 // same load, and the priority order still holds.
 func TestNoDemandMeasured(t *testing.T) {
-	cfg := cfgWith(sig{sampler.CPUBusy, 0.8})
-	cfg.Ports = []PortConfig{{Key: PortKey{ProtoTCP, 1}, Class: ClassCritical}, {Key: PortKey{ProtoTCP, 2}, Class: ClassNormal}, {Key: PortKey{ProtoTCP, 3}, Class: ClassBestEffort}}
+	cfg := cfgWith(sig{olc.CPUBusy, 0.8})
+	cfg.Ports = []PortConfig{{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 1}, Class: olc.ClassCritical}, {Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 2}, Class: olc.ClassNormal}, {Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 3}, Class: olc.ClassBestEffort}}
 	ds := run(t, mustNew(t, cfg), repeat(0.98, 12)...)
 	d := ds[len(ds)-1]
 	if d.DropProbability == 0 {
 		t.Fatal("no shedding")
 	}
-	want := splitClasses(d.DropProbability, cfg.Params.Bound(), [NumClasses]float64{1, 1, 1})
+	want := splitClasses(d.DropProbability, cfg.Params.Bound(), [olc.NumClasses]float64{1, 1, 1})
 	if d.Classes != want {
 		t.Errorf("classes %s, want %s", ClassSummary(d.Classes), ClassSummary(want))
 	}
-	if d.Classes[ClassBestEffort] < d.Classes[ClassNormal] || d.Classes[ClassNormal] < d.Classes[ClassCritical] {
+	if d.Classes[olc.ClassBestEffort] < d.Classes[olc.ClassNormal] || d.Classes[olc.ClassNormal] < d.Classes[olc.ClassCritical] {
 		t.Errorf("priority order broken: %s", ClassSummary(d.Classes))
 	}
 }
 
 func TestReconfigure(t *testing.T) {
-	cfg := cfgWith(sig{sampler.CPUBusy, 0.8})
-	cfg.Ports = []PortConfig{{Key: PortKey{ProtoTCP, 80}, Class: ClassNormal}}
+	cfg := cfgWith(sig{olc.CPUBusy, 0.8})
+	cfg.Ports = []PortConfig{{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 80}, Class: olc.ClassNormal}}
 	c := mustNew(t, cfg)
 	ds := run(t, c, repeat(0.98, 20)...)
 	p := ds[19].DropProbability
 	since := ds[19].OverloadSince
 
 	next := cfg
-	next.Ports = append([]PortConfig{{Key: PortKey{ProtoUDP, 53}, Class: ClassCritical}}, cfg.Ports...)
-	next.Thresholds[sampler.PSICPUSome] = 0.3
+	next.Ports = append([]PortConfig{{Key: olc.PortKey{Proto: olc.ProtoUDP, Port: 53}, Class: olc.ClassCritical}}, cfg.Ports...)
+	next.Thresholds[olc.PSICPUSome] = 0.3
 	if err := c.Reconfigure(next); err != nil {
 		t.Fatal(err)
 	}
 	if c.DropProbability() != p {
 		t.Errorf("p %v after reconfigure, want kept %v", c.DropProbability(), p)
 	}
-	d := c.Step(snap(10, sig{sampler.CPUBusy, 0.78}), nil)
+	d := c.Step(snap(10, sig{olc.CPUBusy, 0.78}), nil)
 	if !d.Overloaded || !d.OverloadSince.Equal(since) || len(d.Ports) != 2 || len(d.Signals) != 2 {
 		t.Errorf("after reconfigure: overloaded %v since %v ports %d signals %d", d.Overloaded, d.OverloadSince, len(d.Ports), len(d.Signals))
 	}
@@ -464,7 +464,7 @@ func TestReconfigure(t *testing.T) {
 
 	// An invalid config is rejected and changes nothing.
 	bad := lower
-	bad.Ports = append(bad.Ports, PortConfig{Key: PortKey{ProtoTCP, 80}, Class: ClassBestEffort})
+	bad.Ports = append(bad.Ports, PortConfig{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 80}, Class: olc.ClassBestEffort})
 	if err := c.Reconfigure(bad); err == nil {
 		t.Error("duplicate port accepted")
 	}
@@ -474,23 +474,29 @@ func TestReconfigure(t *testing.T) {
 }
 
 func TestNewRejects(t *testing.T) {
-	good := cfgWith(sig{sampler.CPUBusy, 0.8})
+	good := cfgWith(sig{olc.CPUBusy, 0.8})
 	tests := []struct {
 		name string
 		mut  func(*Config)
 		want string
 	}{
 		{"interval", func(c *Config) { c.Interval = 0 }, "interval"},
-		{"negative threshold", func(c *Config) { c.Thresholds[sampler.Load1] = -1 }, "threshold of load1"},
-		{"NaN threshold", func(c *Config) { c.Thresholds[sampler.Load1] = math.NaN() }, "threshold of load1"},
+		{"negative threshold", func(c *Config) { c.Thresholds[olc.Load1] = -1 }, "threshold of load1"},
+		{"NaN threshold", func(c *Config) { c.Thresholds[olc.Load1] = math.NaN() }, "threshold of load1"},
 		{"ki", func(c *Config) { c.Params.Ki = 0 }, "ki"},
 		{"min_pass_rate", func(c *Config) { c.Params.MinPassRate = 1.5 }, "min_pass_rate"},
 		{"cooldown", func(c *Config) { c.Params.Cooldown = -1 }, "cooldown_ticks"},
-		{"port 0", func(c *Config) { c.Ports = []PortConfig{{Key: PortKey{ProtoTCP, 0}, Class: ClassNormal}} }, "port 0"},
-		{"proto", func(c *Config) { c.Ports = []PortConfig{{Key: PortKey{1, 80}, Class: ClassNormal}} }, "tcp or udp"},
-		{"class", func(c *Config) { c.Ports = []PortConfig{{Key: PortKey{ProtoTCP, 80}, Class: NumClasses}} }, "class"},
+		{"port 0", func(c *Config) {
+			c.Ports = []PortConfig{{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 0}, Class: olc.ClassNormal}}
+		}, "port 0"},
+		{"proto", func(c *Config) {
+			c.Ports = []PortConfig{{Key: olc.PortKey{Proto: 1, Port: 80}, Class: olc.ClassNormal}}
+		}, "tcp or udp"},
+		{"class", func(c *Config) {
+			c.Ports = []PortConfig{{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 80}, Class: olc.NumClasses}}
+		}, "class"},
 		{"duplicate", func(c *Config) {
-			c.Ports = []PortConfig{{Key: PortKey{ProtoTCP, 80}, Class: ClassNormal}, {Key: PortKey{ProtoTCP, 80}, Class: ClassCritical}}
+			c.Ports = []PortConfig{{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 80}, Class: olc.ClassNormal}, {Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 80}, Class: olc.ClassCritical}}
 		}, "listed twice"},
 	}
 	for _, tt := range tests {
@@ -515,7 +521,7 @@ func TestNewRejects(t *testing.T) {
 func TestZeroPressureDuringOverload(t *testing.T) {
 	for _, kp := range []float64{0, 0.1, 2} {
 		t.Run(fmt.Sprintf("kp %g", kp), func(t *testing.T) {
-			cfg := cfgWith(sig{sampler.PSIMemoryFull, 0.1})
+			cfg := cfgWith(sig{olc.PSIMemoryFull, 0.1})
 			cfg.Params.Kp = kp
 			cfg.Params.MinPassRate = 0 // no bound to hide a jump
 			c := mustNew(t, cfg)
@@ -524,7 +530,7 @@ func TestZeroPressureDuringOverload(t *testing.T) {
 			for i, v := range vals {
 				s := snap(float64(i) * 0.5)
 				if !math.IsNaN(v) {
-					s.Set(sampler.PSIMemoryFull, v)
+					s.Set(olc.PSIMemoryFull, v)
 				}
 				d := c.Step(s, nil)
 				p := d.DropProbability

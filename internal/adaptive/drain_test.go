@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // The queueing plant: the overload harness's service (tests/e2e/overload)
@@ -67,7 +67,7 @@ func poissonCount(rng *rand.Rand, lambda float64) float64 {
 func runQueuePlant(t *testing.T, c *Controller, seed uint64, load func(float64) float64, opt queueOpts, secs, from, to float64) (goodput float64, ds []Decision) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 0x9e3))
-	key := PortKey{ProtoTCP, 18080}
+	key := olc.PortKey{Proto: olc.ProtoTCP, Port: 18080}
 	var queue []queueChunk
 	var p, good, tickNew, tickDropped, tickServed, winNew, winDropped float64
 	stepsPerTick := int(math.Round(queueTick / queueStep))
@@ -109,7 +109,7 @@ func runQueuePlant(t *testing.T, c *Controller, seed uint64, load func(float64) 
 		// ticks: here every window, before a tick that ends at the
 		// same moment.
 		if opt.onset && k%stepsPerOnset == 0 {
-			d, ok := c.Onset(TraceOrigin.Add(seconds(now)), seconds(queueOnset), map[PortKey]PortStats{key: {
+			d, ok := c.Onset(TraceOrigin.Add(seconds(now)), seconds(queueOnset), map[olc.PortKey]PortStats{key: {
 				New:     uint64(math.Round(winNew)),
 				Dropped: uint64(math.Round(winDropped)),
 			}})
@@ -126,9 +126,9 @@ func runQueuePlant(t *testing.T, c *Controller, seed uint64, load func(float64) 
 		}
 		busy := opt.baseline + tickServed/queueTick
 		busy = math.Min(1, math.Max(0, busy+rng.NormFloat64()*0.01))
-		s := sampler.Snapshot{At: TraceOrigin.Add(seconds(now)), Interval: seconds(queueTick)}
-		s.Set(sampler.CPUBusy, busy)
-		d := c.Step(s, map[PortKey]PortStats{key: {
+		s := olc.Snapshot{At: TraceOrigin.Add(seconds(now)), Interval: seconds(queueTick)}
+		s.Set(olc.CPUBusy, busy)
+		d := c.Step(s, map[olc.PortKey]PortStats{key: {
 			New:     uint64(math.Round(tickNew)),
 			Dropped: uint64(math.Round(tickDropped)),
 		}})
@@ -150,8 +150,8 @@ func harnessController(t *testing.T) *Controller {
 	cfg.Params.Cooldown = 2
 	cfg.Params.RecoveryStep = 0.1
 	cfg.Params.Hysteresis = 0.02
-	cfg.Thresholds[sampler.CPUBusy] = 0.93
-	cfg.Ports = []PortConfig{{Key: PortKey{ProtoTCP, 18080}, Class: ClassNormal}}
+	cfg.Thresholds[olc.CPUBusy] = 0.93
+	cfg.Ports = []PortConfig{{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 18080}, Class: olc.ClassNormal}}
 	return mustNew(t, cfg)
 }
 

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // The saturation estimate and what is built on it (the first cut sized by
@@ -169,7 +169,7 @@ func (c *Controller) learnCapacity(d *Decision) {
 	} else {
 		c.capRate, c.capSignal, c.capOK = r, st.Signal, true
 		c.capQuota = 0
-		if st.Signal == sampler.CgroupCPUUsageOfQuota {
+		if st.Signal == olc.CgroupCPUUsageOfQuota {
 			c.capQuota = c.lastQuota
 		}
 	}
@@ -182,14 +182,14 @@ func (c *Controller) learnCapacity(d *Decision) {
 // it the estimate would say twice what fits until two pinned ticks disprove
 // it, and the first cut after the change would be the law's. It returns a
 // note for the reason ("" when nothing changed).
-func (c *Controller) rescaleEstimate(s *sampler.Snapshot) string {
+func (c *Controller) rescaleEstimate(s *olc.Snapshot) string {
 	q := s.CgroupQuotaCPUs
 	if q <= 0 {
 		return ""
 	}
 	c.lastQuota = q
-	if !c.capOK || c.capSignal != sampler.CgroupCPUUsageOfQuota || c.capQuota <= 0 || q == c.capQuota {
-		if c.capOK && c.capSignal == sampler.CgroupCPUUsageOfQuota && c.capQuota <= 0 {
+	if !c.capOK || c.capSignal != olc.CgroupCPUUsageOfQuota || c.capQuota <= 0 || q == c.capQuota {
+		if c.capOK && c.capSignal == olc.CgroupCPUUsageOfQuota && c.capQuota <= 0 {
 			c.capQuota = q
 		}
 		return ""
@@ -202,7 +202,7 @@ func (c *Controller) rescaleEstimate(s *sampler.Snapshot) string {
 	}
 	c.capQuota = q
 	return fmt.Sprintf("; the cgroup's quota went from %.3g to %.3g CPUs: the saturation estimate scaled with it (%.0f new/s per unit of %s)",
-		prev, q, c.capRate, sampler.CgroupCPUUsageOfQuota)
+		prev, q, c.capRate, olc.CgroupCPUUsageOfQuota)
 }
 
 // fitRate is the rate (new connections/s) that the saturation estimate
@@ -235,7 +235,7 @@ func (c *Controller) saturationPressure(d *Decision) (pressure, rate float64, ok
 // counts, holds the estimate: a starved sampler is likeliest when the CPU
 // is pinned, and dropping the backlog then would end a drain with the queue
 // still full. Without an estimate it is 0.
-func (c *Controller) trackBacklog(s *sampler.Snapshot, stale bool) {
+func (c *Controller) trackBacklog(s *olc.Snapshot, stale bool) {
 	if !c.capOK {
 		c.backlog = 0
 		return
@@ -281,7 +281,7 @@ func (c *Controller) feedforward(d *Decision, saturated bool) (float64, bool) {
 // classCeiling is the node-level p at which the class that p reaches is at
 // its bound: the most a node-level p may grow without shedding a class
 // more protected than the ones p already sheds.
-func classCeiling(p, bound float64, weights [NumClasses]float64) float64 {
+func classCeiling(p, bound float64, weights [olc.NumClasses]float64) float64 {
 	var total float64
 	for _, w := range weights {
 		total += w
@@ -290,7 +290,7 @@ func classCeiling(p, bound float64, weights [NumClasses]float64) float64 {
 		return bound
 	}
 	var cum float64
-	for _, cl := range [...]Class{ClassBestEffort, ClassNormal, ClassCritical} {
+	for _, cl := range [...]olc.Class{olc.ClassBestEffort, olc.ClassNormal, olc.ClassCritical} {
 		cum += weights[cl]
 		if ceil := bound * cum / total; ceil >= p-1e-12 && weights[cl] > 0 {
 			return ceil
@@ -321,7 +321,7 @@ const measuredHold = 10
 // goodput (0.864 against 0.877 C open-giveup, 0.665 against 0.708 C
 // closed-pool, mean of 10 seeds): with the queue measured it does not earn
 // its place, and it runs only where the queue is not measured.
-func (c *Controller) queueMeasured(stats map[PortKey]PortStats, stale bool) bool {
+func (c *Controller) queueMeasured(stats map[olc.PortKey]PortStats, stale bool) bool {
 	if c.measuredFor > 0 {
 		c.measuredFor--
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // fuzzBytes hands out the bytes of a fuzz input; past the end it returns 0,
@@ -34,9 +34,9 @@ func pick[T any](f *fuzzBytes, choices ...T) T { return choices[int(f.next())%le
 // fuzzSignals are the signals a fuzz scenario may configure and feed: one of
 // each kind (fraction, tasks needing CPU corroboration, cgroup throttling
 // needing cgroup corroboration with its confirmer, a rate, seconds).
-var fuzzSignals = []sampler.Signal{
-	sampler.CPUBusy, sampler.Load1PerCore, sampler.PSICPUSome, sampler.CgroupThrottledRatio,
-	sampler.CgroupCPUUsageOfQuota, sampler.CgroupThrottledS, sampler.ListenOverflowsPerS, sampler.AcceptQueueFill,
+var fuzzSignals = []olc.Signal{
+	olc.CPUBusy, olc.Load1PerCore, olc.PSICPUSome, olc.CgroupThrottledRatio,
+	olc.CgroupCPUUsageOfQuota, olc.CgroupThrottledS, olc.ListenOverflowsPerS, olc.AcceptQueueFill,
 }
 
 // fuzzParams decodes valid controller parameters, edges of every range
@@ -78,13 +78,13 @@ func fuzzConfig(f *fuzzBytes) Config {
 	first := uint16(f.next())
 	for i := range n {
 		cfg.Ports = append(cfg.Ports, PortConfig{
-			Key:    PortKey{Proto: pick(f, ProtoTCP, ProtoUDP), Port: uint16(i) + first + 1},
-			Class:  Class((int(f.next()) + i) % int(NumClasses)),
+			Key:    olc.PortKey{Proto: pick(f, olc.ProtoTCP, olc.ProtoUDP), Port: uint16(i) + first + 1},
+			Class:  olc.Class((int(f.next()) + i) % int(olc.NumClasses)),
 			Target: pick(f, ResponseTarget{Auto: true}, ResponseTarget{}, ResponseTarget{Seconds: 0.05}, ResponseTarget{Seconds: 1e-9}),
 		})
 	}
 	// Keys must be unique: the protocol byte may repeat a port.
-	seen := map[PortKey]bool{}
+	seen := map[olc.PortKey]bool{}
 	out := cfg.Ports[:0]
 	for _, pc := range cfg.Ports {
 		if !seen[pc.Key] {
@@ -129,12 +129,12 @@ func fuzzValue(f *fuzzBytes, th float64) (v float64, ok bool) {
 
 // fuzzStats decodes the port counts of one tick: missing ports, zero,
 // retransmits equal to or above New, counts near 2^64.
-func fuzzStats(f *fuzzBytes, ports []PortConfig) map[PortKey]PortStats {
+func fuzzStats(f *fuzzBytes, ports []PortConfig) map[olc.PortKey]PortStats {
 	mode := f.next()
 	if mode%4 == 0 {
 		return nil
 	}
-	stats := make(map[PortKey]PortStats, len(ports))
+	stats := make(map[olc.PortKey]PortStats, len(ports))
 	for i, pc := range ports {
 		b := f.next()
 		if len(ports) > 16 {
@@ -209,13 +209,13 @@ func (k *fuzzChecker) checkDecision(d Decision, c *Controller, onset bool) {
 	}
 	for cl, q := range d.Classes {
 		if !finite(q) || q < 0 || q > bound+eps {
-			t.Fatalf("%s: class %s p %v outside [0, %v]", where, Class(cl), q, bound)
+			t.Fatalf("%s: class %s p %v outside [0, %v]", where, olc.Class(cl), q, bound)
 		}
 	}
-	if d.Classes[ClassCritical] > 0 && (d.Classes[ClassNormal] < bound-eps || d.Classes[ClassBestEffort] < bound-eps) {
+	if d.Classes[olc.ClassCritical] > 0 && (d.Classes[olc.ClassNormal] < bound-eps || d.Classes[olc.ClassBestEffort] < bound-eps) {
 		t.Fatalf("%s: critical shed while others are below the bound: %s", where, ClassSummary(d.Classes))
 	}
-	if d.Classes[ClassNormal] > 0 && d.Classes[ClassBestEffort] < bound-eps {
+	if d.Classes[olc.ClassNormal] > 0 && d.Classes[olc.ClassBestEffort] < bound-eps {
 		t.Fatalf("%s: normal shed while best-effort is below the bound: %s", where, ClassSummary(d.Classes))
 	}
 	if len(d.Ports) != len(k.cfg.Ports) {
@@ -287,7 +287,7 @@ func fuzzRun(t *testing.T, data []byte) []Decision {
 	k := &fuzzChecker{t: t, cfg: cfg}
 	var out []Decision
 	at := TraceOrigin
-	step := func(s sampler.Snapshot, stats map[PortKey]PortStats) {
+	step := func(s olc.Snapshot, stats map[olc.PortKey]PortStats) {
 		d := c.Step(s, stats)
 		k.check(d, c)
 		out = append(out, d)
@@ -298,7 +298,7 @@ func fuzzRun(t *testing.T, data []byte) []Decision {
 	}
 	for tick := 0; !f.done() && tick < maxTicks; tick++ {
 		code := f.next()
-		var s sampler.Snapshot
+		var s olc.Snapshot
 		switch code % 8 {
 		case 0: // time stands still
 		case 1:
@@ -346,7 +346,7 @@ func fuzzRun(t *testing.T, data []byte) []Decision {
 	limit := prm.Cooldown + int(math.Ceil(prm.Bound()/prm.RecoveryStep)) + 4
 	for i := 0; i <= limit; i++ {
 		at = at.Add(cfg.Interval)
-		step(sampler.Snapshot{At: at, Interval: cfg.Interval}, nil)
+		step(olc.Snapshot{At: at, Interval: cfg.Interval}, nil)
 	}
 	if c.DropProbability() != 0 || k.overloaded {
 		t.Fatalf("signals vanished for %d ticks: p %v, overloaded %v", limit+1, c.DropProbability(), k.overloaded)

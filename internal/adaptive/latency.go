@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // ResponseTarget is a port's response-time target: the p95 the law on the
@@ -412,9 +414,9 @@ func tgtName(tgt ResponseTarget, l *latencyLoop) string {
 // port of a less protected class is over its own target with room to shed
 // (they likely share the bottleneck, and the less protected one goes
 // first). A port missing from stats, or a stale tick, holds its loop.
-func (c *Controller) queueLaws(d *Decision, stats map[PortKey]PortStats, stale bool) {
+func (c *Controller) queueLaws(d *Decision, stats map[olc.PortKey]PortStats, stale bool) {
 	prm := &c.cfg.Params
-	var sheddable [NumClasses]bool // a port of the class is over target and above its bound
+	var sheddable [olc.NumClasses]bool // a port of the class is over target and above its bound
 	for i := range c.ports {
 		ps := &c.ports[i]
 		st, ok := stats[ps.cfg.Key]
@@ -436,7 +438,7 @@ func (c *Controller) queueLaws(d *Decision, stats map[PortKey]PortStats, stale b
 		}
 		if ok && !stale {
 			mayCut := true
-			for cl := ps.cfg.Class + 1; cl < NumClasses; cl++ {
+			for cl := ps.cfg.Class + 1; cl < olc.NumClasses; cl++ {
 				if sheddable[cl] {
 					mayCut = false
 				}

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // measuredTick is one 500 ms tick's port counts with a measured p95
@@ -22,13 +22,13 @@ func measuredTick(p95, responses float64) PortStats {
 // over, quiet ticks teach again, and only after baselineQuiet of them.
 func TestBaselineNotFromOverload(t *testing.T) {
 	cfg := cfgWith()
-	key := PortKey{ProtoTCP, 80}
-	cfg.Ports = []PortConfig{{Key: key, Class: ClassNormal, Target: ResponseTarget{Auto: true}}}
+	key := olc.PortKey{Proto: olc.ProtoTCP, Port: 80}
+	cfg.Ports = []PortConfig{{Key: key, Class: olc.ClassNormal, Target: ResponseTarget{Auto: true}}}
 	c := mustNew(t, cfg)
 	at := 0.0
 	step := func(st PortStats) Decision {
 		at += 0.5
-		return c.Step(snap(at), map[PortKey]PortStats{key: st})
+		return c.Step(snap(at), map[olc.PortKey]PortStats{key: st})
 	}
 	for range 20 {
 		step(measuredTick(0.010, 100))
@@ -66,9 +66,9 @@ func TestBaselineNotFromOverload(t *testing.T) {
 // signal over its threshold) starts, continues and ends in the decision
 // log like one of the resource law, with one start and one end.
 func TestQueueLawEvents(t *testing.T) {
-	cfg := cfgWith(sig{sampler.CPUBusy, 0.9})
-	key := PortKey{ProtoTCP, 80}
-	cfg.Ports = []PortConfig{{Key: key, Class: ClassNormal, Target: ResponseTarget{Seconds: 0.05}}}
+	cfg := cfgWith(sig{olc.CPUBusy, 0.9})
+	key := olc.PortKey{Proto: olc.ProtoTCP, Port: 80}
+	cfg.Ports = []PortConfig{{Key: key, Class: olc.ClassNormal, Target: ResponseTarget{Seconds: 0.05}}}
 	c := mustNew(t, cfg)
 	var kinds []string
 	for i := range 100 {
@@ -76,7 +76,7 @@ func TestQueueLawEvents(t *testing.T) {
 		if i >= 10 && i < 50 {
 			p95 = 0.2
 		}
-		d := c.Step(snap(float64(i)*0.5, sig{sampler.CPUBusy, 0.3}), map[PortKey]PortStats{key: measuredTick(p95, 100)})
+		d := c.Step(snap(float64(i)*0.5, sig{olc.CPUBusy, 0.3}), map[olc.PortKey]PortStats{key: measuredTick(p95, 100)})
 		for _, ev := range d.Events {
 			if ev.Kind != EventProbabilityChange {
 				kinds = append(kinds, ev.Kind.String())
@@ -102,13 +102,13 @@ func TestQueueLawEvents(t *testing.T) {
 func TestQueueLawClassOrder(t *testing.T) {
 	cfg := cfgWith()
 	cfg.Params.MinPassRate = 0.3
-	crit, be := PortKey{ProtoTCP, 443}, PortKey{ProtoTCP, 8080}
+	crit, be := olc.PortKey{Proto: olc.ProtoTCP, Port: 443}, olc.PortKey{Proto: olc.ProtoTCP, Port: 8080}
 	tgt := ResponseTarget{Seconds: 0.05}
-	cfg.Ports = []PortConfig{{Key: crit, Class: ClassCritical, Target: tgt}, {Key: be, Class: ClassBestEffort, Target: tgt}}
+	cfg.Ports = []PortConfig{{Key: crit, Class: olc.ClassCritical, Target: tgt}, {Key: be, Class: olc.ClassBestEffort, Target: tgt}}
 	c := mustNew(t, cfg)
 	var critShedAt, beBoundAt int = -1, -1
 	for i := range 100 {
-		d := c.Step(snap(float64(i)*0.5), map[PortKey]PortStats{crit: measuredTick(0.3, 100), be: measuredTick(0.3, 100)})
+		d := c.Step(snap(float64(i)*0.5), map[olc.PortKey]PortStats{crit: measuredTick(0.3, 100), be: measuredTick(0.3, 100)})
 		pc, pb := d.Ports[0].DropProbability, d.Ports[1].DropProbability
 		if pb >= 0.7-1e-9 && beBoundAt < 0 {
 			beBoundAt = i
@@ -130,9 +130,9 @@ func TestQueueLawClassOrder(t *testing.T) {
 // saturation estimate; the same ticks without a target do.
 func TestEstimateStandsDownWhenQueueMeasured(t *testing.T) {
 	for _, measured := range []bool{true, false} {
-		cfg := cfgWith(sig{sampler.CPUBusy, 0.8})
-		key := PortKey{ProtoTCP, 80}
-		cfg.Ports = []PortConfig{{Key: key, Class: ClassNormal}}
+		cfg := cfgWith(sig{olc.CPUBusy, 0.8})
+		key := olc.PortKey{Proto: olc.ProtoTCP, Port: 80}
+		cfg.Ports = []PortConfig{{Key: key, Class: olc.ClassNormal}}
 		if measured {
 			cfg.Ports[0].Target = ResponseTarget{Seconds: 0.05}
 		}
@@ -144,7 +144,7 @@ func TestEstimateStandsDownWhenQueueMeasured(t *testing.T) {
 			}
 			st := measuredTick(0.02, rate/2)
 			st.New = uint64(rate / 2)
-			c.Step(snap(float64(i)*0.5, sig{sampler.CPUBusy, busy}), map[PortKey]PortStats{key: st})
+			c.Step(snap(float64(i)*0.5, sig{olc.CPUBusy, busy}), map[olc.PortKey]PortStats{key: st})
 			if c.capOK == measured && i == 19 {
 				t.Fatalf("measured %v: estimate learnt %v before the step", measured, c.capOK)
 			}
@@ -160,8 +160,8 @@ func TestEstimateStandsDownWhenQueueMeasured(t *testing.T) {
 func TestSlowServiceNotOverloaded(t *testing.T) {
 	for _, growing := range []bool{false, true} {
 		cfg := cfgWith()
-		key := PortKey{ProtoTCP, 80}
-		cfg.Ports = []PortConfig{{Key: key, Class: ClassNormal, Target: ResponseTarget{Auto: true}}}
+		key := olc.PortKey{Proto: olc.ProtoTCP, Port: 80}
+		cfg.Ports = []PortConfig{{Key: key, Class: olc.ClassNormal, Target: ResponseTarget{Auto: true}}}
 		c := mustNew(t, cfg)
 		var shed bool
 		for i := range 40 {
@@ -170,7 +170,7 @@ func TestSlowServiceNotOverloaded(t *testing.T) {
 				st.Response.Requests = 60
 				st.Response.Inflight = 10 + 20*float64(i)
 			}
-			d := c.Step(snap(float64(i)*0.5), map[PortKey]PortStats{key: st})
+			d := c.Step(snap(float64(i)*0.5), map[olc.PortKey]PortStats{key: st})
 			shed = shed || d.Ports[0].DropProbability > 0
 		}
 		if shed != growing {
@@ -184,13 +184,13 @@ func TestSlowServiceNotOverloaded(t *testing.T) {
 // next tick; a port whose target is switched off leaves the law at once.
 func TestQueueLawReconfigure(t *testing.T) {
 	cfg := cfgWith()
-	key := PortKey{ProtoTCP, 80}
-	cfg.Ports = []PortConfig{{Key: key, Class: ClassNormal, Target: ResponseTarget{Auto: true}}}
+	key := olc.PortKey{Proto: olc.ProtoTCP, Port: 80}
+	cfg.Ports = []PortConfig{{Key: key, Class: olc.ClassNormal, Target: ResponseTarget{Auto: true}}}
 	c := mustNew(t, cfg)
 	at := 0.0
 	step := func(p95 float64) Decision {
 		at += 0.5
-		return c.Step(snap(at), map[PortKey]PortStats{key: measuredTick(p95, 100)})
+		return c.Step(snap(at), map[olc.PortKey]PortStats{key: measuredTick(p95, 100)})
 	}
 	for range 10 {
 		step(0.01)
@@ -204,7 +204,7 @@ func TestQueueLawReconfigure(t *testing.T) {
 		t.Fatalf("before the reload: p %v baseline %v", p, base)
 	}
 	next := cfg
-	next.Ports = []PortConfig{{Key: key, Class: ClassNormal, Target: ResponseTarget{Seconds: 0.5}}}
+	next.Ports = []PortConfig{{Key: key, Class: olc.ClassNormal, Target: ResponseTarget{Seconds: 0.5}}}
 	next.Params.LatencyKi = 0.1
 	if err := c.Reconfigure(next); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // onsetSigmas is how many standard deviations of a Poisson count at the
@@ -50,8 +52,8 @@ type onsetWindow struct {
 	end      time.Time
 	w        float64 // length, seconds
 	n        float64 // new connections
-	demand   [NumClasses]float64
-	attempts [NumClasses]float64
+	demand   [olc.NumClasses]float64
+	attempts [olc.NumClasses]float64
 }
 
 // onsetState is the onset check's state between its windows.
@@ -68,7 +70,7 @@ type onsetState struct {
 	capRate, fit float64
 	// The surge's class split: the ticks inside the drain keep it, not
 	// the pre-surge demand they measure.
-	weights, attempts [NumClasses]float64
+	weights, attempts [olc.NumClasses]float64
 	// recent holds the windows since the last overload, newest last, at
 	// most onsetMaxWindows and onsetSpan.
 	recent []onsetWindow
@@ -97,14 +99,14 @@ type onsetState struct {
 // Without an estimate on a fraction signal, with Params.OnsetInterval 0 or
 // not below the tick interval, or inside an overload that Onset did not
 // start, it does nothing.
-func (c *Controller) Onset(at time.Time, window time.Duration, stats map[PortKey]PortStats) (Decision, bool) {
+func (c *Controller) Onset(at time.Time, window time.Duration, stats map[olc.PortKey]PortStats) (Decision, bool) {
 	prm := &c.cfg.Params
 	w := window.Seconds()
 	if w <= 0 {
 		return Decision{}, false
 	}
 	var n, adm float64
-	var demand, attempts [NumClasses]float64
+	var demand, attempts [olc.NumClasses]float64
 	for i := range c.ports {
 		st, ok := stats[c.ports[i].cfg.Key]
 		if !ok {
@@ -139,7 +141,7 @@ func (c *Controller) Onset(at time.Time, window time.Duration, stats map[PortKey
 	// The surge's own split: the tick's smoothed demand still describes
 	// the traffic before it.
 	var sn, sw, total float64
-	demand, attempts = [NumClasses]float64{}, [NumClasses]float64{}
+	demand, attempts = [olc.NumClasses]float64{}, [olc.NumClasses]float64{}
 	for _, win := range span {
 		sn, sw = sn+win.n, sw+win.w
 		for cl := range demand {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // onsetRig is a saturationRig whose estimate is learnt (200 new/s per unit
@@ -35,7 +35,7 @@ func (r *onsetRig) window(newPerS float64) (Decision, bool) {
 	r.at += 0.1
 	n := newPerS * 0.1
 	st := PortStats{New: uint64(math.Round(n)), Dropped: uint64(math.Round(n * r.c.DropProbability()))}
-	return r.c.Onset(TraceOrigin.Add(seconds(r.at)), 100*time.Millisecond, map[PortKey]PortStats{r.port: st})
+	return r.c.Onset(TraceOrigin.Add(seconds(r.at)), 100*time.Millisecond, map[olc.PortKey]PortStats{r.port: st})
 }
 
 // A surge of 600 new/s against the 191/s that fit starts the overload in
@@ -95,14 +95,14 @@ func TestOnsetTickHoldsAndEnds(t *testing.T) {
 	bound := r.c.cfg.Params.Bound()
 	// A tick 0.1 s after the cut: the drain goes on.
 	r.now = r.at + 0.1
-	d := r.c.Step(snap(r.now, sig{sampler.CgroupCPUUsageOfQuota, 0.7}), map[PortKey]PortStats{r.port: {New: 100, Dropped: 20}})
+	d := r.c.Step(snap(r.now, sig{olc.CgroupCPUUsageOfQuota, 0.7}), map[olc.PortKey]PortStats{r.port: {New: 100, Dropped: 20}})
 	if d.DropProbability != bound || !strings.Contains(d.Reason, "holding while a surge's backlog drains") {
 		t.Fatalf("tick inside the drain: p %.3f: %s", d.DropProbability, d.Reason)
 	}
 	// No window arrives (the daemon's onset timer stalled); the next tick
 	// is past the limit.
 	r.now += 0.5
-	d = r.c.Step(snap(r.now, sig{sampler.CgroupCPUUsageOfQuota, 1.0}), map[PortKey]PortStats{r.port: {New: 300, Dropped: 285}})
+	d = r.c.Step(snap(r.now, sig{olc.CgroupCPUUsageOfQuota, 1.0}), map[olc.PortKey]PortStats{r.port: {New: 300, Dropped: 285}})
 	if r.c.onset.active || !strings.Contains(d.Reason, "drained for a tick interval") || d.DropProbability >= bound {
 		t.Fatalf("tick past the limit: active %v, p %.3f: %s", r.c.onset.active, d.DropProbability, d.Reason)
 	}
@@ -155,7 +155,7 @@ func TestOnsetQuiet(t *testing.T) {
 	// A window of zero or negative length says nothing.
 	r := newOnsetRig(t, nil)
 	for _, w := range []time.Duration{0, -time.Second} {
-		if _, ok := r.c.Onset(TraceOrigin.Add(seconds(r.at)), w, map[PortKey]PortStats{r.port: {New: 1000}}); ok {
+		if _, ok := r.c.Onset(TraceOrigin.Add(seconds(r.at)), w, map[olc.PortKey]PortStats{r.port: {New: 1000}}); ok {
 			t.Errorf("window %v: acted", w)
 		}
 	}
@@ -165,16 +165,16 @@ func TestOnsetQuiet(t *testing.T) {
 // 0.955, bound 0.95) with a critical and a normal port, whose estimate was
 // learnt at 50 new/s split evenly (200 per unit: 191/s fit); now is the
 // last tick's time, seconds.
-func twoClassRig(t *testing.T) (c *Controller, crit, norm PortKey, now float64) {
+func twoClassRig(t *testing.T) (c *Controller, crit, norm olc.PortKey, now float64) {
 	t.Helper()
-	cfg := cfgWith(sig{sampler.CgroupCPUUsageOfQuota, 0.955})
+	cfg := cfgWith(sig{olc.CgroupCPUUsageOfQuota, 0.955})
 	cfg.Params.MinPassRate = 0.05
-	crit, norm = PortKey{ProtoTCP, 443}, PortKey{ProtoTCP, 8080}
-	cfg.Ports = []PortConfig{{Key: crit, Class: ClassCritical}, {Key: norm, Class: ClassNormal}}
+	crit, norm = olc.PortKey{Proto: olc.ProtoTCP, Port: 443}, olc.PortKey{Proto: olc.ProtoTCP, Port: 8080}
+	cfg.Ports = []PortConfig{{Key: crit, Class: olc.ClassCritical}, {Key: norm, Class: olc.ClassNormal}}
 	c = mustNew(t, cfg)
 	for range 6 {
 		now += 0.5
-		c.Step(snap(now, sig{sampler.CgroupCPUUsageOfQuota, 0.5}), map[PortKey]PortStats{crit: {New: 25}, norm: {New: 25}})
+		c.Step(snap(now, sig{olc.CgroupCPUUsageOfQuota, 0.5}), map[olc.PortKey]PortStats{crit: {New: 25}, norm: {New: 25}})
 	}
 	return c, crit, norm, now
 }
@@ -187,11 +187,11 @@ func TestOnsetClassCeiling(t *testing.T) {
 	// 100 new/s to the critical port, 500 to the normal one, against 191
 	// that fit: what fits sheds 0.68 of the node, all of it from the
 	// normal port (which can take 0.95 × 5/6 = 0.79).
-	d, ok := c.Onset(TraceOrigin.Add(seconds(now+0.1)), 100*time.Millisecond, map[PortKey]PortStats{crit: {New: 10}, norm: {New: 50}})
+	d, ok := c.Onset(TraceOrigin.Add(seconds(now+0.1)), 100*time.Millisecond, map[olc.PortKey]PortStats{crit: {New: 10}, norm: {New: 50}})
 	if !ok {
 		t.Fatal("surge not cut")
 	}
-	if d.Classes[ClassCritical] != 0 || d.Classes[ClassNormal] < 0.95-1e-9 {
+	if d.Classes[olc.ClassCritical] != 0 || d.Classes[olc.ClassNormal] < 0.95-1e-9 {
 		t.Errorf("drain split %s, want the normal class at its bound and critical untouched", ClassSummary(d.Classes))
 	}
 }
@@ -200,11 +200,11 @@ func TestOnsetClassCeiling(t *testing.T) {
 // demand it measures would spread the held p over the critical class.
 func TestOnsetHoldKeepsSurgeSplit(t *testing.T) {
 	c, crit, norm, now := twoClassRig(t)
-	if _, ok := c.Onset(TraceOrigin.Add(seconds(now+0.1)), 100*time.Millisecond, map[PortKey]PortStats{crit: {New: 10}, norm: {New: 50}}); !ok {
+	if _, ok := c.Onset(TraceOrigin.Add(seconds(now+0.1)), 100*time.Millisecond, map[olc.PortKey]PortStats{crit: {New: 10}, norm: {New: 50}}); !ok {
 		t.Fatal("surge not cut")
 	}
-	d := c.Step(snap(now+0.4, sig{sampler.CgroupCPUUsageOfQuota, 0.9}), map[PortKey]PortStats{crit: {New: 37}, norm: {New: 137, Dropped: 100}})
-	if !strings.Contains(d.Reason, "holding while") || d.Classes[ClassCritical] != 0 {
+	d := c.Step(snap(now+0.4, sig{olc.CgroupCPUUsageOfQuota, 0.9}), map[olc.PortKey]PortStats{crit: {New: 37}, norm: {New: 137, Dropped: 100}})
+	if !strings.Contains(d.Reason, "holding while") || d.Classes[olc.ClassCritical] != 0 {
 		t.Errorf("tick inside the drain: %s: %s", ClassSummary(d.Classes), d.Reason)
 	}
 }
@@ -218,7 +218,7 @@ func TestOnsetDrainSurvivesLostEstimate(t *testing.T) {
 		t.Fatal("surge not cut")
 	}
 	cfg := r.c.Config()
-	cfg.Ports = append(cfg.Ports, PortConfig{Key: PortKey{ProtoTCP, 9090}, Class: ClassNormal})
+	cfg.Ports = append(cfg.Ports, PortConfig{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 9090}, Class: olc.ClassNormal})
 	if err := r.c.Reconfigure(cfg); err != nil {
 		t.Fatal(err)
 	}

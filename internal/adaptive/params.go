@@ -6,7 +6,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // Params are the control-law parameters. docs/controller.md gives the law
@@ -231,18 +231,18 @@ func (p Params) Validate() error {
 // when it has no threshold of its own configured (see docs/controller.md):
 // a signal counts as confirming when its value is at least
 // CorroborationRatio × its threshold, or × this reference without one.
-func ConfirmThreshold(sig sampler.Signal) float64 {
+func ConfirmThreshold(sig olc.Signal) float64 {
 	switch sig {
-	case sampler.CPUBusy:
+	case olc.CPUBusy:
 		// 0.8 is the usual CPU target; half of it (40 % busy) is clearly
 		// a working CPU, not one whose load comes from tasks blocked on I/O.
 		return 0.8
-	case sampler.PSICPUSomeAvg10, sampler.PSICPUSome,
-		sampler.CgroupPSICPUSomeAvg10, sampler.CgroupPSICPUSome:
+	case olc.PSICPUSomeAvg10, olc.PSICPUSome,
+		olc.CgroupPSICPUSomeAvg10, olc.CgroupPSICPUSome:
 		// Tasks waiting for a CPU 20 % of the time is real contention;
 		// half of it (10 %) already shows runnable work queueing.
 		return 0.2
-	case sampler.CgroupCPUUsageOfQuota:
+	case olc.CgroupCPUUsageOfQuota:
 		// A cgroup using 90 % of its quota is about to be throttled for
 		// good; at half of that (45 %) throttling is plausibly load, below
 		// it bursts of a few threads.
@@ -254,16 +254,16 @@ func ConfirmThreshold(sig sampler.Signal) float64 {
 // cpuConfirmers confirm the load and run-queue signals; cgroupConfirmers
 // confirm the cgroup throttling signals.
 var (
-	cpuConfirmers    = []sampler.Signal{sampler.CPUBusy, sampler.PSICPUSomeAvg10, sampler.PSICPUSome}
-	cgroupConfirmers = []sampler.Signal{sampler.CgroupCPUUsageOfQuota, sampler.CgroupPSICPUSomeAvg10, sampler.CgroupPSICPUSome}
+	cpuConfirmers    = []olc.Signal{olc.CPUBusy, olc.PSICPUSomeAvg10, olc.PSICPUSome}
+	cgroupConfirmers = []olc.Signal{olc.CgroupCPUUsageOfQuota, olc.CgroupPSICPUSomeAvg10, olc.CgroupPSICPUSome}
 )
 
 // needsCPUConfirmation reports whether sig counts only with CPU pressure:
 // the load average and the run queue include tasks in uninterruptible sleep
 // and grow on an idle CPU that waits on I/O.
-func needsCPUConfirmation(sig sampler.Signal) bool {
+func needsCPUConfirmation(sig olc.Signal) bool {
 	switch sig {
-	case sampler.Load1, sampler.Load1PerCore, sampler.Runnable, sampler.RunqPerCore:
+	case olc.Load1, olc.Load1PerCore, olc.Runnable, olc.RunqPerCore:
 		return true
 	}
 	return false
@@ -272,13 +272,13 @@ func needsCPUConfirmation(sig sampler.Signal) bool {
 // needsCgroupConfirmation reports whether sig counts only with cgroup CPU
 // usage or cgroup CPU PSI: bursty multi-threaded programs are throttled in
 // many periods while using a small part of their quota.
-func needsCgroupConfirmation(sig sampler.Signal) bool {
-	return sig == sampler.CgroupThrottledRatio || sig == sampler.CgroupThrottledS
+func needsCgroupConfirmation(sig olc.Signal) bool {
+	return sig == olc.CgroupThrottledRatio || sig == olc.CgroupThrottledS
 }
 
 // Confirmers returns the signals that can corroborate sig, or nil when sig
 // counts on its own.
-func Confirmers(sig sampler.Signal) []sampler.Signal {
+func Confirmers(sig olc.Signal) []olc.Signal {
 	switch {
 	case needsCPUConfirmation(sig):
 		return cpuConfirmers

@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // The plant: a server whose CPU is busy in proportion to the connections it
@@ -28,8 +28,8 @@ const (
 // plantPort is one port of the plant: its offered unique load over time and
 // the retransmits scheduled for later ticks.
 type plantPort struct {
-	key   PortKey
-	class Class
+	key   olc.PortKey
+	class olc.Class
 	load  func(t float64) float64 // unique new connections/s offered at time t
 	due1  map[int]float64         // first retransmits due at tick k
 	due2  map[int]float64         // second retransmits due at tick k
@@ -60,7 +60,7 @@ func (pl *plant) run(t *testing.T, c *Controller, secs float64) []tickResult {
 	out := make([]tickResult, 0, n)
 	for k := 1; k <= n; k++ {
 		now := float64(k) * plantDT
-		stats := make(map[PortKey]PortStats, len(pl.ports))
+		stats := make(map[olc.PortKey]PortStats, len(pl.ports))
 		var admitted float64
 		for _, pp := range pl.ports {
 			fresh := pp.load(now-plantDT/2) * plantDT
@@ -79,8 +79,8 @@ func (pl *plant) run(t *testing.T, c *Controller, secs float64) []tickResult {
 		capTick := pl.capacity(now-plantDT/2) * plantDT
 		busy := math.Min(1, admitted/capTick)
 		measured := math.Min(1, math.Max(0, busy+pl.rng.NormFloat64()*plantNoise))
-		s := sampler.Snapshot{At: TraceOrigin.Add(seconds(now)), Interval: seconds(plantDT)}
-		s.Set(sampler.CPUBusy, measured)
+		s := olc.Snapshot{At: TraceOrigin.Add(seconds(now)), Interval: seconds(plantDT)}
+		s.Set(olc.CPUBusy, measured)
 		d := c.Step(s, stats)
 		for i, pd := range d.Ports {
 			if pd.Key != pl.ports[i].key {
@@ -106,7 +106,7 @@ func newPlant(seed uint64, capacity func(float64) float64, ports ...*plantPort) 
 func plantController(t *testing.T, prm Params, ports ...*plantPort) *Controller {
 	t.Helper()
 	cfg := Config{Interval: seconds(plantDT), Params: prm}
-	cfg.Thresholds[sampler.CPUBusy] = plantThreshold
+	cfg.Thresholds[olc.CPUBusy] = plantThreshold
 	for _, p := range ports {
 		cfg.Ports = append(cfg.Ports, PortConfig{Key: p.key, Class: p.class})
 	}
@@ -233,7 +233,7 @@ func TestPlantStep(t *testing.T) {
 	var worstZero float64
 	worst.busyMin, worst.dip = math.Inf(1), math.Inf(1)
 	for seed := uint64(1); seed <= plantSeeds; seed++ {
-		port := &plantPort{key: PortKey{ProtoTCP, 443}, class: ClassNormal, load: threeC}
+		port := &plantPort{key: olc.PortKey{Proto: olc.ProtoTCP, Port: 443}, class: olc.ClassNormal, load: threeC}
 		pl := newPlant(seed, func(float64) float64 { return plantCapacity }, port)
 		res := pl.run(t, plantController(t, prm, port), 90)
 		m := measure(res, 10, 30, 60, plantCapacity)
@@ -278,7 +278,7 @@ func TestPlantStepDefaultBound(t *testing.T) {
 	bound := prm.Bound()
 	want := 3 * (1 - bound*bound*bound) * plantCapacity
 	for seed := uint64(1); seed <= plantSeeds; seed++ {
-		port := &plantPort{key: PortKey{ProtoTCP, 443}, class: ClassNormal, load: threeC}
+		port := &plantPort{key: olc.PortKey{Proto: olc.ProtoTCP, Port: 443}, class: olc.ClassNormal, load: threeC}
 		pl := newPlant(seed, func(float64) float64 { return plantCapacity }, port)
 		res := pl.run(t, plantController(t, prm, port), 90)
 		var admitted, n float64
@@ -315,7 +315,7 @@ func TestPlantCapacityDrop(t *testing.T) {
 	prm.MinPassRate = 0.05
 	var worstProtect, worstSettle float64
 	for seed := uint64(1); seed <= plantSeeds; seed++ {
-		port := &plantPort{key: PortKey{ProtoTCP, 443}, class: ClassNormal, load: func(float64) float64 { return 1.5 * plantCapacity }}
+		port := &plantPort{key: olc.PortKey{Proto: olc.ProtoTCP, Port: 443}, class: olc.ClassNormal, load: func(float64) float64 { return 1.5 * plantCapacity }}
 		pl := newPlant(seed, step(plantCapacity, plantCapacity/2, 30), port)
 		res := pl.run(t, plantController(t, prm, port), 70)
 		before := measure(res, 0, 15, 30, plantCapacity)
@@ -342,8 +342,8 @@ func TestPlantCapacityDrop(t *testing.T) {
 // classPorts returns the best-effort and critical ports of the class
 // scenario: 0.25 C each until 10 s, 0.6 C each from then on.
 func classPorts() (be, crit *plantPort) {
-	be = &plantPort{key: PortKey{ProtoTCP, 8080}, class: ClassBestEffort, load: step(0.25*plantCapacity, 0.6*plantCapacity, 10)}
-	crit = &plantPort{key: PortKey{ProtoTCP, 443}, class: ClassCritical, load: step(0.25*plantCapacity, 0.6*plantCapacity, 10)}
+	be = &plantPort{key: olc.PortKey{Proto: olc.ProtoTCP, Port: 8080}, class: olc.ClassBestEffort, load: step(0.25*plantCapacity, 0.6*plantCapacity, 10)}
+	crit = &plantPort{key: olc.PortKey{Proto: olc.ProtoTCP, Port: 443}, class: olc.ClassCritical, load: step(0.25*plantCapacity, 0.6*plantCapacity, 10)}
 	return be, crit
 }
 
@@ -419,7 +419,7 @@ func TestPlantClassesAtBound(t *testing.T) {
 // so every decision must match.
 func TestPlantDeterministic(t *testing.T) {
 	run := func() []tickResult {
-		port := &plantPort{key: PortKey{ProtoTCP, 443}, class: ClassNormal, load: step(0.5*plantCapacity, 2*plantCapacity, 5)}
+		port := &plantPort{key: olc.PortKey{Proto: olc.ProtoTCP, Port: 443}, class: olc.ClassNormal, load: step(0.5*plantCapacity, 2*plantCapacity, 5)}
 		pl := newPlant(7, func(float64) float64 { return plantCapacity }, port)
 		return pl.run(t, plantController(t, DefaultParams(), port), 30)
 	}
@@ -456,13 +456,13 @@ func TestPlantSensitivity(t *testing.T) {
 		var protect, settle, pStd, capProtect float64
 		lo, hi := math.Inf(1), math.Inf(-1)
 		for seed := uint64(1); seed <= plantSeeds; seed++ {
-			port := &plantPort{key: PortKey{ProtoTCP, 443}, class: ClassNormal, load: threeC}
+			port := &plantPort{key: olc.PortKey{Proto: olc.ProtoTCP, Port: 443}, class: olc.ClassNormal, load: threeC}
 			pl := newPlant(seed, func(float64) float64 { return plantCapacity }, port)
 			m := measure(pl.run(t, plantController(t, prm, port), 90), 10, 30, 60, plantCapacity)
 			protect, settle, pStd = math.Max(protect, m.protect), math.Max(settle, m.settle), math.Max(pStd, m.pStd)
 			lo, hi = math.Min(lo, m.busyMin), math.Max(hi, m.busyMax)
 
-			port = &plantPort{key: PortKey{ProtoTCP, 443}, class: ClassNormal, load: func(float64) float64 { return 1.5 * plantCapacity }}
+			port = &plantPort{key: olc.PortKey{Proto: olc.ProtoTCP, Port: 443}, class: olc.ClassNormal, load: func(float64) float64 { return 1.5 * plantCapacity }}
 			pl = newPlant(seed, step(plantCapacity, plantCapacity/2, 30), port)
 			m = measure(pl.run(t, plantController(t, prm, port), 70), 30, 45, 70, plantCapacity/2)
 			capProtect = math.Max(capProtect, m.protect)

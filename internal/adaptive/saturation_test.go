@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // saturationRig is a controller on cgroup_cpu_usage_of_quota at a threshold
@@ -14,18 +14,18 @@ import (
 type saturationRig struct {
 	t    *testing.T
 	c    *Controller
-	port PortKey
+	port olc.PortKey
 	now  float64
 }
 
 func newSaturationRig(t *testing.T, edit func(*Params)) *saturationRig {
-	cfg := cfgWith(sig{sampler.CgroupCPUUsageOfQuota, 0.955})
+	cfg := cfgWith(sig{olc.CgroupCPUUsageOfQuota, 0.955})
 	cfg.Params.MinPassRate = 0.05
 	if edit != nil {
 		edit(&cfg.Params)
 	}
-	r := &saturationRig{t: t, port: PortKey{ProtoTCP, 8080}}
-	cfg.Ports = []PortConfig{{Key: r.port, Class: ClassNormal}}
+	r := &saturationRig{t: t, port: olc.PortKey{Proto: olc.ProtoTCP, Port: 8080}}
+	cfg.Ports = []PortConfig{{Key: r.port, Class: olc.ClassNormal}}
 	r.c = mustNew(t, cfg)
 	return r
 }
@@ -35,7 +35,7 @@ func newSaturationRig(t *testing.T, edit func(*Params)) *saturationRig {
 func (r *saturationRig) tick(value, newPerS, droppedPerS float64) Decision {
 	r.now += 0.5
 	st := PortStats{New: uint64(newPerS / 2), Dropped: uint64(droppedPerS / 2)}
-	return r.c.Step(snap(r.now, sig{sampler.CgroupCPUUsageOfQuota, value}), map[PortKey]PortStats{r.port: st})
+	return r.c.Step(snap(r.now, sig{olc.CgroupCPUUsageOfQuota, value}), map[olc.PortKey]PortStats{r.port: st})
 }
 
 // The ceiling caps the pressure of a saturated signal at 1/threshold; with
@@ -133,8 +133,8 @@ func TestDrainEndsOnSignal(t *testing.T) {
 
 // A drain never reaches a class the p that fits leaves alone.
 func TestClassCeiling(t *testing.T) {
-	w := [NumClasses]float64{}
-	w[ClassBestEffort], w[ClassNormal], w[ClassCritical] = 1, 1, 2
+	w := [olc.NumClasses]float64{}
+	w[olc.ClassBestEffort], w[olc.ClassNormal], w[olc.ClassCritical] = 1, 1, 2
 	for _, c := range []struct{ p, want float64 }{
 		{0, 0.2375}, {0.1, 0.2375}, {0.2375, 0.2375}, {0.3, 0.475}, {0.5, 0.95}, {0.95, 0.95},
 	} {
@@ -142,11 +142,11 @@ func TestClassCeiling(t *testing.T) {
 			t.Errorf("classCeiling(%v) = %v, want %v", c.p, got, c.want)
 		}
 	}
-	w[ClassNormal] = 0 // a class without demand is skipped
+	w[olc.ClassNormal] = 0 // a class without demand is skipped
 	if got := classCeiling(0.4, 0.95, w); math.Abs(got-0.95) > 1e-9 {
 		t.Errorf("classCeiling(0.4) without normal demand = %v, want 0.95", got)
 	}
-	if got := classCeiling(0.3, 0.95, [NumClasses]float64{}); got != 0.95 {
+	if got := classCeiling(0.3, 0.95, [olc.NumClasses]float64{}); got != 0.95 {
 		t.Errorf("classCeiling without weights = %v, want the bound", got)
 	}
 }
@@ -244,13 +244,13 @@ func TestDrainHoldsBacklogOnMissingSamples(t *testing.T) {
 	r := drainingRig(t)
 	before := r.c.backlog
 	// Same timestamp as the previous tick: stale.
-	r.c.Step(snap(r.now, sig{sampler.CgroupCPUUsageOfQuota, 1.0}), map[PortKey]PortStats{r.port: {New: 300, Dropped: 285}})
+	r.c.Step(snap(r.now, sig{olc.CgroupCPUUsageOfQuota, 1.0}), map[olc.PortKey]PortStats{r.port: {New: 300, Dropped: 285}})
 	if r.c.backlog != before || !r.c.draining {
 		t.Errorf("stale tick: backlog %.0f → %.0f, draining %v; want it held", before, r.c.backlog, r.c.draining)
 	}
 	// A tick without the signal at all.
 	r.now += 0.5
-	r.c.Step(snap(r.now), map[PortKey]PortStats{r.port: {New: 300, Dropped: 285}})
+	r.c.Step(snap(r.now), map[olc.PortKey]PortStats{r.port: {New: 300, Dropped: 285}})
 	if r.c.backlog != before {
 		t.Errorf("tick without the signal: backlog %.0f → %.0f, want it held", before, r.c.backlog)
 	}
@@ -270,10 +270,10 @@ func TestSaturationEstimateFollowsQuota(t *testing.T) {
 	r := newSaturationRig(t, nil)
 	tick := func(quota, value, newPerS float64) Decision {
 		r.now += 0.5
-		s := snap(r.now, sig{sampler.CgroupCPUUsageOfQuota, value})
+		s := snap(r.now, sig{olc.CgroupCPUUsageOfQuota, value})
 		s.CgroupQuotaCPUs = quota
 		st := PortStats{New: uint64(newPerS / 2), Dropped: uint64(newPerS / 2 * r.c.DropProbability())}
-		return r.c.Step(s, map[PortKey]PortStats{r.port: st})
+		return r.c.Step(s, map[olc.PortKey]PortStats{r.port: st})
 	}
 	for range 6 {
 		tick(1, 0.75, 150) // 200 new/s per unit of a 1-CPU quota
@@ -288,9 +288,9 @@ func TestSaturationEstimateFollowsQuota(t *testing.T) {
 	}
 	// Another quota's estimate is not the cgroup's: a cpu_busy estimate
 	// ignores the quota.
-	c := mustNew(t, cfgWith(sig{sampler.CPUBusy, 0.8}))
-	c.cfg.Ports = []PortConfig{{Key: r.port, Class: ClassNormal}}
-	if note := c.rescaleEstimate(&sampler.Snapshot{CgroupQuotaCPUs: 0.5}); note != "" {
+	c := mustNew(t, cfgWith(sig{olc.CPUBusy, 0.8}))
+	c.cfg.Ports = []PortConfig{{Key: r.port, Class: olc.ClassNormal}}
+	if note := c.rescaleEstimate(&olc.Snapshot{CgroupQuotaCPUs: 0.5}); note != "" {
 		t.Errorf("rescale without a quota estimate: %q", note)
 	}
 }

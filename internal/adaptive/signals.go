@@ -3,7 +3,7 @@ package adaptive
 import (
 	"math"
 
-	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // Signals → pressure: which samples are usable and which signals need
@@ -16,7 +16,7 @@ const maxValidFraction = 1.05
 
 // validSample reports whether v is a usable value of sig: finite, not
 // negative, and for fractions not above maxValidFraction.
-func validSample(sig sampler.Signal, v float64) bool {
+func validSample(sig olc.Signal, v float64) bool {
 	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 		return false
 	}
@@ -25,7 +25,7 @@ func validSample(sig sampler.Signal, v float64) bool {
 
 // confirmed reports whether one of sigs shows at least ratio × its threshold
 // (or its ConfirmThreshold when it has none) in s.
-func (c *Controller) confirmed(s *sampler.Snapshot, sigs []sampler.Signal) bool {
+func (c *Controller) confirmed(s *olc.Snapshot, sigs []olc.Signal) bool {
 	for _, sig := range sigs {
 		v, ok := s.Get(sig)
 		if !ok || !validSample(sig, v) {
@@ -45,7 +45,7 @@ func (c *Controller) confirmed(s *sampler.Snapshot, sigs []sampler.Signal) bool 
 // evaluate fills d's signals and node pressure from s: every signal with a
 // threshold, its usability, pressure and corroboration, and the driver. A
 // stale snapshot makes every signal unavailable.
-func (c *Controller) evaluate(s *sampler.Snapshot, stale bool, d *Decision) {
+func (c *Controller) evaluate(s *olc.Snapshot, stale bool, d *Decision) {
 	d.Signals = make([]SignalState, len(c.signals))
 	var cpuOK, cgroupOK, cpuDone, cgroupDone bool
 	for i, sig := range c.signals {

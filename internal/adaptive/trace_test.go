@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/olcd/olcd/internal/fieldcases"
-	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/trace"
 )
 
@@ -66,8 +66,8 @@ func loadCase(path string) (traceCase, error) {
 func caseConfig(tc traceCase) (Config, error) {
 	cfg := Config{Interval: seconds(tc.IntervalS), Params: DefaultParams()}
 	for name, th := range tc.Thresholds {
-		sig, ok := sampler.ParseSignal(name)
-		if !ok {
+		sig, err := olc.ParseSignal(name)
+		if err != nil {
 			return cfg, fmt.Errorf("unknown signal %q in thresholds", name)
 		}
 		cfg.Thresholds[sig] = th
@@ -221,7 +221,7 @@ func TestTraceLenient(t *testing.T) {
 		!strings.Contains(tr.Warnings[1], "x.csv:5: column cpu_busy") {
 		t.Errorf("warnings %v", tr.Warnings)
 	}
-	c := mustNew(t, cfgWith(sig{sampler.CPUBusy, 0.8}))
+	c := mustNew(t, cfgWith(sig{olc.CPUBusy, 0.8}))
 	var ds []Decision
 	for i := range tr.Rows {
 		ds = append(ds, c.Step(tr.Snapshot(i), nil))

@@ -12,95 +12,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/olc"
 )
-
-// Proto is an IP protocol number of a protected port.
-type Proto uint8
-
-// The protocols a port can be protected for (IANA protocol numbers).
-const (
-	ProtoTCP Proto = 6
-	ProtoUDP Proto = 17
-)
-
-// String returns "tcp", "udp" or "proto(N)".
-func (p Proto) String() string {
-	switch p {
-	case ProtoTCP:
-		return "tcp"
-	case ProtoUDP:
-		return "udp"
-	}
-	return fmt.Sprintf("proto(%d)", uint8(p))
-}
-
-// ParseProto parses "tcp" or "udp"; ok is false for anything else.
-func ParseProto(s string) (Proto, bool) {
-	switch s {
-	case "tcp":
-		return ProtoTCP, true
-	case "udp":
-		return ProtoUDP, true
-	}
-	return 0, false
-}
-
-// PortKey identifies a protected port: protocol and destination port
-// (1..65535).
-type PortKey struct {
-	// Proto is ProtoTCP or ProtoUDP.
-	Proto Proto
-	// Port is the destination port, 1..65535 (0 only in the zero PortKey,
-	// which stands for "the node" in events).
-	Port uint16
-}
-
-// String returns "tcp/443".
-func (k PortKey) String() string { return fmt.Sprintf("%s/%d", k.Proto, k.Port) }
-
-// Class is a port's priority class. Shedding is taken from best-effort ports
-// first, then normal, and from critical ports only when the others are at
-// their bound.
-type Class uint8
-
-// The priority classes, from most to least protected. The zero value is
-// ClassCritical so that the iteration order of the arrays indexed by Class is
-// the protection order; configs default to ClassNormal explicitly.
-const (
-	ClassCritical Class = iota
-	ClassNormal
-	ClassBestEffort
-	// NumClasses sizes arrays indexed by Class.
-	NumClasses
-)
-
-// String returns "critical", "normal" or "best-effort".
-func (c Class) String() string {
-	switch c {
-	case ClassCritical:
-		return "critical"
-	case ClassNormal:
-		return "normal"
-	case ClassBestEffort:
-		return "best-effort"
-	}
-	return fmt.Sprintf("class(%d)", uint8(c))
-}
-
-// ParseClass parses "critical", "normal" or "best-effort"; ok is false for
-// anything else.
-func ParseClass(s string) (Class, bool) {
-	switch s {
-	case "critical":
-		return ClassCritical, true
-	case "normal":
-		return ClassNormal, true
-	case "best-effort":
-		return ClassBestEffort, true
-	}
-	return 0, false
-}
 
 // PortStats are one port's datapath counts since the previous tick.
 type PortStats struct {
@@ -141,9 +54,9 @@ func (s PortStats) Unique() uint64 {
 // PortConfig is one protected port as the controller sees it.
 type PortConfig struct {
 	// Key is the port; keys are unique within a Config.
-	Key PortKey
+	Key olc.PortKey
 	// Class is the port's priority class.
-	Class Class
+	Class olc.Class
 	// Target is the port's response-time target; the zero value leaves
 	// the port to the resource law alone.
 	Target ResponseTarget
@@ -158,7 +71,7 @@ type Config struct {
 	// Thresholds holds each signal's target in its canonical unit; 0 means
 	// the signal does not drive shedding. Pressure = value ÷ threshold, so
 	// 1.0 is "at the target".
-	Thresholds [sampler.NumSignals]float64
+	Thresholds [olc.NumSignals]float64
 	// Params are the control-law parameters; start from DefaultParams.
 	Params Params
 	// Ports lists the protected ports; keys must be unique.
@@ -168,7 +81,7 @@ type Config struct {
 // SignalState is one signal with a threshold, as evaluated in one tick.
 type SignalState struct {
 	// Signal is the canonical signal.
-	Signal sampler.Signal
+	Signal olc.Signal
 	// Value is the sample in the signal's unit; meaningful only when
 	// Available.
 	Value float64
@@ -190,9 +103,9 @@ type SignalState struct {
 // PortDecision is one protected port's outcome of a tick.
 type PortDecision struct {
 	// Key is the port.
-	Key PortKey
+	Key olc.PortKey
 	// Class is the port's priority class.
-	Class Class
+	Class olc.Class
 	// DropProbability is the share of the port's new connections to shed
 	// (0..1 − MinPassRate).
 	DropProbability float64
@@ -246,7 +159,7 @@ type Decision struct {
 	PressureAvailable bool
 	// Driver is the signal that set Pressure; meaningful only when
 	// PressureAvailable.
-	Driver sampler.Signal
+	Driver olc.Signal
 	// Overloaded is true from overload_start to overload_end: while the node
 	// is over its target or p is still recovering towards 0.
 	Overloaded bool
@@ -257,7 +170,7 @@ type Decision struct {
 	// connections) to shed, 0..1 − MinPassRate.
 	DropProbability float64
 	// Classes holds each class's drop probability (indexed by Class).
-	Classes [NumClasses]float64
+	Classes [olc.NumClasses]float64
 	// Ports holds one entry per configured port, in configuration order.
 	Ports []PortDecision
 	// Reason says in words why p is what it is.
@@ -320,9 +233,9 @@ type Event struct {
 	OverloadSince time.Time
 	// Port is the port of a probability_change; the zero PortKey stands for
 	// the node-level p.
-	Port PortKey
+	Port olc.PortKey
 	// Class is the port's class (probability_change of a port only).
-	Class Class
+	Class olc.Class
 	// From and To are the previously recorded and the new probability
 	// (probability_change only).
 	From, To float64

@@ -1,6 +1,8 @@
 package api
 
-import "time"
+import (
+	"time"
+)
 
 // Status is the JSON document of GET /v1/status and `olcd status --json`.
 // Rates are per second over the last tick; probabilities and shares are

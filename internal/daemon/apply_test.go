@@ -13,8 +13,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/loader"
+	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/testutil"
 )
 
@@ -236,7 +236,7 @@ func TestCapPorts(t *testing.T) {
 	entries := func(ports ...uint16) []portEntry {
 		var out []portEntry
 		for _, p := range ports {
-			out = append(out, portEntry{key: adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: p}})
+			out = append(out, portEntry{key: olc.PortKey{Proto: olc.ProtoTCP, Port: p}})
 		}
 		return out
 	}

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // maxListedPorts bounds the port names one group of a probability_change
@@ -18,7 +19,7 @@ const maxListedPorts = 16
 type pendingChanges struct {
 	last  adaptive.Event // the latest change: its tick's context
 	node  *probChange    // the node-level p, when it changed
-	ports map[adaptive.PortKey]portChange
+	ports map[olc.PortKey]portChange
 	ticks int // ticks whose changes are held
 	// response is the node's measured queue at the latest change
 	// (responseValues), nil when responses are not timed.
@@ -36,7 +37,7 @@ func newProbChange(from float64) probChange {
 func (c *probChange) set(to float64) { c.to, c.lo, c.hi = to, min(c.lo, to), max(c.hi, to) }
 
 type portChange struct {
-	class  adaptive.Class
+	class  olc.Class
 	action string // the port's action (drop, reject, mark) at the latest change
 	// SYNs the port dropped and rejected in the ticks of its changes.
 	dropped, rejected uint64
@@ -73,15 +74,15 @@ type changeGroup struct {
 
 // add merges one tick's probability_change events; info tells what each
 // changed port did in the tick (nil: nothing known).
-func (p *pendingChanges) add(evs []adaptive.Event, info func(adaptive.PortKey) portTick) {
+func (p *pendingChanges) add(evs []adaptive.Event, info func(olc.PortKey) portTick) {
 	if len(evs) == 0 {
 		return
 	}
 	if p.ports == nil {
-		p.ports = map[adaptive.PortKey]portChange{}
+		p.ports = map[olc.PortKey]portChange{}
 	}
 	for _, ev := range evs {
-		if ev.Port == (adaptive.PortKey{}) {
+		if ev.Port == (olc.PortKey{}) {
 			if p.node == nil {
 				c := newProbChange(ev.From)
 				p.node = &c
@@ -133,17 +134,17 @@ func (p *pendingChanges) args(mode string) []any {
 		args = append(args, "node", node)
 	}
 	type groupKey struct {
-		class            adaptive.Class
+		class            olc.Class
 		action           string
 		from, to, lo, hi float64
 	}
-	keys := slices.SortedFunc(func(yield func(adaptive.PortKey) bool) {
+	keys := slices.SortedFunc(func(yield func(olc.PortKey) bool) {
 		for k := range p.ports {
 			if !yield(k) {
 				return
 			}
 		}
-	}, func(a, b adaptive.PortKey) int {
+	}, func(a, b olc.PortKey) int {
 		return cmp.Or(cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Port, b.Port))
 	})
 	var groups []changeGroup
@@ -199,7 +200,7 @@ func (d *Daemon) recordChanges(evs []adaptive.Event) {
 }
 
 // portTick tells what the protected port k did in the last tick.
-func (d *Daemon) portTick(k adaptive.PortKey) portTick {
+func (d *Daemon) portTick(k olc.PortKey) portTick {
 	for _, p := range d.ports {
 		if p.key == k {
 			dl := d.last.deltas[k]

@@ -35,6 +35,7 @@ import (
 	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/loader"
 	"github.com/olcd/olcd/internal/netif"
+	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/rules"
 	"github.com/olcd/olcd/internal/sampler"
 )
@@ -97,9 +98,9 @@ type Daemon struct {
 	// The onset check between ticks (onset.go).
 	onsetTicker  *time.Ticker
 	onsetEvery   time.Duration
-	onsetPrev    map[loader.PortKey]loader.Counters // swapped with onsetCur, reused
-	onsetCur     map[loader.PortKey]loader.Counters
-	onsetStats   map[adaptive.PortKey]adaptive.PortStats // reused by every check
+	onsetPrev    map[olc.PortKey]loader.Counters // swapped with onsetCur, reused
+	onsetCur     map[olc.PortKey]loader.Counters
+	onsetStats   map[olc.PortKey]adaptive.PortStats // reused by every check
 	onsetAt      time.Time
 	onsetOK      bool // onsetPrev is a baseline
 	onsetFailing bool // the last onset read of the statistics failed
@@ -116,7 +117,7 @@ type Daemon struct {
 	linkWarned map[string]string // interface → the last problem logged for it
 	waiting    []string          // listed interfaces that do not exist
 
-	status atomic.Pointer[api.Status]
+	status atomic.Pointer[published]
 	// statusStale is set by a tick: the status is built when someone asks
 	// (the admin API, a scrape), not twice a second for nobody.
 	statusStale atomic.Bool
@@ -127,25 +128,25 @@ type Daemon struct {
 // snapshotter is what the daemon uses of the sampler (*sampler.Sampler);
 // tests drive the daemon with fixed snapshots.
 type snapshotter interface {
-	Sample() sampler.Snapshot
+	Sample() olc.Snapshot
 	SetTCPPorts(ports []uint16)
 }
 
 // datapath is what the daemon uses of the loaded datapath
 // (*loader.Datapath); tests drive the daemon without a kernel through it.
 type datapath interface {
-	Attach(iface string, mode loader.AttachMode) error
+	Attach(iface string, mode olc.AttachMode) error
 	Detach(iface string) error
 	Attachments() []loader.Attachment
 	SetPolicies(policies []loader.PortPolicy) error
-	SetDropProbabilities(m map[loader.PortKey]float64) error
-	SetRetransmitShedding(m map[loader.PortKey]bool) error
-	SetExceptions(ports []loader.PortKey, sources []netip.Prefix) error
-	SetMode(m loader.Mode) error
+	SetDropProbabilities(m map[olc.PortKey]float64) error
+	SetRetransmitShedding(m map[olc.PortKey]bool) error
+	SetExceptions(ports []olc.PortKey, sources []netip.Prefix) error
+	SetMode(m olc.Mode) error
 	SetRejectLimit(rate, burst int) error
 	Heartbeat() error
 	Stats() (loader.Stats, error)
-	PortCounters(into map[loader.PortKey]loader.Counters) error
+	PortCounters(into map[olc.PortKey]loader.Counters) error
 	ResponseSample() uint32
 	FlowTableOccupancy() (loader.FlowTable, error)
 	Close() error
@@ -153,11 +154,11 @@ type datapath interface {
 
 // portEntry is one protected port as the daemon tracks it.
 type portEntry struct {
-	key    adaptive.PortKey
-	class  adaptive.Class
-	mode   rules.Mode   // effective mode
-	action rules.Action // effective action
-	source string       // "config" or "auto"
+	key    olc.PortKey
+	class  olc.Class
+	mode   olc.Mode   // effective mode
+	action olc.Action // effective action
+	source string     // "config" or "auto"
 }
 
 // limits are the settings the datapath was loaded with. They change only
@@ -167,7 +168,7 @@ type limits struct {
 	maxPorts    int           // datapath.max_ports
 	maxPrefixes int           // datapath.max_prefixes, per address family
 	staleAfter  time.Duration // heartbeat.stale_after
-	attach      rules.AttachMode
+	attach      olc.AttachMode
 }
 
 func limitsOf(cfg *rules.Config) limits {
@@ -497,7 +498,7 @@ func (d *Daemon) start() error {
 	}
 	d.limits = limitsOf(d.cfg)
 	d.ports = d.resolvePorts(d.cfg)
-	smp, err := sampler.New(d.cfg.SamplerConfig(tcpPorts(d.ports)), d.log.With("component", "sampler"))
+	smp, err := sampler.New(samplerConfig(d.cfg, tcpPorts(d.ports)), d.log.With("component", "sampler"))
 	if err != nil {
 		return fmt.Errorf("start sampler: %w", err)
 	}
@@ -519,6 +520,12 @@ func (d *Daemon) start() error {
 		d.log.Info("attached", "interface", a.Interface, "hook", a.Hook, "mode", a.Mode)
 	}
 	return nil
+}
+
+// samplerConfig is the sampler's config for cfg on the real root "/",
+// watching the accept queues of the protected TCP ports.
+func samplerConfig(cfg *rules.Config, tcpPorts []uint16) sampler.Config {
+	return sampler.Config{Root: "/", Cgroup: cfg.Cgroup, TCPPorts: slices.Clone(tcpPorts)}
 }
 
 // resolveInterfaces returns the configured interfaces, or the interfaces
@@ -545,7 +552,7 @@ func (d *Daemon) resolveInterfaces(configured []string) ([]string, error) {
 func loaderConfig(cfg *rules.Config, ifaces []string) loader.Config {
 	lc := loader.Config{
 		Interfaces:   ifaces,
-		Attach:       loader.AttachMode(cfg.Attach),
+		Attach:       olc.AttachMode(cfg.Attach),
 		MaxPorts:     cfg.Datapath.MaxPorts,
 		SYNTableSize: cfg.Datapath.SYNTableSize,
 		MaxPrefixes:  cfg.Datapath.MaxPrefixes,
@@ -631,10 +638,26 @@ func (d *Daemon) Status() *api.Status {
 // `olcd status`.
 const statusWait = 200 * time.Millisecond
 
+// published is the status of the last tick and, beside it, what the
+// metrics need that the document carries as text: the ports' keys, in the
+// order of st.Ports.
+type published struct {
+	st   *api.Status
+	keys []olc.PortKey
+}
+
 // freshStatus returns the status of the last tick, built by the tick loop
 // on demand, or the last one built when the loop does not answer within
 // statusWait; nil before the first.
 func (d *Daemon) freshStatus() *api.Status {
+	if p := d.freshPublished(); p != nil {
+		return p.st
+	}
+	return nil
+}
+
+// freshPublished is freshStatus with the ports' keys.
+func (d *Daemon) freshPublished() *published {
 	if d.statusStale.Load() && d.runCtx != nil {
 		ctx, cancel := context.WithTimeout(d.runCtx, statusWait)
 		_ = d.do(ctx, func() error {
@@ -652,12 +675,12 @@ func (d *Daemon) freshStatus() *api.Status {
 // switch: the datapath stops shedding at once and every drop probability is
 // written as 0 before the call returns.
 func (d *Daemon) SetMode(ctx context.Context, mode string) error {
-	m, err := rules.ParseMode(mode)
+	m, err := olc.ParseMode(mode)
 	if err != nil {
 		return err
 	}
 	fn := func() error { return d.override("mode", mode, []byte("mode: "+mode+"\n")) }
-	if m != rules.ModeOff || d.dp == nil || d.runCtx == nil {
+	if m != olc.ModeOff || d.dp == nil || d.runCtx == nil {
 		return d.do(ctx, fn)
 	}
 	// The kill switch does not wait for the tick loop, whatever holds it:
@@ -665,7 +688,7 @@ func (d *Daemon) SetMode(ctx context.Context, mode string) error {
 	// for concurrent use), and the override that makes it stick is handed
 	// to the tick loop with a context of its own, so it is applied even
 	// when this request gives up waiting.
-	if err := d.dp.SetMode(loader.ModeOff); err != nil {
+	if err := d.dp.SetMode(olc.ModeOff); err != nil {
 		return fmt.Errorf("kill switch: %w", err)
 	}
 	done := make(chan error, 1)
@@ -782,7 +805,7 @@ func (d *Daemon) apply(cfg *rules.Config) error {
 		return fmt.Errorf("reconfigure controller: %w", err)
 	}
 	if old.Cgroup != cfg.Cgroup {
-		smp, err := sampler.New(cfg.SamplerConfig(tcpPorts(ports)), d.log.With("component", "sampler"))
+		smp, err := sampler.New(samplerConfig(cfg, tcpPorts(ports)), d.log.With("component", "sampler"))
 		if err != nil {
 			_ = d.ctrl.Reconfigure(old.ControllerConfig(controllerPorts(oldPorts)))
 			return fmt.Errorf("restart sampler: %w", err)
@@ -791,7 +814,7 @@ func (d *Daemon) apply(cfg *rules.Config) error {
 	} else {
 		d.smp.SetTCPPorts(tcpPorts(ports))
 	}
-	if old.Mode == rules.ModeOff && cfg.Mode != rules.ModeOff {
+	if old.Mode == olc.ModeOff && cfg.Mode != olc.ModeOff {
 		// Leaving the kill switch starts from p = 0: while off, nothing was
 		// shed, so what the controller learnt does not describe this node
 		// under shedding.
@@ -876,15 +899,11 @@ func (l limits) fits(cfg *rules.Config, ports []portEntry) error {
 // in mode off they are written as 0.
 func (d *Daemon) program() error {
 	cfg := d.cfg
-	var ex []loader.PortKey
-	for _, k := range cfg.ExemptPorts() {
-		ex = append(ex, loaderKey(k))
-	}
-	if err := d.dp.SetExceptions(ex, cfg.Exceptions.Sources); err != nil {
+	if err := d.dp.SetExceptions(cfg.ExemptPorts(), cfg.Exceptions.Sources); err != nil {
 		return fmt.Errorf("set exceptions: %w", err)
 	}
-	current := map[adaptive.PortKey]float64{}
-	shed := map[adaptive.PortKey]bool{}
+	current := map[olc.PortKey]float64{}
+	shed := map[olc.PortKey]bool{}
 	for _, pd := range d.last.decision.Ports {
 		current[pd.Key] = pd.DropProbability
 		shed[pd.Key] = pd.ShedRetransmits
@@ -892,12 +911,12 @@ func (d *Daemon) program() error {
 	var pol []loader.PortPolicy
 	for _, p := range d.ports {
 		pp := loader.PortPolicy{
-			Key:    loaderKey(p.key),
-			Mode:   loaderMode(p.mode),
-			Action: loaderAction(p.action),
-			Class:  loader.Class(p.class),
+			Key:    p.key,
+			Mode:   p.mode,
+			Action: p.action,
+			Class:  p.class,
 		}
-		if cfg.Mode != rules.ModeOff {
+		if cfg.Mode != olc.ModeOff {
 			pp.DropProbability, pp.ShedRetransmits = current[p.key], shed[p.key]
 		}
 		pol = append(pol, pp)
@@ -907,11 +926,11 @@ func (d *Daemon) program() error {
 	if err := d.dp.SetRejectLimit(rejectRate(cfg), cfg.Action.RejectBurst); err != nil {
 		return fmt.Errorf("set reject limit: %w", err)
 	}
-	global := loader.ModeEnforce
-	if cfg.Mode == rules.ModeOff {
-		global = loader.ModeOff
+	global := olc.ModeEnforce
+	if cfg.Mode == olc.ModeOff {
+		global = olc.ModeOff
 	}
-	if global == loader.ModeOff {
+	if global == olc.ModeOff {
 		// The kill switch must not wait for the policies.
 		if err := d.dp.SetMode(global); err != nil {
 			return fmt.Errorf("set datapath mode: %w", err)

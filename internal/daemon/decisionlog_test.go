@@ -11,7 +11,8 @@ import (
 
 	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/rules"
-	"github.com/olcd/olcd/internal/sampler"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // worstTick returns the events of one tick of a worst-case overload at n
@@ -40,7 +41,7 @@ func worstTick(at time.Time, i, n int, signals []adaptive.SignalState, since tim
 	}
 	for p := range n {
 		ev := ctx
-		ev.Kind, ev.Port, ev.Class, ev.From, ev.To = adaptive.EventProbabilityChange, adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: uint16(20000 + p)}, adaptive.ClassNormal, from, to
+		ev.Kind, ev.Port, ev.Class, ev.From, ev.To = adaptive.EventProbabilityChange, olc.PortKey{Proto: olc.ProtoTCP, Port: uint16(20000 + p)}, olc.ClassNormal, from, to
 		evs = append(evs, ev)
 	}
 	node := ctx
@@ -59,7 +60,7 @@ func TestDecisionLogBounded(t *testing.T) {
 	const ports, tick = 100, 500 * time.Millisecond
 	var buf bytes.Buffer
 	d := &Daemon{log: slog.New(slog.DiscardHandler), cfg: rules.Default()}
-	d.cfg.Mode = rules.ModeObserve
+	d.cfg.Mode = olc.ModeObserve
 	d.metrics = newMetrics(d)
 	dl, err := openDecisionLog("-", &buf)
 	if err != nil {
@@ -70,7 +71,7 @@ func TestDecisionLogBounded(t *testing.T) {
 	dl.now = func() time.Time { return now }
 
 	var signals []adaptive.SignalState
-	for s := range sampler.Signal(8) {
+	for s := range olc.Signal(8) {
 		signals = append(signals, adaptive.SignalState{Signal: s, Value: 0.4321, Available: true, Threshold: 0.8, Pressure: 0.54, Corroborated: true})
 	}
 	start, hour := now, time.Hour

@@ -21,6 +21,7 @@ import (
 	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/loader"
+	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/resptime"
 	"github.com/olcd/olcd/internal/sampler"
 )
@@ -35,11 +36,11 @@ const goldenDir = "testdata/golden"
 // fakeSampler returns fixed snapshots, one per Sample, the last again
 // when they run out.
 type fakeSampler struct {
-	snaps []sampler.Snapshot
+	snaps []olc.Snapshot
 	ports []uint16
 }
 
-func (s *fakeSampler) Sample() sampler.Snapshot {
+func (s *fakeSampler) Sample() olc.Snapshot {
 	snap := s.snaps[0]
 	if len(s.snaps) > 1 {
 		s.snaps = s.snaps[1:]
@@ -56,12 +57,12 @@ type fakeDatapath struct {
 	flows   loader.FlowTable
 	sample  uint32
 	writes  []string // what was written, in order, as text
-	probs   map[loader.PortKey]float64
+	probs   map[olc.PortKey]float64
 	heartbt int
 }
 
-func (f *fakeDatapath) Attach(string, loader.AttachMode) error { return errors.New("fake: no attach") }
-func (f *fakeDatapath) Detach(string) error                    { return nil }
+func (f *fakeDatapath) Attach(string, olc.AttachMode) error { return errors.New("fake: no attach") }
+func (f *fakeDatapath) Detach(string) error                 { return nil }
 func (f *fakeDatapath) Attachments() []loader.Attachment {
 	return []loader.Attachment{{Interface: "olcdg0", Hook: "tc", Mode: "tcx", Ifindex: 7, Egress: "tcx"}}
 }
@@ -74,14 +75,14 @@ func (f *fakeDatapath) SetPolicies(policies []loader.PortPolicy) error {
 	return nil
 }
 
-func (f *fakeDatapath) SetDropProbabilities(m map[loader.PortKey]float64) error {
+func (f *fakeDatapath) SetDropProbabilities(m map[olc.PortKey]float64) error {
 	f.probs = maps.Clone(m)
 	return nil
 }
 
-func (f *fakeDatapath) SetRetransmitShedding(map[loader.PortKey]bool) error { return nil }
+func (f *fakeDatapath) SetRetransmitShedding(map[olc.PortKey]bool) error { return nil }
 
-func (f *fakeDatapath) SetExceptions(ports []loader.PortKey, sources []netip.Prefix) error {
+func (f *fakeDatapath) SetExceptions(ports []olc.PortKey, sources []netip.Prefix) error {
 	for _, k := range ports {
 		f.writes = append(f.writes, "exception port "+k.String())
 	}
@@ -91,7 +92,7 @@ func (f *fakeDatapath) SetExceptions(ports []loader.PortKey, sources []netip.Pre
 	return nil
 }
 
-func (f *fakeDatapath) SetMode(m loader.Mode) error {
+func (f *fakeDatapath) SetMode(m olc.Mode) error {
 	f.writes = append(f.writes, "mode "+m.String())
 	return nil
 }
@@ -107,7 +108,7 @@ func (f *fakeDatapath) ResponseSample() uint32                        { return f
 func (f *fakeDatapath) FlowTableOccupancy() (loader.FlowTable, error) { return f.flows, nil }
 func (f *fakeDatapath) Close() error                                  { return nil }
 
-func (f *fakeDatapath) PortCounters(into map[loader.PortKey]loader.Counters) error {
+func (f *fakeDatapath) PortCounters(into map[olc.PortKey]loader.Counters) error {
 	for k, c := range f.stats.Ports {
 		into[k] = c
 	}
@@ -123,26 +124,26 @@ const goldenTicks = 6
 // goldenSnapshot is tick i's (0-based) node: CPU over its threshold from
 // the second tick on, PSI CPU rising, psi_memory_some unavailable (PSI
 // memory unreadable), listen overflows, an accept queue filling.
-func goldenSnapshot(i int) sampler.Snapshot {
-	var s sampler.Snapshot
+func goldenSnapshot(i int) olc.Snapshot {
+	var s olc.Snapshot
 	s.At = goldenStart.Add(time.Second + time.Duration(i)*500*time.Millisecond)
 	if i > 0 {
 		s.Interval = 500 * time.Millisecond
 	}
-	s.Set(sampler.CPUBusy, 0.70+0.05*float64(i))
-	s.Set(sampler.Load1, 3.5)
-	s.Set(sampler.Load1PerCore, 1.75)
-	s.Set(sampler.Runnable, 5)
-	s.Set(sampler.RunqPerCore, 2.5)
-	s.Set(sampler.PSICPUSomeAvg10, 0.2)
-	s.Set(sampler.PSICPUSome, 0.1*float64(i))
-	s.Set(sampler.PSIIOSomeAvg10, 0.01)
+	s.Set(olc.CPUBusy, 0.70+0.05*float64(i))
+	s.Set(olc.Load1, 3.5)
+	s.Set(olc.Load1PerCore, 1.75)
+	s.Set(olc.Runnable, 5)
+	s.Set(olc.RunqPerCore, 2.5)
+	s.Set(olc.PSICPUSomeAvg10, 0.2)
+	s.Set(olc.PSICPUSome, 0.1*float64(i))
+	s.Set(olc.PSIIOSomeAvg10, 0.01)
 	if i > 0 {
-		s.Set(sampler.ListenOverflowsPerS, 2*float64(i))
+		s.Set(olc.ListenOverflowsPerS, 2*float64(i))
 	}
-	s.Set(sampler.AcceptQueueFill, 0.125*float64(i))
+	s.Set(olc.AcceptQueueFill, 0.125*float64(i))
 	s.AcceptQueueFill = map[uint16]float64{443: 0.125 * float64(i), 80: 0.0625}
-	s.Errors = []sampler.SourceError{{Source: sampler.SourcePSIMemory, Err: errors.New("read /proc/pressure/memory: operation not supported")}}
+	s.Errors = []olc.SourceError{{Source: sampler.SourcePSIMemory, Err: errors.New("read /proc/pressure/memory: operation not supported")}}
 	return s
 }
 
@@ -151,20 +152,20 @@ func goldenSnapshot(i int) sampler.Snapshot {
 // quantiles), 53/udp and 8443 observed.
 func goldenStats(i int) loader.Stats {
 	n := uint64(i + 1)
-	tcp := func(port uint16) loader.PortKey { return loader.PortKey{Proto: loader.ProtoTCP, Port: port} }
+	tcp := func(port uint16) olc.PortKey { return olc.PortKey{Proto: olc.ProtoTCP, Port: port} }
 	st := loader.Stats{
-		Ports: map[loader.PortKey]loader.Counters{
-			tcp(443):                           {NewConns: 400 * n, Passed: 380 * n, Dropped: 20 * n, SYNRetransmits: 10 * n, Exempt: 5 * n},
-			tcp(80):                            {NewConns: 300 * n, Passed: 240 * n, Dropped: 60 * n, Rejected: 55 * n, SYNRetransmits: 3 * n, Stale: n},
-			tcp(8080):                          {NewConns: 200 * n, Passed: 200 * n, Marked: 50 * n},
-			{Proto: loader.ProtoUDP, Port: 53}: {NewConns: 1000 * n, Passed: 1000 * n, WouldDrop: 100 * n},
-			tcp(8443):                          {NewConns: 50 * n, Passed: 50 * n, WouldDrop: 10 * n, WouldReject: 9 * n},
+		Ports: map[olc.PortKey]loader.Counters{
+			tcp(443):                        {NewConns: 400 * n, Passed: 380 * n, Dropped: 20 * n, SYNRetransmits: 10 * n, Exempt: 5 * n},
+			tcp(80):                         {NewConns: 300 * n, Passed: 240 * n, Dropped: 60 * n, Rejected: 55 * n, SYNRetransmits: 3 * n, Stale: n},
+			tcp(8080):                       {NewConns: 200 * n, Passed: 200 * n, Marked: 50 * n},
+			{Proto: olc.ProtoUDP, Port: 53}: {NewConns: 1000 * n, Passed: 1000 * n, WouldDrop: 100 * n},
+			tcp(8443):                       {NewConns: 50 * n, Passed: 50 * n, WouldDrop: 10 * n, WouldReject: 9 * n},
 		},
 		Other:         loader.Counters{NewConns: 7 * n, Exempt: 2 * n},
 		Unclassified:  3 * n,
 		RejectLimited: 4 * n,
 		Flows:         loader.FlowCounters{Inserts: 900 * n, Evictions: n, Expired: 2 * n, Forgotten: 800 * n},
-		Response:      map[loader.PortKey]loader.Response{},
+		Response:      map[olc.PortKey]loader.Response{},
 	}
 	hist := func(reqs, abandoned uint64, at map[time.Duration]uint64) loader.Response {
 		r := loader.Response{Requests: reqs, Abandoned: abandoned, Buckets: make([]uint64, loader.HistBuckets)}
@@ -194,7 +195,7 @@ func goldenDaemon(t *testing.T) (*Daemon, *fakeDatapath) {
 	d.started = goldenStart
 	d.limits = limitsOf(d.cfg)
 	d.ports = d.resolvePorts(d.cfg)
-	snaps := make([]sampler.Snapshot, goldenTicks)
+	snaps := make([]olc.Snapshot, goldenTicks)
 	for i := range snaps {
 		snaps[i] = goldenSnapshot(i)
 	}
@@ -258,11 +259,11 @@ func TestGolden(t *testing.T) {
 	for _, l := range dp.writes {
 		fmt.Fprintln(&w, l)
 	}
-	keys := make([]loader.PortKey, 0, len(dp.probs))
+	keys := make([]olc.PortKey, 0, len(dp.probs))
 	for k := range dp.probs {
 		keys = append(keys, k)
 	}
-	slices.SortFunc(keys, func(a, b loader.PortKey) int { return strings.Compare(a.String(), b.String()) })
+	slices.SortFunc(keys, func(a, b olc.PortKey) int { return strings.Compare(a.String(), b.String()) })
 	for _, k := range keys {
 		fmt.Fprintf(&w, "p %s %.6f\n", k, dp.probs[k])
 	}

@@ -36,7 +36,7 @@ func TestLiveness(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			d := &Daemon{}
 			if tc.st != nil {
-				d.status.Store(tc.st)
+				d.status.Store(&published{st: tc.st})
 			}
 			rec := httptest.NewRecorder()
 			err := d.live(now)
@@ -53,8 +53,8 @@ func TestLiveness(t *testing.T) {
 // exported.
 func TestHealthRoutes(t *testing.T) {
 	d := &Daemon{}
-	d.status.Store(&api.Status{UpdatedAt: time.Now(), StaleAfterS: 5, Overload: api.OverloadStatus{Bound: 0.7},
-		ReloadRefused: &api.ReloadFailure{Error: "bad"}})
+	d.status.Store(&published{st: &api.Status{UpdatedAt: time.Now(), StaleAfterS: 5, Overload: api.OverloadStatus{Bound: 0.7},
+		ReloadRefused: &api.ReloadFailure{Error: "bad"}}})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(&boundsCollector{d: d})
 	mux := http.NewServeMux()

@@ -14,7 +14,8 @@ import (
 	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/lb"
 	"github.com/olcd/olcd/internal/rules"
-	"github.com/olcd/olcd/internal/sampler"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // lbState is what the daemon tells load balancers: the HAProxy agent and
@@ -139,8 +140,8 @@ func lbInput(cfg *rules.Config, ports []portEntry, r tickResult) lb.Input {
 		}
 		return float64(n) / secs
 	}
-	in := lb.Input{At: r.at, Mode: cfg.Mode.String()}
-	byKey := make(map[adaptive.PortKey]adaptive.PortDecision, len(dec.Ports))
+	in := lb.Input{At: r.at, Mode: cfg.Mode}
+	byKey := make(map[olc.PortKey]adaptive.PortDecision, len(dec.Ports))
 	for _, pd := range dec.Ports {
 		byKey[pd.Key] = pd
 	}
@@ -150,7 +151,7 @@ func lbInput(cfg *rules.Config, ports []portEntry, r tickResult) lb.Input {
 		pd := byKey[p.key]
 		dl := r.deltas[p.key]
 		pi := lb.PortInput{
-			Key: p.key, Mode: p.mode.String(), DropProbability: pd.DropProbability, AtBound: atBound(pd.DropProbability),
+			Key: p.key, Mode: p.mode, DropProbability: pd.DropProbability, AtBound: atBound(pd.DropProbability),
 			OfferedPerS: rate(dl.NewConns), AdmittedPerS: rate(dl.NewConns - min(dl.Dropped, dl.NewConns)),
 		}
 		if pr, ok := r.resp[p.key]; ok && pr.Available {
@@ -160,22 +161,22 @@ func lbInput(cfg *rules.Config, ports []portEntry, r tickResult) lb.Input {
 		offered += pi.OfferedPerS
 		admitted += pi.AdmittedPerS
 		in.Ports = append(in.Ports, pi)
-		if p.mode == rules.ModeEnforce {
-			nodeMode = rules.ModeEnforce
+		if p.mode == olc.ModeEnforce {
+			nodeMode = olc.ModeEnforce
 		}
 	}
-	if cfg.Mode == rules.ModeOff {
-		nodeMode = rules.ModeOff
+	if cfg.Mode == olc.ModeOff {
+		nodeMode = olc.ModeOff
 	}
-	in.Node = lb.PortInput{Mode: nodeMode.String(), DropProbability: dec.DropProbability, AtBound: atBound(dec.DropProbability),
+	in.Node = lb.PortInput{Mode: nodeMode, DropProbability: dec.DropProbability, AtBound: atBound(dec.DropProbability),
 		OfferedPerS: offered, AdmittedPerS: admitted}
 	// The node's response time is the worst timed port's, as the
 	// node-wide signals are (docs/signals.md).
 	var node lb.ResponseTime
 	for _, sig := range []struct {
-		s   sampler.Signal
+		s   olc.Signal
 		dst **float64
-	}{{sampler.ResponseTimeP50, &node.P50S}, {sampler.ResponseTimeP95, &node.P95S}, {sampler.ResponseTimeP99, &node.P99S}} {
+	}{{olc.ResponseTimeP50, &node.P50S}, {olc.ResponseTimeP95, &node.P95S}, {olc.ResponseTimeP99, &node.P99S}} {
 		if v, ok := r.snap.Get(sig.s); ok {
 			*sig.dst = &v
 		}
@@ -183,7 +184,7 @@ func lbInput(cfg *rules.Config, ports []portEntry, r tickResult) lb.Input {
 	if node.P95S != nil {
 		in.Node.ResponseTime = &node
 	}
-	if v, ok := r.snap.Get(sampler.CPUBusy); ok {
+	if v, ok := r.snap.Get(olc.CPUBusy); ok {
 		in.CPUUtilization = &v
 	}
 	for _, s := range dec.Signals {

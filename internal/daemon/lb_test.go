@@ -15,7 +15,8 @@ import (
 	"github.com/olcd/olcd/internal/loader"
 	"github.com/olcd/olcd/internal/resptime"
 	"github.com/olcd/olcd/internal/rules"
-	"github.com/olcd/olcd/internal/sampler"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // TestLBInput: what the weigher reads is the tick's decision: the ports'
@@ -26,33 +27,33 @@ func TestLBInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k80, k81 := adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: 80}, adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: 81}
-	ports := []portEntry{{key: k80, mode: rules.ModeEnforce}, {key: k81, mode: rules.ModeObserve}}
+	k80, k81 := olc.PortKey{Proto: olc.ProtoTCP, Port: 80}, olc.PortKey{Proto: olc.ProtoTCP, Port: 81}
+	ports := []portEntry{{key: k80, mode: olc.ModeEnforce}, {key: k81, mode: olc.ModeObserve}}
 	r := tickResult{
 		at: time.Unix(100, 0), interval: 500 * time.Millisecond,
 		decision: adaptive.Decision{Overloaded: true, DropProbability: 0.9,
 			Ports: []adaptive.PortDecision{{Key: k80, DropProbability: 0.9}, {Key: k81, DropProbability: 0.5}}},
-		deltas: map[adaptive.PortKey]loader.Counters{k80: {NewConns: 100, Dropped: 90}, k81: {NewConns: 50}},
+		deltas: map[olc.PortKey]loader.Counters{k80: {NewConns: 100, Dropped: 90}, k81: {NewConns: 50}},
 	}
 	in := lbInput(cfg, ports, r)
-	if in.Node.Mode != "enforce" || !in.Node.AtBound || in.Node.DropProbability != 0.9 {
+	if in.Node.Mode != olc.ModeEnforce || !in.Node.AtBound || in.Node.DropProbability != 0.9 {
 		t.Errorf("node %+v: want enforce, at the bound 0.9", in.Node)
 	}
-	if p := in.Ports[0]; !p.AtBound || p.OfferedPerS != 200 || p.AdmittedPerS != 20 || p.Mode != "enforce" {
+	if p := in.Ports[0]; !p.AtBound || p.OfferedPerS != 200 || p.AdmittedPerS != 20 || p.Mode != olc.ModeEnforce {
 		t.Errorf("tcp/80 %+v: want at the bound, 200/s offered, 20/s admitted", p)
 	}
-	if p := in.Ports[1]; p.AtBound || p.Mode != "observe" || p.AdmittedPerS != 100 {
+	if p := in.Ports[1]; p.AtBound || p.Mode != olc.ModeObserve || p.AdmittedPerS != 100 {
 		t.Errorf("tcp/81 %+v: want observe, not at the bound, 100/s admitted", p)
 	}
 	if in.Ports[0].ResponseTime != nil || in.Node.ResponseTime != nil {
 		t.Errorf("response time %+v / %+v without any timing: want null", in.Ports[0].ResponseTime, in.Node.ResponseTime)
 	}
 	// Timed ports carry their quantiles; one with too few samples stays null.
-	r.resp = map[adaptive.PortKey]resptime.Port{
+	r.resp = map[olc.PortKey]resptime.Port{
 		k80: {Samples: 40, Available: true, P50: 0.01, P95: 0.05, P99: 0.09},
 		k81: {Samples: 1},
 	}
-	r.snap.Set(sampler.ResponseTimeP95, 0.05)
+	r.snap.Set(olc.ResponseTimeP95, 0.05)
 	timed := lbInput(cfg, ports, r)
 	if rt := timed.Ports[0].ResponseTime; rt == nil || *rt.P50S != 0.01 || *rt.P95S != 0.05 || *rt.P99S != 0.09 {
 		t.Errorf("tcp/80 response time %+v: want p50 10 ms, p95 50 ms, p99 90 ms", rt)

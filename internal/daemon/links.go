@@ -10,6 +10,7 @@ import (
 
 	"github.com/olcd/olcd/internal/loader"
 	"github.com/olcd/olcd/internal/netif"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // linkEventBuffer is the receive buffer asked for the link-event socket
@@ -166,7 +167,7 @@ func (d *Daemon) syncInterfaces(periodic bool) {
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		if err := d.dp.Attach(n, loader.AttachMode(d.limits.attach)); err != nil {
+		if err := d.dp.Attach(n, olc.AttachMode(d.limits.attach)); err != nil {
 			if loader.InterfaceGone(err) {
 				d.noteLink(n, "interface gone while being attached")
 			} else {

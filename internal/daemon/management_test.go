@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/api"
+	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/rules"
 	"github.com/olcd/olcd/internal/sampler"
 )
@@ -73,7 +73,7 @@ func TestAutoPortsSkipSSH(t *testing.T) {
 		t.Skipf("cannot listen on tcp/22: %v", err)
 	}
 	d := startTestDaemon(t, "mode: enforce\ninterfaces: [olcdtest0]\nports: auto\n")
-	ssh := adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: 22}
+	ssh := olc.PortKey{Proto: olc.ProtoTCP, Port: 22}
 	if slices.ContainsFunc(d.ports, func(p portEntry) bool { return p.key == ssh }) {
 		t.Fatalf("tcp/22 protected under ports: auto: %v", portNames(d.ports))
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/olcd/olcd/internal/loader"
+	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/resptime"
 	"github.com/olcd/olcd/internal/sampler"
 )
@@ -175,17 +175,18 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect reads the status and the BPF maps.
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.d.freshStatus()
-	if st == nil {
+	pub := c.d.freshPublished()
+	if pub == nil {
 		return
 	}
+	st := pub.st
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
-	for _, m := range []string{"off", "observe", "enforce"} {
+	for _, m := range olc.ModeNames() {
 		gauge(descMode, b2f(st.Mode == m), m)
 	}
 	for _, s := range st.Signals {
@@ -221,14 +222,10 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if err != nil {
 		return
 	}
-	for _, p := range st.Ports {
+	for i, p := range st.Ports {
 		labels := []string{p.Proto, strconv.Itoa(int(p.Port)), p.Class}
 		gauge(descPortP, p.DropProbability, labels...)
-		proto := loader.ProtoTCP
-		if p.Proto == "udp" {
-			proto = loader.ProtoUDP
-		}
-		k := loader.PortKey{Proto: proto, Port: p.Port}
+		k := pub.keys[i]
 		cn, ok := stats.Ports[k]
 		if !ok {
 			continue

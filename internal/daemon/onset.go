@@ -5,7 +5,8 @@ import (
 
 	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/loader"
-	"github.com/olcd/olcd/internal/rules"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // onsetPeriod is the onset check's period in force, or 0 when it is off
@@ -51,9 +52,9 @@ func (d *Daemon) onsetCheck() {
 	// Twenty times a second: the maps are reused, so a check allocates
 	// nothing when it does not act.
 	if d.onsetCur == nil {
-		d.onsetCur = make(map[loader.PortKey]loader.Counters, len(d.ports))
-		d.onsetPrev = make(map[loader.PortKey]loader.Counters, len(d.ports))
-		d.onsetStats = make(map[adaptive.PortKey]adaptive.PortStats, len(d.ports))
+		d.onsetCur = make(map[olc.PortKey]loader.Counters, len(d.ports))
+		d.onsetPrev = make(map[olc.PortKey]loader.Counters, len(d.ports))
+		d.onsetStats = make(map[olc.PortKey]adaptive.PortStats, len(d.ports))
 	}
 	err := d.dp.PortCounters(d.onsetCur)
 	if err != nil {
@@ -79,8 +80,8 @@ func (d *Daemon) onsetCheck() {
 	stats := d.onsetStats
 	clear(stats)
 	for _, p := range d.ports {
-		cur, ok := cur[loaderKey(p.key)]
-		before, had := prev[loaderKey(p.key)]
+		cur, ok := cur[p.key]
+		before, had := prev[p.key]
 		if !ok || !had {
 			// A port that just got its slot has no window yet.
 			continue
@@ -105,20 +106,18 @@ func (d *Daemon) onsetCheck() {
 
 // writeProbabilities writes dec's per-port drop probabilities to the
 // datapath (all 0 in mode off) and returns them.
-func (d *Daemon) writeProbabilities(dec adaptive.Decision) map[adaptive.PortKey]float64 {
-	probs := make(map[adaptive.PortKey]float64, len(dec.Ports))
-	lp := make(map[loader.PortKey]float64, len(dec.Ports))
-	shed := make(map[loader.PortKey]bool, len(dec.Ports))
+func (d *Daemon) writeProbabilities(dec adaptive.Decision) map[olc.PortKey]float64 {
+	probs := make(map[olc.PortKey]float64, len(dec.Ports))
+	shed := make(map[olc.PortKey]bool, len(dec.Ports))
 	for _, pd := range dec.Ports {
 		p := pd.DropProbability
-		if d.cfg.Mode == rules.ModeOff {
+		if d.cfg.Mode == olc.ModeOff {
 			p = 0
 		}
 		probs[pd.Key] = p
-		lp[loaderKey(pd.Key)] = p
-		shed[loaderKey(pd.Key)] = pd.ShedRetransmits
+		shed[pd.Key] = pd.ShedRetransmits
 	}
-	if err := d.dp.SetDropProbabilities(lp); err != nil {
+	if err := d.dp.SetDropProbabilities(probs); err != nil {
 		d.log.Error("write drop probabilities", "err", err)
 	}
 	if err := d.dp.SetRetransmitShedding(shed); err != nil {

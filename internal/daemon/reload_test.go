@@ -16,6 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/olcd/olcd/internal/loader"
+	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/rules"
 	"github.com/olcd/olcd/internal/testutil"
 )
@@ -85,7 +86,7 @@ func TestReloadRefusesEmptyTruncatedAndSpecial(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("reload: %v, want %q", err, tt.want)
 			}
-			if d.cfg != running || d.cfg.Mode != rules.ModeEnforce || d.cfg.PortsAuto || len(d.ports) != 2 {
+			if d.cfg != running || d.cfg.Mode != olc.ModeEnforce || d.cfg.PortsAuto || len(d.ports) != 2 {
 				t.Errorf("running config changed: mode %v, auto %v, %d ports", d.cfg.Mode, d.cfg.PortsAuto, len(d.ports))
 			}
 			if got := counterValue(t, d.metrics.reloadFailures); got != fail0+1 {

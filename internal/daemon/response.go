@@ -4,11 +4,11 @@ import (
 	"math"
 	"time"
 
-	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/loader"
 	"github.com/olcd/olcd/internal/resptime"
-	"github.com/olcd/olcd/internal/sampler"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // responseSignals turns the datapath's cumulative histograms into each
@@ -17,22 +17,22 @@ import (
 // quantile the worst port with enough samples (unavailable when none has
 // them), and the sums of requests_per_s and inflight_requests. Nothing is
 // set when timing is off.
-func responseSignals(cur, prev loader.Stats, ports []adaptive.PortKey, sample uint32, minSamples int,
-	interval time.Duration, snap *sampler.Snapshot) map[adaptive.PortKey]resptime.Port {
+func responseSignals(cur, prev loader.Stats, ports []olc.PortKey, sample uint32, minSamples int,
+	interval time.Duration, snap *olc.Snapshot) map[olc.PortKey]resptime.Port {
 	if cur.Response == nil {
 		return nil
 	}
-	out := make(map[adaptive.PortKey]resptime.Port, len(cur.Response))
+	out := make(map[olc.PortKey]resptime.Port, len(cur.Response))
 	var reqs, inflight float64
 	var worst [3]float64
 	any := false
 	delta := make([]uint64, loader.HistBuckets)
 	for _, k := range ports {
-		r, ok := cur.Response[loaderKey(k)]
+		r, ok := cur.Response[k]
 		if !ok {
 			continue
 		}
-		p := prev.Response[loaderKey(k)]
+		p := prev.Response[k]
 		reset := r.Responses < p.Responses || r.Requests < p.Requests || len(p.Buckets) != len(r.Buckets)
 		for b := range delta {
 			delta[b] = r.Buckets[b]
@@ -54,14 +54,14 @@ func responseSignals(cur, prev loader.Stats, ports []adaptive.PortKey, sample ui
 		}
 	}
 	if any {
-		snap.Set(sampler.ResponseTimeP50, worst[0])
-		snap.Set(sampler.ResponseTimeP95, worst[1])
-		snap.Set(sampler.ResponseTimeP99, worst[2])
+		snap.Set(olc.ResponseTimeP50, worst[0])
+		snap.Set(olc.ResponseTimeP95, worst[1])
+		snap.Set(olc.ResponseTimeP99, worst[2])
 	}
 	if interval > 0 {
-		snap.Set(sampler.RequestsPerS, reqs)
+		snap.Set(olc.RequestsPerS, reqs)
 	}
-	snap.Set(sampler.InflightRequests, inflight)
+	snap.Set(olc.InflightRequests, inflight)
 	return out
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/loader"
+	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/resptime"
 	"github.com/olcd/olcd/internal/rules"
 	"github.com/olcd/olcd/internal/sampler"
@@ -21,14 +22,14 @@ import (
 type tickResult struct {
 	at       time.Time
 	interval time.Duration
-	snap     sampler.Snapshot
+	snap     olc.Snapshot
 	decision adaptive.Decision
 	stats    loader.Stats
-	deltas   map[adaptive.PortKey]loader.Counters
-	probs    map[adaptive.PortKey]float64
+	deltas   map[olc.PortKey]loader.Counters
+	probs    map[olc.PortKey]float64
 	// resp is each timed port's response time over the tick (nil when
 	// timing is off).
-	resp map[adaptive.PortKey]resptime.Port
+	resp map[olc.PortKey]resptime.Port
 }
 
 // tick runs sample → stats → controller → maps → heartbeat once.
@@ -44,21 +45,21 @@ func (d *Daemon) tick() {
 		d.log.Error("read datapath statistics", "err", err)
 		d.metrics.sampleErrors.WithLabelValues(sourceDatapathStats).Inc()
 	}
-	deltas := make(map[adaptive.PortKey]loader.Counters, len(d.ports))
-	stats := make(map[adaptive.PortKey]adaptive.PortStats, len(d.ports))
-	var resp map[adaptive.PortKey]resptime.Port
+	deltas := make(map[olc.PortKey]loader.Counters, len(d.ports))
+	stats := make(map[olc.PortKey]adaptive.PortStats, len(d.ports))
+	var resp map[olc.PortKey]resptime.Port
 	if err == nil {
-		keys := make([]adaptive.PortKey, 0, len(d.ports))
+		keys := make([]olc.PortKey, 0, len(d.ports))
 		for _, p := range d.ports {
 			keys = append(keys, p.key)
 		}
 		resp = responseSignals(st, d.prev, keys, d.dp.ResponseSample(), d.cfg.Datapath.ResponseMinSamples, snap.Interval, &snap)
 		for _, p := range d.ports {
-			cur, ok := st.Ports[loaderKey(p.key)]
+			cur, ok := st.Ports[p.key]
 			if !ok {
 				continue
 			}
-			dl := counterDelta(cur, d.prev.Ports[loaderKey(p.key)])
+			dl := counterDelta(cur, d.prev.Ports[p.key])
 			deltas[p.key] = dl
 			ps := portStats(dl)
 			if pr, ok := resp[p.key]; ok {
@@ -138,10 +139,10 @@ func counterDelta(cur, prev loader.Counters) loader.Counters {
 // responseValues is the node's measured queue for the decision log: the
 // response-time quantiles (seconds, null when unavailable), requests per
 // second and in flight; nil when response timing gave nothing this tick.
-func responseValues(snap *sampler.Snapshot) map[string]any {
+func responseValues(snap *olc.Snapshot) map[string]any {
 	out := map[string]any{}
-	for _, sig := range []sampler.Signal{sampler.ResponseTimeP50, sampler.ResponseTimeP95, sampler.ResponseTimeP99,
-		sampler.RequestsPerS, sampler.InflightRequests} {
+	for _, sig := range []olc.Signal{olc.ResponseTimeP50, olc.ResponseTimeP95, olc.ResponseTimeP99,
+		olc.RequestsPerS, olc.InflightRequests} {
 		if v, ok := snap.Get(sig); ok {
 			out[sig.String()] = round6(v)
 		}
@@ -250,7 +251,7 @@ func capPorts(found, current []portEntry, max int) []portEntry {
 	if max <= 0 || len(found) <= max {
 		return found
 	}
-	protected := make(map[adaptive.PortKey]bool, len(current))
+	protected := make(map[olc.PortKey]bool, len(current))
 	for _, p := range current {
 		protected[p.key] = true
 	}
@@ -287,7 +288,7 @@ func exemptListeners(cfg *rules.Config, listening []uint16) []api.ExemptListener
 	}
 	var out []api.ExemptListener
 	for _, port := range listening {
-		key := adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: port}
+		key := olc.PortKey{Proto: olc.ProtoTCP, Port: port}
 		if why := cfg.ExemptReason(key); why != "" {
 			out = append(out, api.ExemptListener{Proto: key.Proto.String(), Port: port, Reason: why})
 		}
@@ -309,12 +310,12 @@ func autoPorts(cfg *rules.Config, listeners []sampler.Listener) []portEntry {
 		if addr.IsLoopback() || port == 0 || seen[port] {
 			continue
 		}
-		key := adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: port}
+		key := olc.PortKey{Proto: olc.ProtoTCP, Port: port}
 		if cfg.ExemptPort(key) {
 			continue
 		}
 		seen[port] = true
-		out = append(out, portEntry{key: key, class: adaptive.ClassNormal, mode: cfg.Mode, action: cfg.Action.Kind, source: "auto"})
+		out = append(out, portEntry{key: key, class: olc.ClassNormal, mode: cfg.Mode, action: cfg.Action.Kind, source: "auto"})
 	}
 	slices.SortFunc(out, func(a, b portEntry) int { return cmp.Compare(a.key.Port, b.key.Port) })
 	return out
@@ -353,7 +354,7 @@ func (d *Daemon) rediscover() {
 }
 
 func diffPorts(old, cur []portEntry) (added, removed []string) {
-	has := func(ps []portEntry, k adaptive.PortKey) bool {
+	has := func(ps []portEntry, k olc.PortKey) bool {
 		return slices.ContainsFunc(ps, func(p portEntry) bool { return p.key == k })
 	}
 	for _, p := range cur {
@@ -380,35 +381,11 @@ func controllerPorts(ports []portEntry) []adaptive.PortConfig {
 func tcpPorts(ports []portEntry) []uint16 {
 	var out []uint16
 	for _, p := range ports {
-		if p.key.Proto == adaptive.ProtoTCP {
+		if p.key.Proto == olc.ProtoTCP {
 			out = append(out, p.key.Port)
 		}
 	}
 	return out
-}
-
-func loaderKey(k adaptive.PortKey) loader.PortKey {
-	return loader.PortKey{Proto: loader.Proto(k.Proto), Port: k.Port}
-}
-
-func loaderMode(m rules.Mode) loader.Mode {
-	switch m {
-	case rules.ModeEnforce:
-		return loader.ModeEnforce
-	case rules.ModeObserve:
-		return loader.ModeObserve
-	}
-	return loader.ModeOff
-}
-
-func loaderAction(a rules.Action) loader.Action {
-	switch a {
-	case rules.ActionMark:
-		return loader.ActionMark
-	case rules.ActionReject:
-		return loader.ActionReject
-	}
-	return loader.ActionDrop
 }
 
 func dirOf(path string) string { return filepath.Dir(path) }
@@ -451,7 +428,7 @@ func (d *Daemon) publish() {
 		since := dec.OverloadSince
 		st.Overload.Since = &since
 	}
-	withThreshold := map[sampler.Signal]bool{}
+	withThreshold := map[olc.Signal]bool{}
 	for _, s := range dec.Signals {
 		withThreshold[s.Signal] = true
 		ss := api.SignalStatus{Name: s.Signal.String(), Unit: s.Signal.Unit().String(), Available: s.Available, Corroborated: s.Corroborated}
@@ -463,7 +440,7 @@ func (d *Daemon) publish() {
 		}
 		st.Signals = append(st.Signals, ss)
 	}
-	for sig := range sampler.NumSignals {
+	for sig := range olc.NumSignals {
 		if withThreshold[sig] {
 			continue
 		}
@@ -471,7 +448,7 @@ func (d *Daemon) publish() {
 			st.Signals = append(st.Signals, api.SignalStatus{Name: sig.String(), Unit: sig.Unit().String(), Available: true, Value: &v})
 		}
 	}
-	for c := range adaptive.NumClasses {
+	for c := range olc.NumClasses {
 		st.Classes = append(st.Classes, api.ClassStatus{Class: c.String(), DropProbability: dec.Classes[c]})
 	}
 	secs := r.interval.Seconds()
@@ -489,7 +466,7 @@ func (d *Daemon) publish() {
 	}
 	for _, p := range d.ports {
 		dl := r.deltas[p.key]
-		tot := r.stats.Ports[loaderKey(p.key)]
+		tot := r.stats.Ports[p.key]
 		ps := api.PortStatus{
 			Proto: p.key.Proto.String(), Port: p.key.Port, Class: p.class.String(),
 			Mode: p.mode.String(), Action: p.action.String(), Source: p.source,
@@ -510,7 +487,7 @@ func (d *Daemon) publish() {
 				Rejected: tot.Rejected, WouldReject: tot.WouldReject,
 			},
 		}
-		if f, ok := r.snap.AcceptQueueFill[p.key.Port]; ok && p.key.Proto == adaptive.ProtoTCP {
+		if f, ok := r.snap.AcceptQueueFill[p.key.Port]; ok && p.key.Proto == olc.ProtoTCP {
 			ps.AcceptQueueFill = &f
 		}
 		ps.ResponseTargetMode = "off"
@@ -538,7 +515,7 @@ func (d *Daemon) publish() {
 			ps.ResponseTime = responseTimeStatus(pr)
 			rps, inf := pr.RequestsPerS, pr.Inflight
 			ps.RequestsPerS, ps.InflightRequests = &rps, &inf
-			ps.ResponseHistogram = histogramStatus(r.stats.Response[loaderKey(p.key)].Buckets)
+			ps.ResponseHistogram = histogramStatus(r.stats.Response[p.key].Buckets)
 		}
 		st.Ports = append(st.Ports, ps)
 	}
@@ -564,7 +541,11 @@ func (d *Daemon) publish() {
 	for _, e := range r.snap.Errors {
 		st.SampleErrors = append(st.SampleErrors, fmt.Sprintf("%s: %v", e.Source, e.Err))
 	}
-	d.status.Store(st)
+	keys := make([]olc.PortKey, len(d.ports))
+	for i, p := range d.ports {
+		keys[i] = p.key
+	}
+	d.status.Store(&published{st: st, keys: keys})
 }
 
 func nonNil[T any](s []T) []T {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/olcd/olcd/internal/rules"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // watchTest runs the config file watch on a file in a new directory.
@@ -66,7 +66,7 @@ const (
 
 func wantNew(t *testing.T, l configLoad) {
 	t.Helper()
-	if l.err != nil || l.cfg.Mode != rules.ModeEnforce || len(l.cfg.Ports) != 2 || l.trigger != "file change" {
+	if l.err != nil || l.cfg.Mode != olc.ModeEnforce || len(l.cfg.Ports) != 2 || l.trigger != "file change" {
 		t.Fatalf("reload = %+v, %v; want the complete new file", l.cfg, l.err)
 	}
 }

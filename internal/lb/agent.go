@@ -113,8 +113,8 @@ const (
 //
 // A connection whose line is in at accept (HAProxy with agent-send), or
 // whose peer is known to send nothing (HAProxy without it), is answered by
-// the accept loop itself: no goroutine, no allocation beyond the accept's,
-// no timer. Only a connection expected to send a line that is not yet in
+// the accept loop itself: no goroutine and no timer, and of allocations
+// only the accept's and the two syscall handles of the read and the write. Only a connection expected to send a line that is not yet in
 // waits, in a goroutine of its own, at most SendWait, and at most MaxConns
 // of them at once.
 type Agent struct {

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -20,15 +19,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
+	"github.com/vishvananda/netlink"
+
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // The 1000-connection measurement (issue "Tell the load balancer", must
 // show 2): the agent listens, in this process as in the daemon, inside one
 // network namespace; 1000 clients in another process (this test binary
 // re-executed, clientMain) inside a second namespace reach it over a veth
-// pair, so that the clients' goroutines are not the agent's. Each burst is
-// timed per client from its connect() completing to the answer's newline.
+// pair, so that the clients are not the agent's goroutines. Each client is
+// timed from its request being complete (its connect() completed and, when
+// it sends a line, the line written) to the answer's newline reaching its
+// socket, both kernel times (clientMain), and from calling connect().
 // A bare listener (accept, read the line if one is sent, write a constant
 // line, close: a goroutine per connection, the least a Go server does) takes
 // the same bursts in the same run, as the baseline: on this 2-CPU VM the
@@ -47,86 +50,44 @@ import (
 //     the agent learns to wait for it there while the silent peer is still
 //     answered at accept.
 
-// rig is two namespaces and a veth pair between them.
+// rig is the test network (testutil.Net, named so that the client process
+// can be started in its peer namespace) with a second client address.
 type rig struct {
-	srvNS, cliNS string
-	srvIP        string
-	// cliIP[0] is the silent and HAProxy-like clients' source, cliIP[1]
-	// the late clients'.
+	net *testutil.Net
+	// cliIP[0] is the silent and HAProxy-like clients' source (the peer
+	// end's address), cliIP[1] the late clients'.
 	cliIP [2]string
 }
 
-// newRig creates the namespaces and the veth pair, with random names, and
-// removes them when the test ends. Skips without root or ip(8).
+// newRig creates the network, removed when the test ends. Skips without
+// root or ip(8) (the client process is started with ip netns exec).
 func newRig(t testing.TB) *rig {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces and a veth pair")
-	}
 	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs ip(8) (iproute2)")
+		t.Skip("needs ip(8) (iproute2) to start the clients in their namespace")
 	}
-	id := fmt.Sprintf("%06x", rand.IntN(1<<24))
-	// Only the two new namespaces hold these addresses: a /29 of
-	// TEST-NET-3, never the host's ranges.
-	base := rand.IntN(32) * 8
-	r := &rig{srvNS: "olcdlb-s-" + id, cliNS: "olcdlb-c-" + id, srvIP: fmt.Sprintf("203.0.113.%d", base+1),
-		cliIP: [2]string{fmt.Sprintf("203.0.113.%d", base+2), fmt.Sprintf("203.0.113.%d", base+3)}}
-	srvIf, cliIf := "olbs"+id, "olbc"+id
-	run := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-	run("netns", "add", r.srvNS)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", r.srvNS).Run() })
-	run("netns", "add", r.cliNS)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", r.cliNS).Run() })
-	run("-n", r.srvNS, "link", "add", srvIf, "type", "veth", "peer", "name", cliIf, "netns", r.cliNS)
-	run("-n", r.srvNS, "addr", "add", r.srvIP+"/29", "dev", srvIf)
-	run("-n", r.cliNS, "addr", "add", r.cliIP[0]+"/29", "dev", cliIf)
-	run("-n", r.cliNS, "addr", "add", r.cliIP[1]+"/29", "dev", cliIf)
-	for _, ns := range []string{r.srvNS, r.cliNS} {
-		run("-n", ns, "link", "set", "lo", "up")
-	}
-	run("-n", r.srvNS, "link", "set", srvIf, "up")
-	run("-n", r.cliNS, "link", "set", cliIf, "up")
-	return r
+	n := testutil.NewNet(t, testutil.NetOptions{Named: true})
+	second := n.PeerIP.Next()
+	h, err := netlink.NewHandleAt(n.PeerNS)
+	testutil.Must(t, err)
+	defer h.Close()
+	l, err := h.LinkByName(n.PeerIf)
+	testutil.Must(t, err)
+	testutil.Must(t, h.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: second.AsSlice(), Mask: net.CIDRMask(n.Prefix.Bits(), 32)}}))
+	return &rig{net: n, cliIP: [2]string{n.PeerIP.String(), second.String()}}
 }
 
-// listen opens a TCP listener inside the server namespace. The socket
-// keeps its namespace; the thread that made it is left to die with its
-// goroutine (locked, never unlocked) rather than go back to the runtime in
-// the wrong namespace.
+// listen opens a TCP listener in the node namespace (the socket keeps it).
 func (r *rig) listen(t testing.TB) net.Listener {
 	t.Helper()
-	type res struct {
-		ln  net.Listener
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		runtime.LockOSThread()
-		h, err := netns.GetFromName(r.srvNS)
-		if err != nil {
-			ch <- res{err: err}
-			return
-		}
-		defer h.Close()
-		if err := netns.Set(h); err != nil {
-			ch <- res{err: err}
-			return
-		}
-		ln, err := net.Listen("tcp", net.JoinHostPort(r.srvIP, "0"))
-		ch <- res{ln, err}
-	}()
-	x := <-ch
-	if x.err != nil {
-		t.Fatalf("listen in %s: %v", r.srvNS, x.err)
-	}
-	t.Cleanup(func() { x.ln.Close() })
-	return x.ln
+	var ln net.Listener
+	testutil.Must(t, r.net.InNode(func() error {
+		var err error
+		ln, err = net.Listen("tcp", net.JoinHostPort(r.net.NodeIP.String(), "0"))
+		return err
+	}))
+	t.Cleanup(func() { ln.Close() })
+	return ln
 }
 
 // burst runs one client process in the client namespace.
@@ -137,7 +98,7 @@ func (r *rig) burst(t testing.TB, s clientSpec) clientResult {
 		t.Fatal(err)
 	}
 	spec, _ := json.Marshal(s)
-	cmd := exec.Command("ip", "netns", "exec", r.cliNS, self, "-test.run=^$")
+	cmd := exec.Command("ip", "netns", "exec", r.net.Peer, self, "-test.run=^$")
 	cmd.Env = append(os.Environ(), clientsEnv+"="+string(spec))
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/olcd/olcd/internal/lock"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // FilterPrefix starts the name of every cls_bpf filter olcd creates. At
@@ -96,7 +97,7 @@ func (d *Datapath) Attachments() []Attachment {
 // Errors name the hook, mode and interface, e.g. "attach xdp (native) to
 // eth0: ...": unknown mode, unknown interface, already attached to it, a
 // foreign XDP program, or the kernel refusing the attachment.
-func (d *Datapath) Attach(iface string, mode AttachMode) error {
+func (d *Datapath) Attach(iface string, mode olc.AttachMode) error {
 	return d.attach(iface, mode, false)
 }
 
@@ -122,9 +123,9 @@ func (d *Datapath) Detach(iface string) error {
 }
 
 // attach is Attach with a way to skip tcx, for testing the clsact rung.
-func (d *Datapath) attach(iface string, mode AttachMode, noTCX bool) error {
+func (d *Datapath) attach(iface string, mode olc.AttachMode, noTCX bool) error {
 	if mode == "" {
-		mode = AttachAuto
+		mode = olc.AttachAuto
 	}
 	if !mode.Valid() {
 		return fmt.Errorf("attach %s to %s: unknown attach mode", mode, iface)
@@ -180,13 +181,13 @@ func (d *Datapath) attach(iface string, mode AttachMode, noTCX bool) error {
 
 	var a *attachment
 	switch mode {
-	case AttachAuto, AttachTC:
+	case olc.AttachAuto, olc.AttachTC:
 		a, err = d.attachTC(nl, l, noTCX)
-	case AttachXDP:
+	case olc.AttachXDP:
 		a, err = d.attachXDP(l, true, true)
-	case AttachXDPNative:
+	case olc.AttachXDPNative:
 		a, err = d.attachXDP(l, true, false)
-	case AttachXDPGeneric:
+	case olc.AttachXDPGeneric:
 		a, err = d.attachXDP(l, false, true)
 	}
 	if err != nil {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // emptyXDP is the floor: an XDP program that returns XDP_PASS and does
@@ -108,11 +110,11 @@ func BenchmarkDatapath(b *testing.B) {
 	floor := emptyXDP(b)
 	const protected, unprotected = 8080, 9999
 	if err := d.SetPolicies([]PortPolicy{{
-		Key: PortKey{ProtoTCP, protected}, Mode: ModeEnforce, Action: ActionDrop, DropProbability: 0.5,
+		Key: olc.PortKey{Proto: olc.ProtoTCP, Port: protected}, Mode: olc.ModeEnforce, Action: olc.ActionDrop, DropProbability: 0.5,
 	}}); err != nil {
 		b.Fatal(err)
 	}
-	must(b, d.SetMode(ModeEnforce))
+	must(b, d.SetMode(olc.ModeEnforce))
 	must(b, d.Heartbeat())
 
 	cases := []struct {
@@ -196,14 +198,14 @@ func (p *pairs) runSingles(b *testing.B, floor, prog *ebpf.Program, floorFrame, 
 // each program, whatever -benchtime says.
 func BenchmarkDatapathReject(b *testing.B) {
 	requireRoot(b)
-	d := loadTest(b, Config{StaleAfter: time.Hour, RejectRate: MaxRejectRate, RejectBurst: MaxRejectRate})
+	d := loadTest(b, Config{StaleAfter: time.Hour, RejectRate: olc.MaxRejectRate, RejectBurst: olc.MaxRejectRate})
 	floor := emptyXDP(b)
 	const dropPort, rejectPort = 8080, 8443
 	must(b, d.SetPolicies([]PortPolicy{
-		{Key: PortKey{ProtoTCP, dropPort}, Mode: ModeEnforce, Action: ActionDrop, DropProbability: 1},
-		{Key: PortKey{ProtoTCP, rejectPort}, Mode: ModeEnforce, Action: ActionReject, DropProbability: 1},
+		{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: dropPort}, Mode: olc.ModeEnforce, Action: olc.ActionDrop, DropProbability: 1},
+		{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: rejectPort}, Mode: olc.ModeEnforce, Action: olc.ActionReject, DropProbability: 1},
 	}))
-	must(b, d.SetMode(ModeEnforce))
+	must(b, d.SetMode(olc.ModeEnforce))
 	must(b, d.Heartbeat())
 	floorFrame := ipv4Frame(client4, server4, 6, 0, tcpSeg{40000, dropPort, 1, tcpACK}.bytes())
 	for _, c := range []struct {
@@ -245,23 +247,23 @@ func BenchmarkDatapathBreakdown(b *testing.B) {
 	even := loadTest(b, Config{StaleAfter: time.Hour, Selection: SelectEven})
 	floor := emptyXDP(b)
 	for _, d := range []*Datapath{random, even} {
-		must(b, d.SetMode(ModeEnforce))
+		must(b, d.SetMode(olc.ModeEnforce))
 		must(b, d.Heartbeat())
 	}
 	frame := syn4(8080, 1)
 	for _, c := range []struct {
 		name   string
 		d      *Datapath
-		mode   Mode
-		action Action
+		mode   olc.Mode
+		action olc.Action
 		p      float64
 	}{
-		{"mark-p0", random, ModeEnforce, ActionMark, 0},
-		{"drop-p0", random, ModeEnforce, ActionDrop, 0},
-		{"drop-p1", random, ModeEnforce, ActionDrop, 1},
-		{"observe-p50", random, ModeObserve, ActionDrop, 0.5},
-		{"drop-p50", random, ModeEnforce, ActionDrop, 0.5},
-		{"drop-p50-even", even, ModeEnforce, ActionDrop, 0.5},
+		{"mark-p0", random, olc.ModeEnforce, olc.ActionMark, 0},
+		{"drop-p0", random, olc.ModeEnforce, olc.ActionDrop, 0},
+		{"drop-p1", random, olc.ModeEnforce, olc.ActionDrop, 1},
+		{"observe-p50", random, olc.ModeObserve, olc.ActionDrop, 0.5},
+		{"drop-p50", random, olc.ModeEnforce, olc.ActionDrop, 0.5},
+		{"drop-p50-even", even, olc.ModeEnforce, olc.ActionDrop, 0.5},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			d := c.d
@@ -286,7 +288,7 @@ func BenchmarkStats(b *testing.B) {
 				d := loadTest(b, Config{StaleAfter: time.Hour, MaxPorts: n})
 				pols := make([]PortPolicy, n)
 				for i := range pols {
-					pols[i] = PortPolicy{Key: PortKey{ProtoTCP, uint16(1000 + i)}, Mode: ModeEnforce, Action: ActionDrop}
+					pols[i] = PortPolicy{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: uint16(1000 + i)}, Mode: olc.ModeEnforce, Action: olc.ActionDrop}
 				}
 				must(b, d.SetPolicies(pols))
 				d.stats.noBatch = read == "per-slot"

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/olcd/olcd/internal/fieldcases"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // packetCase is one vector of a packets/*.json file (../shared/cases/README.md).
@@ -70,25 +71,25 @@ func loadPacketCases(t *testing.T) []packetCase {
 	return all
 }
 
-func (c *packetCase) key(t *testing.T) PortKey {
+func (c *packetCase) key(t *testing.T) olc.PortKey {
 	t.Helper()
 	switch *c.Expect.Proto {
 	case "tcp":
-		return PortKey{ProtoTCP, *c.Expect.Dport}
+		return olc.PortKey{Proto: olc.ProtoTCP, Port: *c.Expect.Dport}
 	case "udp":
-		return PortKey{ProtoUDP, *c.Expect.Dport}
+		return olc.PortKey{Proto: olc.ProtoUDP, Port: *c.Expect.Dport}
 	}
 	t.Fatalf("%s: case %q: unknown proto %q", c.file, c.Name, *c.Expect.Proto)
-	return PortKey{}
+	return olc.PortKey{}
 }
 
 // ports are the ports the README says to protect: dport and lure_dport,
 // for TCP and UDP.
-func (c *packetCase) ports() []PortKey {
-	var ps []PortKey
+func (c *packetCase) ports() []olc.PortKey {
+	var ps []olc.PortKey
 	for _, p := range []*uint16{c.Expect.Dport, c.LureDport} {
 		if p != nil {
-			ps = append(ps, PortKey{ProtoTCP, *p}, PortKey{ProtoUDP, *p})
+			ps = append(ps, olc.PortKey{Proto: olc.ProtoTCP, Port: *p}, olc.PortKey{Proto: olc.ProtoUDP, Port: *p})
 		}
 	}
 	return ps
@@ -105,22 +106,22 @@ func TestPacketCases(t *testing.T) {
 
 	type scenario struct {
 		name   string
-		mode   Mode
+		mode   olc.Mode
 		exempt bool
 	}
-	scenarios := []scenario{{"enforce", ModeEnforce, false}, {"exempt", ModeEnforce, true}, {"observe", ModeObserve, false}}
+	scenarios := []scenario{{"enforce", olc.ModeEnforce, false}, {"exempt", olc.ModeEnforce, true}, {"observe", olc.ModeObserve, false}}
 
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("%s/%s", filepath.Base(c.file), c.Name), func(t *testing.T) {
 			var pols []PortPolicy
 			for _, k := range c.ports() {
-				pols = append(pols, PortPolicy{Key: k, Mode: ModeEnforce, Action: ActionDrop, DropProbability: 1})
+				pols = append(pols, PortPolicy{Key: k, Mode: olc.ModeEnforce, Action: olc.ActionDrop, DropProbability: 1})
 			}
 			must(t, d.SetPolicies(pols))
 			for _, h := range hooks {
 				for _, sc := range scenarios {
 					t.Run(string(h)+"/"+sc.name, func(t *testing.T) {
-						var exempt []PortKey
+						var exempt []olc.PortKey
 						if sc.exempt {
 							exempt = c.ports()
 						}

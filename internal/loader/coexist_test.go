@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/olcd/olcd/internal/lock"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // passCLS is a SCHED_CLS program that lets everything through, standing in
@@ -94,7 +95,7 @@ func TestCoexistence(t *testing.T) {
 				return addBPFFilter(n.NodeIf, "foreign", 7, foreign)
 			})
 			d := loadTest(t, Config{})
-			n.inServer(t, func() error { return d.attach(n.NodeIf, AttachTC, noTCX) })
+			n.inServer(t, func() error { return d.attach(n.NodeIf, olc.AttachTC, noTCX) })
 			n.inServer(t, func() error {
 				names, _, err := ingressFilterNames(n.NodeIf)
 				if err != nil {
@@ -128,7 +129,7 @@ func TestCoexistence(t *testing.T) {
 	t.Run("created-clsact", func(t *testing.T) {
 		n := newTestNet(t)
 		d := loadTest(t, Config{})
-		n.inServer(t, func() error { return d.attach(n.NodeIf, AttachTC, true) })
+		n.inServer(t, func() error { return d.attach(n.NodeIf, olc.AttachTC, true) })
 		n.inServer(t, d.Close)
 		n.inServer(t, func() error {
 			if _, clsact, err := ingressFilterNames(n.NodeIf); err != nil || clsact {
@@ -140,7 +141,7 @@ func TestCoexistence(t *testing.T) {
 		// Someone adds a filter to the clsact olcd created: it stays.
 		foreign := passCLS(t)
 		d2 := loadTest(t, Config{})
-		n.inServer(t, func() error { return d2.attach(n.NodeIf, AttachTC, true) })
+		n.inServer(t, func() error { return d2.attach(n.NodeIf, olc.AttachTC, true) })
 		n.inServer(t, func() error { return addBPFFilter(n.NodeIf, "foreign", 7, foreign) })
 		n.inServer(t, d2.Close)
 		n.inServer(t, func() error {
@@ -177,7 +178,7 @@ func TestLeftoverFilters(t *testing.T) {
 	})
 	stale.Close() // like the killed process: only the filter holds it now
 	d := loadTest(t, Config{})
-	n.inServer(t, func() error { return d.Attach(n.NodeIf, AttachTC) })
+	n.inServer(t, func() error { return d.Attach(n.NodeIf, olc.AttachTC) })
 	t.Cleanup(func() { n.inServer(t, d.Close) })
 	n.inServer(t, func() error {
 		names, _, err := ingressFilterNames(n.NodeIf)
@@ -189,6 +190,16 @@ func TestLeftoverFilters(t *testing.T) {
 		}
 		return nil
 	})
+	// Attached, it holds the lock; closed, the lock file is gone.
+	var path string
+	n.inServer(t, func() (err error) { path, err = lockPathOf(n.NodeIf); return err })
+	if _, err := lock.TryExclusive(path); !errors.Is(err, lock.ErrLocked) {
+		t.Errorf("lock while attached: %v, want ErrLocked", err)
+	}
+	n.inServer(t, d.Close)
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("lock file after Close: %v, want removed", err)
+	}
 }
 
 // TestAnotherInstance: an olcd that is running (it holds the interface's
@@ -217,7 +228,7 @@ func TestAnotherInstance(t *testing.T) {
 		t.Cleanup(func() { held.Release() })
 		d := loadTest(t, Config{})
 		var err error
-		_ = n.InNode(func() error { err = d.Attach(n.NodeIf, AttachTC); return nil })
+		_ = n.InNode(func() error { err = d.Attach(n.NodeIf, olc.AttachTC); return nil })
 		if err == nil || !strings.Contains(err.Error(), `another olcd is attached (clsact filter "olcd_tc"`) {
 			t.Errorf("attach beside a running olcd's filter: %v", err)
 		}
@@ -244,7 +255,7 @@ func TestAnotherInstance(t *testing.T) {
 		t.Cleanup(func() { held.Release() })
 		d := loadTest(t, Config{})
 		var err error
-		_ = n.InNode(func() error { err = d.Attach(n.NodeIf, AttachTC); return nil })
+		_ = n.InNode(func() error { err = d.Attach(n.NodeIf, olc.AttachTC); return nil })
 		if err == nil || !strings.Contains(err.Error(), "another olcd is attached (it holds "+path+")") {
 			t.Errorf("attach beside a locked interface: %v", err)
 		}
@@ -252,9 +263,9 @@ func TestAnotherInstance(t *testing.T) {
 	t.Run("tcx", func(t *testing.T) {
 		n := newTestNet(t)
 		first, second := loadTest(t, Config{}), loadTest(t, Config{})
-		n.inServer(t, func() error { return first.Attach(n.NodeIf, AttachTC) })
+		n.inServer(t, func() error { return first.Attach(n.NodeIf, olc.AttachTC) })
 		t.Cleanup(func() { n.inServer(t, first.Close) })
-		for _, mode := range []AttachMode{AttachTC, AttachXDP} {
+		for _, mode := range []olc.AttachMode{olc.AttachTC, olc.AttachXDP} {
 			var err error
 			_ = n.InNode(func() error { err = second.Attach(n.NodeIf, mode); return nil })
 			if err == nil || !strings.Contains(err.Error(), "another olcd is attached (tcx program olcd_tc") {
@@ -312,12 +323,12 @@ func TestAttachErrors(t *testing.T) {
 
 	tests := []struct {
 		iface string
-		mode  AttachMode
+		mode  olc.AttachMode
 		want  []string
 	}{
-		{n.NodeIf, AttachXDP, []string{"attach xdp (native) to " + n.NodeIf, fmt.Sprintf("program id %d", fid)}},
-		{n.NodeIf, AttachXDPGeneric, []string{"attach xdp (generic) to " + n.NodeIf, fmt.Sprintf("program id %d", fid)}},
-		{"olcd-no-such", AttachTC, []string{"attach tc to olcd-no-such"}},
+		{n.NodeIf, olc.AttachXDP, []string{"attach xdp (native) to " + n.NodeIf, fmt.Sprintf("program id %d", fid)}},
+		{n.NodeIf, olc.AttachXDPGeneric, []string{"attach xdp (generic) to " + n.NodeIf, fmt.Sprintf("program id %d", fid)}},
+		{"olcd-no-such", olc.AttachTC, []string{"attach tc to olcd-no-such"}},
 		{n.NodeIf, "ebpf", []string{"attach ebpf to " + n.NodeIf, "unknown attach mode"}},
 	}
 	for _, tt := range tests {
@@ -345,9 +356,9 @@ func TestAttachErrors(t *testing.T) {
 		return nil
 	})
 
-	n.inServer(t, func() error { return d.Attach(n.NodeIf, AttachTC) })
+	n.inServer(t, func() error { return d.Attach(n.NodeIf, olc.AttachTC) })
 	var err2 error
-	_ = n.InNode(func() error { err2 = d.Attach(n.NodeIf, AttachTC); return nil })
+	_ = n.InNode(func() error { err2 = d.Attach(n.NodeIf, olc.AttachTC); return nil })
 	if err2 == nil || !strings.Contains(err2.Error(), "already attached") {
 		t.Errorf("second attach: %v", err2)
 	}
@@ -358,7 +369,7 @@ func TestAttachErrors(t *testing.T) {
 func TestXDPFallback(t *testing.T) {
 	n := newTestNet(t)
 	d := loadTest(t, Config{})
-	n.inServer(t, func() error { return d.Attach("lo", AttachXDP) })
+	n.inServer(t, func() error { return d.Attach("lo", olc.AttachXDP) })
 	if got := d.Attachments(); len(got) != 1 || got[0] != (Attachment{Interface: "lo", Hook: "xdp", Mode: "generic", Ifindex: 1}) {
 		t.Errorf("attachments %+v, want xdp/generic on lo", got)
 	}
@@ -366,7 +377,7 @@ func TestXDPFallback(t *testing.T) {
 
 	d2 := loadTest(t, Config{})
 	var err error
-	_ = n.InNode(func() error { err = d2.Attach("lo", AttachXDPNative); return nil })
+	_ = n.InNode(func() error { err = d2.Attach("lo", olc.AttachXDPNative); return nil })
 	if err == nil || !strings.Contains(err.Error(), "attach xdp (native) to lo") {
 		t.Errorf("native XDP on lo: %v, want an error naming the mode", err)
 	}
@@ -393,7 +404,7 @@ func TestAttachInterfaceKinds(t *testing.T) {
 	d := loadTest(t, Config{})
 	t.Cleanup(func() { n.inServer(t, d.Close) })
 
-	for _, mode := range []AttachMode{AttachTC, AttachXDP} {
+	for _, mode := range []olc.AttachMode{olc.AttachTC, olc.AttachXDP} {
 		var err error
 		_ = n.InNode(func() error { err = d.Attach(tun, mode); return nil })
 		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("attach %s to %s: link type \"none\" has no Ethernet header", mode, tun)) {
@@ -404,9 +415,9 @@ func TestAttachInterfaceKinds(t *testing.T) {
 		t.Fatalf("refused attachments left %+v", got)
 	}
 
-	n.inServer(t, func() error { return d.Attach(n.NodeIf, AttachTC) })
+	n.inServer(t, func() error { return d.Attach(n.NodeIf, olc.AttachTC) })
 	var err error
-	_ = n.InNode(func() error { err = d.Attach(alt, AttachTC); return nil })
+	_ = n.InNode(func() error { err = d.Attach(alt, olc.AttachTC); return nil })
 	if err == nil || !strings.Contains(err.Error(), "already attached as "+n.NodeIf) {
 		t.Errorf("attach to the altname of an attached interface: %v, want already attached", err)
 	}
@@ -436,7 +447,7 @@ func TestClsactDeletedUnderneath(t *testing.T) {
 				n.inServer(t, func() error { return addClsact(n.NodeIf) })
 			}
 			d := loadTest(t, Config{})
-			n.inServer(t, func() error { return d.attach(n.NodeIf, AttachTC, true) })
+			n.inServer(t, func() error { return d.attach(n.NodeIf, olc.AttachTC, true) })
 			n.inServer(t, func() error {
 				l, err := netlink.LinkByName(n.NodeIf)
 				if err != nil {
@@ -500,7 +511,7 @@ func TestDetach(t *testing.T) {
 			}
 			attach := func(name string) Attachment {
 				t.Helper()
-				n.inServer(t, func() error { return d.attach(name, AttachTC, noTCX) })
+				n.inServer(t, func() error { return d.attach(name, olc.AttachTC, noTCX) })
 				for _, a := range d.Attachments() {
 					if a.Interface == name {
 						return a

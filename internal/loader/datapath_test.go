@@ -17,6 +17,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 func TestProbabilityToFixed(t *testing.T) {
@@ -52,19 +54,19 @@ func TestProbabilityToFixed(t *testing.T) {
 
 // setup loads a datapath with one protected TCP port 8080 (and UDP 53) in
 // enforce mode at probability p, with a fresh heartbeat.
-func setup(t *testing.T, cfg Config, action Action, p float64) *Datapath {
+func setup(t *testing.T, cfg Config, action olc.Action, p float64) *Datapath {
 	t.Helper()
 	d := loadTest(t, cfg)
 	must(t, d.SetPolicies([]PortPolicy{
-		{Key: PortKey{ProtoTCP, 8080}, Mode: ModeEnforce, Action: action, DropProbability: p},
-		{Key: PortKey{ProtoUDP, 53}, Mode: ModeEnforce, Action: action, DropProbability: p},
+		{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 8080}, Mode: olc.ModeEnforce, Action: action, DropProbability: p},
+		{Key: olc.PortKey{Proto: olc.ProtoUDP, Port: 53}, Mode: olc.ModeEnforce, Action: action, DropProbability: p},
 	}))
-	must(t, d.SetMode(ModeEnforce))
+	must(t, d.SetMode(olc.ModeEnforce))
 	must(t, d.Heartbeat())
 	return d
 }
 
-var tcp8080 = PortKey{ProtoTCP, 8080}
+var tcp8080 = olc.PortKey{Proto: olc.ProtoTCP, Port: 8080}
 
 // repeat runs a frame n times in one BPF_PROG_TEST_RUN call.
 func repeat(t *testing.T, d *Datapath, h hook, frame []byte, n uint32) {
@@ -89,7 +91,7 @@ func TestDropProbability(t *testing.T) {
 	for _, h := range hooks {
 		for _, tt := range tests {
 			t.Run(fmt.Sprintf("%s/p=%v", h, tt.p), func(t *testing.T) {
-				d := setup(t, Config{StaleAfter: time.Hour}, ActionDrop, tt.p)
+				d := setup(t, Config{StaleAfter: time.Hour}, olc.ActionDrop, tt.p)
 				repeat(t, d, h, syn4(8080, 7), n)
 				c := stats(t, d).Ports[tcp8080]
 				if c.NewConns != n {
@@ -115,7 +117,7 @@ func TestHeartbeatSeenAtOnce(t *testing.T) {
 	const staleAfter = 2 * time.Second
 	for _, h := range hooks {
 		t.Run(string(h), func(t *testing.T) {
-			d := setup(t, Config{StaleAfter: staleAfter}, ActionDrop, 1)
+			d := setup(t, Config{StaleAfter: staleAfter}, olc.ActionDrop, 1)
 			for i, hb := range []uint64{now - uint64(3*staleAfter), now, 0, now, now - uint64(3*staleAfter)} {
 				must(t, d.setHeartbeat(hb))
 				want := verdictDrop
@@ -140,7 +142,7 @@ func TestDrawSequence(t *testing.T) {
 	const n = 20000
 	for _, h := range hooks {
 		t.Run(string(h), func(t *testing.T) {
-			d := setup(t, Config{StaleAfter: time.Hour}, ActionDrop, 0.5)
+			d := setup(t, Config{StaleAfter: time.Hour}, olc.ActionDrop, 0.5)
 			frame := syn4(8080, 9)
 			var dropped, pairs, same, longest int
 			prev := verdict("")
@@ -177,9 +179,9 @@ func TestDrawSequence(t *testing.T) {
 // when the port gets it, so that no two CPUs or ports draw the same
 // sequence.
 func TestDrawState(t *testing.T) {
-	d := setup(t, Config{StaleAfter: time.Hour}, ActionDrop, 0.5)
+	d := setup(t, Config{StaleAfter: time.Hour}, olc.ActionDrop, 0.5)
 	seen := make(map[uint32]string)
-	for _, k := range []PortKey{tcp8080, {ProtoUDP, 53}} {
+	for _, k := range []olc.PortKey{tcp8080, {Proto: olc.ProtoUDP, Port: 53}} {
 		var per []olcdOlcdCounters
 		if err := d.objs.OlcdStats.Lookup(uint32(d.slots[k]), &per); err != nil {
 			t.Fatalf("read slot of %s: %v", k, err)
@@ -229,7 +231,7 @@ func TestDrawSeed(t *testing.T) {
 				// verdicts loads a datapath with seed and runs n SYNs on
 				// one CPU; start is that CPU's state of the port's slot.
 				verdicts := func(seed uint64) (got []verdict, start uint32) {
-					d := setup(t, Config{StaleAfter: time.Hour, Selection: sel, DrawSeed: seed}, ActionDrop, p)
+					d := setup(t, Config{StaleAfter: time.Hour, Selection: sel, DrawSeed: seed}, olc.ActionDrop, p)
 					var rets []uint32
 					var err error
 					onOneCPU(t, func() {
@@ -306,7 +308,7 @@ func TestFailOpen(t *testing.T) {
 	for _, h := range hooks {
 		for _, tt := range tests {
 			t.Run(string(h)+"/"+tt.name, func(t *testing.T) {
-				d := setup(t, Config{StaleAfter: staleAfter}, ActionDrop, 1)
+				d := setup(t, Config{StaleAfter: staleAfter}, olc.ActionDrop, 1)
 				now, err := monotonicNow()
 				must(t, err)
 				must(t, d.setHeartbeat(tt.heartbeat(now)))
@@ -335,7 +337,7 @@ func TestHeartbeatTimeNamespace(t *testing.T) {
 		if off == 0 {
 			t.Fatal("not in a shifted time namespace")
 		}
-		d := setup(t, Config{StaleAfter: 300 * time.Millisecond}, ActionDrop, 1)
+		d := setup(t, Config{StaleAfter: 300 * time.Millisecond}, olc.ActionDrop, 1)
 		if v, _ := run(t, d, hookXDP, syn4(8080, 1)); v != verdictDrop {
 			t.Errorf("offset %v, fresh heartbeat: %s, want drop", time.Duration(off), v)
 		}
@@ -382,46 +384,46 @@ func TestHeartbeatTimeNamespace(t *testing.T) {
 // global mode caps the port's.
 func TestModesAndExceptions(t *testing.T) {
 	type exc struct {
-		ports   []PortKey
+		ports   []olc.PortKey
 		sources []string
 	}
 	tests := []struct {
 		name       string
-		global     Mode
-		port       Mode
+		global     olc.Mode
+		port       olc.Mode
 		exc        exc
 		frame      []byte
-		key        PortKey
+		key        olc.PortKey
 		want       verdict
 		wantCounts Counters
 	}{
-		{"enforce drops", ModeEnforce, ModeEnforce, exc{}, syn4(8080, 1), tcp8080, verdictDrop,
+		{"enforce drops", olc.ModeEnforce, olc.ModeEnforce, exc{}, syn4(8080, 1), tcp8080, verdictDrop,
 			Counters{NewConns: 1, Dropped: 1}},
-		{"global observe", ModeObserve, ModeEnforce, exc{}, syn4(8080, 1), tcp8080, verdictPass,
+		{"global observe", olc.ModeObserve, olc.ModeEnforce, exc{}, syn4(8080, 1), tcp8080, verdictPass,
 			Counters{NewConns: 1, Passed: 1, WouldDrop: 1}},
-		{"port observe", ModeEnforce, ModeObserve, exc{}, syn4(8080, 1), tcp8080, verdictPass,
+		{"port observe", olc.ModeEnforce, olc.ModeObserve, exc{}, syn4(8080, 1), tcp8080, verdictPass,
 			Counters{NewConns: 1, Passed: 1, WouldDrop: 1}},
-		{"global off", ModeOff, ModeEnforce, exc{}, syn4(8080, 1), tcp8080, verdictPass,
+		{"global off", olc.ModeOff, olc.ModeEnforce, exc{}, syn4(8080, 1), tcp8080, verdictPass,
 			Counters{NewConns: 1, Passed: 1}},
-		{"exempt port", ModeEnforce, ModeEnforce, exc{ports: []PortKey{tcp8080}}, syn4(8080, 1), tcp8080, verdictPass,
+		{"exempt port", olc.ModeEnforce, olc.ModeEnforce, exc{ports: []olc.PortKey{tcp8080}}, syn4(8080, 1), tcp8080, verdictPass,
 			Counters{NewConns: 1, Passed: 1, Exempt: 1}},
-		{"exempt udp port", ModeEnforce, ModeEnforce, exc{ports: []PortKey{{ProtoUDP, 53}}}, udp4(53), PortKey{ProtoUDP, 53}, verdictPass,
+		{"exempt udp port", olc.ModeEnforce, olc.ModeEnforce, exc{ports: []olc.PortKey{{Proto: olc.ProtoUDP, Port: 53}}}, udp4(53), olc.PortKey{Proto: olc.ProtoUDP, Port: 53}, verdictPass,
 			Counters{NewConns: 1, Passed: 1, Exempt: 1}},
-		{"exempt IPv4 source", ModeEnforce, ModeEnforce, exc{sources: []string{"192.0.2.0/24"}}, syn4(8080, 1), tcp8080, verdictPass,
+		{"exempt IPv4 source", olc.ModeEnforce, olc.ModeEnforce, exc{sources: []string{"192.0.2.0/24"}}, syn4(8080, 1), tcp8080, verdictPass,
 			Counters{NewConns: 1, Passed: 1, Exempt: 1}},
-		{"other IPv4 source", ModeEnforce, ModeEnforce, exc{sources: []string{"192.0.3.0/24", "2001:db8::/32"}}, syn4(8080, 1), tcp8080, verdictDrop,
+		{"other IPv4 source", olc.ModeEnforce, olc.ModeEnforce, exc{sources: []string{"192.0.3.0/24", "2001:db8::/32"}}, syn4(8080, 1), tcp8080, verdictDrop,
 			Counters{NewConns: 1, Dropped: 1}},
-		{"exempt IPv6 source", ModeEnforce, ModeEnforce, exc{sources: []string{"2001:db8::1/128"}}, syn6(8080, 1), tcp8080, verdictPass,
+		{"exempt IPv6 source", olc.ModeEnforce, olc.ModeEnforce, exc{sources: []string{"2001:db8::1/128"}}, syn6(8080, 1), tcp8080, verdictPass,
 			Counters{NewConns: 1, Passed: 1, Exempt: 1}},
-		{"other IPv6 source", ModeEnforce, ModeEnforce, exc{sources: []string{"2001:db8::2/128", "192.0.2.10/32"}}, syn6(8080, 1), tcp8080, verdictDrop,
+		{"other IPv6 source", olc.ModeEnforce, olc.ModeEnforce, exc{sources: []string{"2001:db8::2/128", "192.0.2.10/32"}}, syn6(8080, 1), tcp8080, verdictDrop,
 			Counters{NewConns: 1, Dropped: 1}},
-		{"every IPv4 source", ModeEnforce, ModeEnforce, exc{sources: []string{"0.0.0.0/0"}}, syn4(8080, 1), tcp8080, verdictPass,
+		{"every IPv4 source", olc.ModeEnforce, olc.ModeEnforce, exc{sources: []string{"0.0.0.0/0"}}, syn4(8080, 1), tcp8080, verdictPass,
 			Counters{NewConns: 1, Passed: 1, Exempt: 1}},
-		{"every IPv6 source", ModeEnforce, ModeEnforce, exc{sources: []string{"::/0"}}, syn6(8080, 1), tcp8080, verdictPass,
+		{"every IPv6 source", olc.ModeEnforce, olc.ModeEnforce, exc{sources: []string{"::/0"}}, syn6(8080, 1), tcp8080, verdictPass,
 			Counters{NewConns: 1, Passed: 1, Exempt: 1}},
-		{"IPv4 everything does not cover IPv6", ModeEnforce, ModeEnforce, exc{sources: []string{"0.0.0.0/0"}}, syn6(8080, 1), tcp8080, verdictDrop,
+		{"IPv4 everything does not cover IPv6", olc.ModeEnforce, olc.ModeEnforce, exc{sources: []string{"0.0.0.0/0"}}, syn6(8080, 1), tcp8080, verdictDrop,
 			Counters{NewConns: 1, Dropped: 1}},
-		{"overlapping prefixes", ModeEnforce, ModeEnforce, exc{sources: []string{"192.0.0.0/8", "192.0.2.0/24", "192.0.2.10/32"}}, syn4(8080, 1), tcp8080, verdictPass,
+		{"overlapping prefixes", olc.ModeEnforce, olc.ModeEnforce, exc{sources: []string{"192.0.0.0/8", "192.0.2.0/24", "192.0.2.10/32"}}, syn4(8080, 1), tcp8080, verdictPass,
 			Counters{NewConns: 1, Passed: 1, Exempt: 1}},
 	}
 	for _, h := range hooks {
@@ -429,8 +431,8 @@ func TestModesAndExceptions(t *testing.T) {
 			t.Run(string(h)+"/"+tt.name, func(t *testing.T) {
 				d := loadTest(t, Config{StaleAfter: time.Hour})
 				must(t, d.SetPolicies([]PortPolicy{
-					{Key: tcp8080, Mode: tt.port, Action: ActionDrop, DropProbability: 1},
-					{Key: PortKey{ProtoUDP, 53}, Mode: tt.port, Action: ActionDrop, DropProbability: 1},
+					{Key: tcp8080, Mode: tt.port, Action: olc.ActionDrop, DropProbability: 1},
+					{Key: olc.PortKey{Proto: olc.ProtoUDP, Port: 53}, Mode: tt.port, Action: olc.ActionDrop, DropProbability: 1},
 				}))
 				var prefixes []netip.Prefix
 				for _, s := range tt.exc.sources {
@@ -455,8 +457,8 @@ func TestModesAndExceptions(t *testing.T) {
 func TestExceptionWithoutPolicy(t *testing.T) {
 	for _, h := range hooks {
 		t.Run(string(h), func(t *testing.T) {
-			d := setup(t, Config{StaleAfter: time.Hour}, ActionDrop, 1)
-			must(t, d.SetExceptions([]PortKey{{ProtoTCP, 22}, {ProtoUDP, 123}}, nil))
+			d := setup(t, Config{StaleAfter: time.Hour}, olc.ActionDrop, 1)
+			must(t, d.SetExceptions([]olc.PortKey{{Proto: olc.ProtoTCP, Port: 22}, {Proto: olc.ProtoUDP, Port: 123}}, nil))
 			run(t, d, h, syn4(22, 1))
 			run(t, d, h, udp4(123))
 			s := stats(t, d)
@@ -482,7 +484,7 @@ func TestSYNRetransmits(t *testing.T) {
 			syn  func(uint16, uint32) []byte
 		}{{"ipv4", syn4}, {"ipv6", syn6}} {
 			t.Run(string(h)+"/"+fam.name, func(t *testing.T) {
-				d := setup(t, Config{StaleAfter: time.Hour}, ActionDrop, 1)
+				d := setup(t, Config{StaleAfter: time.Hour}, olc.ActionDrop, 1)
 				for range 4 {
 					if v, _ := run(t, d, h, fam.syn(8080, 1000)); v != verdictDrop {
 						t.Fatalf("verdict %s, want drop", v)
@@ -507,7 +509,7 @@ func TestSYNRetransmits(t *testing.T) {
 func TestShedRetransmits(t *testing.T) {
 	for _, h := range hooks {
 		t.Run(string(h), func(t *testing.T) {
-			d := setup(t, Config{StaleAfter: time.Hour}, ActionDrop, 1)
+			d := setup(t, Config{StaleAfter: time.Hour}, olc.ActionDrop, 1)
 			run(t, d, h, syn4(8080, 1)) // dropped at p = 1: remembered
 			const tiny = 1e-6           // a draw practically never drops
 			for _, tc := range []struct {
@@ -522,13 +524,13 @@ func TestShedRetransmits(t *testing.T) {
 				{"retransmit, not shedding", tiny, false, 1, verdictPass},
 				{"retransmit, shedding at p = 0", 0, true, 1, verdictPass},
 			} {
-				must(t, d.SetDropProbabilities(map[PortKey]float64{tcp8080: tc.p}))
-				must(t, d.SetRetransmitShedding(map[PortKey]bool{tcp8080: tc.shed}))
+				must(t, d.SetDropProbabilities(map[olc.PortKey]float64{tcp8080: tc.p}))
+				must(t, d.SetRetransmitShedding(map[olc.PortKey]bool{tcp8080: tc.shed}))
 				if v, _ := run(t, d, h, syn4(8080, tc.isn)); v != tc.want {
 					t.Errorf("%s: verdict %s, want %s %+v", tc.name, v, tc.want, stats(t, d).Ports[tcp8080])
 				}
 			}
-			if err := d.SetRetransmitShedding(map[PortKey]bool{{ProtoTCP, 1}: true}); err == nil {
+			if err := d.SetRetransmitShedding(map[olc.PortKey]bool{{Proto: olc.ProtoTCP, Port: 1}: true}); err == nil {
 				t.Error("a port without a policy: no error")
 			}
 		})
@@ -542,7 +544,7 @@ func TestShedRetransmits(t *testing.T) {
 func TestSYNTableLRU(t *testing.T) {
 	for _, h := range hooks {
 		t.Run(string(h), func(t *testing.T) {
-			d := setup(t, Config{StaleAfter: time.Hour, SYNTableSize: 4}, ActionDrop, 1)
+			d := setup(t, Config{StaleAfter: time.Hour, SYNTableSize: 4}, olc.ActionDrop, 1)
 			now, err := monotonicNow()
 			must(t, err)
 			steps := []struct {
@@ -582,15 +584,15 @@ func TestSYNTableLRU(t *testing.T) {
 // neither makes retransmits; a SYN dropped in enforce mode is still
 // recognised after the port goes to observe.
 func TestSYNRetransmitsMarkAndObserve(t *testing.T) {
-	d := setup(t, Config{StaleAfter: time.Hour}, ActionMark, 1)
+	d := setup(t, Config{StaleAfter: time.Hour}, olc.ActionMark, 1)
 	run(t, d, hookXDP, syn4(8080, 5))
 	run(t, d, hookXDP, syn4(8080, 5))
 	if c := stats(t, d).Ports[tcp8080]; c.SYNRetransmits != 0 || c.Marked != 2 {
 		t.Errorf("mark: %+v, want 2 marked and no retransmits", c)
 	}
-	must(t, d.SetPolicies([]PortPolicy{{Key: tcp8080, Mode: ModeEnforce, Action: ActionDrop, DropProbability: 1}}))
+	must(t, d.SetPolicies([]PortPolicy{{Key: tcp8080, Mode: olc.ModeEnforce, Action: olc.ActionDrop, DropProbability: 1}}))
 	run(t, d, hookXDP, syn4(8080, 6))
-	must(t, d.SetMode(ModeObserve))
+	must(t, d.SetMode(olc.ModeObserve))
 	run(t, d, hookXDP, syn4(8080, 6))
 	if c := stats(t, d).Ports[tcp8080]; c.SYNRetransmits != 1 || c.WouldDrop != 1 {
 		t.Errorf("observe after drop: %+v, want 1 retransmit and 1 would-drop", c)
@@ -603,7 +605,7 @@ func TestMark(t *testing.T) {
 	const dscp, fwmark = 46, 0x4f4c
 	for _, h := range hooks {
 		t.Run(string(h)+"/ipv4", func(t *testing.T) {
-			d := setup(t, Config{StaleAfter: time.Hour, MarkDSCP: dscp, MarkFwmark: fwmark}, ActionMark, 1)
+			d := setup(t, Config{StaleAfter: time.Hour, MarkDSCP: dscp, MarkFwmark: fwmark}, olc.ActionMark, 1)
 			in := ipv4Frame(client4, server4, 6, 0x03, tcpSeg{40000, 8080, 1, tcpSYN}.bytes())
 			got, out := run(t, d, h, in)
 			if got != verdictPass {
@@ -621,7 +623,7 @@ func TestMark(t *testing.T) {
 			}
 		})
 		t.Run(string(h)+"/ipv6", func(t *testing.T) {
-			d := setup(t, Config{StaleAfter: time.Hour, MarkDSCP: dscp}, ActionMark, 1)
+			d := setup(t, Config{StaleAfter: time.Hour, MarkDSCP: dscp}, olc.ActionMark, 1)
 			in := ipv6Frame(client6, server6, 0, 0xb9, hopByHop(6), tcpSeg{40000, 8080, 1, tcpSYN}.bytes())
 			_, out := run(t, d, h, in)
 			word := binary.BigEndian.Uint32(out[14:])
@@ -635,7 +637,7 @@ func TestMark(t *testing.T) {
 	}
 	for _, h := range hooks {
 		t.Run(string(h)+"/keep-dscp", func(t *testing.T) {
-			d := setup(t, Config{StaleAfter: time.Hour, MarkDSCP: dscp, MarkKeepDSCP: true}, ActionMark, 1)
+			d := setup(t, Config{StaleAfter: time.Hour, MarkDSCP: dscp, MarkKeepDSCP: true}, olc.ActionMark, 1)
 			in := ipv4Frame(client4, server4, 6, 0x03, tcpSeg{40000, 8080, 1, tcpSYN}.bytes())
 			got, out := run(t, d, h, in)
 			if got != verdictPass || string(out) != string(in) {
@@ -647,7 +649,7 @@ func TestMark(t *testing.T) {
 		})
 	}
 	t.Run("tc/skb-mark", func(t *testing.T) {
-		d := setup(t, Config{StaleAfter: time.Hour, MarkDSCP: dscp, MarkFwmark: fwmark}, ActionMark, 1)
+		d := setup(t, Config{StaleAfter: time.Hour, MarkDSCP: dscp, MarkFwmark: fwmark}, olc.ActionMark, 1)
 		var ctxIn, ctxOut skbContext
 		opts := &ebpf.RunOptions{Data: syn4(8080, 1), Context: ctxIn, ContextOut: &ctxOut}
 		if _, err := d.objs.OlcdTc.Run(opts); err != nil {
@@ -757,10 +759,10 @@ func TestTruncatedFrames(t *testing.T) {
 	}
 	d := loadTest(t, Config{StaleAfter: time.Hour})
 	must(t, d.SetPolicies([]PortPolicy{
-		{Key: tcp8080, Mode: ModeEnforce, Action: ActionDrop, DropProbability: 1},
-		{Key: PortKey{ProtoUDP, 8080}, Mode: ModeEnforce, Action: ActionDrop, DropProbability: 1},
+		{Key: tcp8080, Mode: olc.ModeEnforce, Action: olc.ActionDrop, DropProbability: 1},
+		{Key: olc.PortKey{Proto: olc.ProtoUDP, Port: 8080}, Mode: olc.ModeEnforce, Action: olc.ActionDrop, DropProbability: 1},
 	}))
-	must(t, d.SetMode(ModeEnforce))
+	must(t, d.SetMode(olc.ModeEnforce))
 	must(t, d.Heartbeat())
 	for _, b := range bases {
 		for _, h := range hooks {
@@ -798,13 +800,13 @@ func TestTruncatedFrames(t *testing.T) {
 // port's counters do not leak into the next port that takes its slot, and
 // bad input is refused whole, naming the field.
 func TestPoliciesAndSlots(t *testing.T) {
-	d := setup(t, Config{MaxPorts: 2, StaleAfter: time.Hour}, ActionDrop, 1)
+	d := setup(t, Config{MaxPorts: 2, StaleAfter: time.Hour}, olc.ActionDrop, 1)
 	run(t, d, hookXDP, syn4(8080, 1))
-	udp53 := PortKey{ProtoUDP, 53}
+	udp53 := olc.PortKey{Proto: olc.ProtoUDP, Port: 53}
 	// Keep 8080, drop udp/53, add 9090 (it takes udp/53's slot).
 	must(t, d.SetPolicies([]PortPolicy{
-		{Key: tcp8080, Mode: ModeEnforce, Action: ActionDrop, DropProbability: 1},
-		{Key: PortKey{ProtoTCP, 9090}, Mode: ModeEnforce, Action: ActionDrop},
+		{Key: tcp8080, Mode: olc.ModeEnforce, Action: olc.ActionDrop, DropProbability: 1},
+		{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 9090}, Mode: olc.ModeEnforce, Action: olc.ActionDrop},
 	}))
 	run(t, d, hookXDP, udp4(53))
 	s := stats(t, d)
@@ -814,7 +816,7 @@ func TestPoliciesAndSlots(t *testing.T) {
 	if _, ok := s.Ports[udp53]; ok {
 		t.Error("removed port still reported")
 	}
-	if c := s.Ports[PortKey{ProtoTCP, 9090}]; c != (Counters{}) {
+	if c := s.Ports[olc.PortKey{Proto: olc.ProtoTCP, Port: 9090}]; c != (Counters{}) {
 		t.Errorf("new port starts at %+v, want zero", c)
 	}
 
@@ -823,14 +825,14 @@ func TestPoliciesAndSlots(t *testing.T) {
 		ps   []PortPolicy
 		msg  string
 	}{
-		{"protocol", []PortPolicy{{Key: PortKey{1, 80}}}, "protocol must be tcp"},
+		{"protocol", []PortPolicy{{Key: olc.PortKey{Proto: 1, Port: 80}}}, "protocol must be tcp"},
 		{"duplicate", []PortPolicy{{Key: tcp8080}, {Key: tcp8080}}, "listed twice"},
 		{"mode", []PortPolicy{{Key: tcp8080, Mode: 7}}, "unknown mode"},
 		{"action", []PortPolicy{{Key: tcp8080, Action: 9}}, "unknown action"},
 		{"class", []PortPolicy{{Key: tcp8080, Class: 9}}, "unknown class"},
 		{"probability", []PortPolicy{{Key: tcp8080, DropProbability: 1.5}}, "outside 0..1"},
 		{"nan", []PortPolicy{{Key: tcp8080, DropProbability: math.NaN()}}, "outside 0..1"},
-		{"too many", []PortPolicy{{Key: tcp8080}, {Key: udp53}, {Key: PortKey{ProtoTCP, 1}}}, "exceed max ports 2"},
+		{"too many", []PortPolicy{{Key: tcp8080}, {Key: udp53}, {Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 1}}}, "exceed max ports 2"},
 	}
 	for _, b := range bad {
 		err := d.SetPolicies(b.ps)
@@ -841,11 +843,11 @@ func TestPoliciesAndSlots(t *testing.T) {
 	if _, ok := stats(t, d).Ports[tcp8080]; !ok {
 		t.Error("a refused SetPolicies changed the policies")
 	}
-	if err := d.SetDropProbabilities(map[PortKey]float64{{ProtoTCP, 1}: 0.5}); err == nil ||
+	if err := d.SetDropProbabilities(map[olc.PortKey]float64{{Proto: olc.ProtoTCP, Port: 1}: 0.5}); err == nil ||
 		!strings.Contains(err.Error(), "tcp/1 has no policy") {
 		t.Errorf("SetDropProbabilities on a port without policy: %v", err)
 	}
-	must(t, d.SetDropProbabilities(map[PortKey]float64{tcp8080: 0}))
+	must(t, d.SetDropProbabilities(map[olc.PortKey]float64{tcp8080: 0}))
 	if v, _ := run(t, d, hookXDP, syn4(8080, 2)); v != verdictPass {
 		t.Errorf("p set to 0 still drops")
 	}
@@ -884,8 +886,8 @@ func TestStatsFold(t *testing.T) {
 func TestConfig(t *testing.T) {
 	c, err := Config{}.withDefaults()
 	must(t, err)
-	if c.MaxPorts != DefaultMaxPorts || c.SYNTableSize != DefaultSYNTableSize ||
-		c.MaxPrefixes != DefaultMaxPrefixes || c.StaleAfter != DefaultStaleAfter || c.Attach != AttachAuto {
+	if c.MaxPorts != olc.DefaultMaxPorts || c.SYNTableSize != olc.DefaultSYNTableSize ||
+		c.MaxPrefixes != olc.DefaultMaxPrefixes || c.StaleAfter != olc.DefaultStaleAfter || c.Attach != olc.AttachAuto {
 		t.Errorf("defaults not applied: %+v", c)
 	}
 	bad := []struct {
@@ -894,7 +896,7 @@ func TestConfig(t *testing.T) {
 	}{
 		{Config{Attach: "bpf"}, `attach: unknown mode "bpf"`},
 		{Config{MaxPorts: -1}, "max ports: -1"},
-		{Config{MaxPorts: MaxMaxPorts + 1}, "max ports"},
+		{Config{MaxPorts: olc.MaxMaxPorts + 1}, "max ports"},
 		{Config{SYNTableSize: -3}, "syn table size"},
 		{Config{MaxPrefixes: -1}, "max prefixes"},
 		{Config{MarkDSCP: 64}, "mark dscp: 64"},
@@ -918,7 +920,7 @@ func TestConfig(t *testing.T) {
 func TestCloseConcurrent(t *testing.T) {
 	for range 10 {
 		d := loadTest(t, Config{})
-		must(t, d.SetPolicies([]PortPolicy{{Key: tcp8080, Mode: ModeEnforce}}))
+		must(t, d.SetPolicies([]PortPolicy{{Key: tcp8080, Mode: olc.ModeEnforce}}))
 		var wg sync.WaitGroup
 		for range 3 {
 			wg.Add(1)
@@ -926,9 +928,9 @@ func TestCloseConcurrent(t *testing.T) {
 				defer wg.Done()
 				for range 30 {
 					_, _ = d.Stats()
-					_ = d.SetDropProbabilities(map[PortKey]float64{tcp8080: 0.5})
+					_ = d.SetDropProbabilities(map[olc.PortKey]float64{tcp8080: 0.5})
 					_ = d.Heartbeat()
-					_ = d.SetMode(ModeObserve)
+					_ = d.SetMode(olc.ModeObserve)
 					_ = d.Attachments()
 				}
 			}()
@@ -937,7 +939,7 @@ func TestCloseConcurrent(t *testing.T) {
 		go func() { defer wg.Done(); _ = d.Close() }()
 		must(t, d.Close())
 		wg.Wait()
-		if err := d.SetDropProbabilities(map[PortKey]float64{tcp8080: 1}); err == nil || !strings.Contains(err.Error(), "closed") {
+		if err := d.SetDropProbabilities(map[olc.PortKey]float64{tcp8080: 1}); err == nil || !strings.Contains(err.Error(), "closed") {
 			t.Fatalf("SetDropProbabilities after Close: %v", err)
 		}
 	}
@@ -969,14 +971,14 @@ func TestEvenSelection(t *testing.T) {
 				p    float64
 				want uint64
 			}{{0, 0}, {0.25, 25000}, {1, 100000}} {
-				d := setup(t, Config{StaleAfter: time.Hour, Selection: SelectEven}, ActionDrop, tt.p)
+				d := setup(t, Config{StaleAfter: time.Hour, Selection: SelectEven}, olc.ActionDrop, tt.p)
 				repeat(t, d, h, syn4(8080, 7), 100000)
 				// One more or less: the slot starts at a random phase.
 				if got := stats(t, d).Ports[tcp8080].Dropped; got+1 < tt.want || got > tt.want+1 {
 					t.Errorf("p=%v: dropped %d of 100000, want %d ± 1", tt.p, got, tt.want)
 				}
 			}
-			d := setup(t, Config{StaleAfter: time.Hour, Selection: SelectEven}, ActionDrop, 0.75)
+			d := setup(t, Config{StaleAfter: time.Hour, Selection: SelectEven}, olc.ActionDrop, 0.75)
 			var passes []int
 			for i := range 400 {
 				if v, _ := run(t, d, h, syn4(8080, uint32(i))); v == verdictPass {
@@ -1017,7 +1019,7 @@ func testStatsBatch(t *testing.T, nports int) {
 	must(t, err)
 	pols := make([]PortPolicy, nports)
 	for i := range pols {
-		pols[i] = PortPolicy{Key: PortKey{ProtoTCP, uint16(2000 + i)}, Mode: ModeEnforce, Action: ActionDrop}
+		pols[i] = PortPolicy{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: uint16(2000 + i)}, Mode: olc.ModeEnforce, Action: olc.ActionDrop}
 	}
 	must(t, d.SetPolicies(pols))
 	// write sets every CPU's counters of every slot in use to a value
@@ -1053,7 +1055,7 @@ func testStatsBatch(t *testing.T, nports int) {
 	write(1)
 	check("batched", 1)
 	// PortCounters reads what Stats reads, into a reused map.
-	into := map[PortKey]Counters{{ProtoUDP, 1}: {NewConns: 99}}
+	into := map[olc.PortKey]Counters{{Proto: olc.ProtoUDP, Port: 1}: {NewConns: 99}}
 	must(t, d.PortCounters(into))
 	if s := stats(t, d); !maps.Equal(into, s.Ports) {
 		t.Errorf("PortCounters %v, want Stats' %v", into, s.Ports)
@@ -1062,9 +1064,9 @@ func testStatsBatch(t *testing.T, nports int) {
 		t.Fatalf("%d dense slots were read slot by slot", nports)
 	}
 	// A real packet lands in the slot the batch reads for its port.
-	before := stats(t, d).Ports[PortKey{ProtoTCP, 2007}].NewConns
+	before := stats(t, d).Ports[olc.PortKey{Proto: olc.ProtoTCP, Port: 2007}].NewConns
 	run(t, d, hookXDP, syn4(2007, 1))
-	if got := stats(t, d).Ports[PortKey{ProtoTCP, 2007}].NewConns - before; got != 1 {
+	if got := stats(t, d).Ports[olc.PortKey{Proto: olc.ProtoTCP, Port: 2007}].NewConns - before; got != 1 {
 		t.Errorf("a SYN to tcp/2007 moved its batched count by %d, want 1", got)
 	}
 	write(2)

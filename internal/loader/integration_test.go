@@ -17,6 +17,8 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 const (
@@ -38,14 +40,14 @@ const (
 func TestIntegration(t *testing.T) {
 	modes := []struct {
 		name   string
-		mode   AttachMode
+		mode   olc.AttachMode
 		noTCX  bool
 		hook   string
 		kernel string // attachment mode we expect
 	}{
-		{"tcx", AttachTC, false, "tc", "tcx"},
-		{"clsact", AttachTC, true, "tc", "clsact"},
-		{"xdp-native", AttachXDPNative, false, "xdp", "native"},
+		{"tcx", olc.AttachTC, false, "tc", "tcx"},
+		{"clsact", olc.AttachTC, true, "tc", "clsact"},
+		{"xdp-native", olc.AttachXDPNative, false, "xdp", "native"},
 	}
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
@@ -63,12 +65,12 @@ func TestIntegration(t *testing.T) {
 				n.listen(t, p)
 			}
 			must(t, d.SetPolicies([]PortPolicy{
-				{Key: PortKey{ProtoTCP, portShed}, Mode: ModeEnforce, Action: ActionDrop},
-				{Key: PortKey{ProtoTCP, portExempt}, Mode: ModeEnforce, Action: ActionDrop, DropProbability: 1},
-				{Key: PortKey{ProtoTCP, portMark}, Mode: ModeEnforce, Action: ActionMark, DropProbability: 1},
+				{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: portShed}, Mode: olc.ModeEnforce, Action: olc.ActionDrop},
+				{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: portExempt}, Mode: olc.ModeEnforce, Action: olc.ActionDrop, DropProbability: 1},
+				{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: portMark}, Mode: olc.ModeEnforce, Action: olc.ActionMark, DropProbability: 1},
 			}))
-			must(t, d.SetExceptions([]PortKey{{ProtoTCP, portExempt}}, nil))
-			must(t, d.SetMode(ModeEnforce))
+			must(t, d.SetExceptions([]olc.PortKey{{Proto: olc.ProtoTCP, Port: portExempt}}, nil))
+			must(t, d.SetMode(olc.ModeEnforce))
 			must(t, d.Heartbeat())
 			n.inServer(t, func() error { return d.attach(n.NodeIf, m.mode, m.noTCX) })
 			if got := d.Attachments(); len(got) != 1 || got[0] != (Attachment{Interface: n.NodeIf, Hook: m.hook, Mode: m.kernel, Ifindex: got[0].Ifindex}) || got[0].Ifindex <= 0 {
@@ -86,15 +88,15 @@ func TestIntegration(t *testing.T) {
 			}
 
 			// p = 1: new connections fail, the established one lives.
-			must(t, d.SetDropProbabilities(map[PortKey]float64{{ProtoTCP, portShed}: 1}))
-			before := stats(t, d).Ports[PortKey{ProtoTCP, portShed}]
+			must(t, d.SetDropProbabilities(map[olc.PortKey]float64{{Proto: olc.ProtoTCP, Port: portShed}: 1}))
+			before := stats(t, d).Ports[olc.PortKey{Proto: olc.ProtoTCP, Port: portShed}]
 			if c, err := n.dial(portShed, 2500*time.Millisecond); err == nil {
 				c.Close()
 				t.Fatal("connect at p=1 succeeded")
 			} else if !isTimeout(err) {
 				t.Fatalf("connect at p=1: %v, want a timeout", err)
 			}
-			after := stats(t, d).Ports[PortKey{ProtoTCP, portShed}]
+			after := stats(t, d).Ports[olc.PortKey{Proto: olc.ProtoTCP, Port: portShed}]
 			delta := after.sub(before)
 			// The kernel retransmits the SYN after 1 s, inside the 2.5 s.
 			if delta.Dropped < 2 || delta.SYNRetransmits < 1 || delta.NewConns != delta.Dropped {
@@ -108,7 +110,7 @@ func TestIntegration(t *testing.T) {
 			} else {
 				c.Close()
 			}
-			if c := stats(t, d).Ports[PortKey{ProtoTCP, portExempt}]; c.Exempt < 1 || c.Dropped != 0 {
+			if c := stats(t, d).Ports[olc.PortKey{Proto: olc.ProtoTCP, Port: portExempt}]; c.Exempt < 1 || c.Dropped != 0 {
 				t.Errorf("exempt port counters %+v", c)
 			}
 
@@ -196,7 +198,7 @@ func checkMark(t *testing.T, n *testNet, d *Datapath, tc bool) {
 	if tos>>2 != markDSCP {
 		t.Errorf("SYN arrived with DSCP %d, want %d", tos>>2, markDSCP)
 	}
-	if c := stats(t, d).Ports[PortKey{ProtoTCP, portMark}]; c.Marked != 1 || c.Dropped != 0 {
+	if c := stats(t, d).Ports[olc.PortKey{Proto: olc.ProtoTCP, Port: portMark}]; c.Marked != 1 || c.Dropped != 0 {
 		t.Errorf("mark port counters %+v, want 1 marked", c)
 	}
 	if !tc {
@@ -284,10 +286,10 @@ func checkVLAN(t *testing.T, n *testNet, d *Datapath) {
 		t.Fatalf("the SYNs did not reach TC with VLAN 42 in metadata (saw tci %#x)", tci)
 	}
 	after := stats(t, d).Ports
-	if delta := after[PortKey{ProtoTCP, portShed}].sub(before[PortKey{ProtoTCP, portShed}]); delta.Dropped < 1 {
+	if delta := after[olc.PortKey{Proto: olc.ProtoTCP, Port: portShed}].sub(before[olc.PortKey{Proto: olc.ProtoTCP, Port: portShed}]); delta.Dropped < 1 {
 		t.Errorf("SYNs with a stripped tag moved the protected port's counters by %+v, want drops", delta)
 	}
-	if delta := after[PortKey{ProtoTCP, portExempt}].sub(before[PortKey{ProtoTCP, portExempt}]); delta.Exempt < 1 {
+	if delta := after[olc.PortKey{Proto: olc.ProtoTCP, Port: portExempt}].sub(before[olc.PortKey{Proto: olc.ProtoTCP, Port: portExempt}]); delta.Exempt < 1 {
 		t.Errorf("SYNs with a stripped tag moved the exempt port's counters by %+v, want exempt", delta)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"unicode"
 
 	"github.com/cilium/ebpf/btf"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // TestLayout checks that Go and C agree where bpf2go does not already
@@ -100,10 +102,10 @@ func TestLayout(t *testing.T) {
 	}
 
 	enums := map[string]map[string]uint64{
-		"olcd_mode":   {"OLCD_MODE_OFF": uint64(ModeOff), "OLCD_MODE_OBSERVE": uint64(ModeObserve), "OLCD_MODE_ENFORCE": uint64(ModeEnforce)},
-		"olcd_action": {"OLCD_ACTION_DROP": uint64(ActionDrop), "OLCD_ACTION_MARK": uint64(ActionMark), "OLCD_ACTION_REJECT": uint64(ActionReject)},
-		"olcd_class":  {"OLCD_CLASS_CRITICAL": uint64(ClassCritical), "OLCD_CLASS_NORMAL": uint64(ClassNormal), "OLCD_CLASS_BEST_EFFORT": uint64(ClassBestEffort)},
-		"olcd_proto":  {"OLCD_PROTO_TCP": uint64(ProtoTCP), "OLCD_PROTO_UDP": uint64(ProtoUDP)},
+		"olcd_mode":   {"OLCD_MODE_OFF": uint64(olc.ModeOff), "OLCD_MODE_OBSERVE": uint64(olc.ModeObserve), "OLCD_MODE_ENFORCE": uint64(olc.ModeEnforce)},
+		"olcd_action": {"OLCD_ACTION_DROP": uint64(olc.ActionDrop), "OLCD_ACTION_MARK": uint64(olc.ActionMark), "OLCD_ACTION_REJECT": uint64(olc.ActionReject)},
+		"olcd_class":  {"OLCD_CLASS_CRITICAL": uint64(olc.ClassCritical), "OLCD_CLASS_NORMAL": uint64(olc.ClassNormal), "OLCD_CLASS_BEST_EFFORT": uint64(olc.ClassBestEffort)},
+		"olcd_proto":  {"OLCD_PROTO_TCP": uint64(olc.ProtoTCP), "OLCD_PROTO_UDP": uint64(olc.ProtoUDP)},
 	}
 	for name, want := range enums {
 		var e *btf.Enum

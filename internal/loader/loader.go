@@ -8,9 +8,10 @@
 // instance removes at [Datapath.Attach] because they are named with the
 // "olcd" prefix.
 //
-// The package speaks in its own small types, mirrored from the C enums and
-// structs of bpf/olcd.h by bpf2go, so the datapath can be tested and
-// benchmarked alone. Design, map layout and costs: docs/datapath.md.
+// The package speaks olc's types (Mode, Action, Class, PortKey, AttachMode)
+// and converts them to the C structs bpf2go generates from bpf/olcd.h at the
+// map edge (edge.go), so the datapath can be tested and benchmarked alone.
+// Design, map layout and costs: docs/datapath.md.
 package loader
 
 import (
@@ -19,76 +20,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net/netip"
 	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/olcd/olcd/internal/olc"
 )
-
-// Mode is the operating mode, globally (SetMode) and per port (PortPolicy).
-// A packet's effective mode is the smaller of the two.
-type Mode uint8
-
-// Modes, in increasing order of effect. Values come from enum olcd_mode.
-const (
-	// ModeOff counts new connections and acts on none.
-	ModeOff = Mode(olcdOlcdModeOLCD_MODE_OFF)
-	// ModeObserve counts the connections enforce mode would drop or mark as
-	// would-drop, and passes them.
-	ModeObserve = Mode(olcdOlcdModeOLCD_MODE_OBSERVE)
-	// ModeEnforce drops or marks the connections the draw selects.
-	ModeEnforce = Mode(olcdOlcdModeOLCD_MODE_ENFORCE)
-)
-
-// String returns "off", "observe" or "enforce" (or "mode(N)").
-func (m Mode) String() string {
-	switch m {
-	case ModeOff:
-		return "off"
-	case ModeObserve:
-		return "observe"
-	case ModeEnforce:
-		return "enforce"
-	}
-	return fmt.Sprintf("mode(%d)", uint8(m))
-}
-
-func (m Mode) valid() bool { return m <= ModeEnforce }
-
-// Action is what a protected port does with a connection the draw selects.
-type Action uint8
-
-// Actions. Values come from enum olcd_action.
-const (
-	// ActionDrop drops the packet (XDP_DROP, TC_ACT_SHOT).
-	ActionDrop = Action(olcdOlcdActionOLCD_ACTION_DROP)
-	// ActionMark passes the packet with its DSCP rewritten to
-	// Config.MarkDSCP and, at TC, skb->mark set to Config.MarkFwmark.
-	ActionMark = Action(olcdOlcdActionOLCD_ACTION_MARK)
-	// ActionReject answers a TCP SYN with a RST|ACK built in place (XDP_TX
-	// at XDP, a redirect to the same interface's egress at TC), within the
-	// per-CPU rate limit of Config.RejectRate; a SYN over the limit or with
-	// data, and every UDP datagram, is dropped.
-	ActionReject = Action(olcdOlcdActionOLCD_ACTION_REJECT)
-)
-
-// String returns "drop", "mark" or "reject" (or "action(N)").
-func (a Action) String() string {
-	switch a {
-	case ActionDrop:
-		return "drop"
-	case ActionMark:
-		return "mark"
-	case ActionReject:
-		return "reject"
-	}
-	return fmt.Sprintf("action(%d)", uint8(a))
-}
-
-func (a Action) valid() bool { return a == ActionDrop || a == ActionMark || a == ActionReject }
 
 // Selection is how the datapath picks the new connections a drop
 // probability p sheds.
@@ -117,74 +57,12 @@ func (s Selection) String() string {
 	return fmt.Sprintf("selection(%d)", uint8(s))
 }
 
-// Class is a port's class. The datapath stores it with the policy for the
-// daemon's read-back; probabilities per class are the controller's business.
-type Class uint8
-
-// Classes. Values come from enum olcd_class.
-const (
-	ClassCritical   = Class(olcdOlcdClassOLCD_CLASS_CRITICAL)
-	ClassNormal     = Class(olcdOlcdClassOLCD_CLASS_NORMAL)
-	ClassBestEffort = Class(olcdOlcdClassOLCD_CLASS_BEST_EFFORT)
-)
-
-// String returns "critical", "normal" or "best-effort" (or "class(N)").
-func (c Class) String() string {
-	switch c {
-	case ClassCritical:
-		return "critical"
-	case ClassNormal:
-		return "normal"
-	case ClassBestEffort:
-		return "best-effort"
-	}
-	return fmt.Sprintf("class(%d)", uint8(c))
-}
-
-func (c Class) valid() bool { return c <= ClassBestEffort }
-
-// Proto is an IP protocol number a policy can name.
-type Proto uint8
-
-// Protocols. Values come from enum olcd_proto (the IANA protocol numbers).
-const (
-	ProtoTCP = Proto(olcdOlcdProtoOLCD_PROTO_TCP)
-	ProtoUDP = Proto(olcdOlcdProtoOLCD_PROTO_UDP)
-)
-
-// String returns "tcp" or "udp" (or "proto(N)").
-func (p Proto) String() string {
-	switch p {
-	case ProtoTCP:
-		return "tcp"
-	case ProtoUDP:
-		return "udp"
-	}
-	return fmt.Sprintf("proto(%d)", uint8(p))
-}
-
-// PortKey names a transport port: protocol and destination port.
-type PortKey struct {
-	Proto Proto
-	Port  uint16
-}
-
-// String returns "tcp/8080" style text.
-func (k PortKey) String() string { return fmt.Sprintf("%s/%d", k.Proto, k.Port) }
-
-func (k PortKey) check() error {
-	if k.Proto != ProtoTCP && k.Proto != ProtoUDP {
-		return fmt.Errorf("port %s: protocol must be tcp (6) or udp (17)", k)
-	}
-	return nil
-}
-
 // PortPolicy is what the datapath does with new connections to one port.
 type PortPolicy struct {
-	Key    PortKey
-	Mode   Mode   // per-port mode; the global mode (SetMode) caps it
-	Action Action // drop or mark
-	Class  Class  // stored for read-back only
+	Key    olc.PortKey
+	Mode   olc.Mode   // per-port mode; the global mode (SetMode) caps it
+	Action olc.Action // drop or mark
+	Class  olc.Class  // stored for read-back only
 	// DropProbability is the fraction 0..1 of new connections to act on;
 	// see ProbabilityToFixed for how it is rounded.
 	DropProbability float64
@@ -194,54 +72,13 @@ type PortPolicy struct {
 	ShedRetransmits bool
 }
 
-// AttachMode selects the hook and the attach ladder of an interface.
-type AttachMode string
-
-// Attach modes.
-const (
-	// AttachAuto is AttachTC.
-	AttachAuto AttachMode = "auto"
-	// AttachTC attaches at TC ingress with tcx, falling back to a clsact
-	// qdisc and a direct-action cls_bpf filter when the kernel has no tcx
-	// (ebpf.ErrNotSupported).
-	AttachTC AttachMode = "tc"
-	// AttachXDP attaches XDP in native (driver) mode, falling back to
-	// generic mode when the driver refuses (EOPNOTSUPP, EINVAL, ERANGE).
-	AttachXDP AttachMode = "xdp"
-	// AttachXDPNative attaches XDP in native mode only.
-	AttachXDPNative AttachMode = "xdp-native"
-	// AttachXDPGeneric attaches XDP in generic (skb) mode only.
-	AttachXDPGeneric AttachMode = "xdp-generic"
-)
-
-// Valid reports whether m is one of the attach modes above.
-func (m AttachMode) Valid() bool {
-	switch m {
-	case AttachAuto, AttachTC, AttachXDP, AttachXDPNative, AttachXDPGeneric:
-		return true
-	}
-	return false
-}
-
-// Defaults used when a Config field is zero.
-const (
-	DefaultMaxPorts     = 1024
-	DefaultSYNTableSize = 65536
-	DefaultMaxPrefixes  = 1024
-	DefaultStaleAfter   = 5 * time.Second
-)
-
-// MaxMaxPorts is the largest Config.MaxPorts: policy indices are 16 bits and
-// two are reserved (no policy, shared exception).
-const MaxMaxPorts = math.MaxUint16 - 1
-
 // Config sizes the maps and sets the fixed parts of the control record.
-// Zero fields take the defaults above.
+// Zero fields take the defaults (olc.DefaultMaxPorts, … and those here).
 type Config struct {
 	// Interfaces are attached by Open, each with Attach.
 	Interfaces []string
-	// Attach is the attach mode Open uses; "" means AttachAuto.
-	Attach AttachMode
+	// Attach is the attach mode Open uses; "" means olc.AttachAuto.
+	Attach olc.AttachMode
 	// MaxPorts is the number of ports with a policy (stats slots),
 	// 1..MaxMaxPorts. Default 1024.
 	MaxPorts int
@@ -275,7 +112,7 @@ type Config struct {
 	// RejectRate is how many SYNs per second one CPU answers with a
 	// RST|ACK under the reject action (a token bucket per CPU); the rest
 	// are dropped and counted (Stats.RejectLimited). 0 takes
-	// DefaultRejectRate; negative answers none. At most MaxRejectRate.
+	// olc.DefaultRejectRate; negative answers none. At most olc.MaxRejectRate.
 	RejectRate int
 	// RejectBurst is the bucket's size, in replies; 0 takes a tenth of a
 	// second's worth of RejectRate (at least 1).
@@ -300,37 +137,28 @@ type Config struct {
 	FlowIdle time.Duration
 }
 
-// The reject action's rate limit. DefaultRejectRate per CPU answers a 3x
-// overload of tens of thousands of new connections per second on a few
-// CPUs, while a spoofed SYN flood can make olcd send no more than that per
-// CPU towards its claimed sources (each reply smaller than the SYN).
-const (
-	DefaultRejectRate = 20000
-	MaxRejectRate     = 10_000_000
-)
-
 func (c Config) withDefaults() (Config, error) {
 	var errs []error
 	if c.Attach == "" {
-		c.Attach = AttachAuto
+		c.Attach = olc.AttachAuto
 	}
 	if !c.Attach.Valid() {
 		errs = append(errs, fmt.Errorf("attach: unknown mode %q (want auto, tc, xdp, xdp-native or xdp-generic)", c.Attach))
 	}
 	if c.MaxPorts == 0 {
-		c.MaxPorts = DefaultMaxPorts
+		c.MaxPorts = olc.DefaultMaxPorts
 	}
-	if c.MaxPorts < 1 || c.MaxPorts > MaxMaxPorts {
-		errs = append(errs, fmt.Errorf("max ports: %d is outside 1..%d", c.MaxPorts, MaxMaxPorts))
+	if c.MaxPorts < 1 || c.MaxPorts > olc.MaxMaxPorts {
+		errs = append(errs, fmt.Errorf("max ports: %d is outside 1..%d", c.MaxPorts, olc.MaxMaxPorts))
 	}
 	if c.SYNTableSize == 0 {
-		c.SYNTableSize = DefaultSYNTableSize
+		c.SYNTableSize = olc.DefaultSYNTableSize
 	}
 	if c.SYNTableSize < 1 || c.SYNTableSize > 1<<24 {
 		errs = append(errs, fmt.Errorf("syn table size: %d is outside 1..%d", c.SYNTableSize, 1<<24))
 	}
 	if c.MaxPrefixes == 0 {
-		c.MaxPrefixes = DefaultMaxPrefixes
+		c.MaxPrefixes = olc.DefaultMaxPrefixes
 	}
 	if c.MaxPrefixes < 1 || c.MaxPrefixes > 1<<20 {
 		errs = append(errs, fmt.Errorf("max prefixes: %d is outside 1..%d", c.MaxPrefixes, 1<<20))
@@ -342,19 +170,19 @@ func (c Config) withDefaults() (Config, error) {
 		errs = append(errs, fmt.Errorf("mark dscp: %d is outside 0..%d", c.MarkDSCP, olcdOlcdDscpOLCD_DSCP_MAX))
 	}
 	if c.StaleAfter == 0 {
-		c.StaleAfter = DefaultStaleAfter
+		c.StaleAfter = olc.DefaultStaleAfter
 	}
 	if c.ResponseSample > MaxResponseSample {
 		errs = append(errs, fmt.Errorf("response sample: 1 in %d is outside 1..%d", c.ResponseSample, MaxResponseSample))
 	}
 	if c.ResponsePorts == 0 {
-		c.ResponsePorts = DefaultResponsePorts
+		c.ResponsePorts = olc.DefaultResponsePorts
 	}
 	if c.ResponsePorts < 1 || c.ResponsePorts > MaxResponsePorts {
 		errs = append(errs, fmt.Errorf("response ports: %d is outside 1..%d", c.ResponsePorts, MaxResponsePorts))
 	}
 	if c.FlowTableSize == 0 {
-		c.FlowTableSize = DefaultFlowTableSize
+		c.FlowTableSize = olc.DefaultFlowTableSize
 	}
 	if c.FlowTableSize < 1 || c.FlowTableSize > 1<<24 {
 		errs = append(errs, fmt.Errorf("flow table size: %d is outside 1..%d", c.FlowTableSize, 1<<24))
@@ -369,16 +197,16 @@ func (c Config) withDefaults() (Config, error) {
 		errs = append(errs, fmt.Errorf("stale after: %s is negative", c.StaleAfter))
 	}
 	if c.RejectRate == 0 {
-		c.RejectRate = DefaultRejectRate
+		c.RejectRate = olc.DefaultRejectRate
 	}
-	if c.RejectRate > MaxRejectRate {
-		errs = append(errs, fmt.Errorf("reject rate: %d per second is above %d", c.RejectRate, MaxRejectRate))
+	if c.RejectRate > olc.MaxRejectRate {
+		errs = append(errs, fmt.Errorf("reject rate: %d per second is above %d", c.RejectRate, olc.MaxRejectRate))
 	}
 	if c.RejectBurst == 0 {
 		c.RejectBurst = max(c.RejectRate/10, 1)
 	}
-	if c.RejectBurst < 0 || c.RejectBurst > MaxRejectRate {
-		errs = append(errs, fmt.Errorf("reject burst: %d is outside 1..%d", c.RejectBurst, MaxRejectRate))
+	if c.RejectBurst < 0 || c.RejectBurst > olc.MaxRejectRate {
+		errs = append(errs, fmt.Errorf("reject burst: %d is outside 1..%d", c.RejectBurst, olc.MaxRejectRate))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return c, fmt.Errorf("loader config: %w", err)
@@ -421,10 +249,10 @@ type Datapath struct {
 	ctl   olcdOlcdControl
 	index *olcdOlcdPortIndex // shadow of the olcd_ports value
 
-	policies map[PortKey]PortPolicy
-	slots    map[PortKey]uint16 // policy index = stats slot, 1..MaxPorts
+	policies map[olc.PortKey]PortPolicy
+	slots    map[olc.PortKey]uint16 // policy index = stats slot, 1..MaxPorts
 	free     []uint16
-	exempt   map[PortKey]bool
+	exempt   map[olc.PortKey]bool
 	prefixes map[netip.Prefix]bool
 
 	stats *statsFolder
@@ -433,7 +261,7 @@ type Datapath struct {
 	// rports is the shadow of the olcd_rports index; rslots the
 	// histogram slot of each timed port, rfree the free ones.
 	rports *olcdOlcdRespPorts
-	rslots map[PortKey]uint16
+	rslots map[olc.PortKey]uint16
 	rfree  []uint16
 	// slotBuf is PortCounters' slot list, reused.
 	slotBuf []uint16
@@ -481,10 +309,10 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 		cfg:      cfg,
 		index:    new(olcdOlcdPortIndex),
 		rports:   new(olcdOlcdRespPorts),
-		rslots:   make(map[PortKey]uint16),
-		policies: make(map[PortKey]PortPolicy),
-		slots:    make(map[PortKey]uint16),
-		exempt:   make(map[PortKey]bool),
+		rslots:   make(map[olc.PortKey]uint16),
+		policies: make(map[olc.PortKey]PortPolicy),
+		slots:    make(map[olc.PortKey]uint16),
+		exempt:   make(map[olc.PortKey]bool),
 		prefixes: make(map[netip.Prefix]bool),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
@@ -516,7 +344,7 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 		SynSetsMask:  synSets(cfg.SYNTableSize) - 1,
 		MarkFwmark:   cfg.MarkFwmark,
 		MarkDscp:     dscp,
-		Mode:         uint8(ModeOff),
+		Mode:         uint8(olc.ModeOff),
 		Selection:    uint8(cfg.Selection),
 	}
 	shared := olcdOlcdPolicy{
@@ -527,7 +355,7 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 		return nil, errors.Join(fmt.Errorf("seed flow table: %w", err), d.objs.close())
 	}
 	d.rctl = olcdOlcdRespCtl{
-		Seed:      binary.LittleEndian.Uint64(seed[:]),
+		Seed:      binary.LittleEndian.Uint64(seed[:]) | 1, // odd: olcd_flow_hash multiplies by it
 		SampleMax: sampleMax(cfg.ResponseSample),
 		SetsMask:  flowSets(cfg) - 1,
 		IdleUnits: uint32(cfg.FlowIdle.Nanoseconds() >> 20),

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // TestMapMemory checks the memory model of estimateMapMemory against what
@@ -95,7 +97,7 @@ func benchMapMemory(b *testing.B, name string, cfg Config, ncpu int) {
 			var us []mapUsage
 			for range b.N {
 				var err error
-				us, err = estimateMapMemory(cfg, ncpu, DefaultMaxPrefixes, DefaultMaxPrefixes)
+				us, err = estimateMapMemory(cfg, ncpu, olc.DefaultMaxPrefixes, olc.DefaultMaxPrefixes)
 				if err != nil {
 					b.Fatal(err)
 				}

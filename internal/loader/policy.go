@@ -13,6 +13,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // ProbabilityToFixed converts a drop probability (fraction 0..1) to the
@@ -49,7 +51,7 @@ func FixedToProbability(v uint32) float64 {
 	return float64(v) / (1 << 32)
 }
 
-func checkProbability(k PortKey, p float64) error {
+func checkProbability(k olc.PortKey, p float64) error {
 	if math.IsNaN(p) || p < 0 || p > 1 {
 		return fmt.Errorf("port %s: drop probability %v is outside 0..1", k, p)
 	}
@@ -66,9 +68,9 @@ func checkProbability(k PortKey, p float64) error {
 // changed when validation fails.
 func (d *Datapath) SetPolicies(policies []PortPolicy) error {
 	var errs []error
-	seen := make(map[PortKey]bool, len(policies))
+	seen := make(map[olc.PortKey]bool, len(policies))
 	for _, p := range policies {
-		if err := p.Key.check(); err != nil {
+		if err := checkKey(p.Key); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -76,13 +78,13 @@ func (d *Datapath) SetPolicies(policies []PortPolicy) error {
 			errs = append(errs, fmt.Errorf("port %s: listed twice", p.Key))
 		}
 		seen[p.Key] = true
-		if !p.Mode.valid() {
+		if !p.Mode.Valid() {
 			errs = append(errs, fmt.Errorf("port %s: unknown mode %d", p.Key, p.Mode))
 		}
-		if !p.Action.valid() {
+		if !p.Action.Valid() {
 			errs = append(errs, fmt.Errorf("port %s: unknown action %d", p.Key, p.Action))
 		}
-		if !p.Class.valid() {
+		if !p.Class.Valid() {
 			errs = append(errs, fmt.Errorf("port %s: unknown class %d", p.Key, p.Class))
 		}
 		errs = append(errs, checkProbability(p.Key, p.DropProbability))
@@ -110,13 +112,13 @@ func (d *Datapath) SetPolicies(policies []PortPolicy) error {
 		}
 	}
 
-	next := make(map[PortKey]PortPolicy, len(policies))
+	next := make(map[olc.PortKey]PortPolicy, len(policies))
 	for _, p := range policies {
 		next[p.Key] = p
 	}
 	// Ports that are gone first leave the index, then free their slots,
 	// so that a packet never reaches a slot that changes owner under it.
-	var gone []PortKey
+	var gone []olc.PortKey
 	for k := range d.policies {
 		if _, ok := next[k]; !ok {
 			gone = append(gone, k)
@@ -169,7 +171,7 @@ func (d *Datapath) SetPolicies(policies []PortPolicy) error {
 // Errors: a port without a policy, a probability outside 0..1 or NaN, a
 // closed datapath, or a failed map write. Nothing is changed when validation
 // fails.
-func (d *Datapath) SetDropProbabilities(m map[PortKey]float64) error {
+func (d *Datapath) SetDropProbabilities(m map[olc.PortKey]float64) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.checkOpen(); err != nil {
@@ -209,7 +211,7 @@ func (d *Datapath) SetDropProbabilities(m map[PortKey]float64) error {
 //
 // Errors: a port without a policy, a closed datapath, or a failed map
 // write. Nothing is changed when validation fails.
-func (d *Datapath) SetRetransmitShedding(m map[PortKey]bool) error {
+func (d *Datapath) SetRetransmitShedding(m map[olc.PortKey]bool) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.checkOpen(); err != nil {
@@ -247,11 +249,11 @@ func (d *Datapath) SetRetransmitShedding(m map[PortKey]bool) error {
 // Errors: a protocol other than tcp/udp, an invalid prefix, more prefixes of
 // one family than Config.MaxPrefixes, a closed datapath, or a failed map
 // write. Nothing is changed when validation fails.
-func (d *Datapath) SetExceptions(ports []PortKey, sources []netip.Prefix) error {
+func (d *Datapath) SetExceptions(ports []olc.PortKey, sources []netip.Prefix) error {
 	var errs []error
-	exempt := make(map[PortKey]bool, len(ports))
+	exempt := make(map[olc.PortKey]bool, len(ports))
 	for _, k := range ports {
-		if err := k.check(); err != nil {
+		if err := checkKey(k); err != nil {
 			errs = append(errs, err)
 		}
 		exempt[k] = true
@@ -287,7 +289,7 @@ func (d *Datapath) SetExceptions(ports []PortKey, sources []netip.Prefix) error 
 	if err := d.checkOpen(); err != nil {
 		return fmt.Errorf("set exceptions: %w", err)
 	}
-	changed := make(map[PortKey]bool)
+	changed := make(map[olc.PortKey]bool)
 	for k := range d.exempt {
 		changed[k] = true
 	}
@@ -356,8 +358,8 @@ func (d *Datapath) updatePrefix(p netip.Prefix, remove bool) error {
 
 // SetMode sets the global mode, which caps every port's mode.
 // Errors: an unknown mode, a closed datapath, or a failed map write.
-func (d *Datapath) SetMode(m Mode) error {
-	if !m.valid() {
+func (d *Datapath) SetMode(m olc.Mode) error {
+	if !m.Valid() {
 		return fmt.Errorf("set mode: unknown mode %d", m)
 	}
 	d.mu.Lock()
@@ -365,7 +367,7 @@ func (d *Datapath) SetMode(m Mode) error {
 	if err := d.checkOpen(); err != nil {
 		return fmt.Errorf("set mode: %w", err)
 	}
-	d.ctl.Mode = uint8(m)
+	d.ctl.Mode = cMode(m)
 	if err := d.writeControl(); err != nil {
 		return fmt.Errorf("set mode: %w", err)
 	}
@@ -442,7 +444,7 @@ var timensOffset = sync.OnceValues(func() (int64, error) {
 })
 
 // writePolicy writes the policy entry of a port that has a slot.
-func (d *Datapath) writePolicy(k PortKey) error {
+func (d *Datapath) writePolicy(k olc.PortKey) error {
 	p := d.policies[k]
 	slot := d.slots[k]
 	flags := uint8(olcdOlcdPolicyFlagOLCD_POLICY_PROTECTED)
@@ -456,9 +458,9 @@ func (d *Datapath) writePolicy(k PortKey) error {
 		DropProb:  ProbabilityToFixed(p.DropProbability),
 		StatsSlot: slot,
 		Flags:     flags,
-		Mode:      uint8(p.Mode),
-		Action:    uint8(p.Action),
-		Class:     uint8(p.Class),
+		Mode:      cMode(p.Mode),
+		Action:    cAction(p.Action),
+		Class:     cClass(p.Class),
 	}
 	if err := d.objs.OlcdPolicies.Update(uint32(slot), &v, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write policy of port %s: %w", k, err)
@@ -485,8 +487,8 @@ func (d *Datapath) writeIndex() error {
 	return d.writeRespPorts()
 }
 
-func protoIndex(p Proto) int {
-	if p == ProtoUDP {
+func protoIndex(p olc.Proto) int {
+	if p == olc.ProtoUDP {
 		return int(olcdOlcdGeometryOLCD_INDEX_UDP)
 	}
 	return int(olcdOlcdGeometryOLCD_INDEX_TCP)

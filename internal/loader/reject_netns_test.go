@@ -14,6 +14,8 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // refuseWithin is how soon after its SYN a rejected connect must fail.
@@ -34,14 +36,14 @@ const refuseWithin = 5 * time.Millisecond
 func TestRejectRealTraffic(t *testing.T) {
 	modes := []struct {
 		name  string
-		mode  AttachMode
+		mode  olc.AttachMode
 		noTCX bool
 		txOff bool
 	}{
-		{"tcx", AttachTC, false, false},
-		{"tcx-full-checksums", AttachTC, false, true},
-		{"clsact", AttachTC, true, false},
-		{"xdp-native", AttachXDPNative, false, false},
+		{"tcx", olc.AttachTC, false, false},
+		{"tcx-full-checksums", olc.AttachTC, false, true},
+		{"clsact", olc.AttachTC, true, false},
+		{"xdp-native", olc.AttachXDPNative, false, false},
 	}
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
@@ -49,9 +51,9 @@ func TestRejectRealTraffic(t *testing.T) {
 			d := loadTest(t, Config{StaleAfter: time.Minute})
 			t.Cleanup(func() { n.inServer(t, d.Close) })
 			n.listen(t, portShed)
-			k := PortKey{ProtoTCP, portShed}
-			must(t, d.SetPolicies([]PortPolicy{{Key: k, Mode: ModeEnforce, Action: ActionReject}}))
-			must(t, d.SetMode(ModeEnforce))
+			k := olc.PortKey{Proto: olc.ProtoTCP, Port: portShed}
+			must(t, d.SetPolicies([]PortPolicy{{Key: k, Mode: olc.ModeEnforce, Action: olc.ActionReject}}))
+			must(t, d.SetMode(olc.ModeEnforce))
 			must(t, d.Heartbeat())
 			n.inServer(t, func() error { return d.attach(n.NodeIf, m.mode, m.noTCX) })
 			if m.txOff {
@@ -59,7 +61,7 @@ func TestRejectRealTraffic(t *testing.T) {
 					t.Fatalf("turn off checksum offload on %s: %v", n.PeerIf, err)
 				}
 			}
-			if m.mode == AttachXDPNative {
+			if m.mode == olc.AttachXDPNative {
 				// XDP_TX on a veth needs NAPI on the peer: an XDP program
 				// there (it passes everything).
 				passXDPOnClient(t, n)
@@ -72,7 +74,7 @@ func TestRejectRealTraffic(t *testing.T) {
 			defer est.Close()
 			must(t, echo(est, "before"))
 
-			must(t, d.SetDropProbabilities(map[PortKey]float64{k: 1}))
+			must(t, d.SetDropProbabilities(map[olc.PortKey]float64{k: 1}))
 			before := stats(t, d).Ports[k]
 			var took []time.Duration
 			for i := range 20 {

@@ -12,6 +12,8 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"golang.org/x/sys/unix"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // Return codes of an answered SYN.
@@ -43,10 +45,10 @@ func rejectDatapath(t *testing.T, cfg Config) *Datapath {
 	t.Helper()
 	d := loadTest(t, cfg)
 	must(t, d.SetPolicies([]PortPolicy{
-		{Key: PortKey{ProtoTCP, portReject}, Mode: ModeEnforce, Action: ActionReject, DropProbability: 1},
-		{Key: PortKey{ProtoUDP, portRejectUDP}, Mode: ModeEnforce, Action: ActionReject, DropProbability: 1},
+		{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: portReject}, Mode: olc.ModeEnforce, Action: olc.ActionReject, DropProbability: 1},
+		{Key: olc.PortKey{Proto: olc.ProtoUDP, Port: portRejectUDP}, Mode: olc.ModeEnforce, Action: olc.ActionReject, DropProbability: 1},
 	}))
-	must(t, d.SetMode(ModeEnforce))
+	must(t, d.SetMode(olc.ModeEnforce))
 	must(t, d.Heartbeat())
 	return d
 }
@@ -86,7 +88,7 @@ func TestRejectReply(t *testing.T) {
 	for _, c := range cases {
 		for _, h := range hooks {
 			t.Run(c.name+"/"+string(h), func(t *testing.T) {
-				before := stats(t, d).Ports[PortKey{ProtoTCP, portReject}]
+				before := stats(t, d).Ports[olc.PortKey{Proto: olc.ProtoTCP, Port: portReject}]
 				ret, out := runRaw(t, d, h, append([]byte(nil), c.frame...))
 				want := uint32(xdpTX)
 				if h == hookTC {
@@ -96,7 +98,7 @@ func TestRejectReply(t *testing.T) {
 					t.Fatalf("%s returned %d, want %d", h, ret, want)
 				}
 				checkRST(t, c.frame, out, c.vlans, c.ipv6, h == hookXDP)
-				delta := stats(t, d).Ports[PortKey{ProtoTCP, portReject}].sub(before)
+				delta := stats(t, d).Ports[olc.PortKey{Proto: olc.ProtoTCP, Port: portReject}].sub(before)
 				delta.SYNRetransmits = 0
 				if wantD := (Counters{NewConns: 1, Dropped: 1, Rejected: 1}); delta != wantD {
 					t.Errorf("counters moved by %+v, want %+v", delta, wantD)
@@ -243,9 +245,9 @@ func TestRejectNeverAnswers(t *testing.T) {
 		udpKey bool
 	}
 	enforce := func() {
-		must(t, d.SetMode(ModeEnforce))
+		must(t, d.SetMode(olc.ModeEnforce))
 		must(t, d.SetExceptions(nil, nil))
-		must(t, d.SetDropProbabilities(map[PortKey]float64{{ProtoTCP, portReject}: 1, {ProtoUDP, portRejectUDP}: 1}))
+		must(t, d.SetDropProbabilities(map[olc.PortKey]float64{{Proto: olc.ProtoTCP, Port: portReject}: 1, {Proto: olc.ProtoUDP, Port: portRejectUDP}: 1}))
 		must(t, d.Heartbeat())
 	}
 	steps := []step{
@@ -260,7 +262,7 @@ func TestRejectNeverAnswers(t *testing.T) {
 		{"ack", ack, enforce, true, Counters{}, false},
 		{"exempt-port", plain, func() {
 			enforce()
-			must(t, d.SetExceptions([]PortKey{{ProtoTCP, portReject}}, nil))
+			must(t, d.SetExceptions([]olc.PortKey{{Proto: olc.ProtoTCP, Port: portReject}}, nil))
 		}, true, Counters{NewConns: 1, Passed: 1, Exempt: 1}, false},
 		{"exempt-source", plain, func() {
 			enforce()
@@ -268,20 +270,20 @@ func TestRejectNeverAnswers(t *testing.T) {
 		}, true, Counters{NewConns: 1, Passed: 1, Exempt: 1}, false},
 		{"observe", plain, func() {
 			enforce()
-			must(t, d.SetMode(ModeObserve))
+			must(t, d.SetMode(olc.ModeObserve))
 		}, true, Counters{NewConns: 1, Passed: 1, WouldDrop: 1, WouldReject: 1}, false},
 		{"p0", plain, func() {
 			enforce()
-			must(t, d.SetDropProbabilities(map[PortKey]float64{{ProtoTCP, portReject}: 0}))
+			must(t, d.SetDropProbabilities(map[olc.PortKey]float64{{Proto: olc.ProtoTCP, Port: portReject}: 0}))
 		}, true, Counters{NewConns: 1, Passed: 1}, false},
 	}
 	for _, s := range steps {
 		for _, h := range hooks {
 			t.Run(s.name+"/"+string(h), func(t *testing.T) {
 				s.setup()
-				k := PortKey{ProtoTCP, portReject}
+				k := olc.PortKey{Proto: olc.ProtoTCP, Port: portReject}
 				if s.udpKey {
-					k = PortKey{ProtoUDP, portRejectUDP}
+					k = olc.PortKey{Proto: olc.ProtoUDP, Port: portRejectUDP}
 				}
 				before := stats(t, d)
 				ret, out := runRaw(t, d, h, append([]byte(nil), s.frame...))
@@ -318,7 +320,7 @@ func TestRejectRateLimit(t *testing.T) {
 			if h == hookTC {
 				d = rejectDatapath(t, Config{RejectRate: rejectTestRate, RejectBurst: 5})
 			}
-			k := PortKey{ProtoTCP, portReject}
+			k := olc.PortKey{Proto: olc.ProtoTCP, Port: portReject}
 			before := stats(t, d)
 			answered, dropped := 0, 0
 			start := time.Now()

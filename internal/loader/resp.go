@@ -8,19 +8,19 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // Response timing defaults and limits (Config.ResponseSample, FlowTableSize,
 // FlowIdle).
+// The defaults of MaxPorts, FlowTableSize and ResponsePorts are olc's
+// (olc.DefaultFlowTableSize, …), shared with rules.
 const (
-	DefaultFlowTableSize = 16384
-	DefaultFlowIdle      = 120 * time.Second
-	MaxResponseSample    = 65536
-	// DefaultResponsePorts is how many ports are timed at most: each has a
-	// per-CPU histogram of 1.5 KB, 48 KiB per port at 32 CPUs.
-	DefaultResponsePorts = 32
+	DefaultFlowIdle   = 120 * time.Second
+	MaxResponseSample = 65536
 	// MaxResponsePorts is the most ports timed (16-bit slots, 0 unused).
-	MaxResponsePorts = MaxMaxPorts
+	MaxResponsePorts = olc.MaxMaxPorts
 )
 
 // HistBuckets is the number of buckets of a port's response-time histogram
@@ -160,12 +160,12 @@ func (d *Datapath) writeRespPorts() error {
 	return nil
 }
 
-func sortedKeys(m map[PortKey]PortPolicy) []PortKey {
-	out := make([]PortKey, 0, len(m))
+func sortedKeys(m map[olc.PortKey]PortPolicy) []olc.PortKey {
+	out := make([]olc.PortKey, 0, len(m))
 	for k := range m {
 		out = append(out, k)
 	}
-	slices.SortFunc(out, func(a, b PortKey) int {
+	slices.SortFunc(out, func(a, b olc.PortKey) int {
 		if a.Proto != b.Proto {
 			return int(a.Proto) - int(b.Proto)
 		}
@@ -176,7 +176,7 @@ func sortedKeys(m map[PortKey]PortPolicy) []PortKey {
 
 // Timed reports whether a port is timed: response timing is on, the port
 // is protected and it got a histogram slot (Config.ResponsePorts).
-func (d *Datapath) Timed(k PortKey) bool {
+func (d *Datapath) Timed(k olc.PortKey) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	_, ok := d.rslots[k]

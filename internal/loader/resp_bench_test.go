@@ -10,6 +10,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // baseObject is the datapath as it was before response timing (commit
@@ -28,7 +30,7 @@ func loadBase(tb testing.TB, p float64) *ebpf.Collection {
 	if err != nil {
 		tb.Fatalf("baseline spec: %v", err)
 	}
-	spec.Maps[olcdMapOlcdSyns].MaxEntries = synSets(DefaultSYNTableSize)
+	spec.Maps[olcdMapOlcdSyns].MaxEntries = synSets(olc.DefaultSYNTableSize)
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
 		tb.Fatalf("load baseline: %v", err)
@@ -37,13 +39,13 @@ func loadBase(tb testing.TB, p float64) *ebpf.Collection {
 	now, err := monotonicNow()
 	must(tb, err)
 	ctl := olcdOlcdControl{HeartbeatNs: now, StaleAfterNs: uint64(time.Hour), SynSeed: rand.Uint64(),
-		SynSetsMask: synSets(DefaultSYNTableSize) - 1, MarkDscp: uint8(olcdOlcdDscpOLCD_DSCP_KEEP), Mode: uint8(ModeEnforce)}
+		SynSetsMask: synSets(olc.DefaultSYNTableSize) - 1, MarkDscp: uint8(olcdOlcdDscpOLCD_DSCP_KEEP), Mode: uint8(olc.ModeEnforce)}
 	must(tb, coll.Variables["olcd_ctl"].Set(&ctl))
 	idx := new(olcdOlcdPortIndex)
 	idx.Idx[0][8080] = 1
 	must(tb, coll.Variables["olcd_ports"].Set(idx))
 	pol := olcdOlcdPolicy{DropProb: ProbabilityToFixed(p), StatsSlot: 1, Flags: uint8(olcdOlcdPolicyFlagOLCD_POLICY_PROTECTED),
-		Mode: uint8(ModeEnforce), Action: uint8(ActionDrop)}
+		Mode: uint8(olc.ModeEnforce), Action: uint8(olc.ActionDrop)}
 	must(tb, coll.Maps["olcd_policies"].Update(uint32(1), &pol, ebpf.UpdateAny))
 	return coll
 }
@@ -103,8 +105,8 @@ func BenchmarkResponseTiming(b *testing.B) {
 	requireRoot(b)
 	base := loadBase(b, 0.5)
 	d := loadTest(b, Config{StaleAfter: time.Hour, ResponseSample: 16})
-	must(b, d.SetPolicies([]PortPolicy{{Key: tcp8080, Mode: ModeEnforce, Action: ActionDrop, DropProbability: 0.5}}))
-	must(b, d.SetMode(ModeEnforce))
+	must(b, d.SetPolicies([]PortPolicy{{Key: tcp8080, Mode: olc.ModeEnforce, Action: olc.ActionDrop, DropProbability: 0.5}}))
+	must(b, d.SetMode(olc.ModeEnforce))
 	must(b, d.Heartbeat())
 	floor, floorTC := emptyXDP(b), emptyTC(b)
 	un, sa := samplePorts(d)
@@ -162,7 +164,7 @@ func BenchmarkStatsResponse(b *testing.B) {
 			d := loadTest(b, Config{StaleAfter: time.Hour, MaxPorts: n, ResponseSample: 1, ResponsePorts: n})
 			pols := make([]PortPolicy, n)
 			for i := range pols {
-				pols[i] = PortPolicy{Key: PortKey{ProtoTCP, uint16(1000 + i)}, Mode: ModeEnforce, Action: ActionDrop}
+				pols[i] = PortPolicy{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: uint16(1000 + i)}, Mode: olc.ModeEnforce, Action: olc.ActionDrop}
 			}
 			must(b, d.SetPolicies(pols))
 			b.ReportAllocs()

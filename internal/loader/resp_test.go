@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 
+	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/resptime"
 )
 
@@ -84,7 +85,7 @@ const ms = time.Millisecond
 // land in the bucket of its duration), counters and flows left.
 type respCase struct {
 	name        string
-	port        PortKey // default tcp/8080
+	port        olc.PortKey // default tcp/8080
 	steps       []step
 	want        []time.Duration
 	requests    uint64
@@ -208,7 +209,7 @@ var respCases = []respCase{
 		in(0, tagged(0x88a8, tagged(0x8100, c(cseq0, sseq0, psh, 100)))),
 		out(11*ms, tagged(0x88a8, tagged(0x8100, s(sseq0, cseq0+100, psh, 200)))),
 	}, want: []time.Duration{11 * ms}, requests: 1, flows: 1},
-	{name: "UDP datagram in, next one out", port: PortKey{ProtoUDP, 53}, steps: []step{
+	{name: "UDP datagram in, next one out", port: olc.PortKey{Proto: olc.ProtoUDP, Port: 53}, steps: []step{
 		in(0, udpFrame(client4, server4, cport, 53)),
 		in(1*ms, udpFrame(client4, server4, cport, 53)), // outstanding: oldest timed
 		out(4*ms, udpFrame(server4, client4, 53, cport)),
@@ -282,10 +283,10 @@ func loadTimed(t *testing.T, sample uint32) *Datapath {
 	t.Helper()
 	d := loadTest(t, Config{StaleAfter: time.Hour, ResponseSample: sample, FlowTableSize: 64})
 	must(t, d.SetPolicies([]PortPolicy{
-		{Key: tcp8080, Mode: ModeEnforce, Action: ActionDrop},
-		{Key: PortKey{ProtoUDP, 53}, Mode: ModeEnforce, Action: ActionDrop},
+		{Key: tcp8080, Mode: olc.ModeEnforce, Action: olc.ActionDrop},
+		{Key: olc.PortKey{Proto: olc.ProtoUDP, Port: 53}, Mode: olc.ModeEnforce, Action: olc.ActionDrop},
 	}))
-	must(t, d.SetMode(ModeEnforce))
+	must(t, d.SetMode(olc.ModeEnforce))
 	must(t, d.Heartbeat())
 	return d
 }
@@ -299,7 +300,7 @@ func TestResponseTiming(t *testing.T) {
 				d := loadTimed(t, 1)
 				runSteps(t, d, ingress, tc.steps)
 				port := tc.port
-				if port == (PortKey{}) {
+				if port == (olc.PortKey{}) {
 					port = tcp8080
 				}
 				r := stats(t, d).Response[port]
@@ -354,12 +355,9 @@ func sortedBuckets(ds []time.Duration) []int {
 // tell which flows the sample takes. It is the same either way round.
 func flowHash(seed uint64, cli, srv netip.Addr, cp, sp uint16) uint64 {
 	c4, s4 := cli.As4(), srv.As4()
-	src, dst := uint64(binary.LittleEndian.Uint32(c4[:])), uint64(binary.LittleEndian.Uint32(s4[:]))
+	addrs := uint64(binary.LittleEndian.Uint32(c4[:]) ^ binary.LittleEndian.Uint32(s4[:]))
 	loaded := func(port uint16) uint64 { return uint64(port>>8 | port<<8) } // a big-endian u16 read little-endian
-	const k1, k2 = 0x9e3779b97f4a7c15, 0xbf58476d1ce4e5b9
-	h := ((src^seed)+loaded(cp)<<48)*k1 + ((dst^seed)+loaded(sp)<<48)*k1
-	h ^= h >> 29
-	return h * k2
+	return (addrs | (loaded(cp)^loaded(sp))<<32) * seed
 }
 
 // TestResponseSample: with one flow in 16 sampled, exactly the flows whose
@@ -494,21 +492,21 @@ func TestHistogramGeometry(t *testing.T) {
 func TestResponseTimingVeth(t *testing.T) {
 	modes := []struct {
 		name   string
-		mode   AttachMode
+		mode   olc.AttachMode
 		noTCX  bool
 		egress string
 	}{
-		{"tcx", AttachTC, false, "tcx"},
-		{"clsact", AttachTC, true, "clsact"},
-		{"xdp-native", AttachXDPNative, false, "tcx"},
+		{"tcx", olc.AttachTC, false, "tcx"},
+		{"clsact", olc.AttachTC, true, "clsact"},
+		{"xdp-native", olc.AttachXDPNative, false, "tcx"},
 	}
 	const delay = 20 * time.Millisecond
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			n := newTestNet(t)
 			d := loadTest(t, Config{StaleAfter: time.Minute, ResponseSample: 1})
-			must(t, d.SetPolicies([]PortPolicy{{Key: tcp8080, Mode: ModeEnforce, Action: ActionDrop}}))
-			must(t, d.SetMode(ModeEnforce))
+			must(t, d.SetPolicies([]PortPolicy{{Key: tcp8080, Mode: olc.ModeEnforce, Action: olc.ActionDrop}}))
+			must(t, d.SetMode(olc.ModeEnforce))
 			must(t, d.Heartbeat())
 			n.inServer(t, func() error { return d.attach(n.NodeIf, m.mode, m.noTCX) })
 			if got := d.Attachments(); len(got) != 1 || got[0].Egress != m.egress {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // Counters are cumulative counts of one stats slot, summed over CPUs, since
@@ -49,7 +51,7 @@ type Counters struct {
 // Stats is a snapshot of the datapath counters.
 type Stats struct {
 	// Ports has one entry per port with a policy.
-	Ports map[PortKey]Counters
+	Ports map[olc.PortKey]Counters
 	// Other collects new TCP connections to ports without a policy
 	// (including exception ports without one).
 	Other Counters
@@ -64,7 +66,7 @@ type Stats struct {
 	// Response has the response timing of every timed port (see
 	// Datapath.Timed) when timing is on (Config.ResponseSample), nil when
 	// it is off.
-	Response map[PortKey]Response
+	Response map[olc.PortKey]Response
 	// Flows are the flow table's counters (zero when timing is off).
 	Flows FlowCounters
 }
@@ -83,7 +85,7 @@ func (d *Datapath) Stats() (Stats, error) {
 		return Stats{}, fmt.Errorf("read stats: %w", err)
 	}
 	s := Stats{
-		Ports: make(map[PortKey]Counters, len(d.slots)),
+		Ports: make(map[olc.PortKey]Counters, len(d.slots)),
 		Other: d.stats.counters(uint16(olcdOlcdGeometryOLCD_SLOT_OTHER)),
 	}
 	for k, slot := range d.slots {
@@ -100,7 +102,7 @@ func (d *Datapath) Stats() (Stats, error) {
 		if err := d.resp.fold(d.respSlotList()); err != nil {
 			return Stats{}, fmt.Errorf("read stats: %w", err)
 		}
-		s.Response = make(map[PortKey]Response, len(d.rslots))
+		s.Response = make(map[olc.PortKey]Response, len(d.rslots))
 		for k, slot := range d.rslots {
 			s.Response[k] = d.resp.response(uint16(slot))
 		}
@@ -116,7 +118,7 @@ func (d *Datapath) Stats() (Stats, error) {
 // unclassified count (one syscall fewer) and without allocating when into is
 // reused. The onset check calls it 20 times a second. Errors: a closed
 // datapath or a failed map read.
-func (d *Datapath) PortCounters(into map[PortKey]Counters) error {
+func (d *Datapath) PortCounters(into map[olc.PortKey]Counters) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.checkOpen(); err != nil {

@@ -8,10 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/olcd/olcd/internal/testutil"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/olcd/olcd/internal/olc"
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // portMarker is a protected port at p = 0 whose SYNs the test sends after
@@ -32,18 +34,18 @@ func TestCorpusSameVerdict(t *testing.T) {
 	d := loadTest(t, Config{StaleAfter: time.Minute})
 	t.Cleanup(func() { n.inServer(t, d.Close) })
 
-	seen := map[PortKey]bool{}
-	pols := []PortPolicy{{Key: PortKey{ProtoTCP, portMarker}, Mode: ModeEnforce, Action: ActionDrop}}
+	seen := map[olc.PortKey]bool{}
+	pols := []PortPolicy{{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: portMarker}, Mode: olc.ModeEnforce, Action: olc.ActionDrop}}
 	for _, c := range cases {
 		for _, k := range c.ports() {
 			if !seen[k] && k != pols[0].Key {
 				seen[k] = true
-				pols = append(pols, PortPolicy{Key: k, Mode: ModeEnforce, Action: ActionDrop, DropProbability: 1})
+				pols = append(pols, PortPolicy{Key: k, Mode: olc.ModeEnforce, Action: olc.ActionDrop, DropProbability: 1})
 			}
 		}
 	}
 	must(t, d.SetPolicies(pols))
-	must(t, d.SetMode(ModeEnforce))
+	must(t, d.SetMode(olc.ModeEnforce))
 	must(t, d.Heartbeat())
 	// Jumbo frames of the corpus must not be refused by the veth.
 	for _, side := range []struct {
@@ -60,7 +62,7 @@ func TestCorpusSameVerdict(t *testing.T) {
 			t.Fatalf("set mtu of %s: %v", side.if_, err)
 		}
 	}
-	n.inServer(t, func() error { return d.Attach(n.NodeIf, AttachTC) })
+	n.inServer(t, func() error { return d.Attach(n.NodeIf, olc.AttachTC) })
 
 	xdp := make([]verdict, len(cases))
 	tcRun := make([]verdict, len(cases))
@@ -117,7 +119,7 @@ func injectCorpus(d *Datapath, n *testNet, cases []packetCase) ([]verdict, []boo
 			}
 			defer unix.Close(fd)
 			to := &unix.SockaddrLinklayer{Ifindex: l.Attrs().Index}
-			marker := PortKey{ProtoTCP, portMarker}
+			marker := olc.PortKey{Proto: olc.ProtoTCP, Port: portMarker}
 			for i, c := range cases {
 				if len(c.frame) < 14 {
 					skipped[i] = true

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/adaptive"
-	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/trace"
 )
 
@@ -26,7 +26,7 @@ type DriveTick struct {
 // minSamples responses on, as datapath.response_min_samples), and the
 // port's drop probability goes back into the plant. each, when not nil,
 // sees every tick.
-func Drive(c *adaptive.Controller, sc Scenario, key adaptive.PortKey, minSamples int, each func(DriveTick)) (Result, error) {
+func Drive(c *adaptive.Controller, sc Scenario, key olc.PortKey, minSamples int, each func(DriveTick)) (Result, error) {
 	idx := -1
 	for i, pc := range c.Config().Ports {
 		if pc.Key == key {
@@ -55,7 +55,7 @@ func Drive(c *adaptive.Controller, sc Scenario, key adaptive.PortKey, minSamples
 	if sc.Window > 0 {
 		between = func(o Observation) (float64, bool) {
 			at := trace.Origin.Add(time.Duration(o.T * float64(time.Second)))
-			d, ok := c.Onset(at, sc.Window, map[adaptive.PortKey]adaptive.PortStats{key: {
+			d, ok := c.Onset(at, sc.Window, map[olc.PortKey]adaptive.PortStats{key: {
 				New: o.New, Retransmits: o.Retransmits, Dropped: o.Dropped,
 				Response: adaptive.PortResponse{Samples: uint64(o.Responses), Requests: float64(o.Requests),
 					Responses: float64(o.Responses), Inflight: float64(o.Inflight)}}})
@@ -70,14 +70,14 @@ func Drive(c *adaptive.Controller, sc Scenario, key adaptive.PortKey, minSamples
 		}
 	}
 	res := RunWindows(sc, func(o Observation) float64 {
-		s := sampler.Snapshot{At: trace.Origin.Add(time.Duration(o.T * float64(time.Second))), Interval: sc.Tick}
-		s.Set(sampler.CPUBusy, o.CPUBusy)
+		s := olc.Snapshot{At: trace.Origin.Add(time.Duration(o.T * float64(time.Second))), Interval: sc.Tick}
+		s.Set(olc.CPUBusy, o.CPUBusy)
 		r := adaptive.PortResponse{Samples: uint64(o.Responses), Requests: float64(o.Requests),
 			Responses: float64(o.Responses), Inflight: float64(o.Inflight)}
 		if o.Responses >= minSamples && o.Responses > 0 {
 			r.Available, r.P95 = true, o.P95
 		}
-		d := c.Step(s, map[adaptive.PortKey]adaptive.PortStats{key: {
+		d := c.Step(s, map[olc.PortKey]adaptive.PortStats{key: {
 			New: o.New, Retransmits: o.Retransmits, Dropped: o.Dropped, Response: r}})
 		pd := d.Ports[idx]
 		shedRetx = pd.ShedRetransmits

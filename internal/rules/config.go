@@ -9,7 +9,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/olcd/olcd/internal/adaptive"
-	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // Config is one complete, validated configuration. Build it with Default,
@@ -20,18 +20,18 @@ type Config struct {
 	// default.
 	Source string
 	// Mode is the global mode (default observe).
-	Mode Mode
+	Mode olc.Mode
 	// Interfaces lists the interfaces to attach to; empty means every
 	// non-loopback Ethernet interface that is up, each packet once (the
 	// daemon skips bridge/bond ports and children of an attached parent).
 	Interfaces []string
 	// Attach is the attach mode (default auto).
-	Attach AttachMode
+	Attach olc.AttachMode
 	// Interval is the tick interval (≥ 100 ms, default 500 ms).
 	Interval time.Duration
 	// Thresholds holds each signal's threshold in its canonical unit; 0 means
 	// the signal does not drive shedding.
-	Thresholds [sampler.NumSignals]float64
+	Thresholds [olc.NumSignals]float64
 	// Cgroup is the watched cgroup: a filesystem path under /sys/fs/cgroup,
 	// or a path inside the cgroup hierarchy without the leading slash
 	// ("system.slice/nginx.service"); "" watches none.
@@ -77,16 +77,16 @@ type Config struct {
 type Port struct {
 	// Port is the destination port, 1..65535.
 	Port uint16
-	// Proto is adaptive.ProtoTCP or adaptive.ProtoUDP.
-	Proto adaptive.Proto
+	// Proto is olc.ProtoTCP or olc.ProtoUDP.
+	Proto olc.Proto
 	// Class is the priority class (default normal).
-	Class adaptive.Class
-	// Override is the port's own mode, ModeObserve or ModeEnforce; ModeOff
+	Class olc.Class
+	// Override is the port's own mode, olc.ModeObserve or olc.ModeEnforce; olc.ModeOff
 	// (the zero value) means no override: the port follows the global mode.
-	Override Mode
+	Override olc.Mode
 	// Action is the port's own shedding action when HasAction is set;
 	// otherwise the port uses action.kind.
-	Action    Action
+	Action    olc.Action
 	HasAction bool
 	// Target is the port's own response-time target when HasTarget is
 	// set (off included); otherwise controller.response_target.
@@ -95,7 +95,7 @@ type Port struct {
 }
 
 // EffectiveAction returns the port's action: its own if set, else global.
-func (p Port) EffectiveAction(global Action) Action {
+func (p Port) EffectiveAction(global olc.Action) olc.Action {
 	if p.HasAction {
 		return p.Action
 	}
@@ -103,13 +103,13 @@ func (p Port) EffectiveAction(global Action) Action {
 }
 
 // Key returns the port's controller key.
-func (p Port) Key() adaptive.PortKey { return adaptive.PortKey{Proto: p.Proto, Port: p.Port} }
+func (p Port) Key() olc.PortKey { return olc.PortKey{Proto: p.Proto, Port: p.Port} }
 
 // EffectiveMode returns the mode the port runs in under global: off when
 // global is off (the kill switch wins), else the override if set, else
 // global.
-func (p Port) EffectiveMode(global Mode) Mode {
-	if global == ModeOff || p.Override == ModeOff {
+func (p Port) EffectiveMode(global olc.Mode) olc.Mode {
+	if global == olc.ModeOff || p.Override == olc.ModeOff {
 		return global
 	}
 	return p.Override
@@ -120,7 +120,7 @@ func (p Port) EffectiveMode(global Mode) Mode {
 type Exceptions struct {
 	// Ports are exempt destination ports (each listed once, none of them
 	// also protected).
-	Ports []adaptive.PortKey
+	Ports []olc.PortKey
 	// Sources are exempt client prefixes, IPv4 or IPv6, masked (no host
 	// bits beyond the prefix length); a bare address is a /32 or /128.
 	Sources []netip.Prefix
@@ -128,13 +128,13 @@ type Exceptions struct {
 	// tcp/22, SSH): exempt unless the port list names them, so that under
 	// ports: auto an overloaded node never sheds its operator's login.
 	// Each is listed once; see Config.ExemptPorts.
-	Management []adaptive.PortKey
+	Management []olc.PortKey
 }
 
 // ActionConfig is the shedding action.
 type ActionConfig struct {
 	// Kind is drop (default) or mark.
-	Kind Action
+	Kind olc.Action
 	// DSCP is the DSCP (0..63) a mark sets; meaningful when SetDSCP.
 	DSCP uint8
 	// SetDSCP is true when a DSCP was configured.
@@ -149,12 +149,6 @@ type ActionConfig struct {
 	// full bucket (1..10,000,000); 0 (the default) is RejectRate ÷ 10.
 	RejectBurst int
 }
-
-// The reject action's rate limit defaults: per CPU, docs/config.md says why.
-const (
-	DefaultRejectRate = 20000
-	MaxRejectRate     = 10_000_000
-)
 
 // DatapathConfig sizes the BPF maps.
 type DatapathConfig struct {
@@ -186,62 +180,53 @@ type DatapathConfig struct {
 }
 
 // The defaults that are not controller parameters; docs/config.md gives the
-// reason for each.
+// reason for each. The datapath's sizes and heartbeat.stale_after are olc's
+// (olc.DefaultMaxPorts, olc.DefaultStaleAfter, …), shared with the loader.
 const (
 	DefaultInterval       = 500 * time.Millisecond
 	MinInterval           = 100 * time.Millisecond
-	DefaultStaleAfter     = 5 * time.Second
 	DefaultMetricsAddress = "127.0.0.1:9477"
 	DefaultAdminSocket    = "/run/olcd/olcd.sock"
 	DefaultDecisionLog    = "/var/log/olcd/decisions.jsonl"
-	DefaultMaxPorts       = 1024
-	DefaultSYNTableSize   = 65536
-	// MaxMaxPorts is the largest datapath.max_ports: the datapath's
-	// policy indices are 16 bits, 0 is "no policy" and one slot counts
-	// the ports without one.
-	MaxMaxPorts        = 65534
-	DefaultMaxPrefixes = 1024
 	// Response timing defaults (docs/config.md).
 	DefaultResponseSample     = 1
-	DefaultResponsePorts      = 32
-	DefaultFlowTableSize      = 16384
 	DefaultResponseMinSamples = 5
 )
 
 // DefaultThresholds returns the signals that drive shedding when a config
 // has no `signals` section, with their thresholds (see docs/config.md).
-func DefaultThresholds() [sampler.NumSignals]float64 {
-	var t [sampler.NumSignals]float64
-	t[sampler.PSICPUSome] = 0.5
-	t[sampler.PSIMemoryFull] = 0.1
-	t[sampler.AcceptQueueFill] = 0.9
+func DefaultThresholds() [olc.NumSignals]float64 {
+	var t [olc.NumSignals]float64
+	t[olc.PSICPUSome] = 0.5
+	t[olc.PSIMemoryFull] = 0.1
+	t[olc.AcceptQueueFill] = 0.9
 	return t
 }
 
 // DefaultManagementPorts returns the default exceptions.management: SSH.
-func DefaultManagementPorts() []adaptive.PortKey {
-	return []adaptive.PortKey{{Proto: adaptive.ProtoTCP, Port: 22}}
+func DefaultManagementPorts() []olc.PortKey {
+	return []olc.PortKey{{Proto: olc.ProtoTCP, Port: 22}}
 }
 
 // defaults returns the built-in values every document is decoded onto.
 func defaults() *Config {
 	return &Config{
-		Mode:           ModeObserve,
-		Attach:         AttachAuto,
+		Mode:           olc.ModeObserve,
+		Attach:         olc.AttachAuto,
 		Interval:       DefaultInterval,
 		Thresholds:     DefaultThresholds(),
 		Controller:     adaptive.DefaultParams(),
 		ResponseTarget: adaptive.ResponseTarget{Auto: true},
 		PortsAuto:      true,
 		Exceptions:     Exceptions{Management: DefaultManagementPorts()},
-		Action:         ActionConfig{Kind: ActionDrop, RejectRate: DefaultRejectRate},
-		StaleAfter:     DefaultStaleAfter,
+		Action:         ActionConfig{Kind: olc.ActionDrop, RejectRate: olc.DefaultRejectRate},
+		StaleAfter:     olc.DefaultStaleAfter,
 		MetricsAddress: DefaultMetricsAddress,
 		AdminSocket:    DefaultAdminSocket,
 		DecisionLog:    DefaultDecisionLog,
-		Datapath: DatapathConfig{MaxPorts: DefaultMaxPorts, SYNTableSize: DefaultSYNTableSize, MaxPrefixes: DefaultMaxPrefixes, Selection: "random",
-			ResponseSample: DefaultResponseSample, ResponsePorts: DefaultResponsePorts,
-			FlowTableSize: DefaultFlowTableSize, ResponseMinSamples: DefaultResponseMinSamples},
+		Datapath: DatapathConfig{MaxPorts: olc.DefaultMaxPorts, SYNTableSize: olc.DefaultSYNTableSize, MaxPrefixes: olc.DefaultMaxPrefixes, Selection: "random",
+			ResponseSample: DefaultResponseSample, ResponsePorts: olc.DefaultResponsePorts,
+			FlowTableSize: olc.DefaultFlowTableSize, ResponseMinSamples: DefaultResponseMinSamples},
 		LB: defaultLB(),
 	}
 }
@@ -285,7 +270,7 @@ func (c *Config) ControllerConfig(ports []adaptive.PortConfig) adaptive.Config {
 	ports = append([]adaptive.PortConfig(nil), ports...)
 	// Resolved ports (ports: auto) take the global target; configured
 	// ones their own.
-	own := make(map[adaptive.PortKey]Port, len(c.Ports))
+	own := make(map[olc.PortKey]Port, len(c.Ports))
 	for _, p := range c.Ports {
 		own[p.Key()] = p
 	}
@@ -304,25 +289,11 @@ func (c *Config) ControllerConfig(ports []adaptive.PortConfig) adaptive.Config {
 	}
 }
 
-// SamplerConfig returns the sampler's config on the real root "/" with the
-// protected TCP ports whose accept queues are watched. A nil tcpPorts uses
-// the configured TCP ports.
-func (c *Config) SamplerConfig(tcpPorts []uint16) sampler.Config {
-	if tcpPorts == nil {
-		for _, p := range c.Ports {
-			if p.Proto == adaptive.ProtoTCP && !c.PortsAuto {
-				tcpPorts = append(tcpPorts, p.Port)
-			}
-		}
-	}
-	return sampler.Config{Root: "/", Cgroup: c.Cgroup, TCPPorts: append([]uint16(nil), tcpPorts...)}
-}
-
 // ExemptPorts returns the ports whose new connections are never shed, each
 // once: exceptions.ports, then the management ports the port list does not
 // name (under ports: auto, every management port). The datapath counts
 // their new connections as exempt.
-func (c *Config) ExemptPorts() []adaptive.PortKey {
+func (c *Config) ExemptPorts() []olc.PortKey {
 	out := slices.Clone(c.Exceptions.Ports)
 	for _, k := range c.Exceptions.Management {
 		if !slices.Contains(out, k) && !c.listed(k) {
@@ -334,12 +305,12 @@ func (c *Config) ExemptPorts() []adaptive.PortKey {
 
 // ExemptPort reports whether k is one of ExemptPorts (the daemon skips such
 // listeners under ports: auto).
-func (c *Config) ExemptPort(k adaptive.PortKey) bool { return c.ExemptReason(k) != "" }
+func (c *Config) ExemptPort(k olc.PortKey) bool { return c.ExemptReason(k) != "" }
 
 // ExemptReason returns why k is exempt, for status and logs: the list that
 // exempts it ("exceptions.ports" or "exceptions.management"), or "" when k
 // is not exempt.
-func (c *Config) ExemptReason(k adaptive.PortKey) string {
+func (c *Config) ExemptReason(k olc.PortKey) string {
 	switch {
 	case slices.Contains(c.Exceptions.Ports, k):
 		return "exceptions.ports"
@@ -350,7 +321,7 @@ func (c *Config) ExemptReason(k adaptive.PortKey) string {
 }
 
 // listed reports whether the port list (not ports: auto) names k.
-func (c *Config) listed(k adaptive.PortKey) bool {
+func (c *Config) listed(k olc.PortKey) bool {
 	if c.PortsAuto {
 		return false
 	}
@@ -360,8 +331,8 @@ func (c *Config) listed(k adaptive.PortKey) bool {
 // WithMode returns a copy of c in mode m, applied as a patch so that later
 // patches (which merge onto the document) keep it. The copy's warnings are
 // dropped: a mode alone cannot make a valid config invalid.
-func (c *Config) WithMode(m Mode) (*Config, error) {
-	if m > ModeEnforce {
+func (c *Config) WithMode(m olc.Mode) (*Config, error) {
+	if m > olc.ModeEnforce {
 		return nil, fmt.Errorf("set mode: unknown %s", m)
 	}
 	out, _, err := c.Patch([]byte("mode: "+m.String()), "mode")

@@ -17,7 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/olcd/olcd/internal/adaptive"
-	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/spell"
 )
 
@@ -186,7 +186,7 @@ func reachable(doc *yaml.Node, origins map[*yaml.Node]string) map[*yaml.Node]str
 }
 
 // withSignals returns base with a `signals` mapping holding thresholds.
-func withSignals(base *yaml.Node, th [sampler.NumSignals]float64, origins map[*yaml.Node]string) *yaml.Node {
+func withSignals(base *yaml.Node, th [olc.NumSignals]float64, origins map[*yaml.Node]string) *yaml.Node {
 	sigs := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
 	for s, v := range th {
 		if v <= 0 {
@@ -196,7 +196,7 @@ func withSignals(base *yaml.Node, th [sampler.NumSignals]float64, origins map[*y
 			{Kind: yaml.ScalarNode, Tag: "!!str", Value: "threshold"},
 			{Kind: yaml.ScalarNode, Tag: "!!float", Value: strconv.FormatFloat(v, 'g', -1, 64)},
 		}}
-		sigs.Content = append(sigs.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: sampler.Signal(s).String()}, inner)
+		sigs.Content = append(sigs.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: olc.Signal(s).String()}, inner)
 	}
 	record(sigs, "default", origins)
 	out := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
@@ -239,7 +239,7 @@ type decoder struct {
 	// thresholdSet marks the signals the document gives a threshold, so
 	// that validate also checks an explicit 0 (which the typed config reads
 	// as "unused").
-	thresholdSet [sampler.NumSignals]bool
+	thresholdSet [olc.NumSignals]bool
 	// failed marks the fields that did not decode, so that validate skips
 	// the cross-checks that would only repeat the mistake.
 	failed map[string]bool
@@ -515,7 +515,7 @@ func (d *decoder) root(n *yaml.Node, cfg *Config) {
 		switch key {
 		case "mode":
 			if s, ok := d.enum(v, field, []string{"off", "observe", "enforce"}); ok {
-				cfg.Mode, _ = ParseMode(s)
+				cfg.Mode, _ = olc.ParseMode(s)
 			}
 		case "interfaces":
 			cfg.Interfaces = nil
@@ -531,7 +531,7 @@ func (d *decoder) root(n *yaml.Node, cfg *Config) {
 				names[i] = string(m)
 			}
 			if s, ok := d.enum(v, field, names); ok {
-				cfg.Attach = AttachMode(s)
+				cfg.Attach = olc.AttachMode(s)
 			}
 		case "interval":
 			if dur, ok := d.duration(v, field); ok {
@@ -581,7 +581,7 @@ func (d *decoder) root(n *yaml.Node, cfg *Config) {
 				case "max_ports":
 					// Policy indices are 16 bits in the datapath, with 0
 					// meaning "no policy" and one slot for "other".
-					if i, ok := d.integer(v, f, 1, MaxMaxPorts); ok {
+					if i, ok := d.integer(v, f, 1, olc.MaxMaxPorts); ok {
 						cfg.Datapath.MaxPorts = int(i)
 					}
 				case "syn_table_size":
@@ -601,7 +601,7 @@ func (d *decoder) root(n *yaml.Node, cfg *Config) {
 						cfg.Datapath.ResponseSample = int(i)
 					}
 				case "response_ports":
-					if i, ok := d.integer(v, f, 1, MaxMaxPorts); ok {
+					if i, ok := d.integer(v, f, 1, olc.MaxMaxPorts); ok {
 						cfg.Datapath.ResponsePorts = int(i)
 					}
 				case "flow_table_size":
@@ -621,12 +621,12 @@ func (d *decoder) root(n *yaml.Node, cfg *Config) {
 // signals decodes `signals: {<name>: {threshold: x}}`; the section replaces
 // the default signal list.
 func (d *decoder) signals(n *yaml.Node, path string, cfg *Config) {
-	cfg.Thresholds = [sampler.NumSignals]float64{}
+	cfg.Thresholds = [olc.NumSignals]float64{}
 	d.mapping(n, path, nil, func(name string, v *yaml.Node, field string) {
-		sig, ok := sampler.ParseSignal(name)
-		if !ok {
+		sig, err := olc.ParseSignal(name)
+		if err != nil {
 			hint := "see docs/config.md for the canonical names"
-			if s := spell.Closest(name, spell.Names(sampler.Signals())); s != "" {
+			if s := spell.Closest(name, spell.Names(olc.Signals())); s != "" {
 				hint = fmt.Sprintf("did you mean %q?", s)
 			}
 			d.add(v, field, fmt.Sprintf("unknown signal %q", name), hint)
@@ -639,7 +639,7 @@ func (d *decoder) signals(n *yaml.Node, path string, cfg *Config) {
 		found := false
 		d.mapping(v, field, []string{"threshold"}, func(_ string, tv *yaml.Node, f string) {
 			found = true
-			if sig.Unit() == sampler.UnitSeconds && resolve(tv).Kind == yaml.ScalarNode && resolve(tv).Tag == "!!str" {
+			if sig.Unit() == olc.UnitSeconds && resolve(tv).Kind == yaml.ScalarNode && resolve(tv).Tag == "!!str" {
 				// Seconds may be written as a duration: 50ms.
 				if dur, ok := d.duration(tv, f); ok {
 					cfg.Thresholds[sig] = dur.Seconds()
@@ -761,12 +761,12 @@ func (d *decoder) portNumber(n *yaml.Node, field string) (uint16, bool) {
 }
 
 // proto decodes tcp|udp.
-func (d *decoder) proto(n *yaml.Node, field string) (adaptive.Proto, bool) {
+func (d *decoder) proto(n *yaml.Node, field string) (olc.Proto, bool) {
 	s, ok := d.enum(n, field, []string{"tcp", "udp"})
 	if !ok {
 		return 0, false
 	}
-	p, _ := adaptive.ParseProto(s)
+	p, _ := olc.ParseProto(s)
 	return p, true
 }
 
@@ -787,7 +787,7 @@ func (d *decoder) ports(n *yaml.Node, path string, cfg *Config) {
 			d.add(item, field, "must be a mapping such as {port: 443, proto: tcp}, got "+kindName(item), portShorthandHint(item))
 			return
 		}
-		p := Port{Proto: adaptive.ProtoTCP, Class: adaptive.ClassNormal}
+		p := Port{Proto: olc.ProtoTCP, Class: olc.ClassNormal}
 		ok, hasPort := true, false
 		d.mapping(item, field, portKeys, func(key string, v *yaml.Node, f string) {
 			var good bool
@@ -800,7 +800,7 @@ func (d *decoder) ports(n *yaml.Node, path string, cfg *Config) {
 			case "class":
 				var s string
 				if s, good = d.enum(v, f, []string{"critical", "normal", "best-effort"}); good {
-					p.Class, _ = adaptive.ParseClass(s)
+					p.Class, _ = olc.ParseClass(s)
 				}
 			case "mode":
 				var s string
@@ -809,12 +809,12 @@ func (d *decoder) ports(n *yaml.Node, path string, cfg *Config) {
 					d.problems[len(d.problems)-1].Hint = "a port cannot be switched off alone: remove it from ports, or list it under exceptions"
 				}
 				if good {
-					p.Override, _ = ParseMode(s)
+					p.Override, _ = olc.ParseMode(s)
 				}
 			case "action":
 				var s string
 				if s, good = d.enum(v, f, actionNames); good {
-					p.Action, _ = ParseAction(s)
+					p.Action, _ = olc.ParseAction(s)
 					p.HasAction = true
 				}
 			case "response_target":
@@ -890,7 +890,7 @@ func (d *decoder) exceptions(n *yaml.Node, path string, cfg *Config) {
 					d.add(item, f, "must be a mapping such as {port: 22, proto: tcp}, got "+kindName(item), portShorthandHint(item))
 					return
 				}
-				k := adaptive.PortKey{Proto: adaptive.ProtoTCP}
+				k := olc.PortKey{Proto: olc.ProtoTCP}
 				ok, hasPort := true, false
 				d.mapping(item, f, exPortKeys, func(key string, v *yaml.Node, ff string) {
 					var good bool
@@ -937,8 +937,8 @@ func (d *decoder) exceptions(n *yaml.Node, path string, cfg *Config) {
 
 // managementPort decodes an exceptions.management entry: a port number
 // (TCP, which every remote shell and config agent uses), or {port, proto}.
-func (d *decoder) managementPort(item *yaml.Node, f string) (adaptive.PortKey, bool) {
-	k := adaptive.PortKey{Proto: adaptive.ProtoTCP}
+func (d *decoder) managementPort(item *yaml.Node, f string) (olc.PortKey, bool) {
+	k := olc.PortKey{Proto: olc.ProtoTCP}
 	if item.Kind != yaml.MappingNode {
 		if item.Kind != yaml.ScalarNode || item.Tag != "!!int" {
 			d.add(item, f, "must be a port number such as 22, or {port: 22, proto: tcp}, got "+kindName(item), quotedNumberHint(item))
@@ -1011,14 +1011,14 @@ func (d *decoder) action(n *yaml.Node, path string, cfg *Config) {
 		switch key {
 		case "kind":
 			if s, ok := d.enum(v, field, actionNames); ok {
-				cfg.Action.Kind, _ = ParseAction(s)
+				cfg.Action.Kind, _ = olc.ParseAction(s)
 			}
 		case "reject_rate":
-			if i, ok := d.integer(v, field, 0, MaxRejectRate); ok {
+			if i, ok := d.integer(v, field, 0, olc.MaxRejectRate); ok {
 				cfg.Action.RejectRate = int(i)
 			}
 		case "reject_burst":
-			if i, ok := d.integer(v, field, 1, MaxRejectRate); ok {
+			if i, ok := d.integer(v, field, 1, olc.MaxRejectRate); ok {
 				cfg.Action.RejectBurst = int(i)
 			}
 		case "dscp":

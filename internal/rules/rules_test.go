@@ -17,7 +17,8 @@ import (
 
 	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/lb"
-	"github.com/olcd/olcd/internal/sampler"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // expectation is one "# want: LINE FIELD | msg substring | hint substring"
@@ -147,15 +148,15 @@ func TestValidFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var th [sampler.NumSignals]float64
-	th[sampler.CPUBusy], th[sampler.PSICPUSome], th[sampler.Load1PerCore] = 0.8, 0.4, 3
-	th[sampler.CgroupThrottledRatio], th[sampler.ListenOverflowsPerS] = 0.3, 5
-	th[sampler.ResponseTimeP95], th[sampler.ResponseTimeP99] = 0.05, 0.2
+	var th [olc.NumSignals]float64
+	th[olc.CPUBusy], th[olc.PSICPUSome], th[olc.Load1PerCore] = 0.8, 0.4, 3
+	th[olc.CgroupThrottledRatio], th[olc.ListenOverflowsPerS] = 0.3, 5
+	th[olc.ResponseTimeP95], th[olc.ResponseTimeP99] = 0.05, 0.2
 	want := &Config{
 		Source:     "testdata/valid-full.yaml",
-		Mode:       ModeEnforce,
+		Mode:       olc.ModeEnforce,
 		Interfaces: []string{"eth0", "eth1"},
-		Attach:     AttachXDP,
+		Attach:     olc.AttachXDP,
 		Interval:   250 * time.Millisecond,
 		Thresholds: th,
 		Cgroup:     "system.slice/nginx.service",
@@ -166,18 +167,18 @@ func TestValidFull(t *testing.T) {
 			TargetFactor: 4, InitialTarget: 200 * time.Millisecond, ResponseCooldown: 2 * time.Second, LatencyKp: 0.4, LatencyKi: 0.3},
 		ResponseTarget: adaptive.ResponseTarget{Seconds: 0.08},
 		Ports: []Port{
-			{Port: 443, Proto: adaptive.ProtoTCP, Class: adaptive.ClassCritical, Override: ModeEnforce},
-			{Port: 80, Proto: adaptive.ProtoTCP, Class: adaptive.ClassNormal, Target: adaptive.ResponseTarget{Auto: true}, HasTarget: true},
-			{Port: 8080, Proto: adaptive.ProtoTCP, Class: adaptive.ClassBestEffort, Override: ModeObserve},
-			{Port: 53, Proto: adaptive.ProtoUDP, Class: adaptive.ClassNormal, HasTarget: true},
+			{Port: 443, Proto: olc.ProtoTCP, Class: olc.ClassCritical, Override: olc.ModeEnforce},
+			{Port: 80, Proto: olc.ProtoTCP, Class: olc.ClassNormal, Target: adaptive.ResponseTarget{Auto: true}, HasTarget: true},
+			{Port: 8080, Proto: olc.ProtoTCP, Class: olc.ClassBestEffort, Override: olc.ModeObserve},
+			{Port: 53, Proto: olc.ProtoUDP, Class: olc.ClassNormal, HasTarget: true},
 		},
 		Exceptions: Exceptions{
-			Ports: []adaptive.PortKey{{Proto: adaptive.ProtoTCP, Port: 22}, {Proto: adaptive.ProtoTCP, Port: 9100}},
+			Ports: []olc.PortKey{{Proto: olc.ProtoTCP, Port: 22}, {Proto: olc.ProtoTCP, Port: 9100}},
 			Sources: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.7/32"),
 				netip.MustParsePrefix("2001:db8::/32")},
-			Management: []adaptive.PortKey{{Proto: adaptive.ProtoTCP, Port: 2222}, {Proto: adaptive.ProtoTCP, Port: 8022}},
+			Management: []olc.PortKey{{Proto: olc.ProtoTCP, Port: 2222}, {Proto: olc.ProtoTCP, Port: 8022}},
 		},
-		Action:         ActionConfig{Kind: ActionMark, DSCP: 8, SetDSCP: true, Fwmark: 0x10, RejectRate: DefaultRejectRate},
+		Action:         ActionConfig{Kind: olc.ActionMark, DSCP: 8, SetDSCP: true, Fwmark: 0x10, RejectRate: olc.DefaultRejectRate},
 		StaleAfter:     3 * time.Second,
 		MetricsAddress: "[::1]:9477",
 		AdminSocket:    "/run/olcd/test.sock",
@@ -190,13 +191,13 @@ func TestValidFull(t *testing.T) {
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("decoded\n%+v\nwant\n%+v", c, want)
 	}
-	if got := c.Ports[2].EffectiveMode(ModeEnforce); got != ModeObserve {
+	if got := c.Ports[2].EffectiveMode(olc.ModeEnforce); got != olc.ModeObserve {
 		t.Errorf("port override: %v", got)
 	}
-	if got := c.Ports[1].EffectiveMode(ModeEnforce); got != ModeEnforce {
+	if got := c.Ports[1].EffectiveMode(olc.ModeEnforce); got != olc.ModeEnforce {
 		t.Errorf("port without override: %v", got)
 	}
-	if got := c.Ports[0].EffectiveMode(ModeOff); got != ModeOff {
+	if got := c.Ports[0].EffectiveMode(olc.ModeOff); got != olc.ModeOff {
 		t.Errorf("global off must win: %v", got)
 	}
 }
@@ -204,7 +205,7 @@ func TestValidFull(t *testing.T) {
 // TestDefault checks the embedded default and that it is valid and quiet.
 func TestDefault(t *testing.T) {
 	c := Default()
-	if c.Mode != ModeObserve || !c.PortsAuto || len(c.Interfaces) != 0 || c.Attach != AttachAuto ||
+	if c.Mode != olc.ModeObserve || !c.PortsAuto || len(c.Interfaces) != 0 || c.Attach != olc.AttachAuto ||
 		c.Interval != 500*time.Millisecond || c.Controller != adaptive.DefaultParams() || c.Thresholds != DefaultThresholds() {
 		t.Errorf("default = %+v", c)
 	}
@@ -242,32 +243,32 @@ func TestThresholdOnlyConfig(t *testing.T) {
 	if err != nil || len(w) != 0 {
 		t.Fatalf("%v %v", err, w)
 	}
-	var want [sampler.NumSignals]float64
-	want[sampler.PSICPUSome] = 0.4
+	var want [olc.NumSignals]float64
+	want[olc.PSICPUSome] = 0.4
 	if c.Thresholds != want {
 		t.Errorf("thresholds %v", c.Thresholds)
 	}
-	if c.Mode != ModeObserve || !c.PortsAuto || c.Controller != adaptive.DefaultParams() {
+	if c.Mode != olc.ModeObserve || !c.PortsAuto || c.Controller != adaptive.DefaultParams() {
 		t.Errorf("non-signal settings are not the defaults: %+v", c)
 	}
 }
 
 func TestThresholdHints(t *testing.T) {
 	tests := []struct {
-		sig       sampler.Signal
+		sig       olc.Signal
 		x         float64
 		msg, hint string
 	}{
-		{sampler.CPUBusy, 950, "outside (0, 1]", "per-mille; did you mean 0.95?"},
-		{sampler.CPUBusy, 80, "outside (0, 1]", "percent; did you mean 0.8?"},
-		{sampler.PSIMemoryFull, 2, "outside (0, 1]", "percent; did you mean 0.02?"},
-		{sampler.CPUBusy, 1.5, "outside (0, 1]", "fractions are written 0..1"},
-		{sampler.CPUBusy, 5000, "outside (0, 1]", "fractions are written 0..1"},
-		{sampler.CPUBusy, 1, "", ""},
-		{sampler.Load1PerCore, 80, "", ""},
-		{sampler.ListenOverflowsPerS, 950, "", ""},
-		{sampler.Load1, -1, "must be positive", ""},
-		{sampler.Load1, math.Inf(1), "not a finite number", ""},
+		{olc.CPUBusy, 950, "outside (0, 1]", "per-mille; did you mean 0.95?"},
+		{olc.CPUBusy, 80, "outside (0, 1]", "percent; did you mean 0.8?"},
+		{olc.PSIMemoryFull, 2, "outside (0, 1]", "percent; did you mean 0.02?"},
+		{olc.CPUBusy, 1.5, "outside (0, 1]", "fractions are written 0..1"},
+		{olc.CPUBusy, 5000, "outside (0, 1]", "fractions are written 0..1"},
+		{olc.CPUBusy, 1, "", ""},
+		{olc.Load1PerCore, 80, "", ""},
+		{olc.ListenOverflowsPerS, 950, "", ""},
+		{olc.Load1, -1, "must be positive", ""},
+		{olc.Load1, math.Inf(1), "not a finite number", ""},
 	}
 	for _, tt := range tests {
 		msg, hint := thresholdCheck(tt.sig, tt.x)
@@ -290,27 +291,27 @@ func TestPatch(t *testing.T) {
 		fail  string // substring of the rendered problems
 	}{
 		{"one threshold (YAML)", base, "signals: {cpu_busy: {threshold: 0.7}}", func(t *testing.T, c *Config) {
-			if c.Thresholds[sampler.CPUBusy] != 0.7 || c.Thresholds[sampler.PSICPUSome] != 0.4 {
+			if c.Thresholds[olc.CPUBusy] != 0.7 || c.Thresholds[olc.PSICPUSome] != 0.4 {
 				t.Errorf("thresholds %v", c.Thresholds)
 			}
-			if c.Mode != ModeEnforce || len(c.Ports) != 4 {
+			if c.Mode != olc.ModeEnforce || len(c.Ports) != 4 {
 				t.Error("the rest of the config changed")
 			}
 		}, ""},
 		{"one threshold (JSON)", base, `{"signals": {"listen_overflows_per_s": {"threshold": 12}}}`, func(t *testing.T, c *Config) {
-			if c.Thresholds[sampler.ListenOverflowsPerS] != 12 || c.Thresholds[sampler.CPUBusy] != 0.8 {
+			if c.Thresholds[olc.ListenOverflowsPerS] != 12 || c.Thresholds[olc.CPUBusy] != 0.8 {
 				t.Errorf("thresholds %v", c.Thresholds)
 			}
 		}, ""},
 		{"new signal on the default list", Default(), "signals: {psi_io_some: {threshold: 0.3}}", func(t *testing.T, c *Config) {
 			want := DefaultThresholds()
-			want[sampler.PSIIOSome] = 0.3
+			want[olc.PSIIOSome] = 0.3
 			if c.Thresholds != want {
 				t.Errorf("thresholds %v, want the defaults plus psi_io_some", c.Thresholds)
 			}
 		}, ""},
 		{"null removes a signal", base, "signals: {psi_cpu_some: null}", func(t *testing.T, c *Config) {
-			if c.Thresholds[sampler.PSICPUSome] != 0 || c.Thresholds[sampler.CPUBusy] != 0.8 {
+			if c.Thresholds[olc.PSICPUSome] != 0 || c.Thresholds[olc.CPUBusy] != 0.8 {
 				t.Errorf("thresholds %v", c.Thresholds)
 			}
 		}, ""},
@@ -325,12 +326,12 @@ func TestPatch(t *testing.T) {
 			`patch:3: signals.cpu_bsy: unknown signal "cpu_bsy" (did you mean "cpu_busy"?)`},
 		{"bad value in a new subtree names the patch", base, "exceptions:\n  sources: [10.0.0.0/33]\n", nil, "patch:2: exceptions.sources[0]"},
 		{"mode", base, "mode: observe", func(t *testing.T, c *Config) {
-			if c.Mode != ModeObserve {
+			if c.Mode != olc.ModeObserve {
 				t.Errorf("mode %v", c.Mode)
 			}
 		}, ""},
 		{"list replaces", base, "ports: [{port: 9000, proto: udp}]", func(t *testing.T, c *Config) {
-			if len(c.Ports) != 1 || c.Ports[0].Key() != (adaptive.PortKey{Proto: adaptive.ProtoUDP, Port: 9000}) {
+			if len(c.Ports) != 1 || c.Ports[0].Key() != (olc.PortKey{Proto: olc.ProtoUDP, Port: 9000}) {
 				t.Errorf("ports %v", c.Ports)
 			}
 		}, ""},
@@ -346,7 +347,7 @@ func TestPatch(t *testing.T) {
 			}
 		}, ""},
 		{"merge key in a patch", base, "signals: {cpu_busy: &t {threshold: 0.6}, psi_cpu_some: {<<: *t}}", func(t *testing.T, c *Config) {
-			if c.Thresholds[sampler.CPUBusy] != 0.6 || c.Thresholds[sampler.PSICPUSome] != 0.6 || c.Thresholds[sampler.Load1PerCore] != 3 {
+			if c.Thresholds[olc.CPUBusy] != 0.6 || c.Thresholds[olc.PSICPUSome] != 0.6 || c.Thresholds[olc.Load1PerCore] != 3 {
 				t.Errorf("thresholds %v", c.Thresholds)
 			}
 		}, ""},
@@ -383,7 +384,7 @@ func TestPatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c2.Thresholds[sampler.CPUBusy] != 0.7 || c2.Mode != ModeOff || base.Thresholds[sampler.CPUBusy] != 0.8 || c1.Mode != ModeEnforce {
+	if c2.Thresholds[olc.CPUBusy] != 0.7 || c2.Mode != olc.ModeOff || base.Thresholds[olc.CPUBusy] != 0.8 || c1.Mode != olc.ModeEnforce {
 		t.Error("patches do not stack or modified their base")
 	}
 }
@@ -402,48 +403,44 @@ func TestParamRangesAgree(t *testing.T) {
 	}
 }
 
-func TestControllerAndSamplerConfig(t *testing.T) {
+func TestControllerConfig(t *testing.T) {
 	c, _, err := Load("testdata/valid-full.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ac := c.ControllerConfig(nil)
 	if ac.Interval != 250*time.Millisecond || ac.Thresholds != c.Thresholds || ac.Params != c.Controller || len(ac.Ports) != 4 ||
-		ac.Ports[0] != (adaptive.PortConfig{Key: adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: 443}, Class: adaptive.ClassCritical, Target: c.ResponseTarget}) {
+		ac.Ports[0] != (adaptive.PortConfig{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 443}, Class: olc.ClassCritical, Target: c.ResponseTarget}) {
 		t.Errorf("controller config %+v", ac)
 	}
 	if _, err := adaptive.New(ac); err != nil {
 		t.Errorf("controller rejects a validated config: %v", err)
 	}
-	sc := c.SamplerConfig(nil)
-	if sc.Root != "/" || sc.Cgroup != "system.slice/nginx.service" || !reflect.DeepEqual(sc.TCPPorts, []uint16{443, 80, 8080}) {
-		t.Errorf("sampler config %+v", sc)
-	}
 	auto := Default()
-	if auto.PortConfigs() != nil || len(auto.ControllerConfig([]adaptive.PortConfig{{Key: adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: 22}}}).Ports) != 1 {
+	if auto.PortConfigs() != nil || len(auto.ControllerConfig([]adaptive.PortConfig{{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 22}}}).Ports) != 1 {
 		t.Error("ports: auto must take the resolved list")
 	}
-	if !c.ExemptPort(adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: 22}) || c.ExemptPort(adaptive.PortKey{Proto: adaptive.ProtoUDP, Port: 22}) {
+	if !c.ExemptPort(olc.PortKey{Proto: olc.ProtoTCP, Port: 22}) || c.ExemptPort(olc.PortKey{Proto: olc.ProtoUDP, Port: 22}) {
 		t.Error("ExemptPort")
 	}
 }
 
 func TestParseModeAction(t *testing.T) {
 	for _, s := range []string{"off", "observe", "enforce"} {
-		if m, err := ParseMode(s); err != nil || m.String() != s {
+		if m, err := olc.ParseMode(s); err != nil || m.String() != s {
 			t.Errorf("%s: %v %v", s, m, err)
 		}
 	}
-	if _, err := ParseMode("on"); err == nil || !strings.Contains(err.Error(), "want off, observe or enforce") {
+	if _, err := olc.ParseMode("on"); err == nil || !strings.Contains(err.Error(), "want off, observe or enforce") {
 		t.Errorf("ParseMode(on) = %v", err)
 	}
-	if a, err := ParseAction("mark"); err != nil || a != ActionMark {
+	if a, err := olc.ParseAction("mark"); err != nil || a != olc.ActionMark {
 		t.Error("mark")
 	}
-	if a, err := ParseAction("reject"); err != nil || a != ActionReject {
+	if a, err := olc.ParseAction("reject"); err != nil || a != olc.ActionReject {
 		t.Error("reject")
 	}
-	if _, err := ParseAction("refuse"); err == nil {
+	if _, err := olc.ParseAction("refuse"); err == nil {
 		t.Error("refuse accepted")
 	}
 }
@@ -483,13 +480,13 @@ func TestWithModeAndValidate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	off, err := c.WithMode(ModeOff)
-	if err != nil || off.Mode != ModeOff || c.Mode != ModeEnforce {
+	off, err := c.WithMode(olc.ModeOff)
+	if err != nil || off.Mode != olc.ModeOff || c.Mode != olc.ModeEnforce {
 		t.Fatalf("WithMode: %v %v", off, err)
 	}
 	// A later patch keeps the mode.
 	p, _, err := off.Patch([]byte("signals: {cpu_busy: {threshold: 0.6}}"), "")
-	if err != nil || p.Mode != ModeOff || p.Thresholds[sampler.CPUBusy] != 0.6 {
+	if err != nil || p.Mode != olc.ModeOff || p.Thresholds[olc.CPUBusy] != 0.6 {
 		t.Fatalf("patch after WithMode: mode %v, %v", p.Mode, err)
 	}
 	if err := c.Validate(); err != nil {
@@ -497,7 +494,7 @@ func TestWithModeAndValidate(t *testing.T) {
 	}
 	bad := *c
 	bad.Interval = time.Millisecond
-	bad.Thresholds[sampler.CPUBusy] = 80
+	bad.Thresholds[olc.CPUBusy] = 80
 	bad.Ports = append([]Port{}, c.Ports...)
 	bad.Ports = append(bad.Ports, c.Ports[0])
 	err = bad.Validate()
@@ -521,19 +518,19 @@ func TestAnchorsAndMergeKeys(t *testing.T) {
 		t.Fatalf("%v, warnings %v", err, w)
 	}
 	want := []Port{
-		{Port: 443, Proto: adaptive.ProtoTCP, Class: adaptive.ClassCritical},
-		{Port: 80, Proto: adaptive.ProtoTCP, Class: adaptive.ClassCritical},
-		{Port: 8080, Proto: adaptive.ProtoTCP, Class: adaptive.ClassNormal},
+		{Port: 443, Proto: olc.ProtoTCP, Class: olc.ClassCritical},
+		{Port: 80, Proto: olc.ProtoTCP, Class: olc.ClassCritical},
+		{Port: 8080, Proto: olc.ProtoTCP, Class: olc.ClassNormal},
 	}
 	if !reflect.DeepEqual(c.Ports, want) {
 		t.Errorf("ports %+v, want %+v", c.Ports, want)
 	}
-	if c.Thresholds[sampler.CPUBusy] != 0.8 || c.Thresholds[sampler.PSICPUSome] != 0.8 {
+	if c.Thresholds[olc.CPUBusy] != 0.8 || c.Thresholds[olc.PSICPUSome] != 0.8 {
 		t.Errorf("thresholds %v", c.Thresholds)
 	}
 	// A later patch merges onto the expanded document.
 	p, _, err := c.Patch([]byte("signals: {cpu_busy: {threshold: 0.7}}"), "")
-	if err != nil || p.Thresholds[sampler.CPUBusy] != 0.7 || p.Thresholds[sampler.PSICPUSome] != 0.8 {
+	if err != nil || p.Thresholds[olc.CPUBusy] != 0.7 || p.Thresholds[olc.PSICPUSome] != 0.8 {
 		t.Errorf("patch: %v, thresholds %v", err, p.Thresholds)
 	}
 }
@@ -657,7 +654,7 @@ func TestLoadRefusesEmptyAndTruncated(t *testing.T) {
 	if err := os.WriteFile(path, []byte("{}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if c, _, err := Load(path); err != nil || c.Mode != ModeObserve || !c.PortsAuto {
+	if c, _, err := Load(path); err != nil || c.Mode != olc.ModeObserve || !c.PortsAuto {
 		t.Errorf("{}: %+v, %v; want every default", c, err)
 	}
 }
@@ -755,20 +752,20 @@ func TestTickParameterRange(t *testing.T) {
 // ports under ports: auto and from a port list that does not name them; a
 // port list that names one protects it.
 func TestManagementPorts(t *testing.T) {
-	ssh := adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: 22}
-	alt := adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: 2222}
-	web := adaptive.PortKey{Proto: adaptive.ProtoTCP, Port: 443}
+	ssh := olc.PortKey{Proto: olc.ProtoTCP, Port: 22}
+	alt := olc.PortKey{Proto: olc.ProtoTCP, Port: 2222}
+	web := olc.PortKey{Proto: olc.ProtoTCP, Port: 443}
 	tests := []struct {
 		name, doc string
-		exempt    []adaptive.PortKey
+		exempt    []olc.PortKey
 		reason22  string
 	}{
-		{"default, auto", "mode: enforce\n", []adaptive.PortKey{ssh}, "exceptions.management"},
-		{"list without 22", "ports: [{port: 443}]\n", []adaptive.PortKey{ssh}, "exceptions.management"},
-		{"list naming 22", "ports: [{port: 443}, {port: 22}]\n", []adaptive.PortKey{}, ""},
-		{"management off", "exceptions: {management: []}\n", []adaptive.PortKey{}, ""},
-		{"own list", "exceptions: {management: [22, {port: 2222, proto: tcp}]}\nports: [{port: 443}]\n", []adaptive.PortKey{ssh, alt}, "exceptions.management"},
-		{"also an exception port", "exceptions: {ports: [{port: 22}]}\n", []adaptive.PortKey{ssh}, "exceptions.ports"},
+		{"default, auto", "mode: enforce\n", []olc.PortKey{ssh}, "exceptions.management"},
+		{"list without 22", "ports: [{port: 443}]\n", []olc.PortKey{ssh}, "exceptions.management"},
+		{"list naming 22", "ports: [{port: 443}, {port: 22}]\n", []olc.PortKey{}, ""},
+		{"management off", "exceptions: {management: []}\n", []olc.PortKey{}, ""},
+		{"own list", "exceptions: {management: [22, {port: 2222, proto: tcp}]}\nports: [{port: 443}]\n", []olc.PortKey{ssh, alt}, "exceptions.management"},
+		{"also an exception port", "exceptions: {ports: [{port: 22}]}\n", []olc.PortKey{ssh}, "exceptions.ports"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -801,9 +798,9 @@ func TestManagementPorts(t *testing.T) {
 	}
 }
 
-func nonNilKeys(k []adaptive.PortKey) []adaptive.PortKey {
+func nonNilKeys(k []olc.PortKey) []olc.PortKey {
 	if k == nil {
-		return []adaptive.PortKey{}
+		return []olc.PortKey{}
 	}
 	return k
 }
@@ -822,7 +819,7 @@ ports:
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Action{ActionReject, ActionDrop, ActionReject}
+	want := []olc.Action{olc.ActionReject, olc.ActionDrop, olc.ActionReject}
 	for i, p := range c.Ports {
 		if got := p.EffectiveAction(c.Action.Kind); got != want[i] {
 			t.Errorf("port %d: action %s, want %s", p.Port, got, want[i])
@@ -834,7 +831,7 @@ ports:
 	if len(warns) != 1 || warns[0].Field != "ports[2].action" || !strings.Contains(warns[0].Msg, "reject drops it") {
 		t.Errorf("warnings %v, want one for the UDP port", warns)
 	}
-	if r := Default().Action.RejectRate; r != DefaultRejectRate {
+	if r := Default().Action.RejectRate; r != olc.DefaultRejectRate {
 		t.Errorf("default reject rate %d", r)
 	}
 }

@@ -1,115 +1,24 @@
 // Package rules is the only place that knows olcd's YAML configuration. It
 // decodes one file strictly (an unknown key is an error), validates it in one
 // pass that reports every problem with file:line and the field path, and
-// hands the other packages plain typed values: adaptive.Config for the
-// controller, sampler.Config for the sampler and the fields the daemon maps
-// onto the loader. docs/config.md documents every key and default.
+// hands the other packages plain typed values: olc's types, adaptive.Config
+// for the controller, and the fields the daemon maps onto the sampler and
+// the loader. docs/config.md documents every key and default.
 package rules
 
 import (
 	"fmt"
 	"strings"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
-// Mode is the global (or a port's) operating mode.
-type Mode uint8
-
-// The modes. For a Port, ModeOff (the zero value) means "no override".
-const (
-	// ModeOff: nothing is shed; the datapath passes everything (the kill
-	// switch). Signals and counters are still reported.
-	ModeOff Mode = iota
-	// ModeObserve: the controller runs and the datapath counts what it would
-	// drop (would-drop) without dropping.
-	ModeObserve
-	// ModeEnforce: the datapath drops (or marks) new connections with the
-	// controller's probabilities.
-	ModeEnforce
+// The names the decoder accepts, from olc (the types are olc's: Mode,
+// Action, AttachMode, Class, Proto).
+var (
+	actionNames = olc.ActionNames()
+	attachModes = olc.AttachModes()
 )
-
-// String returns "off", "observe" or "enforce".
-func (m Mode) String() string {
-	switch m {
-	case ModeOff:
-		return "off"
-	case ModeObserve:
-		return "observe"
-	case ModeEnforce:
-		return "enforce"
-	}
-	return fmt.Sprintf("mode(%d)", uint8(m))
-}
-
-// ParseMode parses "off", "observe" or "enforce".
-func ParseMode(s string) (Mode, error) {
-	switch s {
-	case "off":
-		return ModeOff, nil
-	case "observe":
-		return ModeObserve, nil
-	case "enforce":
-		return ModeEnforce, nil
-	}
-	return 0, fmt.Errorf("unknown mode %q: want off, observe or enforce", s)
-}
-
-// Action is what the datapath does to a new connection it sheds.
-type Action uint8
-
-// The actions.
-const (
-	// ActionDrop drops the SYN (or UDP request); the client retries later.
-	ActionDrop Action = iota
-	// ActionMark passes the packet with a DSCP and/or fwmark set, so that a
-	// later stage (a load balancer, tc, iptables) decides.
-	ActionMark
-	// ActionReject answers a shed TCP SYN with a RST|ACK from the datapath
-	// (rate-limited per CPU): the client's connect fails at once instead of
-	// waiting out its SYN retransmit timeout. UDP requests are dropped.
-	ActionReject
-)
-
-// actionNames lists the actions in documentation order.
-var actionNames = []string{"drop", "mark", "reject"}
-
-// String returns "drop", "mark" or "reject".
-func (a Action) String() string {
-	if int(a) < len(actionNames) {
-		return actionNames[a]
-	}
-	return fmt.Sprintf("action(%d)", uint8(a))
-}
-
-// ParseAction parses "drop", "mark" or "reject".
-func ParseAction(s string) (Action, error) {
-	for i, n := range actionNames {
-		if s == n {
-			return Action(i), nil
-		}
-	}
-	return 0, fmt.Errorf("unknown action %q: want drop, mark or reject", s)
-}
-
-// AttachMode is how the datapath attaches to the interfaces; the loader
-// defines the ladder each mode walks (see docs/config.md).
-type AttachMode string
-
-// The attach modes.
-const (
-	// AttachAuto is the default: TC (tcx, falling back to clsact).
-	AttachAuto AttachMode = "auto"
-	// AttachTC is tcx, falling back to clsact + cls_bpf.
-	AttachTC AttachMode = "tc"
-	// AttachXDP is native XDP, falling back to generic XDP.
-	AttachXDP AttachMode = "xdp"
-	// AttachXDPNative is native XDP only (fails where the driver lacks it).
-	AttachXDPNative AttachMode = "xdp-native"
-	// AttachXDPGeneric is generic (skb) XDP only.
-	AttachXDPGeneric AttachMode = "xdp-generic"
-)
-
-// attachModes lists the valid attach modes in documentation order.
-var attachModes = []AttachMode{AttachAuto, AttachTC, AttachXDP, AttachXDPNative, AttachXDPGeneric}
 
 // Problem is one thing wrong with a config document.
 type Problem struct {

@@ -11,7 +11,8 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/adaptive"
-	"github.com/olcd/olcd/internal/sampler"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // MaxInterval is the longest accepted tick interval: beyond it the
@@ -89,7 +90,7 @@ func (r paramRange) String() string {
 }
 
 // thresholdCheck returns what is wrong with threshold x of sig, and a hint.
-func thresholdCheck(sig sampler.Signal, x float64) (msg, hint string) {
+func thresholdCheck(sig olc.Signal, x float64) (msg, hint string) {
 	switch {
 	case math.IsNaN(x) || math.IsInf(x, 0):
 		return fmt.Sprintf("threshold %v is not a finite number", x), ""
@@ -121,7 +122,7 @@ func (d *decoder) validate(c *Config) {
 	}
 
 	for s := range c.Thresholds {
-		sig := sampler.Signal(s)
+		sig := olc.Signal(s)
 		x := c.Thresholds[s]
 		if !d.thresholdSet[s] && x == 0 {
 			continue
@@ -167,14 +168,14 @@ func (d *decoder) validate(c *Config) {
 	d.validatePorts(c)
 
 	markSets := c.Action.SetDSCP || c.Action.Fwmark != 0 || d.failed["action.dscp"] || d.failed["action.fwmark"]
-	if c.Action.Kind == ActionMark && !markSets {
+	if c.Action.Kind == olc.ActionMark && !markSets {
 		d.addAt("action.kind", "mark needs a dscp or a non-zero fwmark to set", "add action.dscp (0..63) and/or action.fwmark")
 	}
 	switch {
 	case d.failed["heartbeat.stale_after"]:
 	case c.StaleAfter > MaxStaleAfter:
 		d.addAt("heartbeat.stale_after", fmt.Sprintf("%v is above the maximum %v: a hung or stopped daemon would keep shedding that long, fail-open would be as good as off", c.StaleAfter, MaxStaleAfter),
-			fmt.Sprintf("use 3 to 10 × interval, e.g. %v (the default is %v)", min(10*c.Interval, MaxStaleAfter), DefaultStaleAfter))
+			fmt.Sprintf("use 3 to 10 × interval, e.g. %v (the default is %v)", min(10*c.Interval, MaxStaleAfter), olc.DefaultStaleAfter))
 	case c.StaleAfter <= c.Interval && !d.failed["interval"]:
 		hint := fmt.Sprintf("use at least 3 × interval, e.g. %v", 10*c.Interval)
 		if 3*c.Interval > MaxStaleAfter {
@@ -183,7 +184,7 @@ func (d *decoder) validate(c *Config) {
 		d.addAt("heartbeat.stale_after", fmt.Sprintf("%v is not longer than the interval %v: the datapath would go stale between two ticks", c.StaleAfter, c.Interval), hint)
 	}
 	for i, p := range c.Ports {
-		if p.HasAction && p.Action == ActionMark && !markSets {
+		if p.HasAction && p.Action == olc.ActionMark && !markSets {
 			d.addAt(join(pathOf(d.portPaths, i, "ports"), "action"), "mark needs action.dscp or a non-zero action.fwmark to set", "add action.dscp (0..63) and/or action.fwmark")
 		}
 	}
@@ -241,7 +242,7 @@ func (d *decoder) validateInterfaces(c *Config) {
 // validatePorts checks duplicates among protected and exempt ports and
 // prefixes, and ports both protected and exempt.
 func (d *decoder) validatePorts(c *Config) {
-	protected := map[adaptive.PortKey]int{}
+	protected := map[olc.PortKey]int{}
 	for i, p := range c.Ports {
 		field := pathOf(d.portPaths, i, "ports")
 		if j, dup := protected[p.Key()]; dup {
@@ -251,7 +252,7 @@ func (d *decoder) validatePorts(c *Config) {
 		}
 		protected[p.Key()] = i
 	}
-	exempt := map[adaptive.PortKey]int{}
+	exempt := map[olc.PortKey]int{}
 	for i, k := range c.Exceptions.Ports {
 		field := pathOf(d.exPortPaths, i, "exceptions.ports")
 		if j, dup := exempt[k]; dup {
@@ -265,7 +266,7 @@ func (d *decoder) validatePorts(c *Config) {
 				"remove it from one of the two lists")
 		}
 	}
-	mgmt := map[adaptive.PortKey]int{}
+	mgmt := map[olc.PortKey]int{}
 	for i, k := range c.Exceptions.Management {
 		field := pathOf(d.mgmtPaths, i, "exceptions.management")
 		if j, dup := mgmt[k]; dup {
@@ -307,22 +308,22 @@ func (d *decoder) warn(c *Config) []Warning {
 		anySignal = anySignal || t > 0
 	}
 	switch {
-	case c.Mode == ModeOff:
+	case c.Mode == olc.ModeOff:
 		d.warnAt("mode", "off: olcd reports what it sees but never sheds")
 	case !anySignal:
 		d.warnAt("signals", fmt.Sprintf("no signal has a threshold: the controller never sheds, even in %s mode", c.Mode))
-	case c.Mode == ModeEnforce && !c.PortsAuto && len(c.Ports) > 0:
+	case c.Mode == olc.ModeEnforce && !c.PortsAuto && len(c.Ports) > 0:
 		allObserve := true
 		for _, p := range c.Ports {
-			allObserve = allObserve && p.Override == ModeObserve
+			allObserve = allObserve && p.Override == olc.ModeObserve
 		}
 		if allObserve {
 			d.warnAt("mode", "enforce, but every port overrides it to observe: nothing is enforced")
 		}
-	case c.Mode == ModeObserve && !c.PortsAuto && len(c.Ports) > 0:
+	case c.Mode == olc.ModeObserve && !c.PortsAuto && len(c.Ports) > 0:
 		allObserve := true
 		for _, p := range c.Ports {
-			allObserve = allObserve && p.Override != ModeEnforce
+			allObserve = allObserve && p.Override != olc.ModeEnforce
 		}
 		if allObserve && d.at("mode") != nil {
 			d.warnAt("mode", "observe on every port: olcd only counts what it would drop (fine for a first rollout; enforce one port next)")
@@ -330,7 +331,7 @@ func (d *decoder) warn(c *Config) []Warning {
 	}
 	if c.Cgroup == "" {
 		for s, t := range c.Thresholds {
-			if sig := sampler.Signal(s); t > 0 && sig.IsCgroup() {
+			if sig := olc.Signal(s); t > 0 && sig.IsCgroup() {
 				d.warnAt("signals."+sig.String(), "no cgroup is configured: the daemon never samples this signal, so it never sheds on it (set cgroup: to the service's cgroup)")
 			}
 		}
@@ -341,7 +342,7 @@ func (d *decoder) warn(c *Config) []Warning {
 	if !c.PortsAuto && len(c.Ports) > 1 {
 		allCritical := true
 		for _, p := range c.Ports {
-			allCritical = allCritical && p.Class == adaptive.ClassCritical
+			allCritical = allCritical && p.Class == olc.ClassCritical
 		}
 		if allCritical {
 			d.warnAt("ports", "every port is critical: the classes make no difference")
@@ -359,13 +360,13 @@ func (d *decoder) warn(c *Config) []Warning {
 	if c.Interval > 5*time.Second {
 		d.warnAt("interval", fmt.Sprintf("%v: overload is acted on only after %v", c.Interval, time.Duration(c.Controller.ActivationTicks)*c.Interval))
 	}
-	marks := c.Action.Kind == ActionMark
-	rejects := c.Action.Kind == ActionReject && (c.PortsAuto || len(c.Ports) == 0)
+	marks := c.Action.Kind == olc.ActionMark
+	rejects := c.Action.Kind == olc.ActionReject && (c.PortsAuto || len(c.Ports) == 0)
 	for i, p := range c.Ports {
 		a := p.EffectiveAction(c.Action.Kind)
-		marks = marks || a == ActionMark
-		rejects = rejects || a == ActionReject
-		if a == ActionReject && p.Proto == adaptive.ProtoUDP {
+		marks = marks || a == olc.ActionMark
+		rejects = rejects || a == olc.ActionReject
+		if a == olc.ActionReject && p.Proto == olc.ProtoUDP {
 			f := join(pathOf(d.portPaths, i, "ports"), "action")
 			if !p.HasAction {
 				f = "action.kind"

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // benchPorts opens 16 loopback listeners (backlog 64) and returns their
@@ -141,7 +143,7 @@ func TestNoHeapGrowth(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	var snap Snapshot
+	var snap olc.Snapshot
 	for range 10000 {
 		snap = s.Sample()
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/fieldcases"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // fieldCase is ../shared/cases/sampler/<case>/case.json.
@@ -58,7 +59,7 @@ func caseDirs(t *testing.T) []string {
 
 // runCase samples the case's before/ root, then its after/ root, and computes
 // the snapshot over the case's interval with the code Sample uses.
-func runCase(t *testing.T, dir string, c fieldCase) Snapshot {
+func runCase(t *testing.T, dir string, c fieldCase) olc.Snapshot {
 	t.Helper()
 	var readings [2]reading
 	for i, sub := range []string{"before", "after"} {
@@ -105,8 +106,8 @@ func TestFieldCases(t *testing.T) {
 			sort.Strings(names)
 			for _, n := range names {
 				want := c.Expect[n]
-				sig, ok := ParseSignal(n)
-				if !ok {
+				sig, err := olc.ParseSignal(n)
+				if err != nil {
 					t.Errorf("case %s: unknown signal %q in expect", name, n)
 					continue
 				}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 func TestParseCPUMax(t *testing.T) {
@@ -326,7 +328,7 @@ func TestCgroupValues(t *testing.T) {
 		}
 		return m
 	}
-	type want map[Signal]*float64
+	type want map[olc.Signal]*float64
 	f := func(v float64) *float64 { return &v }
 	tests := []struct {
 		name          string
@@ -354,8 +356,8 @@ func TestCgroupValues(t *testing.T) {
 			},
 			// 0.9 CPU-s over 2 s at a 0.5-CPU quota = 0.9; 15/20 throttled;
 			// 1.1 s throttled; Δsome 0.4 s over 2 s = 0.2.
-			want: want{CgroupCPUUsageOfQuota: f(0.9), CgroupThrottledRatio: f(0.75), CgroupThrottledS: f(1.1),
-				CgroupPSICPUSomeAvg10: f(0.2), CgroupPSICPUSome: f(0.2), CgroupPSIMemorySomeAvg10: nil},
+			want: want{olc.CgroupCPUUsageOfQuota: f(0.9), olc.CgroupThrottledRatio: f(0.75), olc.CgroupThrottledS: f(1.1),
+				olc.CgroupPSICPUSomeAvg10: f(0.2), olc.CgroupPSICPUSome: f(0.2), olc.CgroupPSIMemorySomeAvg10: nil},
 			quota: 0.5,
 		},
 		{
@@ -363,7 +365,7 @@ func TestCgroupValues(t *testing.T) {
 			common: v2(map[string]string{"sys/fs/cgroup/app/cpu.max": "max 100000\n"}),
 			before: map[string]string{"sys/fs/cgroup/app/cpu.stat": "usage_usec 0\nnr_periods 0\nnr_throttled 0\nthrottled_usec 0\n"},
 			after:  map[string]string{"sys/fs/cgroup/app/cpu.stat": "usage_usec 3000000\nnr_periods 0\nnr_throttled 0\nthrottled_usec 0\n"},
-			want:   want{CgroupCPUUsageOfQuota: nil, CgroupThrottledRatio: nil, CgroupThrottledS: f(0)},
+			want:   want{olc.CgroupCPUUsageOfQuota: nil, olc.CgroupThrottledRatio: nil, olc.CgroupThrottledS: f(0)},
 		},
 		{
 			// 4 CPUs of quota but only CPUs 0-1 to run on: 2 CPU-s in 1 s is
@@ -376,7 +378,7 @@ func TestCgroupValues(t *testing.T) {
 			}),
 			before: map[string]string{"sys/fs/cgroup/app/cpu.stat": "usage_usec 1000000\n"},
 			after:  map[string]string{"sys/fs/cgroup/app/cpu.stat": "usage_usec 3000000\n"},
-			want:   want{CgroupCPUUsageOfQuota: f(1), CgroupThrottledRatio: nil, CgroupThrottledS: nil},
+			want:   want{olc.CgroupCPUUsageOfQuota: f(1), olc.CgroupThrottledRatio: nil, olc.CgroupThrottledS: nil},
 			quota:  2,
 		},
 		{
@@ -386,7 +388,7 @@ func TestCgroupValues(t *testing.T) {
 			common: v2(map[string]string{"sys/fs/cgroup/app/cpu.max": "800000 100000\n"}),
 			before: map[string]string{"sys/fs/cgroup/app/cpu.stat": "usage_usec 0\n"},
 			after:  map[string]string{"sys/fs/cgroup/app/cpu.stat": "usage_usec 2000000\n"},
-			want:   want{CgroupCPUUsageOfQuota: f(0.5)},
+			want:   want{olc.CgroupCPUUsageOfQuota: f(0.5)},
 			quota:  4,
 		},
 		{
@@ -397,7 +399,7 @@ func TestCgroupValues(t *testing.T) {
 			common: v2(map[string]string{"sys/fs/cgroup/app/cpu.max": "100000 100000\n"}),
 			before: map[string]string{"sys/fs/cgroup/app/cpu.stat": "usage_usec 1000000\n"},
 			after:  map[string]string{"sys/fs/cgroup/app/cpu.stat": "usage_usec 2080000\n"},
-			want:   want{CgroupCPUUsageOfQuota: f(1)},
+			want:   want{olc.CgroupCPUUsageOfQuota: f(1)},
 			quota:  1,
 		},
 		{
@@ -405,7 +407,7 @@ func TestCgroupValues(t *testing.T) {
 			name: "v1 usage over the quota by period alignment reads 1", cg: "app", common: splitMounts, interval: 1,
 			before: map[string]string{"sys/fs/cgroup/cpuacct/app/cpuacct.usage": "1000000000\n"},
 			after:  map[string]string{"sys/fs/cgroup/cpuacct/app/cpuacct.usage": "1600000000\n"},
-			want:   want{CgroupCPUUsageOfQuota: f(1)},
+			want:   want{olc.CgroupCPUUsageOfQuota: f(1)},
 			quota:  0.5,
 		},
 		{
@@ -415,7 +417,7 @@ func TestCgroupValues(t *testing.T) {
 			common: v2(map[string]string{"sys/fs/cgroup/app/cpu.max": "100000 100000\n"}),
 			before: map[string]string{"sys/fs/cgroup/app/cpu.stat": "usage_usec 0\n"},
 			after:  map[string]string{"sys/fs/cgroup/app/cpu.stat": "usage_usec 3500000\n"},
-			want:   want{CgroupCPUUsageOfQuota: f(3.5)},
+			want:   want{olc.CgroupCPUUsageOfQuota: f(3.5)},
 			quota:  1,
 		},
 		{
@@ -423,7 +425,7 @@ func TestCgroupValues(t *testing.T) {
 			common: map[string]string{"sys/fs/cgroup/cpu,cpuacct/app/cpu.cfs_quota_us": "-1\n", "sys/fs/cgroup/cpu,cpuacct/app/cpu.cfs_period_us": "100000\n"},
 			before: map[string]string{"sys/fs/cgroup/cpu,cpuacct/app/cpu.stat": "nr_periods 5\nnr_throttled 0\n", "sys/fs/cgroup/cpu,cpuacct/app/cpuacct.usage": "0\n"},
 			after:  map[string]string{"sys/fs/cgroup/cpu,cpuacct/app/cpu.stat": "nr_periods 9\nnr_throttled 1\n", "sys/fs/cgroup/cpu,cpuacct/app/cpuacct.usage": "500\n"},
-			want:   want{CgroupCPUUsageOfQuota: nil, CgroupThrottledRatio: f(0.25), CgroupThrottledS: nil},
+			want:   want{olc.CgroupCPUUsageOfQuota: nil, olc.CgroupThrottledRatio: f(0.25), olc.CgroupThrottledS: nil},
 		},
 		{
 			// A counter reset (the service's cgroup was recreated) is not a
@@ -432,14 +434,14 @@ func TestCgroupValues(t *testing.T) {
 			common: v2(map[string]string{"sys/fs/cgroup/app/cpu.max": "100000 100000\n"}),
 			before: map[string]string{"sys/fs/cgroup/app/cpu.stat": "usage_usec 9000000\nnr_periods 50\nnr_throttled 5\nthrottled_usec 900\n"},
 			after:  map[string]string{"sys/fs/cgroup/app/cpu.stat": "usage_usec 10\nnr_periods 1\nnr_throttled 0\nthrottled_usec 0\n"},
-			want:   want{CgroupCPUUsageOfQuota: nil, CgroupThrottledRatio: nil, CgroupThrottledS: nil},
+			want:   want{olc.CgroupCPUUsageOfQuota: nil, olc.CgroupThrottledRatio: nil, olc.CgroupThrottledS: nil},
 		},
 		{
 			name: "corrupt quota is an error for the cgroup cpu source only", cg: "/sys/fs/cgroup/app", interval: 1,
 			common:     v2(map[string]string{"sys/fs/cgroup/app/cpu.max": "lots 100000\n", "sys/fs/cgroup/app/memory.pressure": psiFile(1, 0, true)}),
 			before:     map[string]string{"sys/fs/cgroup/app/cpu.stat": "usage_usec 0\nnr_periods 0\nnr_throttled 0\n"},
 			after:      map[string]string{"sys/fs/cgroup/app/cpu.stat": "usage_usec 1\nnr_periods 10\nnr_throttled 1\n"},
-			want:       want{CgroupCPUUsageOfQuota: nil, CgroupThrottledRatio: f(0.1), CgroupPSIMemorySomeAvg10: f(0.01)},
+			want:       want{olc.CgroupCPUUsageOfQuota: nil, olc.CgroupThrottledRatio: f(0.1), olc.CgroupPSIMemorySomeAvg10: f(0.01)},
 			errSources: []string{SourceCgroupCPU},
 		},
 	}
@@ -485,7 +487,7 @@ func TestCgroupVanishesAndReturns(t *testing.T) {
 	s.cgRetry = 0
 	s.Sample()
 	snap := s.Sample()
-	if _, ok := snap.Get(CgroupCPUUsageOfQuota); !ok {
+	if _, ok := snap.Get(olc.CgroupCPUUsageOfQuota); !ok {
 		t.Fatalf("usage_of_quota unavailable with the cgroup present: %v", snap.Errors)
 	}
 	app := filepath.Join(root, "sys/fs/cgroup/app")
@@ -497,7 +499,7 @@ func TestCgroupVanishesAndReturns(t *testing.T) {
 		if !slices.Contains(errSources(snap), SourceCgroup) {
 			t.Fatalf("vanished cgroup not reported: %v", snap.Errors)
 		}
-		if _, ok := snap.Get(CgroupCPUUsageOfQuota); ok {
+		if _, ok := snap.Get(olc.CgroupCPUUsageOfQuota); ok {
 			t.Fatal("a value for a vanished cgroup")
 		}
 	}
@@ -510,11 +512,11 @@ func TestCgroupVanishesAndReturns(t *testing.T) {
 	if len(snap.Errors) != 0 {
 		t.Fatalf("errors after the cgroup returned: %v", snap.Errors)
 	}
-	if v, ok := snap.Get(CgroupCPUUsageOfQuota); ok {
+	if v, ok := snap.Get(olc.CgroupCPUUsageOfQuota); ok {
 		t.Fatalf("usage_of_quota = %v on the first tick of a new cgroup, want unavailable", v)
 	}
 	snap = s.Sample()
-	if _, ok := snap.Get(CgroupCPUUsageOfQuota); !ok {
+	if _, ok := snap.Get(olc.CgroupCPUUsageOfQuota); !ok {
 		t.Fatalf("usage_of_quota unavailable on the second tick: %v", snap.Errors)
 	}
 }

@@ -3,10 +3,13 @@ package sampler
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/prometheus/procfs"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // reading is one tick's raw values, before any delta is taken. collect fills
@@ -32,7 +35,7 @@ type reading struct {
 	fills  []portFill
 	diagOK bool
 
-	errs []SourceError
+	errs []olc.SourceError
 }
 
 type portFill struct {
@@ -68,7 +71,7 @@ func (r *reading) reset() {
 }
 
 func (r *reading) addErr(source string, err error) {
-	r.errs = append(r.errs, SourceError{Source: source, Err: err})
+	r.errs = append(r.errs, olc.SourceError{Source: source, Err: err})
 }
 
 // collect reads every source into r. Each source is independent: a failure
@@ -88,7 +91,7 @@ func (s *Sampler) collect(r *reading) {
 }
 
 func (s *Sampler) collectStat(r *reading) {
-	f, err := s.open(s.pathStat)
+	f, err := os.Open(s.pathStat)
 	if err != nil {
 		r.addErr(SourceProcStat, fmt.Errorf("open %s: %w", s.pathStat, err))
 		return

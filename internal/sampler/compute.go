@@ -3,14 +3,16 @@ package sampler
 import (
 	"math/bits"
 	"time"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // compute turns two readings into a Snapshot. It is pure: the same readings
 // and interval give the same snapshot (At is taken from cur). Values that
 // need a delta require havePrev and interval > 0; everything else comes from
 // cur alone.
-func compute(prev, cur *reading, havePrev bool, interval time.Duration) Snapshot {
-	snap := Snapshot{At: cur.at}
+func compute(prev, cur *reading, havePrev bool, interval time.Duration) olc.Snapshot {
+	snap := olc.Snapshot{At: cur.at}
 	if havePrev && interval > 0 {
 		snap.Interval = interval
 	}
@@ -21,22 +23,22 @@ func compute(prev, cur *reading, havePrev bool, interval time.Duration) Snapshot
 	st := &cur.stat
 	if deltas && prev.stat.cpuOK && st.cpuOK {
 		if v, ok := cpuBusy(&prev.stat.cpu, &st.cpu); ok {
-			snap.Set(CPUBusy, v)
+			snap.Set(olc.CPUBusy, v)
 		}
 	}
 
 	// Load and run queue.
 	online := float64(st.online)
 	if cur.load1OK {
-		snap.Set(Load1, cur.load1)
+		snap.Set(olc.Load1, cur.load1)
 		if st.online > 0 {
-			snap.Set(Load1PerCore, cur.load1/online)
+			snap.Set(olc.Load1PerCore, cur.load1/online)
 		}
 	}
 	if st.runningOK {
-		snap.Set(Runnable, float64(st.running))
+		snap.Set(olc.Runnable, float64(st.running))
 		if st.online > 0 {
-			snap.Set(RunqPerCore, float64(st.running)/online)
+			snap.Set(olc.RunqPerCore, float64(st.running)/online)
 		}
 	}
 
@@ -47,7 +49,7 @@ func compute(prev, cur *reading, havePrev bool, interval time.Duration) Snapshot
 
 	// Listen pressure.
 	if deltas && prev.overflowsOK && cur.overflowsOK && cur.overflows >= prev.overflows {
-		snap.Set(ListenOverflowsPerS, float64(cur.overflows-prev.overflows)/secs)
+		snap.Set(olc.ListenOverflowsPerS, float64(cur.overflows-prev.overflows)/secs)
 	}
 	if cur.diagOK {
 		n := 0
@@ -68,7 +70,7 @@ func compute(prev, cur *reading, havePrev bool, interval time.Duration) Snapshot
 					max = f.fill
 				}
 			}
-			snap.Set(AcceptQueueFill, max)
+			snap.Set(olc.AcceptQueueFill, max)
 		}
 	}
 
@@ -76,7 +78,7 @@ func compute(prev, cur *reading, havePrev bool, interval time.Duration) Snapshot
 	computeCgroup(&snap, &prev.cg, &cur.cg, st.online, deltas, secs)
 
 	if len(cur.errs) > 0 {
-		snap.Errors = append([]SourceError(nil), cur.errs...)
+		snap.Errors = append([]olc.SourceError(nil), cur.errs...)
 	}
 	return snap
 }
@@ -112,7 +114,7 @@ func cpuBusy(prev, cur *[cpuMaxFields]uint64) (float64, bool) {
 // setPSI sets a pressure file's avg10 signals (percent → fraction) and its
 // stall shares (Δtotal µs ÷ interval µs), each only where the line exists in
 // the reading(s) it needs.
-func setPSI(snap *Snapshot, prev, cur *psiReading, avg, share [2]Signal, deltas bool, secs float64) {
+func setPSI(snap *olc.Snapshot, prev, cur *psiReading, avg, share [2]olc.Signal, deltas bool, secs float64) {
 	for i, pair := range [2][2]*psiLine{{&prev.some, &cur.some}, {&prev.full, &cur.full}} {
 		p, c := pair[0], pair[1]
 		if !c.ok {
@@ -129,7 +131,7 @@ func setPSI(snap *Snapshot, prev, cur *psiReading, avg, share [2]Signal, deltas 
 // from the same resolution of the cgroup (a recreated cgroup restarts its
 // counters) and counters that did not go backwards; otherwise the value is
 // unavailable for this tick rather than a made-up 0.
-func computeCgroup(snap *Snapshot, prev, cur *cgroupReading, online int, deltas bool, secs float64) {
+func computeCgroup(snap *olc.Snapshot, prev, cur *cgroupReading, online int, deltas bool, secs float64) {
 	if !cur.present {
 		return
 	}
@@ -160,17 +162,17 @@ func computeCgroup(snap *Snapshot, prev, cur *cgroupReading, online int, deltas 
 		if v > 1 && cur.periodS > 0 && v <= 2+cur.periodS/secs {
 			v = 1
 		}
-		snap.Set(CgroupCPUUsageOfQuota, v)
+		snap.Set(olc.CgroupCPUUsageOfQuota, v)
 		snap.CgroupQuotaCPUs = capCPUs
 	}
 
 	ps, cs := &prev.stat, &cur.stat
 	if same && ps.periodsOK && ps.throttledOK && cs.periodsOK && cs.throttledOK &&
 		cs.nrPeriods > ps.nrPeriods && cs.nrThrottled >= ps.nrThrottled {
-		snap.Set(CgroupThrottledRatio, clamp01(float64(cs.nrThrottled-ps.nrThrottled)/float64(cs.nrPeriods-ps.nrPeriods)))
+		snap.Set(olc.CgroupThrottledRatio, clamp01(float64(cs.nrThrottled-ps.nrThrottled)/float64(cs.nrPeriods-ps.nrPeriods)))
 	}
 	if same && ps.throttledNsOK && cs.throttledNsOK && cs.throttledNs >= ps.throttledNs {
-		snap.Set(CgroupThrottledS, float64(cs.throttledNs-ps.throttledNs)/1e9)
+		snap.Set(olc.CgroupThrottledS, float64(cs.throttledNs-ps.throttledNs)/1e9)
 	}
 
 	for res := range numPSIResources {

@@ -19,10 +19,6 @@ const maxFileSize = 1 << 20
 // errors.Is works with fs.ErrNotExist and syscall.EOPNOTSUPP.
 type readFileFunc func(path string, buf []byte) ([]byte, error)
 
-// openFunc opens path for streaming. Tests replace it to simulate errors the
-// kernel returns only on special configurations (EOPNOTSUPP with psi=0).
-type openFunc func(path string) (io.ReadCloser, error)
-
 // readFileInto is the production readFileFunc: it reads through os.File into
 // the caller's buffer, which is reused across ticks.
 func readFileInto(path string, buf []byte) ([]byte, error) {
@@ -53,8 +49,6 @@ func readFileInto(path string, buf []byte) ([]byte, error) {
 		}
 	}
 }
-
-func openFile(path string) (io.ReadCloser, error) { return os.Open(path) }
 
 // isAbsent reports whether err means the source does not exist on this node
 // (file or directory missing, or the kernel refusing it as unsupported, which

@@ -13,6 +13,7 @@ import (
 	"testing/iotest"
 
 	"github.com/olcd/olcd/internal/fieldcases"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // Fuzz tests for every parser written here (procfs's own parsers are fuzzed
@@ -256,7 +257,7 @@ func FuzzSample(f *testing.F) {
 			})
 		}
 		snap := sampleRoots(t, tree(stat1), tree(stat2), Config{Cgroup: "/sys/fs/cgroup/app"}, 0.5)
-		for _, sig := range Signals() {
+		for _, sig := range olc.Signals() {
 			v, ok := snap.Get(sig)
 			if !ok {
 				continue
@@ -264,7 +265,7 @@ func FuzzSample(f *testing.F) {
 			if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 				t.Fatalf("%s = %v", sig, v)
 			}
-			if sig.IsFraction() && sig != CgroupCPUUsageOfQuota && v > 1 {
+			if sig.IsFraction() && sig != olc.CgroupCPUUsageOfQuota && v > 1 {
 				t.Fatalf("%s = %v > 1", sig, v)
 			}
 		}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // mkTree writes files (path inside the root → content) under a new temporary
@@ -89,7 +91,7 @@ func newLogged(t testing.TB, cfg Config) (*Sampler, *logBuf) {
 
 // sampleRoots collects before then after and computes over interval, the
 // path the field-case test uses, for unit tests built on fixture trees.
-func sampleRoots(t testing.TB, before, after string, cfg Config, intervalS float64) Snapshot {
+func sampleRoots(t testing.TB, before, after string, cfg Config, intervalS float64) olc.Snapshot {
 	t.Helper()
 	var rs [2]reading
 	for i, root := range []string{before, after} {
@@ -101,7 +103,7 @@ func sampleRoots(t testing.TB, before, after string, cfg Config, intervalS float
 	return compute(&rs[0], &rs[1], true, secondsDur(intervalS))
 }
 
-func errSources(s Snapshot) []string {
+func errSources(s olc.Snapshot) []string {
 	var out []string
 	for _, e := range s.Errors {
 		out = append(out, e.Source)

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // The live machine: real /proc gives every node signal the controller relies
@@ -24,7 +26,7 @@ func TestLiveNode(t *testing.T) {
 	if first.Interval != 0 {
 		t.Fatalf("first sample has interval %v, want 0", first.Interval)
 	}
-	if _, ok := first.Get(CPUBusy); ok {
+	if _, ok := first.Get(olc.CPUBusy); ok {
 		t.Fatal("cpu_busy available on the first sample, which has nothing to compare with")
 	}
 	time.Sleep(300 * time.Millisecond)
@@ -35,7 +37,7 @@ func TestLiveNode(t *testing.T) {
 	if snap.Interval < 300*time.Millisecond || snap.Interval > 5*time.Second {
 		t.Fatalf("interval %v, want about 300ms", snap.Interval)
 	}
-	check := func(sig Signal, lo, hi float64) {
+	check := func(sig olc.Signal, lo, hi float64) {
 		t.Helper()
 		v, ok := snap.Get(sig)
 		if !ok {
@@ -46,12 +48,12 @@ func TestLiveNode(t *testing.T) {
 			t.Errorf("%s = %v, want within [%v, %v]", sig, v, lo, hi)
 		}
 	}
-	check(CPUBusy, 0, 1)
-	check(Load1, 0, 1e4)
-	check(Load1PerCore, 0, 1e4)
-	check(Runnable, 1, 1e5) // counts the sampling thread itself
-	check(RunqPerCore, 0, 1e5)
-	check(ListenOverflowsPerS, 0, 1e9)
+	check(olc.CPUBusy, 0, 1)
+	check(olc.Load1, 0, 1e4)
+	check(olc.Load1PerCore, 0, 1e4)
+	check(olc.Runnable, 1, 1e5) // counts the sampling thread itself
+	check(olc.RunqPerCore, 0, 1e5)
+	check(olc.ListenOverflowsPerS, 0, 1e9)
 
 	// Online CPUs come from the cpuN lines of /proc/stat; on the live
 	// machine they must match /sys/devices/system/cpu/online.
@@ -63,8 +65,8 @@ func TestLiveNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	load, _ := snap.Get(Load1)
-	perCore, _ := snap.Get(Load1PerCore)
+	load, _ := snap.Get(olc.Load1)
+	perCore, _ := snap.Get(olc.Load1PerCore)
 	if load > 0 && abs(load/perCore-float64(n)) > 1e-9 {
 		t.Errorf("load1/load1_per_core = %v CPUs, /sys says %d online", load/perCore, n)
 	}
@@ -73,9 +75,9 @@ func TestLiveNode(t *testing.T) {
 		t.Logf("PSI not checked: %v (kernel without CONFIG_PSI or booted with psi=0); log: %s", err, logs)
 		return
 	}
-	for _, sig := range []Signal{
-		PSICPUSomeAvg10, PSIMemorySomeAvg10, PSIMemoryFullAvg10, PSIIOSomeAvg10, PSIIOFullAvg10,
-		PSICPUSome, PSIMemorySome, PSIMemoryFull, PSIIOSome, PSIIOFull,
+	for _, sig := range []olc.Signal{
+		olc.PSICPUSomeAvg10, olc.PSIMemorySomeAvg10, olc.PSIMemoryFullAvg10, olc.PSIIOSomeAvg10, olc.PSIIOFullAvg10,
+		olc.PSICPUSome, olc.PSIMemorySome, olc.PSIMemoryFull, olc.PSIIOSome, olc.PSIIOFull,
 	} {
 		check(sig, 0, 1)
 	}
@@ -246,16 +248,16 @@ func TestLiveCgroupQuota(t *testing.T) {
 		if len(snap.Errors) != 0 {
 			t.Fatalf("errors: %v", snap.Errors)
 		}
-		usage, ok = snap.Get(CgroupCPUUsageOfQuota)
+		usage, ok = snap.Get(olc.CgroupCPUUsageOfQuota)
 		if !ok {
 			t.Fatal("cgroup_cpu_usage_of_quota unavailable for a cgroup with a quota")
 		}
-		ratio, _ = snap.Get(CgroupThrottledRatio)
-		throttled, _ := snap.Get(CgroupThrottledS)
+		ratio, _ = snap.Get(olc.CgroupThrottledRatio)
+		throttled, _ := snap.Get(olc.CgroupThrottledS)
 		t.Logf("window %d: usage_of_quota %.3f, throttled_ratio %.2f, throttled_s %.3f over %v",
 			attempt, usage, ratio, throttled, snap.Interval)
 		if cg.psi {
-			for _, sig := range []Signal{CgroupPSICPUSomeAvg10, CgroupPSICPUSome, CgroupPSIMemorySome, CgroupPSIIOSome} {
+			for _, sig := range []olc.Signal{olc.CgroupPSICPUSomeAvg10, olc.CgroupPSICPUSome, olc.CgroupPSIMemorySome, olc.CgroupPSIIOSome} {
 				if v, ok := snap.Get(sig); !ok || v < 0 || v > 1 {
 					t.Fatalf("%s = %v (ok %v), want a fraction: the test cgroup has a v2 directory", sig, v, ok)
 				}

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 func TestParseListenOverflows(t *testing.T) {
@@ -62,12 +64,12 @@ func TestListenOverflowsPerSecond(t *testing.T) {
 	before := mkTree(t, map[string]string{"proc/net/netstat": netstat(100)})
 	after := mkTree(t, map[string]string{"proc/net/netstat": netstat(130)})
 	snap := sampleRoots(t, before, after, Config{}, 0.5)
-	if v, ok := snap.Get(ListenOverflowsPerS); !ok || math.Abs(v-60) > 1e-9 {
+	if v, ok := snap.Get(olc.ListenOverflowsPerS); !ok || math.Abs(v-60) > 1e-9 {
 		t.Fatalf("listen_overflows_per_s = %v (ok %v), want 60", v, ok)
 	}
 	// A counter that went backwards (network namespace recreated) is not a rate.
 	snap = sampleRoots(t, after, before, Config{}, 0.5)
-	if v, ok := snap.Get(ListenOverflowsPerS); ok {
+	if v, ok := snap.Get(olc.ListenOverflowsPerS); ok {
 		t.Fatalf("listen_overflows_per_s = %v after a reset, want unavailable", v)
 	}
 }

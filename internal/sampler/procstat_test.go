@@ -9,6 +9,8 @@ import (
 	"testing/iotest"
 
 	"github.com/prometheus/procfs"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 func TestParseProcStat(t *testing.T) {
@@ -209,7 +211,7 @@ func TestCPUSignalsFromRoots(t *testing.T) {
 	})
 	snap := sampleRoots(t, before, after, Config{}, 1)
 	// Δuser 300 (guest 300 inside it), Δidle 300, Δsteal 300: busy 600/900.
-	want := map[Signal]float64{CPUBusy: 2.0 / 3, Load1: 3, Load1PerCore: 1, Runnable: 6, RunqPerCore: 2}
+	want := map[olc.Signal]float64{olc.CPUBusy: 2.0 / 3, olc.Load1: 3, olc.Load1PerCore: 1, olc.Runnable: 6, olc.RunqPerCore: 2}
 	for sig, w := range want {
 		if got, ok := snap.Get(sig); !ok || math.Abs(got-w) > 1e-9 {
 			t.Errorf("%s = %v (ok %v), want %v", sig, got, ok, w)

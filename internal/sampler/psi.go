@@ -7,6 +7,8 @@ import (
 	"strconv"
 
 	"github.com/prometheus/procfs"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // psiResource is one of the resources PSI reports on.
@@ -38,25 +40,25 @@ type psiReading struct {
 
 // The signals fed by each pressure file, indexed [resource][some=0, full=1].
 var (
-	nodePSIAvg10 = [numPSIResources][2]Signal{
-		{PSICPUSomeAvg10, PSICPUFullAvg10},
-		{PSIMemorySomeAvg10, PSIMemoryFullAvg10},
-		{PSIIOSomeAvg10, PSIIOFullAvg10},
+	nodePSIAvg10 = [numPSIResources][2]olc.Signal{
+		{olc.PSICPUSomeAvg10, olc.PSICPUFullAvg10},
+		{olc.PSIMemorySomeAvg10, olc.PSIMemoryFullAvg10},
+		{olc.PSIIOSomeAvg10, olc.PSIIOFullAvg10},
 	}
-	nodePSIShare = [numPSIResources][2]Signal{
-		{PSICPUSome, PSICPUFull},
-		{PSIMemorySome, PSIMemoryFull},
-		{PSIIOSome, PSIIOFull},
+	nodePSIShare = [numPSIResources][2]olc.Signal{
+		{olc.PSICPUSome, olc.PSICPUFull},
+		{olc.PSIMemorySome, olc.PSIMemoryFull},
+		{olc.PSIIOSome, olc.PSIIOFull},
 	}
-	cgroupPSIAvg10 = [numPSIResources][2]Signal{
-		{CgroupPSICPUSomeAvg10, CgroupPSICPUFullAvg10},
-		{CgroupPSIMemorySomeAvg10, CgroupPSIMemoryFullAvg10},
-		{CgroupPSIIOSomeAvg10, CgroupPSIIOFullAvg10},
+	cgroupPSIAvg10 = [numPSIResources][2]olc.Signal{
+		{olc.CgroupPSICPUSomeAvg10, olc.CgroupPSICPUFullAvg10},
+		{olc.CgroupPSIMemorySomeAvg10, olc.CgroupPSIMemoryFullAvg10},
+		{olc.CgroupPSIIOSomeAvg10, olc.CgroupPSIIOFullAvg10},
 	}
-	cgroupPSIShare = [numPSIResources][2]Signal{
-		{CgroupPSICPUSome, CgroupPSICPUFull},
-		{CgroupPSIMemorySome, CgroupPSIMemoryFull},
-		{CgroupPSIIOSome, CgroupPSIIOFull},
+	cgroupPSIShare = [numPSIResources][2]olc.Signal{
+		{olc.CgroupPSICPUSome, olc.CgroupPSICPUFull},
+		{olc.CgroupPSIMemorySome, olc.CgroupPSIMemoryFull},
+		{olc.CgroupPSIIOSome, olc.CgroupPSIIOFull},
 	}
 	nodePSISource   = [numPSIResources]string{SourcePSICPU, SourcePSIMemory, SourcePSIIO}
 	cgroupPSISource = [numPSIResources]string{SourceCgroupPSICPU, SourceCgroupPSIMemory, SourceCgroupPSIIO}

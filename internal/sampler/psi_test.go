@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/procfs"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 func TestParsePSI(t *testing.T) {
@@ -134,8 +136,8 @@ func TestPSIUnavailableIsPerResource(t *testing.T) {
 		files      map[string]string
 		nodeFail   map[string]error // /proc/pressure file → EOPNOTSUPP
 		cgroupFail map[string]error // cgroup file name → EOPNOTSUPP
-		avail      []Signal
-		unavail    []Signal
+		avail      []olc.Signal
+		unavail    []olc.Signal
 		errSources []string
 	}{
 		{
@@ -143,13 +145,13 @@ func TestPSIUnavailableIsPerResource(t *testing.T) {
 			files: map[string]string{
 				"proc/pressure/cpu": psiFile(5, 1000, true), "proc/pressure/io": psiFile(1, 10, true),
 			},
-			avail:   []Signal{PSICPUSomeAvg10, PSICPUFullAvg10, PSIIOSomeAvg10, PSIIOFullAvg10},
-			unavail: []Signal{PSIMemorySomeAvg10, PSIMemoryFullAvg10, PSIMemorySome, PSIMemoryFull},
+			avail:   []olc.Signal{olc.PSICPUSomeAvg10, olc.PSICPUFullAvg10, olc.PSIIOSomeAvg10, olc.PSIIOFullAvg10},
+			unavail: []olc.Signal{olc.PSIMemorySomeAvg10, olc.PSIMemoryFullAvg10, olc.PSIMemorySome, olc.PSIMemoryFull},
 		},
 		{
 			name:    "pressure directory missing",
-			unavail: []Signal{PSICPUSomeAvg10, PSIMemorySomeAvg10, PSIIOSomeAvg10, PSICPUFull},
-			avail:   []Signal{Load1, Runnable},
+			unavail: []olc.Signal{olc.PSICPUSomeAvg10, olc.PSIMemorySomeAvg10, olc.PSIIOSomeAvg10, olc.PSICPUFull},
+			avail:   []olc.Signal{olc.Load1, olc.Runnable},
 		},
 		{
 			name: "EOPNOTSUPP on /proc/pressure/memory",
@@ -158,8 +160,8 @@ func TestPSIUnavailableIsPerResource(t *testing.T) {
 				"proc/pressure/io": psiFile(1, 10, true),
 			},
 			nodeFail: map[string]error{"memory": nil},
-			avail:    []Signal{PSICPUSomeAvg10, PSICPUFullAvg10, PSIIOSomeAvg10, PSIIOFullAvg10},
-			unavail:  []Signal{PSIMemorySomeAvg10, PSIMemoryFullAvg10},
+			avail:    []olc.Signal{olc.PSICPUSomeAvg10, olc.PSICPUFullAvg10, olc.PSIIOSomeAvg10, olc.PSIIOFullAvg10},
+			unavail:  []olc.Signal{olc.PSIMemorySomeAvg10, olc.PSIMemoryFullAvg10},
 		},
 		{
 			name: "EOPNOTSUPP on the cgroup's cpu.pressure",
@@ -169,16 +171,16 @@ func TestPSIUnavailableIsPerResource(t *testing.T) {
 				"sys/fs/cgroup/app/io.pressure":     psiFile(2, 1000, true),
 			},
 			cgroupFail: map[string]error{"cpu.pressure": nil},
-			avail:      []Signal{CgroupPSIMemorySomeAvg10, CgroupPSIMemoryFullAvg10, CgroupPSIIOSomeAvg10},
-			unavail:    []Signal{CgroupPSICPUSomeAvg10, CgroupPSICPUFullAvg10, PSICPUSomeAvg10},
+			avail:      []olc.Signal{olc.CgroupPSIMemorySomeAvg10, olc.CgroupPSIMemoryFullAvg10, olc.CgroupPSIIOSomeAvg10},
+			unavail:    []olc.Signal{olc.CgroupPSICPUSomeAvg10, olc.CgroupPSICPUFullAvg10, olc.PSICPUSomeAvg10},
 		},
 		{
 			name: "no full line for cpu",
 			files: map[string]string{
 				"proc/pressure/cpu": psiFile(5, 1000, false), "proc/pressure/memory": psiFile(5, 1000, true),
 			},
-			avail:   []Signal{PSICPUSomeAvg10, PSIMemorySomeAvg10, PSIMemoryFullAvg10},
-			unavail: []Signal{PSICPUFullAvg10, PSICPUFull, PSIIOSomeAvg10},
+			avail:   []olc.Signal{olc.PSICPUSomeAvg10, olc.PSIMemorySomeAvg10, olc.PSIMemoryFullAvg10},
+			unavail: []olc.Signal{olc.PSICPUFullAvg10, olc.PSICPUFull, olc.PSIIOSomeAvg10},
 		},
 		{
 			name: "a corrupt file is an error for that resource only",
@@ -186,8 +188,8 @@ func TestPSIUnavailableIsPerResource(t *testing.T) {
 				"proc/pressure/cpu": "some avg10=banana avg60=0 avg300=0 total=1\n", "proc/pressure/memory": psiFile(5, 1000, true),
 				"sys/fs/cgroup/app/io.pressure": "full avg10=1 total=x\n", "sys/fs/cgroup/app/memory.pressure": psiFile(5, 1000, true),
 			},
-			avail:      []Signal{PSIMemorySomeAvg10, CgroupPSIMemorySomeAvg10},
-			unavail:    []Signal{PSICPUSomeAvg10, CgroupPSIIOSomeAvg10},
+			avail:      []olc.Signal{olc.PSIMemorySomeAvg10, olc.CgroupPSIMemorySomeAvg10},
+			unavail:    []olc.Signal{olc.PSICPUSomeAvg10, olc.CgroupPSIIOSomeAvg10},
 			errSources: []string{SourcePSICPU, SourceCgroupPSIIO},
 		},
 	}
@@ -257,20 +259,20 @@ func TestPSIValues(t *testing.T) {
 	after := mkTree(t, files(1_250_000, 0))
 	snap := sampleRoots(t, before, after, Config{}, 0.5)
 	// Δsome 250 000 µs over 0.5 s = 0.5; Δfull 125 000 µs = 0.25.
-	for sig, want := range map[Signal]float64{PSICPUSomeAvg10: 0.125, PSICPUFullAvg10: 0.0625, PSICPUSome: 0.5, PSICPUFull: 0.25} {
+	for sig, want := range map[olc.Signal]float64{olc.PSICPUSomeAvg10: 0.125, olc.PSICPUFullAvg10: 0.0625, olc.PSICPUSome: 0.5, olc.PSICPUFull: 0.25} {
 		if got, ok := snap.Get(sig); !ok || math.Abs(got-want) > 1e-9 {
 			t.Errorf("%s = %v (ok %v), want %v", sig, got, ok, want)
 		}
 	}
-	if _, ok := snap.Get(PSIMemorySomeAvg10); ok {
+	if _, ok := snap.Get(olc.PSIMemorySomeAvg10); ok {
 		t.Error("an avg10 of 150% must not become a value")
 	}
 	// A total that went backwards gives no share (a reset, not a stall).
 	snap = sampleRoots(t, after, before, Config{}, 0.5)
-	if v, ok := snap.Get(PSICPUSome); ok {
+	if v, ok := snap.Get(olc.PSICPUSome); ok {
 		t.Errorf("psi_cpu_some = %v after the total went backwards, want unavailable", v)
 	}
-	if v, ok := snap.Get(PSICPUSomeAvg10); !ok || v != 0.125 {
+	if v, ok := snap.Get(olc.PSICPUSomeAvg10); !ok || v != 0.125 {
 		t.Errorf("psi_cpu_some_avg10 = %v, %v: avg10 needs no delta", v, ok)
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // DefaultInterval is the tick used by Run when it is given none.
@@ -65,7 +67,6 @@ type Sampler struct {
 
 	// Injection points; tests replace them to simulate kernel behaviour a
 	// fixture tree cannot (EOPNOTSUPP from a pressure file with psi=0).
-	open     openFunc
 	readFile readFileFunc
 	loadAvg  func() (float64, error)
 	nodePSI  func(res psiResource) (procfs.PSIStats, error)
@@ -130,7 +131,6 @@ func New(cfg Config, log *slog.Logger) (*Sampler, error) {
 		pathStat:    filepath.Join(root, "proc/stat"),
 		pathNetstat: filepath.Join(root, "proc/net/netstat"),
 		readFile:    readFileInto,
-		open:        openFile,
 		cgName:      cg,
 		cgRetry:     cgroupRetry,
 		buf:         make([]byte, 8192),
@@ -268,7 +268,7 @@ func (s *Sampler) SetTCPPorts(ports []uint16) {
 // with the monotonic clock; on the first call they are unavailable and
 // Interval is 0. It never panics and never blocks longer than the sock_diag
 // receive timeout (1 s); what could not be read is listed in Errors.
-func (s *Sampler) Sample() Snapshot {
+func (s *Sampler) Sample() olc.Snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.collect(&s.cur)
@@ -286,7 +286,7 @@ func (s *Sampler) Sample() Snapshot {
 // until ctx is done, passing each snapshot to fn on the calling goroutine.
 // A slow fn delays the next tick rather than overlapping it; the snapshot's
 // Interval is the time actually elapsed.
-func (s *Sampler) Run(ctx context.Context, interval time.Duration, fn func(Snapshot)) {
+func (s *Sampler) Run(ctx context.Context, interval time.Duration, fn func(olc.Snapshot)) {
 	if interval <= 0 {
 		interval = DefaultInterval
 	}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // A fixture root whose every source is readable and well formed.
@@ -38,11 +40,11 @@ func TestRun(t *testing.T) {
 	root := mkTree(t, goodRoot(t))
 	s, _ := newLogged(t, Config{Root: root, Cgroup: "/sys/fs/cgroup/app"})
 	ctx, cancel := context.WithCancel(context.Background())
-	var snaps []Snapshot
+	var snaps []olc.Snapshot
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		s.Run(ctx, 10*time.Millisecond, func(sn Snapshot) {
+		s.Run(ctx, 10*time.Millisecond, func(sn olc.Snapshot) {
 			snaps = append(snaps, sn)
 			if len(snaps) == 5 {
 				cancel()
@@ -70,7 +72,7 @@ func TestRun(t *testing.T) {
 	}
 	// An already cancelled context: no sample at all.
 	called := false
-	s.Run(ctx, 0, func(Snapshot) { called = true })
+	s.Run(ctx, 0, func(olc.Snapshot) { called = true })
 	if called {
 		t.Fatal("Run sampled with a cancelled context")
 	}
@@ -116,7 +118,7 @@ func TestErrorsBySource(t *testing.T) {
 	if len(got) != len(want) {
 		t.Errorf("error sources %v, want %d of them", got, len(want))
 	}
-	for _, sig := range []Signal{Runnable, PSICPUSomeAvg10, PSIMemorySome, CgroupThrottledS, CgroupPSICPUSomeAvg10, CgroupPSIIOSome} {
+	for _, sig := range []olc.Signal{olc.Runnable, olc.PSICPUSomeAvg10, olc.PSIMemorySome, olc.CgroupThrottledS, olc.CgroupPSICPUSomeAvg10, olc.CgroupPSIIOSome} {
 		if _, ok := snap.Get(sig); !ok {
 			t.Errorf("%s lost because another source failed", sig)
 		}
@@ -160,7 +162,7 @@ func TestSampleNeverPanics(t *testing.T) {
 					if len(snap.Errors) == 0 {
 						t.Errorf("cgroup %q: nothing reported for a root with nothing readable", cg)
 					}
-					for _, sig := range Signals() {
+					for _, sig := range olc.Signals() {
 						if v, ok := snap.Get(sig); ok && (v != v || v < 0) {
 							t.Errorf("%s = %v", sig, v)
 						}
@@ -182,7 +184,7 @@ func TestSetTCPPortsWhileRunning(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		s.Run(ctx, time.Millisecond, func(Snapshot) {
+		s.Run(ctx, time.Millisecond, func(olc.Snapshot) {
 			ticks++
 			if ticks == 50 {
 				cancel()

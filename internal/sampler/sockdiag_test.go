@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/olcd/olcd/internal/testutil"
 	"golang.org/x/sys/unix"
+
+	"github.com/olcd/olcd/internal/olc"
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // nlMsg builds one netlink message (header + payload, padded to 4 bytes).
@@ -214,7 +216,7 @@ func TestAcceptQueueFillAndOverflowsLive(t *testing.T) {
 	port := listenRaw(t, lo, 0, backlog)
 	s, _ := newLogged(t, Config{Root: "/", TCPPorts: []uint16{port}})
 	snap := s.Sample()
-	if v, ok := snap.Get(AcceptQueueFill); !ok || v != 0 {
+	if v, ok := snap.Get(olc.AcceptQueueFill); !ok || v != 0 {
 		t.Fatalf("accept_queue_fill = %v (ok %v) with no connection, want 0; errors %v", v, ok, snap.Errors)
 	}
 	last := 0.0
@@ -223,7 +225,7 @@ func TestAcceptQueueFillAndOverflowsLive(t *testing.T) {
 			t.Fatalf("connection %d of %d: %v", i, backlog+1, err)
 		}
 		snap = s.Sample()
-		v, ok := snap.Get(AcceptQueueFill)
+		v, ok := snap.Get(olc.AcceptQueueFill)
 		want := math.Min(float64(i)/backlog, 1)
 		if !ok || math.Abs(v-want) > 1e-9 || snap.AcceptQueueFill[port] != v {
 			t.Fatalf("after %d connections: accept_queue_fill = %v (ok %v, per port %v), want %v",
@@ -244,7 +246,7 @@ func TestAcceptQueueFillAndOverflowsLive(t *testing.T) {
 		}
 	}
 	snap = s.Sample()
-	v, ok := snap.Get(ListenOverflowsPerS)
+	v, ok := snap.Get(olc.ListenOverflowsPerS)
 	if !ok || v <= 0 {
 		t.Fatalf("listen_overflows_per_s = %v (ok %v) after %d refused connections past the backlog, want > 0; errors %v",
 			v, ok, refused, snap.Errors)
@@ -276,18 +278,18 @@ func TestAcceptQueueFillLargestListenerLive(t *testing.T) {
 	if got := snap.AcceptQueueFill; len(got) != 2 || got[port] != 1 || math.Abs(got[other]-0.1) > 1e-9 {
 		t.Fatalf("per-port fill %v, want {%d: 1 (IPv6 listener 2/2 beats IPv4 1/8), %d: 0.1}", got, port, other)
 	}
-	if v, _ := snap.Get(AcceptQueueFill); v != 1 {
+	if v, _ := snap.Get(olc.AcceptQueueFill); v != 1 {
 		t.Fatalf("accept_queue_fill = %v, want the max over ports, 1", v)
 	}
 	// Changing the ports takes effect on the next tick.
 	s.SetTCPPorts([]uint16{other})
 	snap = s.Sample()
-	if v, _ := snap.Get(AcceptQueueFill); math.Abs(v-0.1) > 1e-9 || len(snap.AcceptQueueFill) != 1 {
+	if v, _ := snap.Get(olc.AcceptQueueFill); math.Abs(v-0.1) > 1e-9 || len(snap.AcceptQueueFill) != 1 {
 		t.Fatalf("after SetTCPPorts: %v %v", v, snap.AcceptQueueFill)
 	}
 	s.SetTCPPorts(nil)
 	snap = s.Sample()
-	if _, ok := snap.Get(AcceptQueueFill); ok || snap.AcceptQueueFill != nil {
+	if _, ok := snap.Get(olc.AcceptQueueFill); ok || snap.AcceptQueueFill != nil {
 		t.Fatalf("no ports configured but accept_queue_fill is set: %v", snap.AcceptQueueFill)
 	}
 }

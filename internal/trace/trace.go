@@ -1,6 +1,6 @@
-// Package trace reads sample traces: CSV files of canonical signals, one row
+// Package trace reads and writes sample traces: CSV files of canonical signals, one row
 // per tick, in the format of the field cases (../shared/cases/README.md,
-// traces/*.csv). `olcd record` writes them, `olcd simulate` and the
+// traces/*.csv). `olcd record` writes them (Writer), `olcd simulate` and the
 // controller's tests replay them.
 package trace
 
@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/spell"
 )
 
@@ -34,7 +34,7 @@ type Trace struct {
 	// Name is the file name (or the name given to Read).
 	Name string
 	// Columns are the signal columns, in file order.
-	Columns []sampler.Signal
+	Columns []olc.Signal
 	// Rows are the ticks in file order. A row whose time does not advance is
 	// replayed as a stale sample (see adaptive.Controller.Step).
 	Rows []Row
@@ -99,13 +99,13 @@ func Read(r io.Reader, name string) (*Trace, error) {
 		return nil, fmt.Errorf("%s:1: header must be t_s followed by at least one signal name, got %q", name, strings.Join(header, ","))
 	}
 	t := &Trace{Name: name}
-	seen := map[sampler.Signal]bool{}
+	seen := map[olc.Signal]bool{}
 	for i, h := range header[1:] {
 		h = strings.TrimSpace(h)
-		sig, ok := sampler.ParseSignal(h)
-		if !ok {
+		sig, err := olc.ParseSignal(h)
+		if err != nil {
 			msg := fmt.Sprintf("%s:1: column %d: unknown signal %q", name, i+2, h)
-			if s := spell.Closest(h, spell.Names(sampler.Signals())); s != "" {
+			if s := spell.Closest(h, spell.Names(olc.Signals())); s != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)
 			}
 			return nil, errors.New(msg)
@@ -181,9 +181,9 @@ const maxStaleWarnings = 5
 // Snapshot returns row i as a sampler snapshot: At is Origin + T, and
 // Interval the time since the previous row (0 for the first, or when time
 // did not advance).
-func (t *Trace) Snapshot(i int) sampler.Snapshot {
+func (t *Trace) Snapshot(i int) olc.Snapshot {
 	row := t.Rows[i]
-	s := sampler.Snapshot{At: Origin.Add(seconds(row.T))}
+	s := olc.Snapshot{At: Origin.Add(seconds(row.T))}
 	if i > 0 && row.T > t.Rows[i-1].T {
 		s.Interval = seconds(row.T - t.Rows[i-1].T)
 	}

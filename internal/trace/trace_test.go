@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/olcd/olcd/internal/sampler"
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // TestReadErrors checks that malformed traces are rejected with the
@@ -51,7 +51,7 @@ func TestExportShapes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tr.Columns) != 2 || tr.Columns[0] != sampler.CPUBusy || len(tr.Rows) != rows {
+	if len(tr.Columns) != 2 || tr.Columns[0] != olc.CPUBusy || len(tr.Rows) != rows {
 		t.Fatalf("columns %v, %d rows", tr.Columns, len(tr.Rows))
 	}
 	for i, r := range tr.Rows {
@@ -94,13 +94,45 @@ func TestSnapshot(t *testing.T) {
 	if !s0.At.Equal(Origin) || s0.Interval != 0 {
 		t.Errorf("row 0: at %v interval %v", s0.At, s0.Interval)
 	}
-	if _, ok := s0.Get(sampler.PSICPUSome); ok {
+	if _, ok := s0.Get(olc.PSICPUSome); ok {
 		t.Error("row 0: empty cell must be unavailable")
 	}
-	if v, ok := s1.Get(sampler.CPUBusy); !ok || !math.IsNaN(v) {
+	if v, ok := s1.Get(olc.CPUBusy); !ok || !math.IsNaN(v) {
 		t.Errorf("row 1: cpu_busy %v %v, want NaN delivered", v, ok)
 	}
 	if s1.Interval != 500*time.Millisecond || !s1.At.Equal(Origin.Add(500*time.Millisecond)) {
 		t.Errorf("row 1: at %v interval %v", s1.At, s1.Interval)
+	}
+}
+
+// TestWriteRoundTrip: what Writer writes, Read reads back: times relative
+// to the first row, empty cells for unavailable signals, the values.
+func TestWriteRoundTrip(t *testing.T) {
+	var b strings.Builder
+	w, err := NewWriter(&b, []olc.Signal{olc.CPUBusy, olc.PSICPUSome})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	s0 := olc.Snapshot{At: at}
+	s0.Set(olc.CPUBusy, 0.5)
+	s1 := olc.Snapshot{At: at.Add(500 * time.Millisecond)}
+	s1.Set(olc.CPUBusy, 0.123456789)
+	s1.Set(olc.PSICPUSome, 0.25)
+	for _, s := range []olc.Snapshot{s0, s1} {
+		if err := w.Write(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const want = "t_s,cpu_busy,psi_cpu_some\n0.000,0.5,\n0.500,0.123457,0.25\n"
+	if b.String() != want {
+		t.Fatalf("wrote %q, want %q", b.String(), want)
+	}
+	tr, err := Read(strings.NewReader(b.String()), "x.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Rows) != 2 || tr.Rows[1].T != 0.5 || tr.Rows[0].Present[1] || tr.Rows[1].Values[1] != 0.25 {
+		t.Errorf("read back %+v", tr.Rows)
 	}
 }

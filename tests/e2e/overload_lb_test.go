@@ -43,7 +43,14 @@ func TestOverloadLB(t *testing.T) {
 	}
 	out = filepath.Join(out, "lb")
 	ctx := context.Background()
-	h, err := overload.NewLB(ctx, overload.LBOptions{Olcd: bins.olcd, Self: bins.overload, HAProxy: haproxy, OutDir: out, Progress: os.Stdout})
+	// OLCD_LB_RESPONSE_TARGET sets the nodes' controller.response_target
+	// ("off": the resource law alone), to tell the agent's part from the
+	// law on the measured queue's.
+	rt := os.Getenv("OLCD_LB_RESPONSE_TARGET")
+	if rt != "" {
+		t.Logf("nodes' controller.response_target: %s (OLCD_LB_RESPONSE_TARGET)", rt)
+	}
+	h, err := overload.NewLB(ctx, overload.LBOptions{Olcd: bins.olcd, Self: bins.overload, HAProxy: haproxy, OutDir: out, Progress: os.Stdout, ResponseTarget: rt})
 	if err != nil {
 		t.Fatalf("lb harness: %v", err)
 	}

@@ -76,6 +76,10 @@ type LBOptions struct {
 	Before, After time.Duration
 	// Progress receives progress lines (nil: silent).
 	Progress io.Writer
+	// ResponseTarget, when set, is the nodes' controller.response_target
+	// ("off": the resource law alone, without the law on the measured
+	// queue) [olcd's default, auto].
+	ResponseTarget string
 }
 
 func (o *LBOptions) defaults() {
@@ -127,6 +131,8 @@ type lbNode struct {
 	h    *Harness
 	// socket is the admin socket of the olcd started last.
 	socket string
+	// responseTarget is LBOptions.ResponseTarget.
+	responseTarget string
 }
 
 // NewLB checks the prerequisites, takes the host lock and builds the lb
@@ -187,7 +193,7 @@ func (l *LBHarness) build() error {
 		lbIP := addrPlus(base, 4*i+1)
 		nodeIP := addrPlus(base, 4*i+2)
 		id := newID()
-		n := &lbNode{name: name, ns: namePrefix + "-" + id, ip: nodeIP, dev: namePrefix + id + "c"}
+		n := &lbNode{name: name, ns: namePrefix + "-" + id, ip: nodeIP, dev: namePrefix + id + "c", responseTarget: l.opt.ResponseTarget}
 		l.nodes = append(l.nodes, n)
 		lbIf := namePrefix + id + "h"
 		for _, s := range [][]string{
@@ -326,6 +332,9 @@ controller:
 {{- range .Controller}}
   {{.}}
 {{- end}}
+{{- if .ResponseTarget}}
+  response_target: {{.ResponseTarget}}
+{{- end}}
 ports:
   - {port: {{.Port}}, proto: tcp, class: normal}
 exceptions:
@@ -373,7 +382,7 @@ func (n *lbNode) startOlcd(ctx context.Context, dir string, threshold float64, a
 	err = lbOlcdConfig.Execute(f, map[string]any{
 		"Iface": n.dev, "Threshold": threshold, "Cgroup": n.h.cg.Name, "Controller": lbController,
 		"Port": WorkPort, "HealthPort": HealthPort, "Metrics": net.JoinHostPort(n.ip.String(), strconv.Itoa(lbMetricsPort)),
-		"Socket": socket, "DecisionLog": o.decisionLog, "Agent": agentAddr,
+		"Socket": socket, "DecisionLog": o.decisionLog, "Agent": agentAddr, "ResponseTarget": n.responseTarget,
 	})
 	f.Close()
 	if err != nil {

@@ -1,4 +1,4 @@
-package sampler
+package olc
 
 import "fmt"
 
@@ -136,21 +136,35 @@ const (
 	UnitRequests
 )
 
-// String returns the unit as written in docs and metric help texts.
+var unitNames = []string{"fraction", "tasks", "seconds", "per_second", "requests"}
+
+// String returns the unit as written in docs, the status document and the
+// metrics' unit label: "fraction", "tasks", "seconds", "per_second" or
+// "requests" (or "unit(N)").
 func (u Unit) String() string {
-	switch u {
-	case UnitFraction:
-		return "fraction"
-	case UnitTasks:
-		return "tasks"
-	case UnitSeconds:
-		return "seconds"
-	case UnitPerSecond:
-		return "per_second"
-	case UnitRequests:
-		return "requests"
+	if int(u) < len(unitNames) {
+		return unitNames[u]
 	}
 	return fmt.Sprintf("unit(%d)", uint8(u))
+}
+
+// MarshalText returns the unit's name; an invalid unit is an error.
+func (u Unit) MarshalText() ([]byte, error) {
+	if int(u) >= len(unitNames) {
+		return nil, invalid("unit", uint8(u))
+	}
+	return []byte(unitNames[u]), nil
+}
+
+// UnmarshalText parses a unit's name. Errors: any other text, named with
+// the accepted ones.
+func (u *Unit) UnmarshalText(text []byte) error {
+	i, err := parseName("unit", string(text), unitNames)
+	if err != nil {
+		return err
+	}
+	*u = Unit(i)
+	return nil
 }
 
 var signalNames = [NumSignals]string{
@@ -211,11 +225,32 @@ func (s Signal) String() string {
 	return fmt.Sprintf("signal(%d)", uint8(s))
 }
 
-// ParseSignal returns the signal with the canonical name, and false when no
-// signal has that name.
-func ParseSignal(name string) (Signal, bool) {
-	s, ok := signalByName[name]
-	return s, ok
+// ParseSignal returns the signal with the canonical name. Errors: no
+// signal has that name (the error lists the canonical names).
+func ParseSignal(name string) (Signal, error) {
+	if s, ok := signalByName[name]; ok {
+		return s, nil
+	}
+	_, err := parseName("signal", name, signalNames[:])
+	return 0, err
+}
+
+// MarshalText returns the canonical name; an invalid signal is an error.
+func (s Signal) MarshalText() ([]byte, error) {
+	if s >= NumSignals {
+		return nil, invalid("signal", uint8(s))
+	}
+	return []byte(signalNames[s]), nil
+}
+
+// UnmarshalText parses a canonical name as ParseSignal does.
+func (s *Signal) UnmarshalText(text []byte) error {
+	v, err := ParseSignal(string(text))
+	if err != nil {
+		return err
+	}
+	*s = v
+	return nil
 }
 
 // Signals returns every canonical signal in declaration order.
