@@ -350,9 +350,12 @@ static __noinline void olcd_resp_out(const struct olcd_seg *sg, __u32 proto_idx)
 
 			/* The bound is true already; the verifier cannot tell. */
 			barrier_var(b);
-			h->responses += 1;
 			if (b < OLCD_HIST_BUCKETS)
 				h->bucket[b] += 1;
+			/* After the bucket: the loader reads a CPU's buckets
+			 * only when its count moved (resp.go). */
+			barrier();
+			h->responses += 1;
 		}
 	}
 	if (proto_idx == OLCD_INDEX_TCP && (flags & OLCD_TCP_FIN))

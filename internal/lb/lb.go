@@ -1,7 +1,7 @@
 // Package lb tells load balancers how much of its share of new work the node
 // takes, from what olcd's controller decided: the pass rate it admits
-// (1 − drop probability), squared, becomes a weight, smoothed and floored,
-// and shedding at the bound becomes "drain". It speaks HAProxy's agent-check protocol
+// (1 − drop probability) becomes a weight, smoothed and floored, and shedding
+// at the bound becomes "drain". It speaks HAProxy's agent-check protocol
 // (Agent) and builds the JSON report of GET /v1/lb (Report).
 //
 // The package computes nothing about the node itself: the daemon hands it
@@ -40,8 +40,7 @@ const (
 // DefaultParams.
 type Params struct {
 	// Smoothing is the weight (0 < x ≤ 1) of the newest tick in the
-	// exponential average of the squared pass rate; 1 uses the last tick
-	// alone.
+	// exponential average of the pass rate; 1 uses the last tick alone.
 	Smoothing float64
 	// MinWeight is the floor of the weight (0 < x ≤ 1): a node whose own
 	// noise made it shed everything for a moment still gets this share of
@@ -261,28 +260,18 @@ func (w *Weigher) Update(in Input) *Report {
 	return r
 }
 
-// passExponent is the power of the pass rate the weight follows. Between
-// a balancer and its nodes the weight law has a fixed point, not a
-// target: a node gets a lower weight only while it sheds, so at the fixed
-// point the node that is short of capacity still sheds a share, and each
-// request it sheds is lost (HAProxy's connect timeout outlasts the
-// client) while the other nodes have room. With weight = pass rate that
-// share is the loss: goodput 0.93 × (C_A + C_B') for two nodes of C and
-// 0.57 C offered 1.6 C with an ideal controller, 0.95 × at 0.5 C. The
-// square moves the same traffic for a smaller shed: 0.96 and 0.98
-// (TestTwoNodesFixedPoint; ten nodes, one halved: 0.98 → 0.99), and a
-// node that sheds everything for a moment is still floored at MinWeight.
-// Higher powers gain little more and make the weight swing with the pass
-// rate's noise.
-const passExponent = 2
-
 // target advances one smoothed weight by a tick.
 func (w *Weigher) target(s *smoothed, in PortInput) Target {
 	pass := clamp01(1 - in.DropProbability)
 	raw := 1.0
 	enforcing := in.Mode == olc.ModeEnforce
 	if enforcing {
-		raw = math.Pow(pass, passExponent)
+		// The pass rate itself. Its square would leave the short node
+		// shedding less at the fixed point with an ideal controller
+		// (TestTwoNodesFixedPoint), but with the real one, HAProxy's
+		// agent-inter and the smoothing in the loop it doubled the loop
+		// gain and the weights swung (docs/tuning.md §6, run 7).
+		raw = pass
 	}
 	if !s.ok {
 		s.w, s.ok = raw, true
