@@ -529,7 +529,7 @@ int olcd_xdp(struct xdp_md *ctx)
 		return XDP_PASS;
 	if (r != OLCD_P_NEW) {
 		if (r == OLCD_P_SEGMENT)
-			olcd_resp_ingress(&pkt, OLCD_INDEX_TCP);
+			olcd_resp_ingress(&pkt);
 		else
 			olcd_count_unclassified();
 		return XDP_PASS;
@@ -539,7 +539,7 @@ int olcd_xdp(struct xdp_md *ctx)
 	if (v == OLCD_V_REJECT)
 		return olcd_reject_xdp(olcd_unstash_ctx(&mark), mark.st);
 	if (__builtin_expect(!pkt.tcp, 0) && v == OLCD_V_PASS)
-		olcd_resp_udp_in(&pkt);
+		olcd_resp_udp(pkt.seg_addrs, pkt.seg_ports, pkt.ipv6, 0);
 	if (v == OLCD_V_MARK) {
 		/* Parse again rather than keep the header offsets alive
 		 * through olcd_decide (see olcd_handle). */
@@ -581,7 +581,7 @@ int olcd_tc(struct __sk_buff *skb)
 		return TC_ACT_UNSPEC;
 	if (r != OLCD_P_NEW) {
 		if (r == OLCD_P_SEGMENT)
-			olcd_resp_ingress(&pkt, OLCD_INDEX_TCP);
+			olcd_resp_ingress(&pkt);
 		else
 			olcd_count_unclassified();
 		return TC_ACT_UNSPEC;
@@ -591,7 +591,7 @@ int olcd_tc(struct __sk_buff *skb)
 	if (v == OLCD_V_REJECT)
 		return olcd_reject_tc(olcd_unstash_ctx(&mark), mark.st);
 	if (__builtin_expect(!pkt.tcp, 0) && v == OLCD_V_PASS)
-		olcd_resp_udp_in(&pkt);
+		olcd_resp_udp(pkt.seg_addrs, pkt.seg_ports, pkt.ipv6, 0);
 	if (v == OLCD_V_MARK) {
 		/* Parse again: see olcd_xdp. */
 		skb = olcd_unstash_ctx(&mark);
@@ -621,16 +621,16 @@ int olcd_tc_egress(struct __sk_buff *skb)
 	struct olcd_pkt pkt;
 	int r;
 
-	r = olcd_parse(data, data_end, skb, &pkt);
+	r = olcd_parse_dir(data, data_end, skb, 1, &pkt);
 	if (r == OLCD_P_SHORT && skb->len > (__u32)(data_end - data)) {
 		bpf_skb_pull_data(skb, skb->len < OLCD_PULL_MAX ? skb->len : OLCD_PULL_MAX);
 		data = (void *)(long)skb->data;
 		data_end = (void *)(long)skb->data_end;
-		r = olcd_parse(data, data_end, skb, &pkt);
+		r = olcd_parse_dir(data, data_end, skb, 1, &pkt);
 	}
 	if (r == OLCD_P_SEGMENT)
-		olcd_resp_egress(&pkt, OLCD_INDEX_TCP);
+		olcd_resp_egress(&pkt);
 	else if (r == OLCD_P_NEW && !pkt.tcp)
-		olcd_resp_egress(&pkt, OLCD_INDEX_UDP);
+		olcd_resp_udp(pkt.seg_addrs, pkt.seg_ports, pkt.ipv6, 1);
 	return TC_ACT_UNSPEC;
 }

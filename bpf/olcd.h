@@ -269,7 +269,7 @@ struct olcd_flow_set {
 
 /* Response timing knobs: a global variable (resp.h), written whole by the loader. */
 struct olcd_resp_ctl {
-	__u64 seed; /* flow hash seed, random per load */
+	__u64 seed; /* flow hash multiplier (olcd_flow_hash): random and odd, per load */
 	/* Tests only: when not 0, the clock (ns) instead of bpf_ktime_get_ns(). */
 	__u64 test_now_ns;
 	/* A flow is sampled when the high 32 bits of its hash are <= this:

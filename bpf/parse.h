@@ -80,15 +80,15 @@ struct olcd_pkt {
 	__u32 dport; /* destination port, host byte order */
 	__u32 ipv6;  /* 0: IPv4, 1: IPv6 */
 	__u32 tcp;   /* 1: TCP, 0: UDP */
-	/* OLCD_P_SEGMENT and UDP OLCD_P_NEW (response timing, resp.h): the
-	 * source and destination addresses (IPv4: as read; IPv6: each folded
-	 * to 64 bits), the first word of the transport header (ports as on
-	 * the wire) and, TCP only, the sequence and acknowledgment numbers
-	 * (host order), payload bytes and flags. */
-	__u64 seg_src;
-	__u64 seg_dst;
-	__u64 seg_hash; /* TCP: the flow hash of a sampled flow, | 1 */
+	/* Response timing (resp.h). UDP OLCD_P_NEW: the addresses
+	 * (olcd_flow_addrs) and the first word of the header (the ports as on
+	 * the wire). OLCD_P_SEGMENT: the flow hash of a sampled flow (| 1), the
+	 * server port's histogram slot, the sequence and acknowledgment
+	 * numbers (host order), payload bytes and flags. */
+	__u64 seg_addrs;
+	__u64 seg_hash;
 	__u32 seg_ports;
+	__u32 seg_slot;
 	__u32 seg_seq;
 	__u32 seg_ack;
 	__u32 seg_len;
@@ -139,72 +139,85 @@ static __always_inline int olcd_past_frame(void *data, void *data_end, struct __
 }
 
 
-/* Odd 64-bit multipliers of the flow hash (the golden ratio, splitmix64's). */
-#define OLCD_FH_K1 0x9e3779b97f4a7c15ULL
+/* Odd 64-bit multiplier spreading the ports of an IPv6 flow (splitmix64's). */
 #define OLCD_FH_K2 0xbf58476d1ce4e5b9ULL
 
-/*
- * Response timing's flow hash: the same for both directions of a flow, so
- * that the parser decides the sample without knowing which end is the
- * server. Each endpoint (address, 64 bits folded for IPv6, and its port)
- * is mixed by a multiply and the two are added, which does not depend on
- * their order; a final xor-shift and multiply spread every input bit over
- * the high half (sample and set) and the low half (tag). ports is the
- * transport header's first word as read (source port, destination port).
- */
-static __always_inline __u64 olcd_flow_hash(__u64 src, __u64 dst, __u32 ports, __u64 seed)
+/* Both addresses of an IP packet in one word for olcd_flow_hash, the same
+ * either way round: IPv4 their xor, IPv6 the xor of their four 64-bit
+ * halves. addr: the source address; the destination follows it. */
+static __always_inline __u64 olcd_flow_addrs(const __u64 *addr, int v6)
 {
-	__u16 sp, dp;
-	__u64 h;
+	if (v6)
+		return addr[0] ^ addr[1] ^ addr[2] ^ addr[3];
+	return ((const __u32 *)addr)[0] ^ ((const __u32 *)addr)[1];
+}
 
-	__builtin_memcpy(&sp, &ports, sizeof(sp));
-	__builtin_memcpy(&dp, (__u8 *)&ports + 2, sizeof(dp));
-	h = ((src ^ seed) + ((__u64)sp << 48)) * OLCD_FH_K1 + ((dst ^ seed) + ((__u64)dp << 48)) * OLCD_FH_K1;
-	h ^= h >> 29;
-	return h * OLCD_FH_K2;
+/*
+ * Response timing's flow hash, which decides the sample: the same for both
+ * directions of a flow, so that the parser decides it without knowing which
+ * end is the server. Each field is combined with its twin by an xor (the
+ * addresses: olcd_flow_addrs; the ports as on the wire: ports), which does
+ * not depend on their order, and the key is hashed by multiply-shift
+ * (Dietzfelbinger, Hagerup, Katajainen, Penttonen, "A reliable randomized
+ * algorithm for the closest-pair problem", 1997): times a random odd
+ * multiplier (olcd_resp_ctl.seed), of which the sample compares the high
+ * half. IPv4: addresses and ports fit one word exactly, so flows that
+ * differ there never share a key; IPv6: the ports are spread by a multiply
+ * first, or the folded addresses and the ports would cancel out between
+ * neighbours (::1 port p, ::2 port p ^ 1). The flow table's set and tag
+ * come from olcd_flow_mix of it, computed for a sampled flow only (resp.h).
+ */
+static __always_inline __u64 olcd_flow_hash(__u64 addrs, int v6, __u32 ports, __u64 seed)
+{
+	if (v6)
+		return (addrs ^ (__u64)ports * OLCD_FH_K2) * seed;
+	return (addrs | (__u64)ports << 32) * seed;
 }
 
 /*
  * A TCP segment that is not a new connection (flags not SYN alone), for
- * response timing: reported as OLCD_P_SEGMENT when it carries payload, FIN
- * or RST, with what resp.h needs; a pure ACK (window updates, window and
- * keep-alive probes without data included) leaves at once as OLCD_P_NOT_NEW.
- * The header was checked to lie in the frame; a payload length that does
- * not add up (header past the IP packet) is no payload.
+ * response timing: reported as OLCD_P_SEGMENT when its server's port is
+ * timed (egress, a constant: the source port, else the destination), its
+ * flow sampled and it carries payload, FIN or RST, with what resp.h needs;
+ * anything else leaves as OLCD_P_NOT_NEW, in the order that makes the
+ * commonest cheapest: a port not timed (the bulk of a node's other
+ * traffic) after one load; then, inbound, a pure ACK (the client's
+ * acknowledgments of answers, window updates, window and keep-alive probes
+ * without data) before the hash; outbound, where the server's answers are
+ * the bulk, an unsampled flow before the payload length. The header was
+ * checked to lie in the frame; a payload length that does not add up
+ * (header past the IP packet) is no payload.
  */
 static __always_inline int olcd_parse_seg(const struct tcphdr *th, __u8 flags, __u32 off,
 					  const __be16 *iplen, __u32 l3base, const __u64 *addr,
-					  int v6, struct olcd_pkt *pkt)
+					  int v6, int egress, struct olcd_pkt *pkt)
 {
-	__u32 hend = off + ((__u32)(((__u8 *)th)[12] >> 4) << 2);
-	__u32 l3end = l3base + bpf_ntohs(*iplen);
-	__u32 len = l3end > hend ? l3end - hend : 0;
-	__u32 ports;
-	__u64 src, dst, h;
+	__u32 slot, hlen, iplen_h;
+	__u64 h;
 
-	if (len == 0 && !(flags & (OLCD_TCP_FIN | OLCD_TCP_RST)))
+	slot = olcd_rports.slot[OLCD_INDEX_TCP][bpf_ntohs(egress ? th->source : th->dest)];
+	if (!slot)
 		return OLCD_P_NOT_NEW;
-	/* Neither port timed (the bulk of a node's other traffic): out,
-	 * before the hash. */
-	if (!(((__u16 *)olcd_rports.slot)[bpf_ntohs(th->dest)] |
-	      ((__u16 *)olcd_rports.slot)[bpf_ntohs(th->source)]))
+	/* IP payload bytes before the TCP payload (*iplen counts from l3base). */
+	hlen = off - l3base + ((__u32)(((__u8 *)th)[12] >> 4) << 2);
+	iplen_h = bpf_ntohs(*iplen);
+	if (!egress && iplen_h <= hlen && !(flags & (OLCD_TCP_FIN | OLCD_TCP_RST)))
 		return OLCD_P_NOT_NEW;
-	ports = *(__u32 *)th;
-	src = v6 ? addr[0] ^ addr[1] : ((const __u32 *)addr)[0];
-	dst = v6 ? addr[2] ^ addr[3] : ((const __u32 *)addr)[1];
-	h = olcd_flow_hash(src, dst, ports, olcd_rctl.seed);
+	h = olcd_flow_hash(olcd_flow_addrs(addr, v6), v6, th->source ^ th->dest, olcd_rctl.seed);
 	if ((__u32)(h >> 32) > olcd_rctl.sample_max)
 		return OLCD_P_NOT_NEW; /* a flow the sample leaves out */
+	/* Or the compiler computes the length before the hash all the same. */
+	barrier();
+	if (egress && iplen_h <= hlen && !(flags & (OLCD_TCP_FIN | OLCD_TCP_RST)))
+		return OLCD_P_NOT_NEW;
+	pkt->seg_slot = slot;
 	pkt->tcp = 1;
 	pkt->ipv6 = v6;
 	pkt->dport = bpf_ntohs(th->dest);
-	pkt->seg_len = len;
+	pkt->seg_len = iplen_h > hlen ? iplen_h - hlen : 0;
 	pkt->seg_flags = flags;
-	pkt->seg_ports = ports;
 	pkt->seg_seq = bpf_ntohl(th->seq);
 	pkt->seg_ack = bpf_ntohl(th->ack_seq);
-	pkt->seg_src = src;
-	pkt->seg_dst = dst;
 	pkt->seg_hash = h | 1;
 	return OLCD_P_SEGMENT;
 }
@@ -222,7 +235,7 @@ static __always_inline int olcd_parse_seg(const struct tcphdr *th, __u8 flags, _
  */
 static __always_inline int olcd_parse_l4(void *data, void *data_end, __u32 off, __u8 proto,
 					 const __be16 *iplen, __u32 l3base, const __u64 *addr,
-					 int v6, int checked, struct __sk_buff *skb,
+					 int v6, int checked, struct __sk_buff *skb, int egress,
 					 struct olcd_pkt *pkt)
 {
 	__u32 l3end;
@@ -239,7 +252,7 @@ static __always_inline int olcd_parse_l4(void *data, void *data_end, __u32 off, 
 		flags = ((__u8 *)th)[13];
 		if ((flags & (OLCD_TCP_SYN | OLCD_TCP_ACK | OLCD_TCP_RST | OLCD_TCP_FIN)) !=
 		    OLCD_TCP_SYN)
-			return olcd_parse_seg(th, flags, off, iplen, l3base, addr, v6, pkt);
+			return olcd_parse_seg(th, flags, off, iplen, l3base, addr, v6, egress, pkt);
 		doff = ((__u8 *)th)[12] >> 4;
 		if (doff < 5)
 			return OLCD_P_UNCLASSIFIED; /* data offset below the header */
@@ -276,8 +289,7 @@ static __always_inline int olcd_parse_l4(void *data, void *data_end, __u32 off, 
 		pkt->seg_ack = 0;
 		pkt->seg_len = 0;
 		pkt->seg_flags = 0;
-		pkt->seg_src = v6 ? addr[0] ^ addr[1] : ((const __u32 *)addr)[0];
-		pkt->seg_dst = v6 ? addr[2] ^ addr[3] : ((const __u32 *)addr)[1];
+		pkt->seg_addrs = olcd_flow_addrs(addr, v6);
 	}
 	if (olcd_past_frame(data, data_end, skb, l3end))
 		return OLCD_P_UNCLASSIFIED;
@@ -294,7 +306,7 @@ static __always_inline int olcd_parse_l4(void *data, void *data_end, __u32 off, 
  * before the transport header and fixes its offset.
  */
 static __always_inline int olcd_parse_ipv4(void *data, void *data_end, struct __sk_buff *skb,
-					   __u32 off, int fast, struct olcd_pkt *pkt)
+					   __u32 off, int fast, int egress, struct olcd_pkt *pkt)
 {
 	struct iphdr *iph = data + off;
 	__u8 vihl, ihl = 5, proto;
@@ -319,9 +331,9 @@ static __always_inline int olcd_parse_ipv4(void *data, void *data_end, struct __
 	/* One call per protocol, so that each inlined copy knows its own. */
 	if (proto == IPPROTO_TCP)
 		return olcd_parse_l4(data, data_end, off + ihl * 4, IPPROTO_TCP, &iph->tot_len,
-				     off, (const __u64 *)&iph->saddr, 0, fast, skb, pkt);
+				     off, (const __u64 *)&iph->saddr, 0, fast, skb, egress, pkt);
 	return olcd_parse_l4(data, data_end, off + ihl * 4, IPPROTO_UDP, &iph->tot_len, off,
-			     (const __u64 *)&iph->saddr, 0, fast, skb, pkt);
+			     (const __u64 *)&iph->saddr, 0, fast, skb, egress, pkt);
 }
 
 static __always_inline int olcd_is_ipv6_ext(__u8 nh)
@@ -331,7 +343,7 @@ static __always_inline int olcd_is_ipv6_ext(__u8 nh)
 }
 
 static __always_inline int olcd_parse_ipv6(void *data, void *data_end, struct __sk_buff *skb,
-					   __u32 off, struct olcd_pkt *pkt)
+					   __u32 off, int egress, struct olcd_pkt *pkt)
 {
 	struct ipv6hdr *ip6 = data + off;
 	__u32 l3base;
@@ -356,7 +368,7 @@ static __always_inline int olcd_parse_ipv6(void *data, void *data_end, struct __
 
 		if (nh == IPPROTO_TCP || nh == IPPROTO_UDP)
 			return olcd_parse_l4(data, data_end, off, nh, &ip6->payload_len, l3base,
-					     (const __u64 *)&ip6->saddr, 1, 0, skb, pkt);
+					     (const __u64 *)&ip6->saddr, 1, 0, skb, egress, pkt);
 		if (!olcd_is_ipv6_ext(nh))
 			/* ESP hides the transport header; anything else
 			 * (ICMPv6, No Next Header, ...) is not TCP or UDP. */
@@ -404,9 +416,13 @@ static __always_inline int olcd_parse_ipv6(void *data, void *data_end, struct __
  * stripped into skb metadata is simply absent from the data, and an in-band tag
  * is walked here, so both give the same answer; only the depth limit counts
  * the stripped tag (skb->vlan_present).
+ *
+ * egress (a constant): the frame leaves the host (TC egress), so the
+ * server's port of a TCP segment (response timing) is its source, not its
+ * destination.
  */
-static __always_inline int olcd_parse(void *data, void *data_end, struct __sk_buff *skb,
-				      struct olcd_pkt *pkt)
+static __always_inline int olcd_parse_dir(void *data, void *data_end, struct __sk_buff *skb,
+					  int egress, struct olcd_pkt *pkt)
 {
 	__u32 off = ETH_HLEN;
 	__be16 proto;
@@ -418,10 +434,10 @@ static __always_inline int olcd_parse(void *data, void *data_end, struct __sk_bu
 	if (data + OLCD_FAST_LEN <= data_end) {
 		proto = *(__be16 *)(data + ETH_ALEN * 2);
 		if (proto == bpf_htons(ETH_P_IP) && *(__u8 *)(data + ETH_HLEN) == 0x45)
-			return olcd_parse_ipv4(data, data_end, skb, ETH_HLEN, 1, pkt);
+			return olcd_parse_ipv4(data, data_end, skb, ETH_HLEN, 1, egress, pkt);
 		/* Untagged IPv6 next, without looking at the length again. */
 		if (proto == bpf_htons(ETH_P_IPV6))
-			return olcd_parse_ipv6(data, data_end, skb, ETH_HLEN, pkt);
+			return olcd_parse_ipv6(data, data_end, skb, ETH_HLEN, egress, pkt);
 	}
 
 	if (data + ETH_HLEN > data_end)
@@ -429,9 +445,9 @@ static __always_inline int olcd_parse(void *data, void *data_end, struct __sk_bu
 	proto = *(__be16 *)(data + ETH_ALEN * 2);
 	/* Untagged IP first: the common case skips the VLAN checks. */
 	if (proto == bpf_htons(ETH_P_IP))
-		return olcd_parse_ipv4(data, data_end, skb, off, 0, pkt);
+		return olcd_parse_ipv4(data, data_end, skb, off, 0, egress, pkt);
 	if (proto == bpf_htons(ETH_P_IPV6))
-		return olcd_parse_ipv6(data, data_end, skb, off, pkt);
+		return olcd_parse_ipv6(data, data_end, skb, off, egress, pkt);
 
 #pragma unroll
 	for (int i = 0; i < OLCD_MAX_VLAN; i++) {
@@ -453,12 +469,19 @@ static __always_inline int olcd_parse(void *data, void *data_end, struct __sk_bu
 		return OLCD_P_UNCLASSIFIED;
 
 	if (proto == bpf_htons(ETH_P_IP))
-		return olcd_parse_ipv4(data, data_end, skb, off, 0, pkt);
+		return olcd_parse_ipv4(data, data_end, skb, off, 0, egress, pkt);
 	if (proto == bpf_htons(ETH_P_IPV6))
-		return olcd_parse_ipv6(data, data_end, skb, off, pkt);
+		return olcd_parse_ipv6(data, data_end, skb, off, egress, pkt);
 	if (proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD))
 		return OLCD_P_UNCLASSIFIED; /* more tags than OLCD_MAX_VLAN */
 	return OLCD_P_NOT_NEW;          /* ARP, LLDP, ...: not IP */
+}
+
+/* An inbound frame (XDP, TC ingress): see olcd_parse_dir. */
+static __always_inline int olcd_parse(void *data, void *data_end, struct __sk_buff *skb,
+				      struct olcd_pkt *pkt)
+{
+	return olcd_parse_dir(data, data_end, skb, 0, pkt);
 }
 
 #endif /* OLCD_PARSE_H */

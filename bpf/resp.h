@@ -20,9 +20,12 @@
  * the next one out on the same 4-tuple.
  *
  * Cost. A flow is sampled or not by its hash (olcd_flow_hash in parse.h,
- * the same both ways), decided in the parser, so an unsampled segment
- * costs two port loads, the hash and a compare, no map lookup; the flow table is a set-associative array (olcd_flow_set) and the
- * clock is read once per start and once per stop. Pairing by sequence
+ * the same both ways, one multiply for IPv4), decided in the parser before
+ * the payload length, so an unsampled segment of a timed port costs two
+ * port loads, the hash and a compare, and no map lookup; only a sampled
+ * one mixes the hash again for the flow table (olcd_flow_mix), a
+ * set-associative array (olcd_flow_set); the clock is read once per start
+ * and once per stop. Pairing by sequence
  * numbers rather than TCP timestamps (pping, xdp-project/bpf-examples) works
  * without the timestamp option and times the server, not the path.
  */
@@ -149,17 +152,35 @@ static __always_inline __u32 olcd_flow_find(const struct olcd_flow_set *set, __u
 	return OLCD_FLOW_WAYS;
 }
 
+/*
+ * A segment or datagram of a sampled flow, as the flow table takes it:
+ * copied out of struct olcd_pkt by the entry point's call, so that the
+ * packet's record is never handed to a subprogram and the compiler may keep
+ * it in registers (olcd.c, "Register economy").
+ */
+struct olcd_seg {
+	__u64 hash; /* olcd_flow_hash | 1 */
+	__u32 slot; /* ingress: the histogram slot of the port asked */
+	/* TCP: sequence and acknowledgment numbers, payload bytes, flags;
+	 * UDP: 0. */
+	__u32 seq;
+	__u32 ack;
+	__u32 len;
+	__u32 flags;
+};
+
 /* Start the timer of way w. */
 static __always_inline void olcd_flow_start(struct olcd_flow_set *set, __u32 w,
-					    const struct olcd_pkt *pkt, __u64 now, __u32 slot)
+					    const struct olcd_seg *sg, __u64 now)
 {
 	struct olcd_resp_hist *h;
+	__u32 slot = sg->slot;
 
 	w &= OLCD_FLOW_WAYS - 1;
 	set->start_ns[w] = now;
 	set->stamp[w] = (__u32)(now >> 20);
-	set->cseq[w] = pkt->seg_seq + pkt->seg_len;
-	set->sack[w] = pkt->seg_ack;
+	set->cseq[w] = sg->seq + sg->len;
+	set->sack[w] = sg->ack;
 	set->slot[w] = (__u16)slot;
 	h = bpf_map_lookup_elem(&olcd_rhist, &slot);
 	if (h)
@@ -198,61 +219,45 @@ static __always_inline __u32 olcd_flow_victim(struct olcd_flow_set *set, __u32 n
 	return victim;
 }
 
-/* The set of a sampled flow of hash h, and its tag. */
-static __always_inline struct olcd_flow_set *olcd_flow_set_of(__u64 h, __u32 *tag)
-{
-	__u32 idx = (__u32)(h >> 32) & olcd_rctl.sets_mask;
-
-	*tag = (__u32)h | 1;
-	return bpf_map_lookup_elem(&olcd_flows, &idx);
-}
+/* Odd multiplier of olcd_flow_mix (splitmix64's second). */
+#define OLCD_FH_K3 0x94d049bb133111ebULL
 
 /*
- * The sample: the flow's hash if the segment's port is timed (*slot) and
- * its flow sampled, else 0. TCP segments come sampled from the parser
- * (olcd_parse_seg), which leaves an unsampled flow's segments out before
- * reading more of them; UDP datagrams are hashed here. Inlined into the
- * entry points; the rest is a subprogram (olcd_resp_in, olcd_resp_out),
- * which keeps its registers out of the SYN path's.
+ * The sample hash (olcd_flow_hash) mixed again, for a sampled flow only:
+ * the low half of a product depends on the low bits of its input alone
+ * (IPv4: the addresses, not the ports), so the tag and the set need every
+ * bit moved into both halves.
  */
-static __always_inline __u64 olcd_resp_sampled(const struct olcd_pkt *pkt, __u32 proto_idx, int in,
-					       __u32 *slot)
+static __always_inline __u64 olcd_flow_mix(__u64 h)
 {
-	__u32 port;
-	__u64 h;
+	h ^= h >> 29;
+	h *= OLCD_FH_K3;
+	return h ^ (h >> 32);
+}
 
-	if (in) {
-		port = pkt->dport;
-	} else {
-		__u16 sp;
+/* The set of a sampled flow of (sample) hash h, and its tag. */
+static __always_inline struct olcd_flow_set *olcd_flow_set_of(__u64 h, __u32 *tag)
+{
+	__u64 m = olcd_flow_mix(h);
+	__u32 idx = (__u32)(m >> 32) & olcd_rctl.sets_mask;
 
-		__builtin_memcpy(&sp, &pkt->seg_ports, sizeof(sp)); /* source port, as on the wire */
-		port = bpf_ntohs(sp);
-	}
-	*slot = olcd_resp_port(proto_idx, port);
-	if (!*slot)
-		return 0;
-	if (proto_idx == OLCD_INDEX_TCP)
-		return pkt->seg_hash;
-	h = olcd_flow_hash(pkt->seg_src, pkt->seg_dst, pkt->seg_ports, olcd_rctl.seed);
-	if ((__u32)(h >> 32) > olcd_rctl.sample_max)
-		return 0;
-	return h | 1;
+	*tag = (__u32)m | 1;
+	return bpf_map_lookup_elem(&olcd_flows, &idx);
 }
 
 /*
  * A client segment (ingress) with payload, FIN or RST to a timed TCP port,
  * or a passed UDP datagram (every datagram is a request), of a sampled
- * flow of hash fh; pi: the port's histogram slot.
+ * flow.
  */
-static __noinline void olcd_resp_in(const struct olcd_pkt *pkt, __u32 proto_idx, __u64 fh, __u32 pi)
+static __noinline void olcd_resp_in(const struct olcd_seg *sg, __u32 proto_idx)
 {
 	struct olcd_flow_set *set;
 	struct olcd_resp_hist *h;
-	__u32 tag, w, flags = pkt->seg_flags;
+	__u32 tag, w, flags = sg->flags;
 	__u64 now;
 
-	set = olcd_flow_set_of(fh, &tag);
+	set = olcd_flow_set_of(sg->hash, &tag);
 	if (!set)
 		return;
 	w = olcd_flow_find(set, tag);
@@ -264,7 +269,7 @@ static __noinline void olcd_resp_in(const struct olcd_pkt *pkt, __u32 proto_idx,
 		}
 		if (w < OLCD_FLOW_WAYS) {
 			w &= OLCD_FLOW_WAYS - 1;
-			if ((flags & OLCD_TCP_FIN) && !pkt->seg_len) {
+			if ((flags & OLCD_TCP_FIN) && !sg->len) {
 				/* Closed: a request still waiting was given up on
 				 * (a client timing out closes). */
 				olcd_flow_forget(set, w);
@@ -272,7 +277,7 @@ static __noinline void olcd_resp_in(const struct olcd_pkt *pkt, __u32 proto_idx,
 			}
 			if (set->start_ns[w])
 				return; /* more of it, or a later request: the oldest is timed */
-			if (pkt->seg_len && (__s32)(pkt->seg_seq + pkt->seg_len - set->cseq[w]) <= 0) {
+			if (sg->len && (__s32)(sg->seq + sg->len - set->cseq[w]) <= 0) {
 				/* All of it answered already: a retransmit (a
 				 * segment with new bytes after old ones is new). */
 				h = bpf_map_lookup_elem(&olcd_rhist, &(__u32){set->slot[w]});
@@ -280,17 +285,17 @@ static __noinline void olcd_resp_in(const struct olcd_pkt *pkt, __u32 proto_idx,
 					h->retransmits += 1;
 				return;
 			}
-			if (!pkt->seg_len)
+			if (!sg->len)
 				return;
-			olcd_flow_start(set, w, pkt, olcd_resp_now(), pi);
+			olcd_flow_start(set, w, sg, olcd_resp_now());
 			return;
 		}
-		if (!pkt->seg_len)
+		if (!sg->len)
 			return; /* FIN of a flow not tracked */
 	} else if (w < OLCD_FLOW_WAYS) {
 		if (set->start_ns[w & (OLCD_FLOW_WAYS - 1)])
 			return;
-		olcd_flow_start(set, w, pkt, olcd_resp_now(), pi);
+		olcd_flow_start(set, w, sg, olcd_resp_now());
 		return;
 	}
 	/* A new flow's first request. */
@@ -298,7 +303,7 @@ static __noinline void olcd_resp_in(const struct olcd_pkt *pkt, __u32 proto_idx,
 	w = olcd_flow_victim(set, (__u32)(now >> 20));
 	w &= OLCD_FLOW_WAYS - 1;
 	set->tag[w] = tag;
-	olcd_flow_start(set, w, pkt, now, pi);
+	olcd_flow_start(set, w, sg, now);
 	{
 		struct olcd_flow_counters *fc = olcd_fcount();
 
@@ -309,17 +314,16 @@ static __noinline void olcd_resp_in(const struct olcd_pkt *pkt, __u32 proto_idx,
 
 /*
  * A server segment (egress) with payload, FIN or RST from a timed TCP
- * port, or a UDP datagram from a timed UDP port, of a sampled flow of hash
- * fh.
+ * port, or a UDP datagram from a timed UDP port, of a sampled flow.
  */
-static __noinline void olcd_resp_out(const struct olcd_pkt *pkt, __u32 proto_idx, __u64 fh)
+static __noinline void olcd_resp_out(const struct olcd_seg *sg, __u32 proto_idx)
 {
 	struct olcd_flow_set *set;
 	struct olcd_resp_hist *h;
-	__u32 tag, w, slot, flags = pkt->seg_flags;
+	__u32 tag, w, slot, flags = sg->flags;
 	__u64 start, now;
 
-	set = olcd_flow_set_of(fh, &tag);
+	set = olcd_flow_set_of(sg->hash, &tag);
 	if (!set)
 		return;
 	w = olcd_flow_find(set, tag);
@@ -332,53 +336,84 @@ static __noinline void olcd_resp_out(const struct olcd_pkt *pkt, __u32 proto_idx
 	}
 	start = set->start_ns[w];
 	if (start && (proto_idx != OLCD_INDEX_TCP ||
-		      (pkt->seg_len && (__s32)(pkt->seg_seq - set->sack[w]) >= 0))) {
+		      (sg->len && (__s32)(sg->seq - set->sack[w]) >= 0))) {
 		now = olcd_resp_now();
 		slot = set->slot[w];
 		set->start_ns[w] = 0;
 		set->stamp[w] = (__u32)(now >> 20);
 		if (proto_idx == OLCD_INDEX_TCP &&
-		    (__s32)(pkt->seg_ack - set->cseq[w]) > 0)
-			set->cseq[w] = pkt->seg_ack; /* the server has all of the request */
+		    (__s32)(sg->ack - set->cseq[w]) > 0)
+			set->cseq[w] = sg->ack; /* the server has all of the request */
 		h = bpf_map_lookup_elem(&olcd_rhist, &slot);
 		if (h) {
 			__u32 b = olcd_hist_bucket(now - start);
 
 			/* The bound is true already; the verifier cannot tell. */
 			barrier_var(b);
-			h->responses += 1;
 			if (b < OLCD_HIST_BUCKETS)
 				h->bucket[b] += 1;
+			/* After the bucket: the loader reads a CPU's buckets
+			 * only when its count moved (resp.go). */
+			barrier();
+			h->responses += 1;
 		}
 	}
 	if (proto_idx == OLCD_INDEX_TCP && (flags & OLCD_TCP_FIN))
 		olcd_flow_forget(set, w);
 }
 
-/* Entry points' calls: the sample inline, the rest a subprogram. */
-static __always_inline void olcd_resp_ingress(const struct olcd_pkt *pkt, __u32 proto_idx)
+/*
+ * The entry points' calls. A TCP segment (OLCD_P_SEGMENT) comes sampled
+ * from the parser (olcd_parse_seg); a UDP datagram is sampled here, in a
+ * subprogram of its own, so that the new connections' path it follows
+ * keeps its registers. Each call copies what the flow table needs (struct
+ * olcd_seg).
+ */
+static __always_inline void olcd_resp_ingress(const struct olcd_pkt *pkt)
 {
-	__u32 slot;
-	__u64 h = olcd_resp_sampled(pkt, proto_idx, 1, &slot);
+	struct olcd_seg sg = {
+		.hash = pkt->seg_hash, .slot = pkt->seg_slot, .seq = pkt->seg_seq,
+		.ack = pkt->seg_ack, .len = pkt->seg_len, .flags = pkt->seg_flags,
+	};
 
-	if (h)
-		olcd_resp_in(pkt, proto_idx, h, slot);
+	olcd_resp_in(&sg, OLCD_INDEX_TCP);
 }
 
-/* A passed UDP datagram in: all of it a subprogram, so that the new
- * connections' path it follows keeps its registers. */
-static __noinline void olcd_resp_udp_in(const struct olcd_pkt *pkt)
+static __always_inline void olcd_resp_egress(const struct olcd_pkt *pkt)
 {
-	olcd_resp_ingress(pkt, OLCD_INDEX_UDP);
+	struct olcd_seg sg = {
+		.hash = pkt->seg_hash, .seq = pkt->seg_seq, .ack = pkt->seg_ack,
+		.len = pkt->seg_len, .flags = pkt->seg_flags,
+	};
+
+	olcd_resp_out(&sg, OLCD_INDEX_TCP);
 }
 
-static __always_inline void olcd_resp_egress(const struct olcd_pkt *pkt, __u32 proto_idx)
+/*
+ * A UDP datagram, passed in (egress 0) or sent out (1): timed when its
+ * server's port (the destination in, the source out) is timed and its flow
+ * sampled. addrs: olcd_flow_addrs; ports: the header's first word as read.
+ */
+static __noinline void olcd_resp_udp(__u64 addrs, __u32 ports, __u32 ipv6, __u32 egress)
 {
-	__u32 slot;
-	__u64 h = olcd_resp_sampled(pkt, proto_idx, 0, &slot);
+	struct olcd_seg sg = {};
+	__u16 src, dst;
+	__u64 h;
 
-	if (h)
-		olcd_resp_out(pkt, proto_idx, h);
+	/* ports as on the wire: the source first. */
+	__builtin_memcpy(&src, &ports, sizeof(src));
+	__builtin_memcpy(&dst, (__u8 *)&ports + 2, sizeof(dst));
+	sg.slot = olcd_resp_port(OLCD_INDEX_UDP, bpf_ntohs(egress ? src : dst));
+	if (!sg.slot)
+		return;
+	h = olcd_flow_hash(addrs, ipv6, (ports ^ (ports >> 16)) & 0xffff, olcd_rctl.seed);
+	if ((__u32)(h >> 32) > olcd_rctl.sample_max)
+		return;
+	sg.hash = h | 1;
+	if (egress)
+		olcd_resp_out(&sg, OLCD_INDEX_UDP);
+	else
+		olcd_resp_in(&sg, OLCD_INDEX_UDP);
 }
 
 #endif /* OLCD_RESP_H */

@@ -3,97 +3,99 @@ package adaptive
 import (
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/olcd/olcd/internal/olc"
+	"github.com/olcd/olcd/internal/ranges"
 )
 
 // Params are the control-law parameters. docs/controller.md gives the law
 // they enter; docs/tuning.md what each one trades off. DefaultParams returns
-// the defaults with their reasons.
+// the defaults with their reasons. Each field's tags declare, once, its
+// config key (controller.<key>) and its valid range (internal/ranges):
+// Validate checks them, and internal/rules decodes and reports by them.
 type Params struct {
 	// Ki is the integral gain of the velocity-form PI law (> 0, ≤ 2). With
 	// the gain scheduling of the law (see docs/controller.md) Ki = 1 removes
 	// the whole excess of a load proportional to admitted work in one tick;
 	// smaller values take that fraction of the step per tick.
-	Ki float64
+	Ki float64 `yaml:"ki" range:"(0, 2]"`
 	// Kp is the proportional gain of the velocity-form PI law (≥ 0, ≤ 2): it
 	// reacts to the change of the error between ticks, which helps signals
 	// that lag (avg10, load averages) and adds noise on fast ones.
-	Kp float64
+	Kp float64 `yaml:"kp" range:"[0, 2]"`
 	// ActivationTicks is how many consecutive ticks the node pressure must be
 	// above 1 before an overload starts (1..10). 2 makes a single-tick spike
 	// noise while a real step is acted on at its second tick.
-	ActivationTicks int
+	ActivationTicks int `yaml:"activation_ticks" range:"[1, 10]" hint:"2 ignores single-tick spikes and acts at the second tick"`
 	// Smoothing is the weight (0 < x ≤ 1) of the newest tick in the
 	// exponential average of the node pressure that the law uses while an
 	// overload is on; 1 disables smoothing.
-	Smoothing float64
+	Smoothing float64 `yaml:"smoothing" range:"(0, 1]"`
 	// Cooldown is how many consecutive healthy ticks (pressure below
 	// 1 − Hysteresis, or no usable signal) must pass before p may fall
 	// (0..1000).
-	Cooldown int
+	Cooldown int `yaml:"cooldown_ticks" range:"[0, 1000]" hint:"5 (2.5 s at 500ms) outlasts the 1 s SYN retransmit"`
 	// Hysteresis is the width of the band below the target, as a fraction of
 	// the threshold (0..0.5), in which p holds: a tick with pressure in
 	// [1 − Hysteresis, 1] is neither overloaded nor healthy.
-	Hysteresis float64
+	Hysteresis float64 `yaml:"hysteresis" range:"[0, 0.5]"`
 	// SaturationBoost (1..4) multiplies the integral step for every further
 	// consecutive over-target tick in which the driving signal is a fraction
 	// pinned at its ceiling (≥ 0.95): a CPU at 100 % shows pressure
 	// 1/threshold whatever the overload, so the law would otherwise creep.
 	// 1 disables the boost.
-	SaturationBoost float64
+	SaturationBoost float64 `yaml:"saturation_boost" range:"[1, 4]"`
 	// MaxStep bounds the increase of the node-level p per tick (0 < x ≤ 1).
-	MaxStep float64
+	MaxStep float64 `yaml:"max_step" range:"(0, 1]"`
 	// RecoveryStep bounds the decrease of the node-level p per tick once the
 	// cooldown has passed (0 < x ≤ 1).
-	RecoveryStep float64
+	RecoveryStep float64 `yaml:"recovery_step" range:"(0, 1]"`
 	// MinPassRate is the share of new work that is always admitted (0..1):
 	// p never exceeds 1 − MinPassRate, so a faulty metric can never silence
 	// a service completely.
-	MinPassRate float64
+	MinPassRate float64 `yaml:"min_pass_rate" range:"[0, 1]" suggest:"percent"`
 	// CorroborationRatio is the share of its threshold (0 < x ≤ 1) a
 	// confirming signal must show for a signal that needs corroboration to
 	// count (see docs/controller.md).
-	CorroborationRatio float64
+	CorroborationRatio float64 `yaml:"corroboration_ratio" range:"(0, 1]"`
 	// DemandSmoothing is the weight (0 < x ≤ 1) of the newest tick in the
 	// exponentially smoothed per-port demand; 1 uses the last tick alone.
-	DemandSmoothing float64
+	DemandSmoothing float64 `yaml:"demand_smoothing" range:"(0, 1]"`
 	// ContinueEvery is the period of overload_continue events (≥ 1 s).
-	ContinueEvery time.Duration
+	ContinueEvery time.Duration `yaml:"continue_every" range:"[1s, ∞)" hint:"overload_continue is meant for people reading the log; 10s is the default"`
 	// RecordChange is the change of a port's p (fraction, 0 < x ≤ 1) since
 	// its last probability_change record that makes a new record.
-	RecordChange float64
+	RecordChange float64 `yaml:"record_change" range:"(0, 1]"`
 	// OnsetInterval is how often, between ticks, the daemon compares the
 	// new connections arriving with what the saturation estimate says fits
 	// (Controller.Onset): 0 turns the onset check off, otherwise 10 ms..1 s.
 	// At or above the tick interval it is off too: the tick sees the
 	// arrival as early.
-	OnsetInterval time.Duration
+	OnsetInterval time.Duration `yaml:"onset_interval" range:"[10ms, 1s]" off:"0" hint:"0 turns the onset check off; 50ms is the default"`
 	// OnsetRatio is how many times what fits under the threshold the new
 	// connections of the newest onset windows (a span of up to 200 ms)
 	// must arrive at for the onset check to start an overload before the
 	// signals show it (1.1..10); the span must also exceed what fits by 5
 	// Poisson deviations and hold at least 10 connections.
-	OnsetRatio float64
+	OnsetRatio float64 `yaml:"onset_ratio" range:"[1.1, 10]"`
 	// LatencyKp is the proportional gain of the law on the measured queue
 	// (0..4): it acts on the change of the normalised p95 error between
 	// ticks, which is the queue's growth, and damps the loop.
-	LatencyKp float64
+	LatencyKp float64 `yaml:"latency_kp" range:"[0, 4]"`
 	// LatencyKi is the integral gain of the law on the measured queue
 	// (0 < x ≤ 2): the share of the excess queue (in ticks of work) the
 	// pass rate removes per tick, and the rate of the rise below target.
-	LatencyKi float64
+	LatencyKi float64 `yaml:"latency_ki" range:"(0, 2]"`
 	// TargetFactor is the multiple of a port's baseline p95 an auto target
 	// holds (1.2..20).
-	TargetFactor float64
+	TargetFactor float64 `yaml:"target_factor" range:"[1.2, 20]"`
 	// InitialTarget is an auto target before its baseline is learnt (1 ms
 	// .. 30 s): a port overloaded from its first tick is held there.
-	InitialTarget time.Duration
+	InitialTarget time.Duration `yaml:"initial_target" range:"[1ms, 30s]" hint:"100ms is the default"`
 	// ResponseCooldown is how long after the last cut the law on the
 	// measured queue waits before raising the pass rate (0..30 s).
-	ResponseCooldown time.Duration
+	ResponseCooldown time.Duration `yaml:"response_cooldown" range:"[0, 30s]" hint:"1s, the first SYN retransmit, is the default"`
 }
 
 // DefaultParams returns the defaults. The figures that justify them are the
@@ -192,38 +194,14 @@ const (
 // Bound returns the upper bound of every drop probability, 1 − MinPassRate.
 func (p Params) Bound() float64 { return 1 - p.MinPassRate }
 
-// Validate checks every parameter's range and reports every violation,
-// joined with errors.Join. rules reports the same mistakes with file:line
-// before a Params value ever gets here.
+// Validate checks every parameter against the range its field's tag
+// declares (the one declaration internal/rules also decodes and reports
+// with file:line) and reports every violation, joined with errors.Join.
 func (p Params) Validate() error {
 	var errs []error
-	check := func(ok bool, name string, v any, want string) {
-		if !ok {
-			errs = append(errs, fmt.Errorf("%s = %v: must be %s", name, v, want))
-		}
+	for _, pr := range ranges.Check(p) {
+		errs = append(errs, fmt.Errorf("%s: %s", pr.Key, pr.Msg))
 	}
-	finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
-	check(finite(p.Ki) && p.Ki > 0 && p.Ki <= 2, "ki", p.Ki, "in (0, 2]")
-	check(finite(p.Kp) && p.Kp >= 0 && p.Kp <= 2, "kp", p.Kp, "in [0, 2]")
-	check(p.ActivationTicks >= 1 && p.ActivationTicks <= 10, "activation_ticks", p.ActivationTicks, "in [1, 10]")
-	check(finite(p.Smoothing) && p.Smoothing > 0 && p.Smoothing <= 1, "smoothing", p.Smoothing, "in (0, 1]")
-	check(p.Cooldown >= 0 && p.Cooldown <= 1000, "cooldown_ticks", p.Cooldown, "in [0, 1000]")
-	check(finite(p.Hysteresis) && p.Hysteresis >= 0 && p.Hysteresis <= 0.5, "hysteresis", p.Hysteresis, "in [0, 0.5]")
-	check(finite(p.SaturationBoost) && p.SaturationBoost >= 1 && p.SaturationBoost <= 4, "saturation_boost", p.SaturationBoost, "in [1, 4]")
-	check(finite(p.MaxStep) && p.MaxStep > 0 && p.MaxStep <= 1, "max_step", p.MaxStep, "in (0, 1]")
-	check(finite(p.RecoveryStep) && p.RecoveryStep > 0 && p.RecoveryStep <= 1, "recovery_step", p.RecoveryStep, "in (0, 1]")
-	check(finite(p.MinPassRate) && p.MinPassRate >= 0 && p.MinPassRate <= 1, "min_pass_rate", p.MinPassRate, "in [0, 1]")
-	check(finite(p.CorroborationRatio) && p.CorroborationRatio > 0 && p.CorroborationRatio <= 1, "corroboration_ratio", p.CorroborationRatio, "in (0, 1]")
-	check(finite(p.DemandSmoothing) && p.DemandSmoothing > 0 && p.DemandSmoothing <= 1, "demand_smoothing", p.DemandSmoothing, "in (0, 1]")
-	check(p.ContinueEvery >= time.Second, "continue_every", p.ContinueEvery, "at least 1s")
-	check(finite(p.RecordChange) && p.RecordChange > 0 && p.RecordChange <= 1, "record_change", p.RecordChange, "in (0, 1]")
-	check(p.OnsetInterval == 0 || (p.OnsetInterval >= MinOnsetInterval && p.OnsetInterval <= MaxOnsetInterval), "onset_interval", p.OnsetInterval, "0 (off) or in [10ms, 1s]")
-	check(finite(p.OnsetRatio) && p.OnsetRatio >= 1.1 && p.OnsetRatio <= 10, "onset_ratio", p.OnsetRatio, "in [1.1, 10]")
-	check(finite(p.LatencyKp) && p.LatencyKp >= 0 && p.LatencyKp <= 4, "latency_kp", p.LatencyKp, "in [0, 4]")
-	check(finite(p.LatencyKi) && p.LatencyKi > 0 && p.LatencyKi <= 2, "latency_ki", p.LatencyKi, "in (0, 2]")
-	check(finite(p.TargetFactor) && p.TargetFactor >= 1.2 && p.TargetFactor <= 20, "target_factor", p.TargetFactor, "in [1.2, 20]")
-	check(p.InitialTarget >= time.Millisecond && p.InitialTarget <= 30*time.Second, "initial_target", p.InitialTarget, "in [1ms, 30s]")
-	check(p.ResponseCooldown >= 0 && p.ResponseCooldown <= 30*time.Second, "response_cooldown", p.ResponseCooldown, "in [0, 30s]")
 	return errors.Join(errs...)
 }
 

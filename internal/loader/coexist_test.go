@@ -190,6 +190,16 @@ func TestLeftoverFilters(t *testing.T) {
 		}
 		return nil
 	})
+	// Attached, it holds the lock; closed, the lock file is gone.
+	var path string
+	n.inServer(t, func() (err error) { path, err = lockPathOf(n.NodeIf); return err })
+	if _, err := lock.TryExclusive(path); !errors.Is(err, lock.ErrLocked) {
+		t.Errorf("lock while attached: %v, want ErrLocked", err)
+	}
+	n.inServer(t, d.Close)
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("lock file after Close: %v, want removed", err)
+	}
 }
 
 // TestAnotherInstance: an olcd that is running (it holds the interface's

@@ -355,7 +355,7 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 		return nil, errors.Join(fmt.Errorf("seed flow table: %w", err), d.objs.close())
 	}
 	d.rctl = olcdOlcdRespCtl{
-		Seed:      binary.LittleEndian.Uint64(seed[:]),
+		Seed:      binary.LittleEndian.Uint64(seed[:]) | 1, // odd: olcd_flow_hash multiplies by it
 		SampleMax: sampleMax(cfg.ResponseSample),
 		SetsMask:  flowSets(cfg) - 1,
 		IdleUnits: uint32(cfg.FlowIdle.Nanoseconds() >> 20),

@@ -43,7 +43,8 @@ type Response struct {
 	// which started nothing.
 	Retransmits uint64
 	// Buckets are the response counts per histogram bucket
-	// (internal/resptime.Bounds gives each bucket's range).
+	// (internal/resptime.Bounds gives each bucket's range). Read only:
+	// while a port is idle, Stats returns the same slice again.
 	Buckets []uint64
 }
 
@@ -199,6 +200,10 @@ const respFields = 4 + HistBuckets
 type respTotals struct {
 	prev  [][respFields]uint32
 	total [respFields]uint64
+	// last is what response returned last, handed out again while no
+	// total changed (stale: one did since).
+	last  Response
+	stale bool
 }
 
 // respFolder folds the 32-bit per-CPU response histograms into 64-bit
@@ -228,7 +233,7 @@ func histWords(h *olcdOlcdRespHist) *[respFields]uint32 {
 func (f *respFolder) add(slot uint16, percpu []olcdOlcdRespHist) {
 	st := f.slots[slot]
 	if st == nil {
-		st = &respTotals{}
+		st = &respTotals{stale: true}
 		f.slots[slot] = st
 	}
 	if len(st.prev) != len(percpu) {
@@ -237,11 +242,22 @@ func (f *respFolder) add(slot uint16, percpu []olcdOlcdRespHist) {
 	for cpu := range percpu {
 		h := &percpu[cpu]
 		p := &st.prev[cpu]
+		if h.Requests == p[0] && h.Responses == p[1] && h.Abandoned == p[2] && h.Retransmits == p[3] {
+			continue // idle on this CPU since the last read: no bucket moved either
+		}
+		st.stale = true
 		st.total[0] += uint64(h.Requests - p[0])
-		st.total[1] += uint64(h.Responses - p[1])
 		st.total[2] += uint64(h.Abandoned - p[2])
 		st.total[3] += uint64(h.Retransmits - p[3])
-		p[0], p[1], p[2], p[3] = h.Requests, h.Responses, h.Abandoned, h.Retransmits
+		p[0], p[2], p[3] = h.Requests, h.Abandoned, h.Retransmits
+		if h.Responses == p[1] {
+			continue
+		}
+		// The program counts a bucket before the response (resp.h), so
+		// a response seen has its bucket; a bucket seen early waits in
+		// its delta until the next response on this CPU.
+		st.total[1] += uint64(h.Responses - p[1])
+		p[1] = h.Responses
 		for i, v := range h.Bucket {
 			if v != p[4+i] {
 				st.total[4+i] += uint64(v - p[4+i])
@@ -335,14 +351,22 @@ func (f *respFolder) reset(slot uint16) error {
 
 func (f *respFolder) forget(slot uint16) { delete(f.slots, slot) }
 
+// response returns the slot's totals. A slot whose totals did not change
+// since the last call gets the same Response again, Buckets included
+// (callers only read them), so an idle port costs no allocation.
 func (f *respFolder) response(slot uint16) Response {
 	st := f.slots[slot]
 	if st == nil {
-		return Response{Buckets: make([]uint64, HistBuckets)}
+		st = &respTotals{stale: true}
+		f.slots[slot] = st
+	}
+	if !st.stale {
+		return st.last
 	}
 	t := &st.total
 	r := Response{Requests: t[0], Responses: t[1], Abandoned: t[2], Retransmits: t[3], Buckets: make([]uint64, HistBuckets)}
 	copy(r.Buckets, t[4:])
+	st.last, st.stale = r, false
 	return r
 }
 

@@ -355,12 +355,9 @@ func sortedBuckets(ds []time.Duration) []int {
 // tell which flows the sample takes. It is the same either way round.
 func flowHash(seed uint64, cli, srv netip.Addr, cp, sp uint16) uint64 {
 	c4, s4 := cli.As4(), srv.As4()
-	src, dst := uint64(binary.LittleEndian.Uint32(c4[:])), uint64(binary.LittleEndian.Uint32(s4[:]))
+	addrs := uint64(binary.LittleEndian.Uint32(c4[:]) ^ binary.LittleEndian.Uint32(s4[:]))
 	loaded := func(port uint16) uint64 { return uint64(port>>8 | port<<8) } // a big-endian u16 read little-endian
-	const k1, k2 = 0x9e3779b97f4a7c15, 0xbf58476d1ce4e5b9
-	h := ((src^seed)+loaded(cp)<<48)*k1 + ((dst^seed)+loaded(sp)<<48)*k1
-	h ^= h >> 29
-	return h * k2
+	return (addrs | (loaded(cp)^loaded(sp))<<32) * seed
 }
 
 // TestResponseSample: with one flow in 16 sampled, exactly the flows whose

@@ -3,6 +3,10 @@ package olc
 import (
 	"encoding"
 	"encoding/json"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -184,5 +188,30 @@ func TestPortKey(t *testing.T) {
 	}
 	if s := (PortKey{Proto: 1, Port: 9}).String(); s != "proto(1)/9" {
 		t.Errorf("String = %q", s)
+	}
+}
+
+// TestLeaf: olc imports only the standard library, so every package can
+// import it and it builds on any OS.
+func TestLeaf(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		af, err := parser.ParseFile(fset, f, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, im := range af.Imports {
+			path, _ := strconv.Unquote(im.Path.Value)
+			if first, _, _ := strings.Cut(path, "/"); strings.Contains(first, ".") {
+				t.Errorf("%s imports %s: olc imports only the standard library", f, path)
+			}
+		}
 	}
 }

@@ -154,29 +154,29 @@ type ActionConfig struct {
 type DatapathConfig struct {
 	// MaxPorts is the capacity of the port policy map (1..MaxMaxPorts, default
 	// 1024).
-	MaxPorts int
+	MaxPorts int `yaml:"max_ports" range:"[1, 65534]"`
 	// SYNTableSize is the capacity of the LRU table that recognises SYN
 	// retransmits (1024..16777216, default 65536).
-	SYNTableSize int
+	SYNTableSize int `yaml:"syn_table_size" range:"[1024, 16777216]"`
 	// MaxPrefixes is the capacity of the exception prefix trie (1..1048576,
 	// default 1024).
-	MaxPrefixes int
+	MaxPrefixes int `yaml:"max_prefixes" range:"[1, 1048576]"`
 	// Selection is how the datapath picks the new connections a drop
 	// probability sheds: "random" (independently, the default) or "even"
 	// (exactly that share, evenly spaced per CPU and port).
-	Selection string
+	Selection string `yaml:"selection" enum:"random,even"`
 	// ResponseSample times one flow in N on the protected ports
 	// (0..65536; 0 turns response timing off; default 1, every flow).
-	ResponseSample int
+	ResponseSample int `yaml:"response_sample" range:"[0, 65536]"`
 	// ResponsePorts is how many protected ports are timed at most
 	// (1..65534, default 32): each has a per-CPU histogram of 1.5 KB.
-	ResponsePorts int
+	ResponsePorts int `yaml:"response_ports" range:"[1, 65534]"`
 	// FlowTableSize is how many flows the response timer tracks at once
 	// (64..16777216, default 16384).
-	FlowTableSize int
+	FlowTableSize int `yaml:"flow_table_size" range:"[64, 16777216]"`
 	// ResponseMinSamples is the fewest responses a port needs in a tick for
 	// its response-time signals to be available (1..1000000, default 5).
-	ResponseMinSamples int
+	ResponseMinSamples int `yaml:"response_min_samples" range:"[1, 1000000]"`
 }
 
 // The defaults that are not controller parameters; docs/config.md gives the
@@ -206,29 +206,6 @@ func DefaultThresholds() [olc.NumSignals]float64 {
 // DefaultManagementPorts returns the default exceptions.management: SSH.
 func DefaultManagementPorts() []olc.PortKey {
 	return []olc.PortKey{{Proto: olc.ProtoTCP, Port: 22}}
-}
-
-// defaults returns the built-in values every document is decoded onto.
-func defaults() *Config {
-	return &Config{
-		Mode:           olc.ModeObserve,
-		Attach:         olc.AttachAuto,
-		Interval:       DefaultInterval,
-		Thresholds:     DefaultThresholds(),
-		Controller:     adaptive.DefaultParams(),
-		ResponseTarget: adaptive.ResponseTarget{Auto: true},
-		PortsAuto:      true,
-		Exceptions:     Exceptions{Management: DefaultManagementPorts()},
-		Action:         ActionConfig{Kind: olc.ActionDrop, RejectRate: olc.DefaultRejectRate},
-		StaleAfter:     olc.DefaultStaleAfter,
-		MetricsAddress: DefaultMetricsAddress,
-		AdminSocket:    DefaultAdminSocket,
-		DecisionLog:    DefaultDecisionLog,
-		Datapath: DatapathConfig{MaxPorts: olc.DefaultMaxPorts, SYNTableSize: olc.DefaultSYNTableSize, MaxPrefixes: olc.DefaultMaxPrefixes, Selection: "random",
-			ResponseSample: DefaultResponseSample, ResponsePorts: olc.DefaultResponsePorts,
-			FlowTableSize: olc.DefaultFlowTableSize, ResponseMinSamples: DefaultResponseMinSamples},
-		LB: defaultLB(),
-	}
 }
 
 // Default returns the embedded default configuration: observe mode, every
@@ -350,7 +327,7 @@ func (c *Config) Validate() error {
 	if name == "" {
 		name = "config"
 	}
-	d := &decoder{fallback: name, pos: map[string]*yaml.Node{}, failed: map[string]bool{}}
+	d := newDecoder(nil, name)
 	for s, t := range c.Thresholds {
 		d.thresholdSet[s] = t != 0
 	}

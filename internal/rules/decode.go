@@ -8,16 +8,18 @@ import (
 	"math"
 	"net/netip"
 	"os"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/olc"
+	"github.com/olcd/olcd/internal/ranges"
 	"github.com/olcd/olcd/internal/spell"
 )
 
@@ -180,6 +182,7 @@ func reachable(doc *yaml.Node, origins map[*yaml.Node]string) map[*yaml.Node]str
 		for _, c := range n.Content {
 			walk(c)
 		}
+		walk(n.Alias)
 	}
 	walk(doc)
 	return out
@@ -203,7 +206,10 @@ func withSignals(base *yaml.Node, th [olc.NumSignals]float64, origins map[*yaml.
 	if base != nil {
 		cp := *resolve(base)
 		out = &cp
-		out.Content = append([]*yaml.Node(nil), cp.Content...)
+		out.Content = nil
+		for _, kv := range pairs(base) {
+			out.Content = append(out.Content, kv[0], kv[1])
+		}
 	}
 	out.Content = append(out.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: "signals"}, sigs)
 	return out
@@ -211,12 +217,13 @@ func withSignals(base *yaml.Node, th [olc.NumSignals]float64, origins map[*yaml.
 
 // decodeDocument decodes root onto the defaults and validates the result.
 func decodeDocument(root *yaml.Node, origins map[*yaml.Node]string, source, name string) (*Config, []Warning, error) {
-	d := &decoder{origins: origins, fallback: name, pos: map[string]*yaml.Node{}, failed: map[string]bool{}}
-	cfg := defaults()
-	cfg.Source = source
+	d := newDecoder(origins, name)
+	doc := defaultDocument()
 	if root != nil {
-		d.root(root, cfg)
+		d.fields(root, reflect.ValueOf(doc).Elem(), "")
 	}
+	d.thresholdSet = doc.Signals.set
+	cfg := doc.config(source)
 	d.validate(cfg)
 	if len(d.problems) > 0 {
 		sortProblems(d.problems)
@@ -236,16 +243,22 @@ type decoder struct {
 	// pos maps every field path seen to its value node, for the positions
 	// of the typed checks in validate.
 	pos map[string]*yaml.Node
-	// thresholdSet marks the signals the document gives a threshold, so
-	// that validate also checks an explicit 0 (which the typed config reads
-	// as "unused").
+	// thresholdSet marks the signals the document gives a threshold
+	// (signalsSection.set).
 	thresholdSet [olc.NumSignals]bool
 	// failed marks the fields that did not decode, so that validate skips
 	// the cross-checks that would only repeat the mistake.
 	failed map[string]bool
-	// The field paths of the decoded list entries, parallel to the typed
-	// lists (an entry that failed to decode is missing from both).
-	portPaths, exPortPaths, sourcePaths, ifacePaths, mgmtPaths []string
+	// entries maps a list's path to the paths of its decoded entries,
+	// parallel to the typed list (an entry that failed to decode is missing
+	// from both).
+	entries map[string][]string
+}
+
+// newDecoder returns a decoder for a document whose nodes came from
+// origins; fallback names the source of nodes without one.
+func newDecoder(origins map[*yaml.Node]string, fallback string) *decoder {
+	return &decoder{origins: origins, fallback: fallback, pos: map[string]*yaml.Node{}, failed: map[string]bool{}, entries: map[string][]string{}}
 }
 
 // file returns the source n came from.
@@ -305,18 +318,18 @@ func join(path, key string) string {
 // mapping walks a mapping node, reporting a node of another kind, duplicate
 // keys and unknown keys (with the closest known one), and calls fn for each
 // known key. A null node is an empty mapping.
-func (d *decoder) mapping(n *yaml.Node, path string, keys []string, fn func(key string, v *yaml.Node, field string)) {
+func (d *decoder) mapping(n *yaml.Node, path string, keys []string, fn func(key string, v *yaml.Node, field string)) bool {
 	n = resolve(n)
 	if isNull(n) {
-		return
+		return true
 	}
 	if n.Kind != yaml.MappingNode {
 		d.add(n, path, "must be a mapping (key: value), got "+kindName(n), "")
-		return
+		return false
 	}
 	seen := map[string]int{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := resolve(n.Content[i]), n.Content[i+1]
+	for _, kv := range pairs(n) {
+		k, v := kv[0], kv[1]
 		if k.Kind != yaml.ScalarNode {
 			d.add(k, path, "keys must be plain names, got "+kindName(k), "")
 			continue
@@ -340,10 +353,13 @@ func (d *decoder) mapping(n *yaml.Node, path string, keys []string, fn func(key 
 		d.pos[field] = v
 		fn(k.Value, v, field)
 	}
+	return true
 }
 
-// seq walks a list node; a null node is an empty list.
-func (d *decoder) seq(n *yaml.Node, path string, fn func(i int, item *yaml.Node, field string)) bool {
+// seq walks a list node; a null node is an empty list. fn decodes one
+// item and reports whether it did; entries records the paths of those
+// that did.
+func (d *decoder) seq(n *yaml.Node, path string, fn func(item *yaml.Node, field string) bool) bool {
 	n = resolve(n)
 	if isNull(n) {
 		return true
@@ -352,12 +368,27 @@ func (d *decoder) seq(n *yaml.Node, path string, fn func(i int, item *yaml.Node,
 		d.add(n, path, "must be a list, got "+kindName(n), "write [a, b] or one '- item' per line")
 		return false
 	}
+	ok := true
 	for i, item := range n.Content {
 		field := fmt.Sprintf("%s[%d]", path, i)
+		item = resolve(item)
 		d.pos[field] = item
-		fn(i, resolve(item), field)
+		if fn(item, field) {
+			d.entries[path] = append(d.entries[path], field)
+		} else {
+			ok = false
+		}
 	}
-	return true
+	return ok
+}
+
+// entryPath returns the field path of entry i of the decoded list at
+// path, or path[i] when the config was not decoded from a document.
+func (d *decoder) entryPath(path string, i int) string {
+	if paths := d.entries[path]; i < len(paths) {
+		return paths[i]
+	}
+	return fmt.Sprintf("%s[%d]", path, i)
 }
 
 // str returns a scalar's text; null is "".
@@ -456,12 +487,13 @@ func quotedNumberHint(n *yaml.Node) string {
 	return fmt.Sprintf("remove the quotes: write %s", strings.TrimSpace(n.Value))
 }
 
-// integer returns an integer scalar within [lo, hi].
-func (d *decoder) integer(n *yaml.Node, field string, lo, hi int64) (int64, bool) {
+// integer returns an integer scalar within [lo, hi]; hint explains the
+// range when the number is outside it.
+func (d *decoder) integer(n *yaml.Node, field string, lo, hi int64, hint string) (int64, bool) {
 	n = resolve(n)
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!float" && wholeNumber.MatchString(n.Value) {
 		// Digits beyond int64, which YAML resolves as a float.
-		d.add(n, field, fmt.Sprintf("%s is out of range: must be %d..%d", n.Value, lo, hi), "")
+		d.add(n, field, fmt.Sprintf("%s is out of range: must be %d..%d", n.Value, lo, hi), hint)
 		return 0, false
 	}
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
@@ -470,7 +502,7 @@ func (d *decoder) integer(n *yaml.Node, field string, lo, hi int64) (int64, bool
 	}
 	v, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64)
 	if err != nil || v < lo || v > hi {
-		d.add(n, field, fmt.Sprintf("%s is out of range: must be %d..%d", n.Value, lo, hi), "")
+		d.add(n, field, fmt.Sprintf("%s is out of range: must be %d..%d", n.Value, lo, hi), hint)
 		return 0, false
 	}
 	return v, true
@@ -498,375 +530,185 @@ func (d *decoder) duration(n *yaml.Node, field string) (time.Duration, bool) {
 	return v, true
 }
 
-// The keys of each section, in documentation order.
-var (
-	rootKeys       = []string{"mode", "interfaces", "attach", "interval", "signals", "cgroup", "controller", "ports", "exceptions", "action", "heartbeat", "metrics", "admin", "decision_log", "datapath", "lb"}
-	controllerKeys = []string{"ki", "kp", "activation_ticks", "smoothing", "cooldown_ticks", "hysteresis", "saturation_boost", "max_step", "recovery_step", "min_pass_rate", "corroboration_ratio", "demand_smoothing", "continue_every", "record_change", "onset_interval", "onset_ratio", "response_target", "target_factor", "initial_target", "response_cooldown", "latency_kp", "latency_ki"}
-	portKeys       = []string{"port", "proto", "class", "mode", "action", "response_target"}
-	exceptionKeys  = []string{"ports", "sources", "management"}
-	exPortKeys     = []string{"port", "proto"}
-	actionKeys     = []string{"kind", "dscp", "fwmark", "reject_rate", "reject_burst"}
-	datapathKeys   = []string{"max_ports", "syn_table_size", "max_prefixes", "selection", "response_sample", "response_ports", "flow_table_size", "response_min_samples"}
-)
-
-// root decodes the top-level mapping onto cfg.
-func (d *decoder) root(n *yaml.Node, cfg *Config) {
-	d.mapping(n, "", rootKeys, func(key string, v *yaml.Node, field string) {
-		switch key {
-		case "mode":
-			if s, ok := d.enum(v, field, []string{"off", "observe", "enforce"}); ok {
-				cfg.Mode, _ = olc.ParseMode(s)
-			}
-		case "interfaces":
-			cfg.Interfaces = nil
-			d.seq(v, field, func(_ int, item *yaml.Node, f string) {
-				if s, ok := d.str(item, f); ok {
-					cfg.Interfaces = append(cfg.Interfaces, s)
-					d.ifacePaths = append(d.ifacePaths, f)
-				}
-			})
-		case "attach":
-			names := make([]string, len(attachModes))
-			for i, m := range attachModes {
-				names[i] = string(m)
-			}
-			if s, ok := d.enum(v, field, names); ok {
-				cfg.Attach = olc.AttachMode(s)
-			}
-		case "interval":
-			if dur, ok := d.duration(v, field); ok {
-				cfg.Interval = dur
-			}
-		case "signals":
-			d.signals(v, field, cfg)
-		case "cgroup":
-			if s, ok := d.str(v, field); ok {
-				cfg.Cgroup = s
-			}
-		case "controller":
-			d.controller(v, field, cfg)
-		case "ports":
-			d.ports(v, field, cfg)
-		case "exceptions":
-			d.exceptions(v, field, cfg)
-		case "action":
-			d.action(v, field, cfg)
-		case "heartbeat":
-			d.mapping(v, field, []string{"stale_after"}, func(_ string, v *yaml.Node, f string) {
-				if dur, ok := d.duration(v, f); ok {
-					cfg.StaleAfter = dur
-				}
-			})
-		case "metrics":
-			d.mapping(v, field, []string{"address"}, func(_ string, v *yaml.Node, f string) {
-				if s, ok := d.str(v, f); ok {
-					cfg.MetricsAddress = s
-				}
-			})
-		case "admin":
-			d.mapping(v, field, []string{"socket"}, func(_ string, v *yaml.Node, f string) {
-				if s, ok := d.str(v, f); ok {
-					cfg.AdminSocket = s
-				}
-			})
-		case "decision_log":
-			if s, ok := d.str(v, field); ok {
-				cfg.DecisionLog = s
-			}
-		case "lb":
-			d.lb(v, field, cfg)
-		case "datapath":
-			d.mapping(v, field, datapathKeys, func(key string, v *yaml.Node, f string) {
-				switch key {
-				case "max_ports":
-					// Policy indices are 16 bits in the datapath, with 0
-					// meaning "no policy" and one slot for "other".
-					if i, ok := d.integer(v, f, 1, olc.MaxMaxPorts); ok {
-						cfg.Datapath.MaxPorts = int(i)
-					}
-				case "syn_table_size":
-					if i, ok := d.integer(v, f, 1024, 1<<24); ok {
-						cfg.Datapath.SYNTableSize = int(i)
-					}
-				case "max_prefixes":
-					if i, ok := d.integer(v, f, 1, 1<<20); ok {
-						cfg.Datapath.MaxPrefixes = int(i)
-					}
-				case "selection":
-					if s, ok := d.enum(v, f, []string{"random", "even"}); ok {
-						cfg.Datapath.Selection = s
-					}
-				case "response_sample":
-					if i, ok := d.integer(v, f, 0, 65536); ok {
-						cfg.Datapath.ResponseSample = int(i)
-					}
-				case "response_ports":
-					if i, ok := d.integer(v, f, 1, olc.MaxMaxPorts); ok {
-						cfg.Datapath.ResponsePorts = int(i)
-					}
-				case "flow_table_size":
-					if i, ok := d.integer(v, f, 64, 1<<24); ok {
-						cfg.Datapath.FlowTableSize = int(i)
-					}
-				case "response_min_samples":
-					if i, ok := d.integer(v, f, 1, 1000000); ok {
-						cfg.Datapath.ResponseMinSamples = int(i)
-					}
-				}
-			})
-		}
-	})
-}
-
-// signals decodes `signals: {<name>: {threshold: x}}`; the section replaces
-// the default signal list.
-func (d *decoder) signals(n *yaml.Node, path string, cfg *Config) {
-	cfg.Thresholds = [olc.NumSignals]float64{}
-	d.mapping(n, path, nil, func(name string, v *yaml.Node, field string) {
-		sig, err := olc.ParseSignal(name)
-		if err != nil {
-			hint := "see docs/config.md for the canonical names"
-			if s := spell.Closest(name, spell.Names(olc.Signals())); s != "" {
-				hint = fmt.Sprintf("did you mean %q?", s)
-			}
-			d.add(v, field, fmt.Sprintf("unknown signal %q", name), hint)
-			return
-		}
-		if isNull(v) || resolve(v).Kind != yaml.MappingNode {
-			d.add(v, field, "must be a mapping with a threshold, got "+kindName(v), fmt.Sprintf("write %s: {threshold: …}", name))
-			return
-		}
-		found := false
-		d.mapping(v, field, []string{"threshold"}, func(_ string, tv *yaml.Node, f string) {
-			found = true
-			if sig.Unit() == olc.UnitSeconds && resolve(tv).Kind == yaml.ScalarNode && resolve(tv).Tag == "!!str" {
-				// Seconds may be written as a duration: 50ms.
-				if dur, ok := d.duration(tv, f); ok {
-					cfg.Thresholds[sig] = dur.Seconds()
-					d.thresholdSet[sig] = true
-				}
-				return
-			}
-			if x, ok := d.number(tv, f); ok {
-				cfg.Thresholds[sig] = x
-				d.thresholdSet[sig] = true
-			}
-		})
-		if !found {
-			d.add(v, join(field, "threshold"), "missing", fmt.Sprintf("write %s: {threshold: …}, or remove the signal", name))
-		}
-	})
-}
-
-// controller decodes the controller parameters.
-func (d *decoder) controller(n *yaml.Node, path string, cfg *Config) {
-	p := &cfg.Controller
-	d.mapping(n, path, controllerKeys, func(key string, v *yaml.Node, field string) {
-		switch key {
-		case "response_target":
-			if t, ok := d.responseTarget(v, field); ok {
-				cfg.ResponseTarget = t
-			}
-		case "initial_target", "response_cooldown":
-			if dur, ok := d.duration(v, field); ok {
-				if key == "initial_target" {
-					p.InitialTarget = dur
-				} else {
-					p.ResponseCooldown = dur
-				}
-			}
-		case "activation_ticks", "cooldown_ticks":
-			// The documented range, not the int's: "must be 0..1000" tells
-			// the user what fits, "-2147483648..2147483647" does not.
-			r := tickRanges[key]
-			i, ok := d.integer(v, field, r.lo, r.hi)
-			if !ok {
-				if last := &d.problems[len(d.problems)-1]; last.Hint == "" && strings.Contains(last.Msg, "out of range") {
-					last.Hint = r.hint
-				}
-				return
-			}
-			if key == "activation_ticks" {
-				p.ActivationTicks = int(i)
-			} else {
-				p.Cooldown = int(i)
-			}
-		case "continue_every":
-			if dur, ok := d.duration(v, field); ok {
-				p.ContinueEvery = dur
-			}
-		case "onset_interval":
-			if dur, ok := d.duration(v, field); ok {
-				p.OnsetInterval = dur
-			}
-		default:
-			x, ok := d.number(v, field)
-			if !ok {
-				return
-			}
-			*paramField(p, key) = x
-		}
-	})
-}
-
-// paramField returns the float field of p named key.
-func paramField(p *adaptive.Params, key string) *float64 {
-	switch key {
-	case "ki":
-		return &p.Ki
-	case "kp":
-		return &p.Kp
-	case "smoothing":
-		return &p.Smoothing
-	case "hysteresis":
-		return &p.Hysteresis
-	case "saturation_boost":
-		return &p.SaturationBoost
-	case "max_step":
-		return &p.MaxStep
-	case "recovery_step":
-		return &p.RecoveryStep
-	case "min_pass_rate":
-		return &p.MinPassRate
-	case "corroboration_ratio":
-		return &p.CorroborationRatio
-	case "demand_smoothing":
-		return &p.DemandSmoothing
-	case "record_change":
-		return &p.RecordChange
-	case "onset_ratio":
-		return &p.OnsetRatio
-	case "target_factor":
-		return &p.TargetFactor
-	case "latency_kp":
-		return &p.LatencyKp
-	case "latency_ki":
-		return &p.LatencyKi
-	}
-	panic("rules: no float parameter " + key)
-}
-
-// portNumber decodes a port number 1..65535.
-func (d *decoder) portNumber(n *yaml.Node, field string) (uint16, bool) {
+// boolean returns a true/false scalar.
+func (d *decoder) boolean(n *yaml.Node, field string) (bool, bool) {
 	n = resolve(n)
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!int" {
-		v, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64)
-		if err == nil && (v < 1 || v > 65535) {
-			d.add(n, field, fmt.Sprintf("port %s is out of range: must be 1..65535", n.Value), "")
-			return 0, false
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!bool" {
+		var b bool
+		if err := n.Decode(&b); err == nil {
+			return b, true
 		}
 	}
-	v, ok := d.integer(n, field, 1, 65535)
-	return uint16(v), ok
+	d.add(n, field, "must be true or false, got "+kindName(n), "")
+	return false, false
 }
 
-// proto decodes tcp|udp.
-func (d *decoder) proto(n *yaml.Node, field string) (olc.Proto, bool) {
-	s, ok := d.enum(n, field, []string{"tcp", "udp"})
-	if !ok {
-		return 0, false
-	}
-	p, _ := olc.ParseProto(s)
-	return p, true
+// leaf is a value that decodes itself from one node, with its own shape
+// checks and messages (a port list, a response target); it reports whether
+// it decoded.
+type leaf interface {
+	decodeYAML(d *decoder, n *yaml.Node, field string) bool
 }
 
-// ports decodes `ports: auto` or the list of protected ports.
-func (d *decoder) ports(n *yaml.Node, path string, cfg *Config) {
-	r := resolve(n)
-	if r.Kind == yaml.ScalarNode && !isNull(r) {
-		if r.Value != "auto" {
-			d.add(r, path, fmt.Sprintf("must be auto or a list of ports, got %s", kindName(r)), "write ports: auto, or ports: [{port: 443, proto: tcp}]")
-			return
+// scalars decode the named types the document holds that are not this
+// package's to give methods (the shared vocabulary, netip, time).
+var scalars = map[reflect.Type]func(d *decoder, n *yaml.Node, field string) (any, bool){
+	reflect.TypeFor[time.Duration](): func(d *decoder, n *yaml.Node, f string) (any, bool) {
+		dur, ok := d.duration(n, f)
+		return dur, ok
+	},
+	reflect.TypeFor[netip.Prefix](): func(d *decoder, n *yaml.Node, f string) (any, bool) {
+		s, ok := d.str(n, f)
+		if !ok {
+			return nil, false
 		}
-		cfg.PortsAuto, cfg.Ports = true, nil
-		return
+		p, ok := d.prefix(n, f, s)
+		return p, ok
+	},
+	reflect.TypeFor[olc.Mode]():       enumOf(olc.ModeNames(), olc.ParseMode),
+	reflect.TypeFor[olc.AttachMode](): enumOf(spell.Names(olc.AttachModes()), olc.ParseAttachMode),
+	reflect.TypeFor[olc.Action]():     enumOf(olc.ActionNames(), olc.ParseAction),
+	reflect.TypeFor[olc.Proto]():      enumOf([]string{"tcp", "udp"}, olc.ParseProto),
+	reflect.TypeFor[olc.Class]():      enumOf(olc.ClassNames(), olc.ParseClass),
+}
+
+// enumOf decodes one of words (olc's names for T) into a T.
+func enumOf[T any](words []string, parse func(string) (T, error)) func(d *decoder, n *yaml.Node, field string) (any, bool) {
+	return func(d *decoder, n *yaml.Node, f string) (any, bool) {
+		s, ok := d.enum(n, f, words)
+		if !ok {
+			return nil, false
+		}
+		x, err := parse(s)
+		return x, err == nil
 	}
-	cfg.PortsAuto, cfg.Ports = false, nil
-	d.seq(n, path, func(_ int, item *yaml.Node, field string) {
-		if item.Kind != yaml.MappingNode {
-			d.add(item, field, "must be a mapping such as {port: 443, proto: tcp}, got "+kindName(item), portShorthandHint(item))
-			return
+}
+
+// value decodes n into v, the value of field (sf its struct field: tags
+// `range` and `enum` apply), and reports whether it did; a value that did
+// not keeps what it held (the default).
+func (d *decoder) value(n *yaml.Node, v reflect.Value, field string, sf reflect.StructField) bool {
+	n = resolve(n)
+	if l, ok := v.Addr().Interface().(leaf); ok {
+		return l.decodeYAML(d, n, field)
+	}
+	if dec, ok := scalars[v.Type()]; ok {
+		x, ok := dec(d, n, field)
+		if ok {
+			v.Set(reflect.ValueOf(x))
 		}
-		p := Port{Proto: olc.ProtoTCP, Class: olc.ClassNormal}
-		ok, hasPort := true, false
-		d.mapping(item, field, portKeys, func(key string, v *yaml.Node, f string) {
-			var good bool
-			switch key {
-			case "port":
-				hasPort = true
-				p.Port, good = d.portNumber(v, f)
-			case "proto":
-				p.Proto, good = d.proto(v, f)
-			case "class":
-				var s string
-				if s, good = d.enum(v, f, []string{"critical", "normal", "best-effort"}); good {
-					p.Class, _ = olc.ParseClass(s)
-				}
-			case "mode":
-				var s string
-				s, good = d.enum(v, f, []string{"observe", "enforce"})
-				if !good && resolve(v).Value == "off" {
-					d.problems[len(d.problems)-1].Hint = "a port cannot be switched off alone: remove it from ports, or list it under exceptions"
-				}
-				if good {
-					p.Override, _ = olc.ParseMode(s)
-				}
-			case "action":
-				var s string
-				if s, good = d.enum(v, f, actionNames); good {
-					p.Action, _ = olc.ParseAction(s)
-					p.HasAction = true
-				}
-			case "response_target":
-				if p.Target, good = d.responseTarget(v, f); good {
-					p.HasTarget = true
-				}
+		return ok
+	}
+	switch v.Kind() {
+	case reflect.Pointer:
+		p := reflect.New(v.Type().Elem())
+		if !d.value(n, p.Elem(), field, sf) {
+			return false
+		}
+		v.Set(p)
+		return true
+	case reflect.Struct:
+		return d.fields(n, v, field)
+	case reflect.Slice:
+		v.SetZero()
+		return d.seq(n, field, func(item *yaml.Node, f string) bool {
+			e := reflect.New(v.Type().Elem()).Elem()
+			if !d.value(item, e, f, sf) {
+				return false
 			}
-			ok = ok && good
+			v.Set(reflect.Append(v, e))
+			return true
 		})
-		if !hasPort {
-			d.add(item, join(field, "port"), "missing", "every entry needs a port number")
-			ok = false
+	case reflect.String:
+		s, ok := "", false
+		if words, has := sf.Tag.Lookup("enum"); has {
+			s, ok = d.enum(n, field, strings.Split(words, ","))
+		} else {
+			s, ok = d.str(n, field)
 		}
 		if ok {
-			cfg.Ports = append(cfg.Ports, p)
-			d.portPaths = append(d.portPaths, field)
+			v.SetString(s)
 		}
-	})
+		return ok
+	case reflect.Bool:
+		b, ok := d.boolean(n, field)
+		if ok {
+			v.SetBool(b)
+		}
+		return ok
+	case reflect.Float64:
+		x, ok := d.number(n, field)
+		if ok {
+			v.SetFloat(x)
+		}
+		return ok
+	case reflect.Int, reflect.Int64:
+		lo, hi, hint := integerRange(sf, math.MinInt64, math.MaxInt64)
+		i, ok := d.integer(n, field, lo, hi, hint)
+		if ok {
+			v.SetInt(i)
+		}
+		return ok
+	case reflect.Uint8, reflect.Uint16, reflect.Uint32:
+		lo, hi, hint := integerRange(sf, 0, int64(1)<<(8*v.Type().Size())-1)
+		i, ok := d.integer(n, field, lo, hi, hint)
+		if ok {
+			v.SetUint(uint64(i))
+		}
+		return ok
+	}
+	panic("rules: cannot decode into " + v.Type().String())
 }
 
-// responseTarget decodes a response-time target: auto, off, a duration
-// (50ms) or seconds (0.05), in (0, 30s].
-func (d *decoder) responseTarget(n *yaml.Node, field string) (adaptive.ResponseTarget, bool) {
-	r := resolve(n)
-	if r.Kind == yaml.ScalarNode && r.Tag == "!!str" {
-		switch r.Value {
-		case "auto":
-			return adaptive.ResponseTarget{Auto: true}, true
-		case "off":
-			return adaptive.ResponseTarget{}, true
-		}
-		dur, ok := d.duration(r, field)
-		if !ok {
-			d.problems[len(d.problems)-1].Hint = "write auto, off, or a duration such as 50ms"
-			return adaptive.ResponseTarget{}, false
-		}
-		return d.targetSeconds(r, field, dur.Seconds())
+// integerRange returns the range sf declares (and its hint), or lo..hi.
+func integerRange(sf reflect.StructField, lo, hi int64) (int64, int64, string) {
+	if r, ok := ranges.Of(sf); ok {
+		return int64(r.Lo), int64(r.Hi), r.Hint
 	}
-	x, ok := d.number(r, field)
-	if !ok {
-		return adaptive.ResponseTarget{}, false
-	}
-	return d.targetSeconds(r, field, x)
+	return lo, hi, ""
 }
 
-// targetSeconds checks a fixed target's range.
-func (d *decoder) targetSeconds(n *yaml.Node, field string, x float64) (adaptive.ResponseTarget, bool) {
-	if !(x > 0 && x <= adaptive.MaxResponseTarget) {
-		d.add(n, field, fmt.Sprintf("response target %v s is out of range: must be in (0, 30s]", x), "write auto, off, or a duration such as 50ms")
-		return adaptive.ResponseTarget{}, false
+// fields decodes mapping n onto the struct v strictly: a key that is not one
+// of its fields' yaml tags is a problem. It reports whether every key
+// decoded.
+func (d *decoder) fields(n *yaml.Node, v reflect.Value, path string) bool {
+	s := schemaOf(v.Type())
+	ok := true
+	if !d.mapping(n, path, s.keys, func(key string, vn *yaml.Node, field string) {
+		sf := s.fields[key]
+		if !d.value(vn, v.FieldByIndex(sf.Index), field, sf) {
+			ok = false
+		}
+	}) {
+		ok = false
 	}
-	return adaptive.ResponseTarget{Seconds: x}, true
+	return ok
+}
+
+// schema lists a struct type's keys: its fields' yaml tags, those of
+// `,inline` fields included, in declaration order.
+type schema struct {
+	keys   []string
+	fields map[string]reflect.StructField
+}
+
+var schemas sync.Map // reflect.Type → *schema
+
+func schemaOf(t reflect.Type) *schema {
+	if s, ok := schemas.Load(t); ok {
+		return s.(*schema)
+	}
+	s := &schema{keys: []string{}, fields: map[string]reflect.StructField{}}
+	for _, f := range reflect.VisibleFields(t) {
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if name == "" || name == "-" || opts == "inline" || !f.IsExported() {
+			continue
+		}
+		s.keys = append(s.keys, name)
+		s.fields[name] = f
+	}
+	schemas.Store(t, s)
+	return s
 }
 
 // portShorthandHint answers a bare port number in a port list
@@ -877,93 +719,6 @@ func portShorthandHint(item *yaml.Node) string {
 		return fmt.Sprintf("write {port: %s}, or {port: %s, proto: udp}", item.Value, item.Value)
 	}
 	return ""
-}
-
-// exceptions decodes the exempt ports and source prefixes.
-func (d *decoder) exceptions(n *yaml.Node, path string, cfg *Config) {
-	d.mapping(n, path, exceptionKeys, func(key string, v *yaml.Node, field string) {
-		switch key {
-		case "ports":
-			cfg.Exceptions.Ports = nil
-			d.seq(v, field, func(_ int, item *yaml.Node, f string) {
-				if item.Kind != yaml.MappingNode {
-					d.add(item, f, "must be a mapping such as {port: 22, proto: tcp}, got "+kindName(item), portShorthandHint(item))
-					return
-				}
-				k := olc.PortKey{Proto: olc.ProtoTCP}
-				ok, hasPort := true, false
-				d.mapping(item, f, exPortKeys, func(key string, v *yaml.Node, ff string) {
-					var good bool
-					if key == "port" {
-						hasPort = true
-						k.Port, good = d.portNumber(v, ff)
-					} else {
-						k.Proto, good = d.proto(v, ff)
-					}
-					ok = ok && good
-				})
-				if !hasPort {
-					d.add(item, join(f, "port"), "missing", "every entry needs a port number")
-					ok = false
-				}
-				if ok {
-					cfg.Exceptions.Ports = append(cfg.Exceptions.Ports, k)
-					d.exPortPaths = append(d.exPortPaths, f)
-				}
-			})
-		case "management":
-			cfg.Exceptions.Management = nil
-			d.seq(v, field, func(_ int, item *yaml.Node, f string) {
-				if k, ok := d.managementPort(item, f); ok {
-					cfg.Exceptions.Management = append(cfg.Exceptions.Management, k)
-					d.mgmtPaths = append(d.mgmtPaths, f)
-				}
-			})
-		case "sources":
-			cfg.Exceptions.Sources = nil
-			d.seq(v, field, func(_ int, item *yaml.Node, f string) {
-				s, ok := d.str(item, f)
-				if !ok {
-					return
-				}
-				if pfx, ok := d.prefix(item, f, s); ok {
-					cfg.Exceptions.Sources = append(cfg.Exceptions.Sources, pfx)
-					d.sourcePaths = append(d.sourcePaths, f)
-				}
-			})
-		}
-	})
-}
-
-// managementPort decodes an exceptions.management entry: a port number
-// (TCP, which every remote shell and config agent uses), or {port, proto}.
-func (d *decoder) managementPort(item *yaml.Node, f string) (olc.PortKey, bool) {
-	k := olc.PortKey{Proto: olc.ProtoTCP}
-	if item.Kind != yaml.MappingNode {
-		if item.Kind != yaml.ScalarNode || item.Tag != "!!int" {
-			d.add(item, f, "must be a port number such as 22, or {port: 22, proto: tcp}, got "+kindName(item), quotedNumberHint(item))
-			return k, false
-		}
-		var ok bool
-		k.Port, ok = d.portNumber(item, f)
-		return k, ok
-	}
-	ok, hasPort := true, false
-	d.mapping(item, f, exPortKeys, func(key string, v *yaml.Node, ff string) {
-		var good bool
-		if key == "port" {
-			hasPort = true
-			k.Port, good = d.portNumber(v, ff)
-		} else {
-			k.Proto, good = d.proto(v, ff)
-		}
-		ok = ok && good
-	})
-	if !hasPort {
-		d.add(item, join(f, "port"), "missing", "every entry needs a port number")
-		ok = false
-	}
-	return k, ok
 }
 
 // prefix parses a CIDR prefix, or a bare address as a host prefix.
@@ -1003,34 +758,6 @@ func (d *decoder) prefix(n *yaml.Node, field, s string) (netip.Prefix, bool) {
 		p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
 	}
 	return p, true
-}
-
-// action decodes the shedding action.
-func (d *decoder) action(n *yaml.Node, path string, cfg *Config) {
-	d.mapping(n, path, actionKeys, func(key string, v *yaml.Node, field string) {
-		switch key {
-		case "kind":
-			if s, ok := d.enum(v, field, actionNames); ok {
-				cfg.Action.Kind, _ = olc.ParseAction(s)
-			}
-		case "reject_rate":
-			if i, ok := d.integer(v, field, 0, olc.MaxRejectRate); ok {
-				cfg.Action.RejectRate = int(i)
-			}
-		case "reject_burst":
-			if i, ok := d.integer(v, field, 1, olc.MaxRejectRate); ok {
-				cfg.Action.RejectBurst = int(i)
-			}
-		case "dscp":
-			if i, ok := d.integer(v, field, 0, 63); ok {
-				cfg.Action.DSCP, cfg.Action.SetDSCP = uint8(i), true
-			}
-		case "fwmark":
-			if i, ok := d.integer(v, field, 0, math.MaxUint32); ok {
-				cfg.Action.Fwmark = uint32(i)
-			}
-		}
-	})
 }
 
 // contains reports whether list holds s.

@@ -5,8 +5,6 @@ import (
 	"math"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/olcd/olcd/internal/lb"
 )
 
@@ -25,73 +23,18 @@ type LBConfig struct {
 type LBAgentConfig struct {
 	// Address is host:port with a literal IP; "" (the default) turns the
 	// listener off. An unspecified address is refused unless AllowAny.
-	Address string
+	Address string `yaml:"address"`
 	// AllowAny permits 0.0.0.0, :: or an empty host in Address.
-	AllowAny bool
+	AllowAny bool `yaml:"allow_any"`
 	// SendWait is how long a connection may take to send its agent-send
 	// line (0..1s, default lb.DefaultSendWait).
-	SendWait time.Duration
+	SendWait time.Duration `yaml:"send_wait"`
 }
 
 // MaxSendWait bounds lb.agent.send_wait: HAProxy's agent check times out
 // after agent-inter (1 s in the README's wiring) unless "timeout check"
 // says otherwise.
 const MaxSendWait = time.Second
-
-var (
-	lbKeys      = []string{"agent", "smoothing", "min_weight"}
-	lbAgentKeys = []string{"address", "allow_any", "send_wait"}
-)
-
-func defaultLB() LBConfig {
-	return LBConfig{Agent: LBAgentConfig{SendWait: lb.DefaultSendWait}, Weight: lb.DefaultParams()}
-}
-
-// lb decodes the `lb` section.
-func (d *decoder) lb(n *yaml.Node, path string, cfg *Config) {
-	d.mapping(n, path, lbKeys, func(key string, v *yaml.Node, field string) {
-		switch key {
-		case "agent":
-			d.mapping(v, field, lbAgentKeys, func(key string, v *yaml.Node, f string) {
-				switch key {
-				case "address":
-					if s, ok := d.str(v, f); ok {
-						cfg.LB.Agent.Address = s
-					}
-				case "allow_any":
-					if b, ok := d.boolean(v, f); ok {
-						cfg.LB.Agent.AllowAny = b
-					}
-				case "send_wait":
-					if dur, ok := d.duration(v, f); ok {
-						cfg.LB.Agent.SendWait = dur
-					}
-				}
-			})
-		case "smoothing":
-			if x, ok := d.number(v, field); ok {
-				cfg.LB.Weight.Smoothing = x
-			}
-		case "min_weight":
-			if x, ok := d.number(v, field); ok {
-				cfg.LB.Weight.MinWeight = x
-			}
-		}
-	})
-}
-
-// boolean returns a true/false scalar.
-func (d *decoder) boolean(n *yaml.Node, field string) (bool, bool) {
-	n = resolve(n)
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!bool" {
-		var b bool
-		if err := n.Decode(&b); err == nil {
-			return b, true
-		}
-	}
-	d.add(n, field, "must be true or false, got "+kindName(n), "")
-	return false, false
-}
 
 // validateLB checks the `lb` section.
 func (d *decoder) validateLB(c *Config) {

@@ -27,8 +27,8 @@ func PatchPaths(doc []byte) ([]string, error) {
 			out = append(out, path)
 			return
 		}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			walk(n.Content[i+1], join(path, resolve(n.Content[i]).Value))
+		for _, kv := range pairs(n) {
+			walk(kv[1], join(path, kv[0].Value))
 		}
 	}
 	if root != nil {

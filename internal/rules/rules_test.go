@@ -351,6 +351,13 @@ func TestPatch(t *testing.T) {
 				t.Errorf("thresholds %v", c.Thresholds)
 			}
 		}, ""},
+		// A merge key in a patch merges onto the file like the keys it
+		// stands for: the merged ki replaces the file's.
+		{"merge key replaces a base key", base, "controller: {<<: {ki: 0.3}}", func(t *testing.T, c *Config) {
+			if c.Controller.Ki != 0.3 || c.Controller.Kp != 0.2 {
+				t.Errorf("ki %v kp %v, want 0.3 (patched) and 0.2 (the file's)", c.Controller.Ki, c.Controller.Kp)
+			}
+		}, ""},
 		// An alias inside its own anchor made merge recurse until the stack
 		// overflowed: a fatal error that took the daemon down.
 		{"alias cycle", base, "signals: &s {cpu_busy: {threshold: 0.7}, psi_cpu_some: *s}", nil, "patch:1: alias *s refers to a node that contains it"},
@@ -386,20 +393,6 @@ func TestPatch(t *testing.T) {
 	}
 	if c2.Thresholds[olc.CPUBusy] != 0.7 || c2.Mode != olc.ModeOff || base.Thresholds[olc.CPUBusy] != 0.8 || c1.Mode != olc.ModeEnforce {
 		t.Error("patches do not stack or modified their base")
-	}
-}
-
-// TestParamRangesAgree: rules and adaptive accept exactly the same values
-// at the edges of every range.
-func TestParamRangesAgree(t *testing.T) {
-	for _, r := range paramRanges {
-		for _, x := range []float64{r.lo - 0.01, r.lo, r.lo + 0.01, r.hi - 0.01, r.hi, r.hi + 0.01, math.NaN()} {
-			p := adaptive.DefaultParams()
-			*paramField(&p, r.key) = x
-			if (p.Validate() == nil) != r.contains(x) {
-				t.Errorf("%s = %v: rules says %v, adaptive says %v", r.key, x, r.contains(x), p.Validate())
-			}
-		}
 	}
 }
 
@@ -833,5 +826,40 @@ ports:
 	}
 	if r := Default().Action.RejectRate; r != olc.DefaultRejectRate {
 		t.Errorf("default reject rate %d", r)
+	}
+}
+
+// TestBillionLaughs: a document whose aliases expand to a billion nodes,
+// through lists or through mappings (which merge and PatchPaths walk), is
+// refused at the alias that crosses the bound, as a file, as a patch and by
+// PatchPaths, before anything expands it.
+func TestBillionLaughs(t *testing.T) {
+	for _, shape := range []string{"[%s]", "{%s}"} {
+		var b strings.Builder
+		b.WriteString("l0: &l0 {threshold: 0.5}\n")
+		for i := 1; i <= 9; i++ {
+			items := make([]string, 10)
+			for j := range items {
+				items[j] = fmt.Sprintf("*l%d", i-1)
+				if shape == "{%s}" {
+					items[j] = fmt.Sprintf("k%d: *l%d", j, i-1)
+				}
+			}
+			fmt.Fprintf(&b, "l%d: &l%d "+shape+"\n", i, i, strings.Join(items, ", "))
+		}
+		doc := b.String()
+		// 10^5 nodes are reached in l5's list, the sixth line.
+		const want = ":6: aliases expand to more than 100000 nodes"
+		_, _, err := Parse([]byte(doc), "laughs.yaml")
+		if err == nil || !strings.Contains(err.Error(), "laughs.yaml"+want) {
+			t.Errorf("%s: Parse error %v, want %q", shape, err, want)
+		}
+		_, _, err = Default().Patch([]byte(doc), "")
+		if err == nil || !strings.Contains(err.Error(), "patch"+want) {
+			t.Errorf("%s: Patch error %v, want %q", shape, err, want)
+		}
+		if _, err := PatchPaths([]byte(doc)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: PatchPaths error %v, want %q", shape, err, want)
+		}
 	}
 }

@@ -9,15 +9,6 @@ package rules
 import (
 	"fmt"
 	"strings"
-
-	"github.com/olcd/olcd/internal/olc"
-)
-
-// The names the decoder accepts, from olc (the types are olc's: Mode,
-// Action, AttachMode, Class, Proto).
-var (
-	actionNames = olc.ActionNames()
-	attachModes = olc.AttachModes()
 )
 
 // Problem is one thing wrong with a config document.

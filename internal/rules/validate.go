@@ -10,9 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/olcd/olcd/internal/adaptive"
-
 	"github.com/olcd/olcd/internal/olc"
+	"github.com/olcd/olcd/internal/ranges"
 )
 
 // MaxInterval is the longest accepted tick interval: beyond it the
@@ -25,69 +24,6 @@ const MaxInterval = 60 * time.Second
 // after the overload ended; beyond a minute fail-open no longer protects
 // the node's clients from a dead olcd.
 const MaxStaleAfter = 60 * time.Second
-
-// intRange is the valid range of an integer controller parameter.
-type intRange struct {
-	lo, hi int64
-	hint   string
-}
-
-// tickRanges are the ranges of the integer controller parameters, shared
-// by the decoder (which reports an out-of-range number with them) and
-// validate (for configs built in Go).
-var tickRanges = map[string]intRange{
-	"activation_ticks": {1, 10, "2 ignores single-tick spikes and acts at the second tick"},
-	"cooldown_ticks":   {0, 1000, "5 (2.5 s at 500ms) outlasts the 1 s SYN retransmit"},
-}
-
-// paramRange is the valid range of one float controller parameter. The
-// ranges match adaptive.Params.Validate (TestParamRangesAgree).
-type paramRange struct {
-	key            string
-	lo, hi         float64
-	loOpen, hiOpen bool
-}
-
-var paramRanges = []paramRange{
-	{key: "ki", lo: 0, hi: 2, loOpen: true},
-	{key: "kp", lo: 0, hi: 2},
-	{key: "smoothing", lo: 0, hi: 1, loOpen: true},
-	{key: "hysteresis", lo: 0, hi: 0.5},
-	{key: "saturation_boost", lo: 1, hi: 4},
-	{key: "max_step", lo: 0, hi: 1, loOpen: true},
-	{key: "recovery_step", lo: 0, hi: 1, loOpen: true},
-	{key: "min_pass_rate", lo: 0, hi: 1},
-	{key: "corroboration_ratio", lo: 0, hi: 1, loOpen: true},
-	{key: "demand_smoothing", lo: 0, hi: 1, loOpen: true},
-	{key: "record_change", lo: 0, hi: 1, loOpen: true},
-	{key: "onset_ratio", lo: 1.1, hi: 10},
-	{key: "latency_kp", lo: 0, hi: 4},
-	{key: "latency_ki", lo: 0, hi: 2, loOpen: true},
-	{key: "target_factor", lo: 1.2, hi: 20},
-}
-
-// contains reports whether x lies in the range.
-func (r paramRange) contains(x float64) bool {
-	if math.IsNaN(x) || math.IsInf(x, 0) {
-		return false
-	}
-	if x < r.lo || x > r.hi || (r.loOpen && x == r.lo) || (r.hiOpen && x == r.hi) {
-		return false
-	}
-	return true
-}
-
-// String renders "[0, 1]", "(0, 2]", ….
-func (r paramRange) String() string {
-	l, h := "[", "]"
-	if r.loOpen {
-		l = "("
-	}
-	if r.hiOpen {
-		h = ")"
-	}
-	return fmt.Sprintf("%s%g, %g%s", l, r.lo, r.hi, h)
-}
 
 // thresholdCheck returns what is wrong with threshold x of sig, and a hint.
 func thresholdCheck(sig olc.Signal, x float64) (msg, hint string) {
@@ -132,36 +68,8 @@ func (d *decoder) validate(c *Config) {
 		}
 	}
 
-	p := &c.Controller
-	for _, r := range paramRanges {
-		if x := *paramField(p, r.key); !r.contains(x) {
-			hint := ""
-			if r.key == "min_pass_rate" && x > 1 && x <= 100 {
-				hint = fmt.Sprintf("looks like percent; did you mean %g?", x/100)
-			}
-			d.addAt("controller."+r.key, fmt.Sprintf("%g is outside %s", x, r), hint)
-		}
-	}
-	for _, t := range []struct {
-		key string
-		v   int
-	}{{"activation_ticks", p.ActivationTicks}, {"cooldown_ticks", p.Cooldown}} {
-		if key, v, r := t.key, t.v, tickRanges[t.key]; int64(v) < r.lo || int64(v) > r.hi {
-			d.addAt("controller."+key, fmt.Sprintf("%d is out of range: must be %d..%d", v, r.lo, r.hi), r.hint)
-		}
-	}
-	if iv := p.OnsetInterval; iv != 0 && (iv < adaptive.MinOnsetInterval || iv > adaptive.MaxOnsetInterval) {
-		d.addAt("controller.onset_interval", fmt.Sprintf("%v is outside [%v, %v]", iv, adaptive.MinOnsetInterval, adaptive.MaxOnsetInterval),
-			"0 turns the onset check off; 50ms is the default")
-	}
-	if it := p.InitialTarget; it < time.Millisecond || it > 30*time.Second {
-		d.addAt("controller.initial_target", fmt.Sprintf("%v is outside [1ms, 30s]", it), "100ms is the default")
-	}
-	if rc := p.ResponseCooldown; rc < 0 || rc > 30*time.Second {
-		d.addAt("controller.response_cooldown", fmt.Sprintf("%v is outside [0, 30s]", rc), "1s, the first SYN retransmit, is the default")
-	}
-	if p.ContinueEvery < time.Second {
-		d.addAt("controller.continue_every", fmt.Sprintf("%v is below 1s", p.ContinueEvery), "overload_continue is meant for people reading the log; 10s is the default")
+	for _, pr := range ranges.Check(c.Controller) {
+		d.addAt("controller."+pr.Key, pr.Msg, pr.Hint)
 	}
 
 	d.validateInterfaces(c)
@@ -185,7 +93,7 @@ func (d *decoder) validate(c *Config) {
 	}
 	for i, p := range c.Ports {
 		if p.HasAction && p.Action == olc.ActionMark && !markSets {
-			d.addAt(join(pathOf(d.portPaths, i, "ports"), "action"), "mark needs action.dscp or a non-zero action.fwmark to set", "add action.dscp (0..63) and/or action.fwmark")
+			d.addAt(join(d.entryPath("ports", i), "action"), "mark needs action.dscp or a non-zero action.fwmark to set", "add action.dscp (0..63) and/or action.fwmark")
 		}
 	}
 	if c.MetricsAddress != "" {
@@ -223,7 +131,7 @@ func (d *decoder) validate(c *Config) {
 func (d *decoder) validateInterfaces(c *Config) {
 	seen := map[string]int{}
 	for i, name := range c.Interfaces {
-		field := pathOf(d.ifacePaths, i, "interfaces")
+		field := d.entryPath("interfaces", i)
 		switch {
 		case name == "" || len(name) > 15:
 			d.addAt(field, fmt.Sprintf("interface name %q must be 1..15 characters", name), "")
@@ -233,7 +141,7 @@ func (d *decoder) validateInterfaces(c *Config) {
 			d.addAt(field, "lo cannot be protected: loopback traffic never comes from a client", "remove it; leave interfaces empty for every non-loopback interface")
 		}
 		if j, dup := seen[name]; dup {
-			d.addAt(field, fmt.Sprintf("%q is listed twice (also %s)", name, pathOf(d.ifacePaths, j, "interfaces")), "")
+			d.addAt(field, fmt.Sprintf("%q is listed twice (also %s)", name, d.entryPath("interfaces", j)), "")
 		}
 		seen[name] = i
 	}
@@ -244,46 +152,38 @@ func (d *decoder) validateInterfaces(c *Config) {
 func (d *decoder) validatePorts(c *Config) {
 	protected := map[olc.PortKey]int{}
 	for i, p := range c.Ports {
-		field := pathOf(d.portPaths, i, "ports")
+		field := d.entryPath("ports", i)
 		if j, dup := protected[p.Key()]; dup {
-			other := pathOf(d.portPaths, j, "ports")
+			other := d.entryPath("ports", j)
 			d.addAt(field, fmt.Sprintf("%s is listed twice (also %s, %s)", p.Key(), other, d.where(other, field)), "keep one entry per port and protocol")
 			continue
 		}
 		protected[p.Key()] = i
 	}
-	exempt := map[olc.PortKey]int{}
+	exempt := unique(d, "exceptions.ports", c.Exceptions.Ports)
 	for i, k := range c.Exceptions.Ports {
-		field := pathOf(d.exPortPaths, i, "exceptions.ports")
-		if j, dup := exempt[k]; dup {
-			d.addAt(field, fmt.Sprintf("%s is listed twice (also %s)", k, pathOf(d.exPortPaths, j, "exceptions.ports")), "")
-			continue
-		}
-		exempt[k] = i
-		if j, both := protected[k]; both {
-			other := pathOf(d.portPaths, j, "ports")
+		if j, both := protected[k]; both && exempt[k] == i {
+			field, other := d.entryPath("exceptions.ports", i), d.entryPath("ports", j)
 			d.addAt(field, fmt.Sprintf("%s is both protected (%s, %s) and exempt", k, other, d.where(other, field)),
 				"remove it from one of the two lists")
 		}
 	}
-	mgmt := map[olc.PortKey]int{}
-	for i, k := range c.Exceptions.Management {
-		field := pathOf(d.mgmtPaths, i, "exceptions.management")
-		if j, dup := mgmt[k]; dup {
-			d.addAt(field, fmt.Sprintf("%s is listed twice (also %s)", k, pathOf(d.mgmtPaths, j, "exceptions.management")), "")
+	unique(d, "exceptions.management", c.Exceptions.Management)
+	unique(d, "exceptions.sources", c.Exceptions.Sources)
+}
+
+// unique reports each entry of the list at path that repeats an earlier
+// one, and returns the index of every key's first entry.
+func unique[K comparable](d *decoder, path string, keys []K) map[K]int {
+	first := make(map[K]int, len(keys))
+	for i, k := range keys {
+		if j, dup := first[k]; dup {
+			d.addAt(d.entryPath(path, i), fmt.Sprintf("%v is listed twice (also %s)", k, d.entryPath(path, j)), "")
 			continue
 		}
-		mgmt[k] = i
+		first[k] = i
 	}
-	prefixes := map[string]int{}
-	for i, p := range c.Exceptions.Sources {
-		field := pathOf(d.sourcePaths, i, "exceptions.sources")
-		if j, dup := prefixes[p.String()]; dup {
-			d.addAt(field, fmt.Sprintf("%s is listed twice (also %s)", p, pathOf(d.sourcePaths, j, "exceptions.sources")), "")
-			continue
-		}
-		prefixes[p.String()] = i
-	}
+	return first
 }
 
 // where renders the position of field for a problem reported at from:
@@ -367,7 +267,7 @@ func (d *decoder) warn(c *Config) []Warning {
 		marks = marks || a == olc.ActionMark
 		rejects = rejects || a == olc.ActionReject
 		if a == olc.ActionReject && p.Proto == olc.ProtoUDP {
-			f := join(pathOf(d.portPaths, i, "ports"), "action")
+			f := join(d.entryPath("ports", i), "action")
 			if !p.HasAction {
 				f = "action.kind"
 			}
@@ -382,7 +282,7 @@ func (d *decoder) warn(c *Config) []Warning {
 	}
 	for i, p := range c.Exceptions.Sources {
 		if p.Bits() == 0 {
-			d.warnAt(pathOf(d.sourcePaths, i, "exceptions.sources"), fmt.Sprintf("%s exempts every %s source: nothing is shed for that family", p, map[bool]string{true: "IPv4", false: "IPv6"}[p.Addr().Is4()]))
+			d.warnAt(d.entryPath("exceptions.sources", i), fmt.Sprintf("%s exempts every %s source: nothing is shed for that family", p, map[bool]string{true: "IPv4", false: "IPv6"}[p.Addr().Is4()]))
 		}
 	}
 	sort.SliceStable(d.warnings, func(i, j int) bool { return d.warnings[i].Line < d.warnings[j].Line })
@@ -397,15 +297,6 @@ func sortProblems(ps []Problem) {
 		}
 		return ps[i].Line < ps[j].Line
 	})
-}
-
-// pathOf returns the field path of entry i of a decoded list, or list[i]
-// when the config was not decoded from a document.
-func pathOf(paths []string, i int, list string) string {
-	if i < len(paths) {
-		return paths[i]
-	}
-	return fmt.Sprintf("%s[%d]", list, i)
 }
 
 // validateCgroup checks the watched cgroup: either a filesystem path under

@@ -49,11 +49,9 @@ func parseDocument(data []byte, source string, origins map[*yaml.Node]string) (*
 	if root.Kind != yaml.MappingNode {
 		return nil, []Problem{{File: source, Line: root.Line, Msg: "the document must be a mapping of keys (mode:, signals:, …), got " + kindName(root)}}
 	}
-	e := &expander{budget: maxAliasNodes, active: map[*yaml.Node]bool{}}
-	root = e.expand(root)
-	if e.problem != nil {
-		e.problem.File = source
-		return nil, []Problem{*e.problem}
+	if p := checkAliases(root); p != nil {
+		p.File = source
+		return nil, []Problem{*p}
 	}
 	record(root, source, origins)
 	return root, nil
@@ -74,115 +72,147 @@ func emptyProblem(source string, data []byte) Problem {
 
 // maxAliasNodes bounds how many nodes aliases may expand to in one
 // document: anchors nested ten deep, each aliased ten times, are ten billion
-// nodes ("billion laughs"), which would exhaust memory while merging a patch.
-// Real configs repeat a few small blocks.
+// nodes ("billion laughs"), which would exhaust memory while decoding or
+// merging a patch. Real configs repeat a few small blocks.
+//
+// go-yaml limits aliasing only inside its own Decode (decoder.unmarshal,
+// about 400,000 alias-driven nodes, without a line), and that walk stops at
+// the first unrelated error (a list as a mapping key), so it cannot vouch for
+// a whole document; the decoder, merge and PatchPaths walk the node tree
+// themselves, so the bound is checked here, once, before any of them.
 const maxAliasNodes = 100000
 
-// expander copies a document tree with every alias replaced by a copy of its
-// anchor's tree and every merge key (`<<: *defaults`) replaced by the keys it
-// merges, so that decoding, patch merging and line numbers deal with plain
-// trees only. The copies keep the original nodes' lines: a problem in an
-// anchored value names the line where the value is written. An alias inside
-// the node it refers to is a problem (go-yaml accepts it; walking it would
-// recurse forever), as is expanding beyond maxAliasNodes.
-type expander struct {
-	budget    int
-	aliased   int // > 0 while copying an alias's target
-	aliasLine int // line of the outermost alias being copied
-	active    map[*yaml.Node]bool
-	problem   *Problem
+// checkAliases returns the first problem with the aliases of the document
+// at root, or nil: an alias inside the node it refers to (go-yaml parses it;
+// following it never ends), a merge key (`<<`) whose value is not a mapping
+// or a list of mappings, or aliases that expand to more than maxAliasNodes
+// nodes, placed at the alias whose expansion crosses the bound. Sizes are
+// memoized, so the check is linear in the written document.
+func checkAliases(root *yaml.Node) *Problem {
+	size := map[*yaml.Node]int{}
+	active := map[*yaml.Node]bool{}
+	var problem *Problem
+	// expanded returns the number of nodes n stands for once its aliases
+	// are followed (capped, so that deep nesting cannot overflow).
+	var expanded func(n *yaml.Node) int
+	expanded = func(n *yaml.Node) int {
+		if s, ok := size[n]; ok || problem != nil {
+			return s
+		}
+		if n.Kind == yaml.AliasNode && n.Alias != nil {
+			if active[n.Alias] {
+				problem = &Problem{Line: n.Line, Msg: fmt.Sprintf("alias *%s refers to a node that contains it", n.Value),
+					Hint: "an anchor cannot include itself"}
+				return 0
+			}
+			return expanded(n.Alias)
+		}
+		active[n] = true
+		s := 1
+		for i, c := range n.Content {
+			if n.Kind == yaml.MappingNode && i%2 == 0 && i+1 < len(n.Content) && isMergeKey(resolve(c)) {
+				if m := notMergeable(n.Content[i+1]); m != nil && problem == nil {
+					problem = &Problem{Line: n.Content[i+1].Line, Msg: "<< merges mappings only, got " + kindName(m),
+						Hint: "write <<: *anchor, where the anchor is a mapping"}
+				}
+			}
+			s = min(s+expanded(c), 1<<40)
+		}
+		delete(active, n)
+		size[n] = s
+		return s
+	}
+	// Only what aliases add counts, as the outermost aliases of the written
+	// tree are met in document order.
+	total := 0
+	var walk func(n *yaml.Node)
+	walk = func(n *yaml.Node) {
+		if problem != nil {
+			return
+		}
+		if n.Kind == yaml.AliasNode {
+			if n.Alias == nil {
+				return
+			}
+			if total += expanded(n.Alias); total > maxAliasNodes && problem == nil {
+				problem = &Problem{Line: n.Line, Msg: fmt.Sprintf("aliases expand to more than %d nodes", maxAliasNodes),
+					Hint: "write the repeated blocks out, or nest fewer aliases"}
+			}
+			return
+		}
+		expanded(n) // finds cycles and merge keys in what is written once
+		for _, c := range n.Content {
+			walk(c)
+		}
+	}
+	walk(root)
+	return problem
 }
 
-// expand returns the expanded copy of n.
-func (e *expander) expand(n *yaml.Node) *yaml.Node {
-	if e.problem != nil || n == nil {
-		return n
+// notMergeable returns the value a merge key cannot merge (v itself, or an
+// item of a list), or nil when v is a mapping or a list of mappings.
+func notMergeable(v *yaml.Node) *yaml.Node {
+	v = resolve(v)
+	items := []*yaml.Node{v}
+	if v.Kind == yaml.SequenceNode {
+		items = v.Content
 	}
-	if n.Kind == yaml.AliasNode {
-		if n.Alias == nil {
-			return n
-		}
-		if e.active[n.Alias] {
-			e.problem = &Problem{Line: n.Line, Msg: fmt.Sprintf("alias *%s refers to a node that contains it", n.Value),
-				Hint: "an anchor cannot include itself"}
-			return n
-		}
-		if e.aliased == 0 {
-			e.aliasLine = n.Line
-		}
-		e.aliased++
-		out := e.expand(n.Alias)
-		e.aliased--
-		return out
-	}
-	if e.aliased > 0 {
-		if e.budget--; e.budget < 0 {
-			e.problem = &Problem{Line: e.aliasLine, Msg: fmt.Sprintf("aliases expand to more than %d nodes", maxAliasNodes),
-				Hint: "write the repeated blocks out, or nest fewer aliases"}
-			return n
+	for _, m := range items {
+		if m = resolve(m); m.Kind != yaml.MappingNode {
+			return m
 		}
 	}
-	if len(n.Content) == 0 {
-		return n // scalars and empty collections are shared as they are
+	return nil
+}
+
+// pairs returns the key/value pairs of mapping n, aliases resolved, with
+// its merge keys (`<<: *defaults`) replaced by the pairs they merge: keys
+// written in the mapping win over merged ones, and among merged mappings
+// the first to give a key wins (the YAML merge key rules). Merged values
+// keep the lines where they are written. checkAliases has refused what
+// cannot be merged.
+func pairs(n *yaml.Node) [][2]*yaml.Node {
+	n = resolve(n)
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
 	}
-	e.active[n] = true
-	defer delete(e.active, n)
-	out := *n
-	out.Content = make([]*yaml.Node, 0, len(n.Content))
-	if n.Kind != yaml.MappingNode {
-		for _, c := range n.Content {
-			out.Content = append(out.Content, e.expand(c))
-		}
-		return &out
+	written, merges := make([][2]*yaml.Node, 0, len(n.Content)/2), false
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := resolve(n.Content[i])
+		written = append(written, [2]*yaml.Node{k, resolve(n.Content[i+1])})
+		merges = merges || isMergeKey(k)
 	}
-	// Keys written in the mapping win over merged ones, and among merged
-	// mappings the first to give a key wins (the YAML merge key rules).
+	if !merges {
+		return written
+	}
 	explicit := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if k := resolve(n.Content[i]); !isMergeKey(k) && k.Kind == yaml.ScalarNode {
-			explicit[k.Value] = true
+	for _, kv := range written {
+		if !isMergeKey(kv[0]) && kv[0].Kind == yaml.ScalarNode {
+			explicit[kv[0].Value] = true
 		}
 	}
+	out := make([][2]*yaml.Node, 0, len(written))
 	merged := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if !isMergeKey(resolve(k)) {
-			out.Content = append(out.Content, e.expand(k), e.expand(v))
+	for _, kv := range written {
+		if !isMergeKey(kv[0]) {
+			out = append(out, kv)
 			continue
 		}
-		for _, m := range e.mergeSources(v) {
-			for j := 0; j+1 < len(m.Content); j += 2 {
-				mk := m.Content[j]
-				if mk.Kind != yaml.ScalarNode || explicit[mk.Value] || merged[mk.Value] {
+		items := []*yaml.Node{kv[1]}
+		if kv[1].Kind == yaml.SequenceNode {
+			items = kv[1].Content
+		}
+		for _, m := range items {
+			for _, mkv := range pairs(m) {
+				if mkv[0].Kind != yaml.ScalarNode || explicit[mkv[0].Value] || merged[mkv[0].Value] {
 					continue
 				}
-				merged[mk.Value] = true
-				out.Content = append(out.Content, mk, m.Content[j+1])
+				merged[mkv[0].Value] = true
+				out = append(out, mkv)
 			}
 		}
 	}
-	return &out
-}
-
-// mergeSources returns the expanded mappings a merge key's value names: one
-// mapping (usually an alias) or a list of them.
-func (e *expander) mergeSources(v *yaml.Node) []*yaml.Node {
-	x := e.expand(v)
-	if e.problem != nil {
-		return nil
-	}
-	items := []*yaml.Node{x}
-	if x.Kind == yaml.SequenceNode {
-		items = x.Content
-	}
-	for _, m := range items {
-		if m.Kind != yaml.MappingNode {
-			e.problem = &Problem{Line: v.Line, Msg: "<< merges mappings only, got " + kindName(m),
-				Hint: "write <<: *anchor, where the anchor is a mapping"}
-			return nil
-		}
-	}
-	return items
+	return out
 }
 
 // isMergeKey reports whether k is YAML's merge key: a plain `<<`, which
@@ -281,15 +311,12 @@ func kindName(n *yaml.Node) string {
 	return fmt.Sprintf("%q", n.Value)
 }
 
-// mapGet returns the value of key in mapping m, or nil.
+// mapGet returns the value of key in mapping m (merge keys included), or
+// nil.
 func mapGet(m *yaml.Node, key string) *yaml.Node {
-	m = resolve(m)
-	if m == nil || m.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == key {
-			return m.Content[i+1]
+	for _, kv := range pairs(m) {
+		if kv[0].Value == key {
+			return kv[1]
 		}
 	}
 	return nil
@@ -299,6 +326,7 @@ func mapGet(m *yaml.Node, key string) *yaml.Node {
 // YAML): two mappings merge key by key; a null value in patch deletes the
 // key; any other value replaces the base's. Neither input is modified; the
 // result shares leaf nodes with them so that origins and lines still apply.
+// The mappings it builds hold their merge keys' pairs written out.
 func merge(base, patch *yaml.Node, origins map[*yaml.Node]string) *yaml.Node {
 	base, patch = resolve(base), resolve(patch)
 	if patch == nil {
@@ -310,10 +338,16 @@ func merge(base, patch *yaml.Node, origins map[*yaml.Node]string) *yaml.Node {
 	out := *base
 	out.Content = nil
 	keepOrigin(&out, base, origins)
+	patched := map[string]*yaml.Node{}
+	for _, kv := range pairs(patch) {
+		if _, dup := patched[kv[0].Value]; !dup {
+			patched[kv[0].Value] = kv[1]
+		}
+	}
 	seen := map[string]bool{}
-	for i := 0; i+1 < len(base.Content); i += 2 {
-		k, v := base.Content[i], base.Content[i+1]
-		pv := mapGet(patch, k.Value)
+	for _, kv := range pairs(base) {
+		k, v := kv[0], kv[1]
+		pv := patched[k.Value]
 		seen[k.Value] = pv != nil
 		switch {
 		case pv == nil:
@@ -324,8 +358,8 @@ func merge(base, patch *yaml.Node, origins map[*yaml.Node]string) *yaml.Node {
 			out.Content = append(out.Content, k, merge(v, pv, origins))
 		}
 	}
-	for i := 0; i+1 < len(patch.Content); i += 2 {
-		k, v := patch.Content[i], patch.Content[i+1]
+	for _, kv := range pairs(patch) {
+		k, v := kv[0], kv[1]
 		if seen[k.Value] || isNull(v) {
 			continue
 		}
@@ -345,11 +379,11 @@ func dropNulls(n *yaml.Node, origins map[*yaml.Node]string) *yaml.Node {
 	out := *n
 	out.Content = nil
 	keepOrigin(&out, n, origins)
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if isNull(n.Content[i+1]) {
+	for _, kv := range pairs(n) {
+		if isNull(kv[1]) {
 			continue
 		}
-		out.Content = append(out.Content, n.Content[i], dropNulls(n.Content[i+1], origins))
+		out.Content = append(out.Content, kv[0], dropNulls(kv[1], origins))
 	}
 	return &out
 }
