@@ -12,10 +12,21 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
+
+func init() {
+	delayedACK = func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_QUICKACK, 0)
+		})
+		return errors.Join(err, serr)
+	}
+}
 
 // clientMain runs one burst and writes its clientResult to stdout as JSON.
 //
