@@ -194,12 +194,12 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 		l.since += dt
 	}
 	if !r.Available {
-		// Too few responses to say anything: hold. An idle port (no
-		// requests at all) counts as below the target, so a loop that
-		// lost its traffic recovers.
+		// Too few responses to say anything. An idle port (no requests at
+		// all) counts as below the target, so a loop that lost its traffic
+		// recovers.
 		if !l.active || r.Requests > 0 || r.Samples > 0 {
 			if l.active {
-				return fmt.Sprintf("response time unavailable (%d samples): holding pass rate %.3f", r.Samples, l.pass)
+				return l.probeUnmeasured(r, guardOver, prm)
 			}
 			return ""
 		}
@@ -302,6 +302,33 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 	}
 	l.pass = math.Min(1, math.Max(prm.MinPassRate, next))
 	why := fmt.Sprintf("response_time_p95 %.3gs %s %.3gs (target %s): pass rate %.3f", m, reason, T, tgtName(tgt, l), l.pass)
+	if l.pass >= 1 {
+		*l = latencyLoop{pass: 1, base: l.base, target: l.target, shed: l.shed, returning: l.returning,
+			firstShed: l.firstShed, retries: l.retries}
+		why += ", overload of the queue over"
+	}
+	return why
+}
+
+// probeUnmeasured is a tick of an active loop without enough timed
+// responses. A port that sheds most of its SYNs serves too few requests to
+// time, so holding would hold for good: after the cooldown the pass rate
+// probes upwards by the recovery step, as below the target, while the
+// requests in flight fit what the measured capacity keeps at the target
+// (a server that stopped answering piles them up: hold) and no resource
+// guard is over.
+func (l *latencyLoop) probeUnmeasured(r PortResponse, guardOver bool, prm *Params) string {
+	hold := fmt.Sprintf("response time unavailable (%d samples): holding pass rate %.3f", r.Samples, l.pass)
+	switch {
+	case guardOver:
+		return hold + ", a resource guard is over"
+	case l.sinceCut < prm.ResponseCooldown.Seconds():
+		return hold + ", cooling down"
+	case r.Inflight > math.Max(1, l.served*l.target):
+		return fmt.Sprintf("%s, %.0f requests in flight", hold, r.Inflight)
+	}
+	l.pass = math.Min(1, l.pass+math.Min(prm.RecoveryStep, math.Max((1-l.pass)/2, minShed)))
+	why := fmt.Sprintf("response time unavailable (%d samples), %.0f requests in flight: probing, pass rate %.3f", r.Samples, r.Inflight, l.pass)
 	if l.pass >= 1 {
 		*l = latencyLoop{pass: 1, base: l.base, target: l.target, shed: l.shed, returning: l.returning,
 			firstShed: l.firstShed, retries: l.retries}

@@ -221,3 +221,57 @@ func TestQueueLawReconfigure(t *testing.T) {
 		t.Errorf("target off: p %v queue p %v, want 0", d.Ports[0].DropProbability, d.Ports[0].QueueP)
 	}
 }
+
+// TestQueueLawUnmeasured: a loop that cut its port so far that too few
+// responses are timed (seen on the halved node of TestOverloadLB: 3
+// samples a tick for 22 s at pass rate 0.1) must not hold for good. It
+// probes upwards after the cooldown while the requests in flight fit the
+// measured capacity, and holds while they pile up (a server that stopped
+// answering) or a resource guard is over.
+func TestQueueLawUnmeasured(t *testing.T) {
+	key := olc.PortKey{Proto: olc.ProtoTCP, Port: 80}
+	few := func(inflight float64) PortStats {
+		return PortStats{New: 10, Dropped: 9, Response: PortResponse{Samples: 3, Requests: 3, Responses: 3, Inflight: inflight}}
+	}
+	for _, tc := range []struct {
+		name     string
+		cpu      float64 // cpu_busy, threshold 0.9
+		inflight float64
+		recovers bool
+	}{
+		{"few samples, queue empty: probes up", 0.1, 1, true},
+		{"few samples, requests piling up: holds", 0.1, 500, false},
+		{"few samples, resource guard over: holds", 0.99, 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := cfgWith(sig{olc.CPUBusy, 0.9})
+			cfg.Ports = []PortConfig{{Key: key, Class: olc.ClassNormal, Target: ResponseTarget{Seconds: 0.05}}}
+			c := mustNew(t, cfg)
+			at := 0.0
+			step := func(cpu float64, st PortStats) Decision {
+				at += 0.5
+				s := snap(at)
+				s.Set(olc.CPUBusy, cpu)
+				return c.Step(s, map[olc.PortKey]PortStats{key: st})
+			}
+			var d Decision
+			for range 6 { // 20 × the target, 100 answered a tick: cut hard
+				d = step(0.1, measuredTick(1, 100))
+			}
+			p0 := d.Ports[0].DropProbability
+			if p0 < 0.5 {
+				t.Fatalf("after the overload: p %v, want a hard cut", p0)
+			}
+			for range 60 { // 30 s
+				d = step(tc.cpu, few(tc.inflight))
+			}
+			p := d.Ports[0].DropProbability
+			if tc.recovers && p > 0 {
+				t.Errorf("p %v after 30 s without enough samples and nothing queued, want 0 (%s)", p, d.Reason)
+			}
+			if !tc.recovers && p < p0-1e-9 {
+				t.Errorf("p %v after 30 s, want held at %v (%s)", p, p0, d.Reason)
+			}
+		})
+	}
+}
