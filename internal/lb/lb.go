@@ -10,6 +10,7 @@
 package lb
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/olc"
+	"github.com/olcd/olcd/internal/ranges"
 )
 
 // State is the administrative state an answer asks the load balancer for.
@@ -41,25 +43,25 @@ const (
 type Params struct {
 	// Smoothing is the weight (0 < x ≤ 1) of the newest tick in the
 	// exponential average of the pass rate; 1 uses the last tick alone.
-	Smoothing float64
+	Smoothing float64 `yaml:"smoothing" range:"(0, 1]" hint:"1 uses the last tick alone"`
 	// MinWeight is the floor of the weight (0 < x ≤ 1): a node whose own
 	// noise made it shed everything for a moment still gets this share of
 	// its full weight, and so the traffic that shows it has recovered.
-	MinWeight float64
+	MinWeight float64 `yaml:"min_weight" range:"(0, 1]" suggest:"percent" hint:"the floor keeps a node its share of traffic to show it recovered; 0.1 is the default"`
 }
 
 // DefaultParams returns the defaults (docs/config.md gives the reasons).
 func DefaultParams() Params { return Params{Smoothing: 0.5, MinWeight: 0.1} }
 
-// Validate reports the first parameter out of range.
+// Validate checks every parameter against the range its field's tag
+// declares (the declaration internal/rules decodes and reports with
+// file:line) and reports every violation, joined with errors.Join.
 func (p Params) Validate() error {
-	switch {
-	case !(p.Smoothing > 0 && p.Smoothing <= 1):
-		return fmt.Errorf("smoothing %v: must be in (0, 1]", p.Smoothing)
-	case !(p.MinWeight > 0 && p.MinWeight <= 1):
-		return fmt.Errorf("min_weight %v: must be in (0, 1]", p.MinWeight)
+	var errs []error
+	for _, pr := range ranges.Check(p) {
+		errs = append(errs, fmt.Errorf("%s: %s", pr.Key, pr.Msg))
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // PortInput is one tick's decision for one protected port, or for the node

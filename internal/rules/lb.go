@@ -2,10 +2,10 @@ package rules
 
 import (
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/olcd/olcd/internal/lb"
+	"github.com/olcd/olcd/internal/ranges"
 )
 
 // LBConfig is what olcd tells load balancers (docs/config.md, "lb"): the
@@ -49,15 +49,7 @@ func (d *decoder) validateLB(c *Config) {
 	if a.SendWait < 0 || a.SendWait > MaxSendWait {
 		d.addAt("lb.agent.send_wait", fmt.Sprintf("%v is outside [0, %v]", a.SendWait, MaxSendWait), "5ms is the default; 0 never waits (node answers only)")
 	}
-	w := c.LB.Weight
-	if !(w.Smoothing > 0 && w.Smoothing <= 1) || math.IsNaN(w.Smoothing) {
-		d.addAt("lb.smoothing", fmt.Sprintf("%g is outside (0, 1]", w.Smoothing), "1 uses the last tick alone")
-	}
-	if !(w.MinWeight > 0 && w.MinWeight <= 1) || math.IsNaN(w.MinWeight) {
-		hint := "the floor keeps a node its share of traffic to show it recovered; 0.1 is the default"
-		if w.MinWeight > 1 && w.MinWeight <= 100 {
-			hint = fmt.Sprintf("looks like percent; did you mean %g?", w.MinWeight/100)
-		}
-		d.addAt("lb.min_weight", fmt.Sprintf("%g is outside (0, 1]", w.MinWeight), hint)
+	for _, pr := range ranges.Check(c.LB.Weight) {
+		d.addAt("lb."+pr.Key, pr.Msg, pr.Hint)
 	}
 }

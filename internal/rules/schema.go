@@ -56,8 +56,7 @@ type document struct {
 	Datapath    DatapathConfig `yaml:"datapath"`
 	LB          struct {
 		Agent     LBAgentConfig `yaml:"agent"`
-		Smoothing float64       `yaml:"smoothing"`
-		MinWeight float64       `yaml:"min_weight"`
+		lb.Params `yaml:",inline"`
 	} `yaml:"lb"`
 }
 
@@ -77,8 +76,7 @@ func defaultDocument() *document {
 	doc.Heartbeat.StaleAfter = olc.DefaultStaleAfter
 	doc.Metrics.Address = DefaultMetricsAddress
 	doc.Admin.Socket = DefaultAdminSocket
-	w := lb.DefaultParams()
-	doc.LB.Agent.SendWait, doc.LB.Smoothing, doc.LB.MinWeight = lb.DefaultSendWait, w.Smoothing, w.MinWeight
+	doc.LB.Agent.SendWait, doc.LB.Params = lb.DefaultSendWait, lb.DefaultParams()
 	return doc
 }
 
@@ -94,7 +92,7 @@ func (doc *document) config(source string) *Config {
 		Action:     ActionConfig{Kind: a.Kind, Fwmark: a.Fwmark, RejectRate: a.RejectRate, RejectBurst: a.RejectBurst},
 		StaleAfter: doc.Heartbeat.StaleAfter, MetricsAddress: doc.Metrics.Address, AdminSocket: doc.Admin.Socket,
 		DecisionLog: doc.DecisionLog, Datapath: doc.Datapath,
-		LB: LBConfig{Agent: doc.LB.Agent, Weight: lb.Params{Smoothing: doc.LB.Smoothing, MinWeight: doc.LB.MinWeight}},
+		LB: LBConfig{Agent: doc.LB.Agent, Weight: doc.LB.Params},
 	}
 	if a.DSCP != nil {
 		c.Action.DSCP, c.Action.SetDSCP = *a.DSCP, true
