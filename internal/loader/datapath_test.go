@@ -1010,10 +1010,10 @@ func TestSelectionValidated(t *testing.T) {
 }
 
 // TestStatsBatch: many slots are read with batched lookups (in several
-// chunks beyond batchChunk) and give the same totals as slot-by-slot reads,
+// chunks beyond statsChunk) and give the same totals as slot-by-slot reads,
 // across a switch between the two (a port set that became sparse).
 func TestStatsBatch(t *testing.T) {
-	for _, n := range []int{40, 2*batchChunk + 88} {
+	for _, n := range []int{40, 2*statsChunk + 88} {
 		t.Run(fmt.Sprintf("ports=%d", n), func(t *testing.T) { testStatsBatch(t, n) })
 	}
 }

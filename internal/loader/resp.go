@@ -209,18 +209,16 @@ type respTotals struct {
 // respFolder folds the 32-bit per-CPU response histograms into 64-bit
 // totals, as statsFolder does the counters. Guarded by the Datapath mutex.
 type respFolder struct {
-	m, fstats *ebpf.Map
+	perCPUReader[olcdOlcdRespHist]
+	fstats    *ebpf.Map
 	slots     map[uint16]*respTotals
-	noBatch   bool
-	buf       []olcdOlcdRespHist
-	keys      []uint32
-	vals      []olcdOlcdRespHist
 	flowPrev  [][4]uint32
 	flowTotal [4]uint64
 }
 
 func newRespFolder(m, fstats *ebpf.Map) *respFolder {
-	return &respFolder{m: m, fstats: fstats, slots: make(map[uint16]*respTotals)}
+	return &respFolder{perCPUReader: perCPUReader[olcdOlcdRespHist]{m: m, what: "response histograms", chunk: respChunk},
+		fstats: fstats, slots: make(map[uint16]*respTotals)}
 }
 
 func histWords(h *olcdOlcdRespHist) *[respFields]uint32 {
@@ -276,62 +274,11 @@ func (f *respFolder) fold(slots []uint16) error {
 	if len(slots) == 0 {
 		return nil
 	}
-	if n := len(slots); !f.noBatch && n >= batchMinSlots && int(slots[n-1])+1 <= batchDensity*(n+1) {
-		err := f.foldBatch(slots)
-		if !errors.Is(err, ebpf.ErrNotSupported) {
-			return err
-		}
-		f.noBatch = true
-	}
-	for _, slot := range slots {
-		f.buf = f.buf[:0]
-		if err := f.m.Lookup(uint32(slot), &f.buf); err != nil {
-			return fmt.Errorf("read response histogram %d: %w", slot, err)
-		}
-		f.add(slot, f.buf)
-	}
-	return nil
+	return f.read(slots, f.add)
 }
 
 // respChunk bounds one batched read: 64 entries × CPUs × 1.5 KB.
 const respChunk = 64
-
-func (f *respFolder) foldBatch(slots []uint16) error {
-	ncpu, err := ebpf.PossibleCPU()
-	if err != nil {
-		return fmt.Errorf("read response histograms: %w", err)
-	}
-	entries := int(slots[len(slots)-1]) + 1
-	chunk := min(entries, respChunk)
-	if len(f.keys) < chunk {
-		f.keys = make([]uint32, chunk)
-		f.vals = make([]olcdOlcdRespHist, chunk*ncpu)
-	}
-	var cursor ebpf.MapBatchCursor
-	next := 0
-	for from := 0; from < entries; {
-		n := min(chunk, entries-from)
-		got, err := f.m.BatchLookup(&cursor, f.keys[:n], f.vals[:n*ncpu], nil)
-		if errors.Is(err, ebpf.ErrKeyNotExist) && got == n && from+n == entries {
-			err = nil
-		}
-		if err != nil {
-			return fmt.Errorf("batch read of response histograms %d..%d: %w", from, from+n-1, err)
-		}
-		if got == 0 {
-			return fmt.Errorf("batch read of response histograms %d..%d: no progress", from, from+n-1)
-		}
-		for ; next < len(slots) && int(slots[next]) < from+got; next++ {
-			i := int(slots[next]) - from
-			if f.keys[i] != uint32(slots[next]) {
-				return fmt.Errorf("batch read of response histograms: entry %d holds key %d", slots[next], f.keys[i])
-			}
-			f.add(slots[next], f.vals[i*ncpu:(i+1)*ncpu])
-		}
-		from += got
-	}
-	return nil
-}
 
 // reset zeroes a slot's histograms in the kernel and its totals.
 func (f *respFolder) reset(slot uint16) error {

@@ -1,7 +1,6 @@
 package loader
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -191,100 +190,25 @@ type slotTotals struct {
 // fold adds, per CPU, the difference to the last value seen modulo 2^32.
 // Not safe for concurrent use; the Datapath mutex guards it.
 type statsFolder struct {
-	m       *ebpf.Map
+	perCPUReader[olcdOlcdCounters]
 	unclass *ebpf.Map
 	slots   map[uint16]*slotTotals
-	buf     []olcdOlcdCounters
-	// noBatch is set once the kernel refused BPF_MAP_LOOKUP_BATCH (before
-	// 5.6): every fold then reads slot by slot.
-	noBatch bool
-	keys    []uint32
-	vals    []olcdOlcdCounters
 	// seed is Config.DrawSeed: 0 starts each slot's generators at random.
 	seed uint64
 }
 
-// batchMinSlots is the fewest slots in use from which a fold reads the
-// stats map with batched lookups instead of one lookup per slot, and
-// batchDensity how many array entries per slot in use the batch may read
-// (slots freed by removed ports are read too). Below a few slots the two
-// ways cost the same; above, batches take a fraction of the time
-// (BenchmarkStats, docs/datapath.md "Maps and globals").
-const (
-	batchMinSlots = 8
-	batchDensity  = 4
-)
-
 func newStatsFolder(m, unclass *ebpf.Map, seed uint64) *statsFolder {
-	return &statsFolder{m: m, unclass: unclass, slots: make(map[uint16]*slotTotals), seed: seed}
+	return &statsFolder{perCPUReader: perCPUReader[olcdOlcdCounters]{m: m, what: "stats slots", chunk: statsChunk},
+		unclass: unclass, slots: make(map[uint16]*slotTotals), seed: seed}
 }
+
+// statsChunk bounds one batched read: 256 entries × CPUs × 32 bytes (2 MB
+// on 256 CPUs).
+const statsChunk = 256
 
 // fold reads the slots (sorted ascending, as slotList returns them) and adds
 // what each CPU counted since the last fold.
-func (f *statsFolder) fold(slots []uint16) error {
-	if n := len(slots); !f.noBatch && n >= batchMinSlots && int(slots[n-1])+1 <= batchDensity*n {
-		err := f.foldBatch(slots)
-		if !errors.Is(err, ebpf.ErrNotSupported) {
-			return err
-		}
-		f.noBatch = true
-	}
-	for _, slot := range slots {
-		f.buf = f.buf[:0]
-		if err := f.m.Lookup(uint32(slot), &f.buf); err != nil {
-			return fmt.Errorf("read stats slot %d: %w", slot, err)
-		}
-		f.add(slot, f.buf)
-	}
-	return nil
-}
-
-// batchChunk is how many array entries one batched lookup reads: it bounds
-// the read buffer (batchChunk × CPUs × 32 bytes: 2 MB on 256 CPUs) however
-// many ports there are.
-const batchChunk = 256
-
-// foldBatch reads array entries 0 through the highest slot in use with
-// BPF_MAP_LOOKUP_BATCH, batchChunk entries per call (a few syscalls instead
-// of one per slot), and folds the slots in use. Errors:
-// ebpf.ErrNotSupported on kernels without batch operations, or a failed
-// read.
-func (f *statsFolder) foldBatch(slots []uint16) error {
-	ncpu, err := ebpf.PossibleCPU()
-	if err != nil {
-		return fmt.Errorf("read stats: %w", err)
-	}
-	entries := int(slots[len(slots)-1]) + 1
-	chunk := min(entries, batchChunk)
-	if len(f.keys) < chunk {
-		f.keys = make([]uint32, chunk)
-		f.vals = make([]olcdOlcdCounters, chunk*ncpu)
-	}
-	var cursor ebpf.MapBatchCursor
-	next := 0 // the first slot of slots not folded yet
-	for from := 0; from < entries; {
-		n := min(chunk, entries-from)
-		got, err := f.m.BatchLookup(&cursor, f.keys[:n], f.vals[:n*ncpu], nil)
-		if errors.Is(err, ebpf.ErrKeyNotExist) && got == n && from+n == entries {
-			err = nil // the highest slot is the array's last entry
-		}
-		if err != nil {
-			return fmt.Errorf("batch read of stats slots %d..%d: %w", from, from+n-1, err)
-		}
-		if got == 0 {
-			return fmt.Errorf("batch read of stats slots %d..%d: no progress", from, from+n-1)
-		}
-		for ; next < len(slots) && int(slots[next]) < from+got; next++ {
-			i := int(slots[next]) - from
-			if f.keys[i] != uint32(slots[next]) {
-				return fmt.Errorf("batch read of stats slots: entry %d holds key %d", slots[next], f.keys[i])
-			}
-			f.add(slots[next], f.vals[i*ncpu:(i+1)*ncpu])
-		}
-		from += got
-	}
-	return nil
-}
+func (f *statsFolder) fold(slots []uint16) error { return f.read(slots, f.add) }
 
 // add folds one slot's per-CPU counters into its totals.
 func (f *statsFolder) add(slot uint16, percpu []olcdOlcdCounters) {
