@@ -44,8 +44,8 @@ func TestOverloadLB(t *testing.T) {
 	out = filepath.Join(out, "lb")
 	ctx := context.Background()
 	// OLCD_LB_RESPONSE_TARGET sets the nodes' controller.response_target
-	// ("off": the resource law alone), to tell the agent's part from the
-	// law on the measured queue's.
+	// (default "off", the resource law alone: LBOptions.ResponseTarget
+	// says why), e.g. auto to measure the law on the measured queue.
 	rt := os.Getenv("OLCD_LB_RESPONSE_TARGET")
 	if rt != "" {
 		t.Logf("nodes' controller.response_target: %s (OLCD_LB_RESPONSE_TARGET)", rt)

@@ -76,9 +76,11 @@ type LBOptions struct {
 	Before, After time.Duration
 	// Progress receives progress lines (nil: silent).
 	Progress io.Writer
-	// ResponseTarget, when set, is the nodes' controller.response_target
-	// ("off": the resource law alone, without the law on the measured
-	// queue) [olcd's default, auto].
+	// ResponseTarget is the nodes' controller.response_target ["off": the
+	// resource law on the quota alone]. The nodes are CFS-quota cgroups:
+	// while throttled their p95 holds the throttle gap (up to period −
+	// quota, 75 ms at 0.25 CPU), so a queue target below it sheds a node
+	// with room left (docs/tuning.md §6, runs 10–12).
 	ResponseTarget string
 }
 
@@ -88,6 +90,9 @@ func (o *LBOptions) defaults() {
 	}
 	if o.SLO == 0 {
 		o.SLO = 200 * time.Millisecond
+	}
+	if o.ResponseTarget == "" {
+		o.ResponseTarget = "off"
 	}
 	if o.Timeout == 0 {
 		o.Timeout = time.Second
