@@ -316,11 +316,8 @@ const measuredHold = 10
 
 // queueMeasured reports whether a protected port with a response target
 // had its queue measured this tick or in the last measuredHold ticks.
-// Measured on the plant with a cpu_busy guard at 0.93 beside the queue
-// law (docs/tuning.md §5), the estimate and everything built on it lowered
-// goodput (0.864 against 0.877 C open-giveup, 0.665 against 0.708 C
-// closed-pool, mean of 10 seeds): with the queue measured it does not earn
-// its place, and it runs only where the queue is not measured.
+// With the queue measured the estimate lowered goodput on the plant
+// (docs/tuning.md §5), so it runs only where the queue is not measured.
 func (c *Controller) queueMeasured(stats map[olc.PortKey]PortStats, stale bool) bool {
 	if c.measuredFor > 0 {
 		c.measuredFor--

@@ -135,8 +135,8 @@ func (l *latencyLoop) targetFor(tgt ResponseTarget, prm *Params) float64 {
 // tick never teaches the baseline). It returns a reason for the decision
 // log ("" when the loop is idle and stays so).
 //
-// The law is the OLC law olcd descends from (the overload controller of
-// issue 16: new pass rate = pass rate × (1 + Kp × (T − P95) ÷ T + Ki × ∫…)),
+// The law is that of the "OLC" pass-rate controller olcd descends from
+// (new pass rate = pass rate × (1 + Kp × (T − P95) ÷ T + Ki × ∫…)),
 // written in velocity form so that p itself is the state (no windup):
 //
 //	pass ← pass × exp(Kp × (ê − ê_prev) + Ki × ê),   ê = (T − P95) ÷ max(T, dt)

@@ -156,9 +156,9 @@ func DefaultParams() Params {
 		// 50 ms: a surge is cut a tenth of a default tick after it
 		// arrives, so the requests admitted before the cut wait at most
 		// about 100 ms behind it at 3 × the capacity; spans of several
-		// windows (up to 200 ms) catch smaller surges. Reading the
-		// datapath's counters twenty times a second costs 0.01 % of a CPU
-		// for one port, 3 % for 1000 (BenchmarkStats).
+		// windows (up to 200 ms) catch smaller surges. What reading the
+		// counters twenty times a second costs: BenchmarkStats,
+		// docs/datapath.md.
 		OnsetInterval: 50 * time.Millisecond,
 		// 1.5: only a surge clearly beyond the capacity; the estimate's
 		// own error is about 10 %, and a load near what fits is the law's

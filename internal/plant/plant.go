@@ -46,7 +46,7 @@ type Backend struct {
 // every worker is busy.
 func (b Backend) Capacity() float64 { return float64(b.Workers) / b.Service }
 
-// The backends of the overload harness (issue 16), scaled to what the
+// The backends of the overload harness (tests/e2e/overload), scaled to what the
 // controller sees: cpu, 2 cores at 2 ms of CPU a request (C = 1000/s);
 // pool, 8 workers that hold a request 25 ms without CPU (C = 320/s);
 // php, 4 children, 20 ms sleep and 2 ms of CPU (C ≈ 180/s).
