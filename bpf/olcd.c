@@ -362,7 +362,7 @@ static __always_inline int olcd_decide(const struct olcd_policy *pol, __u32 *pi,
 			prob = pol->drop_prob;
 			if (prob == 0)
 				return OLCD_V_PASS;
-			if (seen && (pol->flags & OLCD_POLICY_SHED_RETRANSMITS))
+			if (seen && pol->shed_retransmits)
 				act = 1;
 			else
 				act = olcd_select(st, prob, ctl->selection);
@@ -419,7 +419,7 @@ static __always_inline int olcd_handle_policy(const struct olcd_pkt *pkt, void *
 	pol = bpf_map_lookup_elem(&olcd_policies, &pi);
 	if (!pol)
 		return OLCD_V_PASS;
-	flags = pol->flags & ~OLCD_POLICY_SHED_RETRANSMITS;
+	flags = pol->flags;
 	if (__builtin_expect(flags != OLCD_POLICY_PROTECTED, 0)) {
 		/* Exempt, with or without a policy of its own. A UDP port
 		 * without a policy is not protected: not a request. */

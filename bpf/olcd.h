@@ -49,9 +49,6 @@ enum olcd_proto {
 enum olcd_policy_flag {
 	OLCD_POLICY_PROTECTED = 1, /* the port is shed: counted, drawn, acted on */
 	OLCD_POLICY_EXEMPT = 2,    /* exception port: always passed, counted exempt */
-	/* While drop_prob != 0, a SYN found in the dropped-SYN table is dropped
-	 * without a draw: its client already waited a retransmit timeout. */
-	OLCD_POLICY_SHED_RETRANSMITS = 4,
 };
 
 /*
@@ -83,7 +80,11 @@ struct olcd_policy {
 	__u8 mode;        /* enum olcd_mode */
 	__u8 action;      /* enum olcd_action */
 	__u8 class;       /* enum olcd_class */
-	__u8 pad[2];
+	/* Non-zero: while drop_prob != 0, a SYN found in the dropped-SYN table
+	 * is dropped without a draw (its client already waited a retransmit
+	 * timeout). */
+	__u8 shed_retransmits;
+	__u8 pad;
 };
 
 /*

@@ -116,22 +116,22 @@ const (
 )
 
 type olcdOlcdPolicy struct {
-	_         structs.HostLayout
-	DropProb  uint32
-	StatsSlot uint16
-	Flags     uint8
-	Mode      uint8
-	Action    uint8
-	Class     uint8
-	Pad       [2]uint8
+	_               structs.HostLayout
+	DropProb        uint32
+	StatsSlot       uint16
+	Flags           uint8
+	Mode            uint8
+	Action          uint8
+	Class           uint8
+	ShedRetransmits uint8
+	Pad             uint8
 }
 
 type olcdOlcdPolicyFlag uint32
 
 const (
-	olcdOlcdPolicyFlagOLCD_POLICY_PROTECTED        olcdOlcdPolicyFlag = 1
-	olcdOlcdPolicyFlagOLCD_POLICY_EXEMPT           olcdOlcdPolicyFlag = 2
-	olcdOlcdPolicyFlagOLCD_POLICY_SHED_RETRANSMITS olcdOlcdPolicyFlag = 4
+	olcdOlcdPolicyFlagOLCD_POLICY_PROTECTED olcdOlcdPolicyFlag = 1
+	olcdOlcdPolicyFlagOLCD_POLICY_EXEMPT    olcdOlcdPolicyFlag = 2
 )
 
 type olcdOlcdPortIndex struct {

@@ -451,16 +451,14 @@ func (d *Datapath) writePolicy(k olc.PortKey) error {
 	if d.exempt[k] {
 		flags |= uint8(olcdOlcdPolicyFlagOLCD_POLICY_EXEMPT)
 	}
-	if p.ShedRetransmits {
-		flags |= uint8(olcdOlcdPolicyFlagOLCD_POLICY_SHED_RETRANSMITS)
-	}
 	v := olcdOlcdPolicy{
-		DropProb:  ProbabilityToFixed(p.DropProbability),
-		StatsSlot: slot,
-		Flags:     flags,
-		Mode:      cMode(p.Mode),
-		Action:    cAction(p.Action),
-		Class:     cClass(p.Class),
+		DropProb:        ProbabilityToFixed(p.DropProbability),
+		StatsSlot:       slot,
+		Flags:           flags,
+		ShedRetransmits: b2u8(p.ShedRetransmits),
+		Mode:            cMode(p.Mode),
+		Action:          cAction(p.Action),
+		Class:           cClass(p.Class),
 	}
 	if err := d.objs.OlcdPolicies.Update(uint32(slot), &v, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write policy of port %s: %w", k, err)
@@ -503,4 +501,12 @@ func (d *Datapath) slotList() []uint16 {
 	}
 	slices.Sort(s)
 	return s
+}
+
+// b2u8 is a C boolean field's value.
+func b2u8(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
 }
