@@ -302,12 +302,7 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 	}
 	l.pass = math.Min(1, math.Max(prm.MinPassRate, next))
 	why := fmt.Sprintf("response_time_p95 %.3gs %s %.3gs (target %s): pass rate %.3f", m, reason, T, tgtName(tgt, l), l.pass)
-	if l.pass >= 1 {
-		*l = latencyLoop{pass: 1, base: l.base, target: l.target, shed: l.shed, returning: l.returning,
-			firstShed: l.firstShed, retries: l.retries}
-		why += ", overload of the queue over"
-	}
-	return why
+	return why + l.endIfRecovered()
 }
 
 // probeUnmeasured is a tick of an active loop without enough timed
@@ -329,12 +324,19 @@ func (l *latencyLoop) probeUnmeasured(r PortResponse, guardOver bool, prm *Param
 	}
 	l.pass = math.Min(1, l.pass+math.Min(prm.RecoveryStep, math.Max((1-l.pass)/2, minShed)))
 	why := fmt.Sprintf("response time unavailable (%d samples), %.0f requests in flight: probing, pass rate %.3f", r.Samples, r.Inflight, l.pass)
-	if l.pass >= 1 {
-		*l = latencyLoop{pass: 1, base: l.base, target: l.target, shed: l.shed, returning: l.returning,
-			firstShed: l.firstShed, retries: l.retries}
-		why += ", overload of the queue over"
+	return why + l.endIfRecovered()
+}
+
+// endIfRecovered ends the overload once the pass rate is back at 1,
+// keeping what the loop has learnt (baseline, target, returning shares),
+// and says so for the decision log.
+func (l *latencyLoop) endIfRecovered() string {
+	if l.pass < 1 {
+		return ""
 	}
-	return why
+	*l = latencyLoop{pass: 1, base: l.base, target: l.target, shed: l.shed, returning: l.returning,
+		firstShed: l.firstShed, retries: l.retries}
+	return ", overload of the queue over"
 }
 
 // queueCut returns the factor of the pass rate that admits what drains
