@@ -314,7 +314,15 @@ func TestOverloadComparisons(t *testing.T) {
 	goal(t, fmt.Sprintf("3 C over the whole phase: enforce goodput %.0f/s (%.2f C) as a share of the static limit's %.0f/s (%.2f C)", ew.GoodputRPS, ew.GoodputRPS/c, sw.GoodputRPS, sw.GoodputRPS/c),
 		ew.GoodputRPS/max(sw.GoodputRPS, 1), 1, 0.7, true)
 	checkHealth(t, enforce)
+}
 
+// TestOverloadComparisonsQuotaHalved is the comparisons' scenario 2 on its
+// own (-run TestOverloadComparisons runs both): the backend's quota halves
+// under 1.5 C; olcd follows the new capacity while the static limit, set
+// for the old capacity, admits twice what the backend can serve.
+func TestOverloadComparisonsQuotaHalved(t *testing.T) {
+	h := overloadHarness(t)
+	c := h.Calibration.CapacityRPS
 	// The new capacity is measured, not assumed: a half quota throttles
 	// the backend for half of every CFS period.
 	if h.Calibration.QuotaHalved == nil {
