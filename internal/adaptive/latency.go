@@ -78,7 +78,7 @@ type latencyLoop struct {
 	sinceCut  float64    // seconds since the last tick that lowered pass
 	target    float64    // target in force (seconds), 0 when none
 	gap       float64    // throttle gap the target is widened by (seconds): throttleGap
-	lastGap   float64    // the watched cgroup's throttle gap in the previous tick
+	tickGap   float64    // the watched cgroup's throttle gap this tick (seconds)
 	served    float64    // requests/s answered on the last over tick: the measured capacity
 	shed      [2]float64 // SYNs dropped in the previous and in this tick
 	returning float64    // smoothed share of shed SYNs retransmitted 1 s later
@@ -188,7 +188,7 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 	if tgt.Auto {
 		// The tick that teaches the first baseline is judged against
 		// the target it teaches.
-		l.base.learn(r, l.active || guardOver, l.target, prm)
+		l.base.learn(r, l.active || guardOver || l.atQuota(r), l.target, prm)
 		l.target = l.targetFor(tgt, prm)
 	}
 	l.sinceCut += dt
@@ -462,7 +462,15 @@ func (l *latencyLoop) throttleGap(gap float64) {
 		gap = 0
 	}
 	gap = math.Min(gap, maxThrottleGap)
-	l.gap, l.lastGap = math.Max(gap, l.lastGap), gap
+	l.gap, l.tickGap = math.Max(gap, l.tickGap), gap
+}
+
+// atQuota reports whether the tick's p95 holds the throttle gap: the
+// cgroup spent its quota and waited at least a quarter of the p95. Such a
+// tick does not teach the baseline (the service ran at its capacity; a
+// baseline that held the gap would widen the target by it twice).
+func (l *latencyLoop) atQuota(r PortResponse) bool {
+	return l.tickGap > 0 && l.tickGap >= r.P95/4
 }
 
 // maxThrottleGap bounds the gap a target is widened by (seconds): the

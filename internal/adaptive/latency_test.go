@@ -322,3 +322,33 @@ func TestQueueLawThrottleGap(t *testing.T) {
 		})
 	}
 }
+
+// TestBaselineNotFromThrottledTicks: a tick whose p95 holds the throttle
+// gap (the cgroup at its quota) does not teach the baseline, not even the
+// first one; an unthrottled tick does, and a short gap beside a longer p95
+// does not stop it.
+func TestBaselineNotFromThrottledTicks(t *testing.T) {
+	cfg := cfgWith()
+	key := olc.PortKey{Proto: olc.ProtoTCP, Port: 80}
+	cfg.Ports = []PortConfig{{Key: key, Class: olc.ClassNormal, Target: ResponseTarget{Auto: true}}}
+	c := mustNew(t, cfg)
+	at := 0.0
+	step := func(p95, gap float64) Decision {
+		at += 0.5
+		s := snap(at)
+		s.CgroupThrottleGap = gap
+		return c.Step(s, map[olc.PortKey]PortStats{key: measuredTick(p95, 40)})
+	}
+	for range 10 {
+		if d := step(0.060, 0.050); d.Ports[0].Baseline != 0 {
+			t.Fatalf("baseline %v learnt from a tick at the quota (p95 60 ms, gap 50 ms)", d.Ports[0].Baseline)
+		}
+	}
+	var d Decision
+	for range 10 {
+		d = step(0.008, 0.001)
+	}
+	if b := d.Ports[0].Baseline; b < 0.0079 || b > 0.0081 {
+		t.Errorf("baseline %v after quiet ticks at 8 ms with a 1 ms gap, want 8 ms", b)
+	}
+}
