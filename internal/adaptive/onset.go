@@ -105,6 +105,16 @@ func (c *Controller) Onset(at time.Time, window time.Duration, stats map[olc.Por
 	if w <= 0 {
 		return Decision{}, false
 	}
+	if prm.OnsetInterval > 0 && prm.OnsetInterval < c.cfg.Interval {
+		if why, ok := c.queueOnsets(at, w, stats); ok {
+			d := c.onsetDecision(at)
+			d.Reason = why
+			c.finish(&d)
+			c.mergeOverload(&d, true, why)
+			c.allocate(&d)
+			return d, true
+		}
+	}
 	var n, adm float64
 	var demand, attempts [olc.NumClasses]float64
 	for i := range c.ports {
