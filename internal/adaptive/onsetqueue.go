@@ -47,13 +47,6 @@ const queueOnsetWork = 0.1
 // served rate.
 const queueBusy = queueOnsetMin / 2
 
-// queueRecut is the factor of the pass rate below which a port the onset
-// check already cut in this tick is cut again: a first cut sized on a
-// window that held the step's start admits too much, and a second one
-// waits for the windows after the first (smaller corrections are noise of
-// 50 ms windows, left to the tick).
-const queueRecut = 0.8
-
 // queueWindow is one onset window of a port's measured queue.
 type queueWindow struct {
 	w         float64 // seconds
@@ -150,8 +143,8 @@ func (q *queueOnset) rates() (served, arrived float64) {
 // exceed Little's law served × T by queueOnsetMin and by served × T (the
 // queue holds twice what keeps the target) and grew in the window, the
 // pass rate goes at once to what drains the excess within a tick (the
-// tick's first-cut rule, queueCut) and the ticks take over from there. It
-// reports whether any port was cut.
+// tick's first-cut rule, queueCut), at most once a tick, and the ticks
+// take over from there. It reports whether any port was cut.
 func (c *Controller) queueOnsets(at time.Time, w float64, stats map[olc.PortKey]PortStats) (string, bool) {
 	prm := &c.cfg.Params
 	why := ""
@@ -170,13 +163,14 @@ func (c *Controller) queueOnsets(at time.Time, w float64, stats map[olc.PortKey]
 		}
 		l := &ps.loop
 		T := l.targetFor(ps.cfg.Target, prm)
-		if T <= 0 || (l.active && l.since >= queueOnsetFirst.Seconds()) {
+		// Cut once a tick: the windows right after a cut still bring
+		// requests of connections admitted before it (one 50 ms window
+		// of a few requests re-cut a 3 × step to half its first cut on
+		// the harness), and the tick sizes from the rate since the cut.
+		if q.cut || T <= 0 || (l.active && l.since >= queueOnsetFirst.Seconds()) {
 			continue
 		}
 		served, arrived := q.rates()
-		if q.cut && q.afterW > 0 {
-			arrived = q.afterReq / q.afterW
-		}
 		keep := served * T
 		excess := r.Inflight - keep
 		if served <= 0 || arrived <= 0 || excess < math.Max(math.Max(queueOnsetMin, queueOnsetShare*keep), queueOnsetWork*served) || !q.growing() {
@@ -186,7 +180,7 @@ func (c *Controller) queueOnsets(at time.Time, w float64, stats map[olc.PortKey]
 		// a tick's work: admit served − excess ÷ tick of what arrives.
 		dt := c.cfg.Interval.Seconds()
 		ff := math.Max((served-excess/dt)/arrived, 1-maxLatencyCut2)
-		if (q.cut && ff >= queueRecut) || ff >= 1 {
+		if ff >= 1 {
 			continue
 		}
 		next := math.Max(prm.MinPassRate, l.pass*ff)
@@ -196,10 +190,7 @@ func (c *Controller) queueOnsets(at time.Time, w float64, stats map[olc.PortKey]
 		if !l.active {
 			l.active, l.since, l.errOK = true, 0, false
 		}
-		l.pass, l.sinceCut, l.target = next, 0, T
-		if l.served <= 0 || !q.cut {
-			l.served = served
-		}
+		l.pass, l.sinceCut, l.target, l.served = next, 0, T, served
 		q.cut, q.afterReq, q.afterW = true, 0, 0
 		acted = true
 		if why != "" {
