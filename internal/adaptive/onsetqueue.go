@@ -34,14 +34,6 @@ const queueOnsetFirst = time.Second
 // it, from which the onset check cuts (besides queueOnsetMin).
 const queueOnsetShare = 0.5
 
-// queueOnsetWork is the excess, in seconds of served work, from which the
-// onset check cuts (a fifth of the tick's own floor, queueCutMin): a
-// closed pool of 64 clients fills its queue up to its number in the first
-// windows of a step and then waits for its answers, and cut at once its
-// clients block in a SYN retransmit (1 s) and the pool empties
-// (cpu-closed-pool on the plant: 0.83 C against 0.94 C without it).
-const queueOnsetWork = 0.1
-
 // queueBusy is the fewest requests in flight at a window's end from which
 // the next window counts as busy from its start: its answers measure the
 // served rate.
@@ -66,6 +58,7 @@ type queueOnset struct {
 	// (afterReq ÷ afterW) instead.
 	cut              bool
 	afterReq, afterW float64
+	pass             float64 // the loop's pass rate while the windows held were taken
 }
 
 // push appends a window to the ring.
@@ -80,36 +73,40 @@ func (q *queueOnset) at(i int) *queueWindow {
 	return &q.recent[(q.next-1-i+2*queueWindows)%queueWindows]
 }
 
-// growing reports whether each of the newest queueGrowthWindows windows
-// brought more requests than were answered, together queueGrowth × as
-// many: arrivals that outrun the service. A closed pool's clients fill the
-// queue up to their number in the first window or two of a step and then
-// each waits for its answer (arrivals ≈ answers): cut at once, they block
-// in a SYN retransmit (1 s) and the pool empties (cpu-closed-pool on the
-// plant: 92 % of 1 s windows at 0.8 × the mean with two windows); the
-// tick's law sizes theirs.
-func (q *queueOnset) growing() bool {
+// outrun reports whether a surge outruns the service: each of the newest
+// queueGrowthWindows windows brought queueSurge × as many requests as were
+// answered (an open-loop surge: 3 × on the harness), and the excess over
+// Little's served × T is at least queueOnsetMin and queueOnsetShare ×
+// served × T.
+//
+// A closed pool's clients fill the queue up to their number at up to
+// twice the answers (php-closed-pool on the plant: 320–400/s arriving
+// against 180/s answered for up to 0.7 s), then each waits for its answer;
+// cut at once, they block in a SYN retransmit (1 s) and the pool empties:
+// php-closed-pool 0.91–0.93 C against 0.97 C with the ticks alone on the
+// plant at a ratio of 1.25–1.5. A cold start at 1.5 C is left to the tick
+// for the same reason (acting on 1.25 × from the tick's own floor of half
+// a tick's work cost php-closed-pool 0.944 C and left the plant's cold
+// starts at 0.958 and 0.949 C, as without).
+func (q *queueOnset) outrun(excess, keep float64) bool {
 	if q.n < queueGrowthWindows {
 		return false
 	}
-	var req, resp float64
 	for i := 0; i < queueGrowthWindows; i++ {
-		win := q.at(i)
-		if win.requests <= win.responses {
+		if win := q.at(i); win.requests < queueSurge*win.responses || win.requests <= win.responses {
 			return false
 		}
-		req, resp = req+win.requests, resp+win.responses
 	}
-	return req >= queueGrowth*resp
+	return excess >= math.Max(queueOnsetMin, queueOnsetShare*keep)
 }
 
 // queueGrowthWindows is how many of the newest windows must each show the
-// queue growing.
-const queueGrowthWindows = 2
+// queue outrun: a closed pool fills within one or two.
+const queueGrowthWindows = 3
 
-// queueGrowth is the ratio of requests to answers over the newest two
-// windows from which the queue counts as outrun (growing).
-const queueGrowth = 1.25
+// queueSurge is the ratio of requests to answers in each of the newest
+// windows from which the queue counts as outrun by a surge.
+const queueSurge = 2
 
 // rates returns the served rate (requests/s answered over the newest
 // windows, up to onsetSpan, in which the service was busy from the start:
@@ -139,10 +136,10 @@ func (q *queueOnset) rates() (served, arrived float64) {
 // queueOnsets runs the onset check on every port's measured queue: stats
 // hold each port's window counts (Response.Requests, Responses: in the
 // window; Inflight at its end; no p95). Outside an overload of the port's
-// queue, or in its first queueOnsetFirst, when the requests in flight
-// exceed Little's law served × T by queueOnsetMin and by served × T (the
-// queue holds twice what keeps the target) and grew in the window, the
-// pass rate goes at once to what drains the excess within a tick (the
+// queue, or in its first queueOnsetFirst, when a surge outruns the
+// service (outrun: three windows at twice the answers or more, the
+// requests in flight beyond Little's law served × T), the pass rate goes
+// at once to what drains the excess within a tick (the
 // tick's first-cut rule, queueCut), at most once a tick, and the ticks
 // take over from there. It reports whether any port was cut.
 func (c *Controller) queueOnsets(at time.Time, w float64, stats map[olc.PortKey]PortStats) (string, bool) {
@@ -157,6 +154,11 @@ func (c *Controller) queueOnsets(at time.Time, w float64, stats map[olc.PortKey]
 		}
 		r := sanitize(st.Response)
 		q := &ps.onset
+		if l := &ps.loop; l.pass != q.pass {
+			// Windows taken at another pass rate (a cut, the tick's
+			// or this check's) say nothing of the arrivals now.
+			q.n, q.pass = 0, l.pass
+		}
 		q.push(queueWindow{w: w, requests: r.Requests, responses: r.Responses, inflight: r.Inflight})
 		if q.cut {
 			q.afterReq, q.afterW = q.afterReq+r.Requests, q.afterW+w
@@ -173,7 +175,7 @@ func (c *Controller) queueOnsets(at time.Time, w float64, stats map[olc.PortKey]
 		served, arrived := q.rates()
 		keep := served * T
 		excess := r.Inflight - keep
-		if served <= 0 || arrived <= 0 || excess < math.Max(math.Max(queueOnsetMin, queueOnsetShare*keep), queueOnsetWork*served) || !q.growing() {
+		if served <= 0 || arrived <= 0 || !q.outrun(excess, keep) {
 			continue
 		}
 		// The tick's first-cut rule (queueCut), without its floor of half

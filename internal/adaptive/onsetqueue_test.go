@@ -64,22 +64,20 @@ func TestQueueOnset(t *testing.T) {
 	}{
 		{
 			// 3 × the 1000/s answered: the queue grows by 100 a window.
-			// Cut at the second window of growth: served 1000/s (both
-			// windows busy), 20 keep the target, excess 183: admit
-			// (1000 − 183 ÷ 0.5) ÷ 3000 of the pass rate.
-			name: "3 × step", target: fixed, wins: []win{{150, 50, 103}, {150, 50, 203}},
-			wantAt: 1, wantPass: (1000 - 183/0.5) / 3000,
+			// Cut at the third window at 3 × the answers: served 1000/s
+			// (the newest three windows busy), 20 keep the target,
+			// excess 283: admit (1000 − 283 ÷ 0.5) ÷ 3000 of the pass rate.
+			name: "3 × step", target: fixed, wins: []win{{150, 50, 103}, {150, 50, 203}, {150, 50, 303}},
+			wantAt: 2, wantPass: (1000 - 283/0.5) / 3000,
 		},
 		{
-			// idle → 1.5 C: 25 more a window; the excess reaches 0.1 s of
-			// served work (100) at the fourth window.
-			name: "cold start", target: fixed,
-			wins:   []win{{75, 50, 25}, {75, 50, 50}, {75, 50, 75}, {75, 50, 125}},
-			wantAt: 3, wantPass: (1000 - 105/0.5) / 1500,
+			// idle → 1.5 C: left to the tick (outrun).
+			name: "cold start at 1.5 C", target: fixed,
+			wins: []win{{75, 50, 25}, {75, 50, 50}, {75, 50, 75}, {75, 50, 100}, {75, 50, 125}}, wantAt: -1,
 		},
 		{
-			// 64 blocking clients fill the queue up to their number and
-			// wait: never 0.1 s of work beyond the target.
+			// 64 blocking clients fill the queue at 1.4–1.8 × the answers
+			// up to their number, then wait.
 			name: "closed pool fills", target: fixed,
 			wins: []win{{90, 50, 43}, {70, 50, 63}, {51, 50, 64}, {50, 50, 64}}, wantAt: -1,
 		},
@@ -89,8 +87,10 @@ func TestQueueOnset(t *testing.T) {
 			wins: []win{{200, 50, 153}, {40, 50, 143}, {40, 50, 133}}, wantAt: -1,
 		},
 		{
-			name: "queue grows, arrivals barely above answers", target: fixed,
-			wins: []win{{55, 50, 150}, {55, 50, 155}, {55, 50, 160}}, wantAt: -1,
+			// at twice the answers, but the queue is still what a burst
+			// of any service holds.
+			name: "surge, queue below queueOnsetMin", target: ResponseTarget{Seconds: 0.001},
+			wins: []win{{6, 3, 4}, {6, 3, 7}, {6, 3, 10}}, wantAt: -1,
 		},
 		{
 			name: "no target", target: ResponseTarget{},
@@ -98,10 +98,10 @@ func TestQueueOnset(t *testing.T) {
 		},
 		{
 			// no baseline yet: initial_target 100 ms, 100 keep it; the
-			// excess must reach 0.1 s of work (100) as well.
+			// excess 203 is beyond half of that.
 			name: "auto target before a baseline", target: ResponseTarget{Auto: true},
-			wins:   []win{{150, 50, 103}, {150, 50, 203}},
-			wantAt: 1, wantPass: (1000 - 103/0.5) / 3000,
+			wins:   []win{{150, 50, 103}, {150, 50, 203}, {150, 50, 303}},
+			wantAt: 2, wantPass: (1000 - 203/0.5) / 3000,
 		},
 	}
 	for _, tc := range cases {
@@ -144,14 +144,15 @@ func TestQueueOnsetTickHolds(t *testing.T) {
 	r := newQueueRig(t, ResponseTarget{Seconds: 0.02})
 	r.steady(10)
 	r.window(150, 50, 103)
-	d, ok := r.window(150, 50, 203)
+	r.window(150, 50, 203)
+	d, ok := r.window(150, 50, 303)
 	if !ok {
 		t.Fatal("no cut")
 	}
 	pass := 1 - d.Ports[0].DropProbability
 	// Six windows at the cut's pass rate: 3000 × pass ≈ 634/s arrive, the
 	// queue drains by ~18 a window.
-	infl := 203.0
+	infl := 303.0
 	for range 6 {
 		infl -= 50 - 3000*pass*0.05
 		if _, ok := r.window(3000*pass*0.05, 50, infl); ok {
@@ -160,7 +161,7 @@ func TestQueueOnsetTickHolds(t *testing.T) {
 	}
 	r.at += 0.05
 	st := PortStats{New: 500, Response: PortResponse{Available: true, P95: 0.15, Samples: 500,
-		Requests: 50*10 + 300 + 6*3000*pass*0.05, Responses: 500, Inflight: infl}}
+		Requests: 50*10 + 450 + 6*3000*pass*0.05, Responses: 500, Inflight: infl}}
 	d = r.c.Step(snap(r.at), map[olc.PortKey]PortStats{r.port: st})
 	if got := 1 - d.Ports[0].DropProbability; got < pass-1e-9 {
 		t.Errorf("the tick after the cut lowered the pass rate to %.3f from the onset's %.3f: %s", got, pass, d.Reason)
@@ -178,12 +179,13 @@ func TestQueueOnsetOncePerTick(t *testing.T) {
 	r := newQueueRig(t, ResponseTarget{Seconds: 0.02})
 	r.steady(10)
 	r.window(150, 50, 103)
-	d, ok := r.window(150, 50, 203)
+	r.window(150, 50, 203)
+	d, ok := r.window(150, 50, 303)
 	if !ok {
 		t.Fatal("no cut")
 	}
 	pass := 1 - d.Ports[0].DropProbability
-	infl := 203.0
+	infl := 303.0
 	for range 3 {
 		infl += 3 * 3000 * pass * 0.05
 		if _, ok := r.window(3*3000*pass*0.05+50, 50, infl); ok {
