@@ -2,6 +2,7 @@ package adaptive_test
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -163,6 +164,45 @@ func TestClientsPlantStaticLimit(t *testing.T) {
 			}
 			if want := 0.9 * static; olcd < want {
 				t.Errorf("%s: olcd %.3f C against the static limit's %.3f C, want ≥ %.3f C", name, olcd, static, want)
+			}
+		}
+	}
+}
+
+// TestClientsPlantQueueOnset: the onset check on the measured queue starts
+// an open-loop 3 × step between ticks, before the first tick after it (the
+// step is at 10 s, the ticks at every 500 ms: 3 to 5 windows on the
+// plant), and leaves closed pools (whose queue fills up to their clients and
+// stops) and the 1.5 C cold start to the tick (docs/controller.md §0).
+func TestClientsPlantQueueOnset(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		between bool // the onset check acts between ticks
+	}{
+		{"cpu-open-giveup-3x", true}, {"pool-open-giveup-3x", true}, {"php-open-giveup-3x", true},
+		{"cpu-open-retry-3x", true},
+		{"cpu-closed-pool-3x", false}, {"pool-closed-pool-3x", false}, {"php-closed-pool-3x", false},
+		{"cpu-open-giveup-coldstart", false}, {"pool-open-giveup-coldstart", false},
+	} {
+		for seed := uint64(1); seed <= clientSeeds; seed++ {
+			sc, phase, err := plant.ParseScenario(tc.name, seed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := -1.0
+			_, err = plant.Drive(clientController(t, nil), sc, olc.PortKey{Proto: olc.ProtoTCP, Port: clientPort}, 5, func(d plant.DriveTick) {
+				if first < 0 && strings.Contains(d.Decision.Reason, "before the tick") {
+					first = d.T
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case tc.between && (first < phase[0] || first >= phase[0]+sc.Tick.Seconds()):
+				t.Errorf("%s seed %d: first cut between ticks at %.2f s, want before the first tick after the step at %g s", tc.name, seed, first, phase[0])
+			case !tc.between && first >= 0:
+				t.Errorf("%s seed %d: the onset check cut at %.2f s, want the tick's law alone", tc.name, seed, first)
 			}
 		}
 	}
