@@ -39,7 +39,7 @@ func (c *Controller) Onset(at time.Time, window time.Duration, stats map[olc.Por
 		return Decision{}, false
 	}
 	if prm.OnsetInterval > 0 && prm.OnsetInterval < c.cfg.Interval {
-		if why, ok := c.queueOnsets(at, w, stats); ok {
+		if why, ok := c.queueOnsets(w, stats); ok {
 			d := c.onsetDecision(at)
 			d.Reason = why
 			c.finish(&d)

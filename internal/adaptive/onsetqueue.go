@@ -142,66 +142,81 @@ func (q *queueOnset) rates() (served, arrived float64) {
 // at once to what drains the excess within a tick (the
 // tick's first-cut rule, queueCut), at most once a tick, and the ticks
 // take over from there. It reports whether any port was cut.
-func (c *Controller) queueOnsets(at time.Time, w float64, stats map[olc.PortKey]PortStats) (string, bool) {
-	prm := &c.cfg.Params
+func (c *Controller) queueOnsets(w float64, stats map[olc.PortKey]PortStats) (string, bool) {
 	why := ""
 	acted := false
-	for i := range c.ports {
-		ps := &c.ports[i]
-		st, ok := stats[ps.cfg.Key]
-		if !ok || !ps.cfg.Target.On() {
-			continue
+	// Classes keep their order, as at the tick: a port is not cut while a
+	// port of a less protected class sheds with room to shed more.
+	lessSheds := false
+	for k := int(olc.NumClasses) - 1; k >= 0; k-- {
+		sheds := false
+		for i := range c.ports {
+			ps := &c.ports[i]
+			if ps.cfg.Class != olc.Class(k) {
+				continue
+			}
+			if msg, cut := c.queueOnset(ps, w, stats, lessSheds); cut {
+				if acted {
+					why += "; "
+				}
+				why, acted = why+msg, true
+			}
+			sheds = sheds || (ps.loop.active && ps.loop.pass > c.cfg.Params.MinPassRate+1e-9)
 		}
-		r := sanitize(st.Response)
-		q := &ps.onset
-		if l := &ps.loop; l.pass != q.pass {
-			// Windows taken at another pass rate (a cut, the tick's
-			// or this check's) say nothing of the arrivals now.
-			q.n, q.pass = 0, l.pass
-		}
-		q.push(queueWindow{w: w, requests: r.Requests, responses: r.Responses, inflight: r.Inflight})
-		if q.cut {
-			q.afterReq, q.afterW = q.afterReq+r.Requests, q.afterW+w
-		}
-		l := &ps.loop
-		T := l.targetFor(ps.cfg.Target, prm)
-		// Cut once a tick: the windows right after a cut still bring
-		// requests of connections admitted before it (one 50 ms window
-		// of a few requests re-cut a 3 × step to half its first cut on
-		// the harness), and the tick sizes from the rate since the cut.
-		if q.cut || T <= 0 || (l.active && l.since >= queueOnsetFirst.Seconds()) {
-			continue
-		}
-		served, arrived := q.rates()
-		keep := served * T
-		excess := r.Inflight - keep
-		if served <= 0 || arrived <= 0 || !q.outrun(excess, keep) {
-			continue
-		}
-		// The tick's first-cut rule (queueCut), without its floor of half
-		// a tick's work: admit served − excess ÷ tick of what arrives.
-		dt := c.cfg.Interval.Seconds()
-		ff := math.Max((served-excess/dt)/arrived, 1-maxLatencyCut2)
-		if ff >= 1 {
-			continue
-		}
-		next := math.Max(prm.MinPassRate, l.pass*ff)
-		if next >= l.pass-1e-9 {
-			continue
-		}
-		if !l.active {
-			l.active, l.since, l.errOK = true, 0, false
-		}
-		l.pass, l.sinceCut, l.target, l.served = next, 0, T, served
-		q.cut, q.afterReq, q.afterW = true, 0, 0
-		acted = true
-		if why != "" {
-			why += "; "
-		}
-		why += fmt.Sprintf("%s: %.0f requests in flight where %.0f keep the target %.3gs (%.0f/s answered, %.0f/s arriving): pass rate %.3f before the tick",
-			ps.cfg.Key, r.Inflight, keep, T, served, arrived, l.pass)
+		lessSheds = lessSheds || sheds
 	}
 	return why, acted
+}
+
+// queueOnset is queueOnsets for one port: it keeps the port's window and,
+// unless held (a less protected class sheds), cuts the port when a surge
+// outruns its service. It reports whether it cut, and why.
+func (c *Controller) queueOnset(ps *portState, w float64, stats map[olc.PortKey]PortStats, held bool) (string, bool) {
+	prm := &c.cfg.Params
+	st, ok := stats[ps.cfg.Key]
+	if !ok || !ps.cfg.Target.On() {
+		return "", false
+	}
+	r := sanitize(st.Response)
+	q, l := &ps.onset, &ps.loop
+	if l.pass != q.pass {
+		// Windows taken at another pass rate (a cut, the tick's or this
+		// check's) say nothing of the arrivals now.
+		q.n, q.pass = 0, l.pass
+	}
+	q.push(queueWindow{w: w, requests: r.Requests, responses: r.Responses, inflight: r.Inflight})
+	if q.cut {
+		q.afterReq, q.afterW = q.afterReq+r.Requests, q.afterW+w
+	}
+	T := l.targetFor(ps.cfg.Target, prm)
+	// Cut once a tick: the windows right after a cut still bring requests
+	// of connections admitted before it (one 50 ms window of a few
+	// requests re-cut a 3 × step to half its first cut on the harness),
+	// and the tick sizes from the rate since the cut.
+	if held || q.cut || T <= 0 || (l.active && l.since >= queueOnsetFirst.Seconds()) {
+		return "", false
+	}
+	served, arrived := q.rates()
+	keep := served * T
+	excess := r.Inflight - keep
+	if served <= 0 || arrived <= 0 || !q.outrun(excess, keep) {
+		return "", false
+	}
+	// The tick's first-cut rule (queueCut), without its floor of half a
+	// tick's work: admit served − excess ÷ tick of what arrives.
+	dt := c.cfg.Interval.Seconds()
+	ff := math.Max((served-excess/dt)/arrived, 1-maxLatencyCut2)
+	next := math.Max(prm.MinPassRate, l.pass*ff)
+	if ff >= 1 || next >= l.pass-1e-9 {
+		return "", false
+	}
+	if !l.active {
+		l.active, l.since, l.errOK = true, 0, false
+	}
+	l.pass, l.sinceCut, l.target, l.served = next, 0, T, served
+	q.cut, q.afterReq, q.afterW = true, 0, 0
+	return fmt.Sprintf("%s: %.0f requests in flight where %.0f keep the target %.3gs (%.0f/s answered, %.0f/s arriving): pass rate %.3f before the tick",
+		ps.cfg.Key, r.Inflight, keep, T, served, arrived, l.pass), true
 }
 
 // afterQueueOnset is a tick's view of a port the onset check cut during

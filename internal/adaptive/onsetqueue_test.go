@@ -220,3 +220,51 @@ func TestQueueOnsetNoAlloc(t *testing.T) {
 		t.Errorf("%.1f allocations per quiet check, want 0", allocs)
 	}
 }
+
+// Classes keep their order between ticks: a critical port's surge is not
+// cut while a best-effort one sheds with room to shed more; once the
+// best-effort port is at its bound, it is.
+func TestQueueOnsetClassOrder(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		beReq        float64 // the best-effort port's requests a window
+		wantCritical bool
+	}{
+		{name: "best-effort cut with room", beReq: 150},
+		{name: "best-effort cut to its bound", beReq: 3000, wantCritical: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			crit := olc.PortKey{Proto: olc.ProtoTCP, Port: 443}
+			be := olc.PortKey{Proto: olc.ProtoTCP, Port: 8080}
+			cfg := Config{Interval: 500 * time.Millisecond, Params: DefaultParams(), Ports: []PortConfig{
+				{Key: crit, Class: olc.ClassCritical, Target: ResponseTarget{Seconds: 0.02}},
+				{Key: be, Class: olc.ClassBestEffort, Target: ResponseTarget{Seconds: 0.02}}}}
+			cfg.Params.MinPassRate = 0.1 // the onset's deepest cut, 90 %, reaches it
+			c, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			at := 1.0
+			win := func(critReq, beReq, infl float64) Decision {
+				at += 0.05
+				d, _ := c.Onset(TraceOrigin.Add(seconds(at)), 50*time.Millisecond, map[olc.PortKey]PortStats{
+					crit: {New: uint64(critReq), Response: PortResponse{Requests: critReq, Responses: 50, Inflight: infl}},
+					be:   {New: uint64(beReq), Response: PortResponse{Requests: beReq, Responses: 50, Inflight: infl}}})
+				return d
+			}
+			for range 10 {
+				win(50, 50, 3)
+			}
+			var d Decision
+			for i := range 3 {
+				d = win(150, tc.beReq, 103+100*float64(i))
+			}
+			if len(d.Ports) != 2 || d.Ports[1].DropProbability == 0 {
+				t.Fatalf("best-effort not cut: %+v", d.Ports)
+			}
+			if got := d.Ports[0].DropProbability > 0; got != tc.wantCritical {
+				t.Errorf("critical cut %v (p %.3f), want %v; best-effort p %.3f: %s", got, d.Ports[0].DropProbability, tc.wantCritical, d.Ports[1].DropProbability, d.Reason)
+			}
+		})
+	}
+}
