@@ -75,25 +75,30 @@ func (q *queueOnset) at(i int) *queueWindow {
 
 // outrun reports whether a surge outruns the service: each of the newest
 // queueGrowthWindows windows brought queueSurge × as many requests as were
-// answered (an open-loop surge: 3 × on the harness), and the excess over
-// Little's served × T is at least queueOnsetMin and queueOnsetShare ×
-// served × T.
+// answered (an open-loop surge: 3 × on the harness), or queueColdSurge ×
+// on a cold start (cold: an auto target without a baseline yet), and the
+// excess over Little's served × T is at least queueOnsetMin and
+// queueOnsetShare × served × T.
 //
 // A closed pool's clients fill the queue up to their number at up to
 // twice the answers (php-closed-pool on the plant: 320–400/s arriving
 // against 180/s answered for up to 0.7 s), then each waits for its answer;
 // cut at once, they block in a SYN retransmit (1 s) and the pool empties:
 // php-closed-pool 0.91–0.93 C against 0.97 C with the ticks alone on the
-// plant at a ratio of 1.25–1.5. A cold start at 1.5 C is left to the tick
-// for the same reason (acting on 1.25 × from the tick's own floor of half
-// a tick's work cost php-closed-pool 0.944 C and left the plant's cold
-// starts at 0.958 and 0.949 C, as without).
-func (q *queueOnset) outrun(excess, keep float64) bool {
+// plant at a ratio of 1.25–1.5. A service that has no baseline yet has no
+// clients blocked in its queue: from idle to 1.5 C at 1.25 × the cold
+// starts rose from 0.948/0.938/0.926 C (cpu/pool/php, means of 10 seeds)
+// to 0.980/0.980/0.958 C, closed pools' cold starts unchanged.
+func (q *queueOnset) outrun(excess, keep float64, cold bool) bool {
+	ratio := float64(queueSurge)
+	if cold {
+		ratio = queueColdSurge
+	}
 	if q.n < queueGrowthWindows {
 		return false
 	}
 	for i := 0; i < queueGrowthWindows; i++ {
-		if win := q.at(i); win.requests < queueSurge*win.responses || win.requests <= win.responses {
+		if win := q.at(i); win.requests < ratio*win.responses || win.requests <= win.responses {
 			return false
 		}
 	}
@@ -104,9 +109,13 @@ func (q *queueOnset) outrun(excess, keep float64) bool {
 // queue outrun: a closed pool fills within one or two.
 const queueGrowthWindows = 3
 
-// queueSurge is the ratio of requests to answers in each of the newest
-// windows from which the queue counts as outrun by a surge.
-const queueSurge = 2
+// queueSurge and queueColdSurge are the ratios of requests to answers in
+// each of the newest windows from which the queue counts as outrun by a
+// surge, with a baseline and on a cold start.
+const (
+	queueSurge     = 2
+	queueColdSurge = 1.25
+)
 
 // rates returns the served rate (requests/s answered over the newest
 // windows, up to onsetSpan, in which the service was busy from the start:
@@ -199,7 +208,7 @@ func (c *Controller) queueOnset(ps *portState, w float64, stats map[olc.PortKey]
 	served, arrived := q.rates()
 	keep := served * T
 	excess := r.Inflight - keep
-	if served <= 0 || arrived <= 0 || !q.outrun(excess, keep) {
+	if served <= 0 || arrived <= 0 || !q.outrun(excess, keep, ps.cfg.Target.Auto && !l.base.ok) {
 		return "", false
 	}
 	// The tick's first-cut rule (queueCut), without its floor of half a

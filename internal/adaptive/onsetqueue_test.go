@@ -71,9 +71,18 @@ func TestQueueOnset(t *testing.T) {
 			wantAt: 2, wantPass: (1000 - 283/0.5) / 3000,
 		},
 		{
-			// idle → 1.5 C: left to the tick (outrun).
-			name: "cold start at 1.5 C", target: fixed,
+			// 1.5 C with a fixed target: left to the tick (outrun).
+			name: "1.5 C, fixed target", target: fixed,
 			wins: []win{{75, 50, 25}, {75, 50, 50}, {75, 50, 75}, {75, 50, 100}, {75, 50, 125}}, wantAt: -1,
+		},
+		{
+			// the same with an auto target and no baseline yet (a service
+			// that just started): 1.25 × the answers suffice; 100 keep the
+			// initial target, the excess reaches half of it at 150 in
+			// flight.
+			name: "cold start, no baseline yet", target: ResponseTarget{Auto: true},
+			wins:   []win{{75, 50, 25}, {75, 50, 50}, {75, 50, 75}, {75, 50, 100}, {75, 50, 125}, {75, 50, 150}},
+			wantAt: 5, wantPass: (1000 - 50/0.5) / 1500,
 		},
 		{
 			// 64 blocking clients fill the queue at 1.4–1.8 × the answers
