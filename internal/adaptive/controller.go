@@ -82,6 +82,7 @@ type Controller struct {
 
 type portState struct {
 	loop     latencyLoop // the law on the port's measured queue
+	onset    queueOnset  // the onset check on it between ticks (onsetqueue.go)
 	cfg      PortConfig
 	demand   float64 // smoothed unique new connections per second
 	attempts float64 // smoothed new connections per second, retransmits included

@@ -523,6 +523,7 @@ func (c *Controller) queueLaws(d *Decision, stats map[olc.PortKey]PortStats, sta
 			continue
 		}
 		if ok && !stale {
+			st = ps.onset.afterQueueOnset(st, c.dt)
 			mayCut := true
 			for cl := ps.cfg.Class + 1; cl < olc.NumClasses; cl++ {
 				if sheddable[cl] {
