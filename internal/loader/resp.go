@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 
@@ -197,9 +198,21 @@ func (d *Datapath) respSlotList() []uint16 {
 // respFields is the number of 32-bit words of struct olcd_resp_hist.
 const respFields = 4 + HistBuckets
 
+// respWords is one CPU's struct olcd_resp_hist as last folded.
+type respWords struct {
+	_       [0]uint64 // 8-byte aligned: buckets are compared in pairs (bucketPairs)
+	counts  [4]uint32
+	buckets [HistBuckets]uint32
+}
+
 type respTotals struct {
-	prev  [][respFields]uint32
-	total [respFields]uint64
+	prev   []respWords
+	counts [4]uint64 // requests, responses, abandoned, retransmits
+	// buckets are the bucket totals; once handed out in a Response they
+	// are the caller's, and the next fold into them works on a copy
+	// (shared false).
+	buckets []uint64
+	shared  bool
 	// last is what response returned last, handed out again while no
 	// total changed (stale: one did since).
 	last  Response
@@ -221,46 +234,61 @@ func newRespFolder(m, fstats *ebpf.Map) *respFolder {
 		fstats: fstats, slots: make(map[uint16]*respTotals)}
 }
 
-func histWords(h *olcdOlcdRespHist) *[respFields]uint32 {
-	var w [respFields]uint32
-	w[0], w[1], w[2], w[3] = h.Requests, h.Responses, h.Abandoned, h.Retransmits
-	copy(w[4:], h.Bucket[:])
-	return &w
+// bucketPairs views buckets as 64-bit words of two buckets each, so that
+// a fold compares two at a time: between two reads of a busy port most
+// buckets did not move. HistBuckets is even, and both callers' buckets
+// are 8-byte aligned (16 bytes into 8-byte aligned structs).
+func bucketPairs(b *[HistBuckets]uint32) *[HistBuckets / 2]uint64 {
+	return (*[HistBuckets / 2]uint64)(unsafe.Pointer(b))
+}
+
+func (f *respFolder) totals(slot uint16) *respTotals {
+	st := f.slots[slot]
+	if st == nil {
+		st = &respTotals{stale: true, buckets: make([]uint64, HistBuckets)}
+		f.slots[slot] = st
+	}
+	return st
 }
 
 func (f *respFolder) add(slot uint16, percpu []olcdOlcdRespHist) {
-	st := f.slots[slot]
-	if st == nil {
-		st = &respTotals{stale: true}
-		f.slots[slot] = st
-	}
+	st := f.totals(slot)
 	if len(st.prev) != len(percpu) {
-		st.prev = make([][respFields]uint32, len(percpu))
+		st.prev = make([]respWords, len(percpu))
 	}
 	for cpu := range percpu {
 		h := &percpu[cpu]
 		p := &st.prev[cpu]
-		if h.Requests == p[0] && h.Responses == p[1] && h.Abandoned == p[2] && h.Retransmits == p[3] {
+		c := [4]uint32{h.Requests, h.Responses, h.Abandoned, h.Retransmits}
+		if c == p.counts {
 			continue // idle on this CPU since the last read: no bucket moved either
 		}
 		st.stale = true
-		st.total[0] += uint64(h.Requests - p[0])
-		st.total[2] += uint64(h.Abandoned - p[2])
-		st.total[3] += uint64(h.Retransmits - p[3])
-		p[0], p[2], p[3] = h.Requests, h.Abandoned, h.Retransmits
-		if h.Responses == p[1] {
+		st.counts[0] += uint64(c[0] - p.counts[0])
+		st.counts[2] += uint64(c[2] - p.counts[2])
+		st.counts[3] += uint64(c[3] - p.counts[3])
+		p.counts[0], p.counts[2], p.counts[3] = c[0], c[2], c[3]
+		if c[1] == p.counts[1] {
 			continue
 		}
 		// The program counts a bucket before the response (resp.h), so
 		// a response seen has its bucket; a bucket seen early waits in
 		// its delta until the next response on this CPU.
-		st.total[1] += uint64(h.Responses - p[1])
-		p[1] = h.Responses
-		for i, v := range h.Bucket {
-			if v != p[4+i] {
-				st.total[4+i] += uint64(v - p[4+i])
-				p[4+i] = v
+		st.counts[1] += uint64(c[1] - p.counts[1])
+		p.counts[1] = c[1]
+		if st.shared {
+			st.buckets, st.shared = slices.Clone(st.buckets), false
+		}
+		b := (*[HistBuckets]uint64)(st.buckets)
+		cw, pw := bucketPairs(&h.Bucket), bucketPairs(&p.buckets)
+		for i := range cw {
+			if cw[i] == pw[i] {
+				continue
 			}
+			for j := 2 * i; j < 2*i+2; j++ {
+				b[j] += uint64(h.Bucket[j] - p.buckets[j])
+			}
+			pw[i] = cw[i]
 		}
 	}
 }
@@ -300,21 +328,17 @@ func (f *respFolder) forget(slot uint16) { delete(f.slots, slot) }
 
 // response returns the slot's totals. A slot whose totals did not change
 // since the last call gets the same Response again, Buckets included
-// (callers only read them), so an idle port costs no allocation.
+// (callers only read them), so an idle port costs no allocation; a busy
+// one costs the one copy of its buckets the next fold makes.
 func (f *respFolder) response(slot uint16) Response {
-	st := f.slots[slot]
-	if st == nil {
-		st = &respTotals{stale: true}
-		f.slots[slot] = st
-	}
+	st := f.totals(slot)
 	if !st.stale {
 		return st.last
 	}
-	t := &st.total
-	r := Response{Requests: t[0], Responses: t[1], Abandoned: t[2], Retransmits: t[3], Buckets: make([]uint64, HistBuckets)}
-	copy(r.Buckets, t[4:])
-	st.last, st.stale = r, false
-	return r
+	t := &st.counts
+	st.last = Response{Requests: t[0], Responses: t[1], Abandoned: t[2], Retransmits: t[3], Buckets: st.buckets}
+	st.shared, st.stale = true, false
+	return st.last
 }
 
 func (f *respFolder) flows() (FlowCounters, error) {
