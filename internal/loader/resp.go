@@ -207,8 +207,8 @@ type respWords struct {
 }
 
 type respTotals struct {
-	prev   []respWords
-	counts [4]uint64 // requests, responses, abandoned, retransmits
+	prev  []respWords
+	total [4]uint64 // requests, responses, abandoned, retransmits
 	// buckets are the bucket totals; once handed out in a Response they
 	// are the caller's, and the next fold into them works on a copy
 	// (shared false).
@@ -314,9 +314,9 @@ func (f *respFolder) add(slot uint16) error {
 			continue // idle on this CPU since the last read: no bucket moved either
 		}
 		st.stale = true
-		st.counts[0] += uint64(c[0] - p.counts[0])
-		st.counts[2] += uint64(c[2] - p.counts[2])
-		st.counts[3] += uint64(c[3] - p.counts[3])
+		st.total[0] += uint64(c[0] - p.counts[0])
+		st.total[2] += uint64(c[2] - p.counts[2])
+		st.total[3] += uint64(c[3] - p.counts[3])
 		p.counts[0], p.counts[2], p.counts[3] = c[0], c[2], c[3]
 		if c[1] == p.counts[1] {
 			continue
@@ -324,7 +324,7 @@ func (f *respFolder) add(slot uint16) error {
 		if _, err := f.mem.ReadAt(bytesOf(&h.buckets), off+int64(unsafe.Offsetof(h.buckets))); err != nil {
 			return fmt.Errorf("read response histogram %d of CPU %d: %w", slot, cpu, err)
 		}
-		st.counts[1] += uint64(c[1] - p.counts[1])
+		st.total[1] += uint64(c[1] - p.counts[1])
 		p.counts[1] = c[1]
 		if st.shared {
 			st.buckets, st.shared = slices.Clone(st.buckets), false
@@ -384,7 +384,7 @@ func (f *respFolder) response(slot uint16) Response {
 	if !st.stale {
 		return st.last
 	}
-	t := &st.counts
+	t := &st.total
 	st.last = Response{Requests: t[0], Responses: t[1], Abandoned: t[2], Retransmits: t[3], Buckets: st.buckets}
 	st.shared, st.stale = true, false
 	return st.last
