@@ -222,7 +222,7 @@ func (c *Controller) Step(s olc.Snapshot, stats map[olc.PortKey]PortStats) Decis
 	if st := driverState(&d); st != nil && !stale {
 		c.prevValue = st.Value
 	}
-	c.queueLaws(&d, stats, stale)
+	c.queueLaws(&d, stats, stale, s.CgroupThrottleGap)
 	c.allocate(&d)
 	c.lastTick = Decision{Signals: d.Signals, Pressure: d.Pressure, SmoothedPressure: d.SmoothedPressure,
 		PressureAvailable: d.PressureAvailable, Driver: d.Driver}
