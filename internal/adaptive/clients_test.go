@@ -167,3 +167,66 @@ func TestClientsPlantStaticLimit(t *testing.T) {
 		}
 	}
 }
+
+// sloWindowShare is the harness's windows figure: the share of the 1 s
+// windows of [t0, t1] whose goodput within slo, binned by the request's
+// first SYN, is at least 0.8 × the windows' mean.
+func sloWindowShare(res plant.Result, t0, t1, slo float64) float64 {
+	var gs []float64
+	var mean float64
+	for w := t0; w+1 <= t1+1e-9; w++ {
+		var g float64
+		for _, s := range res.Successes {
+			if start := s[0] - s[1]; start > w && start <= w+1 && s[1] <= slo {
+				g++
+			}
+		}
+		gs = append(gs, g)
+		mean += g
+	}
+	mean /= float64(len(gs))
+	n := 0
+	for _, g := range gs {
+		if g >= 0.8*mean {
+			n++
+		}
+	}
+	return float64(n) / float64(len(gs))
+}
+
+// TestClientsPlantQuotaClosedPool is the harness's cpu-closed-pool-3x as it
+// runs there (plant.Quota: one CPU of quota, C ≈ 190/s, so 64 blocking
+// clients queue 0.34 s of work, where plant.CPU's 1000/s leaves them 64 ms),
+// counted as the harness counts (answers within 200 ms of the first SYN,
+// windows binned by the first SYN), against a static SYN limit at C, mean
+// of clientSeeds seeds. Asserted: goodput ≥ 0.65 C on every seed. The
+// no-limit-cycle line and ≥ the static limit are logged, misses of the
+// plant and of the law (docs/tuning.md §4a): a constant drop probability
+// at its best, and the static limit itself, keep 92 % of the windows here
+// (a closed pool at 1 C of one worker fluctuates by more than 20 % from
+// one second to the next), and std(p) reaches 0.051 on one seed in ten.
+func TestClientsPlantQuotaClosedPool(t *testing.T) {
+	var olcd, static, worstStd float64
+	worstWin, staticWin := 1.0, 1.0
+	for seed := uint64(1); seed <= clientSeeds; seed++ {
+		sc, ph, err := plant.ParseScenario("quota-closed-pool-3x", seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := drive(clientController(t, nil), sc)
+		g := res.GoodputWithin(ph[0], ph[1], harnessSLO) / res.Capacity
+		st := res.SteadyPart(ph[0]+5, ph[1])
+		if g < 0.65 {
+			t.Errorf("seed %d: goodput within %.0f ms %.3f C, want ≥ 0.65 C", seed, harnessSLO*1000, g)
+		}
+		olcd += g / clientSeeds
+		worstStd = math.Max(worstStd, st.PStd)
+		worstWin = math.Min(worstWin, sloWindowShare(res, ph[0]+5, ph[1], harnessSLO))
+		sc.Limit = res.Capacity
+		s := plant.Run(sc, func(plant.Observation) float64 { return 0 })
+		static += s.GoodputWithin(ph[0], ph[1], harnessSLO) / s.Capacity / clientSeeds
+		staticWin = math.Min(staticWin, sloWindowShare(s, ph[0]+5, ph[1], harnessSLO))
+	}
+	t.Logf("quota-closed-pool-3x, goodput within %.0f ms, mean of %d seeds: olcd %.3f C, static limit at C %.3f C; worst std(p) %.4f, windows ≥ 0.8 × mean: olcd %.0f%%, static %.0f%%",
+		harnessSLO*1000, clientSeeds, olcd, static, worstStd, 100*worstWin, 100*staticWin)
+}
