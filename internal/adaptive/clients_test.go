@@ -2,6 +2,7 @@ package adaptive_test
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -178,6 +179,62 @@ func TestClientsPlantStaticLimit(t *testing.T) {
 			if want := 0.9 * static; olcd < want {
 				t.Errorf("%s: olcd %.3f C against the static limit's %.3f C, want ≥ %.3f C", name, olcd, static, want)
 			}
+		}
+	}
+}
+
+// TestClientsPlantQueueOnset: the onset check on the measured queue starts
+// an open-loop 3 × step between ticks before the first tick after it (3 to
+// 5 windows on the plant), cuts a cold start (idle → 1.5 C, no baseline
+// yet) within its first second, and leaves closed pools with a baseline (whose queue fills up to
+// their clients and stops) to the tick (docs/controller.md §0).
+func TestClientsPlantQueueOnset(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		between bool // the onset check acts between ticks
+	}{
+		// open-loop 3 × steps: before the first tick after the step
+		{"cpu-open-giveup-3x", true}, {"pool-open-giveup-3x", true}, {"php-open-giveup-3x", true},
+		{"cpu-open-retry-3x", true},
+		{"cpu-closed-pool-3x", false}, {"pool-closed-pool-3x", false}, {"php-closed-pool-3x", false},
+		// cold starts: within the first second (the arrivals outrun the
+		// answers by less, and a tick's cut restarts the windows)
+		{"cpu-open-giveup-coldstart", true}, {"pool-open-giveup-coldstart", true}, {"php-open-giveup-coldstart", true},
+		{"cpu-closed-pool-coldstart", false},
+	} {
+		missed := 0
+		for seed := uint64(1); seed <= clientSeeds; seed++ {
+			sc, phase, err := plant.ParseScenario(tc.name, seed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := -1.0
+			_, err = plant.Drive(clientController(t, nil), sc, olc.PortKey{Proto: olc.ProtoTCP, Port: clientPort}, 5, func(d plant.DriveTick) {
+				if first < 0 && strings.Contains(d.Decision.Reason, "before the tick") {
+					first = d.T
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			within := sc.Tick.Seconds()
+			if strings.HasSuffix(tc.name, "coldstart") {
+				// the tick's law may see it first: 9 of 10 seeds on cpu
+				within = 1
+				if first < 0 && tc.between {
+					missed++
+					continue
+				}
+			}
+			switch {
+			case tc.between && (first < phase[0] || first >= phase[0]+within):
+				t.Errorf("%s seed %d: first cut between ticks at %.2f s, want within %g s of the step at %g s", tc.name, seed, first, within, phase[0])
+			case !tc.between && first >= 0:
+				t.Errorf("%s seed %d: the onset check cut at %.2f s, want the tick's law alone", tc.name, seed, first)
+			}
+		}
+		if missed > clientSeeds/5 {
+			t.Errorf("%s: no cut between ticks in %d of %d seeds, want at most %d", tc.name, missed, clientSeeds, clientSeeds/5)
 		}
 	}
 }

@@ -82,6 +82,7 @@ type Controller struct {
 
 type portState struct {
 	loop     latencyLoop // the law on the port's measured queue
+	onset    queueOnset  // the onset check on it between ticks (onsetqueue.go)
 	cfg      PortConfig
 	demand   float64 // smoothed unique new connections per second
 	attempts float64 // smoothed new connections per second, retransmits included
@@ -221,7 +222,7 @@ func (c *Controller) Step(s olc.Snapshot, stats map[olc.PortKey]PortStats) Decis
 	if st := driverState(&d); st != nil && !stale {
 		c.prevValue = st.Value
 	}
-	c.queueLaws(&d, stats, stale)
+	c.queueLaws(&d, stats, stale, s.CgroupThrottleGap)
 	c.allocate(&d)
 	c.lastTick = Decision{Signals: d.Signals, Pressure: d.Pressure, SmoothedPressure: d.SmoothedPressure,
 		PressureAvailable: d.PressureAvailable, Driver: d.Driver}

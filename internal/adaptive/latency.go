@@ -77,6 +77,8 @@ type latencyLoop struct {
 	errOK     bool
 	sinceCut  float64    // seconds since the last tick that lowered pass
 	target    float64    // target in force (seconds), 0 when none
+	gap       float64    // throttle gap the target is widened by (seconds): throttleGap
+	tickGap   float64    // the watched cgroup's throttle gap this tick (seconds)
 	served    float64    // requests/s answered on the last over tick: the measured capacity
 	shed      [2]float64 // SYNs dropped in the previous and in this tick
 	returning float64    // smoothed share of shed SYNs retransmitted 1 s later
@@ -159,7 +161,7 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 	if tgt.Auto {
 		// The tick that teaches the first baseline is judged against
 		// the target it teaches.
-		l.base.learn(r, l.active || guardOver, l.target, prm)
+		l.base.learn(r, l.active || guardOver || l.atQuota(r), l.target, prm)
 		l.target = l.targetFor(tgt, prm)
 	}
 	l.sinceCut += dt
@@ -178,7 +180,7 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 		}
 		r.P95 = 0
 	}
-	m, T := r.P95, l.target
+	m, T := r.P95, l.target+l.gap
 	if !l.active {
 		if m <= T {
 			l.errOK = false
@@ -292,7 +294,7 @@ func (l *latencyLoop) probeUnmeasured(r PortResponse, guardOver bool, prm *Param
 		return hold + ", a resource guard is over"
 	case l.sinceCut < prm.ResponseCooldown.Seconds():
 		return hold + ", cooling down"
-	case r.Inflight > math.Max(1, l.served*l.target):
+	case r.Inflight > math.Max(1, l.served*(l.target+l.gap)):
 		return fmt.Sprintf("%s, %.0f requests in flight", hold, r.Inflight)
 	}
 	l.pass = math.Min(1, l.pass+math.Min(prm.RecoveryStep, math.Max((1-l.pass)/2, minShed)))
@@ -399,24 +401,70 @@ func sanitize(r PortResponse) PortResponse {
 // sample halves what passes at most.
 const maxLatencyCut = 0.5
 
-// tgtName renders the target for a reason: "auto 3 × 5ms" or "50ms".
+// tgtName renders the target for a reason: "auto from baseline 5ms",
+// "50ms", with "+ throttle gap 75ms" when the gap widens it.
 func tgtName(tgt ResponseTarget, l *latencyLoop) string {
-	if !tgt.Auto {
-		return tgt.String()
+	name := tgt.String()
+	switch {
+	case !tgt.Auto:
+	case !l.base.ok:
+		name = "auto, no baseline yet"
+	default:
+		name = fmt.Sprintf("auto from baseline %.3gs", l.base.value)
 	}
-	if !l.base.ok {
-		return "auto, no baseline yet"
+	if l.gap > 0 {
+		name += fmt.Sprintf(" + throttle gap %.3gs", l.gap)
 	}
-	return fmt.Sprintf("auto from baseline %.3gs", l.base.value)
+	return name
 }
+
+// throttleGap sets the gap the port's target is widened by from the watched
+// cgroup's throttle gap this tick (olc.Snapshot.CgroupThrottleGap, seconds):
+// the larger of this tick's and the previous one's, since a request that
+// waited out a tick's last gap is answered in the next. Under a CFS quota a
+// service at its capacity runs in bursts: once a period's quota is spent,
+// every request waits for the next period, so the p95 and the requests in
+// flight hold the gap without any queue olcd could drain. Read as a queue
+// against a target below the gap (auto: 3 × an unthrottled baseline), it
+// shed the service to where it is no longer throttled, 0.73–0.78 of its
+// capacity (capacity-halved, docs/tuning.md §5); so the target is what the
+// service answers within plus what the quota makes it wait.
+func (l *latencyLoop) throttleGap(gap float64) {
+	if math.IsNaN(gap) || gap < 0 {
+		gap = 0
+	}
+	gap = math.Min(gap, maxThrottleGap)
+	l.gap, l.tickGap = math.Max(gap, l.tickGap), gap
+}
+
+// atQuota reports whether the tick's p95 holds the throttle gap: the
+// cgroup spent its quota and waited at least a quarter of the p95. Such a
+// tick does not teach the baseline (the service ran at its capacity; a
+// baseline that held the gap would widen the target by it twice).
+func (l *latencyLoop) atQuota(r PortResponse) bool {
+	return l.tickGap > 0 && l.tickGap >= r.P95/4
+}
+
+// maxThrottleGap bounds the gap a target is widened by (seconds): the
+// longest CFS period (cpu.cfs_period_us, 1 s).
+const maxThrottleGap = 1.0
 
 // queueLaws steps every port's law on its measured queue and adds the
 // loops' state to d. Classes keep their order: a port does not cut while a
 // port of a less protected class is over its own target with room to shed
 // (they likely share the bottleneck, and the less protected one goes
 // first). A port missing from stats, or a stale tick, holds its loop.
-func (c *Controller) queueLaws(d *Decision, stats map[olc.PortKey]PortStats, stale bool) {
+//
+// gap is the watched cgroup's throttle gap (olc.Snapshot.CgroupThrottleGap):
+// every port's target is widened by it (latencyLoop.throttleGap), the
+// watched cgroup being the protected service's.
+func (c *Controller) queueLaws(d *Decision, stats map[olc.PortKey]PortStats, stale bool, gap float64) {
 	prm := &c.cfg.Params
+	if !stale {
+		for i := range c.ports {
+			c.ports[i].loop.throttleGap(gap)
+		}
+	}
 	var sheddable [olc.NumClasses]bool // a port of the class is over target and above its bound
 	for i := range c.ports {
 		ps := &c.ports[i]
@@ -424,7 +472,7 @@ func (c *Controller) queueLaws(d *Decision, stats map[olc.PortKey]PortStats, sta
 		if st.Response = sanitize(st.Response); !ok || stale || !ps.cfg.Target.On() || !st.Response.Available {
 			continue
 		}
-		if T := ps.loop.targetFor(ps.cfg.Target, prm); T > 0 && st.Response.P95 > T && ps.loop.pass > prm.MinPassRate+1e-9 {
+		if T := ps.loop.targetFor(ps.cfg.Target, prm); T > 0 && st.Response.P95 > T+ps.loop.gap && ps.loop.pass > prm.MinPassRate+1e-9 {
 			sheddable[ps.cfg.Class] = true
 		}
 	}
@@ -438,6 +486,7 @@ func (c *Controller) queueLaws(d *Decision, stats map[olc.PortKey]PortStats, sta
 			continue
 		}
 		if ok && !stale {
+			st = ps.onset.afterQueueOnset(st, c.dt)
 			mayCut := true
 			for cl := ps.cfg.Class + 1; cl < olc.NumClasses; cl++ {
 				if sheddable[cl] {

@@ -275,3 +275,80 @@ func TestQueueLawUnmeasured(t *testing.T) {
 		})
 	}
 }
+
+// TestQueueLawThrottleGap: a service at its CFS quota answers in bursts,
+// every request that arrives while the cgroup is throttled waiting out the
+// gap. With an auto target of 3 × a 6 ms baseline (18 ms), a p95 of 70 ms
+// that the 75 ms throttle gap explains is no queue: the law holds; read
+// without the gap it sheds (the capacity-halved finding, docs/tuning.md §5);
+// a queue beyond the gap is shed.
+func TestQueueLawThrottleGap(t *testing.T) {
+	key := olc.PortKey{Proto: olc.ProtoTCP, Port: 80}
+	tests := []struct {
+		name     string
+		p95, gap float64 // seconds
+		wantShed bool
+	}{
+		{"the gap explains the p95", 0.070, 0.075, false},
+		{"the same p95 without a gap is a queue", 0.070, 0, true},
+		{"a queue beyond the gap", 0.200, 0.075, true},
+		{"a short gap does not hide a queue", 0.070, 0.004, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := cfgWith()
+			cfg.Ports = []PortConfig{{Key: key, Class: olc.ClassNormal, Target: ResponseTarget{Auto: true}}}
+			c := mustNew(t, cfg)
+			at := 0.0
+			step := func(st PortStats, gap float64) Decision {
+				at += 0.5
+				s := snap(at)
+				s.CgroupThrottleGap = gap
+				return c.Step(s, map[olc.PortKey]PortStats{key: st})
+			}
+			for range 20 {
+				step(measuredTick(0.006, 100), 0)
+			}
+			var d Decision
+			shed := false
+			for range 20 {
+				d = step(measuredTick(tc.p95, 100), tc.gap)
+				shed = shed || d.Ports[0].DropProbability > 0
+			}
+			if shed != tc.wantShed {
+				t.Errorf("p95 %v s with a %v s throttle gap against the %v s target: shed %v, want %v; %s",
+					tc.p95, tc.gap, d.Ports[0].ResponseTarget, shed, tc.wantShed, d.Reason)
+			}
+		})
+	}
+}
+
+// TestBaselineNotFromThrottledTicks: a tick whose p95 holds the throttle
+// gap (the cgroup at its quota) does not teach the baseline, not even the
+// first one; an unthrottled tick does, and a short gap beside a longer p95
+// does not stop it.
+func TestBaselineNotFromThrottledTicks(t *testing.T) {
+	cfg := cfgWith()
+	key := olc.PortKey{Proto: olc.ProtoTCP, Port: 80}
+	cfg.Ports = []PortConfig{{Key: key, Class: olc.ClassNormal, Target: ResponseTarget{Auto: true}}}
+	c := mustNew(t, cfg)
+	at := 0.0
+	step := func(p95, gap float64) Decision {
+		at += 0.5
+		s := snap(at)
+		s.CgroupThrottleGap = gap
+		return c.Step(s, map[olc.PortKey]PortStats{key: measuredTick(p95, 40)})
+	}
+	for range 10 {
+		if d := step(0.060, 0.050); d.Ports[0].Baseline != 0 {
+			t.Fatalf("baseline %v learnt from a tick at the quota (p95 60 ms, gap 50 ms)", d.Ports[0].Baseline)
+		}
+	}
+	var d Decision
+	for range 10 {
+		d = step(0.008, 0.001)
+	}
+	if b := d.Ports[0].Baseline; b < 0.0079 || b > 0.0081 {
+		t.Errorf("baseline %v after quiet ticks at 8 ms with a 1 ms gap, want 8 ms", b)
+	}
+}

@@ -67,9 +67,11 @@ type Params struct {
 	// RecordChange is the change of a port's p (fraction, 0 < x ≤ 1) since
 	// its last probability_change record that makes a new record.
 	RecordChange float64 `yaml:"record_change" range:"(0, 1]"`
-	// OnsetInterval is how often, between ticks, the daemon compares the
-	// new connections arriving with what the saturation estimate says fits
-	// (Controller.Onset): 0 turns the onset check off, otherwise 10 ms..1 s.
+	// OnsetInterval is how often, between ticks, the daemon reads each
+	// timed port's requests in flight against Little's law, and the new
+	// connections of the other ports against what the saturation estimate
+	// says fits (Controller.Onset): 0 turns the onset check off, otherwise
+	// 10 ms..1 s.
 	// At or above the tick interval it is off too: the tick sees the
 	// arrival as early.
 	OnsetInterval time.Duration `yaml:"onset_interval" range:"[10ms, 1s]" off:"0" hint:"0 turns the onset check off; 50ms is the default"`

@@ -101,6 +101,8 @@ type Daemon struct {
 	onsetPrev    map[olc.PortKey]loader.Counters // swapped with onsetCur, reused
 	onsetCur     map[olc.PortKey]loader.Counters
 	onsetStats   map[olc.PortKey]adaptive.PortStats // reused by every check
+	onsetRCur    map[olc.PortKey]loader.RespCount   // response counts, swapped with onsetRPrev
+	onsetRPrev   map[olc.PortKey]loader.RespCount
 	onsetAt      time.Time
 	onsetOK      bool // onsetPrev is a baseline
 	onsetFailing bool // the last onset read of the statistics failed

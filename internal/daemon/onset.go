@@ -55,8 +55,13 @@ func (d *Daemon) onsetCheck() {
 		d.onsetCur = make(map[olc.PortKey]loader.Counters, len(d.ports))
 		d.onsetPrev = make(map[olc.PortKey]loader.Counters, len(d.ports))
 		d.onsetStats = make(map[olc.PortKey]adaptive.PortStats, len(d.ports))
+		d.onsetRCur = make(map[olc.PortKey]loader.RespCount, len(d.ports))
+		d.onsetRPrev = make(map[olc.PortKey]loader.RespCount, len(d.ports))
 	}
 	err := d.dp.PortCounters(d.onsetCur)
+	if rc, ok := d.dp.(respCounter); ok && err == nil {
+		err = rc.ResponseCounts(d.onsetRCur)
+	}
 	if err != nil {
 		// Twenty reads a second: logged when it starts failing, not
 		// every time, and left out of olcd_sample_errors_total, which
@@ -74,11 +79,14 @@ func (d *Daemon) onsetCheck() {
 	}
 	cur, prev, prevAt, ok := d.onsetCur, d.onsetPrev, d.onsetAt, d.onsetOK
 	d.onsetPrev, d.onsetCur, d.onsetAt, d.onsetOK = cur, prev, now, true
+	rcur, rprev := d.onsetRCur, d.onsetRPrev
+	d.onsetRPrev, d.onsetRCur = rcur, rprev
 	if !ok {
 		return
 	}
 	stats := d.onsetStats
 	clear(stats)
+	sample := float64(max(d.dp.ResponseSample(), 1))
 	for _, p := range d.ports {
 		cur, ok := cur[p.key]
 		before, had := prev[p.key]
@@ -87,7 +95,9 @@ func (d *Daemon) onsetCheck() {
 			continue
 		}
 		dl := counterDelta(cur, before)
-		stats[p.key] = portStats(dl)
+		st := portStats(dl)
+		st.Response = windowResponse(rcur, rprev, p.key, sample)
+		stats[p.key] = st
 	}
 	dec, acted := d.ctrl.Onset(now, now.Sub(prevAt), stats)
 	if !acted {
@@ -124,4 +134,28 @@ func (d *Daemon) writeProbabilities(dec adaptive.Decision) map[olc.PortKey]float
 		d.log.Error("write retransmit shedding", "err", err)
 	}
 	return probs
+}
+
+// respCounter is the datapath's read of the cumulative response counters
+// (loader.Datapath.ResponseCounts); a datapath without it leaves the
+// onset check to the connection counts.
+type respCounter interface {
+	ResponseCounts(into map[olc.PortKey]loader.RespCount) error
+}
+
+// windowResponse is a timed port's measured queue over one onset window:
+// the requests started and answered in it and the requests in flight at
+// its end, scaled by the sample rate (one flow in sample). The zero value
+// when the port was not timed at both ends of the window.
+func windowResponse(cur, prev map[olc.PortKey]loader.RespCount, k olc.PortKey, sample float64) adaptive.PortResponse {
+	now, ok := cur[k]
+	before, had := prev[k]
+	if !ok || !had || now.Requests < before.Requests || now.Responses < before.Responses {
+		return adaptive.PortResponse{} // a new or reset slot
+	}
+	return adaptive.PortResponse{
+		Requests:  float64(now.Requests-before.Requests) * sample,
+		Responses: float64(now.Responses-before.Responses) * sample,
+		Inflight:  float64(now.Inflight()) * sample,
+	}
 }

@@ -25,6 +25,13 @@ type Snapshot struct {
 	// CPUs it may run on; 0 when that signal is unavailable. A change
 	// between ticks is a change of the cgroup's capacity.
 	CgroupQuotaCPUs float64
+	// CgroupThrottleGap is the wall time (seconds, 0 up to the CFS period)
+	// the watched cgroup's tasks waited for their quota per throttled CFS
+	// period over the interval, from cpu.stat (docs/signals.md); 0 when no
+	// period was throttled or the counters are unavailable. A request that
+	// arrives while the cgroup is throttled waits it out: at its quota a
+	// service's response times hold this gap without any queue.
+	CgroupThrottleGap float64
 	// Errors lists the sources that could not be read this tick. A source
 	// that is known to be absent on this node (PSI disabled, no cgroup quota)
 	// is not an error: its signals are simply unavailable.

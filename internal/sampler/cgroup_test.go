@@ -338,6 +338,7 @@ func TestCgroupValues(t *testing.T) {
 		interval      float64
 		want          want
 		quota         float64 // Snapshot.CgroupQuotaCPUs
+		gap           float64 // Snapshot.CgroupThrottleGap
 		errSources    []string
 	}{
 		{
@@ -355,10 +356,33 @@ func TestCgroupValues(t *testing.T) {
 				"sys/fs/cgroup/unified/app/cpu.pressure":  psiFile(20, 400000, true),
 			},
 			// 0.9 CPU-s over 2 s at a 0.5-CPU quota = 0.9; 15/20 throttled;
-			// 1.1 s throttled; Δsome 0.4 s over 2 s = 0.2.
+			// 1.1 s throttled; Δsome 0.4 s over 2 s = 0.2. The gap: 1.1 s ÷
+			// 15 periods = 73.3 ms of run-queue time per throttled period,
+			// 73.3 × 100 ÷ (73.3 + 50) = 59.5 ms of wall time.
 			want: want{olc.CgroupCPUUsageOfQuota: f(0.9), olc.CgroupThrottledRatio: f(0.75), olc.CgroupThrottledS: f(1.1),
 				olc.CgroupPSICPUSomeAvg10: f(0.2), olc.CgroupPSICPUSome: f(0.2), olc.CgroupPSIMemorySomeAvg10: nil},
-			quota: 0.5,
+			quota: 0.5, gap: 0.11 / 1.5 * 0.1 / (0.11/1.5 + 0.05),
+		},
+		{
+			// Half a CPU spent on both CPUs at once: 25 ms of running, then
+			// each CPU's run queue waits 75 ms: 150 ms per throttled period
+			// in throttled_usec, a 75 ms gap.
+			name: "v2 throttle gap on two CPUs", cg: "/sys/fs/cgroup/app", interval: 1,
+			common: v2(map[string]string{"sys/fs/cgroup/app/cpu.max": "50000 100000\n"}),
+			before: map[string]string{"sys/fs/cgroup/app/cpu.stat": "usage_usec 0\nnr_periods 100\nnr_throttled 40\nthrottled_usec 6000000\n"},
+			after:  map[string]string{"sys/fs/cgroup/app/cpu.stat": "usage_usec 500000\nnr_periods 110\nnr_throttled 50\nthrottled_usec 7500000\n"},
+			want:   want{olc.CgroupCPUUsageOfQuota: f(1), olc.CgroupThrottledRatio: f(1), olc.CgroupThrottledS: f(1.5)},
+			quota:  0.5, gap: 0.075,
+		},
+		{
+			// Throttled in 2 of 10 periods, 4 ms each on a 1-CPU quota: the
+			// quota ran out late in those periods.
+			name: "v1 short throttle gap", cg: "/sys/fs/cgroup/cpu,cpuacct/app", interval: 1,
+			common: map[string]string{"sys/fs/cgroup/cpu,cpuacct/app/cpu.cfs_quota_us": "100000\n", "sys/fs/cgroup/cpu,cpuacct/app/cpu.cfs_period_us": "100000\n"},
+			before: map[string]string{"sys/fs/cgroup/cpu,cpuacct/app/cpu.stat": "nr_periods 5\nnr_throttled 0\nthrottled_time 0\n", "sys/fs/cgroup/cpu,cpuacct/app/cpuacct.usage": "0\n"},
+			after:  map[string]string{"sys/fs/cgroup/cpu,cpuacct/app/cpu.stat": "nr_periods 15\nnr_throttled 2\nthrottled_time 8000000\n", "sys/fs/cgroup/cpu,cpuacct/app/cpuacct.usage": "900000000\n"},
+			want:   want{olc.CgroupCPUUsageOfQuota: f(0.9), olc.CgroupThrottledRatio: f(0.2), olc.CgroupThrottledS: f(0.008)},
+			quota:  1, gap: 0.004 * 0.1 / (0.004 + 0.1),
 		},
 		{
 			name: "max quota: unavailable, not 0, not an error", cg: "/sys/fs/cgroup/app", interval: 1,
@@ -462,6 +486,9 @@ func TestCgroupValues(t *testing.T) {
 			}
 			if snap.CgroupQuotaCPUs != tc.quota {
 				t.Errorf("CgroupQuotaCPUs = %v, want %v", snap.CgroupQuotaCPUs, tc.quota)
+			}
+			if math.Abs(snap.CgroupThrottleGap-tc.gap) > 1e-9 {
+				t.Errorf("CgroupThrottleGap = %v, want %v", snap.CgroupThrottleGap, tc.gap)
 			}
 			got := errSources(snap)
 			if !slices.Equal(got, tc.errSources) {
@@ -568,6 +595,31 @@ func TestLXCFSWarnsOnce(t *testing.T) {
 			}
 			if tc.warnings > 0 && !strings.Contains(logs.String(), "level=WARN") {
 				t.Errorf("lxcfs notice is not a warning:\n%s", logs)
+			}
+		})
+	}
+}
+
+// TestThrottleGap: the wall time per throttled period from the throttled
+// run-queue time per throttled period (kernel/sched/fair.c sums it over the
+// CPUs), the quota and the period.
+func TestThrottleGap(t *testing.T) {
+	tests := []struct {
+		name      string
+		sum, q, P float64
+		want      float64
+	}{
+		{"half a CPU on one CPU: 50 ms run, 50 ms wait", 0.05, 0.5, 0.1, 0.05},
+		{"half a CPU on two CPUs: 25 ms run, 75 ms wait on each", 0.15, 0.5, 0.1, 0.075},
+		{"a quarter CPU on two CPUs: 12.5 ms run, 87.5 ms wait on each", 0.175, 0.25, 0.1, 0.0875},
+		{"a quota that ran out late: at most the sum", 0.005, 0.5, 0.1, 0.005},
+		{"no throttled time", 0, 0.5, 0.1, 0},
+		{"unknown period", 0.05, 0.5, 0, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := throttleGap(tc.sum, tc.q, tc.P); math.Abs(got-tc.want) > 1e-12 {
+				t.Errorf("throttleGap(%v, %v, %v) = %v, want %v", tc.sum, tc.q, tc.P, got, tc.want)
 			}
 		})
 	}

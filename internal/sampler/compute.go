@@ -1,6 +1,7 @@
 package sampler
 
 import (
+	"math"
 	"math/bits"
 	"time"
 
@@ -173,6 +174,10 @@ func computeCgroup(snap *olc.Snapshot, prev, cur *cgroupReading, online int, del
 	}
 	if same && ps.throttledNsOK && cs.throttledNsOK && cs.throttledNs >= ps.throttledNs {
 		snap.Set(olc.CgroupThrottledS, float64(cs.throttledNs-ps.throttledNs)/1e9)
+		if cur.quotaOK && cur.periodS > 0 && ps.throttledOK && cs.throttledOK && cs.nrThrottled > ps.nrThrottled {
+			perPeriod := float64(cs.throttledNs-ps.throttledNs) / 1e9 / float64(cs.nrThrottled-ps.nrThrottled)
+			snap.CgroupThrottleGap = throttleGap(perPeriod, cur.quotaCPUs, cur.periodS)
+		}
 	}
 
 	for res := range numPSIResources {
@@ -197,4 +202,23 @@ func clamp01(v float64) float64 {
 		return 1
 	}
 	return v
+}
+
+// throttleGap returns the wall time (seconds) a cgroup with a quota of q
+// CPUs per CFS period of P seconds waited per throttled period, from the
+// throttled time per throttled period sum (seconds). The kernel adds the
+// throttled time of each CPU's run queue (kernel/sched/fair.c,
+// unthrottle_cfs_rq: throttled_time += now − throttled_clock) but counts a
+// throttled period once (nr_throttled, do_sched_cfs_period_timer), so sum
+// is k × the wall gap for a cgroup throttled on k CPUs. A cgroup that
+// spends its quota on k CPUs at once runs q × P ÷ k and waits
+// g = P − q × P ÷ k on each (Documentation/scheduler/sched-bwc.rst): then
+// sum = k × g = (k − q) × P, so k = (sum + q × P) ÷ P and
+// g = sum × P ÷ (sum + q × P). The gap is at most sum (one CPU waited all
+// of it: a period whose quota ran out late) and below P.
+func throttleGap(sum, q, P float64) float64 {
+	if sum <= 0 || q <= 0 || P <= 0 {
+		return 0
+	}
+	return math.Min(sum, sum*P/(sum+q*P))
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -172,9 +173,9 @@ func TestOverload3x(t *testing.T) {
 	whole, settled := enforce.Phase("3x"), enforce.Phase("3x").Settled
 	t.Logf("enforce at 3 C: goodput %.2f C over the whole phase (p99 %.0f ms, %.1f × the %.1f ms at 0.5 C), %.2f C from +%s (p99 %.0f ms)",
 		whole.GoodputRPS/c, whole.P99Ms, whole.P99Ms/base, base, settled.GoodputRPS/c, overload.SettleTime, settled.P99Ms)
-	// The issue's lines, over the whole 3 C phase: since the onset check
-	// cuts the step within 100 ms, the phase loses almost nothing to the
-	// reaction (docs/tuning.md §5).
+	// The issue's lines, over the whole 3 C phase: the onset check on the
+	// measured queue cuts the step within about 150 ms (three 50 ms
+	// windows at twice the answers, docs/controller.md §0).
 	// The goodput line is 0.9 × the capacity during the run: C, or less
 	// when the backend needed more CPU per request than at the knee of
 	// the calibration (the VM ran slower; at most MaxSlowdown), reported.
@@ -218,8 +219,10 @@ func TestOverload3x(t *testing.T) {
 
 // checkSurgeStart: the enforce run's 3 C step started an overload (its
 // decision log has an overload_start), through the onset check between
-// ticks ("surge"), the law on the measured queue (response_time_p95) or a
-// resource guard at the tick; the reason is logged.
+// ticks (on the measured queue: "requests in flight where … keep the
+// target"; on the SYN counts: "surge"), the law on the measured queue
+// (response_time_p95) or a resource guard at the tick; the reason is
+// logged.
 func checkSurgeStart(t *testing.T, r *overload.RunResult) {
 	t.Helper()
 	f, err := os.Open(r.DecisionLog)
@@ -237,9 +240,14 @@ func checkSurgeStart(t *testing.T, r *overload.RunResult) {
 		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil || rec.Msg != "overload_start" {
 			continue
 		}
-		// With the queue measured, the onset check stands down for the
-		// port (docs/controller.md): the tick's laws start the overload.
-		t.Logf("the 3 C step started the overload: %s", rec.Reason)
+		// With the queue measured, the onset check reads it between
+		// ticks (docs/controller.md §0); the tick's laws start what it
+		// does not.
+		when := "at a tick"
+		if strings.Contains(rec.Reason, "before the tick") {
+			when = "between ticks"
+		}
+		t.Logf("the 3 C step started the overload %s: %s", when, rec.Reason)
 		return
 	}
 	t.Errorf("no overload_start in %s", r.DecisionLog)
@@ -314,7 +322,15 @@ func TestOverloadComparisons(t *testing.T) {
 	goal(t, fmt.Sprintf("3 C over the whole phase: enforce goodput %.0f/s (%.2f C) as a share of the static limit's %.0f/s (%.2f C)", ew.GoodputRPS, ew.GoodputRPS/c, sw.GoodputRPS, sw.GoodputRPS/c),
 		ew.GoodputRPS/max(sw.GoodputRPS, 1), 1, 0.7, true)
 	checkHealth(t, enforce)
+}
 
+// TestOverloadComparisonsQuotaHalved is the comparisons' scenario 2 on its
+// own (-run TestOverloadComparisons runs both): the backend's quota halves
+// under 1.5 C; olcd follows the new capacity while the static limit, set
+// for the old capacity, admits twice what the backend can serve.
+func TestOverloadComparisonsQuotaHalved(t *testing.T) {
+	h := overloadHarness(t)
+	c := h.Calibration.CapacityRPS
 	// The new capacity is measured, not assumed: a half quota throttles
 	// the backend for half of every CFS period.
 	if h.Calibration.QuotaHalved == nil {
@@ -328,15 +344,18 @@ func TestOverloadComparisons(t *testing.T) {
 	whole2, eh, sh := e2.Phase("1.5x-quota-halved"), e2.Phase("1.5x-quota-halved").Settled, s2.Phase("1.5x-quota-halved").Settled
 	t.Logf("quota halved under 1.5 C (new capacity C' = %.0f/s measured = %.2f × C/2): enforce goodput %.2f C' over the phase, %.0f/s = %.2f C' from +%s, p99 %.0f ms; static goodput %.0f/s, p99 %.0f ms",
 		ch, ch/(c/2), whole2.GoodputRPS/ch, eh.GoodputRPS, eh.GoodputRPS/ch, overload.SettleTime, eh.P99Ms, sh.GoodputRPS, sh.P99Ms)
-	// The issue's goal is 0.85 × the new capacity; measured 0.79 … 0.93 ×
-	// C/2 before the new capacity was measured (docs/tuning.md §5). The
-	// test holds 0.7 C' and reports the goal.
-	if eh.GoodputRPS < 0.85*ch {
-		t.Logf("GOAL MISSED: quota halved: enforce goodput %.2f C', goal 0.85", eh.GoodputRPS/ch)
+	// The VM's speed drifts between the calibration and the run: the
+	// capacity during the run, from the CPU per request against the halved
+	// calibration's knee, is logged beside the calibrated C'.
+	if cr, slow, ok := e2.CapacityAtRun("1.5x-quota-halved", h.Calibration.QuotaHalved); ok || slow != 0 {
+		t.Logf("quota halved: CPU per request %+.1f %% against the knee of the halved calibration: capacity during the run %.0f/s, enforce goodput from +%s %.2f × that", 100*slow, cr, overload.SettleTime, eh.GoodputRPS/cr)
 	}
-	if eh.GoodputRPS < 0.6*ch {
-		t.Errorf("quota halved: enforce goodput %.0f/s, want ≥ 0.6 × the new capacity %.0f/s (goal 0.85)", eh.GoodputRPS, ch)
-	}
+	// Issue 16's goal: ≥ 0.9 × the new capacity from +5 s (issue 6's was
+	// 0.85); measured 0.73–0.85 C' before the target was widened by the
+	// throttle gap (docs/tuning.md §5). The test holds 0.6 C' and reports
+	// the goal with goal().
+	goal(t, fmt.Sprintf("quota halved: enforce goodput %.0f/s from +%s, as a share of the new capacity %.0f/s", eh.GoodputRPS, overload.SettleTime, ch),
+		eh.GoodputRPS/ch, 0.9, 0.6, true)
 	if !(sh.P99Ms > eh.P99Ms) && !(sh.GoodputRPS < eh.GoodputRPS) {
 		t.Errorf("quota halved: the static limit (p99 %.0f ms, goodput %.0f/s) is not worse than enforce (p99 %.0f ms, goodput %.0f/s)",
 			sh.P99Ms, sh.GoodputRPS, eh.P99Ms, eh.GoodputRPS)
