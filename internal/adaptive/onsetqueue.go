@@ -12,7 +12,8 @@ import (
 // in flight against Little's law. A tick sees a 3 × step up to an interval
 // after it arrives, and by then ~25 times the requests that keep the
 // target are in flight (the harness: ~158 where ~6 keep it); read every
-// onset window, the queue shows the step within one window.
+// onset window, the queue shows the step within three (docs/controller.md
+// §0).
 
 // queueWindows is how many onset windows a port's history keeps: the
 // served rate is measured over up to onsetSpan of them.
