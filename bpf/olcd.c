@@ -621,7 +621,7 @@ int olcd_tc_egress(struct __sk_buff *skb)
 	struct olcd_pkt pkt;
 	int r;
 
-	r = olcd_parse_dir(data, data_end, skb, 1, &pkt);
+	r = olcd_parse_egress(data, data_end, skb, &pkt);
 	if (r == OLCD_P_SHORT && skb->len > (__u32)(data_end - data)) {
 		bpf_skb_pull_data(skb, skb->len < OLCD_PULL_MAX ? skb->len : OLCD_PULL_MAX);
 		data = (void *)(long)skb->data;

@@ -226,8 +226,8 @@ enum olcd_resp_geometry {
 };
 
 /*
- * Per-CPU response statistics of one histogram slot (a timed port, see
- * olcd_resp_ports in resp.h).
+ * Response statistics of one histogram slot (a timed port, see
+ * olcd_resp_ports in resp.h) on one CPU (olcd_rhist in resp.h).
  * 32-bit, folded into 64-bit totals by the loader like olcd_counters. Only
  * sampled flows are counted: the loader scales by the sample rate.
  */
@@ -278,7 +278,7 @@ struct olcd_resp_ctl {
 	__u32 sample_max;
 	__u32 sets_mask;  /* sets in olcd_flows minus one (a power of two) */
 	__u32 idle_units; /* a way untouched this long (ns >> 20) is free */
-	__u32 pad;
+	__u32 hist_slots; /* entries of olcd_rhist per CPU (slot 0 included) */
 };
 
 #endif /* OLCD_H */

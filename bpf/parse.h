@@ -188,6 +188,22 @@ static __always_inline __u64 olcd_flow_hash(__u64 addrs, int v6, __u32 ports, __
  * checked to lie in the frame; a payload length that does not add up
  * (header past the IP packet) is no payload.
  */
+static __always_inline int olcd_seg_fill(const struct tcphdr *th, __u8 flags, __u32 hlen,
+					 __u32 iplen_h, __u32 slot, __u64 h, int v6,
+					 struct olcd_pkt *pkt)
+{
+	pkt->seg_slot = slot;
+	pkt->tcp = 1;
+	pkt->ipv6 = v6;
+	pkt->dport = bpf_ntohs(th->dest);
+	pkt->seg_len = iplen_h > hlen ? iplen_h - hlen : 0;
+	pkt->seg_flags = flags;
+	pkt->seg_seq = bpf_ntohl(th->seq);
+	pkt->seg_ack = bpf_ntohl(th->ack_seq);
+	pkt->seg_hash = h | 1;
+	return OLCD_P_SEGMENT;
+}
+
 static __always_inline int olcd_parse_seg(const struct tcphdr *th, __u8 flags, __u32 off,
 					  const __be16 *iplen, __u32 l3base, const __u64 *addr,
 					  int v6, int egress, struct olcd_pkt *pkt)
@@ -210,16 +226,7 @@ static __always_inline int olcd_parse_seg(const struct tcphdr *th, __u8 flags, _
 	barrier();
 	if (egress && iplen_h <= hlen && !(flags & (OLCD_TCP_FIN | OLCD_TCP_RST)))
 		return OLCD_P_NOT_NEW;
-	pkt->seg_slot = slot;
-	pkt->tcp = 1;
-	pkt->ipv6 = v6;
-	pkt->dport = bpf_ntohs(th->dest);
-	pkt->seg_len = iplen_h > hlen ? iplen_h - hlen : 0;
-	pkt->seg_flags = flags;
-	pkt->seg_seq = bpf_ntohl(th->seq);
-	pkt->seg_ack = bpf_ntohl(th->ack_seq);
-	pkt->seg_hash = h | 1;
-	return OLCD_P_SEGMENT;
+	return olcd_seg_fill(th, flags, hlen, iplen_h, slot, h, v6, pkt);
 }
 
 /*
@@ -475,6 +482,54 @@ static __always_inline int olcd_parse_dir(void *data, void *data_end, struct __s
 	if (proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD))
 		return OLCD_P_UNCLASSIFIED; /* more tags than OLCD_MAX_VLAN */
 	return OLCD_P_NOT_NEW;          /* ARP, LLDP, ...: not IP */
+}
+
+/*
+ * An outbound frame (TC egress): see olcd_parse_dir. The commonest answer
+ * (Ethernet, IPv4 without options, TCP) is decided in the order of what
+ * leaves most often: a port not timed after the port load, an unsampled
+ * flow after the hash, each before the fragment and flag checks, which
+ * only a sampled flow's segment needs. Until then nothing is decided on
+ * what was read: a non-first fragment's "ports" are payload bytes, and
+ * lead at most to those checks (egress acts on OLCD_P_SEGMENT and a UDP
+ * OLCD_P_NEW alone, so every other result is the same to it). Other frames
+ * take the general parse.
+ */
+static __always_inline int olcd_parse_egress(void *data, void *data_end, struct __sk_buff *skb,
+					     struct olcd_pkt *pkt)
+{
+	struct iphdr *iph;
+	struct tcphdr *th;
+	__u32 slot, hlen, iplen_h;
+	__u8 flags;
+	__u64 h;
+
+	if (data + OLCD_FAST_LEN > data_end ||
+	    *(__be16 *)(data + ETH_ALEN * 2) != bpf_htons(ETH_P_IP) ||
+	    *(__u8 *)(data + ETH_HLEN) != 0x45 ||
+	    *(__u8 *)(data + ETH_HLEN + offsetof(struct iphdr, protocol)) != IPPROTO_TCP)
+		return olcd_parse_dir(data, data_end, skb, 1, pkt);
+	iph = data + ETH_HLEN;
+	th = data + ETH_HLEN + sizeof(*iph);
+	slot = olcd_rports.slot[OLCD_INDEX_TCP][bpf_ntohs(th->source)];
+	if (!slot)
+		return OLCD_P_NOT_NEW;
+	h = olcd_flow_hash(olcd_flow_addrs((const __u64 *)&iph->saddr, 0), 0,
+			   th->source ^ th->dest, olcd_rctl.seed);
+	if ((__u32)(h >> 32) > olcd_rctl.sample_max)
+		return OLCD_P_NOT_NEW;
+	/* Or the compiler moves the checks below before the hash. */
+	barrier();
+	if (iph->frag_off & bpf_htons(0x1fff))
+		return OLCD_P_UNCLASSIFIED;
+	flags = ((__u8 *)th)[13];
+	if ((flags & (OLCD_TCP_SYN | OLCD_TCP_ACK | OLCD_TCP_RST | OLCD_TCP_FIN)) == OLCD_TCP_SYN)
+		return OLCD_P_NOT_NEW; /* the host's own connect */
+	hlen = sizeof(*iph) + ((__u32)(((__u8 *)th)[12] >> 4) << 2);
+	iplen_h = bpf_ntohs(iph->tot_len);
+	if (iplen_h <= hlen && !(flags & (OLCD_TCP_FIN | OLCD_TCP_RST)))
+		return OLCD_P_NOT_NEW;
+	return olcd_seg_fill(th, flags, hlen, iplen_h, slot, h, 0, pkt);
 }
 
 /* An inbound frame (XDP, TC ingress): see olcd_parse_dir. */

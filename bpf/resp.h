@@ -39,10 +39,17 @@
 #include "maps.h"
 #include "parse.h"
 
-/* Response statistics per histogram slot ([0] unused), per CPU. */
+/*
+ * Response statistics per CPU and histogram slot ([cpu][slot], slot 0
+ * unused), sized by the loader. A plain array the loader maps into its
+ * memory rather than a per-CPU one: it reads a CPU's counters without a
+ * syscall, and its buckets only when they moved, where a per-CPU array is
+ * copied out whole (1.5 KB a port and CPU) by every read.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 256);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__type(key, __u32);
 	__type(value, struct olcd_resp_hist);
 } olcd_rhist SEC(".maps");
@@ -68,6 +75,15 @@ struct {
 static __always_inline __u32 olcd_resp_port(__u32 proto_idx, __u32 port)
 {
 	return ((__u16 *)olcd_rports.slot)[(proto_idx & 1) << 16 | (port & 0xffff)];
+}
+
+/* This CPU's statistics of a histogram slot (NULL past the map: a slot or
+ * a CPU it was not sized for). */
+static __always_inline struct olcd_resp_hist *olcd_rhist_of(__u32 slot)
+{
+	__u32 key = bpf_get_smp_processor_id() * olcd_rctl.hist_slots + slot;
+
+	return bpf_map_lookup_elem(&olcd_rhist, &key);
 }
 
 static __always_inline __u64 olcd_resp_now(void)
@@ -114,7 +130,7 @@ static __always_inline __u32 olcd_hist_bucket(__u64 ns)
 /* Count a request given up on (its slot's abandoned counter). */
 static __always_inline void olcd_resp_abandon(__u32 slot)
 {
-	struct olcd_resp_hist *h = bpf_map_lookup_elem(&olcd_rhist, &slot);
+	struct olcd_resp_hist *h = olcd_rhist_of(slot);
 
 	if (h)
 		h->abandoned += 1;
@@ -182,7 +198,7 @@ static __always_inline void olcd_flow_start(struct olcd_flow_set *set, __u32 w,
 	set->cseq[w] = sg->seq + sg->len;
 	set->sack[w] = sg->ack;
 	set->slot[w] = (__u16)slot;
-	h = bpf_map_lookup_elem(&olcd_rhist, &slot);
+	h = olcd_rhist_of(slot);
 	if (h)
 		h->requests += 1;
 }
@@ -280,7 +296,7 @@ static __noinline void olcd_resp_in(const struct olcd_seg *sg, __u32 proto_idx)
 			if (sg->len && (__s32)(sg->seq + sg->len - set->cseq[w]) <= 0) {
 				/* All of it answered already: a retransmit (a
 				 * segment with new bytes after old ones is new). */
-				h = bpf_map_lookup_elem(&olcd_rhist, &(__u32){set->slot[w]});
+				h = olcd_rhist_of(set->slot[w]);
 				if (h)
 					h->retransmits += 1;
 				return;
@@ -344,7 +360,7 @@ static __noinline void olcd_resp_out(const struct olcd_seg *sg, __u32 proto_idx)
 		if (proto_idx == OLCD_INDEX_TCP &&
 		    (__s32)(sg->ack - set->cseq[w]) > 0)
 			set->cseq[w] = sg->ack; /* the server has all of the request */
-		h = bpf_map_lookup_elem(&olcd_rhist, &slot);
+		h = olcd_rhist_of(slot);
 		if (h) {
 			__u32 b = olcd_hist_bucket(now - start);
 

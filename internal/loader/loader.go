@@ -302,7 +302,11 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load datapath spec: %w", err)
 	}
-	sizeMaps(spec, cfg)
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("load datapath: %w", err)
+	}
+	sizeMaps(spec, cfg, ncpu)
 
 	d := &Datapath{
 		log:      log,
@@ -329,7 +333,9 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 		}
 	}
 	d.stats = newStatsFolder(d.objs.OlcdStats, d.objs.OlcdUnclass, cfg.DrawSeed)
-	d.resp = newRespFolder(d.objs.OlcdRhist, d.objs.OlcdFstats)
+	if d.resp, err = newRespFolder(d.objs.OlcdRhist, d.objs.OlcdFstats, ncpu, respSlots(cfg)); err != nil {
+		return nil, errors.Join(err, d.objs.close())
+	}
 	var seed [8]byte
 	if _, err := rand.Read(seed[:]); err != nil {
 		return nil, errors.Join(fmt.Errorf("seed dropped-SYN table: %w", err), d.objs.close())
@@ -359,6 +365,7 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 		SampleMax: sampleMax(cfg.ResponseSample),
 		SetsMask:  flowSets(cfg) - 1,
 		IdleUnits: uint32(cfg.FlowIdle.Nanoseconds() >> 20),
+		HistSlots: respSlots(cfg),
 	}
 	if err := errors.Join(
 		d.writeRespControl(),
@@ -374,14 +381,15 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 	return d, nil
 }
 
-// sizeMaps sets the map sizes from cfg; the sizes in bpf/maps.h are placeholders.
-func sizeMaps(spec *ebpf.CollectionSpec, cfg Config) {
+// sizeMaps sets the map sizes from cfg and the number of possible CPUs;
+// the sizes in bpf/maps.h and resp.h are placeholders.
+func sizeMaps(spec *ebpf.CollectionSpec, cfg Config, ncpu int) {
 	spec.Maps[olcdMapOlcdPolicies].MaxEntries = uint32(cfg.MaxPorts) + 2
 	spec.Maps[olcdMapOlcdStats].MaxEntries = uint32(cfg.MaxPorts) + 1
 	spec.Maps[olcdMapOlcdSyns].MaxEntries = synSets(cfg.SYNTableSize)
 	spec.Maps[olcdMapOlcdExempt4].MaxEntries = uint32(cfg.MaxPrefixes)
 	spec.Maps[olcdMapOlcdExempt6].MaxEntries = uint32(cfg.MaxPrefixes)
-	spec.Maps[olcdMapOlcdRhist].MaxEntries = respSlots(cfg)
+	spec.Maps[olcdMapOlcdRhist].MaxEntries = respSlots(cfg) * uint32(ncpu)
 	spec.Maps[olcdMapOlcdFlows].MaxEntries = flowSets(cfg)
 }
 

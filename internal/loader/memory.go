@@ -66,9 +66,10 @@ func estimateMapMemory(cfg Config, ncpu, prefixes4, prefixes6 int) ([]mapUsage, 
 		// entry; intermediate nodes come and go with the prefix set.
 		{"olcd_exempt4", uint64(prefixes4) * (lpmNodeHeader + 4 + 1)},
 		{"olcd_exempt6", uint64(prefixes6) * (lpmNodeHeader + 16 + 1)},
-		// Response timing: histograms of the timed ports, the flow
-		// table (one entry each when timing is off).
-		{"olcd_rhist", percpu(uint64(respSlots(cfg)), unsafe.Sizeof(olcdOlcdRespHist{}))},
+		// Response timing: histograms of the timed ports per CPU
+		// (memory-mapped), the flow table (one entry each when timing
+		// is off).
+		{"olcd_rhist", pageAlign(bpfArrayHeader) + pageAlign(uint64(respSlots(cfg))*uint64(ncpu)*round8(unsafe.Sizeof(olcdOlcdRespHist{})))},
 		{"olcd_flows", array(uint64(flowSets(cfg)), unsafe.Sizeof(olcdOlcdFlowSet{}))},
 		{"olcd_fstats", percpu(1, unsafe.Sizeof(olcdOlcdFlowCounters{}))},
 	}, nil

@@ -168,7 +168,7 @@ type olcdOlcdRespCtl struct {
 	SampleMax uint32
 	SetsMask  uint32
 	IdleUnits uint32
-	Pad       uint32
+	HistSlots uint32
 }
 
 type olcdOlcdRespGeometry uint32

@@ -19,7 +19,7 @@ const (
 )
 
 // perCPUReader reads the per-CPU values of the slots in use of a per-CPU
-// array (the stats counters, the response histograms): batched where the
+// array (the stats counters): batched where the
 // kernel has BPF_MAP_LOOKUP_BATCH (5.6), one lookup per slot where not.
 type perCPUReader[V any] struct {
 	m    *ebpf.Map

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 
@@ -197,100 +198,176 @@ func (d *Datapath) respSlotList() []uint16 {
 // respFields is the number of 32-bit words of struct olcd_resp_hist.
 const respFields = 4 + HistBuckets
 
+// respWords is one CPU's struct olcd_resp_hist as last folded, and the
+// buffer a read copies one into.
+type respWords struct {
+	_       [0]uint64 // 8-byte aligned: buckets are compared in pairs (bucketPairs)
+	counts  [4]uint32 // requests, responses, abandoned, retransmits
+	buckets [HistBuckets]uint32
+}
+
 type respTotals struct {
-	prev  [][respFields]uint32
-	total [respFields]uint64
+	prev  []respWords
+	total [4]uint64 // requests, responses, abandoned, retransmits
+	// buckets are the bucket totals; once handed out in a Response they
+	// are the caller's, and the next fold into them works on a copy
+	// (shared false).
+	buckets []uint64
+	shared  bool
 	// last is what response returned last, handed out again while no
 	// total changed (stale: one did since).
 	last  Response
 	stale bool
 }
 
+// respEntry is the size of one olcd_rhist entry in the mapped array
+// (struct olcd_resp_hist, a multiple of 8 bytes: no padding between).
+const respEntry = int64(unsafe.Sizeof(olcdOlcdRespHist{}))
+
 // respFolder folds the 32-bit per-CPU response histograms into 64-bit
-// totals, as statsFolder does the counters. Guarded by the Datapath mutex.
+// totals, as statsFolder does the counters. olcd_rhist is read where the
+// kernel keeps it, mapped into this process ([cpu][slot], histSlots
+// entries per CPU): per slot and CPU the four counters, and the buckets
+// only when the response count moved. Guarded by the Datapath mutex.
 type respFolder struct {
-	perCPUReader[olcdOlcdRespHist]
+	mem       *ebpf.Memory
+	ncpu      int
+	histSlots int64
 	fstats    *ebpf.Map
 	slots     map[uint16]*respTotals
 	flowPrev  [][4]uint32
 	flowTotal [4]uint64
+	cur       respWords // the entry being folded
 }
 
-func newRespFolder(m, fstats *ebpf.Map) *respFolder {
-	return &respFolder{perCPUReader: perCPUReader[olcdOlcdRespHist]{m: m, what: "response histograms", chunk: respChunk},
-		fstats: fstats, slots: make(map[uint16]*respTotals)}
+// newRespFolder maps m (olcd_rhist, ncpu × histSlots entries). Errors: the
+// map cannot be mapped.
+func newRespFolder(m, fstats *ebpf.Map, ncpu int, histSlots uint32) (*respFolder, error) {
+	mem, err := m.Memory()
+	if err != nil {
+		return nil, fmt.Errorf("map response histograms: %w", err)
+	}
+	if int64(mem.Size()) < int64(ncpu)*int64(histSlots)*respEntry {
+		return nil, fmt.Errorf("map response histograms: %d bytes for %d CPUs × %d slots", mem.Size(), ncpu, histSlots)
+	}
+	return &respFolder{mem: mem, ncpu: ncpu, histSlots: int64(histSlots), fstats: fstats,
+		slots: make(map[uint16]*respTotals)}, nil
 }
 
-func histWords(h *olcdOlcdRespHist) *[respFields]uint32 {
-	var w [respFields]uint32
-	w[0], w[1], w[2], w[3] = h.Requests, h.Responses, h.Abandoned, h.Retransmits
-	copy(w[4:], h.Bucket[:])
-	return &w
+// bucketPairs views buckets as 64-bit words of two buckets each, so that
+// a fold compares two at a time: between two reads of a busy port most
+// buckets did not move. HistBuckets is even, and the buckets of a
+// respWords are 8-byte aligned (16 bytes into an 8-byte aligned struct).
+func bucketPairs(b *[HistBuckets]uint32) *[HistBuckets / 2]uint64 {
+	return (*[HistBuckets / 2]uint64)(unsafe.Pointer(b))
 }
 
-func (f *respFolder) add(slot uint16, percpu []olcdOlcdRespHist) {
+// bytesOf views v's memory as bytes, for the mapped array's ReadAt and
+// WriteAt (both sides native-endian: the array is the kernel's memory).
+func bytesOf[T any](v *T) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(v)), unsafe.Sizeof(*v))
+}
+
+// offset is the byte offset of slot's entry of cpu in the mapped array.
+func (f *respFolder) offset(cpu int, slot uint16) int64 {
+	return (int64(cpu)*f.histSlots + int64(slot)) * respEntry
+}
+
+// counts reads the four counters of slot's entry of cpu (requests,
+// responses, abandoned, retransmits: 16 bytes, no syscall).
+func (f *respFolder) counts(cpu int, slot uint16) ([4]uint32, error) {
+	var c [4]uint32
+	if _, err := f.mem.ReadAt(bytesOf(&c), f.offset(cpu, slot)); err != nil {
+		return c, fmt.Errorf("read response counters %d of CPU %d: %w", slot, cpu, err)
+	}
+	return c, nil
+}
+
+func (f *respFolder) totals(slot uint16) *respTotals {
 	st := f.slots[slot]
 	if st == nil {
-		st = &respTotals{stale: true}
+		st = &respTotals{stale: true, buckets: make([]uint64, HistBuckets)}
 		f.slots[slot] = st
 	}
-	if len(st.prev) != len(percpu) {
-		st.prev = make([][respFields]uint32, len(percpu))
+	return st
+}
+
+// add folds slot's entries of every CPU: the counters first, then, on a
+// CPU whose response count moved, the buckets. The program counts a
+// bucket before the response (resp.h), so a response seen has its bucket;
+// a bucket seen early waits in its delta until the next response on that
+// CPU.
+func (f *respFolder) add(slot uint16) error {
+	st := f.totals(slot)
+	if len(st.prev) != f.ncpu {
+		st.prev = make([]respWords, f.ncpu)
 	}
-	for cpu := range percpu {
-		h := &percpu[cpu]
+	h := &f.cur
+	for cpu := range f.ncpu {
+		off := f.offset(cpu, slot)
+		c, err := f.counts(cpu, slot)
+		if err != nil {
+			return err
+		}
 		p := &st.prev[cpu]
-		if h.Requests == p[0] && h.Responses == p[1] && h.Abandoned == p[2] && h.Retransmits == p[3] {
+		if c == p.counts {
 			continue // idle on this CPU since the last read: no bucket moved either
 		}
 		st.stale = true
-		st.total[0] += uint64(h.Requests - p[0])
-		st.total[2] += uint64(h.Abandoned - p[2])
-		st.total[3] += uint64(h.Retransmits - p[3])
-		p[0], p[2], p[3] = h.Requests, h.Abandoned, h.Retransmits
-		if h.Responses == p[1] {
+		st.total[0] += uint64(c[0] - p.counts[0])
+		st.total[2] += uint64(c[2] - p.counts[2])
+		st.total[3] += uint64(c[3] - p.counts[3])
+		p.counts[0], p.counts[2], p.counts[3] = c[0], c[2], c[3]
+		if c[1] == p.counts[1] {
 			continue
 		}
-		// The program counts a bucket before the response (resp.h), so
-		// a response seen has its bucket; a bucket seen early waits in
-		// its delta until the next response on this CPU.
-		st.total[1] += uint64(h.Responses - p[1])
-		p[1] = h.Responses
-		for i, v := range h.Bucket {
-			if v != p[4+i] {
-				st.total[4+i] += uint64(v - p[4+i])
-				p[4+i] = v
+		if _, err := f.mem.ReadAt(bytesOf(&h.buckets), off+int64(unsafe.Offsetof(h.buckets))); err != nil {
+			return fmt.Errorf("read response histogram %d of CPU %d: %w", slot, cpu, err)
+		}
+		st.total[1] += uint64(c[1] - p.counts[1])
+		p.counts[1] = c[1]
+		if st.shared {
+			st.buckets, st.shared = slices.Clone(st.buckets), false
+		}
+		b := (*[HistBuckets]uint64)(st.buckets)
+		cw, pw := bucketPairs(&h.buckets), bucketPairs(&p.buckets)
+		for i := range cw {
+			if cw[i] == pw[i] {
+				continue
 			}
+			for j := 2 * i; j < 2*i+2; j++ {
+				b[j] += uint64(h.buckets[j] - p.buckets[j])
+			}
+			pw[i] = cw[i]
 		}
 	}
+	return nil
 }
 
-// fold reads the histograms of the slots in use (sorted, "other" included
-// and skipped: it has no timed port).
+// fold reads the histograms of the slots in use ("other", slot 0,
+// skipped: it has no timed port).
 func (f *respFolder) fold(slots []uint16) error {
-	if len(slots) > 0 && slots[0] == 0 { // slot 0 is never a port's
-		slots = slots[1:]
+	for _, slot := range slots {
+		if slot == 0 {
+			continue
+		}
+		if err := f.add(slot); err != nil {
+			return err
+		}
 	}
-	if len(slots) == 0 {
-		return nil
-	}
-	return f.read(slots, f.add)
+	return nil
 }
-
-// respChunk bounds one batched read: 64 entries × CPUs × 1.5 KB.
-const respChunk = 64
 
 // reset zeroes a slot's histograms in the kernel and its totals.
 func (f *respFolder) reset(slot uint16) error {
-	n, err := ebpf.PossibleCPU()
-	if err != nil {
-		return fmt.Errorf("reset response histogram %d: %w", slot, err)
-	}
-	if uint32(slot) >= f.m.MaxEntries() {
+	if int64(slot) >= f.histSlots {
 		return nil // timing off: a single unused entry
 	}
-	if err := f.m.Update(uint32(slot), make([]olcdOlcdRespHist, n), ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("reset response histogram %d: %w", slot, err)
+	var zero olcdOlcdRespHist
+	for cpu := range f.ncpu {
+		if _, err := f.mem.WriteAt(bytesOf(&zero), f.offset(cpu, slot)); err != nil {
+			return fmt.Errorf("reset response histogram %d: %w", slot, err)
+		}
 	}
 	delete(f.slots, slot)
 	return nil
@@ -300,21 +377,17 @@ func (f *respFolder) forget(slot uint16) { delete(f.slots, slot) }
 
 // response returns the slot's totals. A slot whose totals did not change
 // since the last call gets the same Response again, Buckets included
-// (callers only read them), so an idle port costs no allocation.
+// (callers only read them), so an idle port costs no allocation; a busy
+// one costs the one copy of its buckets the next fold makes.
 func (f *respFolder) response(slot uint16) Response {
-	st := f.slots[slot]
-	if st == nil {
-		st = &respTotals{stale: true}
-		f.slots[slot] = st
-	}
+	st := f.totals(slot)
 	if !st.stale {
 		return st.last
 	}
 	t := &st.total
-	r := Response{Requests: t[0], Responses: t[1], Abandoned: t[2], Retransmits: t[3], Buckets: make([]uint64, HistBuckets)}
-	copy(r.Buckets, t[4:])
-	st.last, st.stale = r, false
-	return r
+	st.last = Response{Requests: t[0], Responses: t[1], Abandoned: t[2], Retransmits: t[3], Buckets: st.buckets}
+	st.shared, st.stale = true, false
+	return st.last
 }
 
 func (f *respFolder) flows() (FlowCounters, error) {
