@@ -38,8 +38,9 @@ A config that sets nothing but signals.<name>.threshold is enough.
 
 With --plant, no trace: the controller runs against the plant model
 (internal/plant) of a harness scenario <backend>-<clients>-<load>: backend
-cpu (C 1000/s), pool (8 workers x 25 ms, C 320/s) or php (4 children,
-C 180/s); clients open-giveup, open-retry (SYN retransmits with the
+cpu (C 1000/s), pool (8 workers x 25 ms, C 320/s), php (4 children,
+C 180/s) or quota (the harness's cpu backend on one CPU of quota, C 190/s);
+clients open-giveup, open-retry (SYN retransmits with the
 kernel's timeouts, 10 s) or closed-pool (64 blocking clients, 2 s timeout);
 load 3x (0.5 C, 3 C from 10 s to 40 s, 0.5 C) or coldstart (idle, then
 1.5 C from 5 s). The port is the config's first (tcp/18080 under ports:

@@ -77,13 +77,11 @@ type latencyLoop struct {
 	errOK     bool
 	sinceCut  float64    // seconds since the last tick that lowered pass
 	target    float64    // target in force (seconds), 0 when none
-	gap       float64    // throttle gap the target is widened by (seconds): throttleGap
+	gap       float64    // what the throttle gap widens the target by (seconds): throttleGap
 	tickGap   float64    // the watched cgroup's throttle gap this tick (seconds)
 	served    float64    // requests/s answered on the last over tick: the measured capacity
 	shed      [2]float64 // SYNs dropped in the previous and in this tick
 	returning float64    // smoothed share of shed SYNs retransmitted 1 s later
-	firstShed [2]float64 // first attempts dropped in the previous and in this tick
-	retries   float64    // smoothed retransmits per first attempt shed 1 s before
 	base      baseline
 }
 
@@ -95,28 +93,17 @@ func (l *latencyLoop) p() float64 { return 1 - l.pass }
 
 // shedRetransmits reports whether the port's retransmitted SYNs are all
 // shed (PortDecision.ShedRetransmits): while the loop sheds, with a target
-// below the first retransmit's delay, and clients that keep retrying (at
-// least retryingShare of the shed SYNs come back). Clients that retry
-// until a long connect timeout answer a shed SYN with up to five more,
-// each late; a closed pool's clients with a short timeout come back once
-// (measured on the plant: 0.83–0.92 of shed SYNs return with open-retry
-// clients, 0.23–0.67 with closed-pool ones), and shedding that one
-// retransmit blocks them until their timeout: their pool then empties and
-// refills in waves (TestClientsPlant's windows line, 80 % on cpu).
+// below the first retransmit's delay. A retransmit's client has waited 1 s
+// already, so its answer is late whatever follows, and a worker spent on
+// it is taken from a first attempt that would be on time; this holds for
+// clients that retry until a long connect timeout (up to five late
+// retransmits each) and for a closed pool's (one: shed, it blocks its
+// client until its timeout, which the loop answers with a lower p). On the
+// harness's closed pool, drawn like first attempts, they kept the loop at
+// p ≈ 0.3 and 0.39 C; shed, 0.74 C (docs/tuning.md §7).
 func (l *latencyLoop) shedRetransmits() bool {
-	return l.active && l.pass < 1 && l.target > 0 && l.target < SYNRetransmitTimeout && l.retries >= retryingShare
+	return l.active && l.pass < 1 && l.target > 0 && l.target < SYNRetransmitTimeout
 }
-
-// retryingShare is the retransmits per shed first attempt from which the
-// port's clients count as retrying beyond their first retransmit.
-const retryingShare = 1.5
-
-// minRetryCount is the fewest first attempts shed in a tick that measure
-// how often they come back; maxRetries caps one tick's ratio.
-const (
-	minRetryCount = 5
-	maxRetries    = 8
-)
 
 // targetFor returns the target in force for tgt (seconds) and whether the
 // port has one.
@@ -164,22 +151,8 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 	if back := l.shed[0]; back > 0 {
 		l.returning += returnSmoothing * (math.Min(1, float64(st.Retransmits)/back) - l.returning)
 	}
-	// How many times a shed first attempt comes back: the retransmits of
-	// this tick against the first attempts shed a second before. 1 at
-	// most for clients whose patience ends before the second retransmit
-	// (a closed pool's 2 s); about 1 + p + p² … for clients that retry
-	// on, 5 when every retransmit is shed.
-	if back := l.firstShed[0]; back >= minRetryCount {
-		l.retries += returnSmoothing * (math.Min(maxRetries, float64(st.Retransmits)/back) - l.retries)
-	}
 	dropped := float64(min(st.Dropped, st.New))
-	retx := float64(min(st.Retransmits, st.New))
-	first := dropped - retx*dropped/math.Max(1, float64(st.New)) // retransmits drawn like the rest
-	if l.shedRetransmits() {
-		first = dropped - retx // every retransmit was shed
-	}
 	l.shed[0], l.shed[1] = l.shed[1], dropped
-	l.firstShed[0], l.firstShed[1] = l.firstShed[1], math.Max(0, first)
 	l.target = l.targetFor(tgt, prm)
 	if l.target <= 0 {
 		*l = latencyLoop{pass: 1, base: l.base}
@@ -336,8 +309,7 @@ func (l *latencyLoop) endIfRecovered() string {
 	if l.pass < 1 {
 		return ""
 	}
-	*l = latencyLoop{pass: 1, base: l.base, target: l.target, shed: l.shed, returning: l.returning,
-		firstShed: l.firstShed, retries: l.retries}
+	*l = latencyLoop{pass: 1, base: l.base, target: l.target, shed: l.shed, returning: l.returning}
 	return ", overload of the queue over"
 }
 
@@ -455,14 +427,23 @@ func tgtName(tgt ResponseTarget, l *latencyLoop) string {
 // flight hold the gap without any queue olcd could drain. Read as a queue
 // against a target below the gap (auto: 3 × an unthrottled baseline), it
 // shed the service to where it is no longer throttled, 0.73–0.78 of its
-// capacity (capacity-halved, docs/tuning.md §5); so the target is what the
-// service answers within plus what the quota makes it wait.
-func (l *latencyLoop) throttleGap(gap float64) {
+// capacity (capacity-halved, docs/tuning.md §5); so an auto target learnt
+// from a baseline is what the service answers within plus what the quota
+// makes it wait, up to Params.InitialTarget: a target already that loose
+// holds the gap (with the initial target widened too, the p95 ran at
+// 0.27–0.45 s, past the 200 ms SLO: 0.62 C' against 0.77–0.85 without).
+// A fixed target is the user's latency and is not widened.
+func (l *latencyLoop) throttleGap(gap float64, tgt ResponseTarget, prm *Params) {
 	if math.IsNaN(gap) || gap < 0 {
 		gap = 0
 	}
 	gap = math.Min(gap, maxThrottleGap)
-	l.gap, l.tickGap = math.Max(gap, l.tickGap), gap
+	measured := math.Max(gap, l.tickGap)
+	l.tickGap = gap
+	l.gap = 0
+	if tgt.Auto && l.base.ok {
+		l.gap = math.Min(measured, math.Max(0, prm.InitialTarget.Seconds()-l.targetFor(tgt, prm)))
+	}
 }
 
 // atQuota reports whether the tick's p95 holds the throttle gap: the
@@ -490,7 +471,7 @@ func (c *Controller) queueLaws(d *Decision, stats map[olc.PortKey]PortStats, sta
 	prm := &c.cfg.Params
 	if !stale {
 		for i := range c.ports {
-			c.ports[i].loop.throttleGap(gap)
+			c.ports[i].loop.throttleGap(gap, c.ports[i].cfg.Target, prm)
 		}
 	}
 	var sheddable [olc.NumClasses]bool // a port of the class is over target and above its bound

@@ -281,23 +281,28 @@ func TestQueueLawUnmeasured(t *testing.T) {
 // gap. With an auto target of 3 × a 6 ms baseline (18 ms), a p95 of 70 ms
 // that the 75 ms throttle gap explains is no queue: the law holds; read
 // without the gap it sheds (the capacity-halved finding, docs/tuning.md §5);
-// a queue beyond the gap is shed.
+// a queue beyond the gap is shed. The widening stops at the initial target
+// (100 ms), and a fixed target (the user's latency) is not widened.
 func TestQueueLawThrottleGap(t *testing.T) {
 	key := olc.PortKey{Proto: olc.ProtoTCP, Port: 80}
+	auto := ResponseTarget{Auto: true}
 	tests := []struct {
 		name     string
+		tgt      ResponseTarget
 		p95, gap float64 // seconds
 		wantShed bool
 	}{
-		{"the gap explains the p95", 0.070, 0.075, false},
-		{"the same p95 without a gap is a queue", 0.070, 0, true},
-		{"a queue beyond the gap", 0.200, 0.075, true},
-		{"a short gap does not hide a queue", 0.070, 0.004, true},
+		{"the gap explains the p95", auto, 0.070, 0.075, false},
+		{"the same p95 without a gap is a queue", auto, 0.070, 0, true},
+		{"a queue beyond the gap", auto, 0.200, 0.075, true},
+		{"a short gap does not hide a queue", auto, 0.070, 0.004, true},
+		{"widened up to the initial target only", auto, 0.110, 0.200, true},
+		{"a fixed target is not widened", ResponseTarget{Seconds: 0.020}, 0.070, 0.075, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := cfgWith()
-			cfg.Ports = []PortConfig{{Key: key, Class: olc.ClassNormal, Target: ResponseTarget{Auto: true}}}
+			cfg.Ports = []PortConfig{{Key: key, Class: olc.ClassNormal, Target: tc.tgt}}
 			c := mustNew(t, cfg)
 			at := 0.0
 			step := func(st PortStats, gap float64) Decision {

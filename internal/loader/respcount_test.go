@@ -69,7 +69,10 @@ func TestRespCountInflight(t *testing.T) {
 }
 
 // BenchmarkResponseCounts is one read of the onset check (twenty a
-// second): its allocations per call, with two timed ports.
+// second), with two timed ports. ResponseCounts allocates nothing of its
+// own; cilium/ebpf's per-CPU Lookup allocates its value buffer (a whole
+// olcd_resp_hist per CPU) and reflects into the slice on every call
+// (v0.22: 8 allocations, 12 KB for two ports on 2 CPUs).
 func BenchmarkResponseCounts(b *testing.B) {
 	d := loadTest(b, Config{StaleAfter: time.Hour, ResponseSample: 1, FlowTableSize: 64})
 	must(b, d.SetPolicies([]PortPolicy{

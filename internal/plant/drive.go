@@ -111,7 +111,7 @@ var Loads = map[string]func(t float64) float64{
 }
 
 // Backends are the plant's backends by name.
-var Backends = map[string]Backend{"cpu": CPU, "pool": Pool, "php": PHP}
+var Backends = map[string]Backend{"cpu": CPU, "pool": Pool, "php": PHP, "quota": Quota}
 
 // ParseScenario parses a harness scenario name, <backend>-<clients>-<load>
 // (e.g. pool-closed-pool-3x, cpu-open-giveup-coldstart), into a Scenario
@@ -125,7 +125,7 @@ func ParseScenario(name string, seed uint64) (sc Scenario, phase [2]float64, err
 	}
 	b, ok := Backends[name[:i]]
 	if !ok {
-		return sc, phase, fmt.Errorf("scenario %q: unknown backend %q (cpu, pool, php)", name, name[:i])
+		return sc, phase, fmt.Errorf("scenario %q: unknown backend %q (cpu, pool, php, quota)", name, name[:i])
 	}
 	k, ok := ParseClientKind(name[i+1 : j])
 	if !ok {

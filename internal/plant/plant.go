@@ -54,6 +54,11 @@ var (
 	CPU  = Backend{Name: "cpu", Workers: 2, Service: 0.002, Exponential: true, CPUPerRequest: 0.002, Cores: 2, Backlog: 511}
 	Pool = Backend{Name: "pool", Workers: 8, Service: 0.025, CPUPerRequest: 0.0003, Cores: 2, Backlog: 511}
 	PHP  = Backend{Name: "php", Workers: 4, Service: 0.022, CPUPerRequest: 0.002, Cores: 2, Backlog: 511}
+	// Quota is the harness's cpu backend as it runs there: one CPU of
+	// cgroup quota, 5.3 ms of CPU a request (C ≈ 190/s, the calibrated
+	// C of 170–190/s). 64 closed-pool clients then queue 0.34 s of work,
+	// where on CPU they queue 64 ms.
+	Quota = Backend{Name: "quota", Workers: 1, Service: 0.0053, Exponential: true, CPUPerRequest: 0.0053, Cores: 1, Backlog: 511}
 )
 
 // ClientKind is how clients behave.
@@ -159,12 +164,24 @@ type Scenario struct {
 	// Window is the period of the check between ticks (RunWindows); 0
 	// turns it off.
 	Window time.Duration
+	// DialOutlives makes a client's connect outlive its timeout, as Go's
+	// net/http does from Go 1.23 on (a dial is detached from its request):
+	// a shed SYN whose client has given up goes on being retransmitted on
+	// the kernel's schedule up to tcp_syn_retries (6, the last about 19 s
+	// after the first SYN); admitted, it opens a connection that carries
+	// no request.
+	DialOutlives bool
 	// Limit, when > 0, is a static SYN rate limit in front of the port
 	// (new SYNs per second, retransmits included, a token bucket with a
 	// burst of 20 ms of it), like an nftables `limit rate` rule: the
 	// harness's comparison at the calibrated C.
 	Limit float64
 }
+
+// orphanUpTo bounds the kernel's SYN retransmits of a dial that outlives
+// its client (seconds): tcp_syn_retries 6 with linear timeouts 4 ends at
+// about 19 s.
+const orphanUpTo = 20
 
 // Observation is what the datapath and the sampler report for one tick.
 type Observation struct {
@@ -225,6 +242,7 @@ type synAttempt struct {
 	n       int // retransmit index (0: first SYN)
 	client  int
 	retrans bool
+	orphan  bool // the client gave up: nothing waits for the connection
 }
 
 // Run simulates sc; decide is called at the end of every tick with that
@@ -244,6 +262,10 @@ func RunWindows(sc Scenario, decide func(Observation) float64, between func(Obse
 	linear := sc.LinearTimeouts
 	timeout := sc.Clients.timeout()
 	retx := SYNRetransmits(linear, timeout)
+	retxAll := retx // the kernel's whole schedule, for DialOutlives
+	if sc.DialOutlives {
+		retxAll = SYNRetransmits(linear, orphanUpTo)
+	}
 	tickSteps := int(math.Round(sc.Tick.Seconds() / step))
 	if tickSteps < 1 {
 		tickSteps = 500
@@ -348,12 +370,21 @@ func RunWindows(sc Scenario, decide func(Observation) float64, between func(Obse
 					obs.Dropped++
 					win.Dropped++
 				}
-				if a.n < len(retx) {
+				switch {
+				case a.n < len(retx) && !a.orphan:
 					push(synAttempt{at: a.start + retx[a.n], start: a.start, n: a.n + 1, client: a.client, retrans: true})
-				} else {
+				case a.n < len(retxAll):
+					if !a.orphan {
+						done(a.client, a.start+timeout)
+					}
+					push(synAttempt{at: a.start + retxAll[a.n], start: a.start, n: a.n + 1, client: -1, retrans: true, orphan: true})
+				case !a.orphan:
 					done(a.client, a.start+timeout)
 				}
 				continue
+			}
+			if a.orphan {
+				continue // a connection nobody sends a request on
 			}
 			svc := b.Service
 			if b.Exponential {

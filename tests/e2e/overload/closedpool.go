@@ -102,7 +102,12 @@ func RunClosedPool(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 // schedule until it ends or ctx is done, and returns how many due times it
 // skipped.
 func closedClient(ctx context.Context, i, n int, pacer phasePacer, start time.Time, timeout time.Duration, url string, lines *lineWriter) int64 {
-	dialer := &net.Dialer{}
+	// The connect ends with the request's timeout: net/http (Go 1.23 on)
+	// detaches a dial from its request, so without a bound of its own a
+	// timed-out client's socket kept retransmitting its SYN for 20 s (the
+	// kernel's tcp_syn_retries 6) after the client gave up and moved on. A
+	// blocking client closes its socket at its timeout (docs/tuning.md §7).
+	dialer := &net.Dialer{Timeout: timeout}
 	tr := &http.Transport{
 		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {

@@ -3,11 +3,14 @@ package overload
 import (
 	"bytes"
 	"context"
+	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -107,4 +110,76 @@ func TestAttackClients(t *testing.T) {
 	if err := RunAttack(context.Background(), AttackConfig{Target: srv.URL, Clients: ClientsOpenRetry, Timeout: time.Second, Phases: phases}, &bytes.Buffer{}); err == nil {
 		t.Error("open-retry without a connect timeout: no error")
 	}
+}
+
+// TestClosedPoolConnectEndsAtTimeout: a closed-pool client's connect ends
+// with its request's timeout. The listener's accept queue is full and never
+// drained, so the kernel drops every further SYN and the client's connects
+// can only time out; each must be reported (its "d" line written before the
+// pool returns) and last no longer than the timeout. net/http detaches a
+// dial from its request, so an unbounded dial went on retransmitting its SYN
+// for 20 s after the client had given up.
+func TestClosedPoolConnectEndsAtTimeout(t *testing.T) {
+	ln, err := fullListener(t)
+	if err != nil {
+		t.Skipf("no loopback listener with a full accept queue: %v", err)
+	}
+	const timeout = 300 * time.Millisecond
+	var out bytes.Buffer
+	cfg := AttackConfig{Target: "http://" + ln + "/", Pool: 2, Timeout: timeout,
+		Phases: []Phase{{Name: "p", Rate: 4, Duration: 1500 * time.Millisecond}}}
+	if err := RunClosedPool(context.Background(), cfg, &out); err != nil {
+		t.Fatal(err)
+	}
+	var reqs, dials int
+	for _, l := range strings.Split(out.String(), "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) == 5 && f[0] == "r" && f[1] == "a":
+			reqs++
+			if f[4] != outcomeTimeout {
+				t.Errorf("request outcome %q against a full accept queue, want %q", f[4], outcomeTimeout)
+			}
+		case len(f) == 4 && f[0] == "d":
+			dials++
+			ns, _ := strconv.ParseInt(f[2], 10, 64)
+			if d := time.Duration(ns); d > timeout+200*time.Millisecond {
+				t.Errorf("connect lasted %v, want at most the %v timeout", d, timeout)
+			}
+		}
+	}
+	if reqs == 0 || dials != reqs {
+		t.Errorf("%d requests, %d connects reported before the pool returned, want one each", reqs, dials)
+	}
+}
+
+// fullListener returns the address of a loopback TCP listener whose accept
+// queue (backlog 0: one connection) is filled and never accepted from, so
+// that the kernel drops further SYNs; it is closed with t.
+func fullListener(t *testing.T) (string, error) {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		return "", err
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		return "", err
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		return "", err
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		return "", err
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
+	// Fill the queue: connects complete until it holds backlog + 1.
+	for i := 0; i < 4; i++ {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err != nil {
+			return addr, nil // the queue is full: SYNs are dropped
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	return "", errors.New("the accept queue did not fill")
 }
