@@ -12,7 +12,8 @@ import (
 // in flight against Little's law. A tick sees a 3 × step up to an interval
 // after it arrives, and by then ~25 times the requests that keep the
 // target are in flight (the harness: ~158 where ~6 keep it); read every
-// onset window, the queue shows the step within one window.
+// onset window, the queue shows the step within three (docs/controller.md
+// §0).
 
 // queueWindows is how many onset windows a port's history keeps: the
 // served rate is measured over up to onsetSpan of them.
@@ -88,7 +89,7 @@ func (q *queueOnset) at(i int) *queueWindow {
 // plant at a ratio of 1.25–1.5. A service that has no baseline yet has no
 // clients blocked in its queue: from idle to 1.5 C at 1.25 × the cold
 // starts rose from 0.948/0.938/0.926 C (cpu/pool/php, means of 10 seeds)
-// to 0.980/0.980/0.958 C, closed pools' cold starts unchanged.
+// to 0.980/0.976/0.959 C, closed pools' cold starts unchanged.
 func (q *queueOnset) outrun(excess, keep float64, cold bool) bool {
 	ratio := float64(queueSurge)
 	if cold {
@@ -121,7 +122,7 @@ const (
 // windows, up to onsetSpan, in which the service was busy from the start:
 // the previous window ended with requests in flight) and the arrival rate
 // (the newest window's, or the newest two's when higher).
-func (q *queueOnset) rates() (served, arrived float64) {
+func (q *queueOnset) rates() (served, arrived, busy float64) {
 	var resp, w float64
 	for i := 0; i < q.n && w < onsetSpan.Seconds()-1e-9; i++ {
 		win := q.at(i)
@@ -133,13 +134,14 @@ func (q *queueOnset) rates() (served, arrived float64) {
 	if w > 0 {
 		served = resp / w
 	}
+	busy = w
 	newest := q.at(0)
 	arrived = newest.requests / newest.w
 	if q.n > 1 {
 		prev := q.at(1)
 		arrived = math.Max(arrived, (newest.requests+prev.requests)/(newest.w+prev.w))
 	}
-	return served, arrived
+	return served, arrived, busy
 }
 
 // queueOnsets runs the onset check on every port's measured queue: stats
@@ -205,10 +207,15 @@ func (c *Controller) queueOnset(ps *portState, w float64, stats map[olc.PortKey]
 	if held || q.cut || T <= 0 || (l.active && l.since >= queueOnsetFirst.Seconds()) {
 		return "", false
 	}
-	served, arrived := q.rates()
+	served, arrived, busy := q.rates()
 	keep := served * T
 	excess := r.Inflight - keep
-	if served <= 0 || arrived <= 0 || !q.outrun(excess, keep, ps.cfg.Target.Auto && !l.base.ok) {
+	// A cold start's served rate is measured over the whole span: a
+	// service just started answers slowly at first (the harness's
+	// capacity-halved start read 80/s of its 180/s over 150 ms, and the
+	// cut to 0.17 left it at 0.51 C).
+	cold := ps.cfg.Target.Auto && !l.base.ok
+	if served <= 0 || arrived <= 0 || (cold && busy < onsetSpan.Seconds()-1e-9) || !q.outrun(excess, keep, cold) {
 		return "", false
 	}
 	// The tick's first-cut rule (queueCut), without its floor of half a

@@ -106,11 +106,13 @@ func TestQueueOnset(t *testing.T) {
 			wins: []win{{150, 50, 103}, {150, 50, 203}, {150, 50, 303}}, wantAt: -1,
 		},
 		{
-			// no baseline yet: initial_target 100 ms, 100 keep it; the
-			// excess 203 is beyond half of that.
+			// no baseline yet: the served rate over a whole 200 ms span
+			// first (four windows busy from their start), then the
+			// deepest cut, 90 %: 403 beyond the 100 that keep the initial
+			// target.
 			name: "auto target before a baseline", target: ResponseTarget{Auto: true},
-			wins:   []win{{150, 50, 103}, {150, 50, 203}, {150, 50, 303}},
-			wantAt: 2, wantPass: (1000 - 203/0.5) / 3000,
+			wins:   []win{{150, 50, 103}, {150, 50, 203}, {150, 50, 303}, {150, 50, 403}, {150, 50, 503}},
+			wantAt: 4, wantPass: 1 - maxLatencyCut2,
 		},
 	}
 	for _, tc := range cases {

@@ -116,7 +116,7 @@ func TestAttackClients(t *testing.T) {
 // with its request's timeout. The listener's accept queue is full and never
 // drained, so the kernel drops every further SYN and the client's connects
 // can only time out; each must be reported (its "d" line written before the
-// pool returns) and last no longer than the timeout. net/http detaches a
+// pool returns, but for a client's last) and last no longer than the timeout. net/http detaches a
 // dial from its request, so an unbounded dial went on retransmitting its SYN
 // for 20 s after the client had given up.
 func TestClosedPoolConnectEndsAtTimeout(t *testing.T) {
@@ -148,8 +148,10 @@ func TestClosedPoolConnectEndsAtTimeout(t *testing.T) {
 			}
 		}
 	}
-	if reqs == 0 || dials != reqs {
-		t.Errorf("%d requests, %d connects reported before the pool returned, want one each", reqs, dials)
+	// Each client's last connect may end with its request, just after the
+	// pool returned: at most cfg.Pool unreported.
+	if reqs == 0 || dials > reqs || dials < reqs-cfg.Pool {
+		t.Errorf("%d requests, %d connects reported before the pool returned, want one each (%d may race the end)", reqs, dials, cfg.Pool)
 	}
 }
 
