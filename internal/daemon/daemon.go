@@ -148,6 +148,9 @@ type datapath interface {
 	SetRejectLimit(rate, burst int) error
 	Heartbeat() error
 	Stats() (loader.Stats, error)
+	// ReleaseStats hands back a Stats no longer read (see
+	// loader.Datapath.ReleaseStats).
+	ReleaseStats(s loader.Stats)
 	PortCounters(into map[olc.PortKey]loader.Counters) error
 	ResponseSample() uint32
 	FlowTableOccupancy() (loader.FlowTable, error)

@@ -104,6 +104,7 @@ func (f *fakeDatapath) SetRejectLimit(rate, burst int) error {
 
 func (f *fakeDatapath) Heartbeat() error                              { f.heartbt++; return nil }
 func (f *fakeDatapath) Stats() (loader.Stats, error)                  { return f.stats, nil }
+func (f *fakeDatapath) ReleaseStats(loader.Stats)                     {}
 func (f *fakeDatapath) ResponseSample() uint32                        { return f.sample }
 func (f *fakeDatapath) FlowTableOccupancy() (loader.FlowTable, error) { return f.flows, nil }
 func (f *fakeDatapath) Close() error                                  { return nil }

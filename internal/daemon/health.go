@@ -73,9 +73,11 @@ func (d *Daemon) ready(now time.Time) error {
 	if len(st.Interfaces) == 0 {
 		return fmt.Errorf("no interface attached (waiting: %v)", st.InterfacesWaiting)
 	}
-	if _, err := d.dp.Stats(); err != nil {
+	s, err := d.dp.Stats()
+	if err != nil {
 		return fmt.Errorf("datapath counters unreadable: %w", err)
 	}
+	d.dp.ReleaseStats(s)
 	return nil
 }
 

@@ -222,6 +222,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if err != nil {
 		return
 	}
+	defer c.d.dp.ReleaseStats(stats) // everything below copies what it reads
 	for i, p := range st.Ports {
 		labels := []string{p.Proto, strconv.Itoa(int(p.Port)), p.Class}
 		gauge(descPortP, p.DropProbability, labels...)

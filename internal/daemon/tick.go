@@ -48,6 +48,7 @@ func (d *Daemon) tick() {
 	deltas := make(map[olc.PortKey]loader.Counters, len(d.ports))
 	stats := make(map[olc.PortKey]adaptive.PortStats, len(d.ports))
 	var resp map[olc.PortKey]resptime.Port
+	var prev loader.Stats
 	if err == nil {
 		keys := make([]olc.PortKey, 0, len(d.ports))
 		for _, p := range d.ports {
@@ -67,6 +68,9 @@ func (d *Daemon) tick() {
 			}
 			stats[p.key] = ps
 		}
+		// The previous read is released below, once d.last no longer
+		// holds it either.
+		prev = d.prev
 		d.prev = st
 	}
 
@@ -84,6 +88,9 @@ func (d *Daemon) tick() {
 		interval = d.cfg.Interval
 	}
 	d.last = tickResult{at: snap.At, interval: interval, snap: snap, decision: dec, stats: st, deltas: deltas, probs: probs, resp: resp}
+	// Nothing holds the previous read now (d.prev and d.last were its
+	// only holders): its histograms go back to the datapath for reuse.
+	d.dp.ReleaseStats(prev)
 	d.ticks++
 	d.metrics.ticks.Inc()
 	d.metrics.tickSeconds.Observe(time.Since(start).Seconds())

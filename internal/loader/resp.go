@@ -45,7 +45,9 @@ type Response struct {
 	Retransmits uint64
 	// Buckets are the response counts per histogram bucket
 	// (internal/resptime.Bounds gives each bucket's range). Read only:
-	// while a port is idle, Stats returns the same slice again.
+	// while a port is idle, Stats returns the same slice again. The slice
+	// is the holder's until the Stats it came in is handed back with
+	// Datapath.ReleaseStats; after that it may hold another read's counts.
 	Buckets []uint64
 }
 
@@ -209,11 +211,9 @@ type respWords struct {
 type respTotals struct {
 	prev  []respWords
 	total [4]uint64 // requests, responses, abandoned, retransmits
-	// buckets are the bucket totals; once handed out in a Response they
-	// are the caller's, and the next fold into them works on a copy
-	// (shared false).
+	// buckets are the bucket totals; while a Response holding them is not
+	// released (respFolder.held), the next fold into them works on a copy.
 	buckets []uint64
-	shared  bool
 	// last is what response returned last, handed out again while no
 	// total changed (stale: one did since).
 	last  Response
@@ -238,6 +238,17 @@ type respFolder struct {
 	flowPrev  [][4]uint32
 	flowTotal [4]uint64
 	cur       respWords // the entry being folded
+	// held counts, per bucket array handed out in a Response (keyed by
+	// its first element), the Stats holding it and not yet released, and
+	// its slot; free are released arrays a fold copies into instead of
+	// allocating (at most freeCap of them).
+	held map[*uint64]heldBuckets
+	free [][]uint64
+}
+
+type heldBuckets struct {
+	refs int
+	slot uint16
 }
 
 // newRespFolder maps m (olcd_rhist, ncpu × histSlots entries). Errors: the
@@ -251,7 +262,7 @@ func newRespFolder(m, fstats *ebpf.Map, ncpu int, histSlots uint32) (*respFolder
 		return nil, fmt.Errorf("map response histograms: %d bytes for %d CPUs × %d slots", mem.Size(), ncpu, histSlots)
 	}
 	return &respFolder{mem: mem, ncpu: ncpu, histSlots: int64(histSlots), fstats: fstats,
-		slots: make(map[uint16]*respTotals)}, nil
+		slots: make(map[uint16]*respTotals), held: make(map[*uint64]heldBuckets)}, nil
 }
 
 // bucketPairs views buckets as 64-bit words of two buckets each, so that
@@ -286,7 +297,8 @@ func (f *respFolder) counts(cpu int, slot uint16) ([4]uint32, error) {
 func (f *respFolder) totals(slot uint16) *respTotals {
 	st := f.slots[slot]
 	if st == nil {
-		st = &respTotals{stale: true, buckets: make([]uint64, HistBuckets)}
+		st = &respTotals{stale: true, buckets: f.take()}
+		clear(st.buckets)
 		f.slots[slot] = st
 	}
 	return st
@@ -326,8 +338,10 @@ func (f *respFolder) add(slot uint16) error {
 		}
 		st.total[1] += uint64(c[1] - p.counts[1])
 		p.counts[1] = c[1]
-		if st.shared {
-			st.buckets, st.shared = slices.Clone(st.buckets), false
+		if f.held[&st.buckets[0]].refs > 0 {
+			b := f.take()
+			copy(b, st.buckets)
+			st.buckets = b
 		}
 		b := (*[HistBuckets]uint64)(st.buckets)
 		cw, pw := bucketPairs(&h.buckets), bucketPairs(&p.buckets)
@@ -375,19 +389,89 @@ func (f *respFolder) reset(slot uint16) error {
 
 func (f *respFolder) forget(slot uint16) { delete(f.slots, slot) }
 
-// response returns the slot's totals. A slot whose totals did not change
-// since the last call gets the same Response again, Buckets included
-// (callers only read them), so an idle port costs no allocation; a busy
-// one costs the one copy of its buckets the next fold makes.
+// response returns the slot's totals and counts the holder of its
+// buckets. A slot whose totals did not change since the last call gets the
+// same Response again, Buckets included (callers only read them), so an
+// idle port costs no allocation; a busy one costs the one copy of its
+// buckets the next fold makes, into a released array when there is one.
 func (f *respFolder) response(slot uint16) Response {
 	st := f.totals(slot)
+	h := f.held[&st.buckets[0]]
+	h.refs++
+	h.slot = slot
+	f.held[&st.buckets[0]] = h
 	if !st.stale {
 		return st.last
 	}
 	t := &st.total
 	st.last = Response{Requests: t[0], Responses: t[1], Abandoned: t[2], Retransmits: t[3], Buckets: st.buckets}
-	st.shared, st.stale = true, false
+	st.stale = false
 	return st.last
+}
+
+// freeCap bounds the released bucket arrays kept for reuse: two per slot
+// in use (the daemon holds the previous tick's and gets the current one)
+// and a few for other readers.
+func (f *respFolder) freeCap() int { return 2*len(f.slots) + 8 }
+
+// take returns a bucket array to fold into: a released one, or a new one.
+// Its contents are unspecified.
+func (f *respFolder) take() []uint64 {
+	if n := len(f.free); n > 0 {
+		b := f.free[n-1]
+		f.free[n-1] = nil
+		f.free = f.free[:n-1]
+		return b
+	}
+	return make([]uint64, HistBuckets)
+}
+
+// release ends one holder's use of a Response's buckets. An array no one
+// holds any more is folded into again in place if it is still its slot's
+// totals, and otherwise kept for reuse. Arrays this folder did not hand out
+// (another Datapath's, or already released) are ignored.
+func (f *respFolder) release(b []uint64) {
+	if len(b) == 0 {
+		return
+	}
+	p := &b[0]
+	h, ok := f.held[p]
+	if !ok {
+		return
+	}
+	if h.refs--; h.refs > 0 {
+		f.held[p] = h
+		return
+	}
+	delete(f.held, p)
+	if st := f.slots[h.slot]; st != nil && &st.buckets[0] == p {
+		return
+	}
+	if len(f.free) < f.freeCap() {
+		f.free = append(f.free, b)
+	}
+}
+
+// ReleaseStats hands back a Stats its holder no longer reads, so that the
+// bucket arrays of its Response can be reused by a later read instead of
+// allocated (3 KB per busy port and read). It empties s.Response (the
+// map every copy of s shares): after the call no copy of s may be read for
+// response timing, and a Buckets slice taken from it before may already
+// hold another read's counts. Releasing twice, a zero Stats or another
+// Datapath's Stats does nothing; a Stats never released is left to the
+// garbage collector.
+func (d *Datapath) ReleaseStats(s Stats) {
+	if len(s.Response) == 0 {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.resp != nil {
+		for _, r := range s.Response {
+			d.resp.release(r.Buckets)
+		}
+	}
+	clear(s.Response)
 }
 
 func (f *respFolder) flows() (FlowCounters, error) {
