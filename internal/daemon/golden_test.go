@@ -59,6 +59,8 @@ type fakeDatapath struct {
 	writes  []string // what was written, in order, as text
 	probs   map[olc.PortKey]float64
 	heartbt int
+	// released counts the Stats handed back with a nonempty Response.
+	released int
 }
 
 func (f *fakeDatapath) Attach(string, olc.AttachMode) error { return errors.New("fake: no attach") }
@@ -102,9 +104,27 @@ func (f *fakeDatapath) SetRejectLimit(rate, burst int) error {
 	return nil
 }
 
-func (f *fakeDatapath) Heartbeat() error                              { f.heartbt++; return nil }
-func (f *fakeDatapath) Stats() (loader.Stats, error)                  { return f.stats, nil }
-func (f *fakeDatapath) ReleaseStats(loader.Stats)                     {}
+func (f *fakeDatapath) Heartbeat() error { f.heartbt++; return nil }
+
+// Stats returns a copy of f.stats, a new Response map as the loader's
+// is, so that a release empties only the Stats it is given.
+func (f *fakeDatapath) Stats() (loader.Stats, error) {
+	s := f.stats
+	if s.Response != nil {
+		s.Response = maps.Clone(s.Response)
+	}
+	return s, nil
+}
+
+// ReleaseStats empties the Response as the loader's does, so that a
+// Stats released while still read shows in the golden documents.
+func (f *fakeDatapath) ReleaseStats(s loader.Stats) {
+	if len(s.Response) > 0 {
+		f.released++
+	}
+	clear(s.Response)
+}
+
 func (f *fakeDatapath) ResponseSample() uint32                        { return f.sample }
 func (f *fakeDatapath) FlowTableOccupancy() (loader.FlowTable, error) { return f.flows, nil }
 func (f *fakeDatapath) Close() error                                  { return nil }
