@@ -230,7 +230,7 @@ const measuredHold = 10
 // queueMeasured reports whether a protected port with a response target
 // had its queue measured this tick or in the last measuredHold ticks.
 // With the queue measured the estimate lowered goodput on the plant
-// (docs/tuning.md §5), so it runs only where the queue is not measured.
+// (docs/tuning.md §4a), so it runs only where the queue is not measured.
 func (c *Controller) queueMeasured(stats map[olc.PortKey]PortStats, stale bool) bool {
 	if c.measuredFor > 0 {
 		c.measuredFor--

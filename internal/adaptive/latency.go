@@ -322,7 +322,7 @@ func queueCut(r PortResponse, T, dt float64) (float64, bool) {
 	}
 	served, arrived := r.Responses/dt, r.Requests/dt
 	excess := r.Inflight - served*T
-	// Only a queue of a quarter tick's work or more: below it the law's
+	// Only a queue of half a tick's work or more: below it the law's
 	// own steps suffice, and the in-flight count's noise would cut.
 	if excess < queueCutMin*served*dt {
 		return 0, false
@@ -396,10 +396,6 @@ func sanitize(r PortResponse) PortResponse {
 	}
 	return r
 }
-
-// maxLatencyCut bounds the share of the pass rate one tick removes: a wild
-// sample halves what passes at most.
-const maxLatencyCut = 0.5
 
 // tgtName renders the target for a reason: "auto from baseline 5ms",
 // "50ms", with "+ throttle gap 75ms" when the gap widens it.
