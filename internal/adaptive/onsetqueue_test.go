@@ -50,6 +50,21 @@ func (r *queueRig) steady(n int) {
 	}
 }
 
+// cutStep feeds a steady second, then a 3 × step (three windows at 3 ×
+// the answers, the queue growing by 100 a window) that the onset check
+// must cut, and returns the cut's pass rate.
+func (r *queueRig) cutStep() float64 {
+	r.t.Helper()
+	r.steady(10)
+	r.window(150, 50, 103)
+	r.window(150, 50, 203)
+	d, ok := r.window(150, 50, 303)
+	if !ok {
+		r.t.Fatal("no cut")
+	}
+	return 1 - d.Ports[0].DropProbability
+}
+
 func TestQueueOnset(t *testing.T) {
 	fixed := ResponseTarget{Seconds: 0.02}
 	type win struct{ req, resp, inflight float64 }
@@ -153,14 +168,7 @@ func TestQueueOnset(t *testing.T) {
 // holds the onset's pass rate rather than cutting again.
 func TestQueueOnsetTickHolds(t *testing.T) {
 	r := newQueueRig(t, ResponseTarget{Seconds: 0.02})
-	r.steady(10)
-	r.window(150, 50, 103)
-	r.window(150, 50, 203)
-	d, ok := r.window(150, 50, 303)
-	if !ok {
-		t.Fatal("no cut")
-	}
-	pass := 1 - d.Ports[0].DropProbability
+	pass := r.cutStep()
 	// Six windows at the cut's pass rate: 3000 × pass ≈ 634/s arrive, the
 	// queue drains by ~18 a window.
 	infl := 303.0
@@ -173,7 +181,7 @@ func TestQueueOnsetTickHolds(t *testing.T) {
 	r.at += 0.05
 	st := PortStats{New: 500, Response: PortResponse{Available: true, P95: 0.15, Samples: 500,
 		Requests: 50*10 + 450 + 6*3000*pass*0.05, Responses: 500, Inflight: infl}}
-	d = r.c.Step(snap(r.at), map[olc.PortKey]PortStats{r.port: st})
+	d := r.c.Step(snap(r.at), map[olc.PortKey]PortStats{r.port: st})
 	if got := 1 - d.Ports[0].DropProbability; got < pass-1e-9 {
 		t.Errorf("the tick after the cut lowered the pass rate to %.3f from the onset's %.3f: %s", got, pass, d.Reason)
 	}
@@ -188,14 +196,7 @@ func TestQueueOnsetTickHolds(t *testing.T) {
 // queue that still grows is cut again.
 func TestQueueOnsetOncePerTick(t *testing.T) {
 	r := newQueueRig(t, ResponseTarget{Seconds: 0.02})
-	r.steady(10)
-	r.window(150, 50, 103)
-	r.window(150, 50, 203)
-	d, ok := r.window(150, 50, 303)
-	if !ok {
-		t.Fatal("no cut")
-	}
-	pass := 1 - d.Ports[0].DropProbability
+	pass := r.cutStep()
 	infl := 303.0
 	for range 3 {
 		infl += 3 * 3000 * pass * 0.05
@@ -206,7 +207,7 @@ func TestQueueOnsetOncePerTick(t *testing.T) {
 	r.at += 0.05
 	r.c.Step(snap(r.at), map[olc.PortKey]PortStats{r.port: {New: 500, Response: PortResponse{Available: true, P95: 0.02,
 		Samples: 500, Requests: 500, Responses: 500, Inflight: 3}}})
-	d, ok = r.window(200, 50, infl+150)
+	d, ok := r.window(200, 50, infl+150)
 	if !ok {
 		t.Fatal("a queue still growing in the next tick was not cut")
 	}
