@@ -488,13 +488,11 @@ func TestOverloadClosedPoolReject(t *testing.T) {
 		d.GoodputRPS, d.GoodputRPS/c, d.MeanConnectMs, d.P99Ms, d.ConnectTimeouts, d.ConnectRefused, d.Requests)
 	t.Logf("closed pool at 3 C, reject: goodput %.0f/s (%.2f C), mean connect %.1f ms, p99 %.1f ms, %d connect timeouts, %d refused, %d requests",
 		r.GoodputRPS, r.GoodputRPS/c, r.MeanConnectMs, r.P99Ms, r.ConnectTimeouts, r.ConnectRefused, r.Requests)
-	// Both lines compare protections of a backend that is the bottleneck.
-	// On this shared VM other work can take the CPUs its quota allows
-	// (the backend then sits well under its quota while latency grows and
-	// olcd, watching the quota, sees no overload): say so instead.
-	if d.CPUBusy < 0.85 && r.CPUBusy < 0.85 {
-		t.Fatalf("the backend used %.2f and %.2f of its quota at 3 C: the VM's CPUs were taken by other work, so neither run overloaded the backend and the comparison says nothing; run the suite alone", d.CPUBusy, r.CPUBusy)
-	}
+	// The backend's use of its quota is reported, not required: olcd holds
+	// the measured response time, not the quota, so the reject run sits
+	// near 0.85 of it, and the drop run's blocked clients leave it lower
+	// (CI: 0.69 and 0.84 in a run whose comparison held).
+	t.Logf("closed pool at 3 C: the backend used %.2f (drop) and %.2f (reject) of its CPU quota", d.CPUBusy, r.CPUBusy)
 	if r.GoodputRPS < 0.95*d.GoodputRPS {
 		t.Errorf("reject goodput at 3 C %.0f/s is below drop's %.0f/s (want ≥ 0.95 ×)", r.GoodputRPS, d.GoodputRPS)
 	}
