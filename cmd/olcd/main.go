@@ -78,6 +78,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "record":
 		err = cmdRecord(rest, stdout, stderr)
 	case "version", "--version", "-version":
+		if len(rest) > 0 {
+			fmt.Fprintf(stderr, "olcd %s: unexpected argument %q (it takes none)\n", cmd, rest[0])
+			return 2
+		}
 		fmt.Fprintf(stdout, "olcd %s\n", version)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
@@ -106,6 +110,17 @@ func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("olcd "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	return fs
+}
+
+// noArgs refuses positional arguments left after parseFlags, for commands
+// that take none: a stray word (`olcd reload new.yaml`, `olcd status
+// tcp/80`) must not be ignored while the command does something else.
+func noArgs(fs *flag.FlagSet, stderr io.Writer) error {
+	if fs.NArg() == 0 {
+		return nil
+	}
+	fmt.Fprintf(stderr, "%s: unexpected argument %q (it takes only flags; see -h)\n", fs.Name(), fs.Arg(0))
+	return errUsage
 }
 
 // parseFlags parses args, allowing flags after positional arguments

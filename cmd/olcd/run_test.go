@@ -56,3 +56,32 @@ func TestEmptyOrSpecialConfigRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestStrayArgumentsRefused: commands that take only flags refuse a
+// positional argument with exit 2 instead of ignoring it. `olcd reload
+// new.yaml` used to re-read the running file and answer "ok", and the
+// refusal comes before any request: the socket here answers nothing, so an
+// ignored argument would show as a dial error (exit 1).
+func TestStrayArgumentsRefused(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "none.sock")
+	for _, args := range [][]string{
+		{"reload", "new.yaml", "--socket", sock},
+		{"reload", "--socket", sock, "new.yaml"},
+		{"status", "tcp/8080", "--socket", sock},
+		{"status", "--json", "--socket", sock, "extra"},
+		{"version", "extra"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(args, &stdout, &stderr)
+		if code != 2 || !strings.Contains(stderr.String(), "unexpected argument") {
+			t.Errorf("olcd %s: exit %d, stderr %q; want 2 naming the unexpected argument", strings.Join(args, " "), code, stderr.String())
+		}
+		if stdout.Len() > 0 {
+			t.Errorf("olcd %s printed %q", strings.Join(args, " "), stdout.String())
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"status", "--socket", sock}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "is olcd running?") {
+		t.Errorf("olcd status without arguments: exit %d, stderr %q; want the dial error", code, stderr.String())
+	}
+}

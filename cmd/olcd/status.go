@@ -29,6 +29,9 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := noArgs(fs, stderr); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
 	defer cancel()
 	st, err := api.NewClient(*socket, clientTimeout).Status(ctx)
@@ -338,6 +341,11 @@ func cmdReload(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("reload", stderr)
 	socket := socketFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	// `olcd reload new.yaml` would re-read the running file, not new.yaml,
+	// and answer "ok": a stray argument is refused before any request.
+	if err := noArgs(fs, stderr); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
