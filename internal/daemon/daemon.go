@@ -798,13 +798,30 @@ func (d *Daemon) apply(cfg *rules.Config) error {
 				added = append(added, n)
 			}
 		}
-		if err := checkListed(added); err != nil {
+		if err := checkListed(cfg, added); err != nil {
 			return err
 		}
 	}
 	ports := d.resolvePorts(cfg)
 	if err := d.limits.fits(cfg, ports); err != nil {
 		return err
+	}
+	// A decision log that cannot be opened refuses the config before
+	// anything changes: kept running on the old file, a live override or
+	// reload would show as in force while the log it names gets nothing.
+	var newLog *os.File
+	switchLog := old.DecisionLog != cfg.DecisionLog && d.opts.DecisionLog == ""
+	if switchLog {
+		f, err := openLogFile(cfg.DecisionLog)
+		if err != nil {
+			return cfg.ProblemAt("decision_log", err.Error(), "the running decision log stays")
+		}
+		newLog = f
+		defer func() {
+			if newLog != nil { // not adopted: the config was refused
+				newLog.Close()
+			}
+		}()
 	}
 	if err := d.ctrl.Reconfigure(cfg.ControllerConfig(controllerPorts(ports))); err != nil {
 		return fmt.Errorf("reconfigure controller: %w", err)
@@ -856,9 +873,11 @@ func (d *Daemon) apply(cfg *rules.Config) error {
 	if d.ticker != nil && (old.Interval != cfg.Interval || old.Controller.OnsetInterval != cfg.Controller.OnsetInterval) {
 		d.resetOnset()
 	}
-	if old.DecisionLog != cfg.DecisionLog && d.opts.DecisionLog == "" {
-		if err := d.dlog.Switch(cfg.DecisionLog); err != nil {
-			d.log.Error("open new decision log; keeping the old one", "err", err)
+	if switchLog {
+		f := newLog
+		newLog = nil
+		if err := d.dlog.adopt(cfg.DecisionLog, f); err != nil {
+			d.log.Warn("close the previous decision log", "err", err)
 		}
 	}
 	if d.following && !slices.Equal(old.Interfaces, cfg.Interfaces) {

@@ -103,12 +103,9 @@ func openDecisionLog(path string, w io.Writer) (*decisionLog, error) {
 }
 
 func (d *decisionLog) open() error {
-	if err := os.MkdirAll(filepath.Dir(d.path), 0o750); err != nil {
-		return fmt.Errorf("create decision log directory: %w", err)
-	}
-	f, err := os.OpenFile(d.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	f, err := openLogFile(d.path)
 	if err != nil {
-		return fmt.Errorf("open decision log: %w", err)
+		return err
 	}
 	d.f = f
 	d.log = slog.New(slog.NewJSONHandler(f, nil))
@@ -129,18 +126,44 @@ func (d *decisionLog) Reopen() error {
 	return old.Close()
 }
 
+// openLogFile opens (appending) or creates the log file at path with mode
+// 0640, creating its directory with mode 0750; nil for "" or "-" (nowhere).
+func openLogFile(path string) (*os.File, error) {
+	if path == "" || path == "-" {
+		return nil, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("create decision log directory: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("open decision log: %w", err)
+	}
+	return f, nil
+}
+
 // Switch writes to path from now on ("" or "-": nowhere), keeping the rate
 // limits' state. Errors: the new file cannot be opened; the old one stays.
 func (d *decisionLog) Switch(path string) error {
+	f, err := openLogFile(path)
+	if err != nil {
+		return err
+	}
+	return d.adopt(path, f)
+}
+
+// adopt writes to f, opened at path by openLogFile, from now on and closes
+// the previous file. Opening and adopting are two steps so that a reload
+// can refuse a path it cannot open before anything else changes.
+func (d *decisionLog) adopt(path string, f *os.File) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	old, oldPath, oldLog := d.f, d.path, d.log
-	d.path = path
-	if path == "" || path == "-" {
-		d.f, d.log = nil, slog.New(slog.DiscardHandler)
-	} else if err := d.open(); err != nil {
-		d.f, d.path, d.log = old, oldPath, oldLog
-		return err
+	old := d.f
+	d.path, d.f = path, f
+	if f == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	} else {
+		d.log = slog.New(slog.NewJSONHandler(f, nil))
 	}
 	if old != nil {
 		return old.Close()

@@ -11,6 +11,7 @@ import (
 	"github.com/olcd/olcd/internal/loader"
 	"github.com/olcd/olcd/internal/netif"
 	"github.com/olcd/olcd/internal/olc"
+	"github.com/olcd/olcd/internal/rules"
 )
 
 // linkEventBuffer is the receive buffer asked for the link-event socket
@@ -202,7 +203,7 @@ func listLinks() ([]netlink.Link, error) {
 // checkListed returns an error naming the interfaces of the list that do
 // not exist: a reload must not trade the running protection for a typo,
 // as the start refuses one. Errors: "interfaces: eht0 does not exist".
-func checkListed(names []string) error {
+func checkListed(cfg *rules.Config, names []string) error {
 	var missing []string
 	for _, n := range names {
 		if _, err := netlink.LinkByName(n); err != nil {
@@ -210,7 +211,8 @@ func checkListed(names []string) error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("interfaces: %v does not exist (a listed interface must exist when the list is loaded; one deleted later is attached again when it returns)", missing)
+		return cfg.ProblemAt("interfaces", fmt.Sprintf("%v does not exist", missing),
+			"a listed interface must exist when the list is loaded; one deleted later is attached again when it returns")
 	}
 	return nil
 }

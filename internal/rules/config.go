@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -336,4 +337,31 @@ func (c *Config) Validate() error {
 		return &ValidationError{Problems: d.problems}
 	}
 	return nil
+}
+
+// ProblemAt returns a *ValidationError with one problem at field (a dotted
+// path of mapping keys, e.g. "decision_log" or "lb.agent.address"), placed
+// at the line and file its value came from, or at the config's source
+// without a line when the document does not spell it out (a default). It is
+// for the checks only the running daemon can make (an interface that must
+// exist, a file it must open), so they read like the validator's own.
+func (c *Config) ProblemAt(field, msg, hint string) error {
+	file := c.Source
+	if file == "" {
+		file = "embedded default"
+	}
+	p := Problem{File: file, Field: field, Msg: msg, Hint: hint}
+	n := c.doc
+	for _, key := range strings.Split(field, ".") {
+		if n = mapGet(resolve(n), key); n == nil {
+			break
+		}
+	}
+	if n != nil {
+		p.Line = n.Line
+		if s, ok := c.origins[n]; ok {
+			p.File = s
+		}
+	}
+	return &ValidationError{Problems: []Problem{p}}
 }

@@ -1,0 +1,75 @@
+package daemon
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestReloadRefusesUnopenableDecisionLog: a reload or a live override that
+// names a decision log olcd cannot open (here a directory) is refused whole,
+// with the file and line of the setting, instead of being reported as
+// applied while the records go on to the old file; a path that opens is
+// switched to and gets the records from then on.
+func TestReloadRefusesUnopenableDecisionLog(t *testing.T) {
+	base := testConfig(1, "500ms", "5s", 4)
+	d := startTestDaemon(t, base)
+	d.opts.DecisionLog = "" // the config's decision_log is the one in force
+	dir := t.TempDir()
+	running := d.cfg
+
+	d.write(t, base+"decision_log: "+dir+"\n")
+	err := d.reload("test")
+	line := regexp.MustCompile(`olcd\.yaml:\d+: decision_log: open decision log: .*is a directory`)
+	if err == nil || !line.MatchString(err.Error()) {
+		t.Fatalf("reload naming a directory as decision_log: %v, want a refusal matching %q", err, line)
+	}
+	if d.cfg != running || d.refused == nil {
+		t.Errorf("the refused reload replaced the running config (same %v) or was not shown (refused %v)", d.cfg == running, d.refused)
+	}
+
+	go func() {
+		for c := range d.cmds {
+			c.done <- c.run()
+		}
+	}()
+	t.Cleanup(func() { close(d.cmds) })
+	err = d.Patch(context.Background(), []byte("decision_log: "+dir+"\n"))
+	if err == nil || !strings.Contains(err.Error(), "admin patch:1: decision_log: open decision log") {
+		t.Fatalf("patch naming a directory as decision_log: %v, want a refusal at admin patch:1", err)
+	}
+	if len(d.overrides) != 0 || d.cfg != running {
+		t.Errorf("the refused patch left overrides %+v (config replaced: %v)", d.overrides, d.cfg != running)
+	}
+
+	path := filepath.Join(dir, "sub", "decisions.jsonl")
+	d.write(t, base+"decision_log: "+path+"\n")
+	if err := d.reload("test"); err != nil {
+		t.Fatalf("reload with an openable decision_log: %v", err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || !strings.Contains(string(b), `"msg":"config_reload"`) {
+		t.Errorf("new decision log %s: %q, %v; want the config_reload record", path, b, err)
+	}
+	d.noErrorsLogged(t)
+}
+
+// TestReloadMissingInterfaceNamesLine: a reload adding an interface that
+// does not exist is refused with the file and line of the interfaces list,
+// as the validator's problems are.
+func TestReloadMissingInterfaceNamesLine(t *testing.T) {
+	d := startTestDaemon(t, testConfig(1, "500ms", "5s", 4))
+	d.following = true
+	running := d.cfg
+	d.write(t, strings.Replace(testConfig(1, "500ms", "5s", 4), "[olcdtest0]", "[olcdtest0, olcdnosuch0]", 1))
+	err := d.reload("test")
+	if err == nil || !strings.Contains(err.Error(), "olcd.yaml:2: interfaces: [olcdnosuch0] does not exist") {
+		t.Fatalf("reload: %v, want a refusal at olcd.yaml:2 naming olcdnosuch0", err)
+	}
+	if d.cfg != running {
+		t.Error("the refused reload replaced the running config")
+	}
+}

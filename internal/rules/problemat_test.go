@@ -1,0 +1,36 @@
+package rules
+
+import "testing"
+
+// TestProblemAt: a problem the daemon finds in a loaded config names the
+// file and line the setting came from: the file's, a patch's own line, or
+// the file without a line for a default.
+func TestProblemAt(t *testing.T) {
+	cfg, _, err := Parse([]byte("mode: observe\n\ndecision_log: /var/log/x.jsonl\nlb:\n  agent: {address: '127.0.0.1:9999'}\n"), "x.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	patched, _, err := cfg.Patch([]byte("interfaces: [eth9]\n"), "admin patch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		cfg   *Config
+		field string
+		want  string
+	}{
+		{cfg, "decision_log", "x.yaml:3: decision_log: m (h)"},
+		{cfg, "lb.agent.address", "x.yaml:5: lb.agent.address: m (h)"},
+		{cfg, "interfaces", "x.yaml: interfaces: m (h)"},
+		{patched, "interfaces", "admin patch:1: interfaces: m (h)"},
+		{patched, "decision_log", "x.yaml:3: decision_log: m (h)"},
+		{Default(), "interfaces", "embedded default: interfaces: m (h)"},
+	}
+	for _, tt := range tests {
+		err := tt.cfg.ProblemAt(tt.field, "m", "h")
+		ve, ok := err.(*ValidationError)
+		if !ok || len(ve.Problems) != 1 || ve.ProblemLines()[0] != tt.want {
+			t.Errorf("ProblemAt(%q) = %v, want %q", tt.field, err, tt.want)
+		}
+	}
+}
