@@ -477,9 +477,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 				d.log.Error("reopen decision log", "err", err)
 			}
 		case l := <-loaded:
-			if err := d.applyLoad(l); err != nil {
-				d.log.Error("reload refused: the running config stays", "trigger", l.trigger, "err", err)
-			}
+			_ = d.applyLoad(l) // a refusal is logged and shown in the status
 			// Like an admin command, a reload shows in the status at once
 			// (mode, overrides dropped), not only after the next tick.
 			d.publish()
@@ -740,6 +738,7 @@ func (d *Daemon) override(kind, value string, doc []byte) error {
 		}
 	}
 	if err != nil {
+		d.log.Warn("live override refused: the running config stays", "kind", kind, "value", loggedValue(value), "err", err)
 		d.dlog.Record("config_override_refused", "kind", kind, "value", loggedValue(value), "err", err.Error())
 		return err
 	}
@@ -770,6 +769,10 @@ func (d *Daemon) applyLoad(l configLoad) error {
 	if err != nil {
 		d.metrics.reloadFailures.Inc()
 		d.refused = refusal(l.trigger, err)
+		// Logged here, whatever the trigger: a refusal through the admin
+		// API reaches the journal too, not only its caller. A warning: the
+		// daemon runs on, and the file is the operator's to fix.
+		d.log.Warn("reload refused: the running config stays", "trigger", l.trigger, "err", err)
 		d.dlog.Record("config_reload_failed", "trigger", l.trigger, "source", src, "err", err.Error())
 		return err
 	}

@@ -73,3 +73,34 @@ func TestReloadMissingInterfaceNamesLine(t *testing.T) {
 		t.Error("the refused reload replaced the running config")
 	}
 }
+
+// TestAdminRefusalsLogged: a reload refused through the admin API and a
+// refused live override reach the operational log (the journal), as a
+// refused SIGHUP does, not only the caller and the decision log.
+func TestAdminRefusalsLogged(t *testing.T) {
+	d := startTestDaemon(t, testConfig(1, "500ms", "5s", 4))
+	go func() {
+		for c := range d.cmds {
+			c.done <- c.run()
+		}
+	}()
+	t.Cleanup(func() { close(d.cmds) })
+	d.write(t, "mode: enforce\nports: [{port: 8080, class: weird}]\n")
+	if err := d.Reload(context.Background()); err == nil {
+		t.Fatal("an invalid file was reloaded")
+	}
+	if err := d.Patch(context.Background(), []byte("controller: {ki: 9}")); err == nil {
+		t.Fatal("an invalid patch was applied")
+	}
+	log := d.log.String()
+	for _, want := range []string{
+		`level=WARN msg="reload refused: the running config stays" trigger="admin API"`,
+		`ports[0].class: unknown value \"weird\"`,
+		`level=WARN msg="live override refused: the running config stays" kind=patch`,
+		`controller.ki: 9 is outside (0, 2]`,
+	} {
+		if !strings.Contains(log, want) {
+			t.Errorf("operational log lacks %q:\n%s", want, log)
+		}
+	}
+}
