@@ -132,7 +132,8 @@ func Parse(data []byte, source string) (*Config, []Warning, error) {
 // Patch applies a partial document (YAML or JSON, e.g. just
 // `signals: {cpu_busy: {threshold: 0.7}}`) onto c and validates the result
 // exactly like a file: mappings merge key by key, a null deletes a key (back
-// to its default), lists and scalars replace. Problems in the patch name
+// to its default), lists and scalars replace. A patch without any setting
+// (empty, comments only, null or {}) is refused. Problems in the patch name
 // source and the patch's lines. c is not modified.
 func (c *Config) Patch(doc []byte, source string) (*Config, []Warning, error) {
 	if source == "" {
@@ -145,6 +146,14 @@ func (c *Config) Patch(doc []byte, source string) (*Config, []Warning, error) {
 	root, probs := parseDocument(doc, source, origins)
 	if len(probs) > 0 {
 		return nil, nil, &ValidationError{Problems: probs}
+	}
+	if len(pairs(root)) == 0 {
+		// Nothing, white space, comments, null or {}: it would be listed
+		// as a live override in force while changing nothing (an empty
+		// stdin to `olcd set patch -`, a client sending no body).
+		return nil, nil, &ValidationError{Problems: []Problem{{File: source,
+			Msg:  "the patch holds no setting: it would change nothing",
+			Hint: "write the settings to change, e.g. {mode: off}; a null resets one: {controller: {ki: null}}"}}}
 	}
 	base := c.doc
 	if root != nil && mapGet(root, "signals") != nil && mapGet(base, "signals") == nil {

@@ -1,6 +1,9 @@
 package rules
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestProblemAt: a problem the daemon finds in a loaded config names the
 // file and line the setting came from: the file's, a patch's own line, or
@@ -32,5 +35,20 @@ func TestProblemAt(t *testing.T) {
 		if !ok || len(ve.Problems) != 1 || ve.ProblemLines()[0] != tt.want {
 			t.Errorf("ProblemAt(%q) = %v, want %q", tt.field, err, tt.want)
 		}
+	}
+}
+
+// TestPatchWithoutSetting: a patch that sets nothing (no bytes, white
+// space, comments, null, {}) is refused naming its source, instead of being
+// kept and shown as a live override that changes nothing.
+func TestPatchWithoutSetting(t *testing.T) {
+	for _, doc := range []string{"", "\n  \n", "# mode: off\n", "null", "~", "{}", "--- {}\n"} {
+		_, _, err := Default().Patch([]byte(doc), "admin patch")
+		if err == nil || !strings.Contains(err.Error(), "admin patch: the patch holds no setting") {
+			t.Errorf("patch %q: %v, want a refusal naming admin patch", doc, err)
+		}
+	}
+	if _, _, err := Default().Patch([]byte("controller: {ki: null}"), "admin patch"); err != nil {
+		t.Errorf("a patch resetting one key was refused: %v", err)
 	}
 }
