@@ -123,7 +123,8 @@ func testConfig(ports int, interval, staleAfter string, maxPorts int) string {
 
 // TestReloadBeyondRunningLimits: a reload that needs a restart-only setting
 // it also changes (more ports than the running max_ports, an interval not
-// shorter than the running stale_after) is refused whole: the running config,
+// shorter than the running stale_after) is refused whole, naming the
+// setting's file and line like the validator: the running config,
 // the controller's ports and the datapath's policies stay, and the next ticks
 // write every probability without error.
 func TestReloadBeyondRunningLimits(t *testing.T) {
@@ -131,8 +132,8 @@ func TestReloadBeyondRunningLimits(t *testing.T) {
 	tests := []struct {
 		name, cfg, msg string
 	}{
-		{"more ports than max_ports", testConfig(3, "500ms", "5s", 4), "3 ports exceed the running datapath.max_ports 2"},
-		{"interval past stale_after", testConfig(2, "6s", "10s", 2), "interval: 6s is not shorter than the running heartbeat.stale_after 5s"},
+		{"more ports than max_ports", testConfig(3, "500ms", "5s", 4), "olcd.yaml:7: ports: 3 ports exceed the running datapath.max_ports 2"},
+		{"interval past stale_after", testConfig(2, "6s", "10s", 2), "olcd.yaml:3: interval: 6s is not shorter than the running heartbeat.stale_after 5s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

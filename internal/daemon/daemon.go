@@ -897,10 +897,10 @@ func (d *Daemon) apply(cfg *rules.Config) error {
 // that raises them in the same change as it uses them must wait for a
 // restart. Errors name the setting and both values.
 func (l limits) fits(cfg *rules.Config, ports []portEntry) error {
-	var errs []error
+	var probs []rules.Problem
 	if len(ports) > l.maxPorts {
-		errs = append(errs, fmt.Errorf("ports: %d ports exceed the running datapath.max_ports %d (a new max_ports takes effect only after a restart)",
-			len(ports), l.maxPorts))
+		probs = append(probs, cfg.Locate("ports", fmt.Sprintf("%d ports exceed the running datapath.max_ports %d", len(ports), l.maxPorts),
+			"a new max_ports takes effect only after a restart"))
 	}
 	var n4, n6 int
 	for _, p := range cfg.Exceptions.Sources {
@@ -911,14 +911,17 @@ func (l limits) fits(cfg *rules.Config, ports []portEntry) error {
 		}
 	}
 	if n4 > l.maxPrefixes || n6 > l.maxPrefixes {
-		errs = append(errs, fmt.Errorf("exceptions.sources: %d IPv4 and %d IPv6 prefixes exceed the running datapath.max_prefixes %d per family (a new max_prefixes takes effect only after a restart)",
-			n4, n6, l.maxPrefixes))
+		probs = append(probs, cfg.Locate("exceptions.sources", fmt.Sprintf("%d IPv4 and %d IPv6 prefixes exceed the running datapath.max_prefixes %d per family",
+			n4, n6, l.maxPrefixes), "a new max_prefixes takes effect only after a restart"))
 	}
 	if cfg.Interval >= l.staleAfter {
-		errs = append(errs, fmt.Errorf("interval: %v is not shorter than the running heartbeat.stale_after %v: the datapath would fail open between two ticks (a new stale_after takes effect only after a restart)",
-			cfg.Interval, l.staleAfter))
+		probs = append(probs, cfg.Locate("interval", fmt.Sprintf("%v is not shorter than the running heartbeat.stale_after %v: the datapath would fail open between two ticks",
+			cfg.Interval, l.staleAfter), "a new stale_after takes effect only after a restart"))
 	}
-	return errors.Join(errs...)
+	if len(probs) == 0 {
+		return nil
+	}
+	return &rules.ValidationError{Problems: probs}
 }
 
 // program writes mode, exceptions and port policies into the datapath.

@@ -339,13 +339,18 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// ProblemAt returns a *ValidationError with one problem at field (a dotted
-// path of mapping keys, e.g. "decision_log" or "lb.agent.address"), placed
-// at the line and file its value came from, or at the config's source
-// without a line when the document does not spell it out (a default). It is
-// for the checks only the running daemon can make (an interface that must
-// exist, a file it must open), so they read like the validator's own.
+// ProblemAt returns a *ValidationError with the one problem Locate places.
+// It is for the checks only the running daemon can make (an interface that
+// must exist, a file it must open), so they read like the validator's own.
 func (c *Config) ProblemAt(field, msg, hint string) error {
+	return &ValidationError{Problems: []Problem{c.Locate(field, msg, hint)}}
+}
+
+// Locate returns a problem at field (a dotted path of mapping keys, e.g.
+// "decision_log" or "lb.agent.address"), placed at the line and file its
+// value came from, or at the config's source without a line when the
+// document does not spell it out (a default).
+func (c *Config) Locate(field, msg, hint string) Problem {
 	file := c.Source
 	if file == "" {
 		file = "embedded default"
@@ -363,5 +368,5 @@ func (c *Config) ProblemAt(field, msg, hint string) error {
 			p.File = s
 		}
 	}
-	return &ValidationError{Problems: []Problem{p}}
+	return p
 }
