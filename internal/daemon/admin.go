@@ -51,7 +51,7 @@ func newAdminHandler(b adminBackend, log *slog.Logger) http.Handler {
 		var req struct {
 			Mode string `json:"mode"`
 		}
-		if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&req); err != nil {
+		if err := decodeStrict(io.LimitReader(r.Body, 4096), &req); err != nil {
 			writeError(w, http.StatusBadRequest, fmt.Errorf("decode mode request: %w", err))
 			return
 		}
@@ -86,6 +86,21 @@ func newAdminHandler(b adminBackend, log *slog.Logger) http.Handler {
 		writeJSON(w, http.StatusOK, b.Status())
 	})
 	return mux
+}
+
+// decodeStrict decodes exactly one JSON object into v: an unknown field
+// (`"force": true`, which nothing would honour) or anything after the object
+// is an error, as the config's decoding is strict.
+func decodeStrict(r io.Reader, v any) error {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("unexpected data after the JSON object")
+	}
+	return nil
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -1,11 +1,17 @@
 package daemon
 
 import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/testutil"
 )
 
@@ -56,5 +62,47 @@ func TestListenAdminDirectory(t *testing.T) {
 				t.Errorf("error %v, want one containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// modeBackend records SetMode calls; the other writes are not expected.
+type modeBackend struct{ modes []string }
+
+func (b *modeBackend) Status() *api.Status { return &api.Status{} }
+func (b *modeBackend) SetMode(_ context.Context, m string) error {
+	b.modes = append(b.modes, m)
+	return nil
+}
+func (b *modeBackend) Reload(context.Context) error        { return errors.New("unexpected reload") }
+func (b *modeBackend) Patch(context.Context, []byte) error { return errors.New("unexpected patch") }
+
+// TestAdminModeRequestStrict: POST /v1/mode takes exactly one JSON object
+// with the one field "mode": an unknown field beside it (a client's
+// `"force": true` that nothing honours), trailing data — both answered 200
+// before — a misspelt field or a cut-off body is a 400 and the mode is not
+// changed.
+func TestAdminModeRequestStrict(t *testing.T) {
+	for _, tt := range []struct {
+		body string
+		code int
+	}{
+		{`{"mode": "off"}`, http.StatusOK},
+		{`{"mode": "off"}` + "\n", http.StatusOK},
+		{`{"mod": "off"}`, http.StatusBadRequest},
+		{`{"mode": "off", "force": true}`, http.StatusBadRequest},
+		{`{"mode": "off"} {"mode": "enforce"}`, http.StatusBadRequest},
+		{`{"mode": "off"} trailing`, http.StatusBadRequest},
+		{`{"mode": "off"`, http.StatusBadRequest},
+		{``, http.StatusBadRequest},
+	} {
+		b := &modeBackend{}
+		rec := httptest.NewRecorder()
+		newAdminHandler(b, slog.New(slog.DiscardHandler)).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/mode", strings.NewReader(tt.body)))
+		if rec.Code != tt.code {
+			t.Errorf("POST /v1/mode %q: %d %s, want %d", tt.body, rec.Code, rec.Body, tt.code)
+		}
+		if want := tt.code == http.StatusOK; (len(b.modes) == 1) != want {
+			t.Errorf("POST /v1/mode %q: SetMode calls %q", tt.body, b.modes)
+		}
 	}
 }
