@@ -188,6 +188,11 @@ var openDatapath = loader.Open
 // needs; tests that replace openDatapath replace it too.
 var checkPrivileges = loader.CheckPrivileges
 
+// checkStartInterfaces refuses a start whose interface list names one that
+// does not exist; tests that load the datapath without attaching it
+// (openDatapath = loader.Load) replace it too.
+var checkStartInterfaces = checkListed
+
 // command is work handed to the tick loop; done receives its result.
 type command struct {
 	run  func() error
@@ -285,6 +290,21 @@ func (d *Daemon) metricsAddress() string {
 	}
 }
 
+// atSetting places a start failure at the setting it comes from: the flag
+// that overrides it (--name), or the config's file:line and field, as the
+// validator places its problems.
+func (d *Daemon) atSetting(field, flag string, fromFlag bool, err error) error {
+	if fromFlag {
+		return fmt.Errorf("--%s: %w", flag, err)
+	}
+	p := d.cfg.Locate(field, "", "")
+	where := p.File
+	if p.Line > 0 {
+		where += fmt.Sprintf(":%d", p.Line)
+	}
+	return fmt.Errorf("%s: %s: %w", where, field, err)
+}
+
 func (d *Daemon) decisionLogPath() string {
 	if d.opts.DecisionLog != "" {
 		return d.opts.DecisionLog
@@ -324,6 +344,11 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if err := checkPrivileges(); err != nil {
 		return err
 	}
+	// A typo in the list fails the start before anything is created,
+	// at its line, as a reload that adds it is refused.
+	if err := checkStartInterfaces(d.cfg, d.cfg.Interfaces); err != nil {
+		return err
+	}
 	// What this start creates on disk goes again if it fails; the socket
 	// directory also at a clean stop.
 	var made leftovers
@@ -334,12 +359,12 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		}
 	}()
 	if err := made.mkdirAll(filepath.Dir(d.adminSocket()), 0o700); err != nil {
-		return fmt.Errorf("create admin socket directory: %w", err)
+		return d.atSetting("admin.socket", "admin-socket", d.opts.AdminSocket != "", fmt.Errorf("create admin socket directory: %w", err))
 	}
 	sockDirs := made
 	ln, err := listenAdmin(d.adminSocket())
 	if err != nil {
-		return err
+		return d.atSetting("admin.socket", "admin-socket", d.opts.AdminSocket != "", err)
 	}
 	defer sockDirs.remove()
 	defer os.Remove(d.adminSocket())
@@ -347,12 +372,12 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 
 	if p := d.decisionLogPath(); p != "" && p != "-" {
 		if err := made.mkdirAll(filepath.Dir(p), 0o750); err != nil {
-			return fmt.Errorf("create decision log directory: %w", err)
+			return d.atSetting("decision_log", "decision-log", d.opts.DecisionLog != "", fmt.Errorf("create decision log directory: %w", err))
 		}
 		made.file(p)
 	}
 	if d.dlog, err = openDecisionLog(d.decisionLogPath(), nil); err != nil {
-		return err
+		return d.atSetting("decision_log", "decision-log", d.opts.DecisionLog != "", err)
 	}
 	d.dlog.onFold = func(kind string) { d.metrics.decisionsFolded.WithLabelValues(kind).Inc() }
 	defer d.dlog.Close()
@@ -362,7 +387,8 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	var mln net.Listener
 	if addr := d.metricsAddress(); addr != "" {
 		if mln, err = net.Listen("tcp", addr); err != nil {
-			return fmt.Errorf("listen for metrics on %s: %w", addr, err)
+			return d.atSetting("metrics.address", "metrics-address", d.opts.MetricsAddress != "",
+				fmt.Errorf("listen for metrics on %s: %w", addr, err))
 		}
 		defer mln.Close()
 	}

@@ -2,11 +2,13 @@ package daemon
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestReloadRefusesUnopenableDecisionLog: a reload or a live override that
@@ -102,5 +104,72 @@ func TestAdminRefusalsLogged(t *testing.T) {
 		if !strings.Contains(log, want) {
 			t.Errorf("operational log lacks %q:\n%s", want, log)
 		}
+	}
+}
+
+// TestStartFailuresNameSetting: a start that fails on a setting — a listed
+// interface that does not exist, a decision log that cannot be opened, a
+// busy metrics address, an admin socket another olcd answers on — names
+// the setting's file:line (or the flag that overrides it) and leaves
+// nothing behind.
+func TestStartFailuresNameSetting(t *testing.T) {
+	orig := checkPrivileges
+	checkPrivileges = func() error { return nil }
+	t.Cleanup(func() { checkPrivileges = orig })
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	base := t.TempDir()
+	live := filepath.Join(base, "live.sock")
+	liveLn, err := net.Listen("unix", live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer liveLn.Close()
+
+	tests := []struct {
+		name, doc string
+		opts      Options
+		want      string
+	}{
+		{"missing interface", "interfaces: [olcdnosuch9]\nmetrics: {address: ''}\n", Options{},
+			"olcd.yaml:1: interfaces: [olcdnosuch9] does not exist"},
+		{"decision log a directory", "metrics: {address: ''}\ndecision_log: " + base + "\n", Options{},
+			"olcd.yaml:2: decision_log: open decision log: open " + base + ": is a directory"},
+		{"decision log flag", "metrics: {address: ''}\n", Options{DecisionLog: base},
+			"--decision-log: open decision log: open " + base + ": is a directory"},
+		{"metrics busy", "decision_log: ''\nmetrics:\n  address: " + busy.Addr().String() + "\n", Options{},
+			"olcd.yaml:3: metrics.address: listen for metrics on " + busy.Addr().String()},
+		{"admin socket live", "decision_log: ''\nmetrics: {address: ''}\nadmin: {socket: " + live + "}\n", Options{},
+			"olcd.yaml:3: admin.socket: admin socket " + live + ": another olcd is running"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := filepath.Join(t.TempDir(), "root")
+			path := filepath.Join(t.TempDir(), "olcd.yaml")
+			if err := os.WriteFile(path, []byte(tt.doc), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			opts := tt.opts
+			opts.ConfigPath = path
+			if !strings.Contains(tt.doc, "admin:") {
+				opts.AdminSocket = filepath.Join(root, "olcd.sock")
+			}
+			d, err := New(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err = d.Run(ctx)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("run: %v, want an error containing %q", err, tt.want)
+			}
+			if _, err := os.Stat(root); !os.IsNotExist(err) {
+				t.Errorf("the failed start left %s behind (%v)", root, err)
+			}
+		})
 	}
 }

@@ -143,8 +143,9 @@ func TestConfigReadOffTickLoop(t *testing.T) {
 		}
 		return rules.ReadFile(p)
 	}
-	openDatapath = loader.Load
-	t.Cleanup(func() { readConfigFile, openDatapath = origRead, origOpen })
+	openDatapath = loader.Load // attached nowhere: olcdtest0 need not exist
+	checkStartInterfaces = func(*rules.Config, []string) error { return nil }
+	t.Cleanup(func() { readConfigFile, openDatapath, checkStartInterfaces = origRead, origOpen, checkListed })
 
 	buf := &syncBuffer{}
 	ready := make(chan struct{})
