@@ -174,10 +174,13 @@ type limits struct {
 	maxPrefixes int           // datapath.max_prefixes, per address family
 	staleAfter  time.Duration // heartbeat.stale_after
 	attach      olc.AttachMode
+	// started is the config the daemon started with: what the settings
+	// only a restart changes (restartOnly) are running with.
+	started *rules.Config
 }
 
 func limitsOf(cfg *rules.Config) limits {
-	return limits{maxPorts: cfg.Datapath.MaxPorts, maxPrefixes: cfg.Datapath.MaxPrefixes, staleAfter: cfg.StaleAfter, attach: cfg.Attach}
+	return limits{maxPorts: cfg.Datapath.MaxPorts, maxPrefixes: cfg.Datapath.MaxPrefixes, staleAfter: cfg.StaleAfter, attach: cfg.Attach, started: cfg}
 }
 
 // openDatapath loads and attaches the datapath; tests replace it with a
@@ -912,8 +915,12 @@ func (d *Daemon) apply(cfg *rules.Config) error {
 	if d.following && !slices.Equal(old.Interfaces, cfg.Interfaces) {
 		d.syncInterfaces(false)
 	}
-	if fields := restartOnly(old, cfg); len(fields) > 0 {
-		d.log.Warn("settings changed that take effect only after a restart", "fields", fields)
+	// Against what runs, not the previous file: a value changed back to
+	// the running one needs no restart, and one left changed still does.
+	if d.limits.started != nil {
+		if fields := restartOnly(d.limits.started, cfg); len(fields) > 0 {
+			d.log.Warn("settings changed that take effect only after a restart", "fields", fields)
+		}
 	}
 	return nil
 }

@@ -173,3 +173,31 @@ func TestStartFailuresNameSetting(t *testing.T) {
 		})
 	}
 }
+
+// TestRestartOnlyReportsRunningValues: a reload that changes
+// heartbeat.stale_after (which only a restart applies) leaves the status,
+// /healthz and olcd_heartbeat_stale_after_seconds at the value the datapath
+// runs with, and warns; a reload back to the running value warns no more
+// (it compared with the previous file and said a restart was needed).
+func TestRestartOnlyReportsRunningValues(t *testing.T) {
+	d := startTestDaemon(t, testConfig(1, "500ms", "5s", 4))
+	const warn = "settings changed that take effect only after a restart"
+	d.write(t, testConfig(1, "500ms", "30s", 4))
+	if err := d.reload("test"); err != nil {
+		t.Fatal(err)
+	}
+	d.tick()
+	if got := d.Status().StaleAfterS; got != 5 {
+		t.Errorf("after a reload to stale_after 30s the status says %gs, want the running 5s", got)
+	}
+	if n := strings.Count(d.log.String(), warn); n != 1 {
+		t.Errorf("%d restart warnings after changing stale_after, want 1:\n%s", n, d.log)
+	}
+	d.write(t, testConfig(1, "500ms", "5s", 4))
+	if err := d.reload("test"); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(d.log.String(), warn); n != 1 {
+		t.Errorf("a reload back to the running stale_after warned again (%d warnings):\n%s", n, d.log)
+	}
+}

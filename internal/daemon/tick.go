@@ -410,7 +410,7 @@ func (d *Daemon) publish() {
 		ConfigSource: d.configSource(),
 		Overrides:    overrideList(d.overrides),
 		IntervalS:    d.cfg.Interval.Seconds(),
-		StaleAfterS:  d.cfg.StaleAfter.Seconds(),
+		StaleAfterS:  d.staleAfter().Seconds(),
 		Ticks:        d.ticks,
 		UpdatedAt:    r.at,
 		StartedAt:    d.started,
@@ -560,4 +560,14 @@ func nonNil[T any](s []T) []T {
 		return []T{}
 	}
 	return s
+}
+
+// staleAfter is the heartbeat.stale_after the datapath runs with: the
+// value at the start (a reload cannot change it), which /healthz, the
+// status and olcd_heartbeat_stale_after_seconds must report, not the file's.
+func (d *Daemon) staleAfter() time.Duration {
+	if d.limits.staleAfter > 0 {
+		return d.limits.staleAfter
+	}
+	return d.cfg.StaleAfter
 }
