@@ -122,6 +122,12 @@ func Read(r io.Reader, name string) (*Trace, error) {
 	var present []bool
 	var latest float64 // the latest t_s so far
 	stale := 0         // rows whose t_s does not advance past it
+	invalid := 0       // cells that are not a valid value of their signal
+	warnInvalid := func(line int, sig olc.Signal, cell, why string) {
+		if invalid++; invalid <= maxStaleWarnings {
+			t.Warnings = append(t.Warnings, fmt.Sprintf("%s:%d: column %s: %q %s; replayed as an invalid sample", name, line, sig, cell, why))
+		}
+	}
 	for {
 		rec, err := cr.Read()
 		if errors.Is(err, io.EOF) {
@@ -148,9 +154,15 @@ func Read(r io.Reader, name string) (*Trace, error) {
 				continue
 			}
 			v, err := strconv.ParseFloat(cell, 64)
-			if err != nil {
-				t.Warnings = append(t.Warnings, fmt.Sprintf("%s:%d: column %s: %q is not a number; replayed as an invalid sample", name, line, t.Columns[i], cell))
+			switch {
+			case err != nil:
+				warnInvalid(line, t.Columns[i], cell, "is not a number")
 				v = math.NaN()
+			case math.IsNaN(v) || math.IsInf(v, 0) || v < 0:
+				// ParseFloat takes NaN and Inf; the controller drops
+				// them and negative values as unusable, so say so as
+				// for a word.
+				warnInvalid(line, t.Columns[i], cell, "is not a finite value ≥ 0")
 			}
 			row.Values[i], row.Present[i] = v, true
 		}
@@ -168,14 +180,17 @@ func Read(r io.Reader, name string) (*Trace, error) {
 	if len(t.Rows) == 0 {
 		return nil, fmt.Errorf("%s: no rows after the header", name)
 	}
+	if invalid > maxStaleWarnings {
+		t.Warnings = append(t.Warnings, fmt.Sprintf("%s: %d more cells replayed as invalid samples", name, invalid-maxStaleWarnings))
+	}
 	if stale > maxStaleWarnings {
 		t.Warnings = append(t.Warnings, fmt.Sprintf("%s: %d more rows whose t_s does not advance", name, stale-maxStaleWarnings))
 	}
 	return t, nil
 }
 
-// maxStaleWarnings is how many rows whose time does not advance Read
-// names one by one.
+// maxStaleWarnings is how many rows whose time does not advance, and how
+// many invalid cells, Read names one by one (then it counts them).
 const maxStaleWarnings = 5
 
 // Snapshot returns row i as a sampler snapshot: At is Origin + T, and

@@ -136,3 +136,32 @@ func TestWriteRoundTrip(t *testing.T) {
 		t.Errorf("read back %+v", tr.Rows)
 	}
 }
+
+// TestInvalidCellsWarned: a cell the controller cannot use — a word, NaN,
+// ±Inf or a negative value (ParseFloat takes the first three) — is named
+// with its line and column, the first few one by one and the rest
+// counted; NaN and Inf were replayed as invalid samples without a word.
+func TestInvalidCellsWarned(t *testing.T) {
+	in := "t_s,cpu_busy,load1\n0,NaN,1\n0.5,0.5,+Inf\n1,-0.5,1\n1.5,abc,-Inf\n2,0.5,1\n"
+	for i := range 4 {
+		in += fmt.Sprintf("%g,nan,1\n", 2.5+float64(i)*0.5)
+	}
+	tr, err := Read(strings.NewReader(in), "x.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`x.csv:2: column cpu_busy: "NaN" is not a finite value ≥ 0; replayed as an invalid sample`,
+		`x.csv:3: column load1: "+Inf" is not a finite value ≥ 0; replayed as an invalid sample`,
+		`x.csv:4: column cpu_busy: "-0.5" is not a finite value ≥ 0; replayed as an invalid sample`,
+		`x.csv:5: column cpu_busy: "abc" is not a number; replayed as an invalid sample`,
+		`x.csv:5: column load1: "-Inf" is not a finite value ≥ 0; replayed as an invalid sample`,
+		`x.csv: 4 more cells replayed as invalid samples`,
+	}
+	if strings.Join(tr.Warnings, "\n") != strings.Join(want, "\n") {
+		t.Errorf("warnings:\n%s\nwant:\n%s", strings.Join(tr.Warnings, "\n"), strings.Join(want, "\n"))
+	}
+	if r := tr.Rows[3]; !r.Present[0] || !math.IsNaN(r.Values[0]) || r.Values[1] != math.Inf(-1) {
+		t.Errorf("row 4 replayed as %+v, want the invalid values passed on", r)
+	}
+}
