@@ -21,6 +21,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -129,6 +131,15 @@ func noArgs(fs *flag.FlagSet, stderr io.Writer) error {
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	var positional []string
 	for {
+		// A negative number is a value (`olcd set threshold X -1`, for the
+		// validator to refuse), not an unknown flag.
+		if len(args) > 0 && len(args[0]) > 1 && args[0][0] == '-' && fs.Lookup(strings.TrimLeft(args[0], "-")) == nil {
+			if _, err := strconv.ParseFloat(args[0], 64); err == nil {
+				positional = append(positional, args[0])
+				args = args[1:]
+				continue
+			}
+		}
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				return err

@@ -312,7 +312,9 @@ Live overrides show in 'olcd status' and are dropped on reload.
 			}
 			rest[2] = strconv.FormatFloat(d.Seconds(), 'g', -1, 64)
 		}
-		doc := fmt.Sprintf("signals:\n  %s:\n    threshold: %s\n", rest[1], rest[2])
+		// One line: a problem the daemon finds is at "admin patch:1", the
+		// line of the value the user typed, not of a document never seen.
+		doc := fmt.Sprintf("signals: {%s: {threshold: %s}}\n", rest[1], rest[2])
 		err = c.Patch(ctx, []byte(doc))
 	case rest[0] == "patch" && len(rest) == 2:
 		var doc []byte

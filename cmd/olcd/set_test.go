@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/olcd/olcd/internal/api"
+	"github.com/olcd/olcd/internal/rules"
+)
+
+// patchServer answers PATCH /v1/config on a unix socket as the daemon
+// does: the document validated onto the default config, its problems
+// returned. It returns the socket and the documents received.
+func patchServer(t *testing.T) (string, *[]string) {
+	t.Helper()
+	var got []string
+	mux := http.NewServeMux()
+	mux.HandleFunc("PATCH /v1/config", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got = append(got, string(b))
+		if _, _, err := rules.Default().Patch(b, "admin patch"); err != nil {
+			var ve *rules.ValidationError
+			body := api.Error{Error: err.Error()}
+			if errors.As(err, &ve) {
+				body.Problems = ve.ProblemLines()
+			}
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			json.NewEncoder(w).Encode(body)
+			return
+		}
+		json.NewEncoder(w).Encode(api.Status{})
+	})
+	sock := filepath.Join(t.TempDir(), "olcd.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return sock, &got
+}
+
+// TestSetThresholdProblems: `olcd set threshold` sends a value the daemon
+// refuses as the daemon's problem, at line 1 of the one-line patch it
+// sends (it was "admin patch:3", a line of a document the user never saw),
+// and a negative value reaches the validator instead of failing as an
+// unknown flag ("flag provided but not defined: -1").
+func TestSetThresholdProblems(t *testing.T) {
+	sock, got := patchServer(t)
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"set", "threshold", "cpu_busy", "80", "--socket", sock}, "admin patch:1: signals.cpu_busy.threshold: threshold 80 is outside (0, 1]"},
+		{[]string{"set", "--socket", sock, "threshold", "cpu_busy", "-1"}, "admin patch:1: signals.cpu_busy.threshold: threshold -1"},
+		{[]string{"set", "threshold", "load1", "-0.5", "--socket", sock}, "admin patch:1: signals.load1.threshold: threshold -0.5"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(tt.args, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), tt.want) {
+			t.Errorf("olcd %s: exit %d, stderr %q; want 1 and %q", strings.Join(tt.args, " "), code, stderr.String(), tt.want)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"set", "threshold", "cpu_busy", "0.75", "--socket", sock}, &stdout, &stderr); code != 0 {
+		t.Errorf("a valid threshold: exit %d, stderr %q", code, stderr.String())
+	}
+	if n := len(*got); n != 4 || (*got)[3] != "signals: {cpu_busy: {threshold: 0.75}}\n" {
+		t.Errorf("documents sent: %q", *got)
+	}
+	// A flag that is not defined is still a usage error.
+	stderr.Reset()
+	if code := run([]string{"set", "threshold", "cpu_busy", "0.5", "--nosuch", "--socket", sock}, &stdout, &stderr); code != 2 {
+		t.Errorf("an unknown flag: exit %d, stderr %q; want 2", code, stderr.String())
+	}
+}
