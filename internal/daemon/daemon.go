@@ -1019,6 +1019,11 @@ const (
 	quietPeriod = time.Second
 )
 
+// rewatchEvery is how often the watch looks for the config file's
+// directory to return after it was removed or renamed away (the inotify
+// watch goes with the directory, or follows it to its new name).
+var rewatchEvery = time.Second
+
 // watchConfig sends the config file, read and decoded, to out after each
 // complete write, until ctx is done. The directory is watched, not the
 // file, because editors and config management replace files by rename,
@@ -1027,7 +1032,9 @@ const (
 // written in place, or one that appears empty, is read when its content
 // has not changed for quietPeriod after settling. Removing the file, or
 // renaming it away, is not acted on (there is nothing to load; SIGHUP
-// reports it).
+// reports it). The directory removed or renamed away is watched again once
+// it is back (`rm -rf /etc/olcd; mkdir /etc/olcd; …`), and a file it then
+// holds is read as one written in place.
 func (d *Daemon) watchConfig(ctx context.Context, out chan<- configLoad) {
 	if d.opts.ConfigPath == "" {
 		return
@@ -1051,6 +1058,13 @@ func (d *Daemon) watchConfig(ctx context.Context, out chan<- configLoad) {
 		// Armed by events only; Reset needs no drain since Go 1.23.
 		timer := time.NewTimer(time.Hour)
 		timer.Stop()
+		var rewatch *time.Ticker
+		var rewatchC <-chan time.Time // nil while the directory is watched
+		defer func() {
+			if rewatch != nil {
+				rewatch.Stop()
+			}
+		}()
 		for {
 			select {
 			case <-ctx.Done():
@@ -1058,6 +1072,13 @@ func (d *Daemon) watchConfig(ctx context.Context, out chan<- configLoad) {
 			case ev, ok := <-w.Events:
 				if !ok {
 					return
+				}
+				if sameFile(ev.Name, dir) && ev.Op&(fsnotify.Remove|fsnotify.Rename) != 0 && rewatchC == nil {
+					_ = w.Remove(dir) // a renamed directory is still watched under its new name
+					d.log.Warn("config file directory removed or renamed; watching for it to return (SIGHUP reloads meanwhile)", "dir", dir)
+					rewatch = time.NewTicker(rewatchEvery)
+					rewatchC = rewatch.C
+					continue
 				}
 				if sw.changed(ev) {
 					cw.event(ev.Op.Has(fsnotify.Write))
@@ -1072,6 +1093,21 @@ func (d *Daemon) watchConfig(ctx context.Context, out chan<- configLoad) {
 				d.log.Warn("config file watch error", "err", err)
 				cw.event(true)
 				timer.Reset(settleAfter)
+			case <-rewatchC:
+				if err := w.Add(dir); err != nil {
+					continue // not back yet
+				}
+				rewatch.Stop()
+				rewatch, rewatchC = nil, nil
+				d.log.Info("config file directory is back; watching it again", "dir", dir)
+				// A file written before the watch was in place made no
+				// event: read it as one written in place (complete once
+				// quiet). Without one, its creation is an event.
+				sw.target = resolveConfig(path)
+				if _, err := os.Stat(path); err == nil {
+					cw.event(true)
+					timer.Reset(settleAfter)
+				}
 			case <-timer.C:
 				data, done, err := cw.check()
 				if !done {

@@ -165,3 +165,50 @@ func TestWatchEmptiedFile(t *testing.T) {
 		t.Errorf("emptied file: %+v, %v; want the empty-file refusal", l.cfg, l.err)
 	}
 }
+
+// TestWatchDirectoryReplaced: the config file's directory removed, or
+// renamed away, and made again keeps the file watched: the file written
+// into the new directory is read (the inotify watch had gone with the old
+// directory, and every later change was missed without a word), whether it
+// was there before the watch came back or written after.
+func TestWatchDirectoryReplaced(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name        string
+		away        func(dir string) error
+		writeBefore bool // the file is in the new directory before the watch can be back
+	}{
+		{"removed, file written later", os.RemoveAll, false},
+		{"removed, file written at once", os.RemoveAll, true},
+		{"renamed away", func(dir string) error { return os.Rename(dir, dir+".old") }, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			w := startWatch(t, watchOld)
+			dir := filepath.Dir(w.path)
+			if err := tt.away(dir); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond) // the watch sees the directory go
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if tt.writeBefore {
+				if err := os.WriteFile(w.path, []byte(watchNew), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				time.Sleep(2500 * time.Millisecond) // past rewatchEvery: watched again
+				tmp := filepath.Join(dir, ".olcd.yaml.tmp")
+				if err := os.WriteFile(tmp, []byte(watchNew), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Rename(tmp, w.path); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wantNew(t, w.next(t, 6*time.Second))
+			w.none(t, 1500*time.Millisecond, "after the new file was read")
+		})
+	}
+}
