@@ -102,9 +102,14 @@ func describeConfigError(err error, w io.Writer) error {
 // cmdCheckConfig validates config files; every problem of every file is
 // listed, and the exit status is 1 when any file is invalid.
 func cmdCheckConfig(args []string, stdout, stderr io.Writer) error {
+	return checkConfigs(args, os.Stdin, stdout, stderr)
+}
+
+// checkConfigs is cmdCheckConfig reading "-" from stdin.
+func checkConfigs(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlagSet("check-config", stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: olcd check-config FILE...\n\nValidates config files and lists every problem with file:line.\n")
+		fmt.Fprintf(stderr, "Usage: olcd check-config FILE...\n\nValidates config files and lists every problem with file:line; - reads one from stdin\n(e.g. kubectl get configmap olcd -o jsonpath='{.data.olcd\\.yaml}' | olcd check-config -).\n")
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -115,7 +120,14 @@ func cmdCheckConfig(args []string, stdout, stderr io.Writer) error {
 	}
 	failed := false
 	for _, path := range fs.Args() {
-		_, warns, err := rules.Load(path)
+		var warns []rules.Warning
+		var err error
+		if path == "-" {
+			path = "stdin"
+			warns, err = checkStdin(stdin)
+		} else {
+			_, warns, err = rules.Load(path)
+		}
 		if err != nil {
 			failed = true
 			if ve, ok := err.(*rules.ValidationError); ok {
@@ -137,6 +149,20 @@ func cmdCheckConfig(args []string, stdout, stderr io.Writer) error {
 		return errProblems
 	}
 	return nil
+}
+
+// checkStdin validates the config document on stdin, named "stdin" in its
+// problems, with the file's size bound.
+func checkStdin(stdin io.Reader) ([]rules.Warning, error) {
+	data, err := io.ReadAll(io.LimitReader(stdin, rules.MaxConfigBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read config from stdin: %w", err)
+	}
+	if len(data) > rules.MaxConfigBytes {
+		return nil, fmt.Errorf("read config from stdin: larger than %d bytes: not a config file", rules.MaxConfigBytes)
+	}
+	_, warns, err := rules.Parse(data, "stdin")
+	return warns, err
 }
 
 // socketFlag adds the --socket flag shared by the client commands.

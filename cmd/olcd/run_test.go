@@ -85,3 +85,24 @@ func TestStrayArgumentsRefused(t *testing.T) {
 		t.Errorf("olcd status without arguments: exit %d, stderr %q; want the dial error", code, stderr.String())
 	}
 }
+
+// TestCheckConfigStdin: `olcd check-config -` validates the document on
+// stdin (a rendered ConfigMap piped in), naming it "stdin" in its
+// problems, with the rules of a file: empty is refused. It used to stat a
+// file named "-".
+func TestCheckConfigStdin(t *testing.T) {
+	for _, tt := range []struct {
+		in, want string
+		err      bool
+	}{
+		{"mode: enforce\n", "stdin: ok", false},
+		{"mode: enforc\n", `stdin:1: mode: unknown value "enforc"`, true},
+		{"", "stdin: the file is empty", true},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := checkConfigs([]string{"-"}, strings.NewReader(tt.in), &stdout, &stderr)
+		if (err != nil) != tt.err || !strings.Contains(stdout.String()+stderr.String(), tt.want) {
+			t.Errorf("check-config - < %q: %v, output %q; want %q", tt.in, err, stdout.String()+stderr.String(), tt.want)
+		}
+	}
+}
