@@ -52,3 +52,26 @@ func TestPatchWithoutSetting(t *testing.T) {
 		t.Errorf("a patch resetting one key was refused: %v", err)
 	}
 }
+
+// TestTabIndentHint: a syntax error on a line indented with a tab says so
+// (go-yaml names only a character that cannot start a token); other syntax
+// errors and tabs inside a line get no such hint.
+func TestTabIndentHint(t *testing.T) {
+	const hint = "the line is indented with a tab: YAML indents with spaces only"
+	for _, tt := range []struct {
+		doc, want string
+		hinted    bool
+	}{
+		{"ports:\n\t- {port: 80}\n", "x.yaml:2: yaml syntax:", true},
+		{"controller:\n  ki: 0.5\n \tkp: 0.1\n", "x.yaml:3: yaml syntax:", true},
+		{"mode: [enforce\n", "x.yaml:1: yaml syntax:", false},
+	} {
+		_, _, err := Parse([]byte(tt.doc), "x.yaml")
+		if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), hint) != tt.hinted {
+			t.Errorf("%q: %v; want %q, tab hint %v", tt.doc, err, tt.want, tt.hinted)
+		}
+	}
+	if _, _, err := Parse([]byte("mode:\tenforce\n"), "x.yaml"); err != nil {
+		t.Errorf("a tab after the colon is valid YAML: %v", err)
+	}
+}

@@ -247,10 +247,25 @@ func syntaxProblem(source string, data []byte, err error) Problem {
 			}
 		}
 		p.Line = hi
-		return p
+		return withTabHint(p, lines)
 	}
 	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
 		p.Line, _ = strconv.Atoi(m[1])
+	}
+	return withTabHint(p, lines)
+}
+
+// withTabHint adds the likely fix to a syntax problem on a line indented
+// with a tab (an editor's default, pasted from a Makefile): go-yaml says
+// only "found character that cannot start any token".
+func withTabHint(p Problem, lines [][]byte) Problem {
+	if p.Line < 1 || p.Line > len(lines) {
+		return p
+	}
+	line := lines[p.Line-1]
+	indent := line[:len(line)-len(bytes.TrimLeft(line, " \t"))]
+	if bytes.IndexByte(indent, '\t') >= 0 {
+		p.Hint = "the line is indented with a tab: YAML indents with spaces only"
 	}
 	return p
 }
