@@ -480,6 +480,13 @@ func (d *decoder) number(n *yaml.Node, field string) (float64, bool) {
 			hint = fmt.Sprintf("fractions are written 0..1: did you mean %g?", v/100)
 		}
 	}
+	if n.Kind == yaml.ScalarNode && n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) == 0 {
+		// go-yaml reads 1e400 as text: it is a number, too large for one.
+		if _, err := strconv.ParseFloat(strings.ReplaceAll(n.Value, "_", ""), 64); errors.Is(err, strconv.ErrRange) {
+			d.add(n, field, fmt.Sprintf("%s is beyond the range of a number (about ±1.8e308)", n.Value), "")
+			return 0, false
+		}
+	}
 	d.add(n, field, "must be a number, got "+kindName(n), hint)
 	return 0, false
 }

@@ -75,3 +75,18 @@ func TestTabIndentHint(t *testing.T) {
 		t.Errorf("a tab after the colon is valid YAML: %v", err)
 	}
 }
+
+// TestNumberOutOfRange: a number too large for a float64 is
+// said to be one (go-yaml reads it as text, and the problem said "got the
+// string"), in YAML and in a JSON patch.
+func TestNumberOutOfRange(t *testing.T) {
+	for _, doc := range []string{"controller: {ki: 1e400}\n", `{"controller": {"ki": -1e400}}`} {
+		_, _, err := Parse([]byte(doc), "x.yaml")
+		if err == nil || !strings.Contains(err.Error(), "x.yaml:1: controller.ki:") || !strings.Contains(err.Error(), "is beyond the range of a number") {
+			t.Errorf("%q: %v, want the number named out of range", doc, err)
+		}
+	}
+	if _, _, err := Parse([]byte(`controller: {ki: "1e400"}`), "x.yaml"); err == nil || !strings.Contains(err.Error(), "got the string") {
+		t.Errorf("a quoted 1e400 is a string: %v", err)
+	}
+}
