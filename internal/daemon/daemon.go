@@ -855,6 +855,23 @@ func (d *Daemon) apply(cfg *rules.Config) error {
 			}
 		}()
 	}
+	// So is an agent address olcd cannot listen on (busy, not local): the
+	// running listener stays and the reload says why, instead of reporting
+	// success while the agent stays where it was.
+	var agentLn net.Listener
+	moveAgent := d.following && cfg.LB.Agent.Address != d.lb.addr
+	if moveAgent {
+		ln, err := openAgent(cfg.LB.Agent.Address)
+		if err != nil {
+			return cfg.ProblemAt("lb.agent.address", err.Error(), "the running agent listener stays")
+		}
+		agentLn = ln
+		defer func() {
+			if agentLn != nil { // not adopted: the config was refused
+				agentLn.Close()
+			}
+		}()
+	}
 	if err := d.ctrl.Reconfigure(cfg.ControllerConfig(controllerPorts(ports))); err != nil {
 		return fmt.Errorf("reconfigure controller: %w", err)
 	}
@@ -904,6 +921,11 @@ func (d *Daemon) apply(cfg *rules.Config) error {
 	}
 	if d.ticker != nil && (old.Interval != cfg.Interval || old.Controller.OnsetInterval != cfg.Controller.OnsetInterval) {
 		d.resetOnset()
+	}
+	if moveAgent {
+		ln := agentLn
+		agentLn = nil
+		d.adoptAgent(cfg.LB.Agent.Address, ln)
 	}
 	if switchLog {
 		f := newLog

@@ -30,9 +30,6 @@ type lbState struct {
 	ln     net.Listener
 	addr   string // what ln listens on as configured ("" off)
 	served chan error
-	// refused is the configured address the last listen failed on: not
-	// tried again at every tick, only once the configured address changes.
-	refused string
 }
 
 // initLB sets up the weigher and agent (nothing listens yet) and registers
@@ -74,23 +71,39 @@ func (d *Daemon) listenAgent(addr string) error {
 	if addr == d.lb.addr && (addr == "") == (d.lb.ln == nil) {
 		return nil
 	}
-	var ln net.Listener
-	if addr != "" {
-		var err error
-		if ln, err = net.Listen("tcp", addr); err != nil {
-			return fmt.Errorf("listen for the load-balancer agent on %s: %w", addr, err)
-		}
+	ln, err := openAgent(addr)
+	if err != nil {
+		return err
 	}
+	d.adoptAgent(addr, ln)
+	return nil
+}
+
+// openAgent listens on addr for the agent; nil for "" (off).
+func openAgent(addr string) (net.Listener, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen for the load-balancer agent on %s: %w", addr, err)
+	}
+	return ln, nil
+}
+
+// adoptAgent makes ln, opened by openAgent for addr, the agent's listener,
+// closing the one in place. Opening and adopting are two steps so that a
+// reload can refuse an address it cannot listen on before anything changes.
+func (d *Daemon) adoptAgent(addr string, ln net.Listener) {
 	d.closeAgent()
 	d.lb.ln, d.lb.addr = ln, addr
 	if ln == nil {
-		return nil
+		return
 	}
 	served := make(chan error, 1)
 	d.lb.served = served
 	go func() { served <- d.lb.agent.Serve(ln) }()
 	d.log.Info("load-balancer agent listening", "address", ln.Addr().String())
-	return nil
 }
 
 // closeAgent closes the agent's listener and waits for its connections.
@@ -107,22 +120,13 @@ func (d *Daemon) closeAgent() {
 
 // updateLB folds the last tick's decision into the weights, publishes the
 // new report to the agent and GET /v1/lb, and follows a reload of the lb
-// section (address, send_wait, weight parameters).
+// section's send_wait and weight parameters (apply moves the address).
 func (d *Daemon) updateLB() {
 	cfg := d.cfg
 	if err := d.lb.weigher.SetParams(cfg.LB.Weight); err != nil {
 		d.log.Error("lb weight parameters", "err", err)
 	}
 	d.lb.agent.SetSendWait(agentSendWait(cfg))
-	if want := cfg.LB.Agent.Address; d.following && want != d.lb.addr && want != d.lb.refused {
-		if err := d.listenAgent(want); err != nil {
-			d.lb.refused = want
-			d.log.Error("load-balancer agent keeps its address", "err", err, "address", d.lb.addr)
-		}
-	}
-	if cfg.LB.Agent.Address != d.lb.refused {
-		d.lb.refused = ""
-	}
 	rep := d.lb.weigher.Update(lbInput(cfg, d.ports, d.last))
 	d.lb.report.Store(rep)
 	d.lb.agent.Publish(rep)
