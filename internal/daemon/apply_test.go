@@ -209,6 +209,11 @@ func TestPatchRestartOnly(t *testing.T) {
 	if err := d.Patch(ctx, []byte("signals: {cpu_busy: {threshold: 0.5}}")); err != nil {
 		t.Errorf("a live setting was refused: %v", err)
 	}
+	// datapath.response_min_samples is the daemon's, read every tick: it
+	// is applied live (it was refused with the map sizes).
+	if err := d.Patch(ctx, []byte("datapath: {response_min_samples: 20}")); err != nil || d.cfg.Datapath.ResponseMinSamples != 20 {
+		t.Errorf("patch of response_min_samples: %v (in force %d)", err, d.cfg.Datapath.ResponseMinSamples)
+	}
 }
 
 // TestAutoPortsBeyondMaxPorts: under ports: auto, a host with more listening

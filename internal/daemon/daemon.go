@@ -622,7 +622,11 @@ func restartOnly(old, cfg *rules.Config) []string {
 	if old.Attach != cfg.Attach {
 		out = append(out, "attach")
 	}
-	if old.Datapath != cfg.Datapath {
+	// response_min_samples is read at every tick, not by the loader: a
+	// reload or patch applies it.
+	oldDP, newDP := old.Datapath, cfg.Datapath
+	oldDP.ResponseMinSamples, newDP.ResponseMinSamples = 0, 0
+	if oldDP != newDP {
 		out = append(out, "datapath")
 	}
 	if old.Action.DSCP != cfg.Action.DSCP || old.Action.SetDSCP != cfg.Action.SetDSCP || old.Action.Fwmark != cfg.Action.Fwmark {
