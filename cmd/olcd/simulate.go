@@ -132,6 +132,9 @@ func cmdSimulate(args []string, stdout, stderr io.Writer) error {
 	for _, w := range warnings {
 		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
+	for _, n := range simulateNotes(cfg, *plantName != "") {
+		fmt.Fprintf(stderr, "note: %s\n", n)
+	}
 	if *plantName != "" {
 		out := io.Writer(stdout)
 		if *outPath != "" {
@@ -617,6 +620,28 @@ func (timeTicks) Ticks(lo, hi float64) []plot.Tick {
 			label = strconv.FormatFloat(v, 'g', -1, 64)
 		}
 		out = append(out, plot.Tick{Value: v, Label: label})
+	}
+	return out
+}
+
+// simulateNotes says where a simulation departs from what the daemon would
+// do with cfg: the controller's drop probabilities are applied (the plant)
+// or reported (a trace) whatever the mode, and a plant run protects a port
+// even under a config that protects none.
+func simulateNotes(cfg *rules.Config, plant bool) []string {
+	var out []string
+	enforced := cfg.Mode == olc.ModeEnforce
+	for _, p := range cfg.Ports {
+		enforced = enforced || (cfg.Mode != olc.ModeOff && p.EffectiveMode(cfg.Mode) == olc.ModeEnforce)
+	}
+	switch {
+	case cfg.Mode == olc.ModeOff:
+		out = append(out, "mode: off: the daemon would shed nothing; the simulation applies the controller's drop probabilities as enforce would")
+	case !enforced:
+		out = append(out, "mode: observe: the daemon would only count what it sheds (would_drop); the simulation applies the drop probabilities as enforce would")
+	}
+	if plant && !cfg.PortsAuto && len(cfg.Ports) == 0 {
+		out = append(out, "ports: [] protects nothing; the plant runs on tcp/18080, as under ports: auto")
 	}
 	return out
 }

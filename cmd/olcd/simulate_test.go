@@ -431,3 +431,29 @@ func TestSimulatePlant(t *testing.T) {
 		t.Errorf("--plant with --trace: %v", err)
 	}
 }
+
+// TestSimulateNotes: a simulation says where it departs from what the
+// daemon would do with the config: under mode off (which sheds nothing) or
+// observe it still applies the drop probabilities, and a plant run under
+// ports: [] still protects a port. Those ran without a word, a mode: off
+// config showing a shedding node.
+func TestSimulateNotes(t *testing.T) {
+	for _, tt := range []struct {
+		doc, want string
+	}{
+		{"mode: off\n", "note: mode: off: the daemon would shed nothing"},
+		{"mode: observe\nports: [{port: 80}]\n", "note: mode: observe: the daemon would only count"},
+		{"mode: enforce\nports: []\n", "note: ports: [] protects nothing; the plant runs on tcp/18080"},
+		{"mode: observe\nports: [{port: 80, mode: enforce}]\n", ""},
+		{"mode: enforce\n", ""},
+	} {
+		var stderr bytes.Buffer
+		if err := cmdSimulate([]string{"--config", writeConfig(t, tt.doc), "--plant", "cpu-open-giveup-coldstart"}, io.Discard, &stderr); err != nil {
+			t.Fatalf("%q: %v", tt.doc, err)
+		}
+		got := stderr.String()
+		if tt.want == "" && strings.Contains(got, "note: ") || tt.want != "" && !strings.Contains(got, tt.want) {
+			t.Errorf("config %q: stderr %q, want note %q", tt.doc, got, tt.want)
+		}
+	}
+}
