@@ -82,6 +82,10 @@ type Daemon struct {
 	cfg       *rules.Config      // base + live overrides: what is in force
 	overrides []liveOverride     // one per field path, oldest first (overrides.go)
 	refused   *api.ReloadFailure // the last refused reload of the file, until one succeeds
+	// fileData is the content of the config file in force (nil for the
+	// embedded default): a file change that writes it again changes
+	// nothing, and must not drop the live overrides (the kill switch).
+	fileData []byte
 	smp       snapshotter
 	ctrl      *adaptive.Controller
 	dp        datapath
@@ -217,7 +221,7 @@ func New(opts Options) (*Daemon, error) {
 		return nil, l.err
 	}
 	d.logWarnings(l.warns)
-	d.base, d.cfg = l.cfg, l.cfg
+	d.base, d.cfg, d.fileData = l.cfg, l.cfg, l.data
 	d.metrics = newMetrics(d)
 	d.metrics.reg.MustRegister(&boundsCollector{d: d})
 	if err := d.initLB(); err != nil {
@@ -237,6 +241,7 @@ type configLoad struct {
 	cfg     *rules.Config
 	warns   []rules.Warning
 	err     error
+	data    []byte // the file's content, when it was read
 }
 
 // readConfig reads and decodes the config file, or returns the embedded
@@ -256,7 +261,7 @@ func (d *Daemon) readConfig(trigger string) configLoad {
 // parseConfig decodes the content of the config file.
 func parseConfig(trigger, path string, data []byte) configLoad {
 	cfg, warns, err := rules.Parse(data, path)
-	return configLoad{trigger: trigger, cfg: cfg, warns: warns, err: err}
+	return configLoad{trigger: trigger, cfg: cfg, warns: warns, err: err, data: data}
 }
 
 func (d *Daemon) logWarnings(warns []rules.Warning) {
@@ -794,6 +799,16 @@ func (d *Daemon) override(kind, value string, doc []byte) error {
 // overrides are dropped.
 func (d *Daemon) applyLoad(l configLoad) error {
 	src := d.configSource()
+	if l.err == nil && l.trigger == fileChange && d.fileData != nil && bytes.Equal(l.data, d.fileData) {
+		// Written again as it is in force (config management, an editor's
+		// save without a change, a refused edit undone): nothing to apply,
+		// and a kill switch set with `olcd set mode off` stays. SIGHUP and
+		// `olcd reload` still drop the overrides.
+		d.metrics.reloads.Inc() // read and valid: a successful reload that changes nothing
+		d.refused = nil
+		d.log.Info("config file written without a change: nothing to apply, live overrides kept", "source", src, "overrides_kept", len(d.overrides))
+		return nil
+	}
 	err := l.err
 	if err == nil {
 		d.logWarnings(l.warns)
@@ -811,7 +826,7 @@ func (d *Daemon) applyLoad(l configLoad) error {
 	}
 	d.metrics.reloads.Inc()
 	d.refused = nil
-	d.base = l.cfg
+	d.base, d.fileData = l.cfg, l.data
 	dropped := len(d.overrides)
 	d.overrides = nil
 	d.log.Info("config reloaded", "trigger", l.trigger, "source", src, "overrides_dropped", dropped)
@@ -1045,6 +1060,9 @@ const (
 	quietPeriod = time.Second
 )
 
+// fileChange is the trigger of a reload by the config file watch.
+const fileChange = "file change"
+
 // rewatchEvery is how often the watch looks for the config file's
 // directory to return after it was removed or renamed away (the inotify
 // watch goes with the directory, or follows it to its new name).
@@ -1140,9 +1158,9 @@ func (d *Daemon) watchConfig(ctx context.Context, out chan<- configLoad) {
 					timer.Reset(quietPeriod)
 					continue
 				}
-				l := configLoad{trigger: "file change", err: err}
+				l := configLoad{trigger: fileChange, err: err}
 				if err == nil {
-					l = parseConfig("file change", path, data)
+					l = parseConfig(fileChange, path, data)
 				}
 				select {
 				case out <- l:

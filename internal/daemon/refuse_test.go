@@ -201,3 +201,53 @@ func TestRestartOnlyReportsRunningValues(t *testing.T) {
 		t.Errorf("a reload back to the running stale_after warned again (%d warnings):\n%s", n, d.log)
 	}
 }
+
+// TestFileRewrittenUnchangedKeepsOverrides: the file watch seeing the file
+// written again with the content in force (config management, a save
+// without an edit) reloads nothing: a kill switch set with `olcd set mode
+// off` stays (it was dropped with every other override), and a refusal
+// shown for an edit that was then undone is cleared. A changed file, and
+// SIGHUP with the same content, still reload and drop the overrides.
+func TestFileRewrittenUnchangedKeepsOverrides(t *testing.T) {
+	cfg := testConfig(1, "500ms", "5s", 4)
+	d := startTestDaemon(t, cfg)
+	go func() {
+		for c := range d.cmds {
+			c.done <- c.run()
+		}
+	}()
+	t.Cleanup(func() { close(d.cmds) })
+	if err := d.SetMode(context.Background(), "off"); err != nil {
+		t.Fatal(err)
+	}
+	reloads := func() float64 { return counterValue(t, d.metrics.reloads) }
+	r0 := reloads()
+
+	d.write(t, cfg)
+	if err := d.reload(fileChange); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.overrides) != 1 || d.cfg.Mode.String() != "off" || reloads() != r0+1 {
+		t.Errorf("the file written unchanged: overrides %+v, mode %s, %g reloads; want the kill switch kept, one (successful) reload", d.overrides, d.cfg.Mode, reloads()-r0)
+	}
+
+	d.write(t, cfg+"bogus: 1\n")
+	if err := d.reload(fileChange); err == nil || d.refused == nil {
+		t.Fatalf("an invalid edit was not refused: %v", err)
+	}
+	d.write(t, cfg)
+	if err := d.reload(fileChange); err != nil || d.refused != nil || len(d.overrides) != 1 {
+		t.Errorf("the edit undone: %v, refusal %+v, overrides %d; want the refusal cleared, the override kept", err, d.refused, len(d.overrides))
+	}
+
+	if err := d.reload("SIGHUP"); err != nil || len(d.overrides) != 0 || d.cfg.Mode.String() != "enforce" || reloads() != r0+3 {
+		t.Errorf("SIGHUP with the same file: %v, overrides %+v, mode %s; want a reload dropping them", err, d.overrides, d.cfg.Mode)
+	}
+	if err := d.SetMode(context.Background(), "off"); err != nil {
+		t.Fatal(err)
+	}
+	d.write(t, strings.Replace(cfg, "interval: 500ms", "interval: 400ms", 1))
+	if err := d.reload(fileChange); err != nil || len(d.overrides) != 0 || reloads() != r0+4 {
+		t.Errorf("a changed file: %v, overrides %+v; want a reload dropping them", err, d.overrides)
+	}
+}
