@@ -53,6 +53,15 @@ func printStatus(w io.Writer, st *api.Status, all bool, now time.Time) {
 	if n := len(st.Overrides); n > 0 {
 		src += fmt.Sprintf(" + %d live override(s)", n)
 	}
+	if st.Ticks == 0 && st.UpdatedAt.IsZero() {
+		// The admin socket answers while the datapath is still loaded and
+		// attached: the empty tables ("no protected ports", no
+		// interfaces, no overload) would read as what olcd does.
+		fmt.Fprintf(w, "olcd %s   config %s\n", st.Version, src)
+		fmt.Fprintf(w, "starting (up %s): loading and attaching the datapath; no tick yet, nothing to show\n",
+			now.Sub(st.StartedAt).Round(100*time.Millisecond))
+		return
+	}
 	fmt.Fprintf(w, "olcd %s   mode %s   config %s\n", st.Version, strings.ToUpper(st.Mode), src)
 	fmt.Fprintf(w, "tick %d every %gs, last %s ago, up %s\n", st.Ticks, st.IntervalS,
 		ago(now, st.UpdatedAt), now.Sub(st.StartedAt).Round(time.Second))

@@ -128,3 +128,18 @@ func TestPrintStatusResponse(t *testing.T) {
 		t.Errorf("port with 2 samples under a minimum of 5 not shown unavailable:\n%s", out)
 	}
 }
+
+// TestPrintStatusStarting: the status of a daemon that answers on its
+// socket while it still loads and attaches the datapath (no tick yet) says
+// so, instead of empty tables that read as "no protected ports", no
+// interface and no overload.
+func TestPrintStatusStarting(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	var b bytes.Buffer
+	printStatus(&b, &api.Status{Version: "v1", ConfigSource: "/etc/olcd/olcd.yaml", StartedAt: now.Add(-1200 * time.Millisecond)}, false, now)
+	got := b.String()
+	want := "olcd v1   config /etc/olcd/olcd.yaml\nstarting (up 1.2s): loading and attaching the datapath; no tick yet, nothing to show\n"
+	if got != want {
+		t.Errorf("status before the first tick:\n%s\nwant:\n%s", got, want)
+	}
+}
