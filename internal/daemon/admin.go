@@ -132,7 +132,14 @@ func listenAdmin(path string) (net.Listener, error) {
 	if err := checkSocketDir(filepath.Dir(path)); err != nil {
 		return nil, err
 	}
-	if _, err := os.Lstat(path); err == nil {
+	if fi, err := os.Lstat(path); err == nil {
+		// connect(2) answers ECONNREFUSED for a regular file too: only a
+		// socket may be taken for a dead daemon's and removed, never a
+		// file or directory the path names by mistake (admin.socket set
+		// to the config file deleted it).
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("admin socket %s exists and is not a socket (%s): not removed; choose another admin.socket", path, fileKind(fi.Mode()))
+		}
 		c, err := net.DialTimeout("unix", path, time.Second)
 		if err == nil {
 			c.Close()
@@ -154,6 +161,23 @@ func listenAdmin(path string) (net.Listener, error) {
 		return nil, fmt.Errorf("listen on admin socket %s: %w", path, err)
 	}
 	return ln, nil
+}
+
+// fileKind names what a path is, for errors.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return "a regular file"
+	case m.IsDir():
+		return "a directory"
+	case m&os.ModeSymlink != 0:
+		return "a symlink"
+	case m&os.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	}
+	return "mode " + m.String()
 }
 
 // checkSocketDir refuses a socket directory that someone other than root or

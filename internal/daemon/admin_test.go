@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -105,4 +106,58 @@ func TestAdminModeRequestStrict(t *testing.T) {
 			t.Errorf("POST /v1/mode %q: SetMode calls %q", tt.body, b.modes)
 		}
 	}
+}
+
+// TestListenAdminNeverRemovesOtherFiles: only a socket left by a dead
+// daemon is replaced. A regular file, an empty directory or a symlink at
+// admin.socket (a typo naming the config file) is refused and kept: a
+// connect to a regular file fails with ECONNREFUSED like a dead socket's,
+// and the file was deleted as stale.
+func TestListenAdminNeverRemovesOtherFiles(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "olcd.yaml")
+	if err := os.WriteFile(file, []byte("mode: enforce\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.Mkdir(empty, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.sock")
+	if err := os.Symlink(file, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ path, want string }{
+		{file, "is not a socket (a regular file): not removed"},
+		{empty, "is not a socket (a directory): not removed"},
+		{link, "is not a socket (a symlink): not removed"},
+	} {
+		ln, err := listenAdmin(tt.path)
+		if err == nil {
+			ln.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("listenAdmin(%s): %v, want %q", tt.path, err, tt.want)
+		}
+		if _, err := os.Lstat(tt.path); err != nil {
+			t.Errorf("%s was removed: %v", tt.path, err)
+		}
+	}
+	if b, err := os.ReadFile(file); err != nil || string(b) != "mode: enforce\n" {
+		t.Errorf("the file behind the path: %q, %v", b, err)
+	}
+
+	// A dead daemon's socket (its file left behind) is replaced.
+	stale := filepath.Join(dir, "olcd.sock")
+	l, err := net.Listen("unix", stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.Close()
+	ln, err := listenAdmin(stale)
+	if err != nil {
+		t.Fatalf("a stale socket was not replaced: %v", err)
+	}
+	ln.Close()
 }

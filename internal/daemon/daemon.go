@@ -86,13 +86,13 @@ type Daemon struct {
 	// embedded default): a file change that writes it again changes
 	// nothing, and must not drop the live overrides (the kill switch).
 	fileData []byte
-	smp       snapshotter
-	ctrl      *adaptive.Controller
-	dp        datapath
-	ports     []portEntry
-	prev      loader.Stats
-	prevAt    time.Time
-	last      tickResult
+	smp      snapshotter
+	ctrl     *adaptive.Controller
+	dp       datapath
+	ports    []portEntry
+	prev     loader.Stats
+	prevAt   time.Time
+	last     tickResult
 	// flowTable is the last scan of the response timer's flow table, at
 	// flowScanAt (response.go).
 	flowTable  loader.FlowTable
