@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -135,9 +136,21 @@ func openLogFile(path string) (*os.File, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("create decision log directory: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	// O_NONBLOCK: a FIFO at the path would block the open until a reader
+	// comes, and a reload opens the log on the tick loop.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NONBLOCK, 0o640)
 	if err != nil {
+		if fi, serr := os.Stat(path); serr == nil && !fi.Mode().IsRegular() {
+			return nil, fmt.Errorf("open decision log %s: %s, not a regular file", path, fileKind(fi.Mode()))
+		}
 		return nil, fmt.Errorf("open decision log: %w", err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() && fi.Mode()&os.ModeCharDevice == 0 {
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("open decision log: %w", err)
+		}
+		return nil, fmt.Errorf("open decision log %s: %s, not a regular file", path, fileKind(fi.Mode()))
 	}
 	return f, nil
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -25,7 +26,7 @@ func TestReloadRefusesUnopenableDecisionLog(t *testing.T) {
 
 	d.write(t, base+"decision_log: "+dir+"\n")
 	err := d.reload("test")
-	line := regexp.MustCompile(`olcd\.yaml:\d+: decision_log: open decision log: .*is a directory`)
+	line := regexp.MustCompile(`olcd\.yaml:\d+: decision_log: open decision log .*: a directory, not a regular file`)
 	if err == nil || !line.MatchString(err.Error()) {
 		t.Fatalf("reload naming a directory as decision_log: %v, want a refusal matching %q", err, line)
 	}
@@ -45,6 +46,24 @@ func TestReloadRefusesUnopenableDecisionLog(t *testing.T) {
 	}
 	if len(d.overrides) != 0 || d.cfg != running {
 		t.Errorf("the refused patch left overrides %+v (config replaced: %v)", d.overrides, d.cfg != running)
+	}
+
+	// A FIFO is refused at once: opened for writing it would block the
+	// tick loop until a reader came.
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.write(t, base+"decision_log: "+fifo+"\n")
+	done := make(chan error, 1)
+	go func() { done <- d.reload("test") }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "decision_log: open decision log "+fifo+": a FIFO, not a regular file") {
+			t.Errorf("reload naming a FIFO as decision_log: %v, want a refusal", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a FIFO as decision_log blocked the reload")
 	}
 
 	path := filepath.Join(dir, "sub", "decisions.jsonl")
@@ -137,9 +156,9 @@ func TestStartFailuresNameSetting(t *testing.T) {
 		{"missing interface", "interfaces: [olcdnosuch9]\nmetrics: {address: ''}\n", Options{},
 			"olcd.yaml:1: interfaces: [olcdnosuch9] does not exist"},
 		{"decision log a directory", "metrics: {address: ''}\ndecision_log: " + base + "\n", Options{},
-			"olcd.yaml:2: decision_log: open decision log: open " + base + ": is a directory"},
+			"olcd.yaml:2: decision_log: open decision log " + base + ": a directory, not a regular file"},
 		{"decision log flag", "metrics: {address: ''}\n", Options{DecisionLog: base},
-			"--decision-log: open decision log: open " + base + ": is a directory"},
+			"--decision-log: open decision log " + base + ": a directory, not a regular file"},
 		{"metrics busy", "decision_log: ''\nmetrics:\n  address: " + busy.Addr().String() + "\n", Options{},
 			"olcd.yaml:3: metrics.address: listen for metrics on " + busy.Addr().String()},
 		{"admin socket live", "decision_log: ''\nmetrics: {address: ''}\nadmin: {socket: " + live + "}\n", Options{},

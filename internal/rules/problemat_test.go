@@ -90,3 +90,22 @@ func TestNumberOutOfRange(t *testing.T) {
 		t.Errorf("a quoted 1e400 is a string: %v", err)
 	}
 }
+
+// TestOwnPathsApart: the decision log and the admin socket may not be the
+// config file itself, nor each other: the log's records would be appended
+// to the config.
+func TestOwnPathsApart(t *testing.T) {
+	for _, tt := range []struct{ doc, want string }{
+		{"decision_log: /etc/olcd/olcd.yaml\n", `/etc/olcd/olcd.yaml:1: decision_log: "/etc/olcd/olcd.yaml" is the config file itself`},
+		{"admin: {socket: /etc/olcd/./olcd.yaml}\n", `/etc/olcd/olcd.yaml:1: admin.socket: "/etc/olcd/./olcd.yaml" is the config file itself`},
+		{"decision_log: /run/olcd/x\nadmin: {socket: /run/olcd/x}\n", `decision_log: "/run/olcd/x" is also admin.socket`},
+	} {
+		_, _, err := Parse([]byte(tt.doc), "/etc/olcd/olcd.yaml")
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: %v, want %q", tt.doc, err, tt.want)
+		}
+	}
+	if _, _, err := Parse([]byte("decision_log: /var/log/olcd/olcd.yaml\n"), "/etc/olcd/olcd.yaml"); err != nil {
+		t.Errorf("a decision log elsewhere was refused: %v", err)
+	}
+}

@@ -116,6 +116,7 @@ func (d *decoder) validate(c *Config) {
 	if c.DecisionLog != "" && c.DecisionLog != "-" && !filepath.IsAbs(c.DecisionLog) {
 		d.addAt("decision_log", fmt.Sprintf("%q must be an absolute path (or \"\" to turn the log off)", c.DecisionLog), "the default is "+DefaultDecisionLog)
 	}
+	d.validateOwnPaths(c)
 	d.validateCgroup(c.Cgroup)
 	d.validateLB(c)
 	if !c.PortsAuto && len(c.Ports) > c.Datapath.MaxPorts {
@@ -312,5 +313,29 @@ func (d *decoder) validateCgroup(cg string) {
 	if strings.HasPrefix(cg, "/") && cg != "/sys/fs/cgroup" && !strings.HasPrefix(cg, "/sys/fs/cgroup/") {
 		d.addAt("cgroup", fmt.Sprintf("%q: an absolute path must be under /sys/fs/cgroup", cg),
 			fmt.Sprintf("did you mean %q, the path inside the hierarchy?", strings.TrimLeft(cg, "/")))
+	}
+}
+
+// validateOwnPaths refuses a decision log or admin socket at the config
+// file's own path, or at each other's: the log's records would be appended
+// to the config (which the next reload refuses), and olcd does not replace
+// a file that is not a socket.
+func (d *decoder) validateOwnPaths(c *Config) {
+	logOn := c.DecisionLog != "" && c.DecisionLog != "-" && filepath.IsAbs(c.DecisionLog)
+	if logOn && filepath.IsAbs(c.AdminSocket) && filepath.Clean(c.DecisionLog) == filepath.Clean(c.AdminSocket) {
+		d.addAt("decision_log", fmt.Sprintf("%q is also admin.socket", c.DecisionLog), "give the decision log and the admin socket paths of their own")
+	}
+	if c.Source == "" {
+		return
+	}
+	src, err := filepath.Abs(c.Source)
+	if err != nil {
+		return
+	}
+	if logOn && filepath.Clean(c.DecisionLog) == src {
+		d.addAt("decision_log", fmt.Sprintf("%q is the config file itself: its records would be appended to the config", c.DecisionLog), "the default is "+DefaultDecisionLog)
+	}
+	if filepath.IsAbs(c.AdminSocket) && filepath.Clean(c.AdminSocket) == src {
+		d.addAt("admin.socket", fmt.Sprintf("%q is the config file itself", c.AdminSocket), "the default is "+DefaultAdminSocket)
 	}
 }
