@@ -580,7 +580,8 @@ func (d *Daemon) resolveInterfaces(configured []string) ([]string, error) {
 		d.log.Info("interface not protected by the embedded default", "interface", name, "reason", why)
 	}
 	if len(out) == 0 {
-		return nil, errors.New("no interface to attach to: no non-loopback Ethernet interface is up (set interfaces: in the config)")
+		return nil, d.cfg.ProblemAt("interfaces", "[] finds no interface to attach to: no non-loopback Ethernet interface is up",
+			"list the interfaces to protect")
 	}
 	return out, nil
 }

@@ -190,8 +190,10 @@ func (d *Daemon) syncInterfaces(periodic bool) {
 }
 
 // listLinks lists the links, retrying a dump the kernel interrupted (links
-// changed while it was read; loader.RetryDump).
-func listLinks() ([]netlink.Link, error) {
+// changed while it was read; loader.RetryDump). Tests replace it.
+var listLinks = listNetlinkLinks
+
+func listNetlinkLinks() ([]netlink.Link, error) {
 	var links []netlink.Link
 	err := loader.RetryDump(func() (err error) { links, err = netlink.LinkList(); return err })
 	if err != nil {

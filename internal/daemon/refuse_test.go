@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vishvananda/netlink"
 )
 
 // TestReloadRefusesUnopenableDecisionLog: a reload or a live override that
@@ -268,5 +270,27 @@ func TestFileRewrittenUnchangedKeepsOverrides(t *testing.T) {
 	d.write(t, strings.Replace(cfg, "interval: 500ms", "interval: 400ms", 1))
 	if err := d.reload(fileChange); err != nil || len(d.overrides) != 0 || reloads() != r0+4 {
 		t.Errorf("a changed file: %v, overrides %+v; want a reload dropping them", err, d.overrides)
+	}
+}
+
+// TestNoDefaultInterfaceNamesSetting: interfaces: [] on a node where no
+// Ethernet interface is up fails the start naming the setting's line.
+func TestNoDefaultInterfaceNamesSetting(t *testing.T) {
+	orig := listLinks
+	listLinks = func() ([]netlink.Link, error) {
+		return []netlink.Link{&netlink.Device{LinkAttrs: netlink.LinkAttrs{Name: "lo", Index: 1, Flags: net.FlagUp | net.FlagLoopback}}}, nil
+	}
+	t.Cleanup(func() { listLinks = orig })
+	path := filepath.Join(t.TempDir(), "olcd.yaml")
+	if err := os.WriteFile(path, []byte("mode: enforce\ninterfaces: []\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(Options{ConfigPath: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.resolveInterfaces(d.cfg.Interfaces)
+	if err == nil || !strings.Contains(err.Error(), "olcd.yaml:2: interfaces: [] finds no interface to attach to") {
+		t.Errorf("resolve: %v, want the refusal at olcd.yaml:2", err)
 	}
 }
