@@ -207,3 +207,65 @@ func checkSocketDir(dir string) error {
 	}
 	return nil
 }
+
+// adminCheckEvery is how often the admin socket's path is checked: a
+// socket file removed while olcd runs (rm -rf /run/olcd, a tmpfiles
+// clean-up) leaves the kill switch, status and reload unreachable until a
+// restart unless it is made again.
+var adminCheckEvery = 2 * time.Second
+
+// keepAdminSocket listens again at path, serving srv, whenever the socket
+// file olcd made there is gone, until ctx is done. A path taken by another
+// file is left alone (and reported once): olcd replaces only what is
+// missing.
+func keepAdminSocket(ctx context.Context, srv *http.Server, path string, log *slog.Logger) {
+	ino := inode(path)
+	t := time.NewTicker(adminCheckEvery)
+	defer t.Stop()
+	reported := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cur := inode(path)
+		switch {
+		case cur == ino && cur != 0:
+			reported = false
+			continue
+		case cur != 0:
+			if !reported {
+				log.Warn("admin socket path taken by another file; the admin API is unreachable there until it is removed", "path", path)
+				reported = true
+			}
+			continue
+		}
+		if ctx.Err() != nil {
+			return // stopping: the socket was removed by the shutdown
+		}
+		ln, err := listenAdmin(path)
+		if err != nil {
+			if !reported {
+				log.Error("admin socket removed; listening again failed", "path", path, "err", err)
+				reported = true
+			}
+			continue
+		}
+		ino, reported = inode(path), false
+		log.Warn("admin socket was removed while olcd ran; listening on it again", "path", path)
+		go serveHTTP(srv, ln, func(err error) { log.Error("admin API stopped", "err", err) })
+	}
+}
+
+// inode is the inode number of the file at path; 0 when there is none.
+func inode(path string) uint64 {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return 0
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Ino
+	}
+	return 0
+}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/testutil"
@@ -160,4 +161,62 @@ func TestListenAdminNeverRemovesOtherFiles(t *testing.T) {
 		t.Fatalf("a stale socket was not replaced: %v", err)
 	}
 	ln.Close()
+}
+
+// TestAdminSocketMadeAgain: the admin socket file removed while olcd runs
+// (rm -rf /run/olcd) is made again within a few checks, so the kill switch
+// and status stay reachable (they answered "no such file" until a
+// restart); a path then taken by another file is left alone.
+func TestAdminSocketMadeAgain(t *testing.T) {
+	orig := adminCheckEvery
+	adminCheckEvery = 20 * time.Millisecond
+	t.Cleanup(func() { adminCheckEvery = orig })
+	dir := filepath.Join(t.TempDir(), "run")
+	path := filepath.Join(dir, "olcd.sock")
+	ln, err := listenAdmin(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }))
+	go serveHTTP(srv, ln, func(error) {})
+	t.Cleanup(func() { srv.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	log := &syncBuffer{}
+	go keepAdminSocket(ctx, srv, path, slog.New(slog.NewTextHandler(log, nil)))
+
+	answers := func() bool {
+		c := api.NewClient(path, time.Second)
+		_, err := c.Status(context.Background())
+		// The handler answers "ok", not a status document: any answer
+		// but a dial error means the socket is served.
+		return err == nil || !strings.Contains(err.Error(), "dial unix")
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for !answers() && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !answers() {
+		t.Fatalf("the removed admin socket was not made again:\n%s", log)
+	}
+	if !strings.Contains(log.String(), "admin socket was removed while olcd ran") {
+		t.Errorf("not logged:\n%s", log)
+	}
+
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("someone else's\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if b, err := os.ReadFile(path); err != nil || string(b) != "someone else's\n" {
+		t.Errorf("a file at the path was replaced: %q, %v", b, err)
+	}
+	if n := strings.Count(log.String(), "admin socket path taken by another file"); n != 1 {
+		t.Errorf("the taken path was reported %d times, want once:\n%s", n, log)
+	}
 }

@@ -423,6 +423,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	admin := newHTTPServer(d.withLB(newAdminHandler(d, d.log)))
 	go serveHTTP(admin, ln, func(err error) { d.log.Error("admin API stopped", "err", err) })
 	defer admin.Close()
+	go keepAdminSocket(ctx, admin, d.adminSocket(), d.log)
 
 	if mln != nil {
 		limit := metricsConnCap(nofile)
