@@ -21,7 +21,6 @@ import (
 	"text/template"
 	"time"
 
-	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/lb"
 )
 
@@ -322,42 +321,6 @@ func (l *LBHarness) Calibrate(ctx context.Context) error {
 	return nil
 }
 
-// lbOlcdConfig is a node's olcd config: the overload harness's controller
-// settings and threshold, metrics and (with the agent) lb on the node's
-// address.
-var lbOlcdConfig = template.Must(template.New("olcd.yaml").Parse(`# written by the load-balancer test
-mode: enforce
-interfaces: [{{.Iface}}]
-attach: tc
-interval: 500ms
-signals:
-  cgroup_cpu_usage_of_quota: {threshold: {{printf "%.3f" .Threshold}}}
-cgroup: {{.Cgroup}}
-controller:
-{{- range .Controller}}
-  {{.}}
-{{- end}}
-{{- if .ResponseTarget}}
-  response_target: {{.ResponseTarget}}
-{{- end}}
-ports:
-  - {port: {{.Port}}, proto: tcp, class: normal}
-exceptions:
-  ports: [{port: {{.HealthPort}}, proto: tcp}]
-metrics:
-  address: "{{.Metrics}}"
-admin:
-  socket: {{.Socket}}
-decision_log: {{.DecisionLog}}
-datapath:
-  selection: even
-{{- if .Agent}}
-lb:
-  agent:
-    address: "{{.Agent}}"
-{{- end}}
-`))
-
 // lbController are the controller keys of the load-balancer test's olcd,
 // whose nodes run the resource law on the cgroup's CPU as measured in
 // docs/tuning.md §6 (the overload matrix's olcd is the default but for
@@ -368,62 +331,25 @@ var lbController = []string{
 }
 
 // startOlcd starts olcd in the node's namespace and waits until it has
-// attached and ticked twice.
+// attached and ticked twice. Its config is the overload harness's template
+// (olcdConfig) enforcing on the cgroup's CPU at threshold with
+// lbController, metrics and (with agent) lb on the node's address.
 func (n *lbNode) startOlcd(ctx context.Context, dir string, threshold float64, agent bool) (*olcdProc, error) {
-	o := &olcdProc{logPath: filepath.Join(dir, "olcd-"+n.name+".log"), decisionLog: filepath.Join(dir, "decisions-"+n.name+".jsonl")}
-	socket := filepath.Join(dir, "olcd-"+n.name+".sock")
-	_ = os.Remove(socket)
-	n.socket = socket
-	_ = os.Remove(o.decisionLog)
-	cfgPath := filepath.Join(dir, "olcd-"+n.name+".yaml")
-	f, err := os.Create(cfgPath)
-	if err != nil {
-		return nil, err
+	cfg := olcdConfigData{By: "the load-balancer test", Mode: "enforce", Iface: n.dev, Interval: n.h.opt.OlcdInterval,
+		Signals: []string{cpuSignal(threshold)}, Cgroup: n.h.cg.Name, Controller: lbController,
+		Port: WorkPort, HealthPort: HealthPort, Metrics: net.JoinHostPort(n.ip.String(), strconv.Itoa(lbMetricsPort)), Selection: "even"}
+	if n.responseTarget != "" {
+		cfg.Controller = append(append([]string{}, lbController...), "response_target: "+n.responseTarget)
 	}
-	agentAddr := ""
 	if agent {
-		agentAddr = net.JoinHostPort(n.ip.String(), strconv.Itoa(lbAgentPort))
+		cfg.Agent = net.JoinHostPort(n.ip.String(), strconv.Itoa(lbAgentPort))
 	}
-	err = lbOlcdConfig.Execute(f, map[string]any{
-		"Iface": n.dev, "Threshold": threshold, "Cgroup": n.h.cg.Name, "Controller": lbController,
-		"Port": WorkPort, "HealthPort": HealthPort, "Metrics": net.JoinHostPort(n.ip.String(), strconv.Itoa(lbMetricsPort)),
-		"Socket": socket, "DecisionLog": o.decisionLog, "Agent": agentAddr, "ResponseTarget": n.responseTarget,
-	})
-	f.Close()
+	o, err := launchOlcd(ctx, n.h.opt.Olcd, dir, n.name, n.ns, cfg)
 	if err != nil {
 		return nil, err
 	}
-	logf, err := os.Create(o.logPath)
-	if err != nil {
-		return nil, err
-	}
-	o.cmd = exec.Command("nsenter", "--net=/run/netns/"+n.ns, n.h.opt.Olcd, "run", "--config", cfgPath)
-	o.cmd.Stdout, o.cmd.Stderr = logf, logf
-	o.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := o.cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("start olcd on node %s: %w", n.name, err)
-	}
-	o.done = make(chan error, 1)
-	go func() { o.done <- o.cmd.Wait(); logf.Close() }()
-	o.client = api.NewClient(socket, 2*time.Second)
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		st, err := o.status(ctx)
-		if err == nil && st.Ticks >= 2 && len(st.Interfaces) > 0 {
-			return o, nil
-		}
-		select {
-		case err := <-o.done:
-			return nil, fmt.Errorf("olcd on node %s exited at start: %v (see %s)", n.name, err, o.logPath)
-		default:
-		}
-		if time.Now().After(deadline) {
-			o.stop()
-			return nil, fmt.Errorf("olcd on node %s not attached and ticking within 15 s (see %s)", n.name, o.logPath)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	n.socket = o.socket
+	return o, nil
 }
 
 // lbReport fetches GET /v1/lb through olcd's admin socket.
