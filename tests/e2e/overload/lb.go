@@ -83,21 +83,16 @@ type LBOptions struct {
 	ResponseTarget string
 }
 
+// defaults fills in the zero options: those LBOptions shares with Options
+// take the overload harness's defaults (Options.defaults).
 func (o *LBOptions) defaults() {
-	if o.Work == 0 {
-		o.Work = 5 * time.Millisecond
-	}
-	if o.SLO == 0 {
-		o.SLO = 200 * time.Millisecond
-	}
-	if o.ResponseTarget == "" {
-		o.ResponseTarget = "off"
-	}
-	if o.Timeout == 0 {
-		o.Timeout = time.Second
-	}
 	if o.Quota == 0 {
 		o.Quota = 0.5
+	}
+	n := o.nodeOptions("")
+	o.Work, o.SLO, o.Timeout, o.Progress = n.Work, n.SLO, n.Timeout, n.Progress
+	if o.ResponseTarget == "" {
+		o.ResponseTarget = "off"
 	}
 	if o.Load == 0 {
 		o.Load = 1.6
@@ -108,9 +103,14 @@ func (o *LBOptions) defaults() {
 	if o.After == 0 {
 		o.After = 25 * time.Second
 	}
-	if o.Progress == nil {
-		o.Progress = io.Discard
-	}
+}
+
+// nodeOptions are the overload harness's options of a node whose records
+// go to outDir, defaults filled in.
+func (o *LBOptions) nodeOptions(outDir string) Options {
+	n := Options{Olcd: o.Olcd, Self: o.Self, OutDir: outDir, Work: o.Work, SLO: o.SLO, Timeout: o.Timeout, Quota: o.Quota, Progress: o.Progress}
+	n.defaults()
+	return n
 }
 
 // LBHarness owns the three namespaces, the nodes' cgroups and processes.
@@ -217,9 +217,7 @@ func (l *LBHarness) build() error {
 		if err != nil {
 			return err
 		}
-		hopt := Options{Olcd: l.opt.Olcd, Self: l.opt.Self, OutDir: filepath.Join(l.opt.OutDir, "node-"+name),
-			Work: l.opt.Work, SLO: l.opt.SLO, Timeout: l.opt.Timeout, Quota: l.opt.Quota, Progress: l.opt.Progress}
-		hopt.defaults()
+		hopt := l.opt.nodeOptions(filepath.Join(l.opt.OutDir, "node-"+name))
 		if err := os.MkdirAll(hopt.OutDir, 0o755); err != nil {
 			return err
 		}
