@@ -273,30 +273,15 @@ func (l *LBHarness) CapacityAtRun(r *LBRunResult) (rps float64, slowdown []float
 	measured := len(p.Nodes) == len(l.nodes)
 	ok = measured
 	for i, cal := range []*Calibration{l.CalA, l.CalBHalved} {
-		c := cal.CapacityRPS
-		var knee *CalibrationStep
-		for j := range cal.Steps {
-			if cal.Steps[j].Knee {
-				knee = &cal.Steps[j]
-			}
-		}
-		if !measured || knee == nil || knee.GoodputRPS <= 0 || knee.CPUBusy <= 0 || p.Nodes[i].ResponsesPerS <= 0 || p.Nodes[i].CPUBusy <= 0 {
-			ok = false
+		if !measured {
 			slowdown = append(slowdown, 0)
-			rps += c
+			rps += cal.CapacityRPS
 			continue
 		}
-		slow := (p.Nodes[i].CPUBusy/p.Nodes[i].ResponsesPerS)/(knee.CPUBusy/knee.GoodputRPS) - 1
+		c, slow, nodeOK := cal.capacityAt(p.Nodes[i].CPUBusy, p.Nodes[i].ResponsesPerS)
+		ok = ok && nodeOK
 		slowdown = append(slowdown, slow)
-		switch {
-		case slow > MaxSlowdown:
-			ok = false
-			rps += c
-		case slow > 0:
-			rps += c / (1 + slow)
-		default:
-			rps += c
-		}
+		rps += c
 	}
 	return rps, slowdown, ok
 }
