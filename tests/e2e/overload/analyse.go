@@ -133,18 +133,8 @@ func analyse(rec *records, sc Scenario, v Variant, opt Options, cal *Calibration
 	for _, d := range rec.dials {
 		res.Dials = append(res.Dials, DialRecord{Start: d.start, Duration: d.dur, Outcome: d.outcome})
 	}
-	var from time.Duration
-	for _, ph := range rec.phases {
-		to := from + ph.Duration
-		pr := phaseResult(rec, ph.Name, from, to, opt.SLO, v)
-		if ph.Duration >= 2*SettleTime {
-			st := phaseResult(rec, ph.Name+" settled", from+SettleTime, to, opt.SLO, v)
-			pr.Settled = &st
-		}
-		res.Phases = append(res.Phases, pr)
-		from = to
-	}
-	res.Series = series(rec, from, opt.SLO)
+	res.Phases = phaseResults(rec, opt.SLO, v, " settled")
+	res.Series = series(rec, phasePacer(rec.phases).total(), opt.SLO)
 	res.rec = rec
 	name := sc.OverloadPhase()
 	c := cal.CapacityRPS
@@ -359,6 +349,26 @@ func (r *RunResult) P99Excluding(name string, seconds []int) float64 {
 	}
 	slices.Sort(lat)
 	return percentile(lat, 0.99)
+}
+
+// phaseResults summarises each of rec's phases (phaseResult under v) and,
+// where a phase lasts 2 × SettleTime or more, the same from +SettleTime as
+// its Settled, named the phase's name and settled (" settled" in the
+// overload matrix, "-settled" in the load-balancer test's tables).
+func phaseResults(rec *records, slo time.Duration, v Variant, settled string) []PhaseResult {
+	var out []PhaseResult
+	var from time.Duration
+	for _, ph := range rec.phases {
+		to := from + ph.Duration
+		pr := phaseResult(rec, ph.Name, from, to, slo, v)
+		if ph.Duration >= 2*SettleTime {
+			st := phaseResult(rec, ph.Name+settled, from+SettleTime, to, slo, v)
+			pr.Settled = &st
+		}
+		out = append(out, pr)
+		from = to
+	}
+	return out
 }
 
 // phaseResult computes one phase over requests started in [from, to).

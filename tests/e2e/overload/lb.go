@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"text/template"
 	"time"
@@ -611,48 +610,13 @@ func (l *LBHarness) Run(ctx context.Context, v LBVariant) (*LBRunResult, error) 
 	rate := l.opt.Load * l.CalA.CapacityRPS
 	phases := []Phase{{Name: LBPhaseBefore, Rate: rate, Duration: l.opt.Before}, {Name: LBPhaseHalved, Rate: rate, Duration: l.opt.After}}
 	cfg := AttackConfig{Target: fmt.Sprintf("http://127.0.0.1:%d/", lbFrontendPort), Timeout: l.opt.Timeout, Phases: phases}
-	cfgPath := filepath.Join(dir, "attack.json")
-	b, _ := json.MarshalIndent(cfg, "", "  ")
-	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
-		return nil, err
-	}
-	recFile, err := os.Create(filepath.Join(dir, "requests.log"))
-	if err != nil {
-		return nil, err
-	}
-	defer recFile.Close()
-	errLog, err := os.Create(filepath.Join(dir, "attack.stderr"))
-	if err != nil {
-		return nil, err
-	}
-	defer errLog.Close()
-	cmd := exec.Command("nsenter", "--net=/run/netns/"+l.lbNS, l.opt.Self, "attack", "-config", cfgPath)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	cmd.Stderr = errLog
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start attacker: %w", err)
-	}
 	rec := &records{phases: phases}
-	var mu sync.Mutex
-	started := make(chan struct{})
-	readDone := make(chan error, 1)
-	go func() { readDone <- readAttack(out, recFile, rec, &mu, started) }()
-	select {
-	case <-started:
-	case err := <-readDone:
-		cmd.Wait()
-		return nil, fmt.Errorf("attacker ended before it started: %v (see %s)", err, errLog.Name())
-	case <-time.After(15 * time.Second):
-		cmd.Process.Kill()
-		cmd.Wait()
-		return nil, errors.New("attacker did not start within 15 s")
+	a, err := startAttacker(ctx, dir, cfg, rec, func(cfgPath string) *exec.Cmd {
+		return exec.Command("nsenter", "--net=/run/netns/"+l.lbNS, l.opt.Self, "attack", "-config", cfgPath)
+	})
+	if err != nil {
+		return nil, err
 	}
-	finished := make(chan error, 1)
-	go func() { err := <-readDone; finished <- errors.Join(err, cmd.Wait()) }()
 
 	label := "lb/" + string(v)
 	nodeSamples := make([][]sample, len(l.nodes))
@@ -660,9 +624,7 @@ func (l *LBHarness) Run(ctx context.Context, v LBVariant) (*LBRunResult, error) 
 	quota := []float64{l.opt.Quota, l.opt.Quota}
 	halved := false
 	take := func() {
-		mu.Lock()
-		t := time.Since(rec.start)
-		mu.Unlock()
+		t := a.since()
 		for i, n := range l.nodes {
 			s := sample{t: t, quota: quota[i]}
 			s.usage, _ = n.h.cg.Usage()
@@ -681,58 +643,37 @@ func (l *LBHarness) Run(ctx context.Context, v LBVariant) (*LBRunResult, error) 
 			hps = append(hps, haproxySample{t: t, servers: st})
 		}
 	}
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
-	take()
-	lastProgress := time.Duration(0)
-	for done := false; !done; {
-		select {
-		case <-ctx.Done():
-			cmd.Process.Kill()
-			<-finished
-			return nil, ctx.Err()
-		case err := <-finished:
-			take()
-			if err != nil {
-				return nil, fmt.Errorf("attacker: %w (see %s)", err, errLog.Name())
+	err = a.follow(ctx, take, func(el time.Duration) error {
+		if !halved && el >= l.opt.Before {
+			quota[1] = l.opt.Quota / 2
+			if err := l.nodes[1].h.cg.SetQuota(quota[1]); err != nil {
+				return err
 			}
-			done = true
-		case <-tick.C:
-			el := time.Since(rec.start)
-			if !halved && el >= l.opt.Before {
-				quota[1] = l.opt.Quota / 2
-				if err := l.nodes[1].h.cg.SetQuota(quota[1]); err != nil {
-					return nil, err
-				}
-				halved = true
-				fmt.Fprintf(l.opt.Progress, "  [%s] %4.0fs node b's quota halved to %.2g CPU\n", label, el.Seconds(), quota[1])
-			}
-			take()
-			if el-lastProgress >= 5*time.Second {
-				lastProgress = el.Truncate(5 * time.Second)
-				mu.Lock()
-				line := progressLine(rec, el, l.opt.SLO)
-				mu.Unlock()
-				if len(hps) > 0 {
-					last := hps[len(hps)-1].servers
-					line += fmt.Sprintf("  haproxy a: %s w%.0f, b: %s w%.0f", last["a"].status, last["a"].weight, last["b"].status, last["b"].weight)
-				}
-				fmt.Fprintf(l.opt.Progress, "  [%s] %4.0fs %s\n", label, el.Seconds(), line)
-			}
+			halved = true
+			fmt.Fprintf(l.opt.Progress, "  [%s] %4.0fs node b's quota halved to %.2g CPU\n", label, el.Seconds(), quota[1])
 		}
+		take()
+		if line, ok := a.progress(el, l.opt.SLO); ok {
+			if len(hps) > 0 {
+				last := hps[len(hps)-1].servers
+				line += fmt.Sprintf("  haproxy a: %s w%.0f, b: %s w%.0f", last["a"].status, last["a"].weight, last["b"].status, last["b"].weight)
+			}
+			fmt.Fprintf(l.opt.Progress, "  [%s] %4.0fs %s\n", label, el.Seconds(), line)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if err := writeLBSeries(filepath.Join(dir, "timeseries.csv"), l.nodes, nodeSamples, hps); err != nil {
 		return nil, err
 	}
 	res := &LBRunResult{Variant: v, Dir: dir}
+	clients := phaseResults(rec, l.opt.SLO, VariantNone, "-settled")
 	var from time.Duration
-	for _, ph := range phases {
+	for j, ph := range phases {
 		to := from + ph.Duration
-		lp := LBPhase{PhaseResult: phaseResult(rec, ph.Name, from, to, l.opt.SLO, VariantNone)}
-		if ph.Duration >= 2*SettleTime {
-			s := phaseResult(rec, ph.Name+"-settled", from+SettleTime, to, l.opt.SLO, VariantNone)
-			lp.Settled = &s
-		}
+		lp := LBPhase{PhaseResult: clients[j]}
 		var total uint64
 		sessions := make([]uint64, len(l.nodes))
 		oks := make([]uint64, len(l.nodes))
