@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
@@ -142,27 +141,11 @@ type lbNode struct {
 // namespace and the two nodes.
 func NewLB(ctx context.Context, opt LBOptions) (*LBHarness, error) {
 	opt.defaults()
-	if os.Geteuid() != 0 {
-		return nil, errors.New("the load-balancer test needs root: namespaces, veth pairs, cgroups, BPF")
-	}
-	for _, tool := range []string{"ip", "nsenter"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			return nil, fmt.Errorf("%s not found: apt-get install -y iproute2 util-linux", tool)
-		}
-	}
-	for _, b := range []string{opt.Olcd, opt.Self, opt.HAProxy} {
-		if _, err := os.Stat(b); err != nil {
-			return nil, fmt.Errorf("binary: %w", err)
-		}
-	}
-	if err := os.MkdirAll(opt.OutDir, 0o755); err != nil {
-		return nil, err
-	}
-	lock, err := lockHost(ctx)
+	lock, err := takeHost(ctx, "the load-balancer test needs root: namespaces, veth pairs, cgroups, BPF",
+		[]string{"ip", "nsenter"}, "iproute2 util-linux", opt.OutDir, opt.Olcd, opt.Self, opt.HAProxy)
 	if err != nil {
 		return nil, err
 	}
-	removeLeftovers()
 	l := &LBHarness{opt: opt, lock: lock, lbNS: namePrefix + "-" + newID()}
 	if err := l.build(); err != nil {
 		l.Close()
@@ -170,8 +153,6 @@ func NewLB(ctx context.Context, opt LBOptions) (*LBHarness, error) {
 	}
 	return l, nil
 }
-
-func newID() string { return fmt.Sprintf("%05x", rand.IntN(1<<20)) }
 
 // build creates the lb namespace and the nodes: a /30 each of a free
 // documentation range, the lb end .1 and the node end .2 of the first, .5
@@ -456,15 +437,8 @@ func (l *LBHarness) startHAProxy(dir string, agent bool) (*haproxyProc, error) {
 	}
 }
 
-func (p *haproxyProc) stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(5 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
+// stop ends HAProxy with SIGTERM and SIGKILL after 5 s.
+func (p *haproxyProc) stop() { terminate(p.cmd, p.done, 5*time.Second) }
 
 // haproxyServer is one server's line of `show stat`.
 type haproxyServer struct {

@@ -264,12 +264,18 @@ func (o *olcdProc) stop() {
 	if o.killed {
 		return
 	}
-	_ = o.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-o.done:
-	case <-time.After(10 * time.Second):
-		_ = o.cmd.Process.Kill()
-		<-o.done
-	}
+	terminate(o.cmd, o.done, 10*time.Second)
 	o.killed = true
+}
+
+// terminate sends cmd SIGTERM and SIGKILL after grace, and returns once
+// done (cmd's Wait) has answered.
+func terminate(cmd *exec.Cmd, done <-chan error, grace time.Duration) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = cmd.Process.Kill()
+		<-done
+	}
 }
