@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/lb"
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // The load-balancer test (TestOverloadLB): two backend nodes behind
@@ -450,38 +451,19 @@ type haproxyServer struct {
 
 // servers reads `show stat` for the backend's servers.
 func (p *haproxyProc) servers() (map[string]haproxyServer, error) {
-	c, err := net.DialTimeout("unix", p.socket, time.Second)
+	servers, err := testutil.HAProxyServers(p.socket, "be")
 	if err != nil {
 		return nil, err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := io.WriteString(c, "show stat\n"); err != nil {
-		return nil, err
-	}
-	b, err := io.ReadAll(c)
-	if err != nil {
-		return nil, err
-	}
-	r := csv.NewReader(strings.NewReader(strings.TrimPrefix(strings.TrimSpace(string(b)), "# ")))
-	r.FieldsPerRecord = -1
-	rows, err := r.ReadAll()
-	if err != nil || len(rows) < 2 {
-		return nil, fmt.Errorf("show stat: %v", err)
-	}
-	col := map[string]int{}
-	for i, h := range rows[0] {
-		col[h] = i
 	}
 	out := map[string]haproxyServer{}
-	for _, row := range rows[1:] {
-		if len(row) <= col["stot"] || row[col["pxname"]] != "be" || row[col["svname"]] == "BACKEND" {
+	for name, sv := range servers {
+		if _, ok := sv["stot"]; !ok {
 			continue
 		}
-		w, _ := strconv.ParseFloat(row[col["weight"]], 64)
-		n, _ := strconv.ParseUint(row[col["stot"]], 10, 64)
-		ok, _ := strconv.ParseUint(row[col["hrsp_2xx"]], 10, 64)
-		out[row[col["svname"]]] = haproxyServer{status: row[col["status"]], weight: w, stot: n, ok: ok}
+		w, _ := strconv.ParseFloat(sv["weight"], 64)
+		n, _ := strconv.ParseUint(sv["stot"], 10, 64)
+		ok, _ := strconv.ParseUint(sv["hrsp_2xx"], 10, 64)
+		out[name] = haproxyServer{status: sv["status"], weight: w, stot: n, ok: ok}
 	}
 	return out, nil
 }
