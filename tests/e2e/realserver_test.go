@@ -262,41 +262,13 @@ http {
 // after 2 ms, except lines starting with "hang", which it never answers.
 func (e *netEnv) lineServer(t *testing.T, port int) {
 	t.Helper()
-	var ln net.Listener
-	if err := e.InNode(func() error {
-		var err error
-		ln, err = net.Listen("tcp4", fmt.Sprintf("%s:%d", e.NodeIP, port))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 256)
-				for {
-					c.SetDeadline(time.Now().Add(30 * time.Second))
-					n, err := c.Read(buf)
-					if err != nil {
-						return
-					}
-					if strings.HasPrefix(string(buf[:n]), "hang") {
-						continue
-					}
-					time.Sleep(2 * time.Millisecond)
-					if _, err := c.Write([]byte("ok\n")); err != nil {
-						return
-					}
-				}
-			}()
+	e.ServeTCP(t, uint16(port), 256, 30*time.Second, func(in []byte) []byte {
+		if strings.HasPrefix(string(in), "hang") {
+			return nil
 		}
-	}()
+		time.Sleep(2 * time.Millisecond)
+		return []byte("ok\n")
+	})
 }
 
 func (e *netEnv) peerDial(t *testing.T, addr string) net.Conn {
