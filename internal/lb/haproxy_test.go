@@ -50,15 +50,7 @@ func startHAProxy(t *testing.T, agentAddr string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	go func() {
-		for {
-			c, err := srv.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	go testutil.AcceptAll(srv, func(c net.Conn) { c.Close() })
 	fe, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

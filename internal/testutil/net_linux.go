@@ -356,31 +356,21 @@ func (n *Net) ServeTCP(t testing.TB, port uint16, bufSize int, idle time.Duratio
 		return err
 	}))
 	t.Cleanup(func() { ln.Close() })
-	go func() {
+	go AcceptAll(ln, func(c net.Conn) {
+		defer c.Close()
+		buf := make([]byte, bufSize)
 		for {
-			c, err := ln.Accept()
+			c.SetDeadline(time.Now().Add(idle))
+			k, err := c.Read(buf)
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, bufSize)
-				for {
-					c.SetDeadline(time.Now().Add(idle))
-					k, err := c.Read(buf)
-					if err != nil {
-						return
-					}
-					out := reply(buf[:k])
-					if out == nil {
-						continue
-					}
-					if _, err := c.Write(out); err != nil {
-						return
-					}
+			if out := reply(buf[:k]); out != nil {
+				if _, err := c.Write(out); err != nil {
+					return
 				}
-			}()
+			}
 		}
-	}()
+	})
 	return ln
 }

@@ -269,10 +269,10 @@ func newLineWriter(w io.Writer) *lineWriter {
 		defer t.Stop()
 		for {
 			select {
-			case <-l.stop:
-				return
 			case <-t.C:
 				l.flush()
+			case <-l.stop:
+				return
 			}
 		}
 	}()
