@@ -33,7 +33,9 @@ import (
 //	              olcd (TC ingress, agent)                  olcd (TC ingress, agent)
 //
 // Each node reuses the overload harness (Harness with backendNetns set):
-// its backend, cgroup and calibration.
+// its backend, cgroup and calibration, its olcd config and launcher
+// (olcdConfig, launchOlcd); a run its attacker (startAttacker) and phase
+// summary (phaseResults).
 
 // LB test ports: HAProxy's frontend in the lb namespace, olcd's metrics
 // and agent on each node.
