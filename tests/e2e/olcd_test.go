@@ -332,6 +332,14 @@ func cpuBusy(st *api.Status) *api.SignalStatus {
 	return nil
 }
 
+// cpuThreshold is the cpu_busy signal's threshold in st, -1 without one.
+func cpuThreshold(st *api.Status) float64 {
+	if cb := cpuBusy(st); cb != nil && cb.Threshold != nil {
+		return *cb.Threshold
+	}
+	return -1
+}
+
 // port returns the status of the server port; it fails the test when the
 // port is not listed.
 func port(t *testing.T, st *api.Status) api.PortStatus {
