@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -85,6 +86,18 @@ func (c *Client) do(ctx context.Context, method, path, ctype string, body []byte
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
+		var ne net.Error
+		if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+			// Connected (the socket is there) but no answer: a stopped or
+			// hung process. A write may still take effect when it resumes,
+			// so "failed" alone would mislead.
+			what := "no answer"
+			if method != http.MethodGet {
+				what = "no answer; the request may still take effect if olcd resumes"
+			}
+			return fmt.Errorf("%s %s on %s: %s (olcd stopped or hung? its datapath fails open after heartbeat.stale_after): %w",
+				method, path, c.socket, what, err)
+		}
 		return fmt.Errorf("%s %s on %s (is olcd running?): %w", method, path, c.socket, err)
 	}
 	defer resp.Body.Close()

@@ -81,3 +81,26 @@ func TestClientNoDaemon(t *testing.T) {
 		t.Errorf("status without a daemon: %v", err)
 	}
 }
+
+// TestClientNoAnswer: a daemon whose socket accepts but never answers (a
+// stopped or hung process: the kernel queues the connection) is named as
+// such, and a write is said to possibly take effect later (a `set mode off`
+// to a SIGSTOPped olcd was reported failed, then applied on SIGCONT);
+// "is olcd running?" is for a socket nobody listens on.
+func TestClientNoAnswer(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "olcd.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close() // accepted by the kernel's backlog, never served
+	c := NewClient(sock, 200*time.Millisecond)
+	err = c.SetMode(context.Background(), "off")
+	if err == nil || !strings.Contains(err.Error(), "no answer; the request may still take effect if olcd resumes") {
+		t.Errorf("set mode to a silent daemon: %v", err)
+	}
+	_, err = c.Status(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "no answer (olcd stopped or hung?") {
+		t.Errorf("status of a silent daemon: %v", err)
+	}
+}
