@@ -109,3 +109,19 @@ func TestOwnPathsApart(t *testing.T) {
 		t.Errorf("a decision log elsewhere was refused: %v", err)
 	}
 }
+
+// TestResponseTargetBareNumberHint: a bare number beyond 30 s as a
+// response target is most likely milliseconds, and the hint says so.
+func TestResponseTargetBareNumberHint(t *testing.T) {
+	for _, tt := range []struct{ doc, want string }{
+		{"controller: {response_target: 50}\n", "a bare number is seconds: did you mean 50ms?"},
+		{"ports: [{port: 80, response_target: 250}]\n", "a bare number is seconds: did you mean 250ms?"},
+		{"controller: {response_target: 31s}\n", "write auto, off, or a duration such as 50ms"},
+		{"controller: {response_target: 100000}\n", "write auto, off, or a duration such as 50ms"},
+	} {
+		_, _, err := Parse([]byte(tt.doc), "x.yaml")
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: %v, want %q", tt.doc, err, tt.want)
+		}
+	}
+}

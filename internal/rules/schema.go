@@ -318,7 +318,12 @@ func (t *responseTarget) decodeYAML(d *decoder, n *yaml.Node, field string) bool
 		return false
 	}
 	if !(x > 0 && x <= adaptive.MaxResponseTarget) {
-		d.add(n, field, fmt.Sprintf("response target %v s is out of range: must be in (0, 30s]", x), "write auto, off, or a duration such as 50ms")
+		hint := "write auto, off, or a duration such as 50ms"
+		if n.Tag != "!!str" && x > adaptive.MaxResponseTarget && x/1000 <= adaptive.MaxResponseTarget {
+			// A bare number is seconds: 50 is most likely 50 ms.
+			hint = fmt.Sprintf("a bare number is seconds: did you mean %gms?", x)
+		}
+		d.add(n, field, fmt.Sprintf("response target %v s is out of range: must be in (0, 30s]", x), hint)
 		return false
 	}
 	*t = responseTarget{Seconds: x}
