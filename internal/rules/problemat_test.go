@@ -125,3 +125,40 @@ func TestResponseTargetBareNumberHint(t *testing.T) {
 		}
 	}
 }
+
+// TestNoSignalWarning: "the controller never sheds" is warned only when
+// nothing can shed: no signal threshold and no port under the law on the
+// measured response time (timing off, or every target off). With the
+// default response_target: auto the law sheds without any signal, and the
+// warning said it never would.
+func TestNoSignalWarning(t *testing.T) {
+	const none = "signals: {psi_cpu_some: null, psi_memory_full: null, accept_queue_fill: null}\n"
+	for _, tt := range []struct {
+		doc  string
+		warn bool
+	}{
+		{"mode: enforce\n", false},
+		{"mode: enforce\n" + none, false},
+		{"mode: enforce\ncontroller: {response_target: off}\n" + none, true},
+		{"mode: enforce\ndatapath: {response_sample: 0}\n" + none, true},
+		{"mode: enforce\ncontroller: {response_target: off}\nports: [{port: 80, response_target: 50ms}]\n" + none, false},
+		{"mode: enforce\nports: [{port: 80, response_target: off}]\n" + none, true},
+	} {
+		// Patched onto the default so that null removes the default signals.
+		base, _, err := Parse([]byte("mode: enforce\n"), "x.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, warns, err := base.Patch([]byte(tt.doc), "patch")
+		if err != nil {
+			t.Fatalf("%q: %v", tt.doc, err)
+		}
+		got := false
+		for _, w := range warns {
+			got = got || strings.Contains(w.String(), "the controller never sheds")
+		}
+		if got != tt.warn {
+			t.Errorf("%q: warnings %v, want the never-sheds warning %v", tt.doc, warns, tt.warn)
+		}
+	}
+}

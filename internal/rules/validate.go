@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/ranges"
 )
@@ -211,7 +212,7 @@ func (d *decoder) warn(c *Config) []Warning {
 	switch {
 	case c.Mode == olc.ModeOff:
 		d.warnAt("mode", "off: olcd reports what it sees but never sheds")
-	case !anySignal:
+	case !anySignal && !c.queueLaw():
 		d.warnAt("signals", fmt.Sprintf("no signal has a threshold: the controller never sheds, even in %s mode", c.Mode))
 	case c.Mode == olc.ModeEnforce && !c.PortsAuto && len(c.Ports) > 0:
 		allObserve := true
@@ -338,4 +339,24 @@ func (d *decoder) validateOwnPaths(c *Config) {
 	if filepath.IsAbs(c.AdminSocket) && filepath.Clean(c.AdminSocket) == src {
 		d.addAt("admin.socket", fmt.Sprintf("%q is the config file itself", c.AdminSocket), "the default is "+DefaultAdminSocket)
 	}
+}
+
+// queueLaw reports whether the law on the measured response time can shed
+// for some port of c: responses are timed and a port's target (its own, or
+// controller.response_target) is not off. Without a signal threshold it is
+// then what sheds.
+func (c *Config) queueLaw() bool {
+	if c.Datapath.ResponseSample == 0 {
+		return false
+	}
+	on := func(t adaptive.ResponseTarget) bool { return t.Auto || t.Seconds > 0 }
+	if c.PortsAuto {
+		return on(c.ResponseTarget)
+	}
+	for _, p := range c.Ports {
+		if p.HasTarget && on(p.Target) || !p.HasTarget && on(c.ResponseTarget) {
+			return true
+		}
+	}
+	return false
 }
