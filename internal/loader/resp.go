@@ -212,7 +212,8 @@ type respTotals struct {
 	prev  []respWords
 	total [4]uint64 // requests, responses, abandoned, retransmits
 	// buckets are the bucket totals; while a Response holding them is not
-	// released (respFolder.held), the next fold into them works on a copy.
+	// released (respFolder.held), the next fold works on other totals
+	// equal to them (respFolder.unshare).
 	buckets []uint64
 	// last is what response returned last, handed out again while no
 	// total changed (stale: one did since).
