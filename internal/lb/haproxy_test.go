@@ -2,18 +2,16 @@ package lb
 
 import (
 	"context"
-	"encoding/csv"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/olcd/olcd/internal/debpkg"
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // haproxyStat is one server's line of HAProxy's `show stat`.
@@ -25,37 +23,13 @@ type haproxyStat struct {
 
 // haproxyServers asks HAProxy's stats socket for the servers of backend be.
 func haproxyServers(sock string) (map[string]haproxyStat, error) {
-	c, err := net.DialTimeout("unix", sock, time.Second)
+	servers, err := testutil.HAProxyServers(sock, "be")
 	if err != nil {
 		return nil, err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := io.WriteString(c, "show stat\n"); err != nil {
-		return nil, err
-	}
-	b, err := io.ReadAll(c)
-	if err != nil {
-		return nil, err
-	}
-	text := strings.TrimPrefix(strings.TrimSpace(string(b)), "# ")
-	r := csv.NewReader(strings.NewReader(text))
-	r.FieldsPerRecord = -1
-	rows, err := r.ReadAll()
-	if err != nil || len(rows) < 2 {
-		return nil, fmt.Errorf("show stat: %q: %v", text, err)
-	}
-	col := map[string]int{}
-	for i, h := range rows[0] {
-		col[h] = i
 	}
 	out := map[string]haproxyStat{}
-	for _, row := range rows[1:] {
-		if row[col["pxname"]] != "be" || row[col["svname"]] == "BACKEND" {
-			continue
-		}
-		out[row[col["svname"]]] = haproxyStat{status: row[col["status"]], weight: row[col["weight"]],
-			agent: row[col["agent_status"]] + " " + row[col["last_agt"]]}
+	for name, sv := range servers {
+		out[name] = haproxyStat{status: sv["status"], weight: sv["weight"], agent: sv["agent_status"] + " " + sv["last_agt"]}
 	}
 	return out, nil
 }
@@ -76,15 +50,7 @@ func startHAProxy(t *testing.T, agentAddr string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	go func() {
-		for {
-			c, err := srv.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	go testutil.AcceptAll(srv, func(c net.Conn) { c.Close() })
 	fe, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

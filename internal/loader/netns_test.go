@@ -37,39 +37,12 @@ func (n *testNet) listen(t *testing.T, port uint16) net.Listener {
 // listenDelay is listen answering each read after delay.
 func (n *testNet) listenDelay(t *testing.T, port uint16, delay time.Duration) net.Listener {
 	t.Helper()
-	var ln net.Listener
-	n.inServer(t, func() error {
-		var err error
-		ln, err = net.Listen("tcp4", netip.AddrPortFrom(n.NodeIP, port).String())
-		return err
-	})
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 64)
-				for {
-					c.SetDeadline(time.Now().Add(10 * time.Second))
-					k, err := c.Read(buf)
-					if err != nil {
-						return
-					}
-					if delay > 0 {
-						time.Sleep(delay)
-					}
-					if _, err := c.Write(buf[:k]); err != nil {
-						return
-					}
-				}
-			}()
+	return n.ServeTCP(t, port, 64, 10*time.Second, func(in []byte) []byte {
+		if delay > 0 {
+			time.Sleep(delay)
 		}
-	}()
-	return ln
+		return in
+	})
 }
 
 // dial connects from the client namespace with a bounded timeout.

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -342,3 +343,34 @@ func (n *Net) InNode(fn func() error) error { return InNetns(n.NodeNS, fn) }
 
 // InPeer runs fn in the peer namespace (InNetns).
 func (n *Net) InPeer(fn func() error) error { return InNetns(n.PeerNS, fn) }
+
+// ServeTCP listens on port of NodeIP in the node namespace until the test
+// ends and answers each read of a connection (up to bufSize bytes) with
+// what reply returns for it, nothing when that is nil. A connection idle
+// for idle is closed. It returns the listener.
+func (n *Net) ServeTCP(t testing.TB, port uint16, bufSize int, idle time.Duration, reply func(in []byte) []byte) net.Listener {
+	t.Helper()
+	var ln net.Listener
+	Must(t, n.InNode(func() (err error) {
+		ln, err = net.Listen("tcp4", netip.AddrPortFrom(n.NodeIP, port).String())
+		return err
+	}))
+	t.Cleanup(func() { ln.Close() })
+	go AcceptAll(ln, func(c net.Conn) {
+		defer c.Close()
+		buf := make([]byte, bufSize)
+		for {
+			c.SetDeadline(time.Now().Add(idle))
+			k, err := c.Read(buf)
+			if err != nil {
+				return
+			}
+			if out := reply(buf[:k]); out != nil {
+				if _, err := c.Write(out); err != nil {
+					return
+				}
+			}
+		}
+	})
+	return ln
+}

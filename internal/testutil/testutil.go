@@ -4,6 +4,7 @@
 package testutil
 
 import (
+	"net"
 	"os"
 	"testing"
 )
@@ -23,5 +24,17 @@ func Must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// AcceptAll calls handle in a goroutine of its own for every connection ln
+// accepts, until ln is closed.
+func AcceptAll(ln net.Listener, handle func(net.Conn)) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go handle(c)
 	}
 }

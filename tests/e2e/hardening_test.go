@@ -9,8 +9,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/olcd/olcd/internal/api"
 )
 
 // daemonNOFILE is the RLIMIT_NOFILE the flooded daemon runs with: below the
@@ -146,16 +144,6 @@ func TestMetricsFloodByUnprivilegedUser(t *testing.T) {
 	if b, _ := os.ReadFile(d.logPath); strings.Contains(string(b), "too many open files") {
 		t.Errorf("the daemon ran out of file descriptors:\n%s", b)
 	}
-}
-
-// signalNamed returns the named signal of st, or nil.
-func signalNamed(st *api.Status, name string) *api.SignalStatus {
-	for i := range st.Signals {
-		if st.Signals[i].Name == name {
-			return &st.Signals[i]
-		}
-	}
-	return nil
 }
 
 // TestDecisionLogReopenOnUSR1: logrotate's postrotate (deploy/logrotate/olcd)

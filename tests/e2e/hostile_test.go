@@ -139,12 +139,6 @@ func TestConfigChurnAndSignals(t *testing.T) {
 
 	failures := func() float64 { return mustMetric(t, d.scrape(t), "olcd_config_reload_failures_total") }
 	reloads := func() float64 { return mustMetric(t, d.scrape(t), "olcd_config_reloads_total") }
-	threshold := func(st *api.Status) float64 {
-		if cb := cpuBusy(st); cb != nil && cb.Threshold != nil {
-			return *cb.Threshold
-		}
-		return -1
-	}
 
 	// 100 SIGHUPs in about a second on a running daemon.
 	r0 := reloads()
@@ -175,8 +169,8 @@ func TestConfigChurnAndSignals(t *testing.T) {
 	}
 	waitMetric(t, "refused reload of a directory", failures, 2)
 	st := d.mustStatus(t)
-	if st.Mode != "enforce" || threshold(st) != thresholdNever || d.exited() {
-		t.Fatalf("running config lost: mode %s, threshold %v", st.Mode, threshold(st))
+	if st.Mode != "enforce" || cpuThreshold(st) != thresholdNever || d.exited() {
+		t.Fatalf("running config lost: mode %s, threshold %v", st.Mode, cpuThreshold(st))
 	}
 
 	// A good file renamed into place: the watcher still works.
@@ -191,7 +185,7 @@ func TestConfigChurnAndSignals(t *testing.T) {
 	if err := os.Rename(tmp, d.cfgPath); err != nil {
 		t.Fatal(err)
 	}
-	d.pollStatus(t, "the renamed file applied", 5*time.Second, func(s *api.Status) bool { return threshold(s) == 0.99 })
+	d.pollStatus(t, "the renamed file applied", 5*time.Second, func(s *api.Status) bool { return cpuThreshold(s) == 0.99 })
 	if f := failures(); f != 2 {
 		t.Errorf("reload failures %v, want 2", f)
 	}
@@ -229,12 +223,6 @@ func TestConfigRefusedWrites(t *testing.T) {
 	d := startDaemon(t, env, cfg)
 	failures := func() float64 { return mustMetric(t, d.scrape(t), "olcd_config_reload_failures_total") }
 	reloads := func() float64 { return mustMetric(t, d.scrape(t), "olcd_config_reloads_total") }
-	threshold := func(st *api.Status) float64 {
-		if cb := cpuBusy(st); cb != nil && cb.Threshold != nil {
-			return *cb.Threshold
-		}
-		return -1
-	}
 	// running checks, every 50 ms for the given time, that the config in
 	// force is the file's: enforce, the one interface, ticking.
 	running := func(what string, for_ time.Duration, wantPorts int) {
@@ -243,7 +231,7 @@ func TestConfigRefusedWrites(t *testing.T) {
 		for first := true; first || time.Now().Before(deadline); first = false {
 			st := d.mustStatus(t)
 			if st.Mode != "enforce" || len(st.Interfaces) != 1 || st.Interfaces[0].Name != env.NodeIf ||
-				threshold(st) != thresholdNever || st.Ports[0].Port != serverPort || (wantPorts > 0 && len(st.Ports) != wantPorts) {
+				cpuThreshold(st) != thresholdNever || st.Ports[0].Port != serverPort || (wantPorts > 0 && len(st.Ports) != wantPorts) {
 				t.Fatalf("%s: the running config changed: %s, interfaces %+v, ports %d", what, summary(st), st.Interfaces, len(st.Ports))
 			}
 			time.Sleep(50 * time.Millisecond)

@@ -323,13 +323,25 @@ func deref(v *float64) any {
 	return *v
 }
 
-func cpuBusy(st *api.Status) *api.SignalStatus {
+// signalNamed returns the named signal of st, or nil.
+func signalNamed(st *api.Status, name string) *api.SignalStatus {
 	for i := range st.Signals {
-		if st.Signals[i].Name == "cpu_busy" {
+		if st.Signals[i].Name == name {
 			return &st.Signals[i]
 		}
 	}
 	return nil
+}
+
+// cpuBusy returns st's cpu_busy signal, or nil.
+func cpuBusy(st *api.Status) *api.SignalStatus { return signalNamed(st, "cpu_busy") }
+
+// cpuThreshold is the cpu_busy signal's threshold in st, -1 without one.
+func cpuThreshold(st *api.Status) float64 {
+	if cb := cpuBusy(st); cb != nil && cb.Threshold != nil {
+		return *cb.Threshold
+	}
+	return -1
 }
 
 // port returns the status of the server port; it fails the test when the

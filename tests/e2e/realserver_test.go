@@ -262,41 +262,13 @@ http {
 // after 2 ms, except lines starting with "hang", which it never answers.
 func (e *netEnv) lineServer(t *testing.T, port int) {
 	t.Helper()
-	var ln net.Listener
-	if err := e.InNode(func() error {
-		var err error
-		ln, err = net.Listen("tcp4", fmt.Sprintf("%s:%d", e.NodeIP, port))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 256)
-				for {
-					c.SetDeadline(time.Now().Add(30 * time.Second))
-					n, err := c.Read(buf)
-					if err != nil {
-						return
-					}
-					if strings.HasPrefix(string(buf[:n]), "hang") {
-						continue
-					}
-					time.Sleep(2 * time.Millisecond)
-					if _, err := c.Write([]byte("ok\n")); err != nil {
-						return
-					}
-				}
-			}()
+	e.ServeTCP(t, uint16(port), 256, 30*time.Second, func(in []byte) []byte {
+		if strings.HasPrefix(string(in), "hang") {
+			return nil
 		}
-	}()
+		time.Sleep(2 * time.Millisecond)
+		return []byte("ok\n")
+	})
 }
 
 func (e *netEnv) peerDial(t *testing.T, addr string) net.Conn {
@@ -324,15 +296,6 @@ func ask(t *testing.T, c net.Conn, line string) {
 	}
 }
 
-func nodeSignal(st *api.Status, name string) *api.SignalStatus {
-	for i := range st.Signals {
-		if st.Signals[i].Name == name {
-			return &st.Signals[i]
-		}
-	}
-	return nil
-}
-
 // TestResponseTimeEdges: an idle port, a sparse one (one request now and
 // then) and a server that never answers give an unavailable response time,
 // never 0, and nothing stuck: the next tick without samples is unavailable
@@ -354,7 +317,7 @@ func TestResponseTimeEdges(t *testing.T) {
 		if rt := p.ResponseTime; rt.P50S != nil || rt.P95S != nil || rt.P99S != nil {
 			t.Errorf("%s: response time %v/%v/%v with %d samples, want unavailable", what, deref(rt.P50S), deref(rt.P95S), deref(rt.P99S), rt.Samples)
 		}
-		if s := nodeSignal(st, "response_time_p95"); s != nil && s.Value != nil {
+		if s := signalNamed(st, "response_time_p95"); s != nil && s.Value != nil {
 			t.Errorf("%s: node response_time_p95 = %v, want unavailable", what, *s.Value)
 		}
 	}
@@ -386,7 +349,7 @@ func TestResponseTimeEdges(t *testing.T) {
 			if v := *p.ResponseTime.P50S; v < 0.0015 || v > 0.05 {
 				t.Errorf("burst p50 %.6f s, want about 2 ms", v)
 			}
-			if s := nodeSignal(st, "response_time_p50"); s == nil || s.Value == nil {
+			if s := signalNamed(st, "response_time_p50"); s == nil || s.Value == nil {
 				t.Errorf("node response_time_p50 unavailable in the burst's tick")
 			}
 		}
@@ -411,7 +374,7 @@ func TestResponseTimeEdges(t *testing.T) {
 		return p != nil && p.InflightRequests != nil && *p.InflightRequests == 6
 	})
 	unavailable(st, "never answering")
-	if s := nodeSignal(st, "inflight_requests"); s == nil || s.Value == nil || *s.Value != 6 {
+	if s := signalNamed(st, "inflight_requests"); s == nil || s.Value == nil || *s.Value != 6 {
 		t.Errorf("node inflight_requests %+v, want 6", s)
 	}
 	text := d.mustCLI(t, "status")
@@ -470,7 +433,7 @@ func TestResponseTimeDrivesShedding(t *testing.T) {
 	st := d.pollStatus(t, "an overload from response_time_p95", 10*time.Second, func(s *api.Status) bool {
 		return s.Overload.Active && portP(s) > 0
 	})
-	if s := nodeSignal(st, "response_time_p95"); s == nil || s.Value == nil || *s.Value < 0.0015 || s.Threshold == nil || *s.Threshold != 0.001 {
+	if s := signalNamed(st, "response_time_p95"); s == nil || s.Value == nil || *s.Value < 0.0015 || s.Threshold == nil || *s.Threshold != 0.001 {
 		t.Errorf("response_time_p95 %+v, want about 2 ms against a 1 ms threshold", s)
 	}
 	c.Close()

@@ -133,18 +133,8 @@ func analyse(rec *records, sc Scenario, v Variant, opt Options, cal *Calibration
 	for _, d := range rec.dials {
 		res.Dials = append(res.Dials, DialRecord{Start: d.start, Duration: d.dur, Outcome: d.outcome})
 	}
-	var from time.Duration
-	for _, ph := range rec.phases {
-		to := from + ph.Duration
-		pr := phaseResult(rec, ph.Name, from, to, opt.SLO, v)
-		if ph.Duration >= 2*SettleTime {
-			st := phaseResult(rec, ph.Name+" settled", from+SettleTime, to, opt.SLO, v)
-			pr.Settled = &st
-		}
-		res.Phases = append(res.Phases, pr)
-		from = to
-	}
-	res.Series = series(rec, from, opt.SLO)
+	res.Phases = phaseResults(rec, opt.SLO, v, " settled")
+	res.Series = series(rec, phasePacer(rec.phases).total(), opt.SLO)
 	res.rec = rec
 	name := sc.OverloadPhase()
 	c := cal.CapacityRPS
@@ -359,6 +349,26 @@ func (r *RunResult) P99Excluding(name string, seconds []int) float64 {
 	}
 	slices.Sort(lat)
 	return percentile(lat, 0.99)
+}
+
+// phaseResults summarises each of rec's phases (phaseResult under v) and,
+// where a phase lasts 2 × SettleTime or more, the same from +SettleTime as
+// its Settled, named the phase's name and settled (" settled" in the
+// overload matrix, "-settled" in the load-balancer test's tables).
+func phaseResults(rec *records, slo time.Duration, v Variant, settled string) []PhaseResult {
+	var out []PhaseResult
+	var from time.Duration
+	for _, ph := range rec.phases {
+		to := from + ph.Duration
+		pr := phaseResult(rec, ph.Name, from, to, slo, v)
+		if ph.Duration >= 2*SettleTime {
+			st := phaseResult(rec, ph.Name+settled, from+SettleTime, to, slo, v)
+			pr.Settled = &st
+		}
+		out = append(out, pr)
+		from = to
+	}
+	return out
 }
 
 // phaseResult computes one phase over requests started in [from, to).
@@ -601,24 +611,36 @@ const MaxSlowdown = 0.15
 // over the knee's, less 1. A faster run keeps C (rps = C); ok is false when
 // the run was more than MaxSlowdown slower, or nothing was measured.
 func (r *RunResult) CapacityAtRun(name string, cal *Calibration) (rps, slowdown float64, ok bool) {
+	p := r.Phase(name)
+	var perS float64
+	if p.DurationS > 0 {
+		perS = float64(p.Successes) / p.DurationS
+	}
+	return cal.capacityAt(p.CPUBusy, perS)
+}
+
+// capacityAt is C scaled by the backend's CPU per request at the knee over
+// its CPU per request in a phase that kept it cpuBusy (share of the quota)
+// serving perS requests a second: RunResult.CapacityAtRun's figures, for
+// one backend or one load-balancer node (LBHarness.CapacityAtRun).
+func (c *Calibration) capacityAt(cpuBusy, perS float64) (rps, slowdown float64, ok bool) {
 	var knee *CalibrationStep
-	for i := range cal.Steps {
-		if cal.Steps[i].Knee {
-			knee = &cal.Steps[i]
+	for i := range c.Steps {
+		if c.Steps[i].Knee {
+			knee = &c.Steps[i]
 		}
 	}
-	p := r.Phase(name)
-	if knee == nil || knee.GoodputRPS <= 0 || knee.CPUBusy <= 0 || p.DurationS <= 0 || p.Successes == 0 || p.CPUBusy <= 0 {
-		return cal.CapacityRPS, 0, false
+	if knee == nil || knee.GoodputRPS <= 0 || knee.CPUBusy <= 0 || perS <= 0 || cpuBusy <= 0 {
+		return c.CapacityRPS, 0, false
 	}
 	atKnee := knee.CPUBusy / knee.GoodputRPS
-	inRun := p.CPUBusy / (float64(p.Successes) / p.DurationS)
+	inRun := cpuBusy / perS
 	slowdown = inRun/atKnee - 1
 	if slowdown > MaxSlowdown {
-		return cal.CapacityRPS, slowdown, false
+		return c.CapacityRPS, slowdown, false
 	}
 	if slowdown <= 0 {
-		return cal.CapacityRPS, slowdown, true
+		return c.CapacityRPS, slowdown, true
 	}
-	return cal.CapacityRPS / (1 + slowdown), slowdown, true
+	return c.CapacityRPS / (1 + slowdown), slowdown, true
 }

@@ -144,24 +144,7 @@ func RunAttack(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 		return errors.New("attack: no phases or no timeout")
 	}
 	pacer := phasePacer(cfg.Phases)
-	out := &lineWriter{w: bufio.NewWriterSize(w, 1<<16)}
-	stopFlush := make(chan struct{})
-	var flushed sync.WaitGroup
-	flushed.Add(1)
-	go func() {
-		defer flushed.Done()
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stopFlush:
-				return
-			case <-t.C:
-				out.flush()
-			}
-		}
-	}()
-	lines := out
+	lines := newLineWriter(w)
 
 	timeout := cfg.Timeout
 	dialer := &net.Dialer{Timeout: cfg.Timeout}
@@ -224,8 +207,6 @@ func RunAttack(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 	// The transport may still finish dials of requests that have timed
 	// out; they are not reported.
 	lines.close()
-	close(stopFlush)
-	flushed.Wait()
 	return ctx.Err()
 }
 
@@ -274,6 +255,28 @@ type lineWriter struct {
 	mu     sync.Mutex
 	w      *bufio.Writer
 	closed bool
+	// stop ends the flushing goroutine, which closes stopped.
+	stop, stopped chan struct{}
+}
+
+// newLineWriter buffers lines for w (64 KiB) and flushes them every
+// 100 ms until close.
+func newLineWriter(w io.Writer) *lineWriter {
+	l := &lineWriter{w: bufio.NewWriterSize(w, 1<<16), stop: make(chan struct{}), stopped: make(chan struct{})}
+	go func() {
+		defer close(l.stopped)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				l.flush()
+			case <-l.stop:
+				return
+			}
+		}
+	}()
+	return l
 }
 
 func (l *lineWriter) printf(format string, args ...any) {
@@ -290,9 +293,13 @@ func (l *lineWriter) flush() {
 	l.w.Flush()
 }
 
+// close flushes what is buffered, drops every later line and stops the
+// flushing.
 func (l *lineWriter) close() {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.w.Flush()
 	l.closed = true
+	l.mu.Unlock()
+	close(l.stop)
+	<-l.stopped
 }

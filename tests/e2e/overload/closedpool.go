@@ -1,7 +1,6 @@
 package overload
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -52,22 +51,7 @@ func RunClosedPool(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 	}
 	pacer := phasePacer(cfg.Phases)
 	total := pacer.total()
-	lines := &lineWriter{w: bufio.NewWriterSize(w, 1<<16)}
-	stopFlush := make(chan struct{})
-	flushDone := make(chan struct{})
-	go func() {
-		defer close(flushDone)
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stopFlush:
-				return
-			case <-t.C:
-				lines.flush()
-			}
-		}
-	}()
+	lines := newLineWriter(w)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -93,8 +77,6 @@ func RunClosedPool(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 	lines.printf("skipped %d\n", skipped.Load())
 	lines.printf("end\n")
 	lines.close()
-	close(stopFlush)
-	<-flushDone
 	return ctx.Err()
 }
 

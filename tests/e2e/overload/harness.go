@@ -143,28 +143,12 @@ type Harness struct {
 // builds the network and the cgroup.
 func New(ctx context.Context, opt Options) (*Harness, error) {
 	opt.defaults()
-	if os.Geteuid() != 0 {
-		return nil, errors.New("the overload harness needs root: it creates a network namespace, a veth pair, a cgroup and nftables rules, and olcd loads BPF programs (run it with sudo)")
-	}
-	for _, tool := range []string{"ip", "nft"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			return nil, fmt.Errorf("%s not found: apt-get install -y iproute2 nftables", tool)
-		}
-	}
-	for _, b := range []string{opt.Olcd, opt.Self} {
-		if _, err := os.Stat(b); err != nil {
-			return nil, fmt.Errorf("binary: %w", err)
-		}
-	}
-	if err := os.MkdirAll(opt.OutDir, 0o755); err != nil {
-		return nil, fmt.Errorf("create %s: %w", opt.OutDir, err)
-	}
-	lock, err := lockHost(ctx)
+	lock, err := takeHost(ctx, "the overload harness needs root: it creates a network namespace, a veth pair, a cgroup and nftables rules, and olcd loads BPF programs (run it with sudo)",
+		[]string{"ip", "nft"}, "iproute2 nftables", opt.OutDir, opt.Olcd, opt.Self)
 	if err != nil {
 		return nil, err
 	}
-	removeLeftovers()
-	h := &Harness{opt: opt, id: fmt.Sprintf("%05x", rand.IntN(1<<20)), lock: lock, targetLaw: hasTargetLaw(opt.Olcd, opt.OutDir)}
+	h := &Harness{opt: opt, id: newID(), lock: lock, targetLaw: hasTargetLaw(opt.Olcd, opt.OutDir)}
 	law := "response_time_p95 threshold (this olcd has no controller.response_target)"
 	if h.targetLaw {
 		law = "controller.response_target"
@@ -180,6 +164,38 @@ func New(ctx context.Context, opt Options) (*Harness, error) {
 	}
 	return h, nil
 }
+
+// takeHost checks what a harness needs (root, else the error needsRoot;
+// tools, from the Debian packages pkgs; the binaries bins), creates outDir,
+// takes the host lock (waiting for another harness until ctx ends) and
+// removes what a killed earlier run left behind.
+func takeHost(ctx context.Context, needsRoot string, tools []string, pkgs, outDir string, bins ...string) (*os.File, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New(needsRoot)
+	}
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, fmt.Errorf("%s not found: apt-get install -y %s", tool, pkgs)
+		}
+	}
+	for _, b := range bins {
+		if _, err := os.Stat(b); err != nil {
+			return nil, fmt.Errorf("binary: %w", err)
+		}
+	}
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", outDir, err)
+	}
+	lock, err := lockHost(ctx)
+	if err != nil {
+		return nil, err
+	}
+	removeLeftovers()
+	return lock, nil
+}
+
+// newID is a random suffix for the names of what a harness creates.
+func newID() string { return fmt.Sprintf("%05x", rand.IntN(1<<20)) }
 
 // Close stops the backend and removes the namespace, the veth pair, the
 // cgroup and the lock. It is safe after a failed New and more than once.

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
@@ -16,13 +15,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"text/template"
 	"time"
 
-	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/lb"
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // The load-balancer test (TestOverloadLB): two backend nodes behind
@@ -35,7 +33,9 @@ import (
 //	              olcd (TC ingress, agent)                  olcd (TC ingress, agent)
 //
 // Each node reuses the overload harness (Harness with backendNetns set):
-// its backend, cgroup and calibration.
+// its backend, cgroup and calibration, its olcd config and launcher
+// (olcdConfig, launchOlcd); a run its attacker (startAttacker) and phase
+// summary (phaseResults).
 
 // LB test ports: HAProxy's frontend in the lb namespace, olcd's metrics
 // and agent on each node.
@@ -84,21 +84,16 @@ type LBOptions struct {
 	ResponseTarget string
 }
 
+// defaults fills in the zero options: those LBOptions shares with Options
+// take the overload harness's defaults (Options.defaults).
 func (o *LBOptions) defaults() {
-	if o.Work == 0 {
-		o.Work = 5 * time.Millisecond
-	}
-	if o.SLO == 0 {
-		o.SLO = 200 * time.Millisecond
-	}
-	if o.ResponseTarget == "" {
-		o.ResponseTarget = "off"
-	}
-	if o.Timeout == 0 {
-		o.Timeout = time.Second
-	}
 	if o.Quota == 0 {
 		o.Quota = 0.5
+	}
+	n := o.nodeOptions("")
+	o.Work, o.SLO, o.Timeout, o.Progress = n.Work, n.SLO, n.Timeout, n.Progress
+	if o.ResponseTarget == "" {
+		o.ResponseTarget = "off"
 	}
 	if o.Load == 0 {
 		o.Load = 1.6
@@ -109,9 +104,14 @@ func (o *LBOptions) defaults() {
 	if o.After == 0 {
 		o.After = 25 * time.Second
 	}
-	if o.Progress == nil {
-		o.Progress = io.Discard
-	}
+}
+
+// nodeOptions are the overload harness's options of a node whose records
+// go to outDir, defaults filled in.
+func (o *LBOptions) nodeOptions(outDir string) Options {
+	n := Options{Olcd: o.Olcd, Self: o.Self, OutDir: outDir, Work: o.Work, SLO: o.SLO, Timeout: o.Timeout, Quota: o.Quota, Progress: o.Progress}
+	n.defaults()
+	return n
 }
 
 // LBHarness owns the three namespaces, the nodes' cgroups and processes.
@@ -144,27 +144,11 @@ type lbNode struct {
 // namespace and the two nodes.
 func NewLB(ctx context.Context, opt LBOptions) (*LBHarness, error) {
 	opt.defaults()
-	if os.Geteuid() != 0 {
-		return nil, errors.New("the load-balancer test needs root: namespaces, veth pairs, cgroups, BPF")
-	}
-	for _, tool := range []string{"ip", "nsenter"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			return nil, fmt.Errorf("%s not found: apt-get install -y iproute2 util-linux", tool)
-		}
-	}
-	for _, b := range []string{opt.Olcd, opt.Self, opt.HAProxy} {
-		if _, err := os.Stat(b); err != nil {
-			return nil, fmt.Errorf("binary: %w", err)
-		}
-	}
-	if err := os.MkdirAll(opt.OutDir, 0o755); err != nil {
-		return nil, err
-	}
-	lock, err := lockHost(ctx)
+	lock, err := takeHost(ctx, "the load-balancer test needs root: namespaces, veth pairs, cgroups, BPF",
+		[]string{"ip", "nsenter"}, "iproute2 util-linux", opt.OutDir, opt.Olcd, opt.Self, opt.HAProxy)
 	if err != nil {
 		return nil, err
 	}
-	removeLeftovers()
 	l := &LBHarness{opt: opt, lock: lock, lbNS: namePrefix + "-" + newID()}
 	if err := l.build(); err != nil {
 		l.Close()
@@ -172,8 +156,6 @@ func NewLB(ctx context.Context, opt LBOptions) (*LBHarness, error) {
 	}
 	return l, nil
 }
-
-func newID() string { return fmt.Sprintf("%05x", rand.IntN(1<<20)) }
 
 // build creates the lb namespace and the nodes: a /30 each of a free
 // documentation range, the lb end .1 and the node end .2 of the first, .5
@@ -218,9 +200,7 @@ func (l *LBHarness) build() error {
 		if err != nil {
 			return err
 		}
-		hopt := Options{Olcd: l.opt.Olcd, Self: l.opt.Self, OutDir: filepath.Join(l.opt.OutDir, "node-"+name),
-			Work: l.opt.Work, SLO: l.opt.SLO, Timeout: l.opt.Timeout, Quota: l.opt.Quota, Progress: l.opt.Progress}
-		hopt.defaults()
+		hopt := l.opt.nodeOptions(filepath.Join(l.opt.OutDir, "node-"+name))
 		if err := os.MkdirAll(hopt.OutDir, 0o755); err != nil {
 			return err
 		}
@@ -276,30 +256,15 @@ func (l *LBHarness) CapacityAtRun(r *LBRunResult) (rps float64, slowdown []float
 	measured := len(p.Nodes) == len(l.nodes)
 	ok = measured
 	for i, cal := range []*Calibration{l.CalA, l.CalBHalved} {
-		c := cal.CapacityRPS
-		var knee *CalibrationStep
-		for j := range cal.Steps {
-			if cal.Steps[j].Knee {
-				knee = &cal.Steps[j]
-			}
-		}
-		if !measured || knee == nil || knee.GoodputRPS <= 0 || knee.CPUBusy <= 0 || p.Nodes[i].ResponsesPerS <= 0 || p.Nodes[i].CPUBusy <= 0 {
-			ok = false
+		if !measured {
 			slowdown = append(slowdown, 0)
-			rps += c
+			rps += cal.CapacityRPS
 			continue
 		}
-		slow := (p.Nodes[i].CPUBusy/p.Nodes[i].ResponsesPerS)/(knee.CPUBusy/knee.GoodputRPS) - 1
+		c, slow, nodeOK := cal.capacityAt(p.Nodes[i].CPUBusy, p.Nodes[i].ResponsesPerS)
+		ok = ok && nodeOK
 		slowdown = append(slowdown, slow)
-		switch {
-		case slow > MaxSlowdown:
-			ok = false
-			rps += c
-		case slow > 0:
-			rps += c / (1 + slow)
-		default:
-			rps += c
-		}
+		rps += c
 	}
 	return rps, slowdown, ok
 }
@@ -322,42 +287,6 @@ func (l *LBHarness) Calibrate(ctx context.Context) error {
 	return nil
 }
 
-// lbOlcdConfig is a node's olcd config: the overload harness's controller
-// settings and threshold, metrics and (with the agent) lb on the node's
-// address.
-var lbOlcdConfig = template.Must(template.New("olcd.yaml").Parse(`# written by the load-balancer test
-mode: enforce
-interfaces: [{{.Iface}}]
-attach: tc
-interval: 500ms
-signals:
-  cgroup_cpu_usage_of_quota: {threshold: {{printf "%.3f" .Threshold}}}
-cgroup: {{.Cgroup}}
-controller:
-{{- range .Controller}}
-  {{.}}
-{{- end}}
-{{- if .ResponseTarget}}
-  response_target: {{.ResponseTarget}}
-{{- end}}
-ports:
-  - {port: {{.Port}}, proto: tcp, class: normal}
-exceptions:
-  ports: [{port: {{.HealthPort}}, proto: tcp}]
-metrics:
-  address: "{{.Metrics}}"
-admin:
-  socket: {{.Socket}}
-decision_log: {{.DecisionLog}}
-datapath:
-  selection: even
-{{- if .Agent}}
-lb:
-  agent:
-    address: "{{.Agent}}"
-{{- end}}
-`))
-
 // lbController are the controller keys of the load-balancer test's olcd,
 // whose nodes run the resource law on the cgroup's CPU as measured in
 // docs/tuning.md §6 (the overload matrix's olcd is the default but for
@@ -368,62 +297,25 @@ var lbController = []string{
 }
 
 // startOlcd starts olcd in the node's namespace and waits until it has
-// attached and ticked twice.
+// attached and ticked twice. Its config is the overload harness's template
+// (olcdConfig) enforcing on the cgroup's CPU at threshold with
+// lbController, metrics and (with agent) lb on the node's address.
 func (n *lbNode) startOlcd(ctx context.Context, dir string, threshold float64, agent bool) (*olcdProc, error) {
-	o := &olcdProc{logPath: filepath.Join(dir, "olcd-"+n.name+".log"), decisionLog: filepath.Join(dir, "decisions-"+n.name+".jsonl")}
-	socket := filepath.Join(dir, "olcd-"+n.name+".sock")
-	_ = os.Remove(socket)
-	n.socket = socket
-	_ = os.Remove(o.decisionLog)
-	cfgPath := filepath.Join(dir, "olcd-"+n.name+".yaml")
-	f, err := os.Create(cfgPath)
-	if err != nil {
-		return nil, err
+	cfg := olcdConfigData{By: "the load-balancer test", Mode: "enforce", Iface: n.dev, Interval: n.h.opt.OlcdInterval,
+		Signals: []string{cpuSignal(threshold)}, Cgroup: n.h.cg.Name, Controller: lbController,
+		Port: WorkPort, HealthPort: HealthPort, Metrics: net.JoinHostPort(n.ip.String(), strconv.Itoa(lbMetricsPort)), Selection: "even"}
+	if n.responseTarget != "" {
+		cfg.Controller = append(append([]string{}, lbController...), "response_target: "+n.responseTarget)
 	}
-	agentAddr := ""
 	if agent {
-		agentAddr = net.JoinHostPort(n.ip.String(), strconv.Itoa(lbAgentPort))
+		cfg.Agent = net.JoinHostPort(n.ip.String(), strconv.Itoa(lbAgentPort))
 	}
-	err = lbOlcdConfig.Execute(f, map[string]any{
-		"Iface": n.dev, "Threshold": threshold, "Cgroup": n.h.cg.Name, "Controller": lbController,
-		"Port": WorkPort, "HealthPort": HealthPort, "Metrics": net.JoinHostPort(n.ip.String(), strconv.Itoa(lbMetricsPort)),
-		"Socket": socket, "DecisionLog": o.decisionLog, "Agent": agentAddr, "ResponseTarget": n.responseTarget,
-	})
-	f.Close()
+	o, err := launchOlcd(ctx, n.h.opt.Olcd, dir, n.name, n.ns, cfg)
 	if err != nil {
 		return nil, err
 	}
-	logf, err := os.Create(o.logPath)
-	if err != nil {
-		return nil, err
-	}
-	o.cmd = exec.Command("nsenter", "--net=/run/netns/"+n.ns, n.h.opt.Olcd, "run", "--config", cfgPath)
-	o.cmd.Stdout, o.cmd.Stderr = logf, logf
-	o.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := o.cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("start olcd on node %s: %w", n.name, err)
-	}
-	o.done = make(chan error, 1)
-	go func() { o.done <- o.cmd.Wait(); logf.Close() }()
-	o.client = api.NewClient(socket, 2*time.Second)
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		st, err := o.status(ctx)
-		if err == nil && st.Ticks >= 2 && len(st.Interfaces) > 0 {
-			return o, nil
-		}
-		select {
-		case err := <-o.done:
-			return nil, fmt.Errorf("olcd on node %s exited at start: %v (see %s)", n.name, err, o.logPath)
-		default:
-		}
-		if time.Now().After(deadline) {
-			o.stop()
-			return nil, fmt.Errorf("olcd on node %s not attached and ticking within 15 s (see %s)", n.name, o.logPath)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	n.socket = o.socket
+	return o, nil
 }
 
 // lbReport fetches GET /v1/lb through olcd's admin socket.
@@ -548,15 +440,8 @@ func (l *LBHarness) startHAProxy(dir string, agent bool) (*haproxyProc, error) {
 	}
 }
 
-func (p *haproxyProc) stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(5 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
+// stop ends HAProxy with SIGTERM and SIGKILL after 5 s.
+func (p *haproxyProc) stop() { terminate(p.cmd, p.done, 5*time.Second) }
 
 // haproxyServer is one server's line of `show stat`.
 type haproxyServer struct {
@@ -568,38 +453,19 @@ type haproxyServer struct {
 
 // servers reads `show stat` for the backend's servers.
 func (p *haproxyProc) servers() (map[string]haproxyServer, error) {
-	c, err := net.DialTimeout("unix", p.socket, time.Second)
+	servers, err := testutil.HAProxyServers(p.socket, "be")
 	if err != nil {
 		return nil, err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := io.WriteString(c, "show stat\n"); err != nil {
-		return nil, err
-	}
-	b, err := io.ReadAll(c)
-	if err != nil {
-		return nil, err
-	}
-	r := csv.NewReader(strings.NewReader(strings.TrimPrefix(strings.TrimSpace(string(b)), "# ")))
-	r.FieldsPerRecord = -1
-	rows, err := r.ReadAll()
-	if err != nil || len(rows) < 2 {
-		return nil, fmt.Errorf("show stat: %v", err)
-	}
-	col := map[string]int{}
-	for i, h := range rows[0] {
-		col[h] = i
 	}
 	out := map[string]haproxyServer{}
-	for _, row := range rows[1:] {
-		if len(row) <= col["stot"] || row[col["pxname"]] != "be" || row[col["svname"]] == "BACKEND" {
+	for name, sv := range servers {
+		if _, ok := sv["stot"]; !ok {
 			continue
 		}
-		w, _ := strconv.ParseFloat(row[col["weight"]], 64)
-		n, _ := strconv.ParseUint(row[col["stot"]], 10, 64)
-		ok, _ := strconv.ParseUint(row[col["hrsp_2xx"]], 10, 64)
-		out[row[col["svname"]]] = haproxyServer{status: row[col["status"]], weight: w, stot: n, ok: ok}
+		w, _ := strconv.ParseFloat(sv["weight"], 64)
+		n, _ := strconv.ParseUint(sv["stot"], 10, 64)
+		ok, _ := strconv.ParseUint(sv["hrsp_2xx"], 10, 64)
+		out[name] = haproxyServer{status: sv["status"], weight: w, stot: n, ok: ok}
 	}
 	return out, nil
 }
@@ -702,48 +568,13 @@ func (l *LBHarness) Run(ctx context.Context, v LBVariant) (*LBRunResult, error) 
 	rate := l.opt.Load * l.CalA.CapacityRPS
 	phases := []Phase{{Name: LBPhaseBefore, Rate: rate, Duration: l.opt.Before}, {Name: LBPhaseHalved, Rate: rate, Duration: l.opt.After}}
 	cfg := AttackConfig{Target: fmt.Sprintf("http://127.0.0.1:%d/", lbFrontendPort), Timeout: l.opt.Timeout, Phases: phases}
-	cfgPath := filepath.Join(dir, "attack.json")
-	b, _ := json.MarshalIndent(cfg, "", "  ")
-	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
-		return nil, err
-	}
-	recFile, err := os.Create(filepath.Join(dir, "requests.log"))
-	if err != nil {
-		return nil, err
-	}
-	defer recFile.Close()
-	errLog, err := os.Create(filepath.Join(dir, "attack.stderr"))
-	if err != nil {
-		return nil, err
-	}
-	defer errLog.Close()
-	cmd := exec.Command("nsenter", "--net=/run/netns/"+l.lbNS, l.opt.Self, "attack", "-config", cfgPath)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	cmd.Stderr = errLog
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start attacker: %w", err)
-	}
 	rec := &records{phases: phases}
-	var mu sync.Mutex
-	started := make(chan struct{})
-	readDone := make(chan error, 1)
-	go func() { readDone <- readAttack(out, recFile, rec, &mu, started) }()
-	select {
-	case <-started:
-	case err := <-readDone:
-		cmd.Wait()
-		return nil, fmt.Errorf("attacker ended before it started: %v (see %s)", err, errLog.Name())
-	case <-time.After(15 * time.Second):
-		cmd.Process.Kill()
-		cmd.Wait()
-		return nil, errors.New("attacker did not start within 15 s")
+	a, err := startAttacker(ctx, dir, cfg, rec, func(cfgPath string) *exec.Cmd {
+		return exec.Command("nsenter", "--net=/run/netns/"+l.lbNS, l.opt.Self, "attack", "-config", cfgPath)
+	})
+	if err != nil {
+		return nil, err
 	}
-	finished := make(chan error, 1)
-	go func() { err := <-readDone; finished <- errors.Join(err, cmd.Wait()) }()
 
 	label := "lb/" + string(v)
 	nodeSamples := make([][]sample, len(l.nodes))
@@ -751,9 +582,7 @@ func (l *LBHarness) Run(ctx context.Context, v LBVariant) (*LBRunResult, error) 
 	quota := []float64{l.opt.Quota, l.opt.Quota}
 	halved := false
 	take := func() {
-		mu.Lock()
-		t := time.Since(rec.start)
-		mu.Unlock()
+		t := a.since()
 		for i, n := range l.nodes {
 			s := sample{t: t, quota: quota[i]}
 			s.usage, _ = n.h.cg.Usage()
@@ -772,58 +601,37 @@ func (l *LBHarness) Run(ctx context.Context, v LBVariant) (*LBRunResult, error) 
 			hps = append(hps, haproxySample{t: t, servers: st})
 		}
 	}
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
-	take()
-	lastProgress := time.Duration(0)
-	for done := false; !done; {
-		select {
-		case <-ctx.Done():
-			cmd.Process.Kill()
-			<-finished
-			return nil, ctx.Err()
-		case err := <-finished:
-			take()
-			if err != nil {
-				return nil, fmt.Errorf("attacker: %w (see %s)", err, errLog.Name())
+	err = a.follow(ctx, take, func(el time.Duration) error {
+		if !halved && el >= l.opt.Before {
+			quota[1] = l.opt.Quota / 2
+			if err := l.nodes[1].h.cg.SetQuota(quota[1]); err != nil {
+				return err
 			}
-			done = true
-		case <-tick.C:
-			el := time.Since(rec.start)
-			if !halved && el >= l.opt.Before {
-				quota[1] = l.opt.Quota / 2
-				if err := l.nodes[1].h.cg.SetQuota(quota[1]); err != nil {
-					return nil, err
-				}
-				halved = true
-				fmt.Fprintf(l.opt.Progress, "  [%s] %4.0fs node b's quota halved to %.2g CPU\n", label, el.Seconds(), quota[1])
-			}
-			take()
-			if el-lastProgress >= 5*time.Second {
-				lastProgress = el.Truncate(5 * time.Second)
-				mu.Lock()
-				line := progressLine(rec, el, l.opt.SLO)
-				mu.Unlock()
-				if len(hps) > 0 {
-					last := hps[len(hps)-1].servers
-					line += fmt.Sprintf("  haproxy a: %s w%.0f, b: %s w%.0f", last["a"].status, last["a"].weight, last["b"].status, last["b"].weight)
-				}
-				fmt.Fprintf(l.opt.Progress, "  [%s] %4.0fs %s\n", label, el.Seconds(), line)
-			}
+			halved = true
+			fmt.Fprintf(l.opt.Progress, "  [%s] %4.0fs node b's quota halved to %.2g CPU\n", label, el.Seconds(), quota[1])
 		}
+		take()
+		if line, ok := a.progress(el, l.opt.SLO); ok {
+			if len(hps) > 0 {
+				last := hps[len(hps)-1].servers
+				line += fmt.Sprintf("  haproxy a: %s w%.0f, b: %s w%.0f", last["a"].status, last["a"].weight, last["b"].status, last["b"].weight)
+			}
+			fmt.Fprintf(l.opt.Progress, "  [%s] %4.0fs %s\n", label, el.Seconds(), line)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if err := writeLBSeries(filepath.Join(dir, "timeseries.csv"), l.nodes, nodeSamples, hps); err != nil {
 		return nil, err
 	}
 	res := &LBRunResult{Variant: v, Dir: dir}
+	clients := phaseResults(rec, l.opt.SLO, VariantNone, "-settled")
 	var from time.Duration
-	for _, ph := range phases {
+	for j, ph := range phases {
 		to := from + ph.Duration
-		lp := LBPhase{PhaseResult: phaseResult(rec, ph.Name, from, to, l.opt.SLO, VariantNone)}
-		if ph.Duration >= 2*SettleTime {
-			s := phaseResult(rec, ph.Name+"-settled", from+SettleTime, to, l.opt.SLO, VariantNone)
-			lp.Settled = &s
-		}
+		lp := LBPhase{PhaseResult: clients[j]}
 		var total uint64
 		sessions := make([]uint64, len(l.nodes))
 		oks := make([]uint64, len(l.nodes))

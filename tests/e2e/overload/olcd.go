@@ -13,14 +13,14 @@ import (
 	"github.com/olcd/olcd/internal/api"
 )
 
-// olcdConfig is the daemon's config for a run: the embedded default plus
-// the interface, the ports, the cgroup, the thresholds of the variant
-// (none for enforce: the embedded default's signals guard the queue law,
-// docs/tuning.md §0) and the controller keys of Options.OlcdController
-// (min_pass_rate: 3 C is beyond what the default 0.3 can hold,
-// docs/tuning.md §2). attach: tc because XDP on a veth needs a program on
-// its peer too.
-var olcdConfig = template.Must(template.New("olcd.yaml").Parse(`# written by the overload harness
+// olcdConfig is the daemon's config, one template for every olcd a
+// harness starts: the single-node harness's (Harness.startOlcd) and each
+// load-balancer node's (lbNode.startOlcd, lb.go). It is the embedded
+// default plus the interface, the ports, the cgroup, the signals and the
+// controller keys of the run, and, where set, the action, the metrics
+// address, the datapath selection and the lb agent. attach: tc because XDP
+// on a veth needs a program on its peer too.
+var olcdConfig = template.Must(template.New("olcd.yaml").Parse(`# written by {{.By}}
 mode: {{.Mode}}
 interfaces: [{{.Iface}}]
 attach: tc
@@ -45,7 +45,7 @@ action:
   kind: {{.Action}}
 {{- end}}
 metrics:
-  address: ""
+  address: "{{.Metrics}}"
 admin:
   socket: {{.Socket}}
 decision_log: {{.DecisionLog}}
@@ -53,7 +53,48 @@ decision_log: {{.DecisionLog}}
 datapath:
   selection: {{.Selection}}
 {{- end}}
+{{- if .Agent}}
+lb:
+  agent:
+    address: "{{.Agent}}"
+{{- end}}
 `))
+
+// olcdConfigData is what olcdConfig fills in.
+type olcdConfigData struct {
+	// By names the harness that wrote the file, on its first line.
+	By string
+	// Mode is "observe" or "enforce".
+	Mode string
+	// Iface is the interface olcd attaches to.
+	Iface string
+	// Interval is olcd's tick.
+	Interval time.Duration
+	// Signals are the signals section's lines (nil: the embedded
+	// default's); Controller the controller section's, "key: value" each.
+	Signals, Controller []string
+	// Cgroup is the backend's cgroup.
+	Cgroup string
+	// Port is the protected port, HealthPort the exception.
+	Port, HealthPort int
+	// Action is action.kind ("": the default, drop).
+	Action string
+	// Metrics is metrics.address ("": none).
+	Metrics string
+	// Socket is admin.socket, DecisionLog decision_log; launchOlcd sets
+	// both.
+	Socket, DecisionLog string
+	// Selection is datapath.selection ("": the embedded default).
+	Selection string
+	// Agent is lb.agent.address ("": no lb section).
+	Agent string
+}
+
+// cpuSignal is the signals line of the cgroup's CPU at threshold (a share
+// of the quota).
+func cpuSignal(threshold float64) string {
+	return fmt.Sprintf("cgroup_cpu_usage_of_quota: {threshold: %.3f}", threshold)
+}
 
 // olcdSettings are what a run's olcd config varies in.
 type olcdSettings struct {
@@ -77,7 +118,7 @@ type olcdSettings struct {
 // without the law through a response_time_p95 threshold at the knee's
 // latency limit. enforce-cpu watches the CPU alone (response_target: off).
 func (h *Harness) olcdSettingsFor(v Variant, cal *Calibration) olcdSettings {
-	cpu := fmt.Sprintf("cgroup_cpu_usage_of_quota: {threshold: %.3f}", cal.Threshold)
+	cpu := cpuSignal(cal.Threshold)
 	set := olcdSettings{Mode: "enforce", Signals: quietGuards}
 	if h.opt.CPUGuard || !h.targetLaw {
 		set.Signals = []string{cpu}
@@ -126,6 +167,7 @@ type olcdProc struct {
 	cmd         *exec.Cmd
 	done        chan error
 	client      *api.Client
+	socket      string
 	logPath     string
 	decisionLog string
 	killed      bool
@@ -134,20 +176,34 @@ type olcdProc struct {
 // startOlcd writes the config into dir, starts olcd and waits until it has
 // attached and ticked twice.
 func (h *Harness) startOlcd(ctx context.Context, dir string, set olcdSettings) (*olcdProc, error) {
-	o := &olcdProc{logPath: filepath.Join(dir, "olcd.log"), decisionLog: filepath.Join(dir, "decisions.jsonl")}
-	socket := filepath.Join(dir, "olcd.sock")
-	_ = os.Remove(socket)
+	return launchOlcd(ctx, h.opt.Olcd, dir, "", "", olcdConfigData{
+		By: "the overload harness", Mode: set.Mode, Iface: h.net.HostIf, Interval: h.opt.OlcdInterval, Selection: h.opt.Selection,
+		Signals: set.Signals, Action: set.Action, Cgroup: h.cg.Name, Controller: append(append([]string{}, h.opt.OlcdController...), set.Controller...),
+		Port: WorkPort, HealthPort: HealthPort,
+	})
+}
+
+// launchOlcd writes cfg into dir, starts bin's `olcd run` on it (inside
+// network namespace netns, unless "") and waits until it has attached and
+// ticked twice. node, unless "", names the files (olcd-<node>.yaml,
+// olcd-<node>.log, olcd-<node>.sock, decisions-<node>.jsonl; else
+// olcd.yaml, ...) and the errors ("olcd on node <node>").
+func launchOlcd(ctx context.Context, bin, dir, node, netns string, cfg olcdConfigData) (*olcdProc, error) {
+	suffix, who := "", "olcd"
+	if node != "" {
+		suffix, who = "-"+node, "olcd on node "+node
+	}
+	o := &olcdProc{socket: filepath.Join(dir, "olcd"+suffix+".sock"), logPath: filepath.Join(dir, "olcd"+suffix+".log"),
+		decisionLog: filepath.Join(dir, "decisions"+suffix+".jsonl")}
+	_ = os.Remove(o.socket)
 	_ = os.Remove(o.decisionLog)
-	cfgPath := filepath.Join(dir, "olcd.yaml")
+	cfg.Socket, cfg.DecisionLog = o.socket, o.decisionLog
+	cfgPath := filepath.Join(dir, "olcd"+suffix+".yaml")
 	f, err := os.Create(cfgPath)
 	if err != nil {
 		return nil, err
 	}
-	err = olcdConfig.Execute(f, map[string]any{
-		"Mode": set.Mode, "Iface": h.net.HostIf, "Interval": h.opt.OlcdInterval, "Selection": h.opt.Selection,
-		"Signals": set.Signals, "Action": set.Action, "Cgroup": h.cg.Name, "Controller": append(append([]string{}, h.opt.OlcdController...), set.Controller...),
-		"Port": WorkPort, "HealthPort": HealthPort, "Socket": socket, "DecisionLog": o.decisionLog,
-	})
+	err = olcdConfig.Execute(f, cfg)
 	f.Close()
 	if err != nil {
 		return nil, err
@@ -156,16 +212,20 @@ func (h *Harness) startOlcd(ctx context.Context, dir string, set olcdSettings) (
 	if err != nil {
 		return nil, err
 	}
-	o.cmd = exec.Command(h.opt.Olcd, "run", "--config", cfgPath)
+	argv := []string{bin, "run", "--config", cfgPath}
+	if netns != "" {
+		argv = append([]string{"nsenter", "--net=/run/netns/" + netns}, argv...)
+	}
+	o.cmd = exec.Command(argv[0], argv[1:]...)
 	o.cmd.Stdout, o.cmd.Stderr = logf, logf
 	o.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := o.cmd.Start(); err != nil {
 		logf.Close()
-		return nil, fmt.Errorf("start olcd: %w", err)
+		return nil, fmt.Errorf("start %s: %w", who, err)
 	}
 	o.done = make(chan error, 1)
 	go func() { o.done <- o.cmd.Wait(); logf.Close() }()
-	o.client = api.NewClient(socket, 2*time.Second)
+	o.client = api.NewClient(o.socket, 2*time.Second)
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		st, err := o.status(ctx)
@@ -174,12 +234,12 @@ func (h *Harness) startOlcd(ctx context.Context, dir string, set olcdSettings) (
 		}
 		select {
 		case err := <-o.done:
-			return nil, fmt.Errorf("olcd exited at start: %v (see %s)", err, o.logPath)
+			return nil, fmt.Errorf("%s exited at start: %v (see %s)", who, err, o.logPath)
 		default:
 		}
 		if time.Now().After(deadline) {
 			o.stop()
-			return nil, fmt.Errorf("olcd not attached and ticking within 15 s (see %s)", o.logPath)
+			return nil, fmt.Errorf("%s not attached and ticking within 15 s (see %s)", who, o.logPath)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -204,12 +264,18 @@ func (o *olcdProc) stop() {
 	if o.killed {
 		return
 	}
-	_ = o.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-o.done:
-	case <-time.After(10 * time.Second):
-		_ = o.cmd.Process.Kill()
-		<-o.done
-	}
+	terminate(o.cmd, o.done, 10*time.Second)
 	o.killed = true
+}
+
+// terminate sends cmd SIGTERM and SIGKILL after grace, and returns once
+// done (cmd's Wait) has answered.
+func terminate(cmd *exec.Cmd, done <-chan error, grace time.Duration) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = cmd.Process.Kill()
+		<-done
+	}
 }

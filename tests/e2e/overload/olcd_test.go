@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestOlcdSettingsFor: what each variant changes in olcd's config, with
@@ -40,10 +41,10 @@ func TestOlcdSettingsFor(t *testing.T) {
 // controller keys and the action only when one is set.
 func TestOlcdConfigTemplate(t *testing.T) {
 	var b strings.Builder
-	err := olcdConfig.Execute(&b, map[string]any{
-		"Mode": "enforce", "Iface": "veth0", "Interval": "500ms", "Selection": "even",
-		"Signals": []string{"response_time_p95: {threshold: 0.0120}"}, "Action": "reject", "Cgroup": "olcd-x",
-		"Controller": []string{"min_pass_rate: 0.05"}, "Port": WorkPort, "HealthPort": HealthPort, "Socket": "/tmp/s", "DecisionLog": "/tmp/d",
+	err := olcdConfig.Execute(&b, olcdConfigData{
+		Mode: "enforce", Iface: "veth0", Interval: 500 * time.Millisecond, Selection: "even",
+		Signals: []string{"response_time_p95: {threshold: 0.0120}"}, Action: "reject", Cgroup: "olcd-x",
+		Controller: []string{"min_pass_rate: 0.05"}, Port: WorkPort, HealthPort: HealthPort, Socket: "/tmp/s", DecisionLog: "/tmp/d",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -55,14 +56,14 @@ func TestOlcdConfigTemplate(t *testing.T) {
 	}
 	// Without signals or a selection the embedded default's stand.
 	b.Reset()
-	err = olcdConfig.Execute(&b, map[string]any{
-		"Mode": "enforce", "Iface": "veth0", "Interval": "500ms", "Cgroup": "olcd-x",
-		"Controller": []string{"min_pass_rate: 0.05"}, "Port": WorkPort, "HealthPort": HealthPort, "Socket": "/tmp/s", "DecisionLog": "/tmp/d",
+	err = olcdConfig.Execute(&b, olcdConfigData{
+		Mode: "enforce", Iface: "veth0", Interval: 500 * time.Millisecond, Cgroup: "olcd-x",
+		Controller: []string{"min_pass_rate: 0.05"}, Port: WorkPort, HealthPort: HealthPort, Socket: "/tmp/s", DecisionLog: "/tmp/d",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, bad := range []string{"signals:", "datapath:"} {
+	for _, bad := range []string{"signals:", "datapath:", "action:", "lb:"} {
 		if strings.Contains(b.String(), bad) {
 			t.Errorf("config has %q without one set:\n%s", bad, b.String())
 		}

@@ -82,7 +82,7 @@ func (h *Harness) RunResponse(ctx context.Context, rc ResponseCheck) (*ResponseR
 	if h.Calibration != nil {
 		threshold = h.Calibration.Threshold
 	}
-	od, err := h.startOlcd(ctx, dir, olcdSettings{Mode: "observe", Signals: []string{fmt.Sprintf("cgroup_cpu_usage_of_quota: {threshold: %.3f}", threshold)}})
+	od, err := h.startOlcd(ctx, dir, olcdSettings{Mode: "observe", Signals: []string{cpuSignal(threshold)}})
 	if err != nil {
 		return nil, err
 	}

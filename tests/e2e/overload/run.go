@@ -379,67 +379,21 @@ func (h *Harness) attack(ctx context.Context, dir, label string, clients Clients
 	if clients == ClientsClosedPool {
 		sub = string(ClientsClosedPool)
 	}
-	cfgPath := filepath.Join(dir, "attack.json")
-	b, _ := json.MarshalIndent(cfg, "", "  ")
-	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
-		return nil, err
-	}
-	recPath := filepath.Join(dir, "requests.log")
-	recFile, err := os.Create(recPath)
-	if err != nil {
-		return nil, err
-	}
-	defer recFile.Close()
-	cmd := h.net.Command(h.opt.Self, sub, "-config", cfgPath)
-	if chrt, err := exec.LookPath("chrt"); err == nil && ro.Realtime {
-		cmd = h.net.Command(chrt, "-f", "10", h.opt.Self, sub, "-config", cfgPath)
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	errLog, err := os.Create(filepath.Join(dir, "attack.stderr"))
-	if err != nil {
-		return nil, err
-	}
-	defer errLog.Close()
-	cmd.Stderr = errLog
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start attacker: %w", err)
-	}
 	rec := &records{phases: phases, quota: quota, baseQ: h.opt.Quota}
-	var mu sync.Mutex
-	started := make(chan struct{})
-	readDone := make(chan error, 1)
-	go func() { readDone <- readAttack(out, recFile, rec, &mu, started) }()
-	select {
-	case <-started:
-	case <-ctx.Done():
-		cmd.Process.Kill()
-		cmd.Wait()
-		return nil, ctx.Err()
-	case err := <-readDone:
-		cmd.Wait()
-		return nil, fmt.Errorf("attacker ended before it started: %v (see %s)", err, errLog.Name())
-	case <-time.After(15 * time.Second):
-		cmd.Process.Kill()
-		cmd.Wait()
-		return nil, errors.New("attacker did not start within 15 s")
+	a, err := startAttacker(ctx, dir, cfg, rec, func(cfgPath string) *exec.Cmd {
+		if chrt, err := exec.LookPath("chrt"); err == nil && ro.Realtime {
+			return h.net.Command(chrt, "-f", "10", h.opt.Self, sub, "-config", cfgPath)
+		}
+		return h.net.Command(h.opt.Self, sub, "-config", cfgPath)
+	})
+	if err != nil {
+		return nil, err
 	}
 
 	total := phasePacer(phases).total()
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
 	nextQuota, curQuota := 0, h.opt.Quota
-	lastProgress := time.Duration(0)
-	finished := make(chan error, 1)
-	go func() { err := <-readDone; finished <- errors.Join(err, cmd.Wait()) }()
 	take := func() {
-		mu.Lock()
-		t := time.Since(rec.start)
-		mu.Unlock()
-		s := sample{t: t, quota: curQuota}
+		s := sample{t: a.since(), quota: curQuota}
 		s.usage, _ = h.cg.Usage()
 		if od != nil && !od.killed {
 			if st, err := od.status(ctx); err == nil {
@@ -454,51 +408,160 @@ func (h *Harness) attack(ctx context.Context, dir, label string, clients Clients
 		if nft != nil {
 			s.nftSeen, s.nftDrop, _ = nft.counters()
 		}
-		mu.Lock()
+		a.mu.Lock()
 		rec.samples = append(rec.samples, s)
-		mu.Unlock()
+		a.mu.Unlock()
 	}
+	err = a.follow(ctx, take, func(el time.Duration) error {
+		for nextQuota < len(quota) && el >= quota[nextQuota].At {
+			curQuota = quota[nextQuota].CPUs
+			if err := h.cg.SetQuota(curQuota); err != nil {
+				return err
+			}
+			fmt.Fprintf(h.opt.Progress, "  [%s] %4.0fs backend quota set to %.2g CPU\n", label, el.Seconds(), curQuota)
+			nextQuota++
+		}
+		if ro.KillOlcdAt > 0 && od != nil && !od.killed && el >= ro.KillOlcdAt {
+			take()
+			od.kill()
+			a.mu.Lock()
+			rec.killedAt = time.Since(rec.start)
+			a.mu.Unlock()
+			fmt.Fprintf(h.opt.Progress, "  [%s] %4.0fs olcd killed with SIGKILL\n", label, el.Seconds())
+		}
+		take()
+		if el <= total+time.Second {
+			if line, ok := a.progress(el, h.opt.SLO); ok {
+				fmt.Fprintf(h.opt.Progress, "  [%s] %4.0fs %s\n", label, el.Seconds(), line)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// attacker is a running attacker (RunAttack or RunClosedPool in a process
+// of its own) and the records its event lines fill.
+type attacker struct {
+	cmd *exec.Cmd
+	rec *records
+	// mu guards rec while the attacker runs.
+	mu sync.Mutex
+	// errPath is the attacker's stderr, named in errors.
+	errPath string
+	// finished receives the end of the attacker and of its output.
+	finished     chan error
+	lastProgress time.Duration
+}
+
+// startAttacker writes cfg to dir/attack.json, starts the command that
+// command builds for that file, copies its event lines to
+// dir/requests.log and into rec, its stderr to dir/attack.stderr, and
+// waits (15 s at most) until the load has started.
+func startAttacker(ctx context.Context, dir string, cfg AttackConfig, rec *records, command func(cfgPath string) *exec.Cmd) (*attacker, error) {
+	cfgPath := filepath.Join(dir, "attack.json")
+	b, _ := json.MarshalIndent(cfg, "", "  ")
+	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
+		return nil, err
+	}
+	recFile, err := os.Create(filepath.Join(dir, "requests.log"))
+	if err != nil {
+		return nil, err
+	}
+	a := &attacker{cmd: command(cfgPath), rec: rec, errPath: filepath.Join(dir, "attack.stderr"), finished: make(chan error, 1)}
+	errLog, err := os.Create(a.errPath)
+	if err != nil {
+		recFile.Close()
+		return nil, err
+	}
+	closeLogs := func() { recFile.Close(); errLog.Close() }
+	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	a.cmd.Stderr = errLog
+	out, err := a.cmd.StdoutPipe()
+	if err != nil {
+		closeLogs()
+		return nil, err
+	}
+	if err := a.cmd.Start(); err != nil {
+		closeLogs()
+		return nil, fmt.Errorf("start attacker: %w", err)
+	}
+	started := make(chan struct{})
+	readDone := make(chan error, 1)
+	go func() { readDone <- readAttack(out, recFile, rec, &a.mu, started) }()
+	select {
+	case <-started:
+	case <-ctx.Done():
+		a.cmd.Process.Kill()
+		a.cmd.Wait()
+		closeLogs()
+		return nil, ctx.Err()
+	case err := <-readDone:
+		a.cmd.Wait()
+		closeLogs()
+		return nil, fmt.Errorf("attacker ended before it started: %v (see %s)", err, a.errPath)
+	case <-time.After(15 * time.Second):
+		a.cmd.Process.Kill()
+		a.cmd.Wait()
+		closeLogs()
+		return nil, errors.New("attacker did not start within 15 s")
+	}
+	go func() {
+		err := <-readDone
+		err = errors.Join(err, a.cmd.Wait())
+		closeLogs()
+		a.finished <- err
+	}()
+	return a, nil
+}
+
+// since is the time since the load started.
+func (a *attacker) since() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return time.Since(a.rec.start)
+}
+
+// follow waits until the attacker ends or ctx does (then it kills it):
+// take samples at the start and at the end, onTick every 500 ms between,
+// with the time since the load started; an error of onTick ends follow.
+func (a *attacker) follow(ctx context.Context, take func(), onTick func(el time.Duration) error) error {
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
 	take()
 	for {
 		select {
 		case <-ctx.Done():
-			cmd.Process.Kill()
-			<-finished
-			return nil, ctx.Err()
-		case err := <-finished:
+			a.cmd.Process.Kill()
+			<-a.finished
+			return ctx.Err()
+		case err := <-a.finished:
 			take()
 			if err != nil {
-				return nil, fmt.Errorf("attacker: %w (see %s)", err, errLog.Name())
+				return fmt.Errorf("attacker: %w (see %s)", err, a.errPath)
 			}
-			return rec, nil
+			return nil
 		case <-tick.C:
-			el := time.Since(rec.start)
-			for nextQuota < len(quota) && el >= quota[nextQuota].At {
-				curQuota = quota[nextQuota].CPUs
-				if err := h.cg.SetQuota(curQuota); err != nil {
-					return nil, err
-				}
-				fmt.Fprintf(h.opt.Progress, "  [%s] %4.0fs backend quota set to %.2g CPU\n", label, el.Seconds(), curQuota)
-				nextQuota++
-			}
-			if ro.KillOlcdAt > 0 && od != nil && !od.killed && el >= ro.KillOlcdAt {
-				take()
-				od.kill()
-				mu.Lock()
-				rec.killedAt = time.Since(rec.start)
-				mu.Unlock()
-				fmt.Fprintf(h.opt.Progress, "  [%s] %4.0fs olcd killed with SIGKILL\n", label, el.Seconds())
-			}
-			take()
-			if el-lastProgress >= 5*time.Second && el <= total+time.Second {
-				lastProgress = el.Truncate(5 * time.Second)
-				mu.Lock()
-				line := progressLine(rec, el, h.opt.SLO)
-				mu.Unlock()
-				fmt.Fprintf(h.opt.Progress, "  [%s] %4.0fs %s\n", label, el.Seconds(), line)
+			if err := onTick(time.Since(a.rec.start)); err != nil {
+				return err
 			}
 		}
 	}
+}
+
+// progress returns the progress line at el (progressLine) when one is due:
+// every 5 s.
+func (a *attacker) progress(el, slo time.Duration) (string, bool) {
+	if el-a.lastProgress < 5*time.Second {
+		return "", false
+	}
+	a.lastProgress = el.Truncate(5 * time.Second)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return progressLine(a.rec, el, slo), true
 }
 
 // progressLine summarises the 5 s that ended a second before el (answers
