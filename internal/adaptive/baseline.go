@@ -14,8 +14,9 @@ type baseline struct {
 // learnFloor updates the no-load floor from an overloaded tick of a port
 // that has no baseline yet (a cold start into overload): a tick whose queue
 // drained (fewer than queueBusy requests in flight at its end, no more
-// arrived than were answered) and whose p95 does not hold the throttle gap
-// answered its requests without queueing, at its own load.
+// arrived than were answered) and whose p95 is below target (seconds, the
+// target in force) and does not hold the throttle gap answered its
+// requests without queueing, at its own load.
 func (b *baseline) learnFloor(r PortResponse, atQuota bool, target float64) {
 	if b.ok || !r.Available || r.P95 <= 0 || r.P95 > target || atQuota || r.Inflight >= queueBusy || !steadyQueue(r) {
 		return

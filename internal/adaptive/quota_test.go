@@ -37,7 +37,7 @@ func doubledQuota(t float64) float64 {
 // it and the no-load floor (docs/controller.md §0) the cold start kept
 // 0.806 C, the doubled quota 0.756 C (docs/tuning.md §10). Asserted on the
 // mean: cold start ≥ 0.85 C, doubled ≥ 0.8 C, 3 × ≥ 0.88 C; the halved
-// quota is logged (0.794 → 0.826 C/2: the plant's half quota, FIFO behind
+// quota is logged (0.794 → 0.866 C/2: the plant's half quota, FIFO behind
 // 50 ms gaps, holds a p95 near the 100 ms initial target at C/2).
 func TestClientsPlantQuotaCapacity(t *testing.T) {
 	b := plant.Quota
