@@ -58,6 +58,18 @@ struct {
 	__type(value, struct olcd_counters);
 } olcd_stats SEC(".maps");
 
+/*
+ * The error accumulator of OLCD_SELECT_EVEN per stats slot and CPU
+ * (olcd_select in olcd.c). Its own map, one entry unless the selection is
+ * even: the random selection keeps no state (it hashes new_conns).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1025);
+	__type(key, __u32);
+	__type(value, __u32);
+} olcd_even SEC(".maps");
+
 /* Frames that could carry a new connection but could not be examined. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

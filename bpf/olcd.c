@@ -237,20 +237,27 @@ static __always_inline int olcd_count_pass(__u32 slot, __u32 exempt)
 }
 
 /*
- * The draw: a uniform 32-bit value from PCG RXS-M-XS 32 (M. E. O'Neill,
- * "PCG: A Family of Simple Fast Space-Efficient Statistically Good Algorithms
- * for Random Number Generation", 2014), its state per CPU in the stats slot
- * (olcd_counters.rnd), started by the loader. In the program rather than
- * bpf_get_prandom_u32(), a helper call the verifier does not inline, which
- * would cost the SYN path its budget (docs/datapath.md, "The draw").
+ * The draw: a uniform 32-bit value, the slot's new-connection count on this
+ * CPU through a bijective 32-bit hash, "lowbias32" (C. Wellons,
+ * hash-prospector, 2018: xorshift-multiply, two rounds). olcd_decide counts
+ * every new connection before it draws, so a draw never hashes a count
+ * hashed before on this CPU (within 2^32) and every 32-bit value comes once
+ * per 2^32 draws; the loader starts the count at a random value per CPU
+ * when the slot gets its port, so CPUs and ports draw independently. In
+ * the program rather than bpf_get_prandom_u32(), a helper call the verifier
+ * does not inline, which would cost the SYN path its budget, and with no
+ * state of its own: the count is already in the slot (docs/datapath.md,
+ * "The draw").
  */
-static __always_inline __u32 olcd_draw(struct olcd_counters *st)
+static __always_inline __u32 olcd_draw(const struct olcd_counters *st)
 {
-	__u32 x = st->rnd * 747796405U + 2891336453U;
+	__u32 x = st->new_conns;
 
-	st->rnd = x;
-	x = ((x >> ((x >> 28) + 4)) ^ x) * 277803737U;
-	return (x >> 22) ^ x;
+	x ^= x >> 16;
+	x *= 0x7feb352dU;
+	x ^= x >> 15;
+	x *= 0x846ca68bU;
+	return x ^ (x >> 16);
 }
 
 /* Effective mode of a stale heartbeat in enforce mode: nothing is dropped
@@ -278,19 +285,24 @@ static __always_inline __u32 olcd_syn_clock(const struct olcd_control *ctl)
  * of the 64-bit difference, used arithmetically. The branch on the
  * selection is taken the same way for every packet.
  */
-static __always_inline __u32 olcd_select(struct olcd_counters *st, __u32 p, __u8 selection)
+static __always_inline __u32 olcd_select(struct olcd_counters *st, __u32 *slot, __u32 p,
+					 __u8 selection)
 {
 	__u64 diff;
+	__u32 *acc;
 
 	if (p == 0xffffffff)
 		return 1;
 	if (selection == OLCD_SELECT_EVEN) {
-		/* Error diffusion: the slot's state accumulates p per new
-		 * connection and selects on each carry, so exactly p / 2^32 of
-		 * them are selected, evenly spaced, from the random phase the
-		 * loader started the slot at. */
-		diff = (__u64)st->rnd + p;
-		st->rnd = (__u32)diff;
+		/* Error diffusion: the slot's accumulator on this CPU adds p
+		 * per new connection and selects on each carry, so exactly
+		 * p / 2^32 of them are selected, evenly spaced, from the
+		 * random phase the loader started it at. */
+		acc = bpf_map_lookup_elem(&olcd_even, slot);
+		if (!acc)
+			return 0;
+		diff = (__u64)*acc + p;
+		*acc = (__u32)diff;
 		return diff >> 32;
 	}
 	diff = (__u64)olcd_draw(st) - p;
@@ -307,7 +319,7 @@ static __always_inline int olcd_not_enforced(struct olcd_counters *st, __u32 mod
 {
 	if (mode == OLCD_MODE_OBSERVE) {
 		st->would_drop += act;
-		st->would_reject += act & rej;
+		st->rejected += act & rej;
 	} else {
 		st->stale += act;
 	}
@@ -365,7 +377,7 @@ static __always_inline int olcd_decide(const struct olcd_policy *pol, __u32 *pi,
 			if (seen && pol->shed_retransmits)
 				act = 1;
 			else
-				act = olcd_select(st, prob, ctl->selection);
+				act = olcd_select(st, pi, prob, ctl->selection);
 			if (__builtin_expect(mode != OLCD_MODE_ENFORCE, 0))
 				return olcd_not_enforced(st, mode, act, mark->reject);
 			st->dropped += act;
@@ -384,7 +396,7 @@ static __always_inline int olcd_decide(const struct olcd_policy *pol, __u32 *pi,
 	prob = pol->drop_prob;
 	if (prob == 0)
 		return OLCD_V_PASS;
-	act = olcd_select(st, prob, ctl->selection);
+	act = olcd_select(st, pi, prob, ctl->selection);
 	if (__builtin_expect(mode != OLCD_MODE_ENFORCE, 0))
 		return olcd_not_enforced(st, mode, act, 0);
 	if (pol->action == OLCD_ACTION_MARK) {

@@ -133,26 +133,27 @@ struct olcd_control {
  * dropped or passed, so "passed" is not stored: the loader derives it as
  * new_conns - dropped (marked, would-drop, exempt and stale ones all pass).
  *
- * The counters are 32 bits wide to halve the per-CPU footprint (the stats map
- * is most of olcd's memory: slots x CPUs). The loader folds them into 64-bit
- * totals modulo 2^32 often enough that no CPU can wrap one in between (see
- * internal/loader/stats.go).
+ * The counters are 32 bits wide and 8 of them make 32 bytes, to keep the
+ * per-CPU footprint small (the stats map is most of olcd's memory: slots x
+ * CPUs). The loader folds them into 64-bit totals modulo 2^32 often enough
+ * that no CPU can wrap one in between (see internal/loader/stats.go).
  */
 struct olcd_counters {
-	__u32 new_conns;       /* TCP SYNs (no ACK/RST/FIN) and UDP requests */
+	/* TCP SYNs (no ACK/RST/FIN) and UDP requests. Also the random draw's
+	 * input (olcd_draw in olcd.c): the loader starts it at a random value
+	 * per CPU when the slot gets its port and folds from there. */
+	__u32 new_conns;
 	__u32 dropped;         /* dropped in enforce mode */
 	__u32 marked;          /* marked in enforce mode (passed) */
 	__u32 would_drop;      /* selected by the draw in observe mode (passed) */
 	__u32 exempt;          /* exception port or source (passed) */
 	__u32 stale;           /* selected, but the heartbeat was stale (passed) */
 	__u32 syn_retransmits; /* SYNs found in the dropped-SYN table */
-	/* Not a counter: the state of this slot's random generator on this
-	 * CPU (olcd_draw in olcd.c), or with OLCD_SELECT_EVEN its error
-	 * accumulator (olcd_select), started at a random value by the loader
-	 * when the slot gets its port. */
-	__u32 rnd;
-	__u32 rejected;     /* of dropped: answered with a RST|ACK (reject action) */
-	__u32 would_reject; /* of would_drop: the reject action would answer them */
+	/* Answered with a RST|ACK (enforce, of dropped), or, in observe mode,
+	 * selected under the reject action (of would_drop). One counter for
+	 * both: the loader knows each port's mode and tells them apart
+	 * exactly (statsFolder.add in internal/loader/stats.go). */
+	__u32 rejected;
 };
 
 /*

@@ -5,6 +5,31 @@ type baseline struct {
 	value float64 // seconds
 	ok    bool
 	quiet int // consecutive ticks not overloaded
+	// floor is the no-load floor while no baseline exists: the p95 of
+	// overloaded ticks whose queue had drained (learnFloor).
+	floor   float64 // seconds
+	floorOK bool
+}
+
+// learnFloor updates the no-load floor from an overloaded tick of a port
+// that has no baseline yet (a cold start into overload): a tick whose queue
+// drained (fewer than queueBusy requests in flight at its end, no more
+// arrived than were answered) and whose p95 is below target (seconds, the
+// target in force) and does not hold the throttle gap answered its
+// requests without queueing, at its own load.
+func (b *baseline) learnFloor(r PortResponse, atQuota bool, target float64) {
+	if b.ok || !r.Available || r.P95 <= 0 || r.P95 > target || atQuota || r.Inflight >= queueBusy || !steadyQueue(r) {
+		return
+	}
+	if !b.floorOK {
+		b.floor, b.floorOK = r.P95, true
+		return
+	}
+	if r.P95 < b.floor {
+		b.floor += baselineDown * (r.P95 - b.floor)
+	} else {
+		b.floor += baselineUp * (r.P95 - b.floor)
+	}
 }
 
 // steadyQueue reports whether the tick's queue did not grow: no more

@@ -82,6 +82,7 @@ type latencyLoop struct {
 	served    float64    // requests/s answered on the last over tick: the measured capacity
 	shed      [2]float64 // SYNs dropped in the previous and in this tick
 	returning float64    // smoothed share of shed SYNs retransmitted 1 s later
+	drain     bool       // the last cut was sized by the measured queue: a drain for one tick
 	base      baseline
 }
 
@@ -115,6 +116,8 @@ func (l *latencyLoop) targetFor(tgt ResponseTarget, prm *Params) float64 {
 		return 0
 	case l.base.ok:
 		return math.Min(MaxResponseTarget, math.Max(MinAutoTarget, prm.TargetFactor*l.base.value))
+	case l.base.floorOK:
+		return math.Min(prm.InitialTarget.Seconds(), math.Max(MinAutoTarget, prm.TargetFactor*l.base.floor))
 	}
 	return prm.InitialTarget.Seconds()
 }
@@ -162,6 +165,9 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 		// The tick that teaches the first baseline is judged against
 		// the target it teaches.
 		l.base.learn(r, l.active || guardOver || l.atQuota(r), l.target, prm)
+		if l.active && !guardOver {
+			l.base.learnFloor(r, l.atQuota(r), l.target+l.gap)
+		}
 		l.target = l.targetFor(tgt, prm)
 	}
 	l.sinceCut += dt
@@ -209,6 +215,7 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 		// first measurement sees it.
 		if ff, ok := queueCut(r, T, dt); ok && math.Log(ff) < delta {
 			delta, sized = math.Log(ff), true
+			l.drain = true
 			reason = fmt.Sprintf("over the target, %.0f requests in flight where %.0f keep it", r.Inflight, r.Responses/dt*T)
 		}
 		if r.Responses > 0 {
@@ -230,6 +237,14 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 			}
 		}
 	default:
+		// A tick below the target that answered more than the capacity
+		// measured, its queue kept in check, shows a capacity at least that
+		// large (one that grew: a quota raised): without it the probe
+		// above would crawl up from a stale capacity (1.5 C after the
+		// capacity doubled: 0.68 C against 0.84 C on the plant).
+		if a := r.Responses / dt; l.served > 0 && a > l.served && r.Inflight <= a*T {
+			l.served = a
+		}
 		// Room below the target: the law's own step, or the probe of
 		// the pass rate upwards after the cooldown.
 		delta = prm.LatencyKp*(e-prev) + prm.LatencyKi*e
@@ -246,6 +261,21 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 		} else {
 			delta = math.Min(delta, 0)
 			reason = "below the target, cooling down"
+		}
+	}
+	// A cut sized by the measured queue drains the excess within a tick;
+	// it is no estimate of what fits. The first tick whose requests in
+	// flight fit the target goes back at once, cooldown or not, to what
+	// the measured capacity admits (recoverPass): rising by the recovery
+	// step instead idled the harness's service at 0.1–0.5 C for 3 s after
+	// each such cut of its cold start (docs/tuning.md §10).
+	want, wantOK := l.recoverPass(st, dt)
+	back := false
+	if l.drain && !sized && r.Responses > 0 && r.Inflight <= r.Responses/dt*T {
+		l.drain = false
+		if wantOK && want > l.pass*math.Exp(delta) {
+			delta, back = math.Log(want/l.pass), true
+			reason = "the queue drained, back to the measured capacity"
 		}
 	}
 	if !mayCut && delta < 0 {
@@ -270,7 +300,19 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 		// ... and never more than half of what is shed: a small p
 		// holds back clients whose retransmits return within a second.
 		lim = math.Min(lim, math.Max((1-l.pass)/2, minShed))
-		next = math.Min(next, l.pass+lim)
+		if !back {
+			next = math.Min(next, l.pass+lim)
+			// Past what the measured capacity admits a rise is a probe
+			// of probeStep a tick, unless the tick ended with under
+			// probeRoom of Little's a × T in flight (room the queue
+			// shows): a service at its capacity shows no queue until the
+			// excess has built one, and the law's step (up to
+			// maxRecoverJump) overshot the capacity by 40–50 % within
+			// 2 s before the first p95 over the target.
+			if fit := want / recoverShare; wantOK && next > fit && r.Inflight >= probeRoom*r.Responses/dt*T {
+				next = math.Min(next, math.Max(l.pass, fit)+probeStep)
+			}
+		}
 	}
 	if next < l.pass-1e-12 {
 		l.sinceCut = 0
@@ -367,6 +409,16 @@ func (l *latencyLoop) recoverPass(st PortStats, dt float64) (float64, bool) {
 	return math.Min(1, recoverShare*l.served/(perConn*demand)), true
 }
 
+// probeStep is the most a recovering tick raises the pass rate beyond
+// what the measured capacity admits.
+const probeStep = 0.01
+
+// probeRoom is the share of Little's a × T in flight at a tick's end below
+// which a rise past the measured capacity is not held to probeStep: the
+// service answered its arrivals with room to spare (the capacity measured
+// is stale: a cold start's first windows answer slowly).
+const probeRoom = 0.25
+
 // maxRecoverJump bounds the rise of the pass rate in one recovering tick.
 const maxRecoverJump = 0.1
 
@@ -403,6 +455,8 @@ func tgtName(tgt ResponseTarget, l *latencyLoop) string {
 	name := tgt.String()
 	switch {
 	case !tgt.Auto:
+	case !l.base.ok && l.base.floorOK:
+		name = fmt.Sprintf("auto from the no-load floor %.3gs", l.base.floor)
 	case !l.base.ok:
 		name = "auto, no baseline yet"
 	default:
@@ -437,7 +491,7 @@ func (l *latencyLoop) throttleGap(gap float64, tgt ResponseTarget, prm *Params) 
 	measured := math.Max(gap, l.tickGap)
 	l.tickGap = gap
 	l.gap = 0
-	if tgt.Auto && l.base.ok {
+	if tgt.Auto && (l.base.ok || l.base.floorOK) {
 		l.gap = math.Min(measured, math.Max(0, prm.InitialTarget.Seconds()-l.targetFor(tgt, prm)))
 	}
 }

@@ -180,33 +180,58 @@ func TestDrawSequence(t *testing.T) {
 	}
 }
 
-// TestDrawState: a port's slot gets a random generator state on every CPU
-// when the port gets it, so that no two CPUs or ports draw the same
-// sequence.
+// TestDrawState: a port's slot gets a random start of its draw on every CPU
+// when the port gets it (the new-connection count the draw hashes, and with
+// the even selection the accumulator's phase), so that no two CPUs or ports
+// draw the same sequence; the counters still start at 0.
 func TestDrawState(t *testing.T) {
-	d := setup(t, Config{StaleAfter: time.Hour}, olc.ActionDrop, 0.5)
-	seen := make(map[uint32]string)
-	for _, k := range []olc.PortKey{tcp8080, {Proto: olc.ProtoUDP, Port: 53}} {
-		var per []olcdOlcdCounters
-		if err := d.objs.OlcdStats.Lookup(uint32(d.slots[k]), &per); err != nil {
-			t.Fatalf("read slot of %s: %v", k, err)
-		}
-		for cpu, c := range per {
-			at := fmt.Sprintf("%s on CPU %d", k, cpu)
-			if other, ok := seen[c.Rnd]; ok {
-				t.Errorf("%s starts at the state of %s (%#x)", at, other, c.Rnd)
+	for _, sel := range []Selection{SelectRandom, SelectEven} {
+		t.Run(sel.String(), func(t *testing.T) {
+			d := setup(t, Config{StaleAfter: time.Hour, Selection: sel}, olc.ActionDrop, 0.5)
+			seen := make(map[uint32]string)
+			for _, k := range []olc.PortKey{tcp8080, {Proto: olc.ProtoUDP, Port: 53}} {
+				if c := stats(t, d).Ports[k]; c != (Counters{}) {
+					t.Errorf("%s starts with counters %+v", k, c)
+				}
+				for cpu, v := range drawStarts(t, d, k) {
+					at := fmt.Sprintf("%s on CPU %d", k, cpu)
+					if other, ok := seen[v]; ok {
+						t.Errorf("%s starts at the state of %s (%#x)", at, other, v)
+					}
+					seen[v] = at
+				}
 			}
-			seen[c.Rnd] = at
-		}
+		})
 	}
 }
 
+// drawStarts returns per CPU what a port's draw starts from: its slot's
+// new-connection count, or with the even selection its accumulator.
+func drawStarts(t *testing.T, d *Datapath, k olc.PortKey) []uint32 {
+	t.Helper()
+	var out []uint32
+	if d.cfg.Selection == SelectEven {
+		if err := d.objs.OlcdEven.Lookup(uint32(d.slots[k]), &out); err != nil {
+			t.Fatalf("read even accumulator of %s: %v", k, err)
+		}
+		return out
+	}
+	var per []olcdOlcdCounters
+	if err := d.objs.OlcdStats.Lookup(uint32(d.slots[k]), &per); err != nil {
+		t.Fatalf("read slot of %s: %v", k, err)
+	}
+	for _, c := range per {
+		out = append(out, c.NewConns)
+	}
+	return out
+}
+
 // drawModel is olcd_draw and olcd_select (bpf/olcd.c) in Go, started from
-// a slot's generator state on one CPU: what the datapath selects, packet by
-// packet.
+// a slot's draw state on one CPU (drawStarts): what the datapath selects,
+// packet by packet, when every packet is a new connection that draws.
 type drawModel struct {
-	rnd  uint32
-	even bool
+	state uint32
+	even  bool
 }
 
 func (m *drawModel) selects(p uint32) bool {
@@ -214,14 +239,18 @@ func (m *drawModel) selects(p uint32) bool {
 		return true
 	}
 	if m.even {
-		sum := uint64(m.rnd) + uint64(p)
-		m.rnd = uint32(sum)
+		sum := uint64(m.state) + uint64(p)
+		m.state = uint32(sum)
 		return sum>>32 != 0
 	}
-	x := m.rnd*747796405 + 2891336453
-	m.rnd = x
-	x = ((x >> ((x >> 28) + 4)) ^ x) * 277803737
-	return (x>>22)^x < p
+	m.state++ // olcd_decide counts the connection before its draw
+	x := m.state
+	x ^= x >> 16
+	x *= 0x7feb352d
+	x ^= x >> 15
+	x *= 0x846ca68b
+	x ^= x >> 16
+	return x < p
 }
 
 // TestDrawSeed: with Config.DrawSeed the draw is fixed. On one CPU, the
@@ -244,13 +273,9 @@ func TestDrawSeed(t *testing.T) {
 						if err = unix.SchedGetaffinity(0, &set); err != nil {
 							return
 						}
-						var per []olcdOlcdCounters
-						if err = d.objs.OlcdStats.Lookup(uint32(d.slots[tcp8080]), &per); err != nil {
-							return
-						}
-						for cpu := range per {
+						for cpu, v := range drawStarts(t, d, tcp8080) {
 							if set.IsSet(cpu) {
-								start = per[cpu].Rnd
+								start = v
 							}
 						}
 						for i := range n {
@@ -276,7 +301,7 @@ func TestDrawSeed(t *testing.T) {
 				if slices.Equal(a, c) {
 					t.Errorf("seeds 7 and 8 select the same %d SYNs", n)
 				}
-				m := drawModel{rnd: startA, even: sel == SelectEven}
+				m := drawModel{state: startA, even: sel == SelectEven}
 				fixed, dropped := ProbabilityToFixed(p), 0
 				for i, v := range a {
 					want := verdictPass
@@ -1026,14 +1051,33 @@ func testStatsBatch(t *testing.T, nports int) {
 	for i := range pols {
 		pols[i] = PortPolicy{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: uint16(2000 + i)}, Mode: olc.ModeEnforce, Action: olc.ActionDrop}
 	}
+	// A slot's new-connection counts start at random (the draw's input):
+	// track records them for the slots given a port since its last call,
+	// and write counts from there.
+	starts := map[uint16][]uint32{}
+	assigned := map[olc.PortKey]uint16{}
+	track := func() {
+		for k := range assigned {
+			if _, ok := d.slots[k]; !ok {
+				delete(assigned, k)
+			}
+		}
+		for k, slot := range d.slots {
+			if s, ok := assigned[k]; !ok || s != slot {
+				assigned[k] = slot
+				starts[slot] = drawStarts(t, d, k)
+			}
+		}
+	}
 	must(t, d.SetPolicies(pols))
+	track()
 	// write sets every CPU's counters of every slot in use to a value
 	// unique to the slot, the CPU and the round.
 	write := func(round uint32) {
 		for _, slot := range d.slots {
 			vals := make([]olcdOlcdCounters, ncpu)
 			for cpu := range vals {
-				vals[cpu].NewConns = round*1000 + uint32(slot)*10 + uint32(cpu) + 1
+				vals[cpu].NewConns = starts[slot][cpu] + round*1000 + uint32(slot)*10 + uint32(cpu) + 1
 				vals[cpu].Dropped = round + uint32(slot)
 			}
 			must(t, d.objs.OlcdStats.Update(uint32(slot), vals, ebpf.UpdateAny))
@@ -1087,6 +1131,7 @@ func testStatsBatch(t *testing.T, nports int) {
 		}
 	}
 	must(t, d.SetPolicies(keep))
+	track()
 	d.stats.keys = nil
 	write(3)
 	check("slot by slot", 3)
@@ -1097,6 +1142,7 @@ func testStatsBatch(t *testing.T, nports int) {
 	// Back to a dense set on the kernel's slot-by-slot fallback.
 	d.stats.noBatch = true
 	must(t, d.SetPolicies(pols))
+	track()
 	write(4)
 	check("fallback", 4)
 }

@@ -332,7 +332,11 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 			d.rfree = append(d.rfree, uint16(i))
 		}
 	}
-	d.stats = newStatsFolder(d.objs.OlcdStats, d.objs.OlcdUnclass, cfg.DrawSeed)
+	var even *ebpf.Map
+	if cfg.Selection == SelectEven {
+		even = d.objs.OlcdEven
+	}
+	d.stats = newStatsFolder(d.objs.OlcdStats, d.objs.OlcdUnclass, even, cfg.DrawSeed)
 	if d.resp, err = newRespFolder(d.objs.OlcdRhist, d.objs.OlcdFstats, ncpu, respSlots(cfg)); err != nil {
 		return nil, errors.Join(err, d.objs.close())
 	}
@@ -386,6 +390,10 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 func sizeMaps(spec *ebpf.CollectionSpec, cfg Config, ncpu int) {
 	spec.Maps[olcdMapOlcdPolicies].MaxEntries = uint32(cfg.MaxPorts) + 2
 	spec.Maps[olcdMapOlcdStats].MaxEntries = uint32(cfg.MaxPorts) + 1
+	spec.Maps[olcdMapOlcdEven].MaxEntries = 1
+	if cfg.Selection == SelectEven {
+		spec.Maps[olcdMapOlcdEven].MaxEntries = uint32(cfg.MaxPorts) + 1
+	}
 	spec.Maps[olcdMapOlcdSyns].MaxEntries = synSets(cfg.SYNTableSize)
 	spec.Maps[olcdMapOlcdExempt4].MaxEntries = uint32(cfg.MaxPrefixes)
 	spec.Maps[olcdMapOlcdExempt6].MaxEntries = uint32(cfg.MaxPrefixes)

@@ -54,11 +54,16 @@ func estimateMapMemory(cfg Config, ncpu, prefixes4, prefixes6 int) ([]mapUsage, 
 		return nil, fmt.Errorf("datapath spec has no .bss section")
 	}
 	ports := uint64(cfg.MaxPorts)
+	even := uint64(1)
+	if cfg.Selection == SelectEven {
+		even = ports + 1
+	}
 	return []mapUsage{
 		// Memory-mapped: header and value each take whole pages.
 		{".bss (port index, control, heartbeat verdict)", pageAlign(bpfArrayHeader) + pageAlign(round8(bssSize))},
 		{"olcd_policies", array(ports+2, unsafe.Sizeof(olcdOlcdPolicy{}))},
 		{"olcd_stats", percpu(ports+1, unsafe.Sizeof(olcdOlcdCounters{}))},
+		{"olcd_even (selection even only)", percpu(even, unsafe.Sizeof(uint32(0)))},
 		{"olcd_unclass", percpu(1, unsafe.Sizeof(uint64(0)))},
 		{"olcd_rej_tokens", percpu(1, unsafe.Sizeof(olcdOlcdRejectBucket{}))},
 		{"olcd_syns", array(uint64(synSets(cfg.SYNTableSize)), unsafe.Sizeof(olcdOlcdSynSet{}))},

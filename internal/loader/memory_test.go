@@ -18,9 +18,9 @@ func TestMapMemory(t *testing.T) {
 	ncpu, err := ebpf.PossibleCPU()
 	must(t, err)
 	cfgs := []Config{{}, {MaxPorts: 100, SYNTableSize: 1000, MaxPrefixes: 10},
-		{MaxPorts: 10, ResponseSample: 1, ResponsePorts: 10, FlowTableSize: 1000}}
+		{MaxPorts: 10, ResponseSample: 1, ResponsePorts: 10, FlowTableSize: 1000}, {MaxPorts: 50, Selection: SelectEven}}
 	for _, cfg := range cfgs {
-		t.Run(fmt.Sprintf("ports=%d/timed=%d", cfg.MaxPorts, cfg.ResponsePorts), func(t *testing.T) {
+		t.Run(fmt.Sprintf("ports=%d/timed=%d/%s", cfg.MaxPorts, cfg.ResponsePorts, cfg.Selection), func(t *testing.T) {
 			d := loadTest(t, cfg)
 			var ps []netip.Prefix
 			for i := range 7 {
@@ -79,12 +79,12 @@ func kernelMapMemory(t *testing.T, d *Datapath) map[string]uint64 {
 // checks against the kernel.
 //
 // timing=on is the daemon's default: response timing on, 32 timed ports,
-// 16384 flows.
+// 16384 flows. selection=even adds the even selection's accumulators.
 func BenchmarkMapMemory(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		cfg  Config
-	}{{"off", Config{}}, {"on", Config{ResponseSample: 1}}} {
+	}{{"off", Config{}}, {"on", Config{ResponseSample: 1}}, {"off/selection=even", Config{Selection: SelectEven}}} {
 		for _, ncpu := range []int{2, 64, 256} {
 			benchMapMemory(b, fmt.Sprintf("timing=%s/cpus=%d", c.name, ncpu), c.cfg, ncpu)
 		}

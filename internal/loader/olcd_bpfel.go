@@ -54,9 +54,7 @@ type olcdOlcdCounters struct {
 	Exempt         uint32
 	Stale          uint32
 	SynRetransmits uint32
-	Rnd            uint32
 	Rejected       uint32
-	WouldReject    uint32
 }
 
 type olcdOlcdDscp uint32
@@ -219,6 +217,7 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	olcdMapOlcdEven            = "olcd_even"
 	olcdMapOlcdExempt4         = "olcd_exempt4"
 	olcdMapOlcdExempt6         = "olcd_exempt6"
 	olcdMapOlcdFlows           = "olcd_flows"
@@ -300,6 +299,7 @@ type olcdProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type olcdMapSpecs struct {
+	OlcdEven      *ebpf.MapSpec `ebpf:"olcd_even"`
 	OlcdExempt4   *ebpf.MapSpec `ebpf:"olcd_exempt4"`
 	OlcdExempt6   *ebpf.MapSpec `ebpf:"olcd_exempt6"`
 	OlcdFlows     *ebpf.MapSpec `ebpf:"olcd_flows"`
@@ -353,6 +353,7 @@ func (o *olcdObjects) Close() error {
 //
 // It can be passed to loadOlcdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type olcdMaps struct {
+	OlcdEven      *ebpf.Map `ebpf:"olcd_even"`
 	OlcdExempt4   *ebpf.Map `ebpf:"olcd_exempt4"`
 	OlcdExempt6   *ebpf.Map `ebpf:"olcd_exempt6"`
 	OlcdFlows     *ebpf.Map `ebpf:"olcd_flows"`
@@ -367,6 +368,7 @@ type olcdMaps struct {
 
 func (m *olcdMaps) Close() error {
 	return _OlcdClose(
+		m.OlcdEven,
 		m.OlcdExempt4,
 		m.OlcdExempt6,
 		m.OlcdFlows,

@@ -367,6 +367,11 @@ func (d *Datapath) SetMode(m olc.Mode) error {
 	if err := d.checkOpen(); err != nil {
 		return fmt.Errorf("set mode: %w", err)
 	}
+	for k, p := range d.policies {
+		if err := d.stats.setKind(d.slots[k], policyKind(cMode(m), cMode(p.Mode), p.Action, k.Proto)); err != nil {
+			return fmt.Errorf("set mode: %w", err)
+		}
+	}
 	d.ctl.Mode = cMode(m)
 	if err := d.writeControl(); err != nil {
 		return fmt.Errorf("set mode: %w", err)
@@ -459,6 +464,9 @@ func (d *Datapath) writePolicy(k olc.PortKey) error {
 		Mode:            cMode(p.Mode),
 		Action:          cAction(p.Action),
 		Class:           cClass(p.Class),
+	}
+	if err := d.stats.setKind(slot, policyKind(d.ctl.Mode, v.Mode, p.Action, k.Proto)); err != nil {
+		return fmt.Errorf("write policy of port %s: %w", k, err)
 	}
 	if err := d.objs.OlcdPolicies.Update(uint32(slot), &v, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write policy of port %s: %w", k, err)

@@ -414,3 +414,69 @@ func onOneCPU(t *testing.T, fn func()) {
 	}()
 	<-done
 }
+
+// TestRejectedSplit: the datapath counts answered SYNs (enforce) and
+// observed ones (observe) in one counter, and the loader tells them apart
+// by the port's mode and action: exact across mode and action changes,
+// with or without a read between them, two kinds in one fold's interval
+// and three kinds between two reads included.
+func TestRejectedSplit(t *testing.T) {
+	type step struct {
+		global, port olc.Mode
+		action       olc.Action
+		syns         int
+		read         bool // read the counters after this step
+	}
+	const e, o = olc.ModeEnforce, olc.ModeObserve
+	const r, dr, mk = olc.ActionReject, olc.ActionDrop, olc.ActionMark
+	tests := []struct {
+		name  string
+		steps []step
+		want  Counters // Rejected, WouldReject, Dropped, WouldDrop, Marked
+	}{
+		{"enforce then observe", []step{{e, e, r, 3, false}, {o, e, r, 2, false}},
+			Counters{Rejected: 3, WouldReject: 2, Dropped: 3, WouldDrop: 2}},
+		{"observe then enforce, read between", []step{{o, o, r, 2, true}, {e, e, r, 3, false}},
+			Counters{Rejected: 3, WouldReject: 2, Dropped: 3, WouldDrop: 2}},
+		{"observe drop then observe reject", []step{{o, o, dr, 2, false}, {o, o, r, 3, false}},
+			Counters{WouldReject: 3, WouldDrop: 5}},
+		{"three kinds between reads", []step{{e, e, r, 3, false}, {e, o, r, 2, false}, {e, o, dr, 4, false}},
+			Counters{Rejected: 3, WouldReject: 2, Dropped: 3, WouldDrop: 6}},
+		{"three kinds, other order", []step{{o, o, dr, 4, false}, {o, o, r, 2, false}, {e, e, r, 3, false}, {o, e, mk, 1, false}},
+			Counters{Rejected: 3, WouldReject: 2, Dropped: 3, WouldDrop: 7}},
+		{"mark then reject in enforce", []step{{e, e, mk, 2, false}, {e, e, r, 3, false}, {o, o, r, 1, true}},
+			Counters{Rejected: 3, WouldReject: 1, Dropped: 3, WouldDrop: 1, Marked: 2}},
+	}
+	k := olc.PortKey{Proto: olc.ProtoTCP, Port: portReject}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := loadTest(t, Config{StaleAfter: time.Hour})
+			must(t, d.Heartbeat())
+			seq := uint32(1)
+			var pol PortPolicy
+			for _, s := range tt.steps {
+				// SetPolicies folds the counters, SetMode does not: a
+				// global mode change leaves two kinds in one interval.
+				if p := (PortPolicy{Key: k, Mode: s.port, Action: s.action, DropProbability: 1}); p != pol {
+					must(t, d.SetPolicies([]PortPolicy{p}))
+					pol = p
+				}
+				must(t, d.SetMode(s.global))
+				for range s.syns {
+					if _, err := d.prog(hookXDP).Run(&ebpf.RunOptions{Data: syn4(portReject, seq)}); err != nil {
+						t.Fatal(err)
+					}
+					seq++
+				}
+				if s.read {
+					stats(t, d)
+				}
+			}
+			c := stats(t, d).Ports[k]
+			got := Counters{Rejected: c.Rejected, WouldReject: c.WouldReject, Dropped: c.Dropped, WouldDrop: c.WouldDrop, Marked: c.Marked}
+			if got != tt.want {
+				t.Errorf("counters %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}

@@ -212,12 +212,20 @@ type respTotals struct {
 	prev  []respWords
 	total [4]uint64 // requests, responses, abandoned, retransmits
 	// buckets are the bucket totals; while a Response holding them is not
-	// released (respFolder.held), the next fold into them works on a copy.
+	// released (respFolder.held), the next fold works on other totals
+	// equal to them (respFolder.unshare).
 	buckets []uint64
 	// last is what response returned last, handed out again while no
 	// total changed (stale: one did since).
 	last  Response
 	stale bool
+	// spare is the slot's previous bucket totals, kept out of the free
+	// list: it differs from buckets only at the indices in moved (unless
+	// movedFull), so when buckets is held the next fold brings spare up to
+	// date at those indices instead of copying all of buckets.
+	spare     []uint64
+	moved     []uint16
+	movedFull bool
 }
 
 // respEntry is the size of one olcd_rhist entry in the mapped array
@@ -339,9 +347,7 @@ func (f *respFolder) add(slot uint16) error {
 		st.total[1] += uint64(c[1] - p.counts[1])
 		p.counts[1] = c[1]
 		if f.held[&st.buckets[0]].refs > 0 {
-			b := f.take()
-			copy(b, st.buckets)
-			st.buckets = b
+			f.unshare(st)
 		}
 		b := (*[HistBuckets]uint64)(st.buckets)
 		cw, pw := bucketPairs(&h.buckets), bucketPairs(&p.buckets)
@@ -353,9 +359,38 @@ func (f *respFolder) add(slot uint16) error {
 				b[j] += uint64(h.buckets[j] - p.buckets[j])
 			}
 			pw[i] = cw[i]
+			if len(st.moved) < cap(st.moved) {
+				st.moved = append(st.moved, uint16(2*i))
+			} else {
+				st.movedFull = true
+			}
 		}
 	}
 	return nil
+}
+
+// unshare gives st bucket totals of its own to fold into, equal to its
+// held ones: its spare brought up to date at the pairs that moved since
+// they were equal (a few for a busy port), or, when the spare is held too
+// or too much moved, a copy.
+func (f *respFolder) unshare(st *respTotals) {
+	cur, sp := st.buckets, st.spare
+	if sp != nil && f.held[&sp[0]].refs == 0 && !st.movedFull {
+		for _, j := range st.moved {
+			sp[j], sp[j+1] = cur[j], cur[j+1]
+		}
+	} else {
+		if sp != nil && f.held[&sp[0]].refs == 0 && len(f.free) < f.freeCap() {
+			f.free = append(f.free, sp)
+		}
+		sp = f.take()
+		copy(sp, cur)
+	}
+	st.buckets, st.spare = sp, cur
+	if st.moved == nil {
+		st.moved = make([]uint16, 0, HistBuckets/8)
+	}
+	st.moved, st.movedFull = st.moved[:0], false
 }
 
 // fold reads the histograms of the slots in use ("other", slot 0,
@@ -444,7 +479,7 @@ func (f *respFolder) release(b []uint64) {
 		return
 	}
 	delete(f.held, p)
-	if st := f.slots[h.slot]; st != nil && &st.buckets[0] == p {
+	if st := f.slots[h.slot]; st != nil && (&st.buckets[0] == p || st.spare != nil && &st.spare[0] == p) {
 		return
 	}
 	if len(f.free) < f.freeCap() {

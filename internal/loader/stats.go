@@ -171,12 +171,69 @@ func (d *Datapath) foldLoop() {
 }
 
 // numCounters is the number of counters in struct olcd_counters.
-const numCounters = 9
+const numCounters = 8
+
+// Indices of the counters in a counterArray and in slotTotals.total, in
+// the order of struct olcd_counters.
+const (
+	cNew = iota
+	cDropped
+	cMarked
+	cWouldDrop
+	cExempt
+	cStale
+	cRetransmits
+	cRejected
+)
 
 type counterArray [numCounters]uint32
 
 func countersOf(c *olcdOlcdCounters) counterArray {
-	return counterArray{c.NewConns, c.Dropped, c.Marked, c.WouldDrop, c.Exempt, c.Stale, c.SynRetransmits, c.Rejected, c.WouldReject}
+	return counterArray{c.NewConns, c.Dropped, c.Marked, c.WouldDrop, c.Exempt, c.Stale, c.SynRetransmits, c.Rejected}
+}
+
+// Kinds of a slot's effective policy (the smaller of the global and the
+// port's mode, and its action) that the datapath's rejected counter tells
+// apart: it counts answered SYNs in enforce mode and would-drops in observe
+// mode, both under the reject action.
+const (
+	kindEnforceReject uint8 = 1 << iota // rejected: SYNs answered, of dropped
+	kindObserveReject                   // rejected and would_drop: the same SYNs (TCP)
+	kindObserveOther                    // would_drop alone: drop or mark action, or UDP
+	kindAll           = kindEnforceReject | kindObserveReject | kindObserveOther
+)
+
+// policyKind is the kind of a port's policy under the global mode (both C
+// enum olcd_mode values).
+func policyKind(global, port uint8, action olc.Action, proto olc.Proto) uint8 {
+	mode := min(global, port)
+	// A UDP port's reject drops (fp is 0 in olcd_decide): never counted.
+	rej := action == olc.ActionReject && proto == olc.ProtoTCP
+	switch {
+	case mode == uint8(olcdOlcdModeOLCD_MODE_ENFORCE) && rej:
+		return kindEnforceReject
+	case mode == uint8(olcdOlcdModeOLCD_MODE_OBSERVE) && rej:
+		return kindObserveReject
+	case mode == uint8(olcdOlcdModeOLCD_MODE_OBSERVE):
+		return kindObserveOther
+	}
+	return 0
+}
+
+// observedRejects is the part of one CPU's rejected delta counted in
+// observe mode, given the kinds its interval may hold (mask) and its
+// would_drop delta. Exact unless the mask holds all three kinds, which
+// statsFolder.setKind keeps from happening (see there).
+func observedRejects(mask uint8, rejected, wouldDrop uint32) uint32 {
+	switch {
+	case mask&kindEnforceReject == 0: // nothing answered: all observed
+		return rejected
+	case mask&kindObserveOther == 0: // every would-drop was a reject port's, counted in both
+		return wouldDrop
+	case mask&kindObserveReject == 0: // nothing observed under reject
+		return 0
+	}
+	return min(rejected, wouldDrop)
 }
 
 // slotTotals is the 64-bit total of one slot and the per-CPU 32-bit values
@@ -184,6 +241,14 @@ func countersOf(c *olcdOlcdCounters) counterArray {
 type slotTotals struct {
 	prev  []counterArray
 	total [numCounters]uint64
+	// wouldReject is the part of total[cRejected] counted in observe mode.
+	wouldReject uint64
+	// kind is the kind of the slot's policy now; seen the kinds the
+	// datapath may have counted under since the last fold, before those
+	// of the fold before: a program that read its policy before a fold
+	// can count after it, and the two increments of one observed reject
+	// (would_drop, rejected) can straddle a fold.
+	kind, seen, before uint8
 }
 
 // statsFolder turns the 32-bit per-CPU counters into 64-bit totals: each
@@ -193,13 +258,15 @@ type statsFolder struct {
 	perCPUReader[olcdOlcdCounters]
 	unclass *ebpf.Map
 	slots   map[uint16]*slotTotals
-	// seed is Config.DrawSeed: 0 starts each slot's generators at random.
+	// even is olcd_even with Config.Selection even, nil otherwise.
+	even *ebpf.Map
+	// seed is Config.DrawSeed: 0 starts each slot's draw at random.
 	seed uint64
 }
 
-func newStatsFolder(m, unclass *ebpf.Map, seed uint64) *statsFolder {
+func newStatsFolder(m, unclass, even *ebpf.Map, seed uint64) *statsFolder {
 	return &statsFolder{perCPUReader: perCPUReader[olcdOlcdCounters]{m: m, what: "stats slots", chunk: statsChunk},
-		unclass: unclass, slots: make(map[uint16]*slotTotals), seed: seed}
+		unclass: unclass, even: even, slots: make(map[uint16]*slotTotals), seed: seed}
 }
 
 // statsChunk bounds one batched read: 256 entries × CPUs × 32 bytes (2 MB
@@ -210,7 +277,8 @@ const statsChunk = 256
 // what each CPU counted since the last fold.
 func (f *statsFolder) fold(slots []uint16) error { return f.read(slots, f.add) }
 
-// add folds one slot's per-CPU counters into its totals.
+// add folds one slot's per-CPU counters into its totals, and splits the
+// rejected counts by the kinds of policy the slot had since the last folds.
 func (f *statsFolder) add(slot uint16, percpu []olcdOlcdCounters) {
 	st := f.slots[slot]
 	if st == nil {
@@ -220,20 +288,52 @@ func (f *statsFolder) add(slot uint16, percpu []olcdOlcdCounters) {
 	if len(st.prev) != len(percpu) {
 		st.prev = make([]counterArray, len(percpu))
 	}
+	mask := st.seen | st.before
 	for cpu := range percpu {
 		cur := countersOf(&percpu[cpu])
+		var d counterArray
 		for i := range cur {
-			st.total[i] += uint64(cur[i] - st.prev[cpu][i])
+			d[i] = cur[i] - st.prev[cpu][i]
+			st.total[i] += uint64(d[i])
 		}
+		st.wouldReject += uint64(observedRejects(mask, d[cRejected], d[cWouldDrop]))
 		st.prev[cpu] = cur
 	}
+	st.before, st.seen = st.seen, st.kind
 }
 
-// reset zeroes a slot in the kernel and in the totals, for a new owner, and
-// starts the slot's random generator at a random state on every CPU, so that
-// no two CPUs or ports draw the same sequence (olcd_draw in bpf/olcd.c).
-// With a seed the states are drawn from a generator seeded by (seed, slot)
-// instead: the same seed and slot give the same states on every load.
+// setKind records the kind of a slot's policy before the datapath is given
+// it. A slot whose last two intervals and the new kind would hold all three
+// kinds is folded twice first, which leaves only its current kind: then
+// observedRejects is exact, unless one program run lasts across both folds.
+func (f *statsFolder) setKind(slot uint16, kind uint8) error {
+	st := f.slots[slot]
+	if st == nil {
+		st = &slotTotals{}
+		f.slots[slot] = st
+	}
+	if st.kind == kind {
+		return nil
+	}
+	if st.seen|st.before|kind == kindAll {
+		for range 2 {
+			if err := f.fold([]uint16{slot}); err != nil {
+				return err
+			}
+		}
+	}
+	st.kind = kind
+	st.seen |= kind
+	return nil
+}
+
+// reset zeroes a slot in the kernel and in the totals, for a new owner. On
+// every CPU its new-connection count starts at a random value instead of 0
+// (the totals fold from there), so that no two CPUs or ports draw the same
+// sequence (olcd_draw in bpf/olcd.c), and with Config.Selection even its
+// accumulator at a random phase. With a seed the values are drawn from a
+// generator seeded by (seed, slot) instead: the same seed and slot give the
+// same values on every load.
 func (f *statsFolder) reset(slot uint16) error {
 	n, err := ebpf.PossibleCPU()
 	if err != nil {
@@ -244,13 +344,24 @@ func (f *statsFolder) reset(slot uint16) error {
 		draw = rand.New(rand.NewPCG(f.seed, uint64(slot))).Uint32
 	}
 	vals := make([]olcdOlcdCounters, n)
+	st := &slotTotals{prev: make([]counterArray, n)}
 	for i := range vals {
-		vals[i].Rnd = draw()
+		vals[i].NewConns = draw()
+		st.prev[i] = countersOf(&vals[i])
 	}
 	if err := f.m.Update(uint32(slot), vals, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("reset stats slot %d: %w", slot, err)
 	}
-	delete(f.slots, slot)
+	if f.even != nil {
+		phase := make([]uint32, n)
+		for i := range phase {
+			phase[i] = draw()
+		}
+		if err := f.even.Update(uint32(slot), phase, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("reset even-selection phase of slot %d: %w", slot, err)
+		}
+	}
+	f.slots[slot] = st
 	return nil
 }
 
@@ -263,23 +374,22 @@ func (f *statsFolder) counters(slot uint16) Counters {
 		return Counters{}
 	}
 	t := st.total
-	passed := t[0] - t[1]
-	if t[1] > t[0] {
-		// A fold can copy a CPU's counters between the program's two
-		// increments of new_conns and dropped; the next fold catches up.
-		passed = 0
-	}
+	// A fold can copy a CPU's counters between two increments of one
+	// packet (new_conns and dropped, would_drop and rejected); the next
+	// fold catches up.
+	passed := t[cNew] - min(t[cDropped], t[cNew])
+	would := min(st.wouldReject, t[cRejected])
 	return Counters{
-		NewConns:       t[0],
+		NewConns:       t[cNew],
 		Passed:         passed,
-		Dropped:        t[1],
-		Marked:         t[2],
-		WouldDrop:      t[3],
-		Exempt:         t[4],
-		Stale:          t[5],
-		SYNRetransmits: t[6],
-		Rejected:       t[7],
-		WouldReject:    t[8],
+		Dropped:        t[cDropped],
+		Marked:         t[cMarked],
+		WouldDrop:      t[cWouldDrop],
+		Exempt:         t[cExempt],
+		Stale:          t[cStale],
+		SYNRetransmits: t[cRetransmits],
+		Rejected:       t[cRejected] - would,
+		WouldReject:    would,
 	}
 }
 
