@@ -90,8 +90,9 @@ say "starting olcd with NO config file (embedded default: observe mode, ports: a
 ip netns exec "$NODE" "$OLCD" run --admin-socket "$SOCK" --decision-log "$work/decisions.jsonl" \
 	>"$work/olcd.log" 2>&1 &
 pids+=($!)
+# Until the first tick: before it, status answers "starting".
 for _ in $(seq 1 50); do
-	olcd status --socket "$SOCK" >/dev/null 2>&1 && break
+	st=$(olcd status --socket "$SOCK" 2>/dev/null) && ! grep -q '^starting' <<<"$st" && break
 	sleep 0.2
 done
 olcd status --socket "$SOCK" >/dev/null || { cat "$work/olcd.log"; exit 1; }
