@@ -36,6 +36,24 @@ func cfgWith(th ...sig) Config {
 	return cfg
 }
 
+// onePort returns the step of a controller of cfg protecting key alone
+// with target tgt: one 0.5 s tick of st, its snapshot edited by edit when
+// given (a signal, the throttle gap).
+func onePort(t *testing.T, cfg Config, key olc.PortKey, tgt ResponseTarget) func(st PortStats, edit ...func(*olc.Snapshot)) Decision {
+	t.Helper()
+	cfg.Ports = []PortConfig{{Key: key, Class: olc.ClassNormal, Target: tgt}}
+	c := mustNew(t, cfg)
+	at := 0.0
+	return func(st PortStats, edit ...func(*olc.Snapshot)) Decision {
+		at += 0.5
+		s := snap(at)
+		for _, e := range edit {
+			e(&s)
+		}
+		return c.Step(s, map[olc.PortKey]PortStats{key: st})
+	}
+}
+
 func mustNew(t *testing.T, cfg Config) *Controller {
 	t.Helper()
 	c, err := New(cfg)

@@ -21,15 +21,7 @@ func measuredTick(p95, responses float64) PortStats {
 // 5 minutes must not move the baseline or the target; once the overload is
 // over, quiet ticks teach again, and only after baselineQuiet of them.
 func TestBaselineNotFromOverload(t *testing.T) {
-	cfg := cfgWith()
-	key := olc.PortKey{Proto: olc.ProtoTCP, Port: 80}
-	cfg.Ports = []PortConfig{{Key: key, Class: olc.ClassNormal, Target: ResponseTarget{Auto: true}}}
-	c := mustNew(t, cfg)
-	at := 0.0
-	step := func(st PortStats) Decision {
-		at += 0.5
-		return c.Step(snap(at), map[olc.PortKey]PortStats{key: st})
-	}
+	step := onePort(t, cfgWith(), olc.PortKey{Proto: olc.ProtoTCP, Port: 80}, ResponseTarget{Auto: true})
 	for range 20 {
 		step(measuredTick(0.010, 100))
 	}

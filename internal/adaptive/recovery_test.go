@@ -107,14 +107,7 @@ func TestQueueLawNoLoadFloor(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := cfgWith()
-			cfg.Ports = []PortConfig{{Key: key, Class: olc.ClassNormal, Target: ResponseTarget{Auto: true}}}
-			c := mustNew(t, cfg)
-			at := 0.0
-			step := func(st PortStats) Decision {
-				at += 0.5
-				return c.Step(snap(at), map[olc.PortKey]PortStats{key: st})
-			}
+			step := onePort(t, cfgWith(), key, ResponseTarget{Auto: true})
 			// 1.5 C from the first tick: the queue grows, the loop starts.
 			d := step(PortStats{New: 120, Response: PortResponse{Available: true, P95: 0.3, Samples: 90,
 				Requests: 120, Responses: 90, Inflight: 60}})
