@@ -5,14 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/rules"
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // patchServer answers PATCH /v1/config on a unix socket as the daemon
@@ -37,15 +36,7 @@ func patchServer(t *testing.T) (string, *[]string) {
 		}
 		json.NewEncoder(w).Encode(api.Status{})
 	})
-	sock := filepath.Join(t.TempDir(), "olcd.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: mux}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return sock, &got
+	return testutil.ServeUnixHTTP(t, mux), &got
 }
 
 // TestSetThresholdProblems: `olcd set threshold` sends a value the daemon

@@ -11,20 +11,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // serve answers the admin API on a unix socket with h.
 func serve(t *testing.T, h http.Handler) string {
 	t.Helper()
-	sock := filepath.Join(t.TempDir(), "olcd.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: h}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return sock
+	return testutil.ServeUnixHTTP(t, h)
 }
 
 func TestClient(t *testing.T) {

@@ -5,7 +5,9 @@ package testutil
 
 import (
 	"net"
+	"net/http"
 	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -37,4 +39,18 @@ func AcceptAll(ln net.Listener, handle func(net.Conn)) {
 		}
 		go handle(c)
 	}
+}
+
+// ServeUnixHTTP answers HTTP with h on a unix socket in t's temporary
+// directory, as olcd's admin API does, until t ends; it returns the
+// socket's path.
+func ServeUnixHTTP(t testing.TB, h http.Handler) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "olcd.sock")
+	ln, err := net.Listen("unix", sock)
+	Must(t, err)
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return sock
 }
