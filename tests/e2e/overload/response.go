@@ -49,11 +49,27 @@ type ResponseResult struct {
 }
 
 // Agree reports whether p50 and p95 agree within 5 % or 0.5 ms, whichever
-// is larger.
+// is larger (issue 15's line), olcd's quantile read as its bucket's middle.
 func (r *ResponseResult) Agree() bool {
-	ok := func(client, olcd float64) bool { return math.Abs(client-olcd) <= math.Max(0.05*client, 0.5) }
+	ok := func(client, olcd float64) bool { return math.Abs(client-olcd) <= agreeTolerance(client) }
 	return ok(r.ClientP50Ms, r.OlcdP50Ms) && ok(r.ClientP95Ms, r.OlcdP95Ms)
 }
+
+// AgreeBucket reports whether the clients' p50 and p95 lie within 5 % or
+// 0.5 ms of the histogram bucket olcd's quantile falls in, counted from the
+// bucket's edges: what a bucket (3.2 % either side of its middle at 10 ms)
+// can say at all.
+func (r *ResponseResult) AgreeBucket() bool {
+	ok := func(client, olcd float64) bool {
+		lo, hi := resptime.Bounds(resptime.Bucket(time.Duration(olcd * 1e6)))
+		tol := agreeTolerance(client)
+		return client >= lo*1e3-tol && client <= hi*1e3+tol
+	}
+	return ok(r.ClientP50Ms, r.OlcdP50Ms) && ok(r.ClientP95Ms, r.OlcdP95Ms)
+}
+
+// agreeTolerance is 5 % of ms or 0.5 ms, whichever is larger, in ms.
+func agreeTolerance(ms float64) float64 { return math.Max(0.05*ms, 0.5) }
 
 // RunResponse runs rc with olcd observing (nothing is shed) and returns
 // both sides' quantiles. olcd's come from the difference of the work port's
