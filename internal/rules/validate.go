@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/lb"
 	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/ranges"
 )
@@ -61,7 +62,7 @@ func (d *decoder) validate(c *Config) {
 	for s := range c.Thresholds {
 		sig := olc.Signal(s)
 		x := c.Thresholds[s]
-		if !d.thresholdSet[s] && x == 0 {
+		if !d.set[s] && x == 0 {
 			continue
 		}
 		if msg, hint := thresholdCheck(sig, x); msg != "" {
@@ -197,8 +198,8 @@ func (d *decoder) where(field, from string) string {
 	if n == nil {
 		return "line 0"
 	}
-	if f := d.at(from); f == nil || d.file(f) != d.file(n) {
-		return fmt.Sprintf("%s:%d", d.file(n), n.Line)
+	if f := d.at(from); f == nil || f.file != n.file {
+		return fmt.Sprintf("%s:%d", n.file, n.Line)
 	}
 	return fmt.Sprintf("line %d", n.Line)
 }
@@ -229,6 +230,17 @@ func (d *decoder) warn(c *Config) []Warning {
 		}
 		if allObserve && d.at("mode") != nil {
 			d.warnAt("mode", "observe on every port: olcd only counts what it would drop (fine for a first rollout; enforce one port next)")
+		}
+	}
+	if d.at("signals") != nil {
+		var left []string
+		for s, t := range DefaultThresholds() {
+			if t > 0 && !d.named[s] {
+				left = append(left, olc.Signal(s).String())
+			}
+		}
+		if len(left) > 0 {
+			d.warnAt("signals", fmt.Sprintf("the list replaces the default signals: %s not used (list them to keep them, or write %s: off to say so)", orList(left), left[0]))
 		}
 	}
 	if c.Cgroup == "" {
@@ -291,14 +303,21 @@ func (d *decoder) warn(c *Config) []Warning {
 	return d.warnings
 }
 
-// sortProblems orders problems by file, then line.
-func sortProblems(ps []Problem) {
-	sort.SliceStable(ps, func(i, j int) bool {
-		if ps[i].File != ps[j].File {
-			return ps[i].File < ps[j].File
+// validateLB checks the `lb` section.
+func (d *decoder) validateLB(c *Config) {
+	if a := c.LB.Agent; a.Address != "" && !d.failed["lb.agent.address"] {
+		if err := lb.CheckAddress(a.Address, a.AllowAny); err != nil {
+			d.addAt("lb.agent.address", err.Error(), "the listener tells anyone who connects the node's weight: bind the address the load balancer reaches")
+		} else if a.Address == c.MetricsAddress {
+			d.addAt("lb.agent.address", fmt.Sprintf("%q is also metrics.address", a.Address), "use another port, e.g. 9478")
 		}
-		return ps[i].Line < ps[j].Line
-	})
+	}
+	for _, pr := range ranges.Check(c.LB.Agent) {
+		d.addAt("lb.agent."+pr.Key, pr.Msg, pr.Hint)
+	}
+	for _, pr := range ranges.Check(c.LB.Weight) {
+		d.addAt("lb."+pr.Key, pr.Msg, pr.Hint)
+	}
 }
 
 // validateCgroup checks the watched cgroup: either a filesystem path under
