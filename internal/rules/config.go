@@ -1,5 +1,8 @@
 package rules
 
+// deploy/olcd.yaml spells out defaults() by the schema (TestDeployConfigGenerated).
+//go:generate go test -run TestDeployConfigGenerated -update .
+
 import (
 	"fmt"
 	"net/netip"
