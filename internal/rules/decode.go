@@ -408,82 +408,59 @@ func (d *decoder) value(n *node, v reflect.Value, field string, sf reflect.Struc
 	if l, ok := v.Addr().Interface().(leaf); ok {
 		return l.decodeYAML(d, n, field)
 	}
-	if dec, ok := scalars[v.Type()]; ok {
-		x, ok := dec(d, n, field, sf)
-		if ok {
-			v.Set(reflect.ValueOf(x))
-		}
-		return ok
-	}
-	r, _ := ranges.Of(sf)
-	switch v.Kind() {
-	case reflect.Slice:
+	if v.Kind() == reflect.Slice {
+		v.SetZero()
 		if sf.Tag.Get("auto") != "" && n.Kind == yaml.ScalarNode && !isNull(n) {
 			if n.Value != "auto" {
 				d.add(n, field, "must be auto or a list of ports, got "+kindName(n), "write ports: auto, or ports: [{port: 443, proto: tcp}]")
-				return false
 			}
-			v.SetZero()
-			return true
+			return n.Value == "auto"
 		}
-		v.SetZero()
 		return d.seq(n, field, func(item *node, f string) bool {
 			e := reflect.New(v.Type().Elem()).Elem()
-			if !d.value(item, e, f, sf) {
-				return false
+			ok := d.value(item, e, f, sf)
+			if ok {
+				v.Set(reflect.Append(v, e))
 			}
-			v.Set(reflect.Append(v, e))
-			return true
+			return ok
 		})
+	}
+	x, ok := d.scalar(n, v.Type(), field, sf)
+	if ok {
+		v.Set(reflect.ValueOf(x).Convert(v.Type()))
+	}
+	return ok
+}
+
+// scalar decodes n as a value of type t.
+func (d *decoder) scalar(n *node, t reflect.Type, field string, sf reflect.StructField) (any, bool) {
+	if dec, ok := scalars[t]; ok {
+		return dec(d, n, field, sf)
+	}
+	switch t.Kind() {
 	case reflect.String:
-		s, ok := "", false
 		if words, has := sf.Tag.Lookup("enum"); has {
-			s, ok = d.enum(n, field, strings.Split(words, ","))
-		} else {
-			s, ok = d.str(n, field)
+			return d.enum(n, field, strings.Split(words, ","))
 		}
-		if ok {
-			v.SetString(s)
-		}
-		return ok
+		return d.str(n, field)
 	case reflect.Bool:
 		var b bool
 		if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" || n.Decode(&b) != nil {
 			d.add(n, field, "must be true or false, got "+kindName(n), "")
-			return false
+			return nil, false
 		}
-		v.SetBool(b)
-		return true
+		return b, true
 	case reflect.Float64:
-		x, ok := d.number(n, field)
-		if ok {
-			v.SetFloat(x)
-		}
-		return ok
-	case reflect.Int, reflect.Int64:
-		if r.Text == "" {
-			r = ranges.Range{Lo: math.MinInt64, Hi: math.MaxInt64}
-		}
-		i, ok := d.integer(n, field, r, "")
-		if ok {
-			v.SetInt(i)
-		}
-		return ok
-	case reflect.Uint8, reflect.Uint16, reflect.Uint32:
-		what := ""
-		if r.Text == "" {
-			r = ranges.Range{Hi: float64(int64(1)<<(8*v.Type().Size()) - 1)}
-		}
-		if v.Kind() == reflect.Uint16 {
-			what = "port "
-		}
-		i, ok := d.integer(n, field, r, what)
-		if ok {
-			v.SetUint(uint64(i))
-		}
-		return ok
+		return d.number(n, field)
 	}
-	panic("rules: cannot decode into " + v.Type().String())
+	r, ok := ranges.Of(sf)
+	switch {
+	case !ok && t.Kind() >= reflect.Uint && t.Kind() <= reflect.Uint64:
+		r = ranges.Range{Hi: float64(uint64(1)<<(8*t.Size()) - 1)} // fwmark: the type's own bounds
+	case !ok:
+		panic("rules: field " + sf.Name + " needs a range tag")
+	}
+	return d.integer(n, field, r, map[bool]string{true: "port "}[t.Kind() == reflect.Uint16])
 }
 
 // fields decodes mapping n onto the struct v strictly by schema s (a key

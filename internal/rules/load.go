@@ -2,16 +2,13 @@ package rules
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
-	"io"
-	"os"
 	"slices"
-	"syscall"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/olcd/olcd/internal/olc"
+	"github.com/olcd/olcd/internal/regfile"
 )
 
 // Load reads and validates the config file at path. The error is a
@@ -31,63 +28,14 @@ func Load(path string) (*Config, []Warning, error) {
 const MaxConfigBytes = 4 << 20
 
 // ReadFile returns the content of the config file at path (symlinks
-// followed). It never blocks on what is not a config (a FIFO waits for a
-// writer for ever, a device may never end): anything but a regular file is
-// refused, checked before the open and again on the file opened with
-// O_NONBLOCK, in case a FIFO took its place in between. Errors: the path
-// cannot be read, is not a regular file, or is larger than MaxConfigBytes.
-func ReadFile(path string) ([]byte, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
-	}
-	if err := regularFile(path, fi); err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
-	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
-	}
-	defer f.Close()
-	if fi, err = f.Stat(); err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
-	}
-	if err := regularFile(path, fi); err != nil {
-		return nil, err
-	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
-	}
-	if len(data) > MaxConfigBytes {
-		return nil, fmt.Errorf("read config %s: larger than %d bytes: not a config file", path, MaxConfigBytes)
-	}
-	return data, nil
-}
+// followed), refusing without blocking what is not a regular file (a FIFO
+// waits for a writer for ever) and what is larger than MaxConfigBytes (see
+// regfile.Read).
+func ReadFile(path string) ([]byte, error) { return regfile.Read(path, "config", MaxConfigBytes) }
 
 // ErrNotRegular is wrapped by ReadFile's error for a path that is not a
 // regular file.
-var ErrNotRegular = errors.New("not a regular file")
-
-// regularFile refuses what is not a regular file, naming what it is.
-func regularFile(path string, fi os.FileInfo) error {
-	m := fi.Mode()
-	if m.IsRegular() {
-		return nil
-	}
-	what := "a special file"
-	for _, k := range []struct {
-		is   bool
-		what string
-	}{{m.IsDir(), "a directory"}, {m&os.ModeNamedPipe != 0, "a FIFO (named pipe)"}, {m&os.ModeSocket != 0, "a socket"},
-		{m&os.ModeCharDevice != 0, "a character device"}, {m&os.ModeDevice != 0, "a block device"}} {
-		if k.is {
-			what = k.what
-			break
-		}
-	}
-	return fmt.Errorf("read config %s: %s, %w: not a config file", path, what, ErrNotRegular)
-}
+var ErrNotRegular = regfile.ErrNotRegular
 
 // Parse decodes and validates a config document; source names it in
 // problems (a path, or "" for the embedded default). Keys absent from the

@@ -54,40 +54,79 @@ func parseDocument(data []byte, source string) (*node, []Problem) {
 	if root.Kind != yaml.MappingNode {
 		return nil, []Problem{{File: source, Line: root.Line, Msg: "the document must be a mapping of keys (mode:, signals:, …), got " + kindName(&node{Node: root})}}
 	}
-	if p := checkAliases(root); p != nil {
-		p.File = source
-		return nil, []Problem{*p}
+	x := expander{memo: map[*yaml.Node]*node{}, size: map[*node]int{}, file: source}
+	if e := x.expand(root); x.problem == nil {
+		return e, nil
 	}
-	return expand(root, source, map[*yaml.Node]*node{}), nil
+	x.problem.File = source
+	return nil, []Problem{*x.problem}
 }
 
-// expand returns the node tree of n, each anchor expanded once (memo) and
-// shared by its aliases.
-func expand(n *yaml.Node, file string, memo map[*yaml.Node]*node) *node {
-	for n.Kind == yaml.AliasNode {
-		n = n.Alias
+// maxAliasNodes bounds how many nodes aliases may expand to in one
+// document: anchors nested ten deep, each aliased ten times, are ten billion
+// nodes ("billion laughs"), which the decoder, a merge or PatchPaths would
+// walk. Real configs repeat a few small blocks. go-yaml's own limit applies
+// only inside its Decode, without a line, and stops at the first unrelated
+// error, so it cannot vouch for a whole document.
+const maxAliasNodes = 100000
+
+// expander builds the node tree of one document: each anchor expanded once
+// (memo) and shared by its aliases, whose expanded sizes are added up in
+// document order (total), so that the first alias crossing maxAliasNodes is
+// the one named. problem is the first alias that cannot be expanded: one
+// inside its own anchor, a merge key whose value is not a mapping or a list
+// of mappings, or that bound.
+type expander struct {
+	memo    map[*yaml.Node]*node
+	size    map[*node]int // expanded nodes under each, capped; absent while expanding
+	file    string
+	total   int
+	problem *Problem
+}
+
+func (x *expander) fail(n *yaml.Node, msg, hint string) {
+	if x.problem == nil {
+		x.problem = &Problem{Line: n.Line, Msg: msg, Hint: hint}
 	}
-	if e, ok := memo[n]; ok {
+}
+
+func (x *expander) expand(n *yaml.Node) *node {
+	if n.Kind == yaml.AliasNode {
+		e := x.expand(n.Alias)
+		if s, done := x.size[e]; !done {
+			x.fail(n, fmt.Sprintf("alias *%s refers to a node that contains it", n.Value), "an anchor cannot include itself")
+		} else if x.total += s; x.total > maxAliasNodes {
+			x.fail(n, fmt.Sprintf("aliases expand to more than %d nodes", maxAliasNodes), "write the repeated blocks out, or nest fewer aliases")
+		}
 		return e
 	}
-	e := &node{Node: n, file: file}
-	memo[n] = e
-	if n.Kind == yaml.SequenceNode {
-		for _, c := range n.Content {
-			e.vals = append(e.vals, expand(c, file, memo))
+	if e, ok := x.memo[n]; ok {
+		return e
+	}
+	e := &node{Node: n, file: x.file}
+	x.memo[n] = e
+	size, explicit, merged := 1, map[string]bool{}, map[string]bool{}
+	var kids []*node
+	for i, c := range n.Content {
+		if x.problem != nil {
+			return e
+		}
+		k := x.expand(c)
+		size = min(size+x.size[k], 1<<40)
+		kids = append(kids, k)
+		if n.Kind == yaml.MappingNode && i%2 == 0 {
+			explicit[k.Value] = explicit[k.Value] || !isMergeKey(k)
 		}
 	}
+	x.size[e] = size
 	if n.Kind != yaml.MappingNode {
+		e.vals = kids
 		return e
 	}
 	e.keys = []*node{}
-	explicit, merged := map[string]bool{}, map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		explicit[n.Content[i].Value] = !isMergeKey(n.Content[i])
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := expand(n.Content[i], file, memo), expand(n.Content[i+1], file, memo)
-		if !isMergeKey(k.Node) {
+	for i := 0; i+1 < len(kids); i += 2 {
+		k, v := kids[i], kids[i+1]
+		if !isMergeKey(k) {
 			e.add(k, v)
 			continue
 		}
@@ -96,7 +135,11 @@ func expand(n *yaml.Node, file string, memo map[*yaml.Node]*node) *node {
 			items = v.vals
 		}
 		for _, m := range items {
-			for j, mk := range m.keys {
+			if m.Kind != yaml.MappingNode {
+				x.fail(n.Content[i+1], "<< merges mappings only, got "+kindName(m), "write <<: *anchor, where the anchor is a mapping")
+				return e
+			}
+			for j, mk := range m.keys { // the first merged mapping to give a key wins
 				if mk.Kind == yaml.ScalarNode && !explicit[mk.Value] && !merged[mk.Value] {
 					merged[mk.Value] = true
 					e.add(mk, m.vals[j])
@@ -123,103 +166,7 @@ func (n *node) get(key string) *node {
 
 // isMergeKey reports whether k is YAML's merge key: a plain `<<`, which
 // go-yaml tags !!merge (a quoted "<<" is an ordinary key).
-func isMergeKey(k *yaml.Node) bool {
-	for k.Kind == yaml.AliasNode {
-		k = k.Alias
-	}
-	return k.Kind == yaml.ScalarNode && k.Tag == "!!merge"
-}
-
-// maxAliasNodes bounds how many nodes aliases may expand to in one
-// document: anchors nested ten deep, each aliased ten times, are ten billion
-// nodes ("billion laughs"), which would exhaust memory in a merge or a walk.
-// Real configs repeat a few small blocks. go-yaml's own limit applies only
-// inside its Decode, without a line, and stops at the first unrelated
-// error, so it cannot vouch for a whole document.
-const maxAliasNodes = 100000
-
-// checkAliases returns the first problem with the aliases of the document
-// at root, or nil: an alias inside the node it refers to, a merge key whose
-// value is not a mapping or a list of mappings, or aliases that expand to
-// more than maxAliasNodes nodes, placed at the alias whose expansion crosses
-// the bound. Sizes are memoized, so the check is linear in the document.
-func checkAliases(root *yaml.Node) *Problem {
-	size, active := map[*yaml.Node]int{}, map[*yaml.Node]bool{}
-	var problem *Problem
-	fail := func(n *yaml.Node, msg, hint string) {
-		if problem == nil {
-			problem = &Problem{Line: n.Line, Msg: msg, Hint: hint}
-		}
-	}
-	var expanded func(n *yaml.Node) int // nodes n stands for, capped
-	expanded = func(n *yaml.Node) int {
-		if s, ok := size[n]; ok || problem != nil {
-			return s
-		}
-		if n.Kind == yaml.AliasNode {
-			if active[n.Alias] {
-				fail(n, fmt.Sprintf("alias *%s refers to a node that contains it", n.Value), "an anchor cannot include itself")
-				return 0
-			}
-			return expanded(n.Alias)
-		}
-		active[n] = true
-		s := 1
-		for i, c := range n.Content {
-			if n.Kind == yaml.MappingNode && i%2 == 0 && i+1 < len(n.Content) && isMergeKey(c) {
-				if m := notMergeable(n.Content[i+1]); m != nil {
-					fail(n.Content[i+1], "<< merges mappings only, got "+kindName(&node{Node: m}), "write <<: *anchor, where the anchor is a mapping")
-				}
-			}
-			s = min(s+expanded(c), 1<<40)
-		}
-		delete(active, n)
-		size[n] = s
-		return s
-	}
-	// Only what aliases add counts, as the outermost aliases of the written
-	// tree are met in document order.
-	total := 0
-	var walk func(n *yaml.Node)
-	walk = func(n *yaml.Node) {
-		if problem != nil {
-			return
-		}
-		if n.Kind == yaml.AliasNode {
-			if total += expanded(n.Alias); total > maxAliasNodes {
-				fail(n, fmt.Sprintf("aliases expand to more than %d nodes", maxAliasNodes), "write the repeated blocks out, or nest fewer aliases")
-			}
-			return
-		}
-		expanded(n) // finds cycles and merge keys in what is written once
-		for _, c := range n.Content {
-			walk(c)
-		}
-	}
-	walk(root)
-	return problem
-}
-
-// notMergeable returns the value a merge key cannot merge (v itself, or an
-// item of a list), or nil when v is a mapping or a list of mappings.
-func notMergeable(v *yaml.Node) *yaml.Node {
-	for v.Kind == yaml.AliasNode {
-		v = v.Alias
-	}
-	items := []*yaml.Node{v}
-	if v.Kind == yaml.SequenceNode {
-		items = v.Content
-	}
-	for _, m := range items {
-		for m.Kind == yaml.AliasNode {
-			m = m.Alias
-		}
-		if m.Kind != yaml.MappingNode {
-			return m
-		}
-	}
-	return nil
-}
+func isMergeKey(k *node) bool { return k.Kind == yaml.ScalarNode && k.Tag == "!!merge" }
 
 // syntaxProblem turns a go-yaml error into a Problem. go-yaml reports
 // parser errors at the start of the enclosing block, which points at the
