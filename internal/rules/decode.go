@@ -68,12 +68,15 @@ func newDecoder(source string) *decoder {
 
 // add records a problem at n (nil: the document as a whole).
 func (d *decoder) add(n *node, field, msg, hint string) {
-	p := Problem{File: d.fallback, Field: field, Msg: msg, Hint: hint}
 	d.failed[field] = true
-	if n != nil {
-		p.File, p.Line = n.file, n.Line
+	d.problems = append(d.problems, d.problemAt(n, field, msg, hint))
+}
+
+func (d *decoder) problemAt(n *node, field, msg, hint string) Problem {
+	if n == nil {
+		return Problem{File: d.fallback, Field: field, Msg: msg, Hint: hint}
 	}
-	d.problems = append(d.problems, p)
+	return Problem{File: n.file, Line: n.Line, Field: field, Msg: msg, Hint: hint}
 }
 
 // at returns the node recorded for field, or for its closest recorded
@@ -96,11 +99,7 @@ func (d *decoder) addAt(field, msg, hint string) { d.add(d.at(field), field, msg
 
 // warnAt records a warning at the node of field.
 func (d *decoder) warnAt(field, msg string) {
-	w := Warning{File: d.fallback, Field: field, Msg: msg}
-	if n := d.at(field); n != nil {
-		w.File, w.Line = n.file, n.Line
-	}
-	d.warnings = append(d.warnings, w)
+	d.warnings = append(d.warnings, d.problemAt(d.at(field), field, msg, ""))
 }
 
 // join builds a field path.
