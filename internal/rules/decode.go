@@ -3,7 +3,6 @@ package rules
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net/netip"
 	"reflect"
 	"regexp"
@@ -227,19 +226,12 @@ func suggest(s string, values []string) string {
 	return closest(s, values)
 }
 
-// number returns a numeric scalar.
+// number returns a numeric scalar (YAML's own resolution: 1_000, 0x10,
+// .inf and .nan are numbers).
 func (d *decoder) number(n *node, field string) (float64, bool) {
-	text := strings.ReplaceAll(n.Value, "_", "")
-	if n.Kind == yaml.ScalarNode && (n.Tag == "!!int" || n.Tag == "!!float") {
-		if v, err := strconv.ParseFloat(text, 64); err == nil {
-			return v, true
-		}
-		if i, err := strconv.ParseInt(text, 0, 64); err == nil {
-			return float64(i), true
-		}
-		if v, ok := map[string]float64{".nan": math.NaN(), ".inf": math.Inf(1), "+.inf": math.Inf(1), "-.inf": math.Inf(-1)}[strings.ToLower(n.Value)]; ok && n.Tag == "!!float" {
-			return v, true
-		}
+	var v float64
+	if n.Kind == yaml.ScalarNode && (n.Tag == "!!int" || n.Tag == "!!float") && n.Decode(&v) == nil {
+		return v, true
 	}
 	hint := quotedNumberHint(n)
 	if pct, ok := strings.CutSuffix(strings.TrimSpace(n.Value), "%"); ok && n.Kind == yaml.ScalarNode {
@@ -249,7 +241,7 @@ func (d *decoder) number(n *node, field string) (float64, bool) {
 	}
 	if n.Kind == yaml.ScalarNode && n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) == 0 {
 		// go-yaml reads 1e400 as text: it is a number, too large for one.
-		if _, err := strconv.ParseFloat(text, 64); errors.Is(err, strconv.ErrRange) {
+		if _, err := strconv.ParseFloat(strings.ReplaceAll(n.Value, "_", ""), 64); errors.Is(err, strconv.ErrRange) {
 			d.add(n, field, fmt.Sprintf("%s is beyond the range of a number (about ±1.8e308)", n.Value), "")
 			return 0, false
 		}
