@@ -46,6 +46,7 @@ Usage:
   olcd set patch FILE|-               apply a partial config document live
   olcd reload                         re-read the config file (like SIGHUP)
   olcd check-config FILE              validate a config; exit 1 listing every problem
+  olcd config show [--config FILE]    print the effective config, each value with its origin
   olcd simulate --config FILE --trace FILE.csv [--out FILE.csv] [--plot FILE.png]
   olcd record --out FILE.csv [--duration 5m]   record this node's signals as a trace
   olcd version                        print the version
@@ -75,6 +76,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdReload(rest, stdout, stderr)
 	case "check-config":
 		err = cmdCheckConfig(rest, stdout, stderr)
+	case "config":
+		err = cmdConfig(rest, stdout, stderr)
 	case "simulate":
 		err = cmdSimulate(rest, stdout, stderr)
 	case "record":

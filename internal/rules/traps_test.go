@@ -79,3 +79,42 @@ func TestTraps(t *testing.T) {
 		t.Errorf("patched thresholds %v, want %v", p.Thresholds, want)
 	}
 }
+
+// TestSettings: `olcd config show` lists every key with its value and
+// origin: the default, the file's line, or a live override's (issue 28:
+// no command printed the effective config).
+func TestSettings(t *testing.T) {
+	c, _, err := Parse([]byte("mode: enforce\nports: [443]\n"), "x.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _, err = c.Patch([]byte("controller: {ki: 0.3}\nsignals: {cpu_busy: {threshold: 0.8}}"), "live patch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Setting{}
+	for _, s := range c.Settings() {
+		got[s.Key] = s
+	}
+	for _, want := range []Setting{
+		{"mode", "enforce", "x.yaml:1"},
+		{"ports", "[tcp/443 class normal]", "x.yaml:2"},
+		{"controller.ki", "0.3", "live patch:1"},
+		{"controller.kp", "0.1", "default"},
+		{"controller.response_target", "auto", "default"},
+		{"signals.cpu_busy.threshold", "0.8", "live patch:2"},
+		{"signals.psi_cpu_some.threshold", "0.5", "default"},
+		{"action.dscp", "unset", "default"},
+		{"exceptions.management", "[tcp/22]", "default"},
+		{"metrics.address", "127.0.0.1:9477", "default"},
+		{"lb.agent.address", `""`, "default"},
+		{"datapath.flow_table_size", "16384", "default"},
+	} {
+		if got[want.Key] != want {
+			t.Errorf("%s: %+v, want %+v", want.Key, got[want.Key], want)
+		}
+	}
+	if n := len(Default().Settings()); n < 50 {
+		t.Errorf("%d settings, want every key", n)
+	}
+}
