@@ -73,11 +73,11 @@ func (d *Daemon) ready(now time.Time) error {
 	if len(st.Interfaces) == 0 {
 		return fmt.Errorf("no interface attached (waiting: %v)", st.InterfacesWaiting)
 	}
-	s, err := d.dp.Stats()
+	s, err := d.eng.dp.Stats()
 	if err != nil {
 		return fmt.Errorf("datapath counters unreadable: %w", err)
 	}
-	d.dp.ReleaseStats(s)
+	d.eng.dp.ReleaseStats(s)
 	return nil
 }
 

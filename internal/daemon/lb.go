@@ -13,6 +13,7 @@ import (
 	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/lb"
+	"github.com/olcd/olcd/internal/loader"
 	"github.com/olcd/olcd/internal/rules"
 
 	"github.com/olcd/olcd/internal/olc"
@@ -35,12 +36,12 @@ type lbState struct {
 // initLB sets up the weigher and agent (nothing listens yet) and registers
 // the metrics.
 func (d *Daemon) initLB() error {
-	w, err := lb.NewWeigher(d.cfg.LB.Weight)
+	w, err := lb.NewWeigher(d.eng.cfg.LB.Weight)
 	if err != nil {
 		return fmt.Errorf("lb: %w", err)
 	}
 	d.lb.weigher = w
-	d.lb.agent = lb.NewAgent(lb.AgentConfig{SendWait: agentSendWait(d.cfg)}, d.log.With("component", "lb-agent"))
+	d.lb.agent = lb.NewAgent(lb.AgentConfig{SendWait: agentSendWait(d.eng.cfg)}, d.log.With("component", "lb-agent"))
 	d.lb.report.Store(lb.FullWeight())
 	d.metrics.reg.MustRegister(&lbCollector{d: d})
 	return nil
@@ -59,7 +60,7 @@ func agentSendWait(cfg *rules.Config) time.Duration {
 // the datapath attaches (a busy address fails the start); the returned
 // function closes it and waits for the connections in hand.
 func (d *Daemon) startLB() (stop func(), err error) {
-	if err := d.listenAgent(d.cfg.LB.Agent.Address); err != nil {
+	if err := d.listenAgent(d.eng.cfg.LB.Agent.Address); err != nil {
 		return nil, err
 	}
 	return func() { d.closeAgent() }, nil
@@ -122,18 +123,18 @@ func (d *Daemon) closeAgent() {
 // new report to the agent and GET /v1/lb, and follows a reload of the lb
 // section's send_wait and weight parameters (apply moves the address).
 func (d *Daemon) updateLB() {
-	cfg := d.cfg
+	cfg := d.eng.cfg
 	if err := d.lb.weigher.SetParams(cfg.LB.Weight); err != nil {
 		d.log.Error("lb weight parameters", "err", err)
 	}
 	d.lb.agent.SetSendWait(agentSendWait(cfg))
-	rep := d.lb.weigher.Update(lbInput(cfg, d.ports, d.last))
+	rep := d.lb.weigher.Update(lbInput(cfg, d.eng.ports, d.eng.last))
 	d.lb.report.Store(rep)
 	d.lb.agent.Publish(rep)
 }
 
 // lbInput is the tick r as the weigher reads it.
-func lbInput(cfg *rules.Config, ports []portEntry, r tickResult) lb.Input {
+func lbInput(cfg *rules.Config, ports []loader.PortPolicy, r tickResult) lb.Input {
 	dec := r.decision
 	bound := cfg.Controller.Bound()
 	atBound := func(p float64) bool { return dec.Overloaded && p >= bound-1e-9 }
@@ -152,20 +153,20 @@ func lbInput(cfg *rules.Config, ports []portEntry, r tickResult) lb.Input {
 	nodeMode := cfg.Mode
 	var offered, admitted float64
 	for _, p := range ports {
-		pd := byKey[p.key]
-		dl := r.deltas[p.key]
+		pd := byKey[p.Key]
+		dl := r.deltas[p.Key]
 		pi := lb.PortInput{
-			Key: p.key, Mode: p.mode, DropProbability: pd.DropProbability, AtBound: atBound(pd.DropProbability),
+			Key: p.Key, Mode: p.Mode, DropProbability: pd.DropProbability, AtBound: atBound(pd.DropProbability),
 			OfferedPerS: rate(dl.NewConns), AdmittedPerS: rate(dl.NewConns - min(dl.Dropped, dl.NewConns)),
 		}
-		if pr, ok := r.resp[p.key]; ok && pr.Available {
+		if pr, ok := r.resp[p.Key]; ok && pr.Available {
 			p50, p95, p99 := pr.P50, pr.P95, pr.P99
 			pi.ResponseTime = &lb.ResponseTime{P50S: &p50, P95S: &p95, P99S: &p99}
 		}
 		offered += pi.OfferedPerS
 		admitted += pi.AdmittedPerS
 		in.Ports = append(in.Ports, pi)
-		if p.mode == olc.ModeEnforce {
+		if p.Mode == olc.ModeEnforce {
 			nodeMode = olc.ModeEnforce
 		}
 	}

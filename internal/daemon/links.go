@@ -3,9 +3,11 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
 
 	"github.com/olcd/olcd/internal/loader"
@@ -23,6 +25,16 @@ const linkEventBuffer = 4 << 20
 // resubscribeAfter is the pause before subscribing again to link events
 // after the subscription ended with an error.
 const resubscribeAfter = time.Second
+
+// linkState is what following the interfaces keeps between two syncs.
+// Owned by the tick loop.
+type linkState struct {
+	log       *slog.Logger
+	changes   *prometheus.CounterVec // olcd_interface_changes_total, by change
+	following bool                   // set by Run once attached
+	warned    map[string]string      // interface → the last problem logged for it
+	waiting   []string               // listed interfaces that do not exist
+}
 
 // watchLinks returns a channel that receives a value (coalesced: capacity
 // 1) whenever a link of the daemon's network namespace is created, deleted
@@ -100,21 +112,27 @@ func (d *Daemon) watchLinks(ctx context.Context) <-chan struct{} {
 // failures once per interface until they change; "no interface attached" only
 // when the periodic check (periodic true) still finds none.
 func (d *Daemon) syncInterfaces(periodic bool) {
+	d.links.sync(d.eng.dp, d.eng.cfg.Interfaces, d.eng.limits.attach, periodic)
+}
+
+// sync is syncInterfaces for the interface list listed, on dp, attaching
+// with mode attach.
+func (l *linkState) sync(dp datapath, listed []string, attach olc.AttachMode, periodic bool) {
 	links, err := listLinks()
 	if err != nil {
-		d.warnLink("", err.Error())
+		l.warnLink("", err.Error())
 		return
 	}
 	byName := make(map[string]netlink.Link, len(links))
 	byIndex := make(map[int]netlink.Link, len(links))
-	for _, l := range links {
-		byIndex[l.Attrs().Index] = l
-		byName[l.Attrs().Name] = l
-		for _, alt := range l.Attrs().AltNames {
-			byName[alt] = l
+	for _, ln := range links {
+		byIndex[ln.Attrs().Index] = ln
+		byName[ln.Attrs().Name] = ln
+		for _, alt := range ln.Attrs().AltNames {
+			byName[alt] = ln
 		}
 	}
-	auto := len(d.cfg.Interfaces) == 0
+	auto := len(listed) == 0
 	want := map[int]string{}      // ifindex → the name to attach it by
 	var skipped map[string]string // auto: links left out, with the reason
 	if auto {
@@ -124,25 +142,25 @@ func (d *Daemon) syncInterfaces(periodic bool) {
 			want[byName[n].Attrs().Index] = n
 		}
 	}
-	d.waiting = d.waiting[:0]
-	for _, n := range d.cfg.Interfaces {
-		if l, ok := byName[n]; ok {
-			want[l.Attrs().Index] = n
+	l.waiting = l.waiting[:0]
+	for _, n := range listed {
+		if ln, ok := byName[n]; ok {
+			want[ln.Attrs().Index] = n
 		} else {
-			d.waiting = append(d.waiting, n)
-			d.noteLink(n, "listed interface does not exist; it is attached when it appears")
+			l.waiting = append(l.waiting, n)
+			l.noteLink(n, "listed interface does not exist; it is attached when it appears")
 		}
 	}
 
 	attached := map[int]bool{}
-	for _, a := range d.dp.Attachments() {
-		l, exists := byIndex[a.Ifindex]
+	for _, a := range dp.Attachments() {
+		ln, exists := byIndex[a.Ifindex]
 		why := ""
 		switch {
 		case !exists:
 			why = "interface deleted"
-		case l.Attrs().Name != a.Interface:
-			why = "interface renamed to " + l.Attrs().Name
+		case ln.Attrs().Name != a.Interface:
+			why = "interface renamed to " + ln.Attrs().Name
 		case auto && skipped[a.Interface] != "":
 			why = "no longer selected: " + skipped[a.Interface]
 		case !auto && want[a.Ifindex] == "":
@@ -152,12 +170,12 @@ func (d *Daemon) syncInterfaces(periodic bool) {
 			attached[a.Ifindex] = true
 			continue
 		}
-		if err := d.dp.Detach(a.Interface); err != nil {
-			d.log.Warn("detach interface", "interface", a.Interface, "reason", why, "err", err)
+		if err := dp.Detach(a.Interface); err != nil {
+			l.log.Warn("detach interface", "interface", a.Interface, "reason", why, "err", err)
 		} else {
-			d.log.Info("interface detached", "interface", a.Interface, "reason", why)
+			l.log.Info("interface detached", "interface", a.Interface, "reason", why)
 		}
-		d.metrics.interfaceChanges.WithLabelValues("detached").Inc()
+		l.changes.WithLabelValues("detached").Inc()
 	}
 
 	names := make([]string, 0, len(want))
@@ -168,24 +186,24 @@ func (d *Daemon) syncInterfaces(periodic bool) {
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		if err := d.dp.Attach(n, olc.AttachMode(d.limits.attach)); err != nil {
+		if err := dp.Attach(n, attach); err != nil {
 			if loader.InterfaceGone(err) {
-				d.noteLink(n, "interface gone while being attached")
+				l.noteLink(n, "interface gone while being attached")
 			} else {
-				d.warnLink(n, err.Error())
+				l.warnLink(n, err.Error())
 			}
 			continue
 		}
-		delete(d.linkWarned, n)
-		d.metrics.interfaceChanges.WithLabelValues("attached").Inc()
+		delete(l.warned, n)
+		l.changes.WithLabelValues("attached").Inc()
 		// The loader's "datapath attached" names the hook and mode.
-		d.log.Info("interface attached", "interface", n)
+		l.log.Info("interface attached", "interface", n)
 	}
 	switch {
-	case len(d.dp.Attachments()) > 0:
-		delete(d.linkWarned, "")
+	case len(dp.Attachments()) > 0:
+		delete(l.warned, "")
 	case periodic:
-		d.warnLink("", "no interface attached: nothing is protected until one is")
+		l.warnLink("", "no interface attached: nothing is protected until one is")
 	}
 }
 
@@ -221,32 +239,32 @@ func checkListed(cfg *rules.Config, names []string) error {
 
 // warnLink logs a problem with an interface ("" for all of them) at warning
 // level unless the same one was logged last for it.
-func (d *Daemon) warnLink(name, problem string) {
-	if !d.newLinkProblem(name, problem) {
+func (l *linkState) warnLink(name, problem string) {
+	if !l.newLinkProblem(name, problem) {
 		return
 	}
 	if name == "" {
-		d.log.Warn(problem)
+		l.log.Warn(problem)
 		return
 	}
-	d.log.Warn("interface not attached", "interface", name, "problem", problem)
+	l.log.Warn("interface not attached", "interface", name, "problem", problem)
 }
 
 // noteLink is warnLink at info level, for what happens to interfaces in
 // normal operation.
-func (d *Daemon) noteLink(name, what string) {
-	if d.newLinkProblem(name, what) {
-		d.log.Info("interface not attached", "interface", name, "reason", what)
+func (l *linkState) noteLink(name, what string) {
+	if l.newLinkProblem(name, what) {
+		l.log.Info("interface not attached", "interface", name, "reason", what)
 	}
 }
 
-func (d *Daemon) newLinkProblem(name, problem string) bool {
-	if d.linkWarned == nil {
-		d.linkWarned = map[string]string{}
+func (l *linkState) newLinkProblem(name, problem string) bool {
+	if l.warned == nil {
+		l.warned = map[string]string{}
 	}
-	if prev, ok := d.linkWarned[name]; ok && prev == problem {
+	if prev, ok := l.warned[name]; ok && prev == problem {
 		return false
 	}
-	d.linkWarned[name] = problem
+	l.warned[name] = problem
 	return true
 }

@@ -217,12 +217,12 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descAttach, 1, a.Name, a.Hook, a.Mode)
 	}
 
-	stats, err := c.d.dp.Stats()
+	stats, err := c.d.eng.dp.Stats()
 	gauge(descDPErr, b2f(err == nil))
 	if err != nil {
 		return
 	}
-	defer c.d.dp.ReleaseStats(stats) // everything below copies what it reads
+	defer c.d.eng.dp.ReleaseStats(stats) // everything below copies what it reads
 	for i, p := range st.Ports {
 		labels := []string{p.Proto, strconv.Itoa(int(p.Port)), p.Class}
 		gauge(descPortP, p.DropProbability, labels...)

@@ -69,7 +69,7 @@ func TestReloadRefusesEmptyTruncatedAndSpecial(t *testing.T) {
 	d := startTestDaemon(t, good)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			running := d.cfg
+			running := d.eng.cfg
 			fail0 := counterValue(t, d.metrics.reloadFailures)
 			if err := os.RemoveAll(d.path); err != nil {
 				t.Fatal(err)
@@ -86,8 +86,8 @@ func TestReloadRefusesEmptyTruncatedAndSpecial(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("reload: %v, want %q", err, tt.want)
 			}
-			if d.cfg != running || d.cfg.Mode != olc.ModeEnforce || d.cfg.PortsAuto || len(d.ports) != 2 {
-				t.Errorf("running config changed: mode %v, auto %v, %d ports", d.cfg.Mode, d.cfg.PortsAuto, len(d.ports))
+			if d.eng.cfg != running || d.eng.cfg.Mode != olc.ModeEnforce || d.eng.cfg.PortsAuto || len(d.eng.ports) != 2 {
+				t.Errorf("running config changed: mode %v, auto %v, %d ports", d.eng.cfg.Mode, d.eng.cfg.PortsAuto, len(d.eng.ports))
 			}
 			if got := counterValue(t, d.metrics.reloadFailures); got != fail0+1 {
 				t.Errorf("olcd_config_reload_failures_total %v, want %v", got, fail0+1)

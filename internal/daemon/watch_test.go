@@ -25,11 +25,10 @@ func startWatch(t *testing.T, initial string) *watchTest {
 	if err := os.WriteFile(path, []byte(initial), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	d := &Daemon{opts: Options{ConfigPath: path}, log: slog.New(slog.DiscardHandler)}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	w := &watchTest{path: path, out: make(chan configLoad, 8)}
-	d.watchConfig(ctx, w.out)
+	newFileWatch(path, slog.New(slog.DiscardHandler)).start(ctx, w.out)
 	return w
 }
 
