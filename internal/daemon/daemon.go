@@ -119,9 +119,10 @@ func New(opts Options) (*Daemon, error) {
 	d.eng = &engine{log: log, metrics: d.metrics, cfg: l.cfg}
 	d.links.log, d.links.changes = log, d.metrics.interfaceChanges
 	d.metrics.reg.MustRegister(&boundsCollector{d: d})
-	if err := d.initLB(); err != nil {
+	if err := d.lb.init(l.cfg, log); err != nil {
 		return nil, err
 	}
+	d.metrics.reg.MustRegister(&lbCollector{l: &d.lb})
 	return d, nil
 }
 
@@ -300,7 +301,7 @@ func (d *Daemon) listen() (_ *listeners, err error) {
 				fmt.Errorf("listen for metrics on %s: %w", addr, err))
 		}
 	}
-	if ls.stopLB, err = d.startLB(); err != nil {
+	if ls.stopLB, err = d.lb.start(d.eng.cfg.LB.Agent.Address); err != nil {
 		return nil, err
 	}
 	return ls, nil
@@ -336,7 +337,7 @@ func (d *Daemon) serve(ctx context.Context, ls *listeners, nofile uint64) (stop 
 	// the metrics listener can delay `olcd set mode off`.
 	admin := newHTTPServer(d.withLB(newAdminHandler(d, d.log)))
 	go serveHTTP(admin, ls.admin, func(err error) { d.log.Error("admin API stopped", "err", err) })
-	go keepAdminSocket(ctx, admin, d.adminSocket(), d.log)
+	go keepAdminSocket(ctx, admin, d.adminSocket(), adminCheckEvery, d.log)
 	if ls.metrics == nil {
 		return func() { admin.Close() }
 	}
@@ -452,7 +453,7 @@ func (d *Daemon) loop(ctx context.Context, sig signals) {
 // the status for rebuilding.
 func (d *Daemon) tick() {
 	d.eng.tick()
-	d.updateLB()
+	d.lb.update(d.eng.cfg, d.eng.ports, d.eng.last)
 	if d.runCtx == nil {
 		d.publish() // not running (tests): nobody would build it
 	} else {

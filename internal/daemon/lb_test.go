@@ -86,7 +86,7 @@ func TestLBEndpoints(t *testing.T) {
 	addr := free.Addr().String()
 	free.Close()
 	d := startTestDaemon(t, testConfig(1, "500ms", "5s", 4)+"lb: {agent: {address: "+addr+"}}\n")
-	stop, err := d.startLB()
+	stop, err := d.lb.start(d.eng.cfg.LB.Agent.Address)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestLBAgentFollowsReload(t *testing.T) {
 	defer lnBusy.Close()
 	base := testConfig(1, "500ms", "5s", 4)
 	d := startTestDaemon(t, base+"lb: {agent: {address: "+first+"}}\n")
-	stop, err := d.startLB()
+	stop, err := d.lb.start(d.eng.cfg.LB.Agent.Address)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -290,7 +290,7 @@ func (d *Daemon) reconfigure(cfg *rules.Config, ports func() []loader.PortPolicy
 		e.resetOnset()
 	}
 	if c.moveAgent {
-		d.adoptAgent(cfg.LB.Agent.Address, c.agent)
+		d.lb.adopt(cfg.LB.Agent.Address, c.agent)
 	}
 	if c.switchLog {
 		if err := e.dlog.adopt(cfg.DecisionLog, c.log); err != nil {

@@ -187,12 +187,10 @@ func TestConfigReadOffTickLoop(t *testing.T) {
 			t.Fatalf("%s: the config file was not read", what)
 		}
 		t0 := d.Status().Ticks
-		deadline := time.Now().Add(3 * time.Second)
-		for d.Status().Ticks < t0+5 && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
-		if got := d.Status().Ticks; got < t0+5 {
-			t.Errorf("%s: %d ticks in 3 s while the config read hangs, want ≥ 5 at 100ms", what, got-t0)
+		if err := testutil.WaitFor(3*time.Second, 20*time.Millisecond, func() (bool, error) {
+			return d.Status().Ticks >= t0+5, nil
+		}); err != nil {
+			t.Errorf("%s: %d ticks in 3 s while the config read hangs, want ≥ 5 at 100ms", what, d.Status().Ticks-t0)
 		}
 		sctx, scancel := context.WithTimeout(context.Background(), time.Second)
 		defer scancel()
@@ -205,14 +203,12 @@ func TestConfigReadOffTickLoop(t *testing.T) {
 	}
 	applied := func(what string) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for time.Now().Before(deadline) {
-			if st := d.Status(); st.Mode == "enforce" && len(st.Overrides) == 0 {
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
+		if err := testutil.WaitFor(5*time.Second, 20*time.Millisecond, func() (bool, error) {
+			st := d.Status()
+			return st.Mode == "enforce" && len(st.Overrides) == 0, nil
+		}); err != nil {
+			t.Errorf("%s: reload not applied after the read returned: %+v", what, d.Status())
 		}
-		t.Errorf("%s: reload not applied after the read returned: %+v", what, d.Status())
 	}
 
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {

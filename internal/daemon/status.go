@@ -7,7 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/api"
+	"github.com/olcd/olcd/internal/loader"
 	"github.com/olcd/olcd/internal/olc"
 )
 
@@ -100,101 +102,21 @@ func (d *Daemon) publish() {
 	st.Signals, st.Classes, st.Ports = []api.SignalStatus{}, []api.ClassStatus{}, []api.PortStatus{}
 	st.Exceptions, st.Interfaces = []string{}, []api.InterfaceStatus{}
 	st.ReloadRefused = d.conf.refused
-	st.LB = d.lbStatus()
+	st.LB = d.lb.status()
 	if dec.Overloaded && !dec.OverloadSince.IsZero() {
 		since := dec.OverloadSince
 		st.Overload.Since = &since
 	}
-	withThreshold := map[olc.Signal]bool{}
-	for _, s := range dec.Signals {
-		withThreshold[s.Signal] = true
-		ss := api.SignalStatus{Name: s.Signal.String(), Unit: s.Signal.Unit().String(), Available: s.Available, Corroborated: s.Corroborated}
-		th := s.Threshold
-		ss.Threshold = &th
-		if s.Available {
-			v, p := s.Value, s.Pressure
-			ss.Value, ss.Pressure = &v, &p
-		}
-		st.Signals = append(st.Signals, ss)
-	}
-	for sig := range olc.NumSignals {
-		if withThreshold[sig] {
-			continue
-		}
-		if v, ok := r.snap.Get(sig); ok {
-			st.Signals = append(st.Signals, api.SignalStatus{Name: sig.String(), Unit: sig.Unit().String(), Available: true, Value: &v})
-		}
-	}
+	st.Signals = signalStatuses(dec.Signals, &r.snap)
 	for c := range olc.NumClasses {
 		st.Classes = append(st.Classes, api.ClassStatus{Class: c.String(), DropProbability: dec.Classes[c]})
 	}
-	secs := r.interval.Seconds()
-	rate := func(n uint64) float64 {
-		if secs <= 0 {
-			return 0
-		}
-		return float64(n) / secs
-	}
-	share := func(n, of uint64) float64 {
-		if of == 0 {
-			return 0
-		}
-		return float64(n) / float64(of)
+	targets := map[olc.PortKey]string{}
+	for _, pc := range e.ctrl.Config().Ports {
+		targets[pc.Key] = pc.Target.String()
 	}
 	for _, p := range e.ports {
-		dl := r.deltas[p.Key]
-		tot := r.stats.Ports[p.Key]
-		ps := api.PortStatus{
-			Proto: p.Key.Proto.String(), Port: p.Key.Port, Class: p.Class.String(),
-			Mode: p.Mode.String(), Action: p.Action.String(), Source: portSource(cfg),
-			DropProbability: r.probs[p.Key],
-			NewPerS:         rate(dl.NewConns),
-			UniquePerS:      rate(dl.NewConns - min(dl.SYNRetransmits, dl.NewConns)),
-			RetransmitsPerS: rate(dl.SYNRetransmits),
-			DropShare:       share(dl.Dropped, dl.NewConns),
-			WouldDropShare:  share(dl.WouldDrop, dl.NewConns),
-			MarkedShare:     share(dl.Marked, dl.NewConns),
-			RejectedPerS:    rate(dl.Rejected),
-			WouldRejectPerS: rate(dl.WouldReject),
-			ExemptPerS:      rate(dl.Exempt),
-			StalePerS:       rate(dl.Stale),
-			Totals: api.PortTotals{
-				NewConns: tot.NewConns, Passed: tot.Passed, Dropped: tot.Dropped, Marked: tot.Marked,
-				WouldDrop: tot.WouldDrop, Exempt: tot.Exempt, Stale: tot.Stale, SYNRetransmits: tot.SYNRetransmits,
-				Rejected: tot.Rejected, WouldReject: tot.WouldReject,
-			},
-		}
-		if f, ok := r.snap.AcceptQueueFill[p.Key.Port]; ok && p.Key.Proto == olc.ProtoTCP {
-			ps.AcceptQueueFill = &f
-		}
-		ps.ResponseTargetMode = "off"
-		for _, pc := range e.ctrl.Config().Ports {
-			if pc.Key == p.Key {
-				ps.ResponseTargetMode = pc.Target.String()
-			}
-		}
-		for _, pd := range dec.Ports {
-			if pd.Key != p.Key {
-				continue
-			}
-			ps.QueueDropProbability = pd.QueueP
-			if pd.ResponseTarget > 0 {
-				tgt := pd.ResponseTarget
-				ps.ResponseTarget = &tgt
-			}
-			if pd.Baseline > 0 {
-				b := pd.Baseline
-				ps.BaselineS = &b
-			}
-		}
-		if pr, ok := r.resp[p.Key]; ok {
-			ps.Timed = true
-			ps.ResponseTime = responseTimeStatus(pr)
-			rps, inf := pr.RequestsPerS, pr.Inflight
-			ps.RequestsPerS, ps.InflightRequests = &rps, &inf
-			ps.ResponseHistogram = histogramStatus(r.stats.Response[p.Key].Buckets)
-		}
-		st.Ports = append(st.Ports, ps)
+		st.Ports = append(st.Ports, portStatus(p, portSource(cfg), r, targets))
 	}
 	for _, k := range cfg.ExemptPorts() {
 		if cfg.ExemptReason(k) == "exceptions.management" {
@@ -230,4 +152,102 @@ func nonNil[T any](s []T) []T {
 		return []T{}
 	}
 	return s
+}
+
+// signalStatuses is the status's signal list: the controller's signals
+// (with threshold and pressure) first, then every other signal the
+// snapshot has a value for.
+func signalStatuses(states []adaptive.SignalState, snap *olc.Snapshot) []api.SignalStatus {
+	out := []api.SignalStatus{}
+	withThreshold := map[olc.Signal]bool{}
+	for _, s := range states {
+		withThreshold[s.Signal] = true
+		ss := api.SignalStatus{Name: s.Signal.String(), Unit: s.Signal.Unit().String(), Available: s.Available, Corroborated: s.Corroborated}
+		th := s.Threshold
+		ss.Threshold = &th
+		if s.Available {
+			v, p := s.Value, s.Pressure
+			ss.Value, ss.Pressure = &v, &p
+		}
+		out = append(out, ss)
+	}
+	for sig := range olc.NumSignals {
+		if withThreshold[sig] {
+			continue
+		}
+		if v, ok := snap.Get(sig); ok {
+			out = append(out, api.SignalStatus{Name: sig.String(), Unit: sig.Unit().String(), Available: true, Value: &v})
+		}
+	}
+	return out
+}
+
+// portStatus is one protected port's entry in the status: its policy p
+// (from source), what the last tick r counted and decided for it, and its
+// response-target mode (targets, by port; "off" when absent).
+func portStatus(p loader.PortPolicy, source string, r tickResult, targets map[olc.PortKey]string) api.PortStatus {
+	secs := r.interval.Seconds()
+	rate := func(n uint64) float64 {
+		if secs <= 0 {
+			return 0
+		}
+		return float64(n) / secs
+	}
+	share := func(n, of uint64) float64 {
+		if of == 0 {
+			return 0
+		}
+		return float64(n) / float64(of)
+	}
+	dl := r.deltas[p.Key]
+	tot := r.stats.Ports[p.Key]
+	ps := api.PortStatus{
+		Proto: p.Key.Proto.String(), Port: p.Key.Port, Class: p.Class.String(),
+		Mode: p.Mode.String(), Action: p.Action.String(), Source: source,
+		DropProbability: r.probs[p.Key],
+		NewPerS:         rate(dl.NewConns),
+		UniquePerS:      rate(dl.NewConns - min(dl.SYNRetransmits, dl.NewConns)),
+		RetransmitsPerS: rate(dl.SYNRetransmits),
+		DropShare:       share(dl.Dropped, dl.NewConns),
+		WouldDropShare:  share(dl.WouldDrop, dl.NewConns),
+		MarkedShare:     share(dl.Marked, dl.NewConns),
+		RejectedPerS:    rate(dl.Rejected),
+		WouldRejectPerS: rate(dl.WouldReject),
+		ExemptPerS:      rate(dl.Exempt),
+		StalePerS:       rate(dl.Stale),
+		Totals: api.PortTotals{
+			NewConns: tot.NewConns, Passed: tot.Passed, Dropped: tot.Dropped, Marked: tot.Marked,
+			WouldDrop: tot.WouldDrop, Exempt: tot.Exempt, Stale: tot.Stale, SYNRetransmits: tot.SYNRetransmits,
+			Rejected: tot.Rejected, WouldReject: tot.WouldReject,
+		},
+	}
+	if f, ok := r.snap.AcceptQueueFill[p.Key.Port]; ok && p.Key.Proto == olc.ProtoTCP {
+		ps.AcceptQueueFill = &f
+	}
+	ps.ResponseTargetMode = "off"
+	if t, ok := targets[p.Key]; ok {
+		ps.ResponseTargetMode = t
+	}
+	for _, pd := range r.decision.Ports {
+		if pd.Key != p.Key {
+			continue
+		}
+		ps.QueueDropProbability = pd.QueueP
+		if pd.ResponseTarget > 0 {
+			tgt := pd.ResponseTarget
+			ps.ResponseTarget = &tgt
+		}
+		if pd.Baseline > 0 {
+			b := pd.Baseline
+			ps.BaselineS = &b
+		}
+	}
+	if pr, ok := r.resp[p.Key]; ok {
+		ps.Timed = true
+		ps.ResponseTime = responseTimeStatus(pr)
+		rps, inf := pr.RequestsPerS, pr.Inflight
+		ps.RequestsPerS, ps.InflightRequests = &rps, &inf
+		ps.ResponseHistogram = histogramStatus(r.stats.Response[p.Key].Buckets)
+	}
+	return ps
 }
