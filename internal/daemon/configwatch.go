@@ -69,88 +69,93 @@ func (fw fileWatch) start(ctx context.Context, out chan<- configLoad) {
 		fw.log.Warn("config file watch unavailable; reload with SIGHUP", "err", err)
 		return
 	}
-	path := fw.path
-	dir := filepath.Dir(path)
+	dir := filepath.Dir(fw.path)
 	if err := w.Add(dir); err != nil {
 		fw.log.Warn("config file watch unavailable; reload with SIGHUP", "dir", dir, "err", err)
 		w.Close()
 		return
 	}
+	go fw.run(ctx, w, out)
+}
+
+// run is the watch's goroutine: it turns w's events into reads of the
+// file and sends each complete one to out, until ctx is done.
+func (fw fileWatch) run(ctx context.Context, w *fsnotify.Watcher, out chan<- configLoad) {
+	defer w.Close()
+	path := fw.path
+	dir := filepath.Dir(path)
 	sw := newConfigWatch(path)
 	cw := completeWrite{read: fw.read, path: path}
-	go func() {
-		defer w.Close()
-		// Armed by events only; Reset needs no drain since Go 1.23.
-		timer := time.NewTimer(time.Hour)
-		timer.Stop()
-		var rewatch *time.Ticker
-		var rewatchC <-chan time.Time // nil while the directory is watched
-		defer func() {
-			if rewatch != nil {
-				rewatch.Stop()
-			}
-		}()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case ev, ok := <-w.Events:
-				if !ok {
-					return
-				}
-				if sameFile(ev.Name, dir) && ev.Op&(fsnotify.Remove|fsnotify.Rename) != 0 && rewatchC == nil {
-					_ = w.Remove(dir) // a renamed directory is still watched under its new name
-					fw.log.Warn("config file directory removed or renamed; watching for it to return (SIGHUP reloads meanwhile)", "dir", dir)
-					rewatch = time.NewTicker(fw.rewatchEvery)
-					rewatchC = rewatch.C
-					continue
-				}
-				if sw.changed(ev) {
-					cw.event(ev.Op.Has(fsnotify.Write))
-					timer.Reset(settleAfter)
-				}
-			case err, ok := <-w.Errors:
-				if !ok {
-					return
-				}
-				// Events may be lost (a full queue): read the file once it
-				// is quiet, as if it was written in place.
-				fw.log.Warn("config file watch error", "err", err)
-				cw.event(true)
-				timer.Reset(settleAfter)
-			case <-rewatchC:
-				if err := w.Add(dir); err != nil {
-					continue // not back yet
-				}
-				rewatch.Stop()
-				rewatch, rewatchC = nil, nil
-				fw.log.Info("config file directory is back; watching it again", "dir", dir)
-				// A file written before the watch was in place made no
-				// event: read it as one written in place (complete once
-				// quiet). Without one, its creation is an event.
-				sw.target = resolveConfig(path)
-				if _, err := os.Stat(path); err == nil {
-					cw.event(true)
-					timer.Reset(settleAfter)
-				}
-			case <-timer.C:
-				data, done, err := cw.check()
-				if !done {
-					timer.Reset(quietPeriod)
-					continue
-				}
-				l := configLoad{trigger: fileChange, err: err}
-				if err == nil {
-					l = parseConfig(fileChange, path, data)
-				}
-				select {
-				case out <- l:
-				case <-ctx.Done():
-					return
-				}
-			}
+	// Armed by events only; Reset needs no drain since Go 1.23.
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	var rewatch *time.Ticker
+	var rewatchC <-chan time.Time // nil while the directory is watched
+	defer func() {
+		if rewatch != nil {
+			rewatch.Stop()
 		}
 	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-w.Events:
+			if !ok {
+				return
+			}
+			if sameFile(ev.Name, dir) && ev.Op&(fsnotify.Remove|fsnotify.Rename) != 0 && rewatchC == nil {
+				_ = w.Remove(dir) // a renamed directory is still watched under its new name
+				fw.log.Warn("config file directory removed or renamed; watching for it to return (SIGHUP reloads meanwhile)", "dir", dir)
+				rewatch = time.NewTicker(fw.rewatchEvery)
+				rewatchC = rewatch.C
+				continue
+			}
+			if sw.changed(ev) {
+				cw.event(ev.Op.Has(fsnotify.Write))
+				timer.Reset(settleAfter)
+			}
+		case err, ok := <-w.Errors:
+			if !ok {
+				return
+			}
+			// Events may be lost (a full queue): read the file once it
+			// is quiet, as if it was written in place.
+			fw.log.Warn("config file watch error", "err", err)
+			cw.event(true)
+			timer.Reset(settleAfter)
+		case <-rewatchC:
+			if err := w.Add(dir); err != nil {
+				continue // not back yet
+			}
+			rewatch.Stop()
+			rewatch, rewatchC = nil, nil
+			fw.log.Info("config file directory is back; watching it again", "dir", dir)
+			// A file written before the watch was in place made no
+			// event: read it as one written in place (complete once
+			// quiet). Without one, its creation is an event.
+			sw.target = resolveConfig(path)
+			if _, err := os.Stat(path); err == nil {
+				cw.event(true)
+				timer.Reset(settleAfter)
+			}
+		case <-timer.C:
+			data, done, err := cw.check()
+			if !done {
+				timer.Reset(quietPeriod)
+				continue
+			}
+			l := configLoad{trigger: fileChange, err: err}
+			if err == nil {
+				l = parseConfig(fileChange, path, data)
+			}
+			select {
+			case out <- l:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
 }
 
 // completeWrite decides when a changed config file is completely written.

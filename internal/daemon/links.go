@@ -123,34 +123,12 @@ func (l *linkState) sync(dp datapath, listed []string, attach olc.AttachMode, pe
 		l.warnLink("", err.Error())
 		return
 	}
-	byName := make(map[string]netlink.Link, len(links))
 	byIndex := make(map[int]netlink.Link, len(links))
 	for _, ln := range links {
 		byIndex[ln.Attrs().Index] = ln
-		byName[ln.Attrs().Name] = ln
-		for _, alt := range ln.Attrs().AltNames {
-			byName[alt] = ln
-		}
 	}
 	auto := len(listed) == 0
-	want := map[int]string{}      // ifindex → the name to attach it by
-	var skipped map[string]string // auto: links left out, with the reason
-	if auto {
-		var names []string
-		names, skipped = netif.Default(links)
-		for _, n := range names {
-			want[byName[n].Attrs().Index] = n
-		}
-	}
-	l.waiting = l.waiting[:0]
-	for _, n := range listed {
-		if ln, ok := byName[n]; ok {
-			want[ln.Attrs().Index] = n
-		} else {
-			l.waiting = append(l.waiting, n)
-			l.noteLink(n, "listed interface does not exist; it is attached when it appears")
-		}
-	}
+	want, skipped := l.wanted(links, listed)
 
 	attached := map[int]bool{}
 	for _, a := range dp.Attachments() {
@@ -205,6 +183,37 @@ func (l *linkState) sync(dp datapath, listed []string, attach olc.AttachMode, pe
 	case periodic:
 		l.warnLink("", "no interface attached: nothing is protected until one is")
 	}
+}
+
+// wanted returns the links to attach (ifindex → the name to attach it by)
+// and, with no list (listed empty), the links netif.Default left out with
+// the reason; a listed interface that does not exist is noted as waiting.
+func (l *linkState) wanted(links []netlink.Link, listed []string) (want map[int]string, skipped map[string]string) {
+	byName := make(map[string]netlink.Link, len(links))
+	for _, ln := range links {
+		byName[ln.Attrs().Name] = ln
+		for _, alt := range ln.Attrs().AltNames {
+			byName[alt] = ln
+		}
+	}
+	want = map[int]string{}
+	if len(listed) == 0 {
+		var names []string
+		names, skipped = netif.Default(links)
+		for _, n := range names {
+			want[byName[n].Attrs().Index] = n
+		}
+	}
+	l.waiting = l.waiting[:0]
+	for _, n := range listed {
+		if ln, ok := byName[n]; ok {
+			want[ln.Attrs().Index] = n
+		} else {
+			l.waiting = append(l.waiting, n)
+			l.noteLink(n, "listed interface does not exist; it is attached when it appears")
+		}
+	}
+	return want, skipped
 }
 
 // listLinks lists the links, retrying a dump the kernel interrupted (links

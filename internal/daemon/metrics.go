@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/olcd/olcd/internal/api"
+	"github.com/olcd/olcd/internal/loader"
 	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/resptime"
 	"github.com/olcd/olcd/internal/sampler"
@@ -180,12 +182,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	st := pub.st
-	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
-	}
-	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
-	}
+	gauge, counter := emit(ch).gauge, emit(ch).counter
 	for _, m := range olc.ModeNames() {
 		gauge(descMode, b2f(st.Mode == m), m)
 	}
@@ -224,57 +221,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	defer c.d.eng.dp.ReleaseStats(stats) // everything below copies what it reads
 	for i, p := range st.Ports {
-		labels := []string{p.Proto, strconv.Itoa(int(p.Port)), p.Class}
-		gauge(descPortP, p.DropProbability, labels...)
-		k := pub.keys[i]
-		cn, ok := stats.Ports[k]
-		if !ok {
-			continue
-		}
-		counter(descNew, cn.NewConns, labels...)
-		counter(descRetrans, cn.SYNRetransmits, labels...)
-		counter(descPassed, cn.Passed, labels...)
-		counter(descDropped, cn.Dropped, labels...)
-		counter(descMarked, cn.Marked, labels...)
-		counter(descWould, cn.WouldDrop, labels...)
-		counter(descRejected, cn.Rejected, labels...)
-		counter(descWouldRej, cn.WouldReject, labels...)
-		counter(descExempt, cn.Exempt, labels...)
-		counter(descStale, cn.Stale, labels...)
-		r, ok := stats.Response[k]
-		if !ok {
-			continue
-		}
-		le := map[float64]uint64{}
-		for i, n := range resptime.Fold(r.Buckets) {
-			le[resptime.LeBounds[i]] = n
-		}
-		ch <- prometheus.MustNewConstHistogram(descRTHist, r.Responses, resptime.Sum(r.Buckets), le, labels...)
-		counter(descRTReq, r.Requests, labels...)
-		counter(descRTAband, r.Abandoned, labels...)
-		if p.RequestsPerS != nil {
-			gauge(descRTRate, *p.RequestsPerS, labels...)
-		}
-		if p.ResponseTarget != nil {
-			gauge(descRTTarget, *p.ResponseTarget, labels...)
-		}
-		if p.BaselineS != nil {
-			gauge(descRTBase, *p.BaselineS, labels...)
-		}
-		gauge(descQueueP, p.QueueDropProbability, labels...)
-		if p.InflightRequests != nil {
-			gauge(descRTInfl, *p.InflightRequests, labels...)
-		}
-		if rt := p.ResponseTime; rt != nil {
-			for _, q := range []struct {
-				v *float64
-				q string
-			}{{rt.P50S, "0.5"}, {rt.P95S, "0.95"}, {rt.P99S, "0.99"}} {
-				if q.v != nil {
-					gauge(descRTQuant, *q.v, append(slices.Clone(labels), q.q)...)
-				}
-			}
-		}
+		collectPort(ch, p, stats, pub.keys[i])
 	}
 	if rt := st.ResponseTiming; rt != nil {
 		gauge(descFlowCap, float64(rt.FlowTableCapacity))
@@ -288,6 +235,75 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descOtherEx, stats.Other.Exempt)
 	counter(descUncl, stats.Unclassified)
 	counter(descRejLimit, stats.RejectLimited)
+}
+
+// collectPort sends the metrics of one protected port p (key k): its drop
+// probability from the status, its counters and response timing from
+// stats, read at scrape time.
+func collectPort(ch chan<- prometheus.Metric, p api.PortStatus, stats loader.Stats, k olc.PortKey) {
+	gauge, counter := emit(ch).gauge, emit(ch).counter
+	labels := []string{p.Proto, strconv.Itoa(int(p.Port)), p.Class}
+	gauge(descPortP, p.DropProbability, labels...)
+	cn, ok := stats.Ports[k]
+	if !ok {
+		return
+	}
+	counter(descNew, cn.NewConns, labels...)
+	counter(descRetrans, cn.SYNRetransmits, labels...)
+	counter(descPassed, cn.Passed, labels...)
+	counter(descDropped, cn.Dropped, labels...)
+	counter(descMarked, cn.Marked, labels...)
+	counter(descWould, cn.WouldDrop, labels...)
+	counter(descRejected, cn.Rejected, labels...)
+	counter(descWouldRej, cn.WouldReject, labels...)
+	counter(descExempt, cn.Exempt, labels...)
+	counter(descStale, cn.Stale, labels...)
+	r, ok := stats.Response[k]
+	if !ok {
+		return
+	}
+	le := map[float64]uint64{}
+	for i, n := range resptime.Fold(r.Buckets) {
+		le[resptime.LeBounds[i]] = n
+	}
+	ch <- prometheus.MustNewConstHistogram(descRTHist, r.Responses, resptime.Sum(r.Buckets), le, labels...)
+	counter(descRTReq, r.Requests, labels...)
+	counter(descRTAband, r.Abandoned, labels...)
+	if p.RequestsPerS != nil {
+		gauge(descRTRate, *p.RequestsPerS, labels...)
+	}
+	if p.ResponseTarget != nil {
+		gauge(descRTTarget, *p.ResponseTarget, labels...)
+	}
+	if p.BaselineS != nil {
+		gauge(descRTBase, *p.BaselineS, labels...)
+	}
+	gauge(descQueueP, p.QueueDropProbability, labels...)
+	if p.InflightRequests != nil {
+		gauge(descRTInfl, *p.InflightRequests, labels...)
+	}
+	if rt := p.ResponseTime; rt != nil {
+		for _, q := range []struct {
+			v *float64
+			q string
+		}{{rt.P50S, "0.5"}, {rt.P95S, "0.95"}, {rt.P99S, "0.99"}} {
+			if q.v != nil {
+				gauge(descRTQuant, *q.v, append(slices.Clone(labels), q.q)...)
+			}
+		}
+	}
+}
+
+// emit sends constant metrics, read at scrape time, to a collector's
+// channel.
+type emit chan<- prometheus.Metric
+
+func (e emit) gauge(d *prometheus.Desc, v float64, labels ...string) {
+	e <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+}
+
+func (e emit) counter(d *prometheus.Desc, v uint64, labels ...string) {
+	e <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 }
 
 func b2f(b bool) float64 {
