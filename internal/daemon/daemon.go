@@ -238,7 +238,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 
 	sig.reload = make(chan struct{}, 1)
 	sig.loaded = d.readReloads(ctx, sig.reload)
-	sig.links = d.watchLinks(ctx)
+	sig.links = d.links.watch(ctx)
 	d.links.following = true
 
 	d.tick()
@@ -383,7 +383,7 @@ type signals struct {
 	hup, usr1 chan os.Signal
 	reload    chan struct{}     // a SIGHUP's read, for readReloads
 	loaded    <-chan configLoad // configs read off the loop
-	links     <-chan struct{}   // the links changed (watchLinks)
+	links     <-chan struct{}   // the links changed (linkState.watch)
 }
 
 // loop is the tick loop: it owns the engine, and runs the ticks, the onset

@@ -36,14 +36,14 @@ type linkState struct {
 	waiting   []string               // listed interfaces that do not exist
 }
 
-// watchLinks returns a channel that receives a value (coalesced: capacity
+// watch returns a channel that receives a value (coalesced: capacity
 // 1) whenever a link of the daemon's network namespace is created, deleted
 // or changes, until ctx is done. When the subscription ends with an error
 // (events lost to a full socket buffer), the channel fires at once so that
 // every interface is checked, and the subscription is made again after
 // resubscribeAfter. The check every DiscoverEvery stands in for events
 // while there is no subscription.
-func (d *Daemon) watchLinks(ctx context.Context) <-chan struct{} {
+func (l *linkState) watch(ctx context.Context) <-chan struct{} {
 	out := make(chan struct{}, 1)
 	poke := func() {
 		select {
@@ -60,13 +60,13 @@ func (d *Daemon) watchLinks(ctx context.Context) <-chan struct{} {
 				ReceiveBufferSize: linkEventBuffer, ReceiveBufferForceSize: true,
 				ErrorCallback: func(err error) {
 					if ctx.Err() == nil { // closing the socket at a stop fails the receive
-						d.log.Warn("link events lost: checking every interface, subscribing again", "err", err)
+						l.log.Warn("link events lost: checking every interface, subscribing again", "err", err)
 					}
 				},
 			})
 			if err != nil {
 				if !warned {
-					d.log.Warn("subscribe to link events: interfaces are checked every "+DiscoverEvery.String()+" until it works", "err", err)
+					l.log.Warn("subscribe to link events: interfaces are checked every "+DiscoverEvery.String()+" until it works", "err", err)
 					warned = true
 				}
 			} else {
