@@ -115,14 +115,14 @@ func New(opts Options) (*Daemon, error) {
 	}
 	d.logWarnings(l.warns)
 	d.conf.fileData = l.data
-	d.metrics = newMetrics(d)
+	d.metrics = newMetrics(opts.Version)
 	d.eng = &engine{log: log, metrics: d.metrics, cfg: l.cfg}
 	d.links.log, d.links.changes = log, d.metrics.interfaceChanges
-	d.metrics.reg.MustRegister(&boundsCollector{d: d})
 	if err := d.lb.init(l.cfg, log); err != nil {
 		return nil, err
 	}
-	d.metrics.reg.MustRegister(&lbCollector{l: &d.lb})
+	d.metrics.reg.MustRegister(&stateCollector{fresh: d.freshPublished, dp: func() datapath { return d.eng.dp }},
+		&boundsCollector{fresh: d.freshStatus}, &lbCollector{l: &d.lb})
 	return d, nil
 }
 

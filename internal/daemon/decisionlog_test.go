@@ -60,7 +60,7 @@ func TestDecisionLogBounded(t *testing.T) {
 	const ports, tick = 100, 500 * time.Millisecond
 	var buf bytes.Buffer
 	d := &Daemon{log: slog.New(slog.DiscardHandler)}
-	d.metrics = newMetrics(d)
+	d.metrics = newMetrics("")
 	d.eng = &engine{log: d.log, metrics: d.metrics, cfg: rules.Default()}
 	d.eng.cfg.Mode = olc.ModeObserve
 	dl, err := openDecisionLog("-", &buf)

@@ -56,7 +56,7 @@ func TestHealthRoutes(t *testing.T) {
 	d.board.pub.Store(&published{st: &api.Status{UpdatedAt: time.Now(), StaleAfterS: 5, Overload: api.OverloadStatus{Bound: 0.7},
 		ReloadRefused: &api.ReloadFailure{Error: "bad"}}})
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(&boundsCollector{d: d})
+	reg.MustRegister(&boundsCollector{fresh: d.freshStatus})
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	srv := httptest.NewServer(d.withHealth(mux))

@@ -43,7 +43,10 @@ type metrics struct {
 	decisionsFolded *prometheus.CounterVec
 }
 
-func newMetrics(d *Daemon) *metrics {
+// newMetrics makes the daemon's own counters and registers them with the
+// build information (version) and the Go runtime's and process's
+// collectors; New registers the collectors that read the daemon's state.
+func newMetrics(version string) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		ticks: prometheus.NewCounter(prometheus.CounterOpts{
@@ -90,9 +93,8 @@ func newMetrics(d *Daemon) *metrics {
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "olcd_build_info", Help: "Build information; always 1.",
 	}, []string{"version", "goversion"})
-	build.WithLabelValues(d.opts.Version, runtime.Version()).Set(1)
+	build.WithLabelValues(version, runtime.Version()).Set(1)
 	m.reg.MustRegister(m.ticks, m.tickSeconds, m.sampleErrors, m.reloads, m.reloadFailures, m.onsetDecisions, m.interfaceChanges, m.metricsRefused, m.decisionsFolded, build,
-		&stateCollector{d: d},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -160,9 +162,12 @@ var (
 	descFlowEvent = prometheus.NewDesc("olcd_flow_table_events_total", "Flow table events: inserted, evicted (a live flow pushed out), expired (an idle flow replaced), closed (FIN/RST).", []string{"event"}, nil)
 )
 
-// stateCollector exports the last published status and the datapath's
-// counters, read from the BPF maps at scrape time.
-type stateCollector struct{ d *Daemon }
+// stateCollector exports the last published status (fresh) and the
+// datapath's counters, read from the BPF maps (dp) at scrape time.
+type stateCollector struct {
+	fresh func() *published
+	dp    func() datapath
+}
 
 // Describe sends every descriptor the collector may emit.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -177,7 +182,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect reads the status and the BPF maps.
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	pub := c.d.freshPublished()
+	pub := c.fresh()
 	if pub == nil {
 		return
 	}
@@ -214,12 +219,13 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descAttach, 1, a.Name, a.Hook, a.Mode)
 	}
 
-	stats, err := c.d.eng.dp.Stats()
+	dp := c.dp()
+	stats, err := dp.Stats()
 	gauge(descDPErr, b2f(err == nil))
 	if err != nil {
 		return
 	}
-	defer c.d.eng.dp.ReleaseStats(stats) // everything below copies what it reads
+	defer dp.ReleaseStats(stats) // everything below copies what it reads
 	for i, p := range st.Ports {
 		collectPort(ch, p, stats, pub.keys[i])
 	}
