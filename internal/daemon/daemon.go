@@ -4,10 +4,13 @@
 // Prometheus endpoint, the decision log, config reload (SIGHUP, file change)
 // and the discovery of listening ports under `ports: auto`.
 //
-// One goroutine, the tick loop, owns the controller, the sampler and every
-// write to the datapath. Admin requests and reloads are handed to it as
-// commands and run between two ticks, so a change is never half-applied and
-// takes effect at the next tick. The loop never reads the config file: a
+// Three owners: the shell (Daemon: signals, listeners, servers, the tick
+// loop), the engine (engine.go: everything the tick and the onset check
+// touch, and the only writer of the maps) and reconfiguration
+// (reconfigure.go: one plan, one application, one rollback). One
+// goroutine, the tick loop, drives the engine; admin requests and reloads
+// are handed to it as commands and run between two ticks, so a change is
+// never half-applied and takes effect at the next tick. The loop never reads the config file: a
 // reload reads and decodes it on another goroutine and hands the loop the
 // decoded config, so a slow or blocking read cannot delay the heartbeat.
 package daemon
