@@ -111,12 +111,9 @@ func (d *Daemon) publish() {
 	for c := range olc.NumClasses {
 		st.Classes = append(st.Classes, api.ClassStatus{Class: c.String(), DropProbability: dec.Classes[c]})
 	}
-	targets := map[olc.PortKey]string{}
-	for _, pc := range e.ctrl.Config().Ports {
-		targets[pc.Key] = pc.Target.String()
-	}
+	ctrlPorts := e.ctrl.Config().Ports
 	for _, p := range e.ports {
-		st.Ports = append(st.Ports, portStatus(p, portSource(cfg), r, targets))
+		st.Ports = append(st.Ports, portStatus(p, portSource(cfg), r, ctrlPorts))
 	}
 	for _, k := range cfg.ExemptPorts() {
 		if cfg.ExemptReason(k) == "exceptions.management" {
@@ -184,8 +181,9 @@ func signalStatuses(states []adaptive.SignalState, snap *olc.Snapshot) []api.Sig
 
 // portStatus is one protected port's entry in the status: its policy p
 // (from source), what the last tick r counted and decided for it, and its
-// response-target mode (targets, by port; "off" when absent).
-func portStatus(p loader.PortPolicy, source string, r tickResult, targets map[olc.PortKey]string) api.PortStatus {
+// response-target mode as the controller runs it (ctrlPorts; "off" when
+// the port is not among them).
+func portStatus(p loader.PortPolicy, source string, r tickResult, ctrlPorts []adaptive.PortConfig) api.PortStatus {
 	secs := r.interval.Seconds()
 	rate := func(n uint64) float64 {
 		if secs <= 0 {
@@ -225,8 +223,10 @@ func portStatus(p loader.PortPolicy, source string, r tickResult, targets map[ol
 		ps.AcceptQueueFill = &f
 	}
 	ps.ResponseTargetMode = "off"
-	if t, ok := targets[p.Key]; ok {
-		ps.ResponseTargetMode = t
+	for _, pc := range ctrlPorts {
+		if pc.Key == p.Key {
+			ps.ResponseTargetMode = pc.Target.String()
+		}
 	}
 	for _, pd := range r.decision.Ports {
 		if pd.Key != p.Key {
