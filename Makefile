@@ -4,6 +4,7 @@ GO      ?= go
 PREFIX  ?= /usr/local
 DESTDIR ?=
 BIN     := bin/olcd
+SIM     := bin/olcd-sim
 VERSION ?= $(shell git describe --always --dirty --tags 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
@@ -12,7 +13,8 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 all: build
 
 help:
-	@echo "make build           build bin/olcd (no clang needed: BPF objects are committed)"
+	@echo "make build           build bin/olcd (the daemon and its CLI) and bin/olcd-sim (simulate,"
+	@echo "                     plots; no root, any OS); no clang needed: BPF objects are committed"
 	@echo "make test            vet + every test (root runs the BPF, netns and cgroup tests, then"
 	@echo "                     the overload suite alone: make test-overload, ~15 min)"
 	@echo "make test-lb         the load-balancer test alone: two nodes behind Debian's HAProxy, with and"
@@ -30,7 +32,7 @@ help:
 	@echo "make generate        recompile bpf/*.c with bpf2go (needs clang, llvm, libbpf-dev)"
 	@echo "make check-generate  regenerate and fail if the committed objects differ"
 	@echo "make bench           datapath, sampler and controller benchmarks"
-	@echo "make install         install binary, unit and /etc/olcd/olcd.yaml, enable the service"
+	@echo "make install         install olcd and olcd-sim, unit and /etc/olcd/olcd.yaml, enable the service"
 	@echo "make uninstall       remove everything make install added"
 
 # One list of system packages (scripts/deps.sh): installed when missing as
@@ -45,8 +47,11 @@ check-generate: generate
 	@git diff --exit-code --stat -- internal/loader || \
 		{ echo "bpf2go output differs from the committed files: run 'make generate' and commit"; exit 1; }
 
+# Two binaries: the root daemon links no plotting library; olcd-sim holds
+# the replay and its plots (docs/internals.md).
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/olcd
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(SIM) ./cmd/olcd-sim
 
 # The pure packages (the vocabulary, config, controller, plant model) build
 # on any OS, so `olcd simulate`'s parts and their tests run on a laptop:
@@ -97,7 +102,7 @@ bench:
 	scripts/bench.sh
 
 install: build
-	DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" scripts/install.sh $(BIN)
+	DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" scripts/install.sh $(BIN) $(SIM)
 
 uninstall:
 	DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" scripts/uninstall.sh

@@ -1,6 +1,6 @@
 // Package trace reads and writes sample traces: CSV files of canonical signals, one row
 // per tick, in the format of the field cases (../shared/cases/README.md,
-// traces/*.csv). `olcd record` writes them (Writer), `olcd simulate` and the
+// traces/*.csv). `olcd record` writes them (Writer), `olcd-sim simulate` and the
 // controller's tests replay them.
 package trace
 
