@@ -8,7 +8,7 @@ SIM     := bin/olcd-sim
 VERSION ?= $(shell git describe --always --dirty --tags 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all help deps-run deps-test deps-build deps-all generate check-generate build test test-short test-overload test-lb demo demo-full demo-default install uninstall bench fmt vet
+.PHONY: all help deps-run deps-test deps-build deps-all generate check-generate build test test-short test-overload test-lb demo demo-full demo-default install uninstall bench fmt vet lint
 
 all: build
 
@@ -31,6 +31,8 @@ help:
 	@echo "                     deps-build: make generate; scripts/deps.sh says which)"
 	@echo "make generate        recompile bpf/*.c with bpf2go (needs clang, llvm, libbpf-dev)"
 	@echo "make check-generate  regenerate and fail if the committed objects differ"
+	@echo "make vet             go vet (also for darwin: the pure packages), golangci-lint, clang-format"
+	@echo "make lint            golangci-lint alone (.golangci.yaml; docs/lint.md)"
 	@echo "make bench           datapath, sampler and controller benchmarks"
 	@echo "make install         install olcd and olcd-sim, unit and /etc/olcd/olcd.yaml, enable the service"
 	@echo "make uninstall       remove everything make install added"
@@ -56,11 +58,21 @@ build:
 # The pure packages (the vocabulary, config, controller, plant model) build
 # on any OS, so `olcd simulate`'s parts and their tests run on a laptop:
 # vet checks them for darwin too.
-PURE := ./internal/olc/... ./internal/rules/... ./internal/adaptive/... ./internal/plant/...
+PURE := ./internal/olc/... ./internal/rules/... ./internal/adaptive/... ./internal/plant/... ./cmd/olcd-sim/...
+
+# golangci-lint at the version tools/go.mod pins, kept out of olcd's own
+# module (its dependencies are not olcd's); .golangci.yaml and docs/lint.md
+# say what it checks. The first run compiles it (a few minutes), later runs
+# use the build cache.
+GOLANGCI := $(GO) tool -modfile=tools/go.mod golangci-lint
 
 vet:
 	$(GO) vet ./...
 	GOOS=darwin $(GO) vet $(PURE)
+	$(GOLANGCI) run ./...
+
+lint:
+	$(GOLANGCI) run ./...
 
 fmt:
 	gofmt -l -w $$(git ls-files '*.go')

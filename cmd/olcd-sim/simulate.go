@@ -137,7 +137,7 @@ func cmdSimulate(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "note: %s\n", n)
 	}
 	if *plantName != "" {
-		out := io.Writer(stdout)
+		out := stdout
 		if *outPath != "" {
 			f, err := os.Create(*outPath)
 			if err != nil {
@@ -164,7 +164,7 @@ func cmdSimulate(args []string, stdout, stderr io.Writer) error {
 	}
 	// Create the outputs before the replay, so that a mistyped path fails
 	// at once rather than after a long trace.
-	out := io.Writer(stdout)
+	out := stdout
 	var outFile, plotFile *os.File
 	defer func() {
 		for _, f := range []*os.File{outFile, plotFile} {

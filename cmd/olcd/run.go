@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -90,7 +91,7 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 // describeConfigError prints a config's problem list one per line and
 // returns cli.ErrProblems; other errors are returned as they are.
 func describeConfigError(err error, w io.Writer) error {
-	if ve, ok := err.(*rules.ValidationError); ok {
+	if ve := (*rules.ValidationError)(nil); errors.As(err, &ve) {
 		fmt.Fprintf(w, "olcd: invalid config: %d problem(s):\n", len(ve.Problems))
 		for _, line := range ve.ProblemLines() {
 			fmt.Fprintf(w, "  %s\n", line)
@@ -131,7 +132,7 @@ func checkConfigs(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 		}
 		if err != nil {
 			failed = true
-			if ve, ok := err.(*rules.ValidationError); ok {
+			if ve := (*rules.ValidationError)(nil); errors.As(err, &ve) {
 				fmt.Fprintf(stderr, "%s: invalid: %d problem(s):\n", path, len(ve.Problems))
 				for _, line := range ve.ProblemLines() {
 					fmt.Fprintf(stderr, "  %s\n", line)

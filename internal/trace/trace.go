@@ -83,7 +83,7 @@ func Read(r io.Reader, name string) (*Trace, error) {
 	// would otherwise become part of the first column's name.
 	br := bufio.NewReader(r)
 	if bom, err := br.Peek(3); err == nil && string(bom) == "\ufeff" {
-		br.Discard(3)
+		_, _ = br.Discard(3) // Peek has buffered the 3 bytes
 	}
 	cr := csv.NewReader(br)
 	cr.ReuseRecord = false

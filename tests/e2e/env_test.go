@@ -254,9 +254,6 @@ func mustRun(t *testing.T, argv ...string) string {
 	return out
 }
 
-// runQuiet runs a cleanup command whose failure changes nothing.
-func runQuiet(argv ...string) { _, _ = runCmd(argv...) }
-
 func runCmd(argv ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

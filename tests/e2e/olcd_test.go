@@ -220,7 +220,7 @@ func (d *olcd) cli(args ...string) (string, error) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bins.olcd, append(args, "--socket", d.socket)...)
 	out, err := cmd.Output()
-	if ee, ok := err.(*exec.ExitError); ok {
+	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 		return string(out), fmt.Errorf("olcd %s: %w: %s", strings.Join(args, " "), err, ee.Stderr)
 	}
 	return string(out), err

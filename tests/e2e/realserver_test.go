@@ -58,7 +58,7 @@ func startGroup(t *testing.T, logPath string, argv ...string) {
 		t.Fatalf("start %s: %v", strings.Join(argv, " "), err)
 	}
 	done := make(chan struct{})
-	go func() { cmd.Wait(); out.Close(); close(done) }()
+	go func() { _ = cmd.Wait(); out.Close(); close(done) }()
 	t.Cleanup(func() {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		select {
@@ -286,7 +286,7 @@ func (e *netEnv) peerDial(t *testing.T, addr string) net.Conn {
 
 func ask(t *testing.T, c net.Conn, line string) {
 	t.Helper()
-	c.SetDeadline(time.Now().Add(3 * time.Second))
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
 	if _, err := c.Write([]byte(line + "\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -418,7 +418,7 @@ func TestResponseTimeDrivesShedding(t *testing.T) {
 	go func() {
 		defer close(done)
 		for i := 0; i < 2000; i++ {
-			c.SetDeadline(time.Now().Add(3 * time.Second))
+			_ = c.SetDeadline(time.Now().Add(3 * time.Second))
 			if _, err := c.Write([]byte("req\n")); err != nil {
 				return
 			}

@@ -280,7 +280,7 @@ func (h *Harness) startBackend(limiter string) error {
 			}
 			if i == 30 {
 				h.stopBackend()
-				return fmt.Errorf("backend port %d does not answer from the client namespace: %v", port, err)
+				return fmt.Errorf("backend port %d does not answer from the client namespace: %w", port, err)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -356,7 +356,7 @@ func (h *Harness) startInCgroup(role string, waitReady bool, argv ...string) (*b
 	if !waitReady {
 		select {
 		case err := <-p.done:
-			return nil, "", fmt.Errorf("backend (%s) exited at start: %v (see %s)", role, err, logPath)
+			return nil, "", fmt.Errorf("backend (%s) exited at start: %w (see %s)", role, err, logPath)
 		case <-time.After(200 * time.Millisecond):
 			return p, "", nil
 		}
@@ -365,7 +365,7 @@ func (h *Harness) startInCgroup(role string, waitReady bool, argv ...string) (*b
 	case line := <-ready:
 		return p, line, nil
 	case err := <-p.done:
-		return nil, "", fmt.Errorf("backend (%s) exited before it was ready: %v (see %s)", role, err, logPath)
+		return nil, "", fmt.Errorf("backend (%s) exited before it was ready: %w (see %s)", role, err, logPath)
 	case <-time.After(10 * time.Second):
 		_ = cmd.Process.Kill()
 		<-p.done
@@ -405,17 +405,5 @@ func (h *Harness) waitIdle(limit time.Duration) {
 		if (u1 - u0) < 15*time.Millisecond {
 			return
 		}
-	}
-}
-
-// ctxSleep sleeps d unless ctx ends first.
-func ctxSleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }

@@ -406,7 +406,7 @@ func (l *LBHarness) startHAProxy(dir string, agent bool) (*haproxyProc, error) {
 		return nil, err
 	}
 	if out, err := exec.Command(l.opt.HAProxy, "-c", "-f", cfgPath).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("haproxy -c %s: %v\n%s", cfgPath, err, out)
+		return nil, fmt.Errorf("haproxy -c %s: %w\n%s", cfgPath, err, out)
 	}
 	logf, err := os.Create(p.log)
 	if err != nil {
@@ -429,12 +429,12 @@ func (l *LBHarness) startHAProxy(dir string, agent bool) (*haproxyProc, error) {
 		select {
 		case err := <-p.done:
 			b, _ := os.ReadFile(p.log)
-			return nil, fmt.Errorf("haproxy exited at start: %v\n%s", err, b)
+			return nil, fmt.Errorf("haproxy exited at start: %w\n%s", err, b)
 		default:
 		}
 		if time.Now().After(deadline) {
 			p.stop()
-			return nil, fmt.Errorf("haproxy: servers not up within 15 s: %v %v (see %s)", st, err, p.log)
+			return nil, fmt.Errorf("haproxy: servers not up within 15 s: %v %w (see %s)", st, err, p.log)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -234,7 +234,7 @@ func launchOlcd(ctx context.Context, bin, dir, node, netns string, cfg olcdConfi
 		}
 		select {
 		case err := <-o.done:
-			return nil, fmt.Errorf("%s exited at start: %v (see %s)", who, err, o.logPath)
+			return nil, fmt.Errorf("%s exited at start: %w (see %s)", who, err, o.logPath)
 		default:
 		}
 		if time.Now().After(deadline) {
