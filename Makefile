@@ -29,7 +29,7 @@ help:
 	@echo "make demo-default    olcd on its embedded default config against a netns+veth node (~1 min)"
 	@echo "make deps-test       install the system packages make test needs (deps-run: make demo,"
 	@echo "                     deps-build: make generate; scripts/deps.sh says which)"
-	@echo "make generate        recompile bpf/*.c with bpf2go (needs clang, llvm, libbpf-dev)"
+	@echo "make generate        recompile bpf/*.c with bpf2go and the pinned clang-14 (deps-build)"
 	@echo "make check-generate  regenerate and fail if the committed objects differ"
 	@echo "make vet             go vet (also for darwin: the pure packages), golangci-lint, clang-format"
 	@echo "make lint            golangci-lint alone (.golangci.yaml; docs/lint.md)"
@@ -42,8 +42,16 @@ help:
 deps-run deps-test deps-build deps-all: deps-%:
 	scripts/deps.sh $*
 
+# The pinned compiler: Debian bookworm's clang 14.0.6 (scripts/deps.sh
+# build installs clang-14 and llvm-14), against the libbpf headers vendored
+# in bpf/include/bpf (scripts/update-libbpf-headers.sh), so that the objects
+# are the same bytes on any machine (docs/lint.md). bpf2go reads the
+# compiler and strip tool from these variables.
+BPF_CC    ?= clang-14
+BPF_STRIP ?= llvm-strip-14
+
 generate: deps-build
-	$(GO) generate ./internal/loader/...
+	BPF2GO_CC=$(BPF_CC) BPF2GO_STRIP=$(BPF_STRIP) $(GO) generate ./internal/loader/...
 
 check-generate: generate
 	@git diff --exit-code --stat -- internal/loader || \
@@ -66,16 +74,24 @@ PURE := ./internal/olc/... ./internal/rules/... ./internal/adaptive/... ./intern
 # use the build cache.
 GOLANGCI := $(GO) tool -modfile=tools/go.mod golangci-lint
 
+# bpf/'s own C (not the vendored headers in bpf/include), in the style of
+# .clang-format; scripts/deps.sh test installs clang-format-14.
+CLANG_FORMAT ?= clang-format-14
+BPF_SRC      := $(wildcard bpf/*.c bpf/*.h)
+
 vet:
 	$(GO) vet ./...
 	GOOS=darwin $(GO) vet $(PURE)
 	$(GOLANGCI) run ./...
+	@command -v $(CLANG_FORMAT) >/dev/null || { echo "vet: $(CLANG_FORMAT) missing: run 'scripts/deps.sh test'" >&2; exit 1; }
+	$(CLANG_FORMAT) --dry-run -Werror $(BPF_SRC)
 
 lint:
 	$(GOLANGCI) run ./...
 
 fmt:
 	gofmt -l -w $$(git ls-files '*.go')
+	$(CLANG_FORMAT) -i $(BPF_SRC)
 
 test: deps-test build vet
 	$(GO) test -count=1 -timeout 20m ./...
