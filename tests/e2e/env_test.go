@@ -221,17 +221,10 @@ func (e *netEnv) serve(t *testing.T) {
 	t.Helper()
 	startProc(t, t.TempDir()+"/loadgen-serve.log", "ip", "netns", "exec", e.Node,
 		bins.loadgen, "serve", "-addr", e.serverAddr(), "-work", "0", "-duration", "5m")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() (bool, error) {
 		err := e.connectOnce(time.Second)
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("loadgen server on %s not reachable from %s: %v", e.serverAddr(), e.Peer, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil, err
+	}, "loadgen server on %s reachable from %s", e.serverAddr(), e.Peer)
 }
 
 // burnCPU keeps one CPU busy (loadgen burn, bounded to 3 minutes) so that

@@ -18,6 +18,7 @@ import (
 
 	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/debpkg"
+	"github.com/olcd/olcd/internal/testutil"
 	"github.com/olcd/olcd/tests/e2e/overload"
 )
 
@@ -214,19 +215,16 @@ http {
 		}
 	})
 	addr := fmt.Sprintf("%s:80", env.NodeIP)
-	deadline := time.Now().Add(10 * time.Second)
-	for env.InPeer(func() error {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err
-	}) != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("nginx not reachable on %s", addr)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testutil.Eventually(t, 10*time.Second, 100*time.Millisecond, func() (bool, error) {
+		err := env.InPeer(func() error {
+			c, err := net.DialTimeout("tcp", addr, time.Second)
+			if err == nil {
+				c.Close()
+			}
+			return err
+		})
+		return err == nil, err
+	}, "nginx reachable on %s", addr)
 	d := startDaemon(t, env, daemonConfig{Mode: "observe", Attach: "tc", Threshold: thresholdNever, Ports: []int{80}})
 	client := env.peerClient()
 	rtt := env.connectRTT(t, addr)
