@@ -49,8 +49,11 @@ deps-run deps-test deps-build deps-all: deps-%:
 # compiler and strip tool from these variables.
 BPF_CC    ?= clang-14
 BPF_STRIP ?= llvm-strip-14
+BPF_CC_VERSION := 14.0.6
 
 generate: deps-build
+	@$(BPF_CC) --version | grep -q ' version $(BPF_CC_VERSION)' || \
+		echo "generate: note: $(BPF_CC) is not clang $(BPF_CC_VERSION), which made the committed objects: they may differ" >&2
 	BPF2GO_CC=$(BPF_CC) BPF2GO_STRIP=$(BPF_STRIP) $(GO) generate ./internal/loader/...
 
 check-generate: generate

@@ -15,8 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/olcd/olcd/internal/testutil"
 	"github.com/vishvananda/netlink"
+
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // serverPort is the protected port of the loadgen server in the node
