@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // Ports of the backend on the host side of the veth pair.
@@ -273,16 +275,12 @@ func (h *Harness) startBackend(limiter string) error {
 	// namespace too, across the veth pair.
 	for _, port := range []int{HealthPort, WorkPort} {
 		probe := fmt.Sprintf("exec 3<>/dev/tcp/%s/%d", h.net.HostIP, port)
-		for i := 0; ; i++ {
+		if err := testutil.WaitFor(10*time.Second, 100*time.Millisecond, func() (bool, error) {
 			err := h.net.Command("timeout", "1", "bash", "-c", probe).Run()
-			if err == nil {
-				break
-			}
-			if i == 30 {
-				h.stopBackend()
-				return fmt.Errorf("backend port %d does not answer from the client namespace: %w", port, err)
-			}
-			time.Sleep(100 * time.Millisecond)
+			return err == nil, err
+		}); err != nil {
+			h.stopBackend()
+			return fmt.Errorf("backend port %d does not answer from the client namespace: %w", port, err)
 		}
 	}
 	return nil
