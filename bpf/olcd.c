@@ -61,7 +61,7 @@ enum olcd_verdict {
 /* What the mark and reject actions need after the decision, filled by
  * olcd_handle_policy and olcd_decide. */
 struct olcd_mark {
-	void *ctx; /* the program's context, parked here while olcd_handle runs */
+	void *ctx;                /* the program's context, parked here while olcd_handle runs */
 	struct olcd_counters *st; /* OLCD_V_REJECT: the port's counters */
 	__u32 fwmark;
 	__u8 dscp;
@@ -99,8 +99,8 @@ struct olcd_src {
 };
 
 /* Copy the source address into an exception-trie key. */
-static __always_inline void olcd_read_source(const struct olcd_pkt *pkt, void *data,
-					     void *data_end, struct olcd_src *src)
+static __always_inline void olcd_read_source(const struct olcd_pkt *pkt, void *data, void *data_end,
+					     struct olcd_src *src)
 {
 	if (pkt->ipv6) {
 		struct ipv6hdr *ip6 = data + pkt->l3off;

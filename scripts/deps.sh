@@ -8,9 +8,11 @@
 #          (procps), and make itself (a fresh machine can run this script
 #          before make)
 #   test   run + what `make test` starts: systemd-analyze, nginx, php-fpm,
-#          haproxy, prometheus and promtool
-#   build  what `make generate` / `make check-generate` compile with: clang,
-#          llvm, libbpf-dev, linux-libc-dev (a plain `go build` needs none)
+#          haproxy, prometheus and promtool, and clang-format-14 (make vet)
+#   build  what `make generate` / `make check-generate` compile with: the
+#          pinned clang-14 and llvm-14 (llvm-strip-14), linux-libc-dev; the
+#          libbpf headers are vendored in bpf/include (a plain `go build`
+#          needs none of these)
 #   all    test + build (what CI installs)
 #
 # A package counts as present when dpkg says it is installed or its program
@@ -41,11 +43,13 @@ pkgs_test=(
 	"php-fpm|glob:/usr/sbin/php-fpm*|"
 	"haproxy|cmd:haproxy|"
 	"prometheus|cmd:prometheus cmd:promtool|"
+	"clang-format-14|cmd:clang-format-14|"
 )
+# The compiler is pinned by its Debian package (bookworm: 1:14.0.6-12): the
+# BPF objects are committed and must come out the same bytes (docs/lint.md).
 pkgs_build=(
-	"clang|cmd:clang|"
-	"llvm|cmd:llvm-strip|"
-	"libbpf-dev|file:/usr/include/bpf/bpf_helpers.h|"
+	"clang-14|cmd:clang-14|"
+	"llvm-14|cmd:llvm-strip-14|"
 	"linux-libc-dev|file:/usr/include/linux/bpf.h|"
 )
 
