@@ -164,9 +164,10 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 	if tgt.Auto {
 		// The tick that teaches the first baseline is judged against
 		// the target it teaches.
-		l.base.learn(r, l.active || guardOver || l.atQuota(r), l.target, prm)
+		steady := l.base.steady(r)
+		l.base.learn(r, steady, l.active || guardOver || l.atQuota(r), l.target, prm)
 		if l.active && !guardOver {
-			l.base.learnFloor(r, l.atQuota(r), l.target+l.gap)
+			l.base.learnFloor(r, steady, l.atQuota(r), l.target+l.gap)
 		}
 		l.target = l.targetFor(tgt, prm)
 	}
