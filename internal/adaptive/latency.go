@@ -84,6 +84,7 @@ type latencyLoop struct {
 	returning float64    // smoothed share of shed SYNs retransmitted 1 s later
 	drain     bool       // the last cut was sized by the measured queue: a drain for one tick
 	base      baseline
+	cap       capacity // μ̂, the capacity measured while saturated
 }
 
 // newLatencyLoop returns an idle loop.
@@ -156,9 +157,10 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 	}
 	dropped := float64(min(st.Dropped, st.New))
 	l.shed[0], l.shed[1] = l.shed[1], dropped
+	l.cap.tick(st, dt)
 	l.target = l.targetFor(tgt, prm)
 	if l.target <= 0 {
-		*l = latencyLoop{pass: 1, base: l.base}
+		*l = latencyLoop{pass: 1, base: l.base, cap: l.cap}
 		return ""
 	}
 	if tgt.Auto {
@@ -181,7 +183,7 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 		// recovers.
 		if !l.active || r.Requests > 0 || r.Samples > 0 {
 			if l.active {
-				return l.probeUnmeasured(r, guardOver, prm)
+				return l.probeUnmeasured(st, dt, guardOver, prm)
 			}
 			return ""
 		}
@@ -279,6 +281,18 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 			reason = "the queue drained, back to the measured capacity"
 		}
 	}
+	// An idle service: far fewer requests in flight than Little's μ̂ × T
+	// and the p95 far below the target. Its clients wait (a closed pool's
+	// dropped SYNs sit out their 1 s retransmit) while it could serve: the
+	// pass rate goes back in one tick, cooldown or not, to what admits
+	// the capacity measured (issue 24: a rise by steps after a cooldown
+	// served 0.63–0.79 of a 0.5 C phase after the overload).
+	if mu := l.cap.mu(); !back && !sized && wantOK && mu > 0 && m < recoverLatency*T && r.Inflight < recoverQueue*mu*T {
+		if want > l.pass*math.Exp(delta) {
+			delta, back = math.Log(want/l.pass), true
+			reason = fmt.Sprintf("below the target, %.0f requests in flight where %.0f keep it: back to the capacity measured, %.0f/s", r.Inflight, mu*T, mu)
+		}
+	}
 	if !mayCut && delta < 0 {
 		delta = 0
 		reason += ", held while a less protected class sheds"
@@ -330,8 +344,17 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 // requests in flight fit what the measured capacity keeps at the target
 // (a server that stopped answering piles them up: hold) and no resource
 // guard is over.
-func (l *latencyLoop) probeUnmeasured(r PortResponse, guardOver bool, prm *Params) string {
+func (l *latencyLoop) probeUnmeasured(st PortStats, dt float64, guardOver bool, prm *Params) string {
+	r := st.Response
 	hold := fmt.Sprintf("response time unavailable (%d samples): holding pass rate %.3f", r.Samples, l.pass)
+	mu, T := l.cap.mu(), l.target+l.gap
+	if want, ok := l.recoverPass(st, dt); ok && !guardOver && mu > 0 && r.Inflight < recoverQueue*mu*T && want > l.pass {
+		// Too few answers to time, and nothing queued: idle (above).
+		l.pass = want
+		why := fmt.Sprintf("response time unavailable (%d samples), %.0f requests in flight where %.0f keep the target: back to the capacity measured, %.0f/s, pass rate %.3f",
+			r.Samples, r.Inflight, mu*T, mu, l.pass)
+		return why + l.endIfRecovered()
+	}
 	switch {
 	case guardOver:
 		return hold + ", a resource guard is over"
@@ -352,7 +375,7 @@ func (l *latencyLoop) endIfRecovered() string {
 	if l.pass < 1 {
 		return ""
 	}
-	*l = latencyLoop{pass: 1, base: l.base, target: l.target, shed: l.shed, returning: l.returning}
+	*l = latencyLoop{pass: 1, base: l.base, target: l.target, shed: l.shed, returning: l.returning, cap: l.cap}
 	return ", overload of the queue over"
 }
 
@@ -397,7 +420,10 @@ const minShed = 0.01
 func (l *latencyLoop) recoverPass(st PortStats, dt float64) (float64, bool) {
 	r := st.Response
 	admitted := float64(st.New - min(st.Dropped, st.New))
-	if l.served <= 0 || r.Requests <= 0 || admitted <= 0 || dt <= 0 {
+	// Both measure the capacity while a queue stood: the last over tick's
+	// answers, and μ̂ over the saturated ticks of the last seconds.
+	served := math.Max(l.served, l.cap.mu())
+	if served <= 0 || r.Requests <= 0 || admitted <= 0 || dt <= 0 {
 		return 0, false
 	}
 	perConn := r.Requests / admitted // requests per admitted connection (keep-alive)
@@ -407,7 +433,7 @@ func (l *latencyLoop) recoverPass(st PortStats, dt float64) (float64, bool) {
 		// attempts alone.
 		demand = float64(st.New-min(st.Retransmits, st.New)) / dt
 	}
-	return math.Min(1, recoverShare*l.served/(perConn*demand)), true
+	return math.Min(1, recoverShare*served/(perConn*demand)), true
 }
 
 // probeStep is the most a recovering tick raises the pass rate beyond
@@ -419,6 +445,14 @@ const probeStep = 0.01
 // service answered its arrivals with room to spare (the capacity measured
 // is stale: a cold start's first windows answer slowly).
 const probeRoom = 0.25
+
+// recoverQueue and recoverLatency say when the service is idle: fewer in
+// flight than recoverQueue × Little's μ̂ × T, a p95 below recoverLatency ×
+// T.
+const (
+	recoverQueue   = 0.5
+	recoverLatency = 0.5
+)
 
 // maxRecoverJump bounds the rise of the pass rate in one recovering tick.
 const maxRecoverJump = 0.1
