@@ -516,6 +516,9 @@ func (d *Daemon) publish() {
 				b := pd.Baseline
 				ps.BaselineS = &b
 			}
+			if pd.Capacity > 0 {
+				ps.Capacity = &api.Capacity{RequestsPerS: pd.Capacity, ConnectionsPerS: pd.ConnCapacity, AgeS: pd.CapacityAge}
+			}
 		}
 		if pr, ok := r.resp[p.key]; ok {
 			ps.Timed = true
