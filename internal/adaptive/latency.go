@@ -102,7 +102,7 @@ func (l *latencyLoop) p() float64 { return 1 - l.pass }
 // retransmits each) and for a closed pool's (one: shed, it blocks its
 // client until its timeout, which the loop answers with a lower p). On the
 // harness's closed pool, drawn like first attempts, they kept the loop at
-// p ≈ 0.3 and 0.39 C; shed, 0.74 C (docs/tuning.md §7).
+// p ≈ 0.3 and 0.39 C; shed, 0.74 C (docs/measurements.md §7).
 func (l *latencyLoop) shedRetransmits() bool {
 	return l.active && l.pass < 1 && l.target > 0 && l.target < SYNRetransmitTimeout
 }
@@ -271,7 +271,7 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 	// flight fit the target goes back at once, cooldown or not, to what
 	// the measured capacity admits (recoverPass): rising by the recovery
 	// step instead idled the harness's service at 0.1–0.5 C for 3 s after
-	// each such cut of its cold start (docs/tuning.md §10).
+	// each such cut of its cold start (docs/measurements.md §10).
 	want, wantOK := l.recoverPass(st, dt)
 	back := false
 	if l.drain && !sized && r.Responses > 0 && r.Inflight <= r.Responses/dt*T {
@@ -512,7 +512,7 @@ func tgtName(tgt ResponseTarget, l *latencyLoop) string {
 // flight hold the gap without any queue olcd could drain. Read as a queue
 // against a target below the gap (auto: 3 × an unthrottled baseline), it
 // shed the service to where it is no longer throttled, 0.73–0.78 of its
-// capacity (capacity-halved, docs/tuning.md §5); so an auto target learnt
+// capacity (capacity-halved, docs/measurements.md §5); so an auto target learnt
 // from a baseline is what the service answers within plus what the quota
 // makes it wait, up to Params.InitialTarget: a target already that loose
 // holds the gap (with the initial target widened too, the p95 ran at
