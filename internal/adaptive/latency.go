@@ -334,6 +334,10 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 	}
 	l.pass = math.Min(1, math.Max(prm.MinPassRate, next))
 	why := fmt.Sprintf("response_time_p95 %.3gs %s %.3gs (target %s): pass rate %.3f", m, reason, T, tgtName(tgt, l), l.pass)
+	if mu := l.cap.mu(); mu > 0 {
+		// The figure an operator wants beside the cut, in the decision log.
+		why += fmt.Sprintf(", capacity %.0f/s measured %.1fs ago", mu, l.cap.age)
+	}
 	return why + l.endIfRecovered()
 }
 
