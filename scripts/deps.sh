@@ -8,7 +8,8 @@
 #          (procps), and make itself (a fresh machine can run this script
 #          before make)
 #   test   run + what `make test` starts: systemd-analyze, nginx, php-fpm,
-#          haproxy, prometheus and promtool
+#          haproxy, prometheus and promtool, mariadbd (the db backend of
+#          make demo-full)
 #   build  what `make generate` / `make check-generate` compile with: clang,
 #          llvm, libbpf-dev, linux-libc-dev (a plain `go build` needs none)
 #   all    test + build (what CI installs)
@@ -41,6 +42,7 @@ pkgs_test=(
 	"php-fpm|glob:/usr/sbin/php-fpm*|"
 	"haproxy|cmd:haproxy|"
 	"prometheus|cmd:prometheus cmd:promtool|"
+	"mariadb-server|cmd:mariadbd cmd:mariadb-install-db|"
 )
 pkgs_build=(
 	"clang|cmd:clang|"
