@@ -46,6 +46,10 @@ type Calibration struct {
 	// at least BaseP99Ms + kneeP99Slack), the p99 up to which a step
 	// counted as within capacity.
 	ResponseThreshold float64 `json:"response_threshold_s"`
+	// DBQuery is the db backend's query as sized at its calibration
+	// (mariadb.go): a run from this calibration does the same work per
+	// connection ("" for the other backends).
+	DBQuery string `json:"db_query,omitempty"`
 	// QuotaHalved is the same step load with the quota halved, as scenario
 	// 2 halves it: its CapacityRPS is the new capacity that scenario's
 	// goodput is measured against. Nil until CalibrateHalved ran.
@@ -131,6 +135,9 @@ func (h *Harness) CalibrateBackend(ctx context.Context, b Backend) (*Calibration
 		return cal, err
 	}
 	cal.Backend = b
+	if b == BackendDB {
+		cal.DBQuery = h.dbQuery
+	}
 	if b != BackendCPU && b != BackendDB {
 		// The knee's CPU of a backend whose bottleneck is not CPU is no
 		// ceiling (0.1–0.3 of the quota: the CPU follows the connection
@@ -159,6 +166,9 @@ func (h *Harness) SetCalibration(cal *Calibration) {
 		h.calibrations = map[Backend]*Calibration{}
 	}
 	h.calibrations[b] = cal
+	if b == BackendDB && cal.DBQuery != "" {
+		h.dbQuery = cal.DBQuery
+	}
 	if b == BackendCPU {
 		h.Calibration = cal
 	}
