@@ -8,7 +8,8 @@
 #          (procps), and make itself (a fresh machine can run this script
 #          before make)
 #   test   run + what `make test` starts: systemd-analyze, nginx, php-fpm,
-#          haproxy, prometheus and promtool, and clang-format-14 (make vet)
+#          haproxy, prometheus and promtool, clang-format-14 (make vet),
+#          mariadbd (the db backend of make demo-full)
 #   build  what `make generate` / `make check-generate` compile with: the
 #          pinned clang-14 and llvm-14 (llvm-strip-14), linux-libc-dev; the
 #          libbpf headers are vendored in bpf/include (a plain `go build`
@@ -44,6 +45,7 @@ pkgs_test=(
 	"haproxy|cmd:haproxy|"
 	"prometheus|cmd:prometheus cmd:promtool|"
 	"clang-format-14|cmd:clang-format-14|"
+	"mariadb-server|cmd:mariadbd cmd:mariadb-install-db|"
 )
 # The compiler is pinned by its Debian package (bookworm: 1:14.0.6-12): the
 # BPF objects are committed and must come out the same bytes (docs/lint.md).
