@@ -352,14 +352,9 @@ static __noinline void olcd_resp_out(const struct olcd_seg *sg, __u32 proto_idx)
 		return;
 	}
 	start = set->start_ns[w];
-<<<<<<< HEAD
 	if (start &&
-	    (proto_idx != OLCD_INDEX_TCP || (sg->len && (__s32)(sg->seq - set->sack[w]) >= 0))) {
-=======
-	if (start && (proto_idx != OLCD_INDEX_TCP ||
-		      (sg->len && (__s32)(sg->seq - set->sack[w]) >= 0 &&
-		       (__s32)(sg->ack - set->cseq[w]) >= 0))) {
->>>>>>> dbscen
+	    (proto_idx != OLCD_INDEX_TCP || (sg->len && (__s32)(sg->seq - set->sack[w]) >= 0 &&
+					     (__s32)(sg->ack - set->cseq[w]) >= 0))) {
 		now = olcd_resp_now();
 		slot = set->slot[w];
 		set->start_ns[w] = 0;
