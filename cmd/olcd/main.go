@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 )
@@ -48,7 +49,7 @@ Usage:
   olcd check-config FILE              validate a config; exit 1 listing every problem
   olcd simulate --config FILE --trace FILE.csv [--out FILE.csv] [--plot FILE.png]
   olcd record --out FILE.csv [--duration 5m]   record this node's signals as a trace
-  olcd version                        print the version
+  olcd version                        print the version, commit and Go version
 
 Run 'olcd COMMAND -h' for the flags of a command.
 `
@@ -84,7 +85,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "olcd %s: unexpected argument %q (it takes none)\n", cmd, rest[0])
 			return 2
 		}
-		fmt.Fprintf(stdout, "olcd %s\n", version)
+		fmt.Fprintln(stdout, versionLine(debug.ReadBuildInfo()))
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 	default:
