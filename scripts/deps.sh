@@ -2,13 +2,15 @@
 # The one list of system packages olcd's targets need, and the one step that
 # installs them. `make demo`, `make test` and .ci/run call it; so can users:
 #
-#   scripts/deps.sh [-n] GROUP...     GROUP: run | test | build | all
+#   scripts/deps.sh [-n] GROUP...     GROUP: run | demo | test | build | all
 #
-#   run    what `make demo` drives: ip (iproute2), nft (nftables), sysctl
-#          (procps), and make itself (a fresh machine can run this script
-#          before make)
-#   test   run + what `make test` starts: systemd-analyze, nginx, php-fpm,
-#          haproxy, prometheus and promtool
+#   run    what every olcd run needs around it: ip (iproute2), nft
+#          (nftables), sysctl (procps), and make itself (a fresh machine can
+#          run this script before make)
+#   demo   run + what `make demo` starts: nginx and php-fpm (the php backend)
+#   test   demo + what `make test` starts: systemd-analyze, haproxy,
+#          prometheus and promtool, and debootstrap (scripts/test-release.sh's
+#          Debian 12 chroot)
 #   build  what `make generate` / `make check-generate` compile with: clang,
 #          llvm, libbpf-dev, linux-libc-dev (a plain `go build` needs none)
 #   all    test + build (what CI installs)
@@ -35,12 +37,15 @@ pkgs_run=(
 	"nftables|cmd:nft|"
 	"procps|cmd:sysctl|"
 )
-pkgs_test=(
-	"systemd|cmd:systemd-analyze|"
+pkgs_demo=(
 	"nginx-light|cmd:nginx|nginx nginx-core nginx-full nginx-extras"
 	"php-fpm|glob:/usr/sbin/php-fpm*|"
+)
+pkgs_test=(
+	"systemd|cmd:systemd-analyze|"
 	"haproxy|cmd:haproxy|"
 	"prometheus|cmd:prometheus cmd:promtool|"
+	"debootstrap|cmd:debootstrap|"
 )
 pkgs_build=(
 	"clang|cmd:clang|"
@@ -50,7 +55,7 @@ pkgs_build=(
 )
 
 usage() {
-	echo "usage: scripts/deps.sh [-n] run|test|build|all ..." >&2
+	echo "usage: scripts/deps.sh [-n] run|demo|test|build|all ..." >&2
 	exit 2
 }
 
@@ -59,7 +64,7 @@ groups=()
 for a in "$@"; do
 	case $a in
 	-n | --dry-run) dry=1 ;;
-	run | test | build | all) groups+=("$a") ;;
+	run | demo | test | build | all) groups+=("$a") ;;
 	*) usage ;;
 	esac
 done
@@ -69,9 +74,10 @@ want=()
 for g in "${groups[@]}"; do
 	case $g in
 	run) want+=("${pkgs_run[@]}") ;;
-	test) want+=("${pkgs_run[@]}" "${pkgs_test[@]}") ;;
+	demo) want+=("${pkgs_run[@]}" "${pkgs_demo[@]}") ;;
+	test) want+=("${pkgs_run[@]}" "${pkgs_demo[@]}" "${pkgs_test[@]}") ;;
 	build) want+=("${pkgs_build[@]}") ;;
-	all) want+=("${pkgs_run[@]}" "${pkgs_test[@]}" "${pkgs_build[@]}") ;;
+	all) want+=("${pkgs_run[@]}" "${pkgs_demo[@]}" "${pkgs_test[@]}" "${pkgs_build[@]}") ;;
 	esac
 done
 

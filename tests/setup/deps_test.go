@@ -30,7 +30,7 @@ type machine struct {
 // everything is a fake root holding every program and file the groups check.
 var everything = []string{
 	"/usr/bin/make", "/usr/sbin/ip", "/usr/sbin/nft", "/usr/sbin/sysctl", "/usr/bin/systemd-analyze", "/usr/sbin/nginx",
-	"/usr/sbin/php-fpm8.2", "/usr/sbin/haproxy", "/usr/bin/prometheus", "/usr/bin/promtool",
+	"/usr/sbin/php-fpm8.2", "/usr/sbin/haproxy", "/usr/bin/prometheus", "/usr/bin/promtool", "/usr/sbin/debootstrap",
 	"/usr/bin/clang", "/usr/bin/llvm-strip", "/usr/include/bpf/bpf_helpers.h", "/usr/include/linux/bpf.h",
 }
 
@@ -55,7 +55,7 @@ func TestDeps(t *testing.T) {
 		{
 			name: "all present per dpkg although not on PATH",
 			m: machine{uid: 0, dpkg: []string{"make", "iproute2", "nftables", "procps", "systemd", "nginx-full", "php-fpm",
-				"haproxy", "prometheus"}},
+				"haproxy", "prometheus", "debootstrap"}},
 			args: []string{"test"},
 		},
 		{
@@ -93,6 +93,12 @@ func TestDeps(t *testing.T) {
 			wantOut: "",
 		},
 		{
+			name:    "demo group: the php backend's nginx and php-fpm, not what only make test starts",
+			m:       machine{uid: 0, files: []string{"/usr/bin/make", "/usr/sbin/ip", "/usr/sbin/nft", "/usr/sbin/sysctl"}},
+			args:    []string{"-n", "demo"},
+			wantOut: "deps: would install: nginx-light php-fpm\n",
+		},
+		{
 			name:    "build group is separate from test",
 			m:       machine{uid: 0, files: without(everything, "/usr/include/bpf/bpf_helpers.h", "/usr/include/linux/bpf.h")},
 			args:    []string{"test"},
@@ -102,7 +108,7 @@ func TestDeps(t *testing.T) {
 			name:    "groups overlap: each package once",
 			m:       machine{uid: 0, files: nil},
 			args:    []string{"-n", "run", "test", "all"},
-			wantOut: "deps: would install: make iproute2 nftables procps systemd nginx-light php-fpm haproxy prometheus clang llvm libbpf-dev linux-libc-dev\n",
+			wantOut: "deps: would install: make iproute2 nftables procps nginx-light php-fpm systemd haproxy prometheus debootstrap clang llvm libbpf-dev linux-libc-dev\n",
 		},
 		{
 			name:    "dry run as non-root: exit 0, nothing installed",
