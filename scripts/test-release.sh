@@ -10,7 +10,8 @@
 #    olcd check-config, systemd-analyze verify, the files in place and the
 #    unit disabled; an edited config kept across an upgrade; dpkg -r leaves
 #    only the conffiles (the edited config among them) and the decision log;
-#    dpkg -P leaves nothing;
+#    dpkg -P leaves nothing; then the tarball's scripts/install.sh as the
+#    README says, and its uninstall.sh leaves nothing;
 # 3. reads the images back with go-containerregistry (tools/release TestImage).
 #
 # OLCD_CHROOT_CACHE: the cached chroot tarball (default
@@ -95,7 +96,7 @@ mkdir -p "$root"
 tar -C "$root" -xf "$cache"
 mount -t proc proc "$root/proc"
 trap 'umount "$root/proc" 2>/dev/null || true' EXIT
-inroot() { chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 "$@"; }
+inroot() { chroot "$root" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 "$@"; }
 # What the system holds, but /proc, dpkg's own database and logs, and
 # /run/systemd (systemd-analyze and systemctl write state there when run).
 snapshot() {
@@ -161,6 +162,17 @@ inroot dpkg -P olcd >"$out/dpkg-P.log" 2>&1 || { cat "$out/dpkg-P.log" >&2; fail
 snapshot >"$out/after-P"
 diff -u "$out/before" "$out/after-P" || fail "dpkg -P left a difference"
 say "dpkg -P: the system is as before the install"
+# The README's tarball install, as written, on the same clean system:
+# install.sh from the unpacked tarball, then uninstall.sh leaves nothing.
+tar -xzf "$dist/olcd_${v1}_linux_amd64.tar.gz" -C "$root/tmp"
+inroot bash -c "cd /tmp/olcd_${v1}_linux_amd64 && ./scripts/install.sh" >"$out/install.log" 2>&1 || { cat "$out/install.log" >&2; fail "tarball: scripts/install.sh"; }
+inroot olcd version | grep -qF "olcd $v1 " || fail "tarball install: olcd version: $(inroot olcd version)"
+inroot olcd check-config /etc/olcd/olcd.yaml >/dev/null || fail "tarball install: check-config"
+grep -qx 'ExecReload=/usr/local/bin/olcd reload' "$root/etc/systemd/system/olcd.service" || fail "tarball install: the unit"
+inroot bash -c "cd /tmp/olcd_${v1}_linux_amd64 && ./scripts/uninstall.sh" >"$out/uninstall.log" 2>&1 || { cat "$out/uninstall.log" >&2; fail "tarball: scripts/uninstall.sh"; }
+snapshot >"$out/after-tarball"
+diff -u "$out/before" "$out/after-tarball" || fail "the tarball's uninstall.sh left a difference"
+say "tarball: scripts/install.sh installs (olcd version, check-config, the unit); uninstall.sh leaves nothing"
 umount "$root/proc"
 trap - EXIT
 rm -rf "$root"
