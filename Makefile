@@ -112,7 +112,7 @@ uninstall:
 COMMIT  ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 LDFLAGS += -X main.commit=$(COMMIT)
 
-.PHONY: release test-release deps-demo
+.PHONY: release test-release deps-demo docs-img
 
 release:
 	$(GO) -C tools/release run . -root $(CURDIR) -out $(CURDIR)/dist \
@@ -122,3 +122,13 @@ release:
 # and build caches warm, ~4 min cold): scripts/test-release.sh.
 test-release:
 	scripts/test-release.sh
+
+# The README's pictures: the loop (graphviz's dot, only to change it) and
+# the plant model at 3 C with and without olcd (tools/demoplot).
+docs-img: build
+	@mkdir -p out/docs-img
+	$(BIN) simulate --config docs/img/demo-none.yaml --plant cpu-open-giveup-3x --out out/docs-img/none.csv
+	$(BIN) simulate --config docs/img/demo-olcd.yaml --plant cpu-open-giveup-3x --out out/docs-img/olcd.csv
+	$(GO) run ./tools/demoplot -none out/docs-img/none.csv -olcd out/docs-img/olcd.csv -out docs/img/demo.png \
+		-title "cpu backend (C = 1000/s), open-loop clients giving up after 1 s: plant model"
+	dot -Tpng -Gdpi=96 docs/img/loop.dot -o docs/img/loop.png
