@@ -32,6 +32,8 @@ fail() { echo "test-release: FAIL: $*" >&2; exit 1; }
 rm -rf "$out"
 mkdir -p "$out"
 
+go -C tools/release vet ./... || fail "go vet of tools/release"
+
 # --- 1. the release and its sums
 say "building $v1 (amd64, arm64)"
 go -C tools/release run . -root "$repo" -out "$dist" -version "$v1" -allow-untagged
