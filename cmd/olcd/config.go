@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/olcd/olcd/internal/api"
+	"github.com/olcd/olcd/internal/cli"
 	"github.com/olcd/olcd/internal/rules"
 )
 
@@ -21,16 +22,16 @@ Without --config it asks the running daemon for its file and overrides.
 func cmdConfig(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "show" {
 		fmt.Fprint(stderr, configUsage)
-		return errUsage
+		return cli.ErrUsage
 	}
-	fs := newFlagSet("config show", stderr)
+	fs := cli.NewFlagSet("config show", stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, configUsage) }
 	path := fs.String("config", "", "show this config `file` alone, without a daemon")
 	socket := socketFlag(fs)
-	if err := parseFlags(fs, args[1:]); err != nil {
+	if err := cli.ParseFlags(fs, args[1:]); err != nil {
 		return err
 	}
-	if err := noArgs(fs, stderr); err != nil {
+	if err := cli.NoArgs(fs, stderr); err != nil {
 		return err
 	}
 	cfg, err := effectiveConfig(*path, *socket, stderr)
