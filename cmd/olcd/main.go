@@ -10,6 +10,7 @@
 //	olcd set patch FILE|-            live override with a partial config document
 //	olcd reload                      re-read the config file
 //	olcd check-config FILE           validate a config; exit 1 listing every problem
+//	olcd config show [--config FILE] the effective config, each value with its origin
 //	olcd record --out FILE.csv [--duration 5m]   record the node's signals as a trace
 //	olcd version
 //
@@ -40,6 +41,7 @@ Usage:
   olcd set patch FILE|-               apply a partial config document live
   olcd reload                         re-read the config file (like SIGHUP)
   olcd check-config FILE              validate a config; exit 1 listing every problem
+  olcd config show [--config FILE]    print the effective config, each value with its origin
   olcd record --out FILE.csv [--duration 5m]   record this node's signals as a trace
   olcd version                        print the version
 
@@ -69,6 +71,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdReload(rest, stdout, stderr)
 	case "check-config":
 		err = cmdCheckConfig(rest, stdout, stderr)
+	case "config":
+		err = cmdConfig(rest, stdout, stderr)
 	case "simulate":
 		// The replay and its plots are olcd-sim's, so that this root daemon
 		// links no plotting library (docs/internals.md).

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/olcd/olcd/internal/api"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -73,11 +74,11 @@ func (d *Daemon) ready(now time.Time) error {
 	if len(st.Interfaces) == 0 {
 		return fmt.Errorf("no interface attached (waiting: %v)", st.InterfacesWaiting)
 	}
-	s, err := d.dp.Stats()
+	s, err := d.eng.dp.Stats()
 	if err != nil {
 		return fmt.Errorf("datapath counters unreadable: %w", err)
 	}
-	d.dp.ReleaseStats(s)
+	d.eng.dp.ReleaseStats(s)
 	return nil
 }
 
@@ -91,8 +92,9 @@ var (
 )
 
 // boundsCollector exports the configured limits the alerting rules compare
-// against (deploy/prometheus/olcd-rules.yaml), from the published status.
-type boundsCollector struct{ d *Daemon }
+// against (deploy/prometheus/olcd-rules.yaml), from the published status
+// (fresh).
+type boundsCollector struct{ fresh func() *api.Status }
 
 // Describe sends every descriptor the collector may emit.
 func (c *boundsCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -103,7 +105,7 @@ func (c *boundsCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect reads the last published status.
 func (c *boundsCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.d.freshStatus()
+	st := c.fresh()
 	if st == nil {
 		return
 	}
