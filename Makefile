@@ -36,10 +36,12 @@ help:
 	@echo "make bench           datapath, sampler and controller benchmarks"
 	@echo "make install         install olcd and olcd-sim, unit and /etc/olcd/olcd.yaml, enable the service"
 	@echo "make uninstall       remove everything make install added"
+	@echo "make release VERSION=vX.Y.Z  dist/: tarballs, .debs, OCI image, SHA256SUMS (from that tag)"
+	@echo "make test-release    the release on a fresh Debian 12 chroot, sums, image read back (root, ~1 min)"
 
 # One list of system packages (scripts/deps.sh): installed when missing as
 # root with apt, else named in one line.
-deps-run deps-test deps-build deps-all: deps-%:
+deps-run deps-demo deps-test deps-build deps-all: deps-%:
 	scripts/deps.sh $*
 
 # The pinned compiler: Debian bookworm's clang 14.0.6 (scripts/deps.sh
@@ -71,11 +73,11 @@ build:
 # vet checks them for darwin too.
 PURE := ./internal/olc/... ./internal/rules/... ./internal/adaptive/... ./internal/plant/... ./cmd/olcd-sim/...
 
-# golangci-lint at the version tools/go.mod pins, kept out of olcd's own
+# golangci-lint at the version tools/lint/go.mod pins, kept out of olcd's own
 # module (its dependencies are not olcd's); .golangci.yaml and docs/lint.md
 # say what it checks. The first run compiles it (a few minutes), later runs
 # use the build cache.
-GOLANGCI := $(GO) tool -modfile=tools/go.mod golangci-lint
+GOLANGCI := $(GO) tool -modfile=tools/lint/go.mod golangci-lint
 
 # bpf/'s own C (not the vendored headers in bpf/include), in the style of
 # .clang-format; scripts/deps.sh test installs clang-format-14.
@@ -117,11 +119,12 @@ test-lb:
 test-short:
 	$(GO) test -short -count=1 ./...
 
-# The demos' php backend is Debian's nginx + php-fpm: deps.sh test lists
-# them (and installs nothing that is there).
+# The demos' php backend is Debian's nginx + php-fpm: deps.sh demo lists
+# them beside the run group (and installs nothing that is there); the whole
+# matrix's db backend is MariaDB, in the test group.
 demo demo-full:
 	@[ "$$(id -u)" = 0 ] || { echo "make $@ needs root (network namespace, veth, cgroup, nftables, BPF): run 'sudo make $@'" >&2; exit 1; }
-	scripts/deps.sh test
+	scripts/deps.sh $(if $(filter demo-full,$@),test,demo)
 	$(MAKE) build
 	$(GO) build -o bin/olcd-overload ./tests/e2e/cmd/olcd-overload
 	bin/olcd-overload demo -set $(if $(filter demo-full,$@),full,headline) -olcd $(BIN) -out out/$@
@@ -137,3 +140,32 @@ install: build
 
 uninstall:
 	DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" scripts/uninstall.sh
+
+# --- Releases (issue 28; docs/release.md) -----------------------------------
+# tools/release is its own module (nfpm, go-containerregistry): nothing of
+# it is linked into olcd. `make release VERSION=v0.1.0` needs that tag at a
+# clean HEAD; dist/ gets per architecture a tarball, a .deb and an image
+# tarball, one multi-arch OCI archive, and SHA256SUMS.
+COMMIT  ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+LDFLAGS += -X main.commit=$(COMMIT)
+
+.PHONY: release test-release deps-demo docs-img
+
+release:
+	$(GO) -C tools/release run . -root $(CURDIR) -out $(CURDIR)/dist \
+		-version $(VERSION) -commit $(COMMIT) -ldflags "$(LDFLAGS)"
+
+# A test release on a fresh Debian 12 chroot (root; ~50 s with the chroot
+# and build caches warm, ~4 min cold): scripts/test-release.sh.
+test-release:
+	scripts/test-release.sh
+
+# The README's pictures: the loop (graphviz's dot, only to change it) and
+# the plant model at 3 C with and without olcd (tools/demoplot).
+docs-img: build
+	@mkdir -p out/docs-img
+	$(BIN) simulate --config docs/img/demo-none.yaml --plant cpu-open-giveup-3x --out out/docs-img/none.csv
+	$(BIN) simulate --config docs/img/demo-olcd.yaml --plant cpu-open-giveup-3x --out out/docs-img/olcd.csv
+	$(GO) run ./tools/demoplot -none out/docs-img/none.csv -olcd out/docs-img/olcd.csv -out docs/img/demo.png \
+		-title "cpu backend (C = 1000/s), open-loop clients giving up after 1 s: plant model"
+	dot -Tpng -Gdpi=96 docs/img/loop.dot -o docs/img/loop.png

@@ -7,7 +7,9 @@
  * (olcd_tc_egress) the server's. The first payload byte from the client on
  * a flow with no request outstanding starts a timer; the first payload byte
  * the server sends after it (at or past the sequence number the request
- * acknowledged) stops it, into the port's histogram. In between, further
+ * acknowledged, in a segment that acknowledges the request: not the rest
+ * of an earlier answer still streaming when a pipelined request came)
+ * stops it, into the port's histogram. In between, further
  * client data (the rest of the request, pipelined requests, HTTP/2 streams)
  * starts nothing: the oldest outstanding request is the one timed. Client
  * data below what the server has acknowledged in an answer is a
@@ -351,7 +353,8 @@ static __noinline void olcd_resp_out(const struct olcd_seg *sg, __u32 proto_idx)
 	}
 	start = set->start_ns[w];
 	if (start &&
-	    (proto_idx != OLCD_INDEX_TCP || (sg->len && (__s32)(sg->seq - set->sack[w]) >= 0))) {
+	    (proto_idx != OLCD_INDEX_TCP || (sg->len && (__s32)(sg->seq - set->sack[w]) >= 0 &&
+					     (__s32)(sg->ack - set->cseq[w]) >= 0))) {
 		now = olcd_resp_now();
 		slot = set->slot[w];
 		set->start_ns[w] = 0;

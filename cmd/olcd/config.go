@@ -24,7 +24,7 @@ func cmdConfig(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stderr, configUsage)
 		return cli.ErrUsage
 	}
-	fs := newFlagSet("config show", stderr)
+	fs := cli.NewFlagSet("config show", stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, configUsage) }
 	path := fs.String("config", "", "show this config `file` alone, without a daemon")
 	socket := socketFlag(fs)

@@ -22,8 +22,11 @@ func TestConfigShow(t *testing.T) {
 	testutil.Must(t, os.WriteFile(path, []byte("mode: enforce\nports: [443]\n"), 0o644))
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) {
-		_ = json.NewEncoder(w).Encode(api.Status{ConfigSource: path, Overrides: []api.Override{
+		err := json.NewEncoder(w).Encode(api.Status{ConfigSource: path, Overrides: []api.Override{
 			{Kind: "patch", Value: "controller: {ki: 0.3}"}, {Kind: "mode", Value: "observe"}}})
+		if err != nil {
+			t.Errorf("encode status: %v", err)
+		}
 	})
 	sock := testutil.ServeUnixHTTP(t, mux)
 	for _, tt := range []struct {

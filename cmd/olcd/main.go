@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
 
 	"github.com/olcd/olcd/internal/cli"
@@ -43,7 +44,7 @@ Usage:
   olcd check-config FILE              validate a config; exit 1 listing every problem
   olcd config show [--config FILE]    print the effective config, each value with its origin
   olcd record --out FILE.csv [--duration 5m]   record this node's signals as a trace
-  olcd version                        print the version
+  olcd version                        print the version, commit and Go version
 
 Run 'olcd COMMAND -h' for the flags of a command. Replaying a trace or a plant
 model against a config (with plots) is olcd-sim's: run 'olcd-sim -h'.
@@ -85,7 +86,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "olcd %s: unexpected argument %q (it takes none)\n", cmd, rest[0])
 			return 2
 		}
-		fmt.Fprintf(stdout, "olcd %s\n", version)
+		fmt.Fprintln(stdout, versionLine(debug.ReadBuildInfo()))
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 	default:

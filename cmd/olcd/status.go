@@ -233,15 +233,15 @@ func printResponse(w io.Writer, st *api.Status) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PORT\tRESPONSE P50\tP95\tP99\tSAMPLES\tREQUESTS/S\tINFLIGHT")
+	fmt.Fprintln(tw, "PORT\tRESPONSE P50\tP95\tP99\tSAMPLES\tREQUESTS/S\tINFLIGHT\tCAPACITY")
 	for _, p := range st.Ports {
 		if !p.Timed || p.ResponseTime == nil {
-			fmt.Fprintf(tw, "%s/%d\tnot timed\t\t\t\t\t\n", p.Proto, p.Port)
+			fmt.Fprintf(tw, "%s/%d\tnot timed\t\t\t\t\t\t\n", p.Proto, p.Port)
 			continue
 		}
 		r := p.ResponseTime
-		fmt.Fprintf(tw, "%s/%d\t%s\t%s\t%s\t%d\t%s\t%s\n", p.Proto, p.Port, fmtSeconds(r.P50S), fmtSeconds(r.P95S),
-			fmtSeconds(r.P99S), r.Samples, fmtPtr(p.RequestsPerS, 1), fmtPtr(p.InflightRequests, 0))
+		fmt.Fprintf(tw, "%s/%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", p.Proto, p.Port, fmtSeconds(r.P50S), fmtSeconds(r.P95S),
+			fmtSeconds(r.P99S), r.Samples, fmtPtr(p.RequestsPerS, 1), fmtPtr(p.InflightRequests, 0), fmtCapacity(p.Capacity))
 	}
 	tw.Flush()
 	node := map[string]*float64{}
@@ -258,6 +258,15 @@ func printResponse(w io.Writer, st *api.Status) {
 		sample, rt.MinSamples)
 	fmt.Fprintf(w, "flow table: %d of %d flows (%.1f%%), %d waiting for an answer; since start %d inserted, %d evicted, %d expired, %d closed\n",
 		rt.FlowsTracked, rt.FlowTableCapacity, 100*rt.FlowTableFill, rt.FlowsOutstanding, rt.Inserts, rt.Evictions, rt.Expired, rt.Forgotten)
+}
+
+// fmtCapacity renders a port's measured capacity: "780/s, 2.5s ago", or
+// "-" until the port was saturated once.
+func fmtCapacity(c *api.Capacity) string {
+	if c == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f/s, %.1fs ago", c.RequestsPerS, c.AgeS)
 }
 
 func fmtPtr(v *float64, prec int) string {

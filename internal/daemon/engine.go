@@ -158,7 +158,7 @@ func (e *engine) resolveInterfaces(configured []string) ([]string, error) {
 func loaderConfig(cfg *rules.Config, ifaces []string) loader.Config {
 	lc := loader.Config{
 		Interfaces:   ifaces,
-		Attach:       olc.AttachMode(cfg.Attach),
+		Attach:       cfg.Attach,
 		MaxPorts:     cfg.Datapath.MaxPorts,
 		SYNTableSize: cfg.Datapath.SYNTableSize,
 		MaxPrefixes:  cfg.Datapath.MaxPrefixes,

@@ -5,8 +5,9 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/olcd/olcd/internal/api"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/olcd/olcd/internal/api"
 )
 
 // Health endpoints on the metrics listener, for process supervisors that

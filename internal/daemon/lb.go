@@ -164,6 +164,9 @@ func lbInput(cfg *rules.Config, ports []loader.PortPolicy, r tickResult) lb.Inpu
 			p50, p95, p99 := pr.P50, pr.P95, pr.P99
 			pi.ResponseTime = &lb.ResponseTime{P50S: &p50, P95S: &p95, P99S: &p99}
 		}
+		if pd.Capacity > 0 {
+			pi.Capacity = &lb.Capacity{RequestsPerS: pd.Capacity, ConnectionsPerS: pd.ConnCapacity, AgeS: pd.CapacityAge}
+		}
 		offered += pi.OfferedPerS
 		admitted += pi.AdmittedPerS
 		in.Ports = append(in.Ports, pi)

@@ -157,6 +157,8 @@ var (
 	descRTAband   = prometheus.NewDesc("olcd_port_requests_abandoned_total", "Timed requests forgotten unanswered: reset, closed, evicted or idle (sampled flows).", portLabels, nil)
 	descRTInfl    = prometheus.NewDesc("olcd_port_inflight_requests", "Requests waiting for their first answer byte at the end of the last tick, scaled by the sample rate.", portLabels, nil)
 	descRTRate    = prometheus.NewDesc("olcd_port_requests_per_second", "Requests per second over the last tick, scaled by the sample rate.", portLabels, nil)
+	descCapacity  = prometheus.NewDesc("olcd_port_capacity_requests_per_second", "The port's capacity measured while it was saturated: the most requests per second it answered over the saturated ticks of the last 3 s, or the last such figure; absent until saturated once.", portLabels, nil)
+	descCapAge    = prometheus.NewDesc("olcd_port_capacity_age_seconds", "How long ago the port was last saturated, the moment of olcd_port_capacity_requests_per_second.", portLabels, nil)
 	descFlowCap   = prometheus.NewDesc("olcd_flow_table_capacity", "Flows the response timer's table holds.", nil, nil)
 	descFlowUsed  = prometheus.NewDesc("olcd_flow_table_flows", "Flows in the response timer's table not idle (last scan, at most 10 s old).", nil, nil)
 	descFlowEvent = prometheus.NewDesc("olcd_flow_table_events_total", "Flow table events: inserted, evicted (a live flow pushed out), expired (an idle flow replaced), closed (FIN/RST).", []string{"event"}, nil)
@@ -175,7 +177,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 		descSigCorr, descPressure, descOverload, descNodeP, descClassP, descPortP, descNew, descRetrans,
 		descPassed, descDropped, descMarked, descWould, descRejected, descWouldRej, descRejLimit, descExempt, descStale, descOtherNew, descOtherEx,
 		descUncl, descAttach, descOverride, descLastTick, descDPErr, descRTHist, descRTQuant, descRTTarget, descRTBase, descQueueP, descRTReq,
-		descRTAband, descRTInfl, descRTRate, descFlowCap, descFlowUsed, descFlowEvent} {
+		descRTAband, descRTInfl, descRTRate, descCapacity, descCapAge, descFlowCap, descFlowUsed, descFlowEvent} {
 		ch <- d
 	}
 }
@@ -285,6 +287,10 @@ func collectPort(ch chan<- prometheus.Metric, p api.PortStatus, stats loader.Sta
 		gauge(descRTBase, *p.BaselineS, labels...)
 	}
 	gauge(descQueueP, p.QueueDropProbability, labels...)
+	if p.Capacity != nil {
+		gauge(descCapacity, p.Capacity.RequestsPerS, labels...)
+		gauge(descCapAge, p.Capacity.AgeS, labels...)
+	}
 	if p.InflightRequests != nil {
 		gauge(descRTInfl, *p.InflightRequests, labels...)
 	}

@@ -241,6 +241,9 @@ func portStatus(p loader.PortPolicy, source string, r tickResult, ctrlPorts []ad
 			b := pd.Baseline
 			ps.BaselineS = &b
 		}
+		if pd.Capacity > 0 {
+			ps.Capacity = &api.Capacity{RequestsPerS: pd.Capacity, ConnectionsPerS: pd.ConnCapacity, AgeS: pd.CapacityAge}
+		}
 	}
 	if pr, ok := r.resp[p.Key]; ok {
 		ps.Timed = true

@@ -608,7 +608,7 @@ func (t *Thresholds) decodeYAML(d *decoder, n *node, path string) bool {
 // (50ms) or seconds (0.05), in (0, 30s].
 func (d *decoder) responseTarget(n *node, field string) (adaptive.ResponseTarget, bool) {
 	const hint = "write auto, off, or a duration such as 50ms"
-	x, ok := 0.0, false
+	var x float64
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" {
 		switch n.Value {
 		case "auto":
@@ -621,8 +621,10 @@ func (d *decoder) responseTarget(n *node, field string) (adaptive.ResponseTarget
 			d.problems[len(d.problems)-1].Hint = hint
 			return adaptive.ResponseTarget{}, false
 		}
-		x, ok = dur.Seconds(), true
-	} else if x, ok = d.number(n, field); !ok {
+		x = dur.Seconds()
+	} else if v, ok := d.number(n, field); ok {
+		x = v
+	} else {
 		return adaptive.ResponseTarget{}, false
 	}
 	if !(x > 0 && x <= adaptive.MaxResponseTarget) {

@@ -31,6 +31,7 @@ type machine struct {
 var everything = []string{
 	"/usr/bin/make", "/usr/sbin/ip", "/usr/sbin/nft", "/usr/sbin/sysctl", "/usr/bin/systemd-analyze", "/usr/sbin/nginx",
 	"/usr/sbin/php-fpm8.2", "/usr/sbin/haproxy", "/usr/bin/prometheus", "/usr/bin/promtool", "/usr/bin/clang-format-14",
+	"/usr/sbin/mariadbd", "/usr/bin/mariadb-install-db", "/usr/sbin/debootstrap",
 	"/usr/bin/clang-14", "/usr/bin/llvm-strip-14", "/usr/include/linux/bpf.h",
 }
 
@@ -55,7 +56,7 @@ func TestDeps(t *testing.T) {
 		{
 			name: "all present per dpkg although not on PATH",
 			m: machine{uid: 0, dpkg: []string{"make", "iproute2", "nftables", "procps", "systemd", "nginx-full", "php-fpm",
-				"haproxy", "prometheus", "clang-format-14"}},
+				"haproxy", "prometheus", "clang-format-14", "mariadb-server", "debootstrap"}},
 			args: []string{"test"},
 		},
 		{
@@ -93,6 +94,12 @@ func TestDeps(t *testing.T) {
 			wantOut: "",
 		},
 		{
+			name:    "demo group: the php backend's nginx and php-fpm, not what only make test starts",
+			m:       machine{uid: 0, files: []string{"/usr/bin/make", "/usr/sbin/ip", "/usr/sbin/nft", "/usr/sbin/sysctl"}},
+			args:    []string{"-n", "demo"},
+			wantOut: "deps: would install: nginx-light php-fpm\n",
+		},
+		{
 			name:    "build group is separate from test",
 			m:       machine{uid: 0, files: without(everything, "/usr/bin/clang-14", "/usr/include/linux/bpf.h")},
 			args:    []string{"test"},
@@ -102,7 +109,7 @@ func TestDeps(t *testing.T) {
 			name:    "groups overlap: each package once",
 			m:       machine{uid: 0, files: nil},
 			args:    []string{"-n", "run", "test", "all"},
-			wantOut: "deps: would install: make iproute2 nftables procps systemd nginx-light php-fpm haproxy prometheus clang-format-14 clang-14 llvm-14 linux-libc-dev\n",
+			wantOut: "deps: would install: make iproute2 nftables procps nginx-light php-fpm systemd haproxy prometheus clang-format-14 mariadb-server debootstrap clang-14 llvm-14 linux-libc-dev\n",
 		},
 		{
 			name:    "dry run as non-root: exit 0, nothing installed",

@@ -129,6 +129,10 @@ type Harness struct {
 	keepAlive bool
 	// backend is the kind of backend the next start runs ("": cpu).
 	backend Backend
+	// dbQuery is the db backend's query, sized at its first start, and
+	// dbCycleCPU the server's CPU per connection running it (mariadb.go).
+	dbQuery    string
+	dbCycleCPU time.Duration
 
 	// Calibration is set by Calibrate (or by the caller, from an earlier
 	// results.json): the capacity and the olcd threshold every later run
@@ -247,6 +251,11 @@ func (h *Harness) startBackend(limiter string) error {
 			h.stopBackend()
 			return err
 		}
+	case BackendDB:
+		if err := h.startMariaDB(); err != nil {
+			h.stopBackend()
+			return err
+		}
 	case BackendCPU, BackendPool, "":
 		args := []string{"-port", strconv.Itoa(WorkPort), "-health-port", "0", "-limiter", limiter}
 		if h.backend == BackendPool {
@@ -263,7 +272,7 @@ func (h *Harness) startBackend(limiter string) error {
 			fmt.Fprintf(h.opt.Progress, "backend: %s\n", line)
 		}
 	default:
-		return fmt.Errorf("unknown backend %q (have cpu, pool, php)", h.backend)
+		return fmt.Errorf("unknown backend %q (have cpu, pool, php, db)", h.backend)
 	}
 	health, _, err := h.startBackendProc("health", "-port", "0", "-health-port", strconv.Itoa(HealthPort))
 	if err != nil {

@@ -1,4 +1,4 @@
-module github.com/olcd/olcd/tools
+module github.com/olcd/olcd/tools/lint
 
 go 1.26.0
 
