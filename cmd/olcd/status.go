@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/api"
+	"github.com/olcd/olcd/internal/cli"
 	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/spell"
 )
@@ -26,10 +27,10 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print the status document as JSON")
 	all := fs.Bool("all", false, "also list available signals that have no threshold")
 	socket := socketFlag(fs)
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := noArgs(fs, stderr); err != nil {
+	if err := cli.NoArgs(fs, stderr); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
@@ -297,13 +298,13 @@ Live overrides show in 'olcd status' and are dropped on reload.
 `)
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	rest := fs.Args()
 	if len(rest) == 0 {
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	c := api.NewClient(*socket, clientTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
@@ -319,14 +320,14 @@ Live overrides show in 'olcd status' and are dropped on reload.
 				hint = fmt.Sprintf("did you mean %q?", c)
 			}
 			fmt.Fprintf(stderr, "olcd set threshold: unknown signal %q (%s)\n", rest[1], hint)
-			return errUsage
+			return cli.ErrUsage
 		}
 		sig, _ := olc.ParseSignal(rest[1])
 		if _, perr := strconv.ParseFloat(rest[2], 64); perr != nil {
 			d, derr := time.ParseDuration(rest[2])
 			if derr != nil || sig.Unit() != olc.UnitSeconds {
 				fmt.Fprintf(stderr, "olcd set threshold: %q is not a number\n", rest[2])
-				return errUsage
+				return cli.ErrUsage
 			}
 			rest[2] = strconv.FormatFloat(d.Seconds(), 'g', -1, 64)
 		}
@@ -347,7 +348,7 @@ Live overrides show in 'olcd status' and are dropped on reload.
 		err = c.Patch(ctx, doc)
 	default:
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	if err != nil {
 		return err
@@ -360,12 +361,12 @@ Live overrides show in 'olcd status' and are dropped on reload.
 func cmdReload(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("reload", stderr)
 	socket := socketFlag(fs)
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	// `olcd reload new.yaml` would re-read the running file, not new.yaml,
 	// and answer "ok": a stray argument is refused before any request.
-	if err := noArgs(fs, stderr); err != nil {
+	if err := cli.NoArgs(fs, stderr); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)

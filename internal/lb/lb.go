@@ -218,10 +218,9 @@ func Reply(s State, weight float64) string {
 // weight per port and one for the node; ports that disappear are
 // forgotten. Not safe for concurrent use: the daemon's tick loop owns it.
 type Weigher struct {
-	p      Params
-	node   smoothed
-	ports  map[olc.PortKey]*smoothed
-	active map[olc.PortKey]bool
+	p     Params
+	node  smoothed
+	ports map[olc.PortKey]*smoothed
 }
 
 type smoothed struct {
