@@ -282,15 +282,15 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 			reason = "the queue drained, back to the measured capacity"
 		}
 	}
-	// An idle service: far below the target with far fewer requests in
-	// flight than Little's μ̂ × T, for a SYN retransmit timeout (what was
+	// An idle service: below half the target with fewer requests in
+	// flight than half of Little's μ̂ × T, for a SYN retransmit timeout (what was
 	// shed has come back by then: a closed pool's blocked clients return
 	// at once, and a jump before them idles and floods it in turn). The
 	// pass rate goes back in one tick, cooldown or not, to what admits the
 	// capacity measured (issue 24: a rise by steps after a cooldown served
 	// 0.63–0.79 of a 0.5 C phase after the overload).
 	mu := l.cap.mu()
-	if idle := mu > 0 && m < T/2 && r.Inflight < probeRoom*mu*T; idle {
+	if idle := mu > 0 && m < T/2 && r.Inflight < mu*T/2; idle {
 		l.idleFor += dt
 	} else {
 		l.idleFor = 0
