@@ -61,7 +61,7 @@ enum olcd_verdict {
 /* What the mark and reject actions need after the decision, filled by
  * olcd_handle_policy and olcd_decide. */
 struct olcd_mark {
-	void *ctx; /* the program's context, parked here while olcd_handle runs */
+	void *ctx;                /* the program's context, parked here while olcd_handle runs */
 	struct olcd_counters *st; /* OLCD_V_REJECT: the port's counters */
 	__u32 fwmark;
 	__u8 dscp;
@@ -99,8 +99,8 @@ struct olcd_src {
 };
 
 /* Copy the source address into an exception-trie key. */
-static __always_inline void olcd_read_source(const struct olcd_pkt *pkt, void *data,
-					     void *data_end, struct olcd_src *src)
+static __always_inline void olcd_read_source(const struct olcd_pkt *pkt, void *data, void *data_end,
+					     struct olcd_src *src)
 {
 	if (pkt->ipv6) {
 		struct ipv6hdr *ip6 = data + pkt->l3off;
@@ -527,43 +527,84 @@ static __always_inline void olcd_set_dscp(const struct olcd_pkt *pkt, void *data
 
 #include "reject.h"
 
-SEC("xdp")
-int olcd_xdp(struct xdp_md *ctx)
+/* The context's packet bounds: XDP (tc 0) or TC (tc 1, a constant at each call). */
+static __always_inline void olcd_ctx_data(void *ctx, int tc, void **data, void **data_end)
 {
-	void *data = (void *)(long)ctx->data;
-	void *data_end = (void *)(long)ctx->data_end;
-	struct olcd_mark mark;
+	if (tc) {
+		struct __sk_buff *skb = ctx;
+
+		*data = (void *)(long)skb->data;
+		*data_end = (void *)(long)skb->data_end;
+	} else {
+		struct xdp_md *xdp = ctx;
+
+		*data = (void *)(long)xdp->data;
+		*data_end = (void *)(long)xdp->data_end;
+	}
+}
+
+/*
+ * The ingress body both hooks share: parse, response timing, the decision,
+ * the mark action's rewrite. Returns an olcd_verdict, which each entry maps
+ * to its own return codes; OLCD_V_REJECT leaves the answer to the hook
+ * (reject.h), with the port's counters in mark->st and the context parked
+ * in mark (olcd_unstash_ctx). tc (a constant): ctx is a struct __sk_buff,
+ * else a struct xdp_md.
+ */
+static __always_inline int olcd_ingress(void *ctx, int tc, struct olcd_mark *mark)
+{
+	struct __sk_buff *skb = tc ? ctx : NULL;
+	void *data, *data_end;
 	struct olcd_pkt pkt;
 	int r, v;
 
-	r = olcd_parse(data, data_end, NULL, &pkt);
+	olcd_ctx_data(ctx, tc, &data, &data_end);
+	r = olcd_parse(data, data_end, skb, &pkt);
+	if (tc && r == OLCD_P_SHORT && skb->len > (__u32)(data_end - data)) {
+		/* The headers may sit in paged data: pull them and look again. */
+		bpf_skb_pull_data(skb, skb->len < OLCD_PULL_MAX ? skb->len : OLCD_PULL_MAX);
+		olcd_ctx_data(ctx, tc, &data, &data_end);
+		r = olcd_parse(data, data_end, skb, &pkt);
+	}
 	if (r == OLCD_P_NOT_NEW)
-		return XDP_PASS;
+		return OLCD_V_PASS;
 	if (r != OLCD_P_NEW) {
 		if (r == OLCD_P_SEGMENT)
 			olcd_resp_ingress(&pkt);
 		else
 			olcd_count_unclassified();
-		return XDP_PASS;
+		return OLCD_V_PASS;
 	}
-	olcd_stash_ctx(&mark, ctx);
-	v = olcd_handle(&pkt, data, data_end, &mark);
+	olcd_stash_ctx(mark, ctx);
+	v = olcd_handle(&pkt, data, data_end, mark);
 	if (v == OLCD_V_REJECT)
-		return olcd_reject_xdp(olcd_unstash_ctx(&mark), mark.st);
+		return v;
 	if (__builtin_expect(!pkt.tcp, 0) && v == OLCD_V_PASS)
 		olcd_resp_udp(pkt.seg_addrs, pkt.seg_ports, pkt.ipv6, 0);
 	if (v == OLCD_V_MARK) {
 		/* Parse again rather than keep the header offsets alive
 		 * through olcd_decide (see olcd_handle). */
-		ctx = olcd_unstash_ctx(&mark);
-		data = (void *)(long)ctx->data;
-		data_end = (void *)(long)ctx->data_end;
-		if (mark.dscp <= OLCD_DSCP_MAX &&
-		    olcd_parse(data, data_end, NULL, &pkt) == OLCD_P_NEW)
-			olcd_set_dscp(&pkt, data, data_end, mark.dscp);
-		return XDP_PASS;
+		ctx = olcd_unstash_ctx(mark);
+		skb = tc ? ctx : NULL;
+		olcd_ctx_data(ctx, tc, &data, &data_end);
+		if (mark->dscp <= OLCD_DSCP_MAX &&
+		    olcd_parse(data, data_end, skb, &pkt) == OLCD_P_NEW)
+			olcd_set_dscp(&pkt, data, data_end, mark->dscp);
 	}
-	/* Without a branch on the draw: see olcd_decide. */
+	return v;
+}
+
+SEC("xdp")
+int olcd_xdp(struct xdp_md *ctx)
+{
+	struct olcd_mark mark;
+	int v;
+
+	v = olcd_ingress(ctx, 0, &mark);
+	if (v == OLCD_V_REJECT)
+		return olcd_reject_xdp(olcd_unstash_ctx(&mark), mark.st);
+	/* PASS and MARK pass, DROP drops, without a branch on the draw (see
+	 * olcd_decide). */
 	return XDP_PASS - (v & OLCD_V_DROP);
 }
 
@@ -575,45 +616,15 @@ int olcd_xdp(struct xdp_md *ctx)
 SEC("tc")
 int olcd_tc(struct __sk_buff *skb)
 {
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
 	struct olcd_mark mark;
-	struct olcd_pkt pkt;
-	int r, v;
+	int v;
 
-	r = olcd_parse(data, data_end, skb, &pkt);
-	if (r == OLCD_P_SHORT && skb->len > (__u32)(data_end - data)) {
-		/* The headers may sit in paged data: pull them and look again. */
-		bpf_skb_pull_data(skb, skb->len < OLCD_PULL_MAX ? skb->len : OLCD_PULL_MAX);
-		data = (void *)(long)skb->data;
-		data_end = (void *)(long)skb->data_end;
-		r = olcd_parse(data, data_end, skb, &pkt);
-	}
-	if (r == OLCD_P_NOT_NEW)
-		return TC_ACT_UNSPEC;
-	if (r != OLCD_P_NEW) {
-		if (r == OLCD_P_SEGMENT)
-			olcd_resp_ingress(&pkt);
-		else
-			olcd_count_unclassified();
-		return TC_ACT_UNSPEC;
-	}
-	olcd_stash_ctx(&mark, skb);
-	v = olcd_handle(&pkt, data, data_end, &mark);
+	v = olcd_ingress(skb, 1, &mark);
 	if (v == OLCD_V_REJECT)
 		return olcd_reject_tc(olcd_unstash_ctx(&mark), mark.st);
-	if (__builtin_expect(!pkt.tcp, 0) && v == OLCD_V_PASS)
-		olcd_resp_udp(pkt.seg_addrs, pkt.seg_ports, pkt.ipv6, 0);
 	if (v == OLCD_V_MARK) {
-		/* Parse again: see olcd_xdp. */
-		skb = olcd_unstash_ctx(&mark);
-		data = (void *)(long)skb->data;
-		data_end = (void *)(long)skb->data_end;
-		if (mark.dscp <= OLCD_DSCP_MAX &&
-		    olcd_parse(data, data_end, skb, &pkt) == OLCD_P_NEW)
-			olcd_set_dscp(&pkt, data, data_end, mark.dscp);
 		if (mark.fwmark)
-			skb->mark = mark.fwmark;
+			((struct __sk_buff *)olcd_unstash_ctx(&mark))->mark = mark.fwmark;
 		return TC_ACT_UNSPEC;
 	}
 	/* TC_ACT_UNSPEC (-1) or TC_ACT_SHOT (2), without a branch. */

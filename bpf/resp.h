@@ -71,7 +71,6 @@ struct {
 	__type(value, struct olcd_flow_counters);
 } olcd_fstats SEC(".maps");
 
-
 /* The port's histogram slot, 0 when it is not timed. proto_idx:
  * OLCD_INDEX_TCP or OLCD_INDEX_UDP. */
 static __always_inline __u32 olcd_resp_port(__u32 proto_idx, __u32 port)
@@ -353,15 +352,14 @@ static __noinline void olcd_resp_out(const struct olcd_seg *sg, __u32 proto_idx)
 		return;
 	}
 	start = set->start_ns[w];
-	if (start && (proto_idx != OLCD_INDEX_TCP ||
-		      (sg->len && (__s32)(sg->seq - set->sack[w]) >= 0 &&
-		       (__s32)(sg->ack - set->cseq[w]) >= 0))) {
+	if (start &&
+	    (proto_idx != OLCD_INDEX_TCP || (sg->len && (__s32)(sg->seq - set->sack[w]) >= 0 &&
+					     (__s32)(sg->ack - set->cseq[w]) >= 0))) {
 		now = olcd_resp_now();
 		slot = set->slot[w];
 		set->start_ns[w] = 0;
 		set->stamp[w] = (__u32)(now >> 20);
-		if (proto_idx == OLCD_INDEX_TCP &&
-		    (__s32)(sg->ack - set->cseq[w]) > 0)
+		if (proto_idx == OLCD_INDEX_TCP && (__s32)(sg->ack - set->cseq[w]) > 0)
 			set->cseq[w] = sg->ack; /* the server has all of the request */
 		h = olcd_rhist_of(slot);
 		if (h) {
@@ -391,8 +389,12 @@ static __noinline void olcd_resp_out(const struct olcd_seg *sg, __u32 proto_idx)
 static __always_inline void olcd_resp_ingress(const struct olcd_pkt *pkt)
 {
 	struct olcd_seg sg = {
-		.hash = pkt->seg_hash, .slot = pkt->seg_slot, .seq = pkt->seg_seq,
-		.ack = pkt->seg_ack, .len = pkt->seg_len, .flags = pkt->seg_flags,
+		.hash = pkt->seg_hash,
+		.slot = pkt->seg_slot,
+		.seq = pkt->seg_seq,
+		.ack = pkt->seg_ack,
+		.len = pkt->seg_len,
+		.flags = pkt->seg_flags,
 	};
 
 	olcd_resp_in(&sg, OLCD_INDEX_TCP);
@@ -401,8 +403,11 @@ static __always_inline void olcd_resp_ingress(const struct olcd_pkt *pkt)
 static __always_inline void olcd_resp_egress(const struct olcd_pkt *pkt)
 {
 	struct olcd_seg sg = {
-		.hash = pkt->seg_hash, .seq = pkt->seg_seq, .ack = pkt->seg_ack,
-		.len = pkt->seg_len, .flags = pkt->seg_flags,
+		.hash = pkt->seg_hash,
+		.seq = pkt->seg_seq,
+		.ack = pkt->seg_ack,
+		.len = pkt->seg_len,
+		.flags = pkt->seg_flags,
 	};
 
 	olcd_resp_out(&sg, OLCD_INDEX_TCP);

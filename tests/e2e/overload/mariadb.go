@@ -114,7 +114,7 @@ func (h *Harness) startMariaDB() error {
 			break
 		}
 		if i == 150 {
-			return fmt.Errorf("mariadbd does not answer on %s within 30 s: %v (see %s)", addr, err, filepath.Join(dir, "mariadb.err"))
+			return fmt.Errorf("mariadbd does not answer on %s within 30 s: %w (see %s)", addr, err, filepath.Join(dir, "mariadb.err"))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

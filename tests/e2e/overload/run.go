@@ -534,17 +534,17 @@ func startAttacker(ctx context.Context, dir string, cfg AttackConfig, rec *recor
 	select {
 	case <-started:
 	case <-ctx.Done():
-		a.cmd.Process.Kill()
-		a.cmd.Wait()
+		_ = a.cmd.Process.Kill()
+		_ = a.cmd.Wait()
 		closeLogs()
 		return nil, ctx.Err()
 	case err := <-readDone:
-		a.cmd.Wait()
+		_ = a.cmd.Wait()
 		closeLogs()
-		return nil, fmt.Errorf("attacker ended before it started: %v (see %s)", err, a.errPath)
+		return nil, fmt.Errorf("attacker ended before it started: %w (see %s)", err, a.errPath)
 	case <-time.After(15 * time.Second):
-		a.cmd.Process.Kill()
-		a.cmd.Wait()
+		_ = a.cmd.Process.Kill()
+		_ = a.cmd.Wait()
 		closeLogs()
 		return nil, errors.New("attacker did not start within 15 s")
 	}
@@ -574,7 +574,7 @@ func (a *attacker) follow(ctx context.Context, take func(), onTick func(el time.
 	for {
 		select {
 		case <-ctx.Done():
-			a.cmd.Process.Kill()
+			_ = a.cmd.Process.Kill()
 			<-a.finished
 			return ctx.Err()
 		case err := <-a.finished:
