@@ -4,15 +4,17 @@ GO      ?= go
 PREFIX  ?= /usr/local
 DESTDIR ?=
 BIN     := bin/olcd
+SIM     := bin/olcd-sim
 VERSION ?= $(shell git describe --always --dirty --tags 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all help deps-run deps-test deps-build deps-all generate check-generate build test test-short test-overload test-lb demo demo-full demo-default install uninstall bench fmt vet
+.PHONY: all help deps-run deps-test deps-build deps-all generate check-generate build test test-short test-overload test-lb demo demo-full demo-default install uninstall bench fmt vet lint
 
 all: build
 
 help:
-	@echo "make build           build bin/olcd (no clang needed: BPF objects are committed)"
+	@echo "make build           build bin/olcd (the daemon and its CLI) and bin/olcd-sim (simulate,"
+	@echo "                     plots; no root, any OS); no clang needed: BPF objects are committed"
 	@echo "make test            vet + every test (root runs the BPF, netns and cgroup tests, then"
 	@echo "                     the overload suite alone: make test-overload, ~15 min)"
 	@echo "make test-lb         the load-balancer test alone: two nodes behind Debian's HAProxy, with and"
@@ -27,38 +29,74 @@ help:
 	@echo "make demo-default    olcd on its embedded default config against a netns+veth node (~1 min)"
 	@echo "make deps-test       install the system packages make test needs (deps-run: make demo,"
 	@echo "                     deps-build: make generate; scripts/deps.sh says which)"
-	@echo "make generate        recompile bpf/*.c with bpf2go (needs clang, llvm, libbpf-dev)"
+	@echo "make generate        recompile bpf/*.c with bpf2go and the pinned clang-14 (deps-build)"
 	@echo "make check-generate  regenerate and fail if the committed objects differ"
+	@echo "make vet             go vet (also for darwin: the pure packages), golangci-lint, clang-format"
+	@echo "make lint            golangci-lint alone (.golangci.yaml; docs/lint.md)"
 	@echo "make bench           datapath, sampler and controller benchmarks"
-	@echo "make install         install binary, unit and /etc/olcd/olcd.yaml, enable the service"
+	@echo "make install         install olcd and olcd-sim, unit and /etc/olcd/olcd.yaml, enable the service"
 	@echo "make uninstall       remove everything make install added"
+	@echo "make release VERSION=vX.Y.Z  dist/: tarballs, .debs, OCI image, SHA256SUMS (from that tag)"
+	@echo "make test-release    the release on a fresh Debian 12 chroot, sums, image read back (root, ~1 min)"
 
 # One list of system packages (scripts/deps.sh): installed when missing as
 # root with apt, else named in one line.
-deps-run deps-test deps-build deps-all: deps-%:
+deps-run deps-demo deps-test deps-build deps-all: deps-%:
 	scripts/deps.sh $*
 
+# The pinned compiler: Debian bookworm's clang 14.0.6 (scripts/deps.sh
+# build installs clang-14 and llvm-14), against the libbpf headers vendored
+# in bpf/include/bpf (scripts/update-libbpf-headers.sh), so that the objects
+# are the same bytes on any machine (docs/lint.md). bpf2go reads the
+# compiler and strip tool from these variables.
+BPF_CC    ?= clang-14
+BPF_STRIP ?= llvm-strip-14
+BPF_CC_VERSION := 14.0.6
+
 generate: deps-build
-	$(GO) generate ./internal/loader/...
+	@$(BPF_CC) --version | grep -q ' version $(BPF_CC_VERSION)' || \
+		echo "generate: note: $(BPF_CC) is not clang $(BPF_CC_VERSION), which made the committed objects: they may differ" >&2
+	BPF2GO_CC=$(BPF_CC) BPF2GO_STRIP=$(BPF_STRIP) $(GO) generate ./internal/loader/...
 
 check-generate: generate
 	@git diff --exit-code --stat -- internal/loader || \
 		{ echo "bpf2go output differs from the committed files: run 'make generate' and commit"; exit 1; }
 
+# Two binaries: the root daemon links no plotting library; olcd-sim holds
+# the replay and its plots (docs/internals.md).
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/olcd
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(SIM) ./cmd/olcd-sim
 
 # The pure packages (the vocabulary, config, controller, plant model) build
 # on any OS, so `olcd simulate`'s parts and their tests run on a laptop:
 # vet checks them for darwin too.
-PURE := ./internal/olc/... ./internal/rules/... ./internal/adaptive/... ./internal/plant/...
+PURE := ./internal/olc/... ./internal/rules/... ./internal/adaptive/... ./internal/plant/... ./cmd/olcd-sim/...
+
+# golangci-lint at the version tools/lint/go.mod pins, kept out of olcd's own
+# module (its dependencies are not olcd's); .golangci.yaml and docs/lint.md
+# say what it checks. The first run compiles it (a few minutes), later runs
+# use the build cache.
+GOLANGCI := $(GO) tool -modfile=tools/lint/go.mod golangci-lint
+
+# bpf/'s own C (not the vendored headers in bpf/include), in the style of
+# .clang-format; scripts/deps.sh test installs clang-format-14.
+CLANG_FORMAT ?= clang-format-14
+BPF_SRC      := $(wildcard bpf/*.c bpf/*.h)
 
 vet:
 	$(GO) vet ./...
 	GOOS=darwin $(GO) vet $(PURE)
+	$(GOLANGCI) run ./...
+	@command -v $(CLANG_FORMAT) >/dev/null || { echo "vet: $(CLANG_FORMAT) missing: run 'scripts/deps.sh test'" >&2; exit 1; }
+	$(CLANG_FORMAT) --dry-run -Werror $(BPF_SRC)
+
+lint:
+	$(GOLANGCI) run ./...
 
 fmt:
 	gofmt -l -w $$(git ls-files '*.go')
+	$(CLANG_FORMAT) -i $(BPF_SRC)
 
 test: deps-test build vet
 	$(GO) test -count=1 -timeout 20m ./...
@@ -81,11 +119,12 @@ test-lb:
 test-short:
 	$(GO) test -short -count=1 ./...
 
-# The demos' php backend is Debian's nginx + php-fpm: deps.sh test lists
-# them (and installs nothing that is there).
+# The demos' php backend is Debian's nginx + php-fpm: deps.sh demo lists
+# them beside the run group (and installs nothing that is there); the whole
+# matrix's db backend is MariaDB, in the test group.
 demo demo-full:
 	@[ "$$(id -u)" = 0 ] || { echo "make $@ needs root (network namespace, veth, cgroup, nftables, BPF): run 'sudo make $@'" >&2; exit 1; }
-	scripts/deps.sh test
+	scripts/deps.sh $(if $(filter demo-full,$@),test,demo)
 	$(MAKE) build
 	$(GO) build -o bin/olcd-overload ./tests/e2e/cmd/olcd-overload
 	bin/olcd-overload demo -set $(if $(filter demo-full,$@),full,headline) -olcd $(BIN) -out out/$@
@@ -97,7 +136,36 @@ bench:
 	scripts/bench.sh
 
 install: build
-	DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" scripts/install.sh $(BIN)
+	DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" scripts/install.sh $(BIN) $(SIM)
 
 uninstall:
 	DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" scripts/uninstall.sh
+
+# --- Releases (issue 28; docs/release.md) -----------------------------------
+# tools/release is its own module (nfpm, go-containerregistry): nothing of
+# it is linked into olcd. `make release VERSION=v0.1.0` needs that tag at a
+# clean HEAD; dist/ gets per architecture a tarball, a .deb and an image
+# tarball, one multi-arch OCI archive, and SHA256SUMS.
+COMMIT  ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+LDFLAGS += -X main.commit=$(COMMIT)
+
+.PHONY: release test-release deps-demo docs-img
+
+release:
+	$(GO) -C tools/release run . -root $(CURDIR) -out $(CURDIR)/dist \
+		-version $(VERSION) -commit $(COMMIT) -ldflags "$(LDFLAGS)"
+
+# A test release on a fresh Debian 12 chroot (root; ~50 s with the chroot
+# and build caches warm, ~4 min cold): scripts/test-release.sh.
+test-release:
+	scripts/test-release.sh
+
+# The README's pictures: the loop (graphviz's dot, only to change it) and
+# the plant model at 3 C with and without olcd (tools/demoplot).
+docs-img: build
+	@mkdir -p out/docs-img
+	$(BIN) simulate --config docs/img/demo-none.yaml --plant cpu-open-giveup-3x --out out/docs-img/none.csv
+	$(BIN) simulate --config docs/img/demo-olcd.yaml --plant cpu-open-giveup-3x --out out/docs-img/olcd.csv
+	$(GO) run ./tools/demoplot -none out/docs-img/none.csv -olcd out/docs-img/olcd.csv -out docs/img/demo.png \
+		-title "cpu backend (C = 1000/s), open-loop clients giving up after 1 s: plant model"
+	dot -Tpng -Gdpi=96 docs/img/loop.dot -o docs/img/loop.png

@@ -54,9 +54,9 @@
  * to the end of the TCP header, or 0 (frame unchanged) when the headers are
  * not where pkt says.
  */
-static __always_inline __u32 olcd_gate_build(void *data, void *data_end,
-					     const struct olcd_pkt *pkt, int reply, __u32 seq,
-					     __u32 ack, struct olcd_reject_sums *sums)
+static __always_inline __u32 olcd_gate_build(void *data, void *data_end, const struct olcd_pkt *pkt,
+					     int reply, __u32 seq, __u32 ack,
+					     struct olcd_reject_sums *sums)
 {
 	/* Bounded for the verifier: Ethernet + 4 tags is 30 bytes. */
 	__u32 l3 = pkt->l3off & 0x3f;

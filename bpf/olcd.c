@@ -62,7 +62,7 @@ enum olcd_verdict {
 /* What the mark and reject actions need after the decision, filled by
  * olcd_handle_policy and olcd_decide. */
 struct olcd_mark {
-	void *ctx; /* the program's context, parked here while olcd_handle runs */
+	void *ctx;                /* the program's context, parked here while olcd_handle runs */
 	struct olcd_counters *st; /* OLCD_V_REJECT: the port's counters */
 	__u32 fwmark;
 	__u8 dscp;

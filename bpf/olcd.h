@@ -195,7 +195,7 @@ struct olcd_reject_bucket {
 	__u64 stamp_ns; /* bpf_ktime_get_ns() up to which tokens were added */
 	__u64 limited;  /* SYNs dropped instead of answered: no token left */
 	__u32 tokens;
-	__u32 jiffy;    /* olcd_control.fresh_jiffies of the last refill */
+	__u32 jiffy; /* olcd_control.fresh_jiffies of the last refill */
 };
 
 /* LPM trie keys of the exception source prefixes. */
@@ -237,9 +237,9 @@ enum olcd_resp_geometry {
  * sampled flows are counted: the loader scales by the sample rate.
  */
 struct olcd_resp_hist {
-	__u32 requests;  /* timers started: a request on a flow with none outstanding */
-	__u32 responses; /* timers stopped by the server's first answer byte (in bucket[]) */
-	__u32 abandoned; /* timers forgotten unanswered: RST, FIN, eviction, idle */
+	__u32 requests;    /* timers started: a request on a flow with none outstanding */
+	__u32 responses;   /* timers stopped by the server's first answer byte (in bucket[]) */
+	__u32 abandoned;   /* timers forgotten unanswered: RST, FIN, eviction, idle */
 	__u32 retransmits; /* client data already answered, seen again: ignored */
 	/* The request gate (olcd_gate in olcd.c). Request starts on a flow
 	 * already in the table (of requests: all but each flow's first). Of

@@ -138,7 +138,6 @@ static __always_inline int olcd_past_frame(void *data, void *data_end, struct __
 	return data + l3end > data_end;
 }
 
-
 /* Odd 64-bit multiplier spreading the ports of an IPv6 flow (splitmix64's). */
 #define OLCD_FH_K2 0xbf58476d1ce4e5b9ULL
 
@@ -188,8 +187,8 @@ static __always_inline __u64 olcd_flow_hash(__u64 addrs, int v6, __u32 ports, __
  * checked to lie in the frame; a payload length that does not add up
  * (header past the IP packet) is no payload.
  */
-static __always_inline int olcd_seg_fill(const struct tcphdr *th, __u32 off, __u8 flags,
-					 __u32 hlen, __u32 iplen_h, __u32 slot, __u64 h, int v6,
+static __always_inline int olcd_seg_fill(const struct tcphdr *th, __u32 off, __u8 flags, __u32 hlen,
+					 __u32 iplen_h, __u32 slot, __u64 h, int v6,
 					 struct olcd_pkt *pkt)
 {
 	pkt->l4off = off; /* the request gate's reset (gate.h) parses again for it */
@@ -338,8 +337,8 @@ static __always_inline int olcd_parse_ipv4(void *data, void *data_end, struct __
 	pkt->ipv6 = 0;
 	/* One call per protocol, so that each inlined copy knows its own. */
 	if (proto == IPPROTO_TCP)
-		return olcd_parse_l4(data, data_end, off + ihl * 4, IPPROTO_TCP, &iph->tot_len,
-				     off, (const __u64 *)&iph->saddr, 0, fast, skb, egress, pkt);
+		return olcd_parse_l4(data, data_end, off + ihl * 4, IPPROTO_TCP, &iph->tot_len, off,
+				     (const __u64 *)&iph->saddr, 0, fast, skb, egress, pkt);
 	return olcd_parse_l4(data, data_end, off + ihl * 4, IPPROTO_UDP, &iph->tot_len, off,
 			     (const __u64 *)&iph->saddr, 0, fast, skb, egress, pkt);
 }
@@ -482,7 +481,7 @@ static __always_inline int olcd_parse_dir(void *data, void *data_end, struct __s
 		return olcd_parse_ipv6(data, data_end, skb, off, egress, pkt);
 	if (proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD))
 		return OLCD_P_UNCLASSIFIED; /* more tags than OLCD_MAX_VLAN */
-	return OLCD_P_NOT_NEW;          /* ARP, LLDP, ...: not IP */
+	return OLCD_P_NOT_NEW;              /* ARP, LLDP, ...: not IP */
 }
 
 /*
@@ -515,8 +514,8 @@ static __always_inline int olcd_parse_egress(void *data, void *data_end, struct 
 	slot = olcd_rports.slot[OLCD_INDEX_TCP][bpf_ntohs(th->source)];
 	if (!slot)
 		return OLCD_P_NOT_NEW;
-	h = olcd_flow_hash(olcd_flow_addrs((const __u64 *)&iph->saddr, 0), 0,
-			   th->source ^ th->dest, olcd_rctl.seed);
+	h = olcd_flow_hash(olcd_flow_addrs((const __u64 *)&iph->saddr, 0), 0, th->source ^ th->dest,
+			   olcd_rctl.seed);
 	if ((__u32)(h >> 32) > olcd_rctl.sample_max)
 		return OLCD_P_NOT_NEW;
 	/* Or the compiler moves the checks below before the hash. */

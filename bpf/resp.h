@@ -7,7 +7,9 @@
  * (olcd_tc_egress) the server's. The first payload byte from the client on
  * a flow with no request outstanding starts a timer; the first payload byte
  * the server sends after it (at or past the sequence number the request
- * acknowledged) stops it, into the port's histogram. In between, further
+ * acknowledged, in a segment that acknowledges the request: not the rest
+ * of an earlier answer still streaming when a pipelined request came)
+ * stops it, into the port's histogram. In between, further
  * client data (the rest of the request, pipelined requests, HTTP/2 streams)
  * starts nothing: the oldest outstanding request is the one timed. Client
  * data below what the server has acknowledged in an answer is a
@@ -68,7 +70,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct olcd_flow_counters);
 } olcd_fstats SEC(".maps");
-
 
 /* The port's histogram slot, 0 when it is not timed. proto_idx:
  * OLCD_INDEX_TCP or OLCD_INDEX_UDP. */
@@ -387,14 +388,14 @@ static __noinline void olcd_resp_out(const struct olcd_seg *sg, __u32 proto_idx)
 		return;
 	}
 	start = set->start_ns[w];
-	if (start && (proto_idx != OLCD_INDEX_TCP ||
-		      (sg->len && (__s32)(sg->seq - set->sack[w]) >= 0))) {
+	if (start &&
+	    (proto_idx != OLCD_INDEX_TCP || (sg->len && (__s32)(sg->seq - set->sack[w]) >= 0 &&
+					     (__s32)(sg->ack - set->cseq[w]) >= 0))) {
 		now = olcd_resp_now();
 		slot = set->slot[w];
 		set->start_ns[w] = 0;
 		set->stamp[w] = (__u32)(now >> 20);
-		if (proto_idx == OLCD_INDEX_TCP &&
-		    (__s32)(sg->ack - set->cseq[w]) > 0)
+		if (proto_idx == OLCD_INDEX_TCP && (__s32)(sg->ack - set->cseq[w]) > 0)
 			set->cseq[w] = sg->ack; /* the server has all of the request */
 		h = olcd_rhist_of(slot);
 		if (h) {
@@ -434,13 +435,18 @@ static __noinline void olcd_resp_out(const struct olcd_seg *sg, __u32 proto_idx)
  * keeps its registers. Each call copies what the flow table needs (struct
  * olcd_seg).
  */
-static __always_inline int olcd_resp_ingress(const struct olcd_pkt *pkt, void *data,
-					     void *data_end)
+static __always_inline int olcd_resp_ingress(const struct olcd_pkt *pkt, void *data, void *data_end)
 {
 	struct olcd_seg sg = {
-		.hash = pkt->seg_hash, .slot = pkt->seg_slot, .seq = pkt->seg_seq,
-		.ack = pkt->seg_ack, .len = pkt->seg_len, .flags = pkt->seg_flags,
-		.dport = pkt->dport, .l3off = pkt->l3off, .ipv6 = pkt->ipv6,
+		.hash = pkt->seg_hash,
+		.slot = pkt->seg_slot,
+		.seq = pkt->seg_seq,
+		.ack = pkt->seg_ack,
+		.len = pkt->seg_len,
+		.flags = pkt->seg_flags,
+		.dport = pkt->dport,
+		.l3off = pkt->l3off,
+		.ipv6 = pkt->ipv6,
 	};
 
 	return olcd_resp_in(&sg, OLCD_INDEX_TCP, data, data_end);
@@ -449,8 +455,11 @@ static __always_inline int olcd_resp_ingress(const struct olcd_pkt *pkt, void *d
 static __always_inline void olcd_resp_egress(const struct olcd_pkt *pkt)
 {
 	struct olcd_seg sg = {
-		.hash = pkt->seg_hash, .seq = pkt->seg_seq, .ack = pkt->seg_ack,
-		.len = pkt->seg_len, .flags = pkt->seg_flags,
+		.hash = pkt->seg_hash,
+		.seq = pkt->seg_seq,
+		.ack = pkt->seg_ack,
+		.len = pkt->seg_len,
+		.flags = pkt->seg_flags,
 	};
 
 	olcd_resp_out(&sg, OLCD_INDEX_TCP);

@@ -2,15 +2,20 @@
 # The one list of system packages olcd's targets need, and the one step that
 # installs them. `make demo`, `make test` and .ci/run call it; so can users:
 #
-#   scripts/deps.sh [-n] GROUP...     GROUP: run | test | build | all
+#   scripts/deps.sh [-n] GROUP...     GROUP: run | demo | test | build | all
 #
-#   run    what `make demo` drives: ip (iproute2), nft (nftables), sysctl
-#          (procps), and make itself (a fresh machine can run this script
-#          before make)
-#   test   run + what `make test` starts: systemd-analyze, nginx, php-fpm,
-#          haproxy, prometheus and promtool
-#   build  what `make generate` / `make check-generate` compile with: clang,
-#          llvm, libbpf-dev, linux-libc-dev (a plain `go build` needs none)
+#   run    what every olcd run needs around it: ip (iproute2), nft
+#          (nftables), sysctl (procps), and make itself (a fresh machine can
+#          run this script before make)
+#   demo   run + what `make demo` starts: nginx and php-fpm (the php backend)
+#   test   demo + what `make test` and `make demo-full` start: systemd-analyze,
+#          haproxy, prometheus and promtool, clang-format-14 (make vet),
+#          mariadbd (the db backend of make demo-full) and debootstrap
+#          (scripts/test-release.sh's Debian 12 chroot)
+#   build  what `make generate` / `make check-generate` compile with: the
+#          pinned clang-14 and llvm-14 (llvm-strip-14), linux-libc-dev; the
+#          libbpf headers are vendored in bpf/include (a plain `go build`
+#          needs none of these)
 #   all    test + build (what CI installs)
 #
 # A package counts as present when dpkg says it is installed or its program
@@ -35,22 +40,28 @@ pkgs_run=(
 	"nftables|cmd:nft|"
 	"procps|cmd:sysctl|"
 )
-pkgs_test=(
-	"systemd|cmd:systemd-analyze|"
+pkgs_demo=(
 	"nginx-light|cmd:nginx|nginx nginx-core nginx-full nginx-extras"
 	"php-fpm|glob:/usr/sbin/php-fpm*|"
+)
+pkgs_test=(
+	"systemd|cmd:systemd-analyze|"
 	"haproxy|cmd:haproxy|"
 	"prometheus|cmd:prometheus cmd:promtool|"
+	"clang-format-14|cmd:clang-format-14|"
+	"mariadb-server|cmd:mariadbd cmd:mariadb-install-db|"
+	"debootstrap|cmd:debootstrap|"
 )
+# The compiler is pinned by its Debian package (bookworm: 1:14.0.6-12): the
+# BPF objects are committed and must come out the same bytes (docs/lint.md).
 pkgs_build=(
-	"clang|cmd:clang|"
-	"llvm|cmd:llvm-strip|"
-	"libbpf-dev|file:/usr/include/bpf/bpf_helpers.h|"
+	"clang-14|cmd:clang-14|"
+	"llvm-14|cmd:llvm-strip-14|"
 	"linux-libc-dev|file:/usr/include/linux/bpf.h|"
 )
 
 usage() {
-	echo "usage: scripts/deps.sh [-n] run|test|build|all ..." >&2
+	echo "usage: scripts/deps.sh [-n] run|demo|test|build|all ..." >&2
 	exit 2
 }
 
@@ -59,7 +70,7 @@ groups=()
 for a in "$@"; do
 	case $a in
 	-n | --dry-run) dry=1 ;;
-	run | test | build | all) groups+=("$a") ;;
+	run | demo | test | build | all) groups+=("$a") ;;
 	*) usage ;;
 	esac
 done
@@ -69,9 +80,10 @@ want=()
 for g in "${groups[@]}"; do
 	case $g in
 	run) want+=("${pkgs_run[@]}") ;;
-	test) want+=("${pkgs_run[@]}" "${pkgs_test[@]}") ;;
+	demo) want+=("${pkgs_run[@]}" "${pkgs_demo[@]}") ;;
+	test) want+=("${pkgs_run[@]}" "${pkgs_demo[@]}" "${pkgs_test[@]}") ;;
 	build) want+=("${pkgs_build[@]}") ;;
-	all) want+=("${pkgs_run[@]}" "${pkgs_test[@]}" "${pkgs_build[@]}") ;;
+	all) want+=("${pkgs_run[@]}" "${pkgs_demo[@]}" "${pkgs_test[@]}" "${pkgs_build[@]}") ;;
 	esac
 done
 

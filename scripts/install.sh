@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Installs olcd: binary, systemd unit, /etc/logrotate.d/olcd and a default
+# Installs olcd: the daemon binary olcd, the offline replay tool olcd-sim
+# (simulate, plots), the systemd unit, /etc/logrotate.d/olcd and a default
 # /etc/olcd/olcd.yaml (observe mode), then enables and starts it under systemd.
 #
-#   scripts/install.sh [path/to/olcd]       (make install builds it first)
+#   scripts/install.sh [path/to/olcd [path/to/olcd-sim]]   (make install builds both)
 #
 # DESTDIR installs into a staging root (nothing is enabled then); PREFIX sets
 # the binary's prefix (default /usr/local). Installing twice is harmless: an
@@ -17,14 +18,17 @@ case ${1:-} in
 	exit 0
 	;;
 -*)
-	echo "install: unknown option $1 (usage: scripts/install.sh [path/to/olcd])" >&2
+	echo "install: unknown option $1 (usage: scripts/install.sh [path/to/olcd [path/to/olcd-sim]])" >&2
 	exit 2
 	;;
 esac
 bin=${1:-bin/olcd}
+sim=${2:-$(dirname "$bin")/olcd-sim}
 DESTDIR=${DESTDIR:-}
 PREFIX=${PREFIX:-/usr/local}
-[ -x "$bin" ] || { echo "install: $bin not found or not executable: run 'make build' first" >&2; exit 1; }
+for b in "$bin" "$sim"; do
+	[ -x "$b" ] || { echo "install: $b not found or not executable: run 'make build' first" >&2; exit 1; }
+done
 [ -f deploy/olcd.yaml ] || { echo "install: deploy/olcd.yaml missing" >&2; exit 1; }
 [ -f deploy/logrotate/olcd ] || { echo "install: deploy/logrotate/olcd missing" >&2; exit 1; }
 
@@ -55,6 +59,7 @@ place() {
 }
 
 place "$bin" "$DESTDIR$PREFIX/bin/olcd" 0755
+place "$sim" "$DESTDIR$PREFIX/bin/olcd-sim" 0755
 
 unit_tmp=$(mktemp)
 trap 'rm -f "$unit_tmp"' EXIT

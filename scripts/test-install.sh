@@ -3,7 +3,9 @@
 # as it was, in a temporary DESTDIR (a real install would touch the host).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -x bin/olcd ] || { echo "test-install: bin/olcd missing: run 'make build' first" >&2; exit 1; }
+for b in bin/olcd bin/olcd-sim; do
+	[ -x $b ] || { echo "test-install: $b missing: run 'make build' first" >&2; exit 1; }
+done
 
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
@@ -17,7 +19,7 @@ first=$(cd "$root" && find . -printf '%p %m %s\n' | sort)
 DESTDIR=$root scripts/install.sh bin/olcd >/dev/null
 second=$(cd "$root" && find . -printf '%p %m %s\n' | sort)
 [ "$first" = "$second" ] || { echo "test-install: second install changed the tree:"; diff <(echo "$first") <(echo "$second"); exit 1; }
-for f in usr/local/bin/olcd etc/systemd/system/olcd.service etc/olcd/olcd.yaml etc/logrotate.d/olcd; do
+for f in usr/local/bin/olcd usr/local/bin/olcd-sim etc/systemd/system/olcd.service etc/olcd/olcd.yaml etc/logrotate.d/olcd; do
 	[ -f "$root/$f" ] || { echo "test-install: $f not installed" >&2; exit 1; }
 done
 if command -v logrotate >/dev/null; then
@@ -27,6 +29,8 @@ if command -v logrotate >/dev/null; then
 fi
 "$root/usr/local/bin/olcd" check-config "$root/etc/olcd/olcd.yaml" >/dev/null ||
 	{ echo "test-install: installed default config does not validate" >&2; exit 1; }
+"$root/usr/local/bin/olcd-sim" version >/dev/null ||
+	{ echo "test-install: installed olcd-sim does not run" >&2; exit 1; }
 
 DESTDIR=$root scripts/uninstall.sh >/dev/null
 after=$(cd "$root" && find . -printf '%p %m %s\n' | sort)

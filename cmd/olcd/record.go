@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/api"
+	"github.com/olcd/olcd/internal/cli"
 	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/sampler"
 	"github.com/olcd/olcd/internal/trace"
@@ -22,7 +23,7 @@ import (
 const recordUsage = `Usage: olcd record --out FILE.csv [--duration 5m] [--interval 500ms] [--cgroup PATH] [--ports 80,443] [--signals a,b]
 
 Samples this node's canonical signals every interval, the way the daemon does,
-and writes them as a trace (the format 'olcd simulate' replays and the field
+and writes them as a trace (the format 'olcd-sim simulate' replays and the field
 cases use): a header "t_s,<signal>,…" and one row per tick, an empty cell where
 a signal was unavailable. Record a step load test, then replay it with
 different thresholds and controller parameters (docs/tuning.md). It needs no
@@ -49,29 +50,29 @@ func cmdRecord(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stderr, recordUsage)
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	switch {
 	case *out == "":
 		fmt.Fprintln(stderr, "olcd record: --out is required")
-		return errUsage
+		return cli.ErrUsage
 	case *duration <= 0 || *duration > 24*time.Hour:
 		fmt.Fprintln(stderr, "olcd record: --duration must be in (0, 24h]")
-		return errUsage
+		return cli.ErrUsage
 	case *interval < 100*time.Millisecond:
 		fmt.Fprintln(stderr, "olcd record: --interval must be at least 100ms")
-		return errUsage
+		return cli.ErrUsage
 	}
 	cols, err := recordColumns(*signals)
 	if err != nil {
 		fmt.Fprintf(stderr, "olcd record: %v\n", err)
-		return errUsage
+		return cli.ErrUsage
 	}
 	tcp, err := parsePorts(*ports)
 	if err != nil {
 		fmt.Fprintf(stderr, "olcd record: --ports: %v\n", err)
-		return errUsage
+		return cli.ErrUsage
 	}
 
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -154,10 +155,6 @@ func parsePorts(list string) ([]uint16, error) {
 	return out, nil
 }
 
-// measuredQueue are the signals only the datapath measures.
-var measuredQueue = []olc.Signal{olc.ResponseTimeP50, olc.ResponseTimeP95, olc.ResponseTimeP99,
-	olc.RequestsPerS, olc.InflightRequests}
-
 // daemonSignalReader returns a function that fills the measured-queue
 // signals of a snapshot from the running daemon's last status, when the
 // recording has such columns and a daemon answers on socket; the first
@@ -165,7 +162,7 @@ var measuredQueue = []olc.Signal{olc.ResponseTimeP50, olc.ResponseTimeP95, olc.R
 func daemonSignalReader(socket string, cols []olc.Signal, stderr io.Writer) func(*olc.Snapshot) {
 	want := false
 	for _, c := range cols {
-		for _, m := range measuredQueue {
+		for _, m := range trace.MeasuredQueue {
 			want = want || c == m
 		}
 	}
@@ -186,7 +183,7 @@ func daemonSignalReader(socket string, cols []olc.Signal, stderr io.Writer) func
 			return
 		}
 		for _, sig := range st.Signals {
-			if m, err := olc.ParseSignal(sig.Name); err == nil && sig.Available && sig.Value != nil && slices.Contains(measuredQueue, m) {
+			if m, err := olc.ParseSignal(sig.Name); err == nil && sig.Available && sig.Value != nil && slices.Contains(trace.MeasuredQueue, m) {
 				s.Set(m, *sig.Value)
 			}
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/olcd/olcd/internal/api"
+	"github.com/olcd/olcd/internal/cli"
 	"github.com/olcd/olcd/internal/daemon"
 	"github.com/olcd/olcd/internal/rules"
 )
@@ -29,12 +31,12 @@ func cmdRun(args []string, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "Usage: olcd run [flags]\n\nRuns the daemon until SIGTERM/SIGINT; SIGHUP reloads the config, SIGUSR1 reopens the decision log.\n\n")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "olcd run: unexpected argument %q\n", fs.Arg(0))
-		return errUsage
+		return cli.ErrUsage
 	}
 	// SIGHUP means "reload" to olcd, never "exit" (Go's default): until Run
 	// listens for it, one sent early (logrotate, an eager reload) is dropped.
@@ -43,7 +45,7 @@ func cmdRun(args []string, stderr io.Writer) error {
 	log, err := newLogger(stderr, *level, *format)
 	if err != nil {
 		fmt.Fprintf(stderr, "olcd run: %v\n", err)
-		return errUsage
+		return cli.ErrUsage
 	}
 	d, err := daemon.New(daemon.Options{
 		ConfigPath:     *config,
@@ -87,14 +89,14 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 }
 
 // describeConfigError prints a config's problem list one per line and
-// returns errProblems; other errors are returned as they are.
+// returns cli.ErrProblems; other errors are returned as they are.
 func describeConfigError(err error, w io.Writer) error {
-	if ve, ok := err.(*rules.ValidationError); ok {
+	if ve := (*rules.ValidationError)(nil); errors.As(err, &ve) {
 		fmt.Fprintf(w, "olcd: invalid config: %d problem(s):\n", len(ve.Problems))
 		for _, line := range ve.ProblemLines() {
 			fmt.Fprintf(w, "  %s\n", line)
 		}
-		return errProblems
+		return cli.ErrProblems
 	}
 	return err
 }
@@ -111,12 +113,12 @@ func checkConfigs(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: olcd check-config FILE...\n\nValidates config files and lists every problem with file:line; - reads one from stdin\n(e.g. kubectl get configmap olcd -o jsonpath='{.data.olcd\\.yaml}' | olcd check-config -).\n")
 	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	failed := false
 	for _, path := range fs.Args() {
@@ -130,7 +132,7 @@ func checkConfigs(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 		}
 		if err != nil {
 			failed = true
-			if ve, ok := err.(*rules.ValidationError); ok {
+			if ve := (*rules.ValidationError)(nil); errors.As(err, &ve) {
 				fmt.Fprintf(stderr, "%s: invalid: %d problem(s):\n", path, len(ve.Problems))
 				for _, line := range ve.ProblemLines() {
 					fmt.Fprintf(stderr, "  %s\n", line)
@@ -146,7 +148,7 @@ func checkConfigs(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "%s: ok\n", path)
 	}
 	if failed {
-		return errProblems
+		return cli.ErrProblems
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/api"
+	"github.com/olcd/olcd/internal/cli"
 	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/spell"
 )
@@ -26,10 +27,10 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print the status document as JSON")
 	all := fs.Bool("all", false, "also list available signals that have no threshold")
 	socket := socketFlag(fs)
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := noArgs(fs, stderr); err != nil {
+	if err := cli.NoArgs(fs, stderr); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
@@ -232,15 +233,15 @@ func printResponse(w io.Writer, st *api.Status) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PORT\tRESPONSE P50\tP95\tP99\tSAMPLES\tREQUESTS/S\tINFLIGHT")
+	fmt.Fprintln(tw, "PORT\tRESPONSE P50\tP95\tP99\tSAMPLES\tREQUESTS/S\tINFLIGHT\tCAPACITY")
 	for _, p := range st.Ports {
 		if !p.Timed || p.ResponseTime == nil {
-			fmt.Fprintf(tw, "%s/%d\tnot timed\t\t\t\t\t\n", p.Proto, p.Port)
+			fmt.Fprintf(tw, "%s/%d\tnot timed\t\t\t\t\t\t\n", p.Proto, p.Port)
 			continue
 		}
 		r := p.ResponseTime
-		fmt.Fprintf(tw, "%s/%d\t%s\t%s\t%s\t%d\t%s\t%s\n", p.Proto, p.Port, fmtSeconds(r.P50S), fmtSeconds(r.P95S),
-			fmtSeconds(r.P99S), r.Samples, fmtPtr(p.RequestsPerS, 1), fmtPtr(p.InflightRequests, 0))
+		fmt.Fprintf(tw, "%s/%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", p.Proto, p.Port, fmtSeconds(r.P50S), fmtSeconds(r.P95S),
+			fmtSeconds(r.P99S), r.Samples, fmtPtr(p.RequestsPerS, 1), fmtPtr(p.InflightRequests, 0), fmtCapacity(p.Capacity))
 	}
 	tw.Flush()
 	node := map[string]*float64{}
@@ -257,6 +258,15 @@ func printResponse(w io.Writer, st *api.Status) {
 		sample, rt.MinSamples)
 	fmt.Fprintf(w, "flow table: %d of %d flows (%.1f%%), %d waiting for an answer; since start %d inserted, %d evicted, %d expired, %d closed\n",
 		rt.FlowsTracked, rt.FlowTableCapacity, 100*rt.FlowTableFill, rt.FlowsOutstanding, rt.Inserts, rt.Evictions, rt.Expired, rt.Forgotten)
+}
+
+// fmtCapacity renders a port's measured capacity: "780/s, 2.5s ago", or
+// "-" until the port was saturated once.
+func fmtCapacity(c *api.Capacity) string {
+	if c == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f/s, %.1fs ago", c.RequestsPerS, c.AgeS)
 }
 
 func fmtPtr(v *float64, prec int) string {
@@ -288,13 +298,13 @@ Live overrides show in 'olcd status' and are dropped on reload.
 `)
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	rest := fs.Args()
 	if len(rest) == 0 {
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	c := api.NewClient(*socket, clientTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
@@ -310,14 +320,14 @@ Live overrides show in 'olcd status' and are dropped on reload.
 				hint = fmt.Sprintf("did you mean %q?", c)
 			}
 			fmt.Fprintf(stderr, "olcd set threshold: unknown signal %q (%s)\n", rest[1], hint)
-			return errUsage
+			return cli.ErrUsage
 		}
 		sig, _ := olc.ParseSignal(rest[1])
 		if _, perr := strconv.ParseFloat(rest[2], 64); perr != nil {
 			d, derr := time.ParseDuration(rest[2])
 			if derr != nil || sig.Unit() != olc.UnitSeconds {
 				fmt.Fprintf(stderr, "olcd set threshold: %q is not a number\n", rest[2])
-				return errUsage
+				return cli.ErrUsage
 			}
 			rest[2] = strconv.FormatFloat(d.Seconds(), 'g', -1, 64)
 		}
@@ -338,7 +348,7 @@ Live overrides show in 'olcd status' and are dropped on reload.
 		err = c.Patch(ctx, doc)
 	default:
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	if err != nil {
 		return err
@@ -351,12 +361,12 @@ Live overrides show in 'olcd status' and are dropped on reload.
 func cmdReload(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("reload", stderr)
 	socket := socketFlag(fs)
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	// `olcd reload new.yaml` would re-read the running file, not new.yaml,
 	// and answer "ok": a stray argument is refused before any request.
-	if err := noArgs(fs, stderr); err != nil {
+	if err := cli.NoArgs(fs, stderr); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)

@@ -9,16 +9,20 @@ type baseline struct {
 	// overloaded ticks whose queue had drained (learnFloor).
 	floor   float64 // seconds
 	floorOK bool
+	// inflight is the requests in flight at the previous tick's end
+	// (inflightOK: one was seen): a tick's queue grew by the change.
+	inflight   float64
+	inflightOK bool
 }
 
 // learnFloor updates the no-load floor from an overloaded tick of a port
 // that has no baseline yet (a cold start into overload): a tick whose queue
-// drained (fewer than queueBusy requests in flight at its end, no more
-// arrived than were answered) and whose p95 is below target (seconds, the
-// target in force) and does not hold the throttle gap answered its
-// requests without queueing, at its own load.
-func (b *baseline) learnFloor(r PortResponse, atQuota bool, target float64) {
-	if b.ok || !r.Available || r.P95 <= 0 || r.P95 > target || atQuota || r.Inflight >= queueBusy || !steadyQueue(r) {
+// drained (fewer than queueBusy requests in flight at its end, steady: it
+// did not grow) and whose p95 is below target (seconds, the target in
+// force) and does not hold the throttle gap answered its requests without
+// queueing, at its own load.
+func (b *baseline) learnFloor(r PortResponse, steady, atQuota bool, target float64) {
+	if b.ok || !r.Available || r.P95 <= 0 || r.P95 > target || atQuota || r.Inflight >= queueBusy || !steady {
 		return
 	}
 	if !b.floorOK {
@@ -32,13 +36,25 @@ func (b *baseline) learnFloor(r PortResponse, atQuota bool, target float64) {
 	}
 }
 
-// steadyQueue reports whether the tick's queue did not grow: no more
-// requests arrived than were answered (10 % and 2 requests of slack for
-// the ones in flight at the tick's edges). A queue that builds (a cold
-// start into overload) answers fewer than arrive; a slow service answers
-// as many.
-func steadyQueue(r PortResponse) bool {
-	return r.Responses > 0 && r.Requests <= 1.1*r.Responses+2
+// steady reports whether the tick's queue did not grow: the requests in
+// flight at its end are at most those at the previous tick's end, plus
+// 10 % of the tick's answers and 2 requests of slack (a fold catches a
+// request started and not yet answered). A queue that builds (a cold start
+// into overload) ends each tick with more in flight; a slow service does
+// not. Requests against answers would say the same on a protocol that
+// answers every message, but not on one whose last message gets no answer
+// (MySQL's COM_QUIT, PostgreSQL's Terminate, then the close): the datapath
+// counts such a request abandoned, not in flight, while every tick starts
+// more requests than it answers. The first tick seen, with no in flight
+// before it, counts the growth as requests − answers (a slow service may
+// hold a queue from its first tick). Records the tick's in flight.
+func (b *baseline) steady(r PortResponse) bool {
+	grew := r.Requests - r.Responses
+	if b.inflightOK {
+		grew = r.Inflight - b.inflight
+	}
+	b.inflight, b.inflightOK = r.Inflight, true
+	return r.Responses > 0 && grew <= 0.1*r.Responses+2
 }
 
 // The baseline's learning rates: fast down, slow up. A p95 below the
@@ -66,7 +82,7 @@ const (
 // that had queued under the load it limits (envoyproxy/envoy#11579) — a
 // baseline learnt from the queue the loop holds would raise its own
 // target without end.
-func (b *baseline) learn(r PortResponse, overloaded bool, target float64, prm *Params) {
+func (b *baseline) learn(r PortResponse, steady, overloaded bool, target float64, prm *Params) {
 	if overloaded {
 		b.quiet = 0
 		return
@@ -75,7 +91,7 @@ func (b *baseline) learn(r PortResponse, overloaded bool, target float64, prm *P
 		return
 	}
 	m := r.P95
-	if !steadyQueue(r) {
+	if !steady {
 		return
 	}
 	if !b.ok {

@@ -111,6 +111,9 @@ func (c *Controller) allocate(d *Decision) {
 		ps.p = math.Max(d.Classes[ps.cfg.Class], ps.loop.p())
 		d.Ports[i] = PortDecision{Key: ps.cfg.Key, Class: ps.cfg.Class, DropProbability: ps.p, Demand: ps.demand,
 			ResponseTarget: ps.loop.target, QueueP: ps.loop.p(), ShedRetransmits: ps.loop.shedRetransmits()}
+		if mu := ps.loop.cap.mu(); mu > 0 {
+			d.Ports[i].Capacity, d.Ports[i].ConnCapacity, d.Ports[i].CapacityAge = mu, ps.loop.cap.lastConn, ps.loop.cap.age
+		}
 		if ps.loop.base.ok {
 			d.Ports[i].Baseline = ps.loop.base.value
 		}

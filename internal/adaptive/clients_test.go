@@ -83,7 +83,7 @@ const clientSeeds = 10
 // the windows on the mean over the seeds and in ≥ 90 % on every seed (no
 // limit cycle). The windows line is logged, not asserted, for the closed
 // pools on cpu and php (windowsMissed): with their retransmits shed (the
-// harness's closed pool: 0.39 → 0.74 C, docs/tuning.md §7) a shed client
+// harness's closed pool: 0.39 → 0.74 C, docs/measurements.md §7) a shed client
 // blocks until its 2 s timeout, and there the plant's pool empties and
 // refills (cpu 80–84 %, php 88–92 % of windows). The worst figures over
 // the seeds are logged (and quoted in docs/tuning.md).

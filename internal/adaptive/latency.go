@@ -84,6 +84,8 @@ type latencyLoop struct {
 	returning float64    // smoothed share of shed SYNs retransmitted 1 s later
 	drain     bool       // the last cut was sized by the measured queue: a drain for one tick
 	base      baseline
+	cap       capacity // μ̂, the capacity measured while saturated
+	idleFor   float64  // seconds the queue has been far below the target and μ̂ × T
 }
 
 // newLatencyLoop returns an idle loop.
@@ -101,7 +103,7 @@ func (l *latencyLoop) p() float64 { return 1 - l.pass }
 // retransmits each) and for a closed pool's (one: shed, it blocks its
 // client until its timeout, which the loop answers with a lower p). On the
 // harness's closed pool, drawn like first attempts, they kept the loop at
-// p ≈ 0.3 and 0.39 C; shed, 0.74 C (docs/tuning.md §7).
+// p ≈ 0.3 and 0.39 C; shed, 0.74 C (docs/measurements.md §7).
 func (l *latencyLoop) shedRetransmits() bool {
 	return l.active && l.pass < 1 && l.target > 0 && l.target < SYNRetransmitTimeout
 }
@@ -156,17 +158,19 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 	}
 	dropped := float64(min(st.Dropped, st.New))
 	l.shed[0], l.shed[1] = l.shed[1], dropped
+	l.cap.tick(st, dt)
 	l.target = l.targetFor(tgt, prm)
 	if l.target <= 0 {
-		*l = latencyLoop{pass: 1, base: l.base}
+		*l = latencyLoop{pass: 1, base: l.base, cap: l.cap}
 		return ""
 	}
 	if tgt.Auto {
 		// The tick that teaches the first baseline is judged against
 		// the target it teaches.
-		l.base.learn(r, l.active || guardOver || l.atQuota(r), l.target, prm)
+		steady := l.base.steady(r)
+		l.base.learn(r, steady, l.active || guardOver || l.atQuota(r), l.target, prm)
 		if l.active && !guardOver {
-			l.base.learnFloor(r, l.atQuota(r), l.target+l.gap)
+			l.base.learnFloor(r, steady, l.atQuota(r), l.target+l.gap)
 		}
 		l.target = l.targetFor(tgt, prm)
 	}
@@ -180,7 +184,7 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 		// recovers.
 		if !l.active || r.Requests > 0 || r.Samples > 0 {
 			if l.active {
-				return l.probeUnmeasured(r, guardOver, prm)
+				return l.probeUnmeasured(st, dt, guardOver, prm)
 			}
 			return ""
 		}
@@ -268,7 +272,7 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 	// flight fit the target goes back at once, cooldown or not, to what
 	// the measured capacity admits (recoverPass): rising by the recovery
 	// step instead idled the harness's service at 0.1–0.5 C for 3 s after
-	// each such cut of its cold start (docs/tuning.md §10).
+	// each such cut of its cold start (docs/measurements.md §10).
 	want, wantOK := l.recoverPass(st, dt)
 	back := false
 	if l.drain && !sized && r.Responses > 0 && r.Inflight <= r.Responses/dt*T {
@@ -276,6 +280,25 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 		if wantOK && want > l.pass*math.Exp(delta) {
 			delta, back = math.Log(want/l.pass), true
 			reason = "the queue drained, back to the measured capacity"
+		}
+	}
+	// An idle service: far below the target with far fewer requests in
+	// flight than Little's μ̂ × T, for a SYN retransmit timeout (what was
+	// shed has come back by then: a closed pool's blocked clients return
+	// at once, and a jump before them idles and floods it in turn). The
+	// pass rate goes back in one tick, cooldown or not, to what admits the
+	// capacity measured (issue 24: a rise by steps after a cooldown served
+	// 0.63–0.79 of a 0.5 C phase after the overload).
+	mu := l.cap.mu()
+	if idle := mu > 0 && m < T/2 && r.Inflight < probeRoom*mu*T; idle {
+		l.idleFor += dt
+	} else {
+		l.idleFor = 0
+	}
+	if !back && !sized && wantOK && l.idleFor >= SYNRetransmitTimeout {
+		if want := l.idlePass(st, dt); want > l.pass {
+			delta, back = math.Log(want/l.pass), true
+			reason = fmt.Sprintf("below the target, %.0f requests in flight where %.0f keep it: back to the capacity measured, %.0f/s", r.Inflight, mu*T, mu)
 		}
 	}
 	if !mayCut && delta < 0 {
@@ -319,6 +342,10 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 	}
 	l.pass = math.Min(1, math.Max(prm.MinPassRate, next))
 	why := fmt.Sprintf("response_time_p95 %.3gs %s %.3gs (target %s): pass rate %.3f", m, reason, T, tgtName(tgt, l), l.pass)
+	if mu := l.cap.mu(); mu > 0 {
+		// The figure an operator wants beside the cut, in the decision log.
+		why += fmt.Sprintf(", capacity %.0f/s measured %.1fs ago", mu, l.cap.age)
+	}
 	return why + l.endIfRecovered()
 }
 
@@ -329,8 +356,17 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 // requests in flight fit what the measured capacity keeps at the target
 // (a server that stopped answering piles them up: hold) and no resource
 // guard is over.
-func (l *latencyLoop) probeUnmeasured(r PortResponse, guardOver bool, prm *Params) string {
+func (l *latencyLoop) probeUnmeasured(st PortStats, dt float64, guardOver bool, prm *Params) string {
+	r := st.Response
 	hold := fmt.Sprintf("response time unavailable (%d samples): holding pass rate %.3f", r.Samples, l.pass)
+	mu, T := l.cap.mu(), l.target+l.gap
+	if want := l.idlePass(st, dt); !guardOver && mu > 0 && r.Inflight < probeRoom*mu*T && want > l.pass {
+		// Too few answers to time, and nothing queued: idle (above).
+		l.pass = want
+		why := fmt.Sprintf("response time unavailable (%d samples), %.0f requests in flight where %.0f keep the target: back to the capacity measured, %.0f/s, pass rate %.3f",
+			r.Samples, r.Inflight, mu*T, mu, l.pass)
+		return why + l.endIfRecovered()
+	}
 	switch {
 	case guardOver:
 		return hold + ", a resource guard is over"
@@ -351,7 +387,7 @@ func (l *latencyLoop) endIfRecovered() string {
 	if l.pass < 1 {
 		return ""
 	}
-	*l = latencyLoop{pass: 1, base: l.base, target: l.target, shed: l.shed, returning: l.returning}
+	*l = latencyLoop{pass: 1, base: l.base, target: l.target, shed: l.shed, returning: l.returning, cap: l.cap}
 	return ", overload of the queue over"
 }
 
@@ -396,7 +432,10 @@ const minShed = 0.01
 func (l *latencyLoop) recoverPass(st PortStats, dt float64) (float64, bool) {
 	r := st.Response
 	admitted := float64(st.New - min(st.Dropped, st.New))
-	if l.served <= 0 || r.Requests <= 0 || admitted <= 0 || dt <= 0 {
+	// Both measure the capacity while a queue stood: the last over tick's
+	// answers, and μ̂ over the saturated ticks of the last seconds.
+	served := math.Max(l.served, l.cap.mu())
+	if served <= 0 || r.Requests <= 0 || admitted <= 0 || dt <= 0 {
 		return 0, false
 	}
 	perConn := r.Requests / admitted // requests per admitted connection (keep-alive)
@@ -406,7 +445,30 @@ func (l *latencyLoop) recoverPass(st PortStats, dt float64) (float64, bool) {
 		// attempts alone.
 		demand = float64(st.New-min(st.Retransmits, st.New)) / dt
 	}
-	return math.Min(1, recoverShare*l.served/(perConn*demand)), true
+	return math.Min(1, recoverShare*served/(perConn*demand)), true
+}
+
+// idlePass is the pass rate an idle service goes back to: recoverPass
+// with the shed SYNs that come back counted as demand even while every
+// retransmit is shed, since at pass 1 (p = 0) the datapath admits them
+// again: a closed pool's blocked clients all return at once. 0 without
+// the counts.
+func (l *latencyLoop) idlePass(st PortStats, dt float64) float64 {
+	want, ok := l.recoverPass(st, dt)
+	if !ok || !l.shedRetransmits() {
+		return want
+	}
+	r := st.Response
+	admitted := float64(st.New - min(st.Dropped, st.New))
+	first := float64(st.New-min(st.Retransmits, st.New)) / dt
+	back := l.returning * (l.shed[0] + l.shed[1]) / 2 / dt
+	if first <= 0 || back <= 0 {
+		return want
+	}
+	// Of first attempts alone, as the datapath draws them, but no higher
+	// than what admits the capacity against all of them.
+	perConn := r.Requests / admitted
+	return math.Min(want, recoverShare*math.Max(l.served, l.cap.mu())/(perConn*(first+back)))
 }
 
 // probeStep is the most a recovering tick raises the pass rate beyond
@@ -416,7 +478,8 @@ const probeStep = 0.01
 // probeRoom is the share of Little's a × T in flight at a tick's end below
 // which a rise past the measured capacity is not held to probeStep: the
 // service answered its arrivals with room to spare (the capacity measured
-// is stale: a cold start's first windows answer slowly).
+// is stale: a cold start's first windows answer slowly). Below the same
+// share of μ̂ × T the service idles and the pass rate goes back at once.
 const probeRoom = 0.25
 
 // maxRecoverJump bounds the rise of the pass rate in one recovering tick.
@@ -477,7 +540,7 @@ func tgtName(tgt ResponseTarget, l *latencyLoop) string {
 // flight hold the gap without any queue olcd could drain. Read as a queue
 // against a target below the gap (auto: 3 × an unthrottled baseline), it
 // shed the service to where it is no longer throttled, 0.73–0.78 of its
-// capacity (capacity-halved, docs/tuning.md §5); so an auto target learnt
+// capacity (capacity-halved, docs/measurements.md §5); so an auto target learnt
 // from a baseline is what the service answers within plus what the quota
 // makes it wait, up to Params.InitialTarget: a target already that loose
 // holds the gap (with the initial target widened too, the p95 ran at

@@ -272,7 +272,7 @@ func TestQueueLawUnmeasured(t *testing.T) {
 // every request that arrives while the cgroup is throttled waiting out the
 // gap. With an auto target of 3 × a 6 ms baseline (18 ms), a p95 of 70 ms
 // that the 75 ms throttle gap explains is no queue: the law holds; read
-// without the gap it sheds (the capacity-halved finding, docs/tuning.md §5);
+// without the gap it sheds (the capacity-halved finding, docs/measurements.md §5);
 // a queue beyond the gap is shed. The widening stops at the initial target
 // (100 ms), and a fixed target (the user's latency) is not widened.
 func TestQueueLawThrottleGap(t *testing.T) {

@@ -38,6 +38,11 @@ func (c *Controller) Onset(at time.Time, window time.Duration, stats map[olc.Por
 	if w <= 0 {
 		return Decision{}, false
 	}
+	for i := range c.ports {
+		if st, ok := stats[c.ports[i].cfg.Key]; ok {
+			c.ports[i].loop.cap.window(st.Response)
+		}
+	}
 	if prm.OnsetInterval > 0 && prm.OnsetInterval < c.cfg.Interval {
 		if why, ok := c.queueOnsets(w, stats); ok {
 			d := c.onsetDecision(at)

@@ -9,7 +9,7 @@ import (
 
 // halvedQuota is the capacity of a one-thread service whose 1-CPU quota is
 // halved at 20 s: from then on it runs 50 ms of every 100 ms CFS period
-// and waits out the rest (docs/tuning.md §5, the throttle gap).
+// and waits out the rest (docs/measurements.md §5, the throttle gap).
 func halvedQuota(t float64) float64 {
 	if t < 20 || math.Mod(t, 0.1) < 0.05 {
 		return 1
@@ -35,7 +35,7 @@ func doubledQuota(t float64) float64 {
 // 1.5 C while a halved quota doubles at 20 s (the 10 s after) and the 3 ×
 // step. Before the drain's return to the measured capacity, the probe past
 // it and the no-load floor (docs/controller.md §0) the cold start kept
-// 0.806 C, the doubled quota 0.756 C (docs/tuning.md §10). Asserted on the
+// 0.806 C, the doubled quota 0.756 C (docs/measurements.md §10). Asserted on the
 // mean: cold start ≥ 0.85 C, doubled ≥ 0.8 C, 3 × ≥ 0.88 C; the halved
 // quota is logged (0.794 → 0.866 C/2: the plant's half quota, FIFO behind
 // 50 ms gaps, holds a p95 near the 100 ms initial target at C/2).

@@ -133,6 +133,20 @@ type PortDecision struct {
 	// answer that is late whatever happens next, in place of a first
 	// attempt that would have been on time (docs/controller.md §0).
 	ShedRetransmits bool
+	// Capacity is the port's capacity μ̂ measured while it was saturated
+	// (requests in flight throughout a tick): the most requests per second
+	// it answered over the ticks of the last 3 s that were, or the last
+	// such figure (docs/controller.md §3). 0 until the port, timed, has
+	// been saturated once. What an operator would otherwise get from a
+	// load test, measured live.
+	Capacity float64
+	// ConnCapacity is Capacity in new connections per second: the answers
+	// over the requests per admitted connection of the same tick (0 when
+	// unknown).
+	ConnCapacity float64
+	// CapacityAge is how long ago (seconds) the port was last saturated:
+	// Capacity is a figure of that moment. Meaningful when Capacity > 0.
+	CapacityAge float64
 }
 
 // SYNRetransmitTimeout is the delay of a dropped SYN's first retransmit

@@ -25,15 +25,17 @@ func TestClient(t *testing.T) {
 	var gotMode, gotPatch, gotType string
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
-		json.NewEncoder(w).Encode(Status{Mode: "enforce", Ticks: 7, Ports: []PortStatus{{Proto: "tcp", Port: 80}}})
+		_ = json.NewEncoder(w).Encode(Status{Mode: "enforce", Ticks: 7, Ports: []PortStatus{{Proto: "tcp", Port: 80}}})
 	})
 	mux.HandleFunc("POST /v1/mode", func(w http.ResponseWriter, r *http.Request) {
 		var req struct{ Mode string }
-		json.NewDecoder(r.Body).Decode(&req)
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			t.Errorf("decode mode request: %v", err)
+		}
 		gotMode = req.Mode
 		if req.Mode == "bogus" {
 			w.WriteHeader(http.StatusUnprocessableEntity)
-			json.NewEncoder(w).Encode(Error{Error: "unknown mode", Problems: []string{"mode: bogus", "want off, observe or enforce"}})
+			_ = json.NewEncoder(w).Encode(Error{Error: "unknown mode", Problems: []string{"mode: bogus", "want off, observe or enforce"}})
 		}
 	})
 	mux.HandleFunc("PATCH /v1/config", func(w http.ResponseWriter, r *http.Request) {

@@ -227,8 +227,25 @@ type PortStatus struct {
 	// for (0..1); DropProbability is the larger of it and the resource
 	// law's class share.
 	QueueDropProbability float64 `json:"queue_drop_probability"`
+	// Capacity is the port's capacity measured while it was saturated
+	// (adaptive.PortDecision.Capacity): requests/s, connections/s and how
+	// long ago (seconds); absent until the timed port was saturated once.
+	Capacity *Capacity `json:"capacity,omitempty"`
 	// Totals are the datapath counters since the program was loaded.
 	Totals PortTotals `json:"totals"`
+}
+
+// Capacity is a port's capacity measured live while it was saturated:
+// the figure a load test would give.
+type Capacity struct {
+	// RequestsPerS is the most requests per second answered over the
+	// saturated ticks of the last 3 s (or the last such figure).
+	RequestsPerS float64 `json:"requests_per_s"`
+	// ConnectionsPerS is the same in new connections per second (0 when
+	// unknown).
+	ConnectionsPerS float64 `json:"connections_per_s"`
+	// AgeS is how long ago the port was last saturated (seconds).
+	AgeS float64 `json:"age_s"`
 }
 
 // HistogramBucket is one nonempty bucket of a response-time histogram:

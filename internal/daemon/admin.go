@@ -212,15 +212,15 @@ func checkSocketDir(dir string) error {
 // socket file removed while olcd runs (rm -rf /run/olcd, a tmpfiles
 // clean-up) leaves the kill switch, status and reload unreachable until a
 // restart unless it is made again.
-var adminCheckEvery = 2 * time.Second
+const adminCheckEvery = 2 * time.Second
 
 // keepAdminSocket listens again at path, serving srv, whenever the socket
-// file olcd made there is gone, until ctx is done. A path taken by another
+// file olcd made there is gone (checked every period), until ctx is done. A path taken by another
 // file is left alone (and reported once): olcd replaces only what is
 // missing.
-func keepAdminSocket(ctx context.Context, srv *http.Server, path string, log *slog.Logger) {
+func keepAdminSocket(ctx context.Context, srv *http.Server, path string, every time.Duration, log *slog.Logger) {
 	ino := inode(path)
-	t := time.NewTicker(adminCheckEvery)
+	t := time.NewTicker(every)
 	defer t.Stop()
 	reported := false
 	for {

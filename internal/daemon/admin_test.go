@@ -168,9 +168,6 @@ func TestListenAdminNeverRemovesOtherFiles(t *testing.T) {
 // and status stay reachable (they answered "no such file" until a
 // restart); a path then taken by another file is left alone.
 func TestAdminSocketMadeAgain(t *testing.T) {
-	orig := adminCheckEvery
-	adminCheckEvery = 20 * time.Millisecond
-	t.Cleanup(func() { adminCheckEvery = orig })
 	dir := filepath.Join(t.TempDir(), "run")
 	path := filepath.Join(dir, "olcd.sock")
 	ln, err := listenAdmin(path)
@@ -183,7 +180,7 @@ func TestAdminSocketMadeAgain(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	log := &syncBuffer{}
-	go keepAdminSocket(ctx, srv, path, slog.New(slog.NewTextHandler(log, nil)))
+	go keepAdminSocket(ctx, srv, path, 20*time.Millisecond, slog.New(slog.NewTextHandler(log, nil)))
 
 	answers := func() bool {
 		c := api.NewClient(path, time.Second)
@@ -195,13 +192,8 @@ func TestAdminSocketMadeAgain(t *testing.T) {
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(3 * time.Second)
-	for !answers() && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if !answers() {
-		t.Fatalf("the removed admin socket was not made again:\n%s", log)
-	}
+	testutil.Eventually(t, 3*time.Second, 20*time.Millisecond, func() (bool, error) { return answers(), nil },
+		"the removed admin socket was not made again:\n%s", log)
 	if !strings.Contains(log.String(), "admin socket was removed while olcd ran") {
 		t.Errorf("not logged:\n%s", log)
 	}
@@ -212,7 +204,10 @@ func TestAdminSocketMadeAgain(t *testing.T) {
 	if err := os.WriteFile(path, []byte("someone else's\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	// The check has seen the file once it reports it.
+	testutil.Eventually(t, 3*time.Second, 20*time.Millisecond, func() (bool, error) {
+		return strings.Contains(log.String(), "admin socket path taken by another file"), nil
+	}, "the taken path was not reported:\n%s", log)
 	if b, err := os.ReadFile(path); err != nil || string(b) != "someone else's\n" {
 		t.Errorf("a file at the path was replaced: %q, %v", b, err)
 	}

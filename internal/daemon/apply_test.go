@@ -58,16 +58,16 @@ func startTestDaemon(t testing.TB, cfg string) *testDaemon {
 	if err != nil {
 		t.Fatalf("new daemon: %v", err)
 	}
-	if d.dlog, err = openDecisionLog("-", nil); err != nil {
+	if d.eng.dlog, err = openDecisionLog("-", nil); err != nil {
 		t.Fatal(err)
 	}
 	orig := openDatapath
 	openDatapath = loader.Load
 	t.Cleanup(func() { openDatapath = orig })
-	if err := d.start(); err != nil {
+	if err := d.eng.start(); err != nil {
 		t.Fatalf("start: %v\n%s", err, buf)
 	}
-	t.Cleanup(func() { d.dp.Close() })
+	t.Cleanup(func() { d.eng.dp.Close() })
 	d.tick()
 	return &testDaemon{Daemon: d, path: path, log: buf}
 }
@@ -87,7 +87,7 @@ func (d *testDaemon) reload(trigger string) error { return d.applyLoad(d.readCon
 // datapathPorts lists the ports that have a policy in the datapath.
 func (d *testDaemon) datapathPorts(t *testing.T) []string {
 	t.Helper()
-	st, err := d.dp.Stats()
+	st, err := d.eng.dp.Stats()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,14 +138,14 @@ func TestReloadBeyondRunningLimits(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := startTestDaemon(t, base)
-			running := d.cfg
+			running := d.eng.cfg
 			d.write(t, tt.cfg)
 			err := d.reload("test")
 			if err == nil || !strings.Contains(err.Error(), tt.msg) {
 				t.Fatalf("reload: %v, want an error containing %q", err, tt.msg)
 			}
-			if d.cfg != running || len(d.ports) != 2 {
-				t.Errorf("running config changed: %d ports, same config %v", len(d.ports), d.cfg == running)
+			if d.eng.cfg != running || len(d.eng.ports) != 2 {
+				t.Errorf("running config changed: %d ports, same config %v", len(d.eng.ports), d.eng.cfg == running)
 			}
 			if got := d.datapathPorts(t); !slices.Equal(got, []string{"tcp/8080", "tcp/8081"}) {
 				t.Errorf("datapath ports %q, want tcp/8080 and tcp/8081", got)
@@ -162,14 +162,14 @@ func TestReloadBeyondRunningLimits(t *testing.T) {
 // the maps have), the previous config is written back and stays in force.
 func TestApplyRestoresOnDatapathError(t *testing.T) {
 	d := startTestDaemon(t, testConfig(2, "500ms", "5s", 2))
-	running := d.cfg
-	d.limits.maxPorts = 10 // the maps hold 2
+	running := d.eng.cfg
+	d.eng.limits.maxPorts = 10 // the maps hold 2
 	d.write(t, testConfig(3, "500ms", "5s", 2+1))
 	if err := d.reload("test"); err == nil || !strings.Contains(err.Error(), "exceed max ports 2") {
 		t.Fatalf("reload: %v, want the datapath's refusal", err)
 	}
-	if d.cfg != running || len(d.ports) != 2 {
-		t.Errorf("running config not restored: %d ports, same config %v", len(d.ports), d.cfg == running)
+	if d.eng.cfg != running || len(d.eng.ports) != 2 {
+		t.Errorf("running config not restored: %d ports, same config %v", len(d.eng.ports), d.eng.cfg == running)
 	}
 	if got := d.datapathPorts(t); !slices.Equal(got, []string{"tcp/8080", "tcp/8081"}) {
 		t.Errorf("datapath ports %q, want tcp/8080 and tcp/8081", got)
@@ -203,16 +203,16 @@ func TestPatchRestartOnly(t *testing.T) {
 			t.Errorf("patch %q: %v, want a refusal naming %s", tt.patch, err, tt.field)
 		}
 	}
-	if len(d.overrides) != 0 || d.cfg.Interval.String() != "500ms" {
-		t.Errorf("refused patches left overrides %+v, interval %v", d.overrides, d.cfg.Interval)
+	if len(d.conf.overrides) != 0 || d.eng.cfg.Interval.String() != "500ms" {
+		t.Errorf("refused patches left overrides %+v, interval %v", d.conf.overrides, d.eng.cfg.Interval)
 	}
 	if err := d.Patch(ctx, []byte("signals: {cpu_busy: {threshold: 0.5}}")); err != nil {
 		t.Errorf("a live setting was refused: %v", err)
 	}
 	// datapath.response_min_samples is the daemon's, read every tick: it
 	// is applied live (it was refused with the map sizes).
-	if err := d.Patch(ctx, []byte("datapath: {response_min_samples: 20}")); err != nil || d.cfg.Datapath.ResponseMinSamples != 20 {
-		t.Errorf("patch of response_min_samples: %v (in force %d)", err, d.cfg.Datapath.ResponseMinSamples)
+	if err := d.Patch(ctx, []byte("datapath: {response_min_samples: 20}")); err != nil || d.eng.cfg.Datapath.ResponseMinSamples != 20 {
+		t.Errorf("patch of response_min_samples: %v (in force %d)", err, d.eng.cfg.Datapath.ResponseMinSamples)
 	}
 }
 
@@ -227,8 +227,8 @@ func TestAutoPortsBeyondMaxPorts(t *testing.T) {
 		t.Cleanup(func() { ln.Close() })
 	}
 	d := startTestDaemon(t, "mode: observe\ninterfaces: [olcdtest0]\nports: auto\ndatapath: {max_ports: 2}\n")
-	if len(d.ports) != 2 || len(d.datapathPorts(t)) != 2 {
-		t.Errorf("%d ports protected, %d in the datapath; want 2 (max_ports)", len(d.ports), len(d.datapathPorts(t)))
+	if len(d.eng.ports) != 2 || len(d.datapathPorts(t)) != 2 {
+		t.Errorf("%d ports protected, %d in the datapath; want 2 (max_ports)", len(d.eng.ports), len(d.datapathPorts(t)))
 	}
 	if !strings.Contains(d.log.String(), "more listening ports than datapath.max_ports") {
 		t.Errorf("no warning logged:\n%s", d.log)
@@ -239,18 +239,18 @@ func TestAutoPortsBeyondMaxPorts(t *testing.T) {
 }
 
 func TestCapPorts(t *testing.T) {
-	entries := func(ports ...uint16) []portEntry {
-		var out []portEntry
+	entries := func(ports ...uint16) []loader.PortPolicy {
+		var out []loader.PortPolicy
 		for _, p := range ports {
-			out = append(out, portEntry{key: olc.PortKey{Proto: olc.ProtoTCP, Port: p}})
+			out = append(out, loader.PortPolicy{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: p}})
 		}
 		return out
 	}
 	tests := []struct {
 		name           string
-		found, current []portEntry
+		found, current []loader.PortPolicy
 		max            int
-		want           []portEntry
+		want           []loader.PortPolicy
 	}{
 		{"fits", entries(22, 80, 443), nil, 3, entries(22, 80, 443)},
 		{"lowest first", entries(22, 80, 443), nil, 2, entries(22, 80)},

@@ -182,29 +182,29 @@ func (p *pendingChanges) args(mode string) []any {
 
 // recordChanges offers the pending changes, with this tick's events, to
 // the decision log; what its rate limit refuses stays pending.
-func (d *Daemon) recordChanges(evs []adaptive.Event) {
-	d.changes.add(evs, d.portTick)
+func (e *engine) recordChanges(evs []adaptive.Event) {
+	e.changes.add(evs, e.portTick)
 	if len(evs) > 0 {
-		d.changes.response = responseValues(&d.last.snap)
+		e.changes.response = responseValues(&e.last.snap)
 	}
-	if d.changes.ticks == 0 {
+	if e.changes.ticks == 0 {
 		return
 	}
-	if d.dlog.RecordChange(d.changes.args(d.cfg.Mode.String())...) {
-		d.changes = pendingChanges{}
+	if e.dlog.RecordChange(e.changes.args(e.cfg.Mode.String())...) {
+		e.changes = pendingChanges{}
 		return
 	}
 	if len(evs) > 0 {
-		d.metrics.decisionsFolded.WithLabelValues("probability_change").Inc()
+		e.metrics.decisionsFolded.WithLabelValues("probability_change").Inc()
 	}
 }
 
 // portTick tells what the protected port k did in the last tick.
-func (d *Daemon) portTick(k olc.PortKey) portTick {
-	for _, p := range d.ports {
-		if p.key == k {
-			dl := d.last.deltas[k]
-			return portTick{action: p.action.String(), dropped: dl.Dropped, rejected: dl.Rejected}
+func (e *engine) portTick(k olc.PortKey) portTick {
+	for _, p := range e.ports {
+		if p.Key == k {
+			dl := e.last.deltas[k]
+			return portTick{action: p.Action.String(), dropped: dl.Dropped, rejected: dl.Rejected}
 		}
 	}
 	return portTick{}

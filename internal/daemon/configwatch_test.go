@@ -52,11 +52,10 @@ func TestWatchConfigMapUpdate(t *testing.T) {
 	aw := &atomicWriter{dir: dir}
 	aw.write(t, "olcd.yaml", "mode: observe\n")
 	path := filepath.Join(dir, "olcd.yaml")
-	d := &Daemon{opts: Options{ConfigPath: path}, log: slog.New(slog.DiscardHandler)}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	changed := make(chan configLoad, 4)
-	d.watchConfig(ctx, changed)
+	newFileWatch(path, slog.New(slog.DiscardHandler)).start(ctx, changed)
 
 	expect := func(what string, want bool) {
 		t.Helper()

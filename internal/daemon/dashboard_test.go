@@ -31,7 +31,7 @@ func TestDashboardMetricsExist(t *testing.T) {
 		t.Fatalf("dashboard is not valid JSON: %v", err)
 	}
 
-	m := newMetrics(&Daemon{opts: Options{Version: "test"}})
+	m := newMetrics("test")
 	descs := make(chan *prometheus.Desc, 256)
 	for _, c := range []prometheus.Collector{m.ticks, m.tickSeconds, m.sampleErrors, m.reloads, m.reloadFailures, &stateCollector{}, &boundsCollector{}} {
 		c.Describe(descs)

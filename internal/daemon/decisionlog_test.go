@@ -59,14 +59,15 @@ func worstTick(at time.Time, i, n int, signals []adaptive.SignalState, since tim
 func TestDecisionLogBounded(t *testing.T) {
 	const ports, tick = 100, 500 * time.Millisecond
 	var buf bytes.Buffer
-	d := &Daemon{log: slog.New(slog.DiscardHandler), cfg: rules.Default()}
-	d.cfg.Mode = olc.ModeObserve
-	d.metrics = newMetrics(d)
+	d := &Daemon{log: slog.New(slog.DiscardHandler)}
+	d.metrics = newMetrics("")
+	d.eng = &engine{log: d.log, metrics: d.metrics, cfg: rules.Default()}
+	d.eng.cfg.Mode = olc.ModeObserve
 	dl, err := openDecisionLog("-", &buf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.dlog = dl
+	d.eng.dlog = dl
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	dl.now = func() time.Time { return now }
 
@@ -77,7 +78,7 @@ func TestDecisionLogBounded(t *testing.T) {
 	start, hour := now, time.Hour
 	ticks := int(hour / tick)
 	for i := range ticks {
-		d.recordEvents(adaptive.Decision{At: now, Events: worstTick(now, i, ports, signals, start)})
+		d.eng.recordEvents(adaptive.Decision{At: now, Events: worstTick(now, i, ports, signals, start)})
 		now = now.Add(tick)
 	}
 	perDay := float64(buf.Len()) * float64(24*time.Hour) / float64(hour)

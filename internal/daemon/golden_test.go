@@ -214,22 +214,22 @@ func goldenDaemon(t *testing.T) (*Daemon, *fakeDatapath) {
 		t.Fatal(err)
 	}
 	d.started = goldenStart
-	d.limits = limitsOf(d.cfg)
-	d.ports = d.resolvePorts(d.cfg)
+	d.eng.limits = limitsOf(d.eng.cfg)
+	d.eng.ports = d.eng.resolvePorts(d.eng.cfg)
 	snaps := make([]olc.Snapshot, goldenTicks)
 	for i := range snaps {
 		snaps[i] = goldenSnapshot(i)
 	}
-	d.smp = &fakeSampler{snaps: snaps}
-	if d.ctrl, err = adaptive.New(d.cfg.ControllerConfig(controllerPorts(d.ports))); err != nil {
+	d.eng.smp = &fakeSampler{snaps: snaps}
+	if d.eng.ctrl, err = adaptive.New(d.eng.cfg.ControllerConfig(controllerPorts(d.eng.ports))); err != nil {
 		t.Fatal(err)
 	}
-	dp := &fakeDatapath{sample: loaderConfig(d.cfg, nil).ResponseSample, flows: loader.FlowTable{Capacity: 16384, Used: 4096, Outstanding: 12}}
-	d.dp = dp
-	if d.dlog, err = openDecisionLog("", nil); err != nil {
+	dp := &fakeDatapath{sample: loaderConfig(d.eng.cfg, nil).ResponseSample, flows: loader.FlowTable{Capacity: 16384, Used: 4096, Outstanding: 12}}
+	d.eng.dp = dp
+	if d.eng.dlog, err = openDecisionLog("", nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.program(); err != nil {
+	if err := d.eng.program(); err != nil {
 		t.Fatal(err)
 	}
 	for i := range goldenTicks {

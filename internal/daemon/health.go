@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/olcd/olcd/internal/api"
 )
 
 // Health endpoints on the metrics listener, for process supervisors that
@@ -73,11 +75,11 @@ func (d *Daemon) ready(now time.Time) error {
 	if len(st.Interfaces) == 0 {
 		return fmt.Errorf("no interface attached (waiting: %v)", st.InterfacesWaiting)
 	}
-	s, err := d.dp.Stats()
+	s, err := d.eng.dp.Stats()
 	if err != nil {
 		return fmt.Errorf("datapath counters unreadable: %w", err)
 	}
-	d.dp.ReleaseStats(s)
+	d.eng.dp.ReleaseStats(s)
 	return nil
 }
 
@@ -91,8 +93,9 @@ var (
 )
 
 // boundsCollector exports the configured limits the alerting rules compare
-// against (deploy/prometheus/olcd-rules.yaml), from the published status.
-type boundsCollector struct{ d *Daemon }
+// against (deploy/prometheus/olcd-rules.yaml), from the published status
+// (fresh).
+type boundsCollector struct{ fresh func() *api.Status }
 
 // Describe sends every descriptor the collector may emit.
 func (c *boundsCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -103,7 +106,7 @@ func (c *boundsCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect reads the last published status.
 func (c *boundsCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.d.freshStatus()
+	st := c.fresh()
 	if st == nil {
 		return
 	}

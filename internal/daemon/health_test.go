@@ -36,7 +36,7 @@ func TestLiveness(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			d := &Daemon{}
 			if tc.st != nil {
-				d.status.Store(&published{st: tc.st})
+				d.board.pub.Store(&published{st: tc.st})
 			}
 			rec := httptest.NewRecorder()
 			err := d.live(now)
@@ -53,10 +53,10 @@ func TestLiveness(t *testing.T) {
 // exported.
 func TestHealthRoutes(t *testing.T) {
 	d := &Daemon{}
-	d.status.Store(&published{st: &api.Status{UpdatedAt: time.Now(), StaleAfterS: 5, Overload: api.OverloadStatus{Bound: 0.7},
+	d.board.pub.Store(&published{st: &api.Status{UpdatedAt: time.Now(), StaleAfterS: 5, Overload: api.OverloadStatus{Bound: 0.7},
 		ReloadRefused: &api.ReloadFailure{Error: "bad"}}})
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(&boundsCollector{d: d})
+	reg.MustRegister(&boundsCollector{fresh: d.freshStatus})
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	srv := httptest.NewServer(d.withHealth(mux))

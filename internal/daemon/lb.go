@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/lb"
+	"github.com/olcd/olcd/internal/loader"
 	"github.com/olcd/olcd/internal/rules"
 
 	"github.com/olcd/olcd/internal/olc"
@@ -22,6 +24,7 @@ import (
 // the report of GET /v1/lb, both built each tick from the controller's
 // decision (lb.Weigher), never from an estimate of their own.
 type lbState struct {
+	log     *slog.Logger
 	weigher *lb.Weigher // owned by the tick loop
 	agent   *lb.Agent
 	report  atomic.Pointer[lb.Report]
@@ -32,17 +35,16 @@ type lbState struct {
 	served chan error
 }
 
-// initLB sets up the weigher and agent (nothing listens yet) and registers
-// the metrics.
-func (d *Daemon) initLB() error {
-	w, err := lb.NewWeigher(d.cfg.LB.Weight)
+// init sets up the weigher and agent for cfg (nothing listens yet).
+func (l *lbState) init(cfg *rules.Config, log *slog.Logger) error {
+	w, err := lb.NewWeigher(cfg.LB.Weight)
 	if err != nil {
 		return fmt.Errorf("lb: %w", err)
 	}
-	d.lb.weigher = w
-	d.lb.agent = lb.NewAgent(lb.AgentConfig{SendWait: agentSendWait(d.cfg)}, d.log.With("component", "lb-agent"))
-	d.lb.report.Store(lb.FullWeight())
-	d.metrics.reg.MustRegister(&lbCollector{d: d})
+	l.log = log
+	l.weigher = w
+	l.agent = lb.NewAgent(lb.AgentConfig{SendWait: agentSendWait(cfg)}, log.With("component", "lb-agent"))
+	l.report.Store(lb.FullWeight())
 	return nil
 }
 
@@ -55,27 +57,27 @@ func agentSendWait(cfg *rules.Config) time.Duration {
 	return cfg.LB.Agent.SendWait
 }
 
-// startLB opens the agent listener when lb.agent.address is set, before
-// the datapath attaches (a busy address fails the start); the returned
-// function closes it and waits for the connections in hand.
-func (d *Daemon) startLB() (stop func(), err error) {
-	if err := d.listenAgent(d.cfg.LB.Agent.Address); err != nil {
+// start opens the agent listener when addr (lb.agent.address) is set,
+// before the datapath attaches (a busy address fails the start); the
+// returned function closes it and waits for the connections in hand.
+func (l *lbState) start(addr string) (stop func(), err error) {
+	if err := l.listen(addr); err != nil {
 		return nil, err
 	}
-	return func() { d.closeAgent() }, nil
+	return l.close, nil
 }
 
-// listenAgent makes addr the agent's listener ("" closes it). On error the
+// listen makes addr the agent's listener ("" closes it). On error the
 // listener in place stays.
-func (d *Daemon) listenAgent(addr string) error {
-	if addr == d.lb.addr && (addr == "") == (d.lb.ln == nil) {
+func (l *lbState) listen(addr string) error {
+	if addr == l.addr && (addr == "") == (l.ln == nil) {
 		return nil
 	}
 	ln, err := openAgent(addr)
 	if err != nil {
 		return err
 	}
-	d.adoptAgent(addr, ln)
+	l.adopt(addr, ln)
 	return nil
 }
 
@@ -91,49 +93,49 @@ func openAgent(addr string) (net.Listener, error) {
 	return ln, nil
 }
 
-// adoptAgent makes ln, opened by openAgent for addr, the agent's listener,
+// adopt makes ln, opened by openAgent for addr, the agent's listener,
 // closing the one in place. Opening and adopting are two steps so that a
 // reload can refuse an address it cannot listen on before anything changes.
-func (d *Daemon) adoptAgent(addr string, ln net.Listener) {
-	d.closeAgent()
-	d.lb.ln, d.lb.addr = ln, addr
+func (l *lbState) adopt(addr string, ln net.Listener) {
+	l.close()
+	l.ln, l.addr = ln, addr
 	if ln == nil {
 		return
 	}
 	served := make(chan error, 1)
-	d.lb.served = served
-	go func() { served <- d.lb.agent.Serve(ln) }()
-	d.log.Info("load-balancer agent listening", "address", ln.Addr().String())
+	l.served = served
+	go func() { served <- l.agent.Serve(ln) }()
+	l.log.Info("load-balancer agent listening", "address", ln.Addr().String())
 }
 
-// closeAgent closes the agent's listener and waits for its connections.
-func (d *Daemon) closeAgent() {
-	if d.lb.ln == nil {
+// close closes the agent's listener and waits for its connections.
+func (l *lbState) close() {
+	if l.ln == nil {
 		return
 	}
-	d.lb.ln.Close()
-	if err := <-d.lb.served; err != nil {
-		d.log.Error("load-balancer agent stopped", "err", err)
+	l.ln.Close()
+	if err := <-l.served; err != nil {
+		l.log.Error("load-balancer agent stopped", "err", err)
 	}
-	d.lb.ln, d.lb.addr, d.lb.served = nil, "", nil
+	l.ln, l.addr, l.served = nil, "", nil
 }
 
-// updateLB folds the last tick's decision into the weights, publishes the
-// new report to the agent and GET /v1/lb, and follows a reload of the lb
-// section's send_wait and weight parameters (apply moves the address).
-func (d *Daemon) updateLB() {
-	cfg := d.cfg
-	if err := d.lb.weigher.SetParams(cfg.LB.Weight); err != nil {
-		d.log.Error("lb weight parameters", "err", err)
+// update folds the last tick's decision (r, on ports under cfg) into the
+// weights, publishes the new report to the agent and GET /v1/lb, and
+// follows a reload of the lb section's send_wait and weight parameters
+// (reconfigure moves the address).
+func (l *lbState) update(cfg *rules.Config, ports []loader.PortPolicy, r tickResult) {
+	if err := l.weigher.SetParams(cfg.LB.Weight); err != nil {
+		l.log.Error("lb weight parameters", "err", err)
 	}
-	d.lb.agent.SetSendWait(agentSendWait(cfg))
-	rep := d.lb.weigher.Update(lbInput(cfg, d.ports, d.last))
-	d.lb.report.Store(rep)
-	d.lb.agent.Publish(rep)
+	l.agent.SetSendWait(agentSendWait(cfg))
+	rep := l.weigher.Update(lbInput(cfg, ports, r))
+	l.report.Store(rep)
+	l.agent.Publish(rep)
 }
 
 // lbInput is the tick r as the weigher reads it.
-func lbInput(cfg *rules.Config, ports []portEntry, r tickResult) lb.Input {
+func lbInput(cfg *rules.Config, ports []loader.PortPolicy, r tickResult) lb.Input {
 	dec := r.decision
 	bound := cfg.Controller.Bound()
 	atBound := func(p float64) bool { return dec.Overloaded && p >= bound-1e-9 }
@@ -152,20 +154,23 @@ func lbInput(cfg *rules.Config, ports []portEntry, r tickResult) lb.Input {
 	nodeMode := cfg.Mode
 	var offered, admitted float64
 	for _, p := range ports {
-		pd := byKey[p.key]
-		dl := r.deltas[p.key]
+		pd := byKey[p.Key]
+		dl := r.deltas[p.Key]
 		pi := lb.PortInput{
-			Key: p.key, Mode: p.mode, DropProbability: pd.DropProbability, AtBound: atBound(pd.DropProbability),
+			Key: p.Key, Mode: p.Mode, DropProbability: pd.DropProbability, AtBound: atBound(pd.DropProbability),
 			OfferedPerS: rate(dl.NewConns), AdmittedPerS: rate(dl.NewConns - min(dl.Dropped, dl.NewConns)),
 		}
-		if pr, ok := r.resp[p.key]; ok && pr.Available {
+		if pr, ok := r.resp[p.Key]; ok && pr.Available {
 			p50, p95, p99 := pr.P50, pr.P95, pr.P99
 			pi.ResponseTime = &lb.ResponseTime{P50S: &p50, P95S: &p95, P99S: &p99}
+		}
+		if pd.Capacity > 0 {
+			pi.Capacity = &lb.Capacity{RequestsPerS: pd.Capacity, ConnectionsPerS: pd.ConnCapacity, AgeS: pd.CapacityAge}
 		}
 		offered += pi.OfferedPerS
 		admitted += pi.AdmittedPerS
 		in.Ports = append(in.Ports, pi)
-		if p.mode == olc.ModeEnforce {
+		if p.Mode == olc.ModeEnforce {
 			nodeMode = olc.ModeEnforce
 		}
 	}
@@ -216,15 +221,15 @@ func (d *Daemon) withLB(h http.Handler) http.Handler {
 	return mux
 }
 
-// lbStatus returns the status's lb section.
-func (d *Daemon) lbStatus() *api.LBStatus {
-	if d.lb.agent == nil {
+// status returns the status's lb section.
+func (l *lbState) status() *api.LBStatus {
+	if l.agent == nil {
 		return nil
 	}
-	rep := d.LB()
-	st := &api.LBStatus{Weight: rep.Node.Weight, State: string(rep.Node.State), AgentReply: rep.Node.AgentReply, AgentAnswers: d.lb.agent.Counts()}
-	if d.lb.ln != nil {
-		st.AgentAddress = d.lb.ln.Addr().String()
+	rep := l.report.Load()
+	st := &api.LBStatus{Weight: rep.Node.Weight, State: string(rep.Node.State), AgentReply: rep.Node.AgentReply, AgentAnswers: l.agent.Counts()}
+	if l.ln != nil {
+		st.AgentAddress = l.ln.Addr().String()
 	}
 	return st
 }
@@ -236,7 +241,7 @@ var (
 )
 
 // lbCollector reads the last report at scrape time.
-type lbCollector struct{ d *Daemon }
+type lbCollector struct{ l *lbState }
 
 func (c *lbCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descLBWeight
@@ -245,7 +250,7 @@ func (c *lbCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *lbCollector) Collect(ch chan<- prometheus.Metric) {
-	rep := c.d.LB()
+	rep := c.l.report.Load()
 	emit := func(t lb.Target, proto, port string) {
 		ch <- prometheus.MustNewConstMetric(descLBWeight, prometheus.GaugeValue, t.Weight, proto, port)
 		ch <- prometheus.MustNewConstMetric(descLBDrain, prometheus.GaugeValue, b2f(t.State == lb.StateDrain), proto, port)
@@ -254,7 +259,7 @@ func (c *lbCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range rep.Ports {
 		emit(p, p.Proto, strconv.Itoa(int(p.Port)))
 	}
-	for k, n := range c.d.lb.agent.Counts() {
+	for k, n := range c.l.agent.Counts() {
 		ch <- prometheus.MustNewConstMetric(descLBAnswers, prometheus.CounterValue, float64(n), k)
 	}
 }

@@ -28,7 +28,7 @@ func TestLBInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	k80, k81 := olc.PortKey{Proto: olc.ProtoTCP, Port: 80}, olc.PortKey{Proto: olc.ProtoTCP, Port: 81}
-	ports := []portEntry{{key: k80, mode: olc.ModeEnforce}, {key: k81, mode: olc.ModeObserve}}
+	ports := []loader.PortPolicy{{Key: k80, Mode: olc.ModeEnforce}, {Key: k81, Mode: olc.ModeObserve}}
 	r := tickResult{
 		at: time.Unix(100, 0), interval: 500 * time.Millisecond,
 		decision: adaptive.Decision{Overloaded: true, DropProbability: 0.9,
@@ -86,7 +86,7 @@ func TestLBEndpoints(t *testing.T) {
 	addr := free.Addr().String()
 	free.Close()
 	d := startTestDaemon(t, testConfig(1, "500ms", "5s", 4)+"lb: {agent: {address: "+addr+"}}\n")
-	stop, err := d.startLB()
+	stop, err := d.lb.start(d.eng.cfg.LB.Agent.Address)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,12 +153,12 @@ func TestLBAgentFollowsReload(t *testing.T) {
 	defer lnBusy.Close()
 	base := testConfig(1, "500ms", "5s", 4)
 	d := startTestDaemon(t, base+"lb: {agent: {address: "+first+"}}\n")
-	stop, err := d.startLB()
+	stop, err := d.lb.start(d.eng.cfg.LB.Agent.Address)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
-	d.following = true
+	d.links.following = true
 	answers := func(addr string) bool {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err != nil {
@@ -185,14 +185,14 @@ func TestLBAgentFollowsReload(t *testing.T) {
 	// A busy address refuses the reload, at its line: the running config
 	// and listener stay (the reload used to succeed, the agent staying
 	// where it was with only a log line to say so).
-	running := d.cfg
+	running := d.eng.cfg
 	d.write(t, base+"lb: {agent: {address: "+busy+"}}\n")
 	if err := d.reload("test"); err == nil || !strings.Contains(err.Error(), "olcd.yaml:8: lb.agent.address: listen for the load-balancer agent on "+busy) {
 		t.Fatalf("reload to the busy %s: %v, want a refusal at its line", busy, err)
 	}
 	d.tick()
-	if !answers(second) || d.cfg != running {
-		t.Errorf("a busy address %s dropped the listener on %s (config replaced: %v)", busy, second, d.cfg != running)
+	if !answers(second) || d.eng.cfg != running {
+		t.Errorf("a busy address %s dropped the listener on %s (config replaced: %v)", busy, second, d.eng.cfg != running)
 	}
 	step(base)
 	if answers(second) || d.lb.ln != nil {

@@ -3,9 +3,11 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
 
 	"github.com/olcd/olcd/internal/loader"
@@ -24,14 +26,24 @@ const linkEventBuffer = 4 << 20
 // after the subscription ended with an error.
 const resubscribeAfter = time.Second
 
-// watchLinks returns a channel that receives a value (coalesced: capacity
+// linkState is what following the interfaces keeps between two syncs.
+// Owned by the tick loop.
+type linkState struct {
+	log       *slog.Logger
+	changes   *prometheus.CounterVec // olcd_interface_changes_total, by change
+	following bool                   // set by Run once attached
+	warned    map[string]string      // interface → the last problem logged for it
+	waiting   []string               // listed interfaces that do not exist
+}
+
+// watch returns a channel that receives a value (coalesced: capacity
 // 1) whenever a link of the daemon's network namespace is created, deleted
 // or changes, until ctx is done. When the subscription ends with an error
 // (events lost to a full socket buffer), the channel fires at once so that
 // every interface is checked, and the subscription is made again after
 // resubscribeAfter. The check every DiscoverEvery stands in for events
 // while there is no subscription.
-func (d *Daemon) watchLinks(ctx context.Context) <-chan struct{} {
+func (l *linkState) watch(ctx context.Context) <-chan struct{} {
 	out := make(chan struct{}, 1)
 	poke := func() {
 		select {
@@ -48,13 +60,13 @@ func (d *Daemon) watchLinks(ctx context.Context) <-chan struct{} {
 				ReceiveBufferSize: linkEventBuffer, ReceiveBufferForceSize: true,
 				ErrorCallback: func(err error) {
 					if ctx.Err() == nil { // closing the socket at a stop fails the receive
-						d.log.Warn("link events lost: checking every interface, subscribing again", "err", err)
+						l.log.Warn("link events lost: checking every interface, subscribing again", "err", err)
 					}
 				},
 			})
 			if err != nil {
 				if !warned {
-					d.log.Warn("subscribe to link events: interfaces are checked every "+DiscoverEvery.String()+" until it works", "err", err)
+					l.log.Warn("subscribe to link events: interfaces are checked every "+DiscoverEvery.String()+" until it works", "err", err)
 					warned = true
 				}
 			} else {
@@ -100,49 +112,33 @@ func (d *Daemon) watchLinks(ctx context.Context) <-chan struct{} {
 // failures once per interface until they change; "no interface attached" only
 // when the periodic check (periodic true) still finds none.
 func (d *Daemon) syncInterfaces(periodic bool) {
+	d.links.sync(d.eng.dp, d.eng.cfg.Interfaces, d.eng.limits.attach, periodic)
+}
+
+// sync is syncInterfaces for the interface list listed, on dp, attaching
+// with mode attach.
+func (l *linkState) sync(dp datapath, listed []string, attach olc.AttachMode, periodic bool) {
 	links, err := listLinks()
 	if err != nil {
-		d.warnLink("", err.Error())
+		l.warnLink("", err.Error())
 		return
 	}
-	byName := make(map[string]netlink.Link, len(links))
 	byIndex := make(map[int]netlink.Link, len(links))
-	for _, l := range links {
-		byIndex[l.Attrs().Index] = l
-		byName[l.Attrs().Name] = l
-		for _, alt := range l.Attrs().AltNames {
-			byName[alt] = l
-		}
+	for _, ln := range links {
+		byIndex[ln.Attrs().Index] = ln
 	}
-	auto := len(d.cfg.Interfaces) == 0
-	want := map[int]string{}      // ifindex → the name to attach it by
-	var skipped map[string]string // auto: links left out, with the reason
-	if auto {
-		var names []string
-		names, skipped = netif.Default(links)
-		for _, n := range names {
-			want[byName[n].Attrs().Index] = n
-		}
-	}
-	d.waiting = d.waiting[:0]
-	for _, n := range d.cfg.Interfaces {
-		if l, ok := byName[n]; ok {
-			want[l.Attrs().Index] = n
-		} else {
-			d.waiting = append(d.waiting, n)
-			d.noteLink(n, "listed interface does not exist; it is attached when it appears")
-		}
-	}
+	auto := len(listed) == 0
+	want, skipped := l.wanted(links, listed)
 
 	attached := map[int]bool{}
-	for _, a := range d.dp.Attachments() {
-		l, exists := byIndex[a.Ifindex]
+	for _, a := range dp.Attachments() {
+		ln, exists := byIndex[a.Ifindex]
 		why := ""
 		switch {
 		case !exists:
 			why = "interface deleted"
-		case l.Attrs().Name != a.Interface:
-			why = "interface renamed to " + l.Attrs().Name
+		case ln.Attrs().Name != a.Interface:
+			why = "interface renamed to " + ln.Attrs().Name
 		case auto && skipped[a.Interface] != "":
 			why = "no longer selected: " + skipped[a.Interface]
 		case !auto && want[a.Ifindex] == "":
@@ -152,12 +148,12 @@ func (d *Daemon) syncInterfaces(periodic bool) {
 			attached[a.Ifindex] = true
 			continue
 		}
-		if err := d.dp.Detach(a.Interface); err != nil {
-			d.log.Warn("detach interface", "interface", a.Interface, "reason", why, "err", err)
+		if err := dp.Detach(a.Interface); err != nil {
+			l.log.Warn("detach interface", "interface", a.Interface, "reason", why, "err", err)
 		} else {
-			d.log.Info("interface detached", "interface", a.Interface, "reason", why)
+			l.log.Info("interface detached", "interface", a.Interface, "reason", why)
 		}
-		d.metrics.interfaceChanges.WithLabelValues("detached").Inc()
+		l.changes.WithLabelValues("detached").Inc()
 	}
 
 	names := make([]string, 0, len(want))
@@ -168,25 +164,56 @@ func (d *Daemon) syncInterfaces(periodic bool) {
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		if err := d.dp.Attach(n, olc.AttachMode(d.limits.attach)); err != nil {
+		if err := dp.Attach(n, attach); err != nil {
 			if loader.InterfaceGone(err) {
-				d.noteLink(n, "interface gone while being attached")
+				l.noteLink(n, "interface gone while being attached")
 			} else {
-				d.warnLink(n, err.Error())
+				l.warnLink(n, err.Error())
 			}
 			continue
 		}
-		delete(d.linkWarned, n)
-		d.metrics.interfaceChanges.WithLabelValues("attached").Inc()
+		delete(l.warned, n)
+		l.changes.WithLabelValues("attached").Inc()
 		// The loader's "datapath attached" names the hook and mode.
-		d.log.Info("interface attached", "interface", n)
+		l.log.Info("interface attached", "interface", n)
 	}
 	switch {
-	case len(d.dp.Attachments()) > 0:
-		delete(d.linkWarned, "")
+	case len(dp.Attachments()) > 0:
+		delete(l.warned, "")
 	case periodic:
-		d.warnLink("", "no interface attached: nothing is protected until one is")
+		l.warnLink("", "no interface attached: nothing is protected until one is")
 	}
+}
+
+// wanted returns the links to attach (ifindex → the name to attach it by)
+// and, with no list (listed empty), the links netif.Default left out with
+// the reason; a listed interface that does not exist is noted as waiting.
+func (l *linkState) wanted(links []netlink.Link, listed []string) (want map[int]string, skipped map[string]string) {
+	byName := make(map[string]netlink.Link, len(links))
+	for _, ln := range links {
+		byName[ln.Attrs().Name] = ln
+		for _, alt := range ln.Attrs().AltNames {
+			byName[alt] = ln
+		}
+	}
+	want = map[int]string{}
+	if len(listed) == 0 {
+		var names []string
+		names, skipped = netif.Default(links)
+		for _, n := range names {
+			want[byName[n].Attrs().Index] = n
+		}
+	}
+	l.waiting = l.waiting[:0]
+	for _, n := range listed {
+		if ln, ok := byName[n]; ok {
+			want[ln.Attrs().Index] = n
+		} else {
+			l.waiting = append(l.waiting, n)
+			l.noteLink(n, "listed interface does not exist; it is attached when it appears")
+		}
+	}
+	return want, skipped
 }
 
 // listLinks lists the links, retrying a dump the kernel interrupted (links
@@ -221,32 +248,32 @@ func checkListed(cfg *rules.Config, names []string) error {
 
 // warnLink logs a problem with an interface ("" for all of them) at warning
 // level unless the same one was logged last for it.
-func (d *Daemon) warnLink(name, problem string) {
-	if !d.newLinkProblem(name, problem) {
+func (l *linkState) warnLink(name, problem string) {
+	if !l.newLinkProblem(name, problem) {
 		return
 	}
 	if name == "" {
-		d.log.Warn(problem)
+		l.log.Warn(problem)
 		return
 	}
-	d.log.Warn("interface not attached", "interface", name, "problem", problem)
+	l.log.Warn("interface not attached", "interface", name, "problem", problem)
 }
 
 // noteLink is warnLink at info level, for what happens to interfaces in
 // normal operation.
-func (d *Daemon) noteLink(name, what string) {
-	if d.newLinkProblem(name, what) {
-		d.log.Info("interface not attached", "interface", name, "reason", what)
+func (l *linkState) noteLink(name, what string) {
+	if l.newLinkProblem(name, what) {
+		l.log.Info("interface not attached", "interface", name, "reason", what)
 	}
 }
 
-func (d *Daemon) newLinkProblem(name, problem string) bool {
-	if d.linkWarned == nil {
-		d.linkWarned = map[string]string{}
+func (l *linkState) newLinkProblem(name, problem string) bool {
+	if l.warned == nil {
+		l.warned = map[string]string{}
 	}
-	if prev, ok := d.linkWarned[name]; ok && prev == problem {
+	if prev, ok := l.warned[name]; ok && prev == problem {
 		return false
 	}
-	d.linkWarned[name] = problem
+	l.warned[name] = problem
 	return true
 }

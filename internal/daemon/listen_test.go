@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -10,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 func TestMetricsConnCap(t *testing.T) {
@@ -85,22 +88,21 @@ func TestCapListener(t *testing.T) {
 
 func waitOpen(t *testing.T, ln *capListener, n int64) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for ln.open.Load() != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d connections open, want %d", ln.open.Load(), n)
+	testutil.Eventually(t, 2*time.Second, 5*time.Millisecond, func() (bool, error) {
+		if got := ln.open.Load(); got != n {
+			return false, fmt.Errorf("%d connections open", got)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return true, nil
+	}, "want %d connections open", n)
 }
 
 // waitRefused waits until the listener has refused n connections.
 func waitRefused(t *testing.T, ln *capListener, n uint64) {
 	t.Helper()
-	for deadline := time.Now().Add(2 * time.Second); ln.refused.Load() < n; {
-		if time.Now().After(deadline) {
-			t.Fatalf("refused %d connections, want %d", ln.refused.Load(), n)
+	testutil.Eventually(t, 2*time.Second, time.Millisecond, func() (bool, error) {
+		if got := ln.refused.Load(); got < n {
+			return false, fmt.Errorf("refused %d connections", got)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return true, nil
+	}, "want %d connections refused", n)
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/olcd/olcd/internal/api"
+	"github.com/olcd/olcd/internal/loader"
 	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/rules"
 	"github.com/olcd/olcd/internal/sampler"
@@ -47,7 +48,7 @@ func TestAutoPortsManagement(t *testing.T) {
 			}
 			var got []uint16
 			for _, p := range autoPorts(cfg, listeners) {
-				got = append(got, p.key.Port)
+				got = append(got, p.Key.Port)
 			}
 			if !slices.Equal(got, tt.ports) {
 				t.Errorf("protected %v, want %v", got, tt.ports)
@@ -74,8 +75,8 @@ func TestAutoPortsSkipSSH(t *testing.T) {
 	}
 	d := startTestDaemon(t, "mode: enforce\ninterfaces: [olcdtest0]\nports: auto\n")
 	ssh := olc.PortKey{Proto: olc.ProtoTCP, Port: 22}
-	if slices.ContainsFunc(d.ports, func(p portEntry) bool { return p.key == ssh }) {
-		t.Fatalf("tcp/22 protected under ports: auto: %v", portNames(d.ports))
+	if slices.ContainsFunc(d.eng.ports, func(p loader.PortPolicy) bool { return p.Key == ssh }) {
+		t.Fatalf("tcp/22 protected under ports: auto: %v", portNames(d.eng.ports))
 	}
 	d.publish()
 	st := d.Status()
@@ -86,15 +87,15 @@ func TestAutoPortsSkipSSH(t *testing.T) {
 	if got := d.datapathPorts(t); slices.Contains(got, "tcp/22") {
 		t.Errorf("tcp/22 has a policy in the datapath: %v", got)
 	}
-	cfg, _, err := d.cfg.Patch([]byte("exceptions: {management: []}"), "patch")
+	cfg, _, err := d.eng.cfg.Patch([]byte("exceptions: {management: []}"), "patch")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := d.apply(cfg); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.ContainsFunc(d.ports, func(p portEntry) bool { return p.key == ssh }) || !slices.Contains(d.datapathPorts(t), "tcp/22") {
-		t.Errorf("with management: [] tcp/22 not protected: %v", portNames(d.ports))
+	if !slices.ContainsFunc(d.eng.ports, func(p loader.PortPolicy) bool { return p.Key == ssh }) || !slices.Contains(d.datapathPorts(t), "tcp/22") {
+		t.Errorf("with management: [] tcp/22 not protected: %v", portNames(d.eng.ports))
 	}
 	d.publish()
 	if st := d.Status(); len(st.ListenersExempt) != 0 || strings.Contains(strings.Join(st.Exceptions, ","), "tcp/22") {

@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/olcd/olcd/internal/api"
+	"github.com/olcd/olcd/internal/loader"
 	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/resptime"
 	"github.com/olcd/olcd/internal/sampler"
@@ -41,7 +43,10 @@ type metrics struct {
 	decisionsFolded *prometheus.CounterVec
 }
 
-func newMetrics(d *Daemon) *metrics {
+// newMetrics makes the daemon's own counters and registers them with the
+// build information (version) and the Go runtime's and process's
+// collectors; New registers the collectors that read the daemon's state.
+func newMetrics(version string) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		ticks: prometheus.NewCounter(prometheus.CounterOpts{
@@ -88,9 +93,8 @@ func newMetrics(d *Daemon) *metrics {
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "olcd_build_info", Help: "Build information; always 1.",
 	}, []string{"version", "goversion"})
-	build.WithLabelValues(d.opts.Version, runtime.Version()).Set(1)
+	build.WithLabelValues(version, runtime.Version()).Set(1)
 	m.reg.MustRegister(m.ticks, m.tickSeconds, m.sampleErrors, m.reloads, m.reloadFailures, m.onsetDecisions, m.interfaceChanges, m.metricsRefused, m.decisionsFolded, build,
-		&stateCollector{d: d},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -153,14 +157,19 @@ var (
 	descRTAband   = prometheus.NewDesc("olcd_port_requests_abandoned_total", "Timed requests forgotten unanswered: reset, closed, evicted or idle (sampled flows).", portLabels, nil)
 	descRTInfl    = prometheus.NewDesc("olcd_port_inflight_requests", "Requests waiting for their first answer byte at the end of the last tick, scaled by the sample rate.", portLabels, nil)
 	descRTRate    = prometheus.NewDesc("olcd_port_requests_per_second", "Requests per second over the last tick, scaled by the sample rate.", portLabels, nil)
+	descCapacity  = prometheus.NewDesc("olcd_port_capacity_requests_per_second", "The port's capacity measured while it was saturated: the most requests per second it answered over the saturated ticks of the last 3 s, or the last such figure; absent until saturated once.", portLabels, nil)
+	descCapAge    = prometheus.NewDesc("olcd_port_capacity_age_seconds", "How long ago the port was last saturated, the moment of olcd_port_capacity_requests_per_second.", portLabels, nil)
 	descFlowCap   = prometheus.NewDesc("olcd_flow_table_capacity", "Flows the response timer's table holds.", nil, nil)
 	descFlowUsed  = prometheus.NewDesc("olcd_flow_table_flows", "Flows in the response timer's table not idle (last scan, at most 10 s old).", nil, nil)
 	descFlowEvent = prometheus.NewDesc("olcd_flow_table_events_total", "Flow table events: inserted, evicted (a live flow pushed out), expired (an idle flow replaced), closed (FIN/RST).", []string{"event"}, nil)
 )
 
-// stateCollector exports the last published status and the datapath's
-// counters, read from the BPF maps at scrape time.
-type stateCollector struct{ d *Daemon }
+// stateCollector exports the last published status (fresh) and the
+// datapath's counters, read from the BPF maps (dp) at scrape time.
+type stateCollector struct {
+	fresh func() *published
+	dp    func() datapath
+}
 
 // Describe sends every descriptor the collector may emit.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -168,24 +177,19 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 		descSigCorr, descPressure, descOverload, descNodeP, descClassP, descPortP, descNew, descRetrans,
 		descPassed, descDropped, descMarked, descWould, descRejected, descWouldRej, descRejLimit, descExempt, descStale, descOtherNew, descOtherEx,
 		descUncl, descAttach, descOverride, descLastTick, descDPErr, descRTHist, descRTQuant, descRTTarget, descRTBase, descQueueP, descRTReq,
-		descRTAband, descRTInfl, descRTRate, descFlowCap, descFlowUsed, descFlowEvent} {
+		descRTAband, descRTInfl, descRTRate, descCapacity, descCapAge, descFlowCap, descFlowUsed, descFlowEvent} {
 		ch <- d
 	}
 }
 
 // Collect reads the status and the BPF maps.
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	pub := c.d.freshPublished()
+	pub := c.fresh()
 	if pub == nil {
 		return
 	}
 	st := pub.st
-	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
-	}
-	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
-	}
+	gauge, counter := emit(ch).gauge, emit(ch).counter
 	for _, m := range olc.ModeNames() {
 		gauge(descMode, b2f(st.Mode == m), m)
 	}
@@ -217,64 +221,15 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descAttach, 1, a.Name, a.Hook, a.Mode)
 	}
 
-	stats, err := c.d.dp.Stats()
+	dp := c.dp()
+	stats, err := dp.Stats()
 	gauge(descDPErr, b2f(err == nil))
 	if err != nil {
 		return
 	}
-	defer c.d.dp.ReleaseStats(stats) // everything below copies what it reads
+	defer dp.ReleaseStats(stats) // everything below copies what it reads
 	for i, p := range st.Ports {
-		labels := []string{p.Proto, strconv.Itoa(int(p.Port)), p.Class}
-		gauge(descPortP, p.DropProbability, labels...)
-		k := pub.keys[i]
-		cn, ok := stats.Ports[k]
-		if !ok {
-			continue
-		}
-		counter(descNew, cn.NewConns, labels...)
-		counter(descRetrans, cn.SYNRetransmits, labels...)
-		counter(descPassed, cn.Passed, labels...)
-		counter(descDropped, cn.Dropped, labels...)
-		counter(descMarked, cn.Marked, labels...)
-		counter(descWould, cn.WouldDrop, labels...)
-		counter(descRejected, cn.Rejected, labels...)
-		counter(descWouldRej, cn.WouldReject, labels...)
-		counter(descExempt, cn.Exempt, labels...)
-		counter(descStale, cn.Stale, labels...)
-		r, ok := stats.Response[k]
-		if !ok {
-			continue
-		}
-		le := map[float64]uint64{}
-		for i, n := range resptime.Fold(r.Buckets) {
-			le[resptime.LeBounds[i]] = n
-		}
-		ch <- prometheus.MustNewConstHistogram(descRTHist, r.Responses, resptime.Sum(r.Buckets), le, labels...)
-		counter(descRTReq, r.Requests, labels...)
-		counter(descRTAband, r.Abandoned, labels...)
-		if p.RequestsPerS != nil {
-			gauge(descRTRate, *p.RequestsPerS, labels...)
-		}
-		if p.ResponseTarget != nil {
-			gauge(descRTTarget, *p.ResponseTarget, labels...)
-		}
-		if p.BaselineS != nil {
-			gauge(descRTBase, *p.BaselineS, labels...)
-		}
-		gauge(descQueueP, p.QueueDropProbability, labels...)
-		if p.InflightRequests != nil {
-			gauge(descRTInfl, *p.InflightRequests, labels...)
-		}
-		if rt := p.ResponseTime; rt != nil {
-			for _, q := range []struct {
-				v *float64
-				q string
-			}{{rt.P50S, "0.5"}, {rt.P95S, "0.95"}, {rt.P99S, "0.99"}} {
-				if q.v != nil {
-					gauge(descRTQuant, *q.v, append(slices.Clone(labels), q.q)...)
-				}
-			}
-		}
+		collectPort(ch, p, stats, pub.keys[i])
 	}
 	if rt := st.ResponseTiming; rt != nil {
 		gauge(descFlowCap, float64(rt.FlowTableCapacity))
@@ -288,6 +243,79 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descOtherEx, stats.Other.Exempt)
 	counter(descUncl, stats.Unclassified)
 	counter(descRejLimit, stats.RejectLimited)
+}
+
+// collectPort sends the metrics of one protected port p (key k): its drop
+// probability from the status, its counters and response timing from
+// stats, read at scrape time.
+func collectPort(ch chan<- prometheus.Metric, p api.PortStatus, stats loader.Stats, k olc.PortKey) {
+	gauge, counter := emit(ch).gauge, emit(ch).counter
+	labels := []string{p.Proto, strconv.Itoa(int(p.Port)), p.Class}
+	gauge(descPortP, p.DropProbability, labels...)
+	cn, ok := stats.Ports[k]
+	if !ok {
+		return
+	}
+	counter(descNew, cn.NewConns, labels...)
+	counter(descRetrans, cn.SYNRetransmits, labels...)
+	counter(descPassed, cn.Passed, labels...)
+	counter(descDropped, cn.Dropped, labels...)
+	counter(descMarked, cn.Marked, labels...)
+	counter(descWould, cn.WouldDrop, labels...)
+	counter(descRejected, cn.Rejected, labels...)
+	counter(descWouldRej, cn.WouldReject, labels...)
+	counter(descExempt, cn.Exempt, labels...)
+	counter(descStale, cn.Stale, labels...)
+	r, ok := stats.Response[k]
+	if !ok {
+		return
+	}
+	le := map[float64]uint64{}
+	for i, n := range resptime.Fold(r.Buckets) {
+		le[resptime.LeBounds[i]] = n
+	}
+	ch <- prometheus.MustNewConstHistogram(descRTHist, r.Responses, resptime.Sum(r.Buckets), le, labels...)
+	counter(descRTReq, r.Requests, labels...)
+	counter(descRTAband, r.Abandoned, labels...)
+	if p.RequestsPerS != nil {
+		gauge(descRTRate, *p.RequestsPerS, labels...)
+	}
+	if p.ResponseTarget != nil {
+		gauge(descRTTarget, *p.ResponseTarget, labels...)
+	}
+	if p.BaselineS != nil {
+		gauge(descRTBase, *p.BaselineS, labels...)
+	}
+	gauge(descQueueP, p.QueueDropProbability, labels...)
+	if p.Capacity != nil {
+		gauge(descCapacity, p.Capacity.RequestsPerS, labels...)
+		gauge(descCapAge, p.Capacity.AgeS, labels...)
+	}
+	if p.InflightRequests != nil {
+		gauge(descRTInfl, *p.InflightRequests, labels...)
+	}
+	if rt := p.ResponseTime; rt != nil {
+		for _, q := range []struct {
+			v *float64
+			q string
+		}{{rt.P50S, "0.5"}, {rt.P95S, "0.95"}, {rt.P99S, "0.99"}} {
+			if q.v != nil {
+				gauge(descRTQuant, *q.v, append(slices.Clone(labels), q.q)...)
+			}
+		}
+	}
+}
+
+// emit sends constant metrics, read at scrape time, to a collector's
+// channel.
+type emit chan<- prometheus.Metric
+
+func (e emit) gauge(d *prometheus.Desc, v float64, labels ...string) {
+	e <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+}
+
+func (e emit) counter(d *prometheus.Desc, v uint64, labels ...string) {
+	e <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 }
 
 func b2f(b bool) float64 {

@@ -9,11 +9,27 @@ import (
 	"github.com/olcd/olcd/internal/olc"
 )
 
+// onset is the onset check's state between ticks: its timer and the
+// previous window's counts. The maps are swapped and reused, so a check
+// allocates nothing when it does not act (twenty checks a second).
+type onset struct {
+	ticker  *time.Ticker
+	every   time.Duration
+	prev    map[olc.PortKey]loader.Counters // swapped with cur, reused
+	cur     map[olc.PortKey]loader.Counters
+	stats   map[olc.PortKey]adaptive.PortStats // reused by every check
+	rcur    map[olc.PortKey]loader.RespCount   // response counts, swapped with rprev
+	rprev   map[olc.PortKey]loader.RespCount
+	at      time.Time
+	ok      bool // prev is a baseline
+	failing bool // the last read of the statistics failed
+}
+
 // onsetPeriod is the onset check's period in force, or 0 when it is off
 // (controller.onset_interval 0, or not below the tick interval).
-func (d *Daemon) onsetPeriod() time.Duration {
-	iv := d.cfg.Controller.OnsetInterval
-	if iv <= 0 || iv >= d.cfg.Interval {
+func (e *engine) onsetPeriod() time.Duration {
+	iv := e.cfg.Controller.OnsetInterval
+	if iv <= 0 || iv >= e.cfg.Interval {
 		return 0
 	}
 	return iv
@@ -22,116 +38,117 @@ func (d *Daemon) onsetPeriod() time.Duration {
 // resetOnset starts, restarts or stops the onset check's timer to match the
 // config in force. The first check after a (re)start only takes its
 // baseline.
-func (d *Daemon) resetOnset() {
-	period := d.onsetPeriod()
+func (e *engine) resetOnset() {
+	period := e.onsetPeriod()
 	switch {
-	case period == 0 && d.onsetTicker != nil:
-		d.onsetTicker.Stop()
-		d.onsetTicker = nil
-	case period > 0 && d.onsetTicker == nil:
-		d.onsetTicker = time.NewTicker(period)
-	case period > 0 && period != d.onsetEvery:
-		d.onsetTicker.Reset(period)
+	case period == 0 && e.onset.ticker != nil:
+		e.onset.ticker.Stop()
+		e.onset.ticker = nil
+	case period > 0 && e.onset.ticker == nil:
+		e.onset.ticker = time.NewTicker(period)
+	case period > 0 && period != e.onset.every:
+		e.onset.ticker.Reset(period)
 	}
-	d.onsetEvery, d.onsetOK = period, false
+	e.onset.every, e.onset.ok = period, false
 }
 
 // onsetC is the onset timer's channel; nil (never ready) when it is off.
-func (d *Daemon) onsetC() <-chan time.Time {
-	if d.onsetTicker == nil {
+func (e *engine) onsetC() <-chan time.Time {
+	if e.onset.ticker == nil {
 		return nil
 	}
-	return d.onsetTicker.C
+	return e.onset.ticker.C
 }
 
 // onsetCheck runs the controller's onset check (adaptive.Controller.Onset)
 // on the datapath's counts since the previous check and, when it acts,
-// writes the new drop probabilities at once rather than at the next tick.
-func (d *Daemon) onsetCheck() {
+// writes the new drop probabilities at once rather than at the next tick
+// and reports true (the status then changed).
+func (e *engine) onsetCheck() bool {
 	now := time.Now()
 	// Twenty times a second: the maps are reused, so a check allocates
 	// nothing when it does not act.
-	if d.onsetCur == nil {
-		d.onsetCur = make(map[olc.PortKey]loader.Counters, len(d.ports))
-		d.onsetPrev = make(map[olc.PortKey]loader.Counters, len(d.ports))
-		d.onsetStats = make(map[olc.PortKey]adaptive.PortStats, len(d.ports))
-		d.onsetRCur = make(map[olc.PortKey]loader.RespCount, len(d.ports))
-		d.onsetRPrev = make(map[olc.PortKey]loader.RespCount, len(d.ports))
+	if e.onset.cur == nil {
+		e.onset.cur = make(map[olc.PortKey]loader.Counters, len(e.ports))
+		e.onset.prev = make(map[olc.PortKey]loader.Counters, len(e.ports))
+		e.onset.stats = make(map[olc.PortKey]adaptive.PortStats, len(e.ports))
+		e.onset.rcur = make(map[olc.PortKey]loader.RespCount, len(e.ports))
+		e.onset.rprev = make(map[olc.PortKey]loader.RespCount, len(e.ports))
 	}
-	err := d.dp.PortCounters(d.onsetCur)
-	if rc, ok := d.dp.(respCounter); ok && err == nil {
-		err = rc.ResponseCounts(d.onsetRCur)
+	err := e.dp.PortCounters(e.onset.cur)
+	if rc, ok := e.dp.(respCounter); ok && err == nil {
+		err = rc.ResponseCounts(e.onset.rcur)
 	}
 	if err != nil {
 		// Twenty reads a second: logged when it starts failing, not
 		// every time, and left out of olcd_sample_errors_total, which
 		// counts the ticks' reads.
-		if !d.onsetFailing {
-			d.log.Warn("onset check: read datapath statistics; the ticks go on", "err", err)
-			d.onsetFailing = true
+		if !e.onset.failing {
+			e.log.Warn("onset check: read datapath statistics; the ticks go on", "err", err)
+			e.onset.failing = true
 		}
-		d.onsetOK = false
-		return
+		e.onset.ok = false
+		return false
 	}
-	if d.onsetFailing {
-		d.log.Info("onset check: datapath statistics readable again")
-		d.onsetFailing = false
+	if e.onset.failing {
+		e.log.Info("onset check: datapath statistics readable again")
+		e.onset.failing = false
 	}
-	cur, prev, prevAt, ok := d.onsetCur, d.onsetPrev, d.onsetAt, d.onsetOK
-	d.onsetPrev, d.onsetCur, d.onsetAt, d.onsetOK = cur, prev, now, true
-	rcur, rprev := d.onsetRCur, d.onsetRPrev
-	d.onsetRPrev, d.onsetRCur = rcur, rprev
+	cur, prev, prevAt, ok := e.onset.cur, e.onset.prev, e.onset.at, e.onset.ok
+	e.onset.prev, e.onset.cur, e.onset.at, e.onset.ok = cur, prev, now, true
+	rcur, rprev := e.onset.rcur, e.onset.rprev
+	e.onset.rprev, e.onset.rcur = rcur, rprev
 	if !ok {
-		return
+		return false
 	}
-	stats := d.onsetStats
+	stats := e.onset.stats
 	clear(stats)
-	sample := float64(max(d.dp.ResponseSample(), 1))
-	for _, p := range d.ports {
-		cur, ok := cur[p.key]
-		before, had := prev[p.key]
+	sample := float64(max(e.dp.ResponseSample(), 1))
+	for _, p := range e.ports {
+		cur, ok := cur[p.Key]
+		before, had := prev[p.Key]
 		if !ok || !had {
 			// A port that just got its slot has no window yet.
 			continue
 		}
 		dl := counterDelta(cur, before)
 		st := portStats(dl)
-		st.Response = windowResponse(rcur, rprev, p.key, sample)
-		stats[p.key] = st
+		st.Response = windowResponse(rcur, rprev, p.Key, sample)
+		stats[p.Key] = st
 	}
-	dec, acted := d.ctrl.Onset(now, now.Sub(prevAt), stats)
+	dec, acted := e.ctrl.Onset(now, now.Sub(prevAt), stats)
 	if !acted {
-		return
+		return false
 	}
-	d.metrics.onsetDecisions.Inc()
-	d.last.probs = d.writeProbabilities(dec)
+	e.metrics.onsetDecisions.Inc()
+	e.last.probs = e.writeProbabilities(dec)
 	// The status keeps the last tick's signals and counts, with the
 	// decision in force.
-	last := &d.last.decision
+	last := &e.last.decision
 	last.DropProbability, last.Classes, last.Ports = dec.DropProbability, dec.Classes, dec.Ports
 	last.Overloaded, last.OverloadSince, last.Reason = dec.Overloaded, dec.OverloadSince, dec.Reason
-	d.recordEvents(dec)
-	d.publish()
+	e.recordEvents(dec)
+	return true
 }
 
 // writeProbabilities writes dec's per-port drop probabilities to the
 // datapath (all 0 in mode off) and returns them.
-func (d *Daemon) writeProbabilities(dec adaptive.Decision) map[olc.PortKey]float64 {
+func (e *engine) writeProbabilities(dec adaptive.Decision) map[olc.PortKey]float64 {
 	probs := make(map[olc.PortKey]float64, len(dec.Ports))
 	shed := make(map[olc.PortKey]bool, len(dec.Ports))
 	for _, pd := range dec.Ports {
 		p := pd.DropProbability
-		if d.cfg.Mode == olc.ModeOff {
+		if e.cfg.Mode == olc.ModeOff {
 			p = 0
 		}
 		probs[pd.Key] = p
 		shed[pd.Key] = pd.ShedRetransmits
 	}
-	if err := d.dp.SetDropProbabilities(probs); err != nil {
-		d.log.Error("write drop probabilities", "err", err)
+	if err := e.dp.SetDropProbabilities(probs); err != nil {
+		e.log.Error("write drop probabilities", "err", err)
 	}
-	if err := d.dp.SetRetransmitShedding(shed); err != nil {
-		d.log.Error("write retransmit shedding", "err", err)
+	if err := e.dp.SetRetransmitShedding(shed); err != nil {
+		e.log.Error("write retransmit shedding", "err", err)
 	}
 	return probs
 }

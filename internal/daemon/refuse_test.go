@@ -24,7 +24,7 @@ func TestReloadRefusesUnopenableDecisionLog(t *testing.T) {
 	d := startTestDaemon(t, base)
 	d.opts.DecisionLog = "" // the config's decision_log is the one in force
 	dir := t.TempDir()
-	running := d.cfg
+	running := d.eng.cfg
 
 	d.write(t, base+"decision_log: "+dir+"\n")
 	err := d.reload("test")
@@ -32,8 +32,8 @@ func TestReloadRefusesUnopenableDecisionLog(t *testing.T) {
 	if err == nil || !line.MatchString(err.Error()) {
 		t.Fatalf("reload naming a directory as decision_log: %v, want a refusal matching %q", err, line)
 	}
-	if d.cfg != running || d.refused == nil {
-		t.Errorf("the refused reload replaced the running config (same %v) or was not shown (refused %v)", d.cfg == running, d.refused)
+	if d.eng.cfg != running || d.conf.refused == nil {
+		t.Errorf("the refused reload replaced the running config (same %v) or was not shown (refused %v)", d.eng.cfg == running, d.conf.refused)
 	}
 
 	go func() {
@@ -46,8 +46,8 @@ func TestReloadRefusesUnopenableDecisionLog(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "admin patch:1: decision_log: open decision log") {
 		t.Fatalf("patch naming a directory as decision_log: %v, want a refusal at admin patch:1", err)
 	}
-	if len(d.overrides) != 0 || d.cfg != running {
-		t.Errorf("the refused patch left overrides %+v (config replaced: %v)", d.overrides, d.cfg != running)
+	if len(d.conf.overrides) != 0 || d.eng.cfg != running {
+		t.Errorf("the refused patch left overrides %+v (config replaced: %v)", d.conf.overrides, d.eng.cfg != running)
 	}
 
 	// A FIFO is refused at once: opened for writing it would block the
@@ -85,14 +85,14 @@ func TestReloadRefusesUnopenableDecisionLog(t *testing.T) {
 // as the validator's problems are.
 func TestReloadMissingInterfaceNamesLine(t *testing.T) {
 	d := startTestDaemon(t, testConfig(1, "500ms", "5s", 4))
-	d.following = true
-	running := d.cfg
+	d.links.following = true
+	running := d.eng.cfg
 	d.write(t, strings.Replace(testConfig(1, "500ms", "5s", 4), "[olcdtest0]", "[olcdtest0, olcdnosuch0]", 1))
 	err := d.reload("test")
 	if err == nil || !strings.Contains(err.Error(), "olcd.yaml:2: interfaces: [olcdnosuch0] does not exist") {
 		t.Fatalf("reload: %v, want a refusal at olcd.yaml:2 naming olcdnosuch0", err)
 	}
-	if d.cfg != running {
+	if d.eng.cfg != running {
 		t.Error("the refused reload replaced the running config")
 	}
 }
@@ -248,28 +248,28 @@ func TestFileRewrittenUnchangedKeepsOverrides(t *testing.T) {
 	if err := d.reload(fileChange); err != nil {
 		t.Fatal(err)
 	}
-	if len(d.overrides) != 1 || d.cfg.Mode.String() != "off" || reloads() != r0+1 {
-		t.Errorf("the file written unchanged: overrides %+v, mode %s, %g reloads; want the kill switch kept, one (successful) reload", d.overrides, d.cfg.Mode, reloads()-r0)
+	if len(d.conf.overrides) != 1 || d.eng.cfg.Mode.String() != "off" || reloads() != r0+1 {
+		t.Errorf("the file written unchanged: overrides %+v, mode %s, %g reloads; want the kill switch kept, one (successful) reload", d.conf.overrides, d.eng.cfg.Mode, reloads()-r0)
 	}
 
 	d.write(t, cfg+"bogus: 1\n")
-	if err := d.reload(fileChange); err == nil || d.refused == nil {
+	if err := d.reload(fileChange); err == nil || d.conf.refused == nil {
 		t.Fatalf("an invalid edit was not refused: %v", err)
 	}
 	d.write(t, cfg)
-	if err := d.reload(fileChange); err != nil || d.refused != nil || len(d.overrides) != 1 {
-		t.Errorf("the edit undone: %v, refusal %+v, overrides %d; want the refusal cleared, the override kept", err, d.refused, len(d.overrides))
+	if err := d.reload(fileChange); err != nil || d.conf.refused != nil || len(d.conf.overrides) != 1 {
+		t.Errorf("the edit undone: %v, refusal %+v, overrides %d; want the refusal cleared, the override kept", err, d.conf.refused, len(d.conf.overrides))
 	}
 
-	if err := d.reload("SIGHUP"); err != nil || len(d.overrides) != 0 || d.cfg.Mode.String() != "enforce" || reloads() != r0+3 {
-		t.Errorf("SIGHUP with the same file: %v, overrides %+v, mode %s; want a reload dropping them", err, d.overrides, d.cfg.Mode)
+	if err := d.reload("SIGHUP"); err != nil || len(d.conf.overrides) != 0 || d.eng.cfg.Mode.String() != "enforce" || reloads() != r0+3 {
+		t.Errorf("SIGHUP with the same file: %v, overrides %+v, mode %s; want a reload dropping them", err, d.conf.overrides, d.eng.cfg.Mode)
 	}
 	if err := d.SetMode(context.Background(), "off"); err != nil {
 		t.Fatal(err)
 	}
 	d.write(t, strings.Replace(cfg, "interval: 500ms", "interval: 400ms", 1))
-	if err := d.reload(fileChange); err != nil || len(d.overrides) != 0 || reloads() != r0+4 {
-		t.Errorf("a changed file: %v, overrides %+v; want a reload dropping them", err, d.overrides)
+	if err := d.reload(fileChange); err != nil || len(d.conf.overrides) != 0 || reloads() != r0+4 {
+		t.Errorf("a changed file: %v, overrides %+v; want a reload dropping them", err, d.conf.overrides)
 	}
 }
 
@@ -289,7 +289,7 @@ func TestNoDefaultInterfaceNamesSetting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = d.resolveInterfaces(d.cfg.Interfaces)
+	_, err = d.eng.resolveInterfaces(d.eng.cfg.Interfaces)
 	if err == nil || !strings.Contains(err.Error(), "olcd.yaml:2: interfaces: [] finds no interface to attach to") {
 		t.Errorf("resolve: %v, want the refusal at olcd.yaml:2", err)
 	}

@@ -69,7 +69,7 @@ func TestReloadRefusesEmptyTruncatedAndSpecial(t *testing.T) {
 	d := startTestDaemon(t, good)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			running := d.cfg
+			running := d.eng.cfg
 			fail0 := counterValue(t, d.metrics.reloadFailures)
 			if err := os.RemoveAll(d.path); err != nil {
 				t.Fatal(err)
@@ -86,8 +86,8 @@ func TestReloadRefusesEmptyTruncatedAndSpecial(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("reload: %v, want %q", err, tt.want)
 			}
-			if d.cfg != running || d.cfg.Mode != olc.ModeEnforce || d.cfg.PortsAuto || len(d.ports) != 2 {
-				t.Errorf("running config changed: mode %v, auto %v, %d ports", d.cfg.Mode, d.cfg.PortsAuto, len(d.ports))
+			if d.eng.cfg != running || d.eng.cfg.Mode != olc.ModeEnforce || d.eng.cfg.PortsAuto || len(d.eng.ports) != 2 {
+				t.Errorf("running config changed: mode %v, auto %v, %d ports", d.eng.cfg.Mode, d.eng.cfg.PortsAuto, len(d.eng.ports))
 			}
 			if got := counterValue(t, d.metrics.reloadFailures); got != fail0+1 {
 				t.Errorf("olcd_config_reload_failures_total %v, want %v", got, fail0+1)
@@ -187,12 +187,10 @@ func TestConfigReadOffTickLoop(t *testing.T) {
 			t.Fatalf("%s: the config file was not read", what)
 		}
 		t0 := d.Status().Ticks
-		deadline := time.Now().Add(3 * time.Second)
-		for d.Status().Ticks < t0+5 && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
-		if got := d.Status().Ticks; got < t0+5 {
-			t.Errorf("%s: %d ticks in 3 s while the config read hangs, want ≥ 5 at 100ms", what, got-t0)
+		if err := testutil.WaitFor(3*time.Second, 20*time.Millisecond, func() (bool, error) {
+			return d.Status().Ticks >= t0+5, nil
+		}); err != nil {
+			t.Errorf("%s: %d ticks in 3 s while the config read hangs, want ≥ 5 at 100ms", what, d.Status().Ticks-t0)
 		}
 		sctx, scancel := context.WithTimeout(context.Background(), time.Second)
 		defer scancel()
@@ -205,14 +203,12 @@ func TestConfigReadOffTickLoop(t *testing.T) {
 	}
 	applied := func(what string) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for time.Now().Before(deadline) {
-			if st := d.Status(); st.Mode == "enforce" && len(st.Overrides) == 0 {
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
+		if err := testutil.WaitFor(5*time.Second, 20*time.Millisecond, func() (bool, error) {
+			st := d.Status()
+			return st.Mode == "enforce" && len(st.Overrides) == 0, nil
+		}); err != nil {
+			t.Errorf("%s: reload not applied after the read returned: %+v", what, d.Status())
 		}
-		t.Errorf("%s: reload not applied after the read returned: %+v", what, d.Status())
 	}
 
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {

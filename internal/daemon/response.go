@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"log/slog"
 	"math"
 	"time"
 
@@ -78,24 +79,31 @@ func responseTimeStatus(pr resptime.Port) *api.ResponseTime {
 // read of sets × 128 bytes).
 const flowScanEvery = 10 * time.Second
 
-// responseTimingStatus reports the response timer and its flow table,
-// scanning the table at most every flowScanEvery. nil when timing is off.
-func (d *Daemon) responseTimingStatus(st loader.Stats) *api.ResponseTimingStatus {
-	n := d.dp.ResponseSample()
+// flowScan is the last scan of the response timer's flow table, kept
+// between status builds (a batched read of sets × 128 bytes).
+type flowScan struct {
+	table loader.FlowTable
+	at    time.Time
+}
+
+// status reports the response timer and its flow table, scanning the table
+// at most every flowScanEvery. nil when timing is off.
+func (f *flowScan) status(dp datapath, minSamples int, st loader.Stats, log *slog.Logger) *api.ResponseTimingStatus {
+	n := dp.ResponseSample()
 	if n == 0 {
 		return nil
 	}
-	if now := time.Now(); d.flowScanAt.IsZero() || now.Sub(d.flowScanAt) >= flowScanEvery {
-		ft, err := d.dp.FlowTableOccupancy()
+	if now := time.Now(); f.at.IsZero() || now.Sub(f.at) >= flowScanEvery {
+		ft, err := dp.FlowTableOccupancy()
 		if err != nil {
-			d.log.Warn("read flow table", "err", err)
+			log.Warn("read flow table", "err", err)
 		} else {
-			d.flowTable, d.flowScanAt = ft, now
+			f.table, f.at = ft, now
 		}
 	}
-	ft := d.flowTable
+	ft := f.table
 	rs := &api.ResponseTimingStatus{
-		Sample: n, MinSamples: d.cfg.Datapath.ResponseMinSamples,
+		Sample: n, MinSamples: minSamples,
 		FlowTableCapacity: ft.Capacity, FlowsTracked: ft.Used, FlowsOutstanding: ft.Outstanding,
 		Inserts: st.Flows.Inserts, Evictions: st.Flows.Evictions, Expired: st.Flows.Expired, Forgotten: st.Flows.Forgotten,
 	}

@@ -10,12 +10,12 @@ func TestTickReleasesPreviousStats(t *testing.T) {
 	if dp.released != goldenTicks-1 {
 		t.Errorf("released %d reads over %d ticks, want %d", dp.released, goldenTicks, goldenTicks-1)
 	}
-	if len(d.prev.Response) == 0 || len(d.last.stats.Response) == 0 {
+	if len(d.eng.prev.Response) == 0 || len(d.eng.last.stats.Response) == 0 {
 		t.Fatal("the tick released the read it still holds")
 	}
 	before := dp.released
 	d.tick()
-	if dp.released != before+1 || len(d.prev.Response) == 0 {
-		t.Errorf("one more tick: released %d (want %d), held Response %d entries", dp.released, before+1, len(d.prev.Response))
+	if dp.released != before+1 || len(d.eng.prev.Response) == 0 {
+		t.Errorf("one more tick: released %d (want %d), held Response %d entries", dp.released, before+1, len(d.eng.prev.Response))
 	}
 }

@@ -14,7 +14,7 @@ func TestSamplerConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ports := (&Daemon{}).resolvePorts(cfg)
+	ports := (&engine{}).resolvePorts(cfg)
 	sc := samplerConfig(cfg, tcpPorts(ports))
 	if sc.Root != "/" || sc.Cgroup != "system.slice/nginx.service" || !slices.Equal(sc.TCPPorts, []uint16{443, 80, 8080}) {
 		t.Errorf("sampler config %+v", sc)

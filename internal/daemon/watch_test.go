@@ -11,26 +11,44 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/olc"
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // watchTest runs the config file watch on a file in a new directory.
 type watchTest struct {
 	path string
 	out  chan configLoad
+	log  *syncBuffer // what the watch logged
 }
 
 func startWatch(t *testing.T, initial string) *watchTest {
+	t.Helper()
+	return startWatchEvery(t, initial, rewatchEvery)
+}
+
+// startWatchEvery is startWatch with the watch looking for a removed
+// directory every rewatch.
+func startWatchEvery(t *testing.T, initial string, rewatch time.Duration) *watchTest {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "olcd.yaml")
 	if err := os.WriteFile(path, []byte(initial), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	d := &Daemon{opts: Options{ConfigPath: path}, log: slog.New(slog.DiscardHandler)}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	w := &watchTest{path: path, out: make(chan configLoad, 8)}
-	d.watchConfig(ctx, w.out)
+	w := &watchTest{path: path, out: make(chan configLoad, 8), log: &syncBuffer{}}
+	fw := newFileWatch(path, slog.New(slog.NewTextHandler(w.log, nil)))
+	fw.rewatchEvery = rewatch
+	fw.start(ctx, w.out)
 	return w
+}
+
+// logged waits until the watch has logged msg.
+func (w *watchTest) logged(t *testing.T, msg string) {
+	t.Helper()
+	testutil.Eventually(t, 5*time.Second, 5*time.Millisecond, func() (bool, error) {
+		return strings.Contains(w.log.String(), msg), nil
+	}, "the watch did not log %q:\n%s", msg, w.log)
 }
 
 // next returns the next load within timeout, or fails.
@@ -184,12 +202,18 @@ func TestWatchDirectoryReplaced(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			w := startWatch(t, watchOld)
+			// A file written at once must be in place before the watch
+			// is back: that one keeps the re-watch at its second.
+			rewatch := 20 * time.Millisecond
+			if tt.writeBefore {
+				rewatch = rewatchEvery
+			}
+			w := startWatchEvery(t, watchOld, rewatch)
 			dir := filepath.Dir(w.path)
 			if err := tt.away(dir); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(100 * time.Millisecond) // the watch sees the directory go
+			w.logged(t, "config file directory removed or renamed")
 			if err := os.Mkdir(dir, 0o755); err != nil {
 				t.Fatal(err)
 			}
@@ -198,7 +222,7 @@ func TestWatchDirectoryReplaced(t *testing.T) {
 					t.Fatal(err)
 				}
 			} else {
-				time.Sleep(2500 * time.Millisecond) // past rewatchEvery: watched again
+				w.logged(t, "config file directory is back")
 				tmp := filepath.Join(dir, ".olcd.yaml.tmp")
 				if err := os.WriteFile(tmp, []byte(watchNew), 0o644); err != nil {
 					t.Fatal(err)

@@ -367,7 +367,7 @@ func isTemporary(err error) bool {
 // comes within wait, and answers.
 func (a *Agent) handle(c net.Conn, buf []byte, n int, wait time.Duration) {
 	_ = c.SetReadDeadline(time.Now().Add(wait))
-	for n < len(buf) && bytes.IndexAny(buf[:n], "\r\n") < 0 {
+	for n < len(buf) && !bytes.ContainsAny(buf[:n], "\r\n") {
 		m, err := c.Read(buf[n:])
 		n += m
 		if err != nil {

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // testReport answers "up ready 80%" for the node and per port: tcp/8080
@@ -192,11 +194,8 @@ func TestAgentLearnsPeers(t *testing.T) {
 	// the answer is the node's, at once; the connection stays
 	// half-closed for SendWait and its line teaches the agent.
 	step("late line from a silent peer: the node's answer, once", []byte("tcp/8080\n"), 20*time.Millisecond, "up ready 80%\n", 1)
-	for deadline := time.Now().Add(5 * time.Second); !a.peers.expectLine(peer); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("a late line did not mark the peer as one that sends lines")
-		}
-	}
+	testutil.Eventually(t, 5*time.Second, 10*time.Millisecond, func() (bool, error) { return a.peers.expectLine(peer), nil },
+		"a late line marks the peer as one that sends lines")
 	step("late line, learnt: waits for it", []byte("tcp/8080\n"), 20*time.Millisecond, "up drain 30%\n", 2)
 
 	never := NewAgent(AgentConfig{SendWait: -1}, nil)

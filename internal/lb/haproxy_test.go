@@ -103,15 +103,11 @@ backend be
 			t.Logf("haproxy log:\n%s", b)
 		}
 	})
-	for i := 0; ; i++ {
-		if _, err := haproxyServers(sock); err == nil {
-			return sock
-		}
-		if i == 100 {
-			t.Fatalf("haproxy stats socket %s not answering", sock)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.Eventually(t, 5*time.Second, 50*time.Millisecond, func() (bool, error) {
+		_, err := haproxyServers(sock)
+		return err == nil, err
+	}, "haproxy stats socket %s answering", sock)
+	return sock
 }
 
 // TestHAProxyParses feeds olcd's answers to Debian's HAProxy and reads
@@ -155,10 +151,11 @@ func TestHAProxyParses(t *testing.T) {
 			a.Publish(report(tc.node, tc.port))
 			var got map[string]haproxyStat
 			var err error
-			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-				if got, err = haproxyServers(sock); err == nil && equalStats(got, tc.want) {
-					return
-				}
+			if testutil.WaitFor(5*time.Second, 50*time.Millisecond, func() (bool, error) {
+				got, err = haproxyServers(sock)
+				return err == nil && equalStats(got, tc.want), nil
+			}) == nil {
+				return
 			}
 			t.Errorf("HAProxy shows %v (err %v), want %v; olcd answered %q (node) and %+v (ports)",
 				got, err, tc.want, a.Report().Node.AgentReply, a.Report().Ports)

@@ -84,6 +84,20 @@ type PortInput struct {
 	// ResponseTime is the port's measured response time, nil while the
 	// port's responses are not timed.
 	ResponseTime *ResponseTime
+	// Capacity is the port's capacity measured while it was saturated,
+	// nil until it was (adaptive.PortDecision.Capacity).
+	Capacity *Capacity
+}
+
+// Capacity is a port's capacity measured live while it was saturated:
+// the most requests per second it answered over the saturated ticks of
+// the last 3 s (or the last such figure), in new connections per second
+// too (0 when unknown), and how long ago (seconds). The JSON names are
+// the status's (ports[].capacity).
+type Capacity struct {
+	RequestsPerS    float64 `json:"requests_per_s"`
+	ConnectionsPerS float64 `json:"connections_per_s"`
+	AgeS            float64 `json:"age_s"`
 }
 
 // ResponseTime is a port's response time over the last tick, in seconds:
@@ -140,6 +154,9 @@ type Target struct {
 	// ResponseTime is the measured response time; null while the port's
 	// responses are not timed.
 	ResponseTime *ResponseTime `json:"response_time"`
+	// Capacity is the port's capacity measured while saturated; absent
+	// until it was (and for the node).
+	Capacity *Capacity `json:"capacity,omitempty"`
 	// AgentReply is the HAProxy agent-check line for this target, without
 	// its newline.
 	AgentReply string `json:"agent_reply"`
@@ -201,10 +218,9 @@ func Reply(s State, weight float64) string {
 // weight per port and one for the node; ports that disappear are
 // forgotten. Not safe for concurrent use: the daemon's tick loop owns it.
 type Weigher struct {
-	p      Params
-	node   smoothed
-	ports  map[olc.PortKey]*smoothed
-	active map[olc.PortKey]bool
+	p     Params
+	node  smoothed
+	ports map[olc.PortKey]*smoothed
 }
 
 type smoothed struct {
@@ -284,7 +300,7 @@ func (w *Weigher) target(s *smoothed, in PortInput) Target {
 	t := Target{
 		Mode: in.Mode.String(), State: StateReady, Weight: s.w, PassRate: pass,
 		DropProbability: in.DropProbability, AtBound: in.AtBound,
-		OfferedPerS: in.OfferedPerS, AdmittedPerS: in.AdmittedPerS, ResponseTime: in.ResponseTime,
+		OfferedPerS: in.OfferedPerS, AdmittedPerS: in.AdmittedPerS, ResponseTime: in.ResponseTime, Capacity: in.Capacity,
 	}
 	if enforcing && in.AtBound {
 		t.State = StateDrain

@@ -353,11 +353,10 @@ func TestAgentThousandNetns(t *testing.T) {
 	// Every connection is answered and closed: the lingerers after
 	// SendWait, the waiting ones after theirs.
 	var after procSample
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if after = sampleProc(); after.goroutines <= run.before.goroutines+2 || time.Now().After(deadline) {
-			break
-		}
-	}
+	_ = testutil.WaitFor(5*time.Second, 10*time.Millisecond, func() (bool, error) { // the check below reports a miss
+		after = sampleProc()
+		return after.goroutines <= run.before.goroutines+2, nil
+	})
 	t.Logf("before: %d goroutines, RSS %.1f MiB, heap %.1f MiB; after: %d goroutines, RSS %.1f MiB, heap %.1f MiB; agent: %d waited for their line, peak %d waiting (MaxConns %d), answers %v",
 		run.before.goroutines, float64(run.before.rssBytes)/(1<<20), float64(run.before.heapBytes)/(1<<20),
 		after.goroutines, float64(after.rssBytes)/(1<<20), float64(after.heapBytes)/(1<<20), a.Waited(), a.Peak(), a.cfg.MaxConns, a.Counts())

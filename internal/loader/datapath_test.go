@@ -925,10 +925,13 @@ func TestConfig(t *testing.T) {
 		msg string
 	}{
 		{Config{Attach: "bpf"}, `attach: unknown mode "bpf"`},
-		{Config{MaxPorts: -1}, "max ports: -1"},
-		{Config{MaxPorts: olc.MaxMaxPorts + 1}, "max ports"},
+		{Config{MaxPorts: -1}, "max_ports: -1"},
+		{Config{MaxPorts: olc.MaxMaxPorts + 1}, "max_ports"},
+		// The config file's range (dpconfig), not a wider one of the loader's.
+		{Config{FlowTableSize: 32}, "flow_table_size: 32 is out of range: must be 64..16777216"},
+		{Config{RejectBurst: -1}, "reject_burst: -1"},
 		{Config{SYNTableSize: -3}, "syn table size"},
-		{Config{MaxPrefixes: -1}, "max prefixes"},
+		{Config{MaxPrefixes: -1}, "max_prefixes"},
 		{Config{MarkDSCP: 64}, "mark dscp: 64"},
 		{Config{StaleAfter: -time.Second}, "stale after"},
 	}

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/olcd/olcd/internal/olc"
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 const (
@@ -360,20 +361,20 @@ func programsGone(t *testing.T, ids []ebpf.ProgramID) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for _, id := range ids {
-		for {
+		var name string
+		testutil.Eventually(t, time.Until(deadline), 20*time.Millisecond, func() (bool, error) {
 			p, err := ebpf.NewProgramFromID(id)
 			if err != nil {
 				if !errors.Is(err, os.ErrNotExist) {
 					t.Fatalf("look up program %d: %v", id, err)
 				}
-				break
+				return true, nil
 			}
-			info, _ := p.Info()
+			if info, err := p.Info(); err == nil {
+				name = info.Name
+			}
 			p.Close()
-			if time.Now().After(deadline) {
-				t.Fatalf("program %d (%s) still exists after Close", id, info.Name)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return false, fmt.Errorf("program %d (%s) still exists", id, name)
+		}, "programs freed after Close")
 	}
 }

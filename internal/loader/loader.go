@@ -27,6 +27,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/rlimit"
 
+	"github.com/olcd/olcd/internal/loader/dpconfig"
 	"github.com/olcd/olcd/internal/olc"
 )
 
@@ -153,24 +154,16 @@ func (c Config) withDefaults() (Config, error) {
 	if !c.Attach.Valid() {
 		errs = append(errs, fmt.Errorf("attach: unknown mode %q (want auto, tc, xdp, xdp-native or xdp-generic)", c.Attach))
 	}
-	if c.MaxPorts == 0 {
-		c.MaxPorts = olc.DefaultMaxPorts
-	}
-	if c.MaxPorts < 1 || c.MaxPorts > olc.MaxMaxPorts {
-		errs = append(errs, fmt.Errorf("max ports: %d is outside 1..%d", c.MaxPorts, olc.MaxMaxPorts))
-	}
-	if c.SYNTableSize == 0 {
-		c.SYNTableSize = olc.DefaultSYNTableSize
-	}
+	// The sizes' defaults and ranges are dpconfig's, the ones the config
+	// file is checked against. The SYN table alone may be smaller here
+	// than a config allows: tests size it to a few sets to force eviction.
+	dp := dpconfig.Datapath{MaxPorts: c.MaxPorts, SYNTableSize: c.SYNTableSize, MaxPrefixes: c.MaxPrefixes, Selection: "random",
+		ResponseSample: int(c.ResponseSample), ResponsePorts: c.ResponsePorts, FlowTableSize: c.FlowTableSize}.WithDefaults()
+	c.MaxPorts, c.SYNTableSize, c.MaxPrefixes, c.ResponsePorts, c.FlowTableSize = dp.MaxPorts, dp.SYNTableSize, dp.MaxPrefixes, dp.ResponsePorts, dp.FlowTableSize
 	if c.SYNTableSize < 1 || c.SYNTableSize > 1<<24 {
 		errs = append(errs, fmt.Errorf("syn table size: %d is outside 1..%d", c.SYNTableSize, 1<<24))
 	}
-	if c.MaxPrefixes == 0 {
-		c.MaxPrefixes = olc.DefaultMaxPrefixes
-	}
-	if c.MaxPrefixes < 1 || c.MaxPrefixes > 1<<20 {
-		errs = append(errs, fmt.Errorf("max prefixes: %d is outside 1..%d", c.MaxPrefixes, 1<<20))
-	}
+	dp.SYNTableSize = olc.DefaultSYNTableSize
 	if c.Selection != SelectRandom && c.Selection != SelectEven {
 		errs = append(errs, fmt.Errorf("selection: unknown %s (want random or even)", c.Selection))
 	}
@@ -179,21 +172,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.StaleAfter == 0 {
 		c.StaleAfter = olc.DefaultStaleAfter
-	}
-	if c.ResponseSample > MaxResponseSample {
-		errs = append(errs, fmt.Errorf("response sample: 1 in %d is outside 1..%d", c.ResponseSample, MaxResponseSample))
-	}
-	if c.ResponsePorts == 0 {
-		c.ResponsePorts = olc.DefaultResponsePorts
-	}
-	if c.ResponsePorts < 1 || c.ResponsePorts > MaxResponsePorts {
-		errs = append(errs, fmt.Errorf("response ports: %d is outside 1..%d", c.ResponsePorts, MaxResponsePorts))
-	}
-	if c.FlowTableSize == 0 {
-		c.FlowTableSize = olc.DefaultFlowTableSize
-	}
-	if c.FlowTableSize < 1 || c.FlowTableSize > 1<<24 {
-		errs = append(errs, fmt.Errorf("flow table size: %d is outside 1..%d", c.FlowTableSize, 1<<24))
 	}
 	if c.FlowIdle == 0 {
 		c.FlowIdle = DefaultFlowIdle
@@ -204,18 +182,15 @@ func (c Config) withDefaults() (Config, error) {
 	if c.StaleAfter < 0 {
 		errs = append(errs, fmt.Errorf("stale after: %s is negative", c.StaleAfter))
 	}
+	// Negative RejectRate answers none: the bucket is sized and checked
+	// as for a rate of 0.
 	if c.RejectRate == 0 {
-		c.RejectRate = olc.DefaultRejectRate
-	}
-	if c.RejectRate > olc.MaxRejectRate {
-		errs = append(errs, fmt.Errorf("reject rate: %d per second is above %d", c.RejectRate, olc.MaxRejectRate))
+		c.RejectRate = dpconfig.DefaultReject().RejectRate
 	}
 	if c.RejectBurst == 0 {
-		c.RejectBurst = max(c.RejectRate/10, 1)
+		c.RejectBurst = dpconfig.BurstFor(c.RejectRate)
 	}
-	if c.RejectBurst < 0 || c.RejectBurst > olc.MaxRejectRate {
-		errs = append(errs, fmt.Errorf("reject burst: %d is outside 1..%d", c.RejectBurst, olc.MaxRejectRate))
-	}
+	errs = append(errs, dpconfig.Check(dp), dpconfig.Check(dpconfig.Reject{RejectRate: max(c.RejectRate, 0), RejectBurst: c.RejectBurst}))
 	if err := errors.Join(errs...); err != nil {
 		return c, fmt.Errorf("loader config: %w", err)
 	}

@@ -1,7 +1,6 @@
 package loader
 
 import (
-	"errors"
 	"fmt"
 	"path/filepath"
 	"runtime"
@@ -136,17 +135,12 @@ func injectCorpus(d *Datapath, n *testNet, cases []packetCase) ([]verdict, []boo
 					return fmt.Errorf("send marker: %w", err)
 				}
 				var after Stats
-				for deadline := time.Now().Add(2 * time.Second); ; {
-					if after, err = d.Stats(); err != nil {
-						return err
-					}
-					if after.Ports[marker].NewConns > before.Ports[marker].NewConns {
-						break
-					}
-					if time.Now().After(deadline) {
-						return errors.New("the marker SYN did not reach the TC program within 2 s")
-					}
-					time.Sleep(time.Millisecond)
+				if err := testutil.WaitFor(2*time.Second, time.Millisecond, func() (bool, error) {
+					var err error
+					after, err = d.Stats()
+					return err == nil && after.Ports[marker].NewConns > before.Ports[marker].NewConns, err
+				}); err != nil {
+					return fmt.Errorf("the marker SYN did not reach the TC program: %w", err)
 				}
 				out[i] = verdictPass
 				for k, cur := range after.Ports {

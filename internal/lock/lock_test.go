@@ -51,7 +51,7 @@ func TestExclusive(t *testing.T) {
 	if err != nil {
 		t.Fatalf("lock after release: %v", err)
 	}
-	again.Release()
+	_ = again.Release()
 }
 
 // A process that exits holding the lock (killed, crashed) leaves its file
@@ -70,7 +70,7 @@ func TestDeadHolderDoesNotBlock(t *testing.T) {
 	if err != nil {
 		t.Fatalf("lock after the holder died: %v", err)
 	}
-	l.Release()
+	_ = l.Release()
 }
 
 // A lock file removed under its holder (by hand) does not block the next
@@ -97,5 +97,5 @@ func TestRemovedUnderHolder(t *testing.T) {
 	if _, err := TryExclusive(path); !errors.Is(err, ErrLocked) {
 		t.Errorf("lock beside the new holder: %v, want ErrLocked", err)
 	}
-	cur.Release()
+	_ = cur.Release()
 }

@@ -1,307 +1,96 @@
 package rules
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
-	"math"
 	"net/netip"
-	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/ranges"
 	"github.com/olcd/olcd/internal/spell"
 )
 
-// Load reads and validates the config file at path. The error is a
-// *ValidationError listing every problem when the file is invalid (an empty
-// file is: see Parse), or a wrapped I/O error when it cannot be read (see
-// ReadFile). Warnings list valid but surprising settings.
-func Load(path string) (*Config, []Warning, error) {
-	data, err := ReadFile(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	return Parse(data, path)
-}
-
-// MaxConfigBytes is the largest config file Load reads (4 MiB): far above
-// any real config, even one with thousands of exception prefixes.
-const MaxConfigBytes = 4 << 20
-
-// ReadFile returns the content of the config file at path (symlinks
-// followed). It never blocks on what is not a config: a FIFO would wait for
-// a writer for ever, a device may never end, a directory has no content, so
-// anything but a regular file is refused, checked before the open and again
-// on the open file (opened with O_NONBLOCK, in case a FIFO took the
-// file's place in between). Errors: the path cannot be read, is not a
-// regular file, or is larger than MaxConfigBytes.
-func ReadFile(path string) ([]byte, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
-	}
-	if err := regularFile(path, fi); err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
-	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
-	}
-	defer f.Close()
-	if fi, err = f.Stat(); err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
-	}
-	if err := regularFile(path, fi); err != nil {
-		return nil, err
-	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
-	}
-	if len(data) > MaxConfigBytes {
-		return nil, fmt.Errorf("read config %s: larger than %d bytes: not a config file", path, MaxConfigBytes)
-	}
-	return data, nil
-}
-
-// ErrNotRegular is wrapped by ReadFile's error for a path that is not a
-// regular file.
-var ErrNotRegular = errors.New("not a regular file")
-
-// regularFile refuses what is not a regular file, naming what it is.
-func regularFile(path string, fi os.FileInfo) error {
-	m := fi.Mode()
-	if m.IsRegular() {
-		return nil
-	}
-	what := "a special file"
-	switch {
-	case m.IsDir():
-		what = "a directory"
-	case m&os.ModeNamedPipe != 0:
-		what = "a FIFO (named pipe)"
-	case m&os.ModeSocket != 0:
-		what = "a socket"
-	case m&os.ModeCharDevice != 0:
-		what = "a character device"
-	case m&os.ModeDevice != 0:
-		what = "a block device"
-	}
-	return fmt.Errorf("read config %s: %s, %w: not a config file", path, what, ErrNotRegular)
-}
-
-// Parse decodes and validates a config document; source names it in
-// problems (a path, or "" for the embedded default). Keys absent from the
-// document keep their defaults; a `signals` section replaces the default
-// signal list as a whole. A document without any setting (no bytes, white
-// space or comments only) is refused unless source is "": an empty config
-// file is a mistake (a truncated or unfinished write, `: > olcd.yaml`) far
-// more often than a request for every default, which `{}` states. The error
-// is a *ValidationError.
-func Parse(data []byte, source string) (*Config, []Warning, error) {
-	origins := map[*yaml.Node]string{}
-	name := source
-	if name == "" {
-		name = "embedded default"
-	}
-	if source != "" && len(bytes.TrimSpace(data)) == 0 {
-		// Before YAML, which refuses a tab as white space.
-		return nil, nil, &ValidationError{Problems: []Problem{emptyProblem(source, data)}}
-	}
-	root, probs := parseDocument(data, name, origins)
-	if len(probs) > 0 {
-		return nil, nil, &ValidationError{Problems: probs}
-	}
-	if root == nil && source != "" {
-		return nil, nil, &ValidationError{Problems: []Problem{emptyProblem(source, data)}}
-	}
-	return decodeDocument(root, origins, source, name)
-}
-
-// Patch applies a partial document (YAML or JSON, e.g. just
-// `signals: {cpu_busy: {threshold: 0.7}}`) onto c and validates the result
-// exactly like a file: mappings merge key by key, a null deletes a key (back
-// to its default), lists and scalars replace. A patch without any setting
-// (empty, comments only, null or {}) is refused. Problems in the patch name
-// source and the patch's lines. c is not modified.
-func (c *Config) Patch(doc []byte, source string) (*Config, []Warning, error) {
-	if source == "" {
-		source = "patch"
-	}
-	origins := make(map[*yaml.Node]string, len(c.origins)+16)
-	for n, s := range c.origins {
-		origins[n] = s
-	}
-	root, probs := parseDocument(doc, source, origins)
-	if len(probs) > 0 {
-		return nil, nil, &ValidationError{Problems: probs}
-	}
-	if len(pairs(root)) == 0 {
-		// Nothing, white space, comments, null or {}: it would be listed
-		// as a live override in force while changing nothing (an empty
-		// stdin to `olcd set patch -`, a client sending no body).
-		return nil, nil, &ValidationError{Problems: []Problem{{File: source,
-			Msg:  "the patch holds no setting: it would change nothing",
-			Hint: "write the settings to change, e.g. {mode: off}; a null resets one: {controller: {ki: null}}"}}}
-	}
-	base := c.doc
-	if root != nil && mapGet(root, "signals") != nil && mapGet(base, "signals") == nil {
-		// The running signals are the defaults, which the document does not
-		// spell out: materialise them so the patch changes one signal
-		// instead of replacing the list.
-		base = withSignals(base, c.Thresholds, origins)
-	}
-	name := c.Source
-	if name == "" {
-		name = "embedded default"
-	}
-	merged := merge(base, root, origins)
-	return decodeDocument(merged, reachable(merged, origins), c.Source, name)
-}
-
-// reachable returns the origins of the nodes of doc only. Each patch copies
-// its base's origins; without pruning, the nodes of every earlier patch
-// (long replaced) would be carried along, and a daemon that is patched
-// every minute would grow and copy that map for ever.
-func reachable(doc *yaml.Node, origins map[*yaml.Node]string) map[*yaml.Node]string {
-	out := map[*yaml.Node]string{}
-	visited := map[*yaml.Node]bool{}
-	var walk func(n *yaml.Node)
-	walk = func(n *yaml.Node) {
-		if n == nil || visited[n] {
-			return
-		}
-		visited[n] = true
-		// A mapping merge created has no origin; the decoder's fallback
-		// (the config's own file) names it.
-		if src, ok := origins[n]; ok {
-			out[n] = src
-		}
-		for _, c := range n.Content {
-			walk(c)
-		}
-		walk(n.Alias)
-	}
-	walk(doc)
-	return out
-}
-
-// withSignals returns base with a `signals` mapping holding thresholds.
-func withSignals(base *yaml.Node, th [olc.NumSignals]float64, origins map[*yaml.Node]string) *yaml.Node {
-	sigs := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
-	for s, v := range th {
-		if v <= 0 {
-			continue
-		}
-		inner := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Content: []*yaml.Node{
-			{Kind: yaml.ScalarNode, Tag: "!!str", Value: "threshold"},
-			{Kind: yaml.ScalarNode, Tag: "!!float", Value: strconv.FormatFloat(v, 'g', -1, 64)},
-		}}
-		sigs.Content = append(sigs.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: olc.Signal(s).String()}, inner)
-	}
-	record(sigs, "default", origins)
-	out := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
-	if base != nil {
-		cp := *resolve(base)
-		out = &cp
-		out.Content = nil
-		for _, kv := range pairs(base) {
-			out.Content = append(out.Content, kv[0], kv[1])
-		}
-	}
-	out.Content = append(out.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: "signals"}, sigs)
-	return out
-}
-
 // decodeDocument decodes root onto the defaults and validates the result.
-func decodeDocument(root *yaml.Node, origins map[*yaml.Node]string, source, name string) (*Config, []Warning, error) {
-	d := newDecoder(origins, name)
-	doc := defaultDocument()
+func decodeDocument(root *node, source string) (*Config, []Warning, error) {
+	d := newDecoder(source)
+	cfg := defaults()
+	cfg.Source = source
 	if root != nil {
-		d.fields(root, reflect.ValueOf(doc).Elem(), "")
+		d.fields(root, reflect.ValueOf(cfg).Elem(), "", schemaOf(reflect.TypeFor[Config]()))
 	}
-	d.thresholdSet = doc.Signals.set
-	cfg := doc.config(source)
 	d.validate(cfg)
 	if len(d.problems) > 0 {
-		sortProblems(d.problems)
+		slices.SortStableFunc(d.problems, func(a, b Problem) int {
+			if a.File != b.File {
+				return strings.Compare(a.File, b.File)
+			}
+			return a.Line - b.Line
+		})
 		return nil, nil, &ValidationError{Problems: d.problems}
 	}
-	warnings := d.warn(cfg)
-	cfg.doc, cfg.origins = root, origins
-	return cfg, warnings, nil
+	cfg.doc = root
+	return cfg, d.warn(cfg), nil
 }
 
 // decoder walks one document, collecting problems instead of stopping.
 type decoder struct {
-	origins  map[*yaml.Node]string
-	fallback string
+	fallback string // the source of what the document does not spell out
 	problems []Problem
 	warnings []Warning
-	// pos maps every field path seen to its value node, for the positions
-	// of the typed checks in validate.
-	pos map[string]*yaml.Node
-	// thresholdSet marks the signals the document gives a threshold
-	// (signalsSection.set).
-	thresholdSet [olc.NumSignals]bool
+	// pos maps every field path seen to its value, for the positions of
+	// the typed checks in validate.
+	pos map[string]*node
+	// set marks the signals the document gives a threshold (validate also
+	// checks an explicit 0), named those it gives a threshold or off.
+	set, named [olc.NumSignals]bool
 	// failed marks the fields that did not decode, so that validate skips
 	// the cross-checks that would only repeat the mistake.
 	failed map[string]bool
 	// entries maps a list's path to the paths of its decoded entries,
-	// parallel to the typed list (an entry that failed to decode is missing
-	// from both).
+	// parallel to the typed list.
 	entries map[string][]string
 }
 
-// newDecoder returns a decoder for a document whose nodes came from
-// origins; fallback names the source of nodes without one.
-func newDecoder(origins map[*yaml.Node]string, fallback string) *decoder {
-	return &decoder{origins: origins, fallback: fallback, pos: map[string]*yaml.Node{}, failed: map[string]bool{}, entries: map[string][]string{}}
+func newDecoder(source string) *decoder {
+	return &decoder{fallback: sourceName(source), pos: map[string]*node{}, failed: map[string]bool{}, entries: map[string][]string{}}
 }
 
-// file returns the source n came from.
-func (d *decoder) file(n *yaml.Node) string {
-	if s, ok := d.origins[n]; ok {
-		return s
-	}
-	return d.fallback
-}
-
-// add records a problem at node n.
-func (d *decoder) add(n *yaml.Node, field, msg, hint string) {
-	p := Problem{File: d.fallback, Field: field, Msg: msg, Hint: hint}
+// add records a problem at n (nil: the document as a whole).
+func (d *decoder) add(n *node, field, msg, hint string) {
 	d.failed[field] = true
-	if n != nil {
-		p.File, p.Line = d.file(n), n.Line
+	d.problems = append(d.problems, d.problemAt(n, field, msg, hint))
+}
+
+func (d *decoder) problemAt(n *node, field, msg, hint string) Problem {
+	if n == nil {
+		return Problem{File: d.fallback, Field: field, Msg: msg, Hint: hint}
 	}
-	d.problems = append(d.problems, p)
+	return Problem{File: n.file, Line: n.Line, Field: field, Msg: msg, Hint: hint}
 }
 
 // at returns the node recorded for field, or for its closest recorded
 // parent ("ports[2].port" → "ports[2]" → "ports").
-func (d *decoder) at(field string) *yaml.Node {
-	for f := field; f != ""; {
+func (d *decoder) at(field string) *node {
+	for f := field; ; {
 		if n, ok := d.pos[f]; ok {
 			return n
 		}
 		i := strings.LastIndexAny(f, ".[")
 		if i < 0 {
-			break
+			return nil
 		}
 		f = f[:i]
 	}
-	return nil
 }
 
 // addAt records a problem at the node of field.
@@ -309,11 +98,7 @@ func (d *decoder) addAt(field, msg, hint string) { d.add(d.at(field), field, msg
 
 // warnAt records a warning at the node of field.
 func (d *decoder) warnAt(field, msg string) {
-	w := Warning{File: d.fallback, Field: field, Msg: msg}
-	if n := d.at(field); n != nil {
-		w.File, w.Line = d.file(n), n.Line
-	}
-	d.warnings = append(d.warnings, w)
+	d.warnings = append(d.warnings, d.problemAt(d.at(field), field, msg, ""))
 }
 
 // join builds a field path.
@@ -325,10 +110,9 @@ func join(path, key string) string {
 }
 
 // mapping walks a mapping node, reporting a node of another kind, duplicate
-// keys and unknown keys (with the closest known one), and calls fn for each
-// known key. A null node is an empty mapping.
-func (d *decoder) mapping(n *yaml.Node, path string, keys []string, fn func(key string, v *yaml.Node, field string)) bool {
-	n = resolve(n)
+// keys and unknown keys (with the closest known one; keys nil accepts any),
+// and calls fn for each known key. A null node is an empty mapping.
+func (d *decoder) mapping(n *node, path string, keys []string, fn func(key string, v *node, field string)) bool {
 	if isNull(n) {
 		return true
 	}
@@ -337,8 +121,7 @@ func (d *decoder) mapping(n *yaml.Node, path string, keys []string, fn func(key 
 		return false
 	}
 	seen := map[string]int{}
-	for _, kv := range pairs(n) {
-		k, v := kv[0], kv[1]
+	for i, k := range n.keys {
 		if k.Kind != yaml.ScalarNode {
 			d.add(k, path, "keys must be plain names, got "+kindName(k), "")
 			continue
@@ -349,27 +132,23 @@ func (d *decoder) mapping(n *yaml.Node, path string, keys []string, fn func(key 
 			continue
 		}
 		seen[k.Value] = k.Line
-		if keys != nil && !contains(keys, k.Value) {
-			hint := ""
+		if keys != nil && !slices.Contains(keys, k.Value) {
+			hint := "known keys: " + strings.Join(keys, ", ")
 			if s := closest(k.Value, keys); s != "" {
 				hint = fmt.Sprintf("did you mean %q?", s)
-			} else {
-				hint = "known keys: " + strings.Join(keys, ", ")
 			}
 			d.add(k, field, "unknown key", hint)
 			continue
 		}
-		d.pos[field] = v
-		fn(k.Value, v, field)
+		d.pos[field] = n.vals[i]
+		fn(k.Value, n.vals[i], field)
 	}
 	return true
 }
 
-// seq walks a list node; a null node is an empty list. fn decodes one
-// item and reports whether it did; entries records the paths of those
-// that did.
-func (d *decoder) seq(n *yaml.Node, path string, fn func(item *yaml.Node, field string) bool) bool {
-	n = resolve(n)
+// seq walks a list node (null is an empty list); fn decodes one item and
+// reports whether it did; entries records the paths of those that did.
+func (d *decoder) seq(n *node, path string, fn func(item *node, field string) bool) bool {
 	if isNull(n) {
 		return true
 	}
@@ -378,9 +157,8 @@ func (d *decoder) seq(n *yaml.Node, path string, fn func(item *yaml.Node, field 
 		return false
 	}
 	ok := true
-	for i, item := range n.Content {
+	for i, item := range n.vals {
 		field := fmt.Sprintf("%s[%d]", path, i)
-		item = resolve(item)
 		d.pos[field] = item
 		if fn(item, field) {
 			d.entries[path] = append(d.entries[path], field)
@@ -401,8 +179,7 @@ func (d *decoder) entryPath(path string, i int) string {
 }
 
 // str returns a scalar's text; null is "".
-func (d *decoder) str(n *yaml.Node, field string) (string, bool) {
-	n = resolve(n)
+func (d *decoder) str(n *node, field string) (string, bool) {
 	if isNull(n) {
 		return "", true
 	}
@@ -414,12 +191,9 @@ func (d *decoder) str(n *yaml.Node, field string) (string, bool) {
 }
 
 // enum returns a scalar that must be one of values.
-func (d *decoder) enum(n *yaml.Node, field string, values []string) (string, bool) {
+func (d *decoder) enum(n *node, field string, values []string) (string, bool) {
 	s, ok := d.str(n, field)
-	if !ok {
-		return "", false
-	}
-	if !contains(values, s) {
+	if ok && !slices.Contains(values, s) {
 		hint := "want " + orList(values)
 		if c := suggest(s, values); c != "" && c != s {
 			hint = fmt.Sprintf("did you mean %q? want %s", c, orList(values))
@@ -427,7 +201,7 @@ func (d *decoder) enum(n *yaml.Node, field string, values []string) (string, boo
 		d.add(n, field, fmt.Sprintf("unknown value %q", s), hint)
 		return "", false
 	}
-	return s, true
+	return s, ok
 }
 
 // switchWords are the words people use for a switch. As a mode they are
@@ -446,37 +220,22 @@ func suggest(s string, values []string) string {
 			return v
 		}
 	}
-	if m, ok := switchWords[strings.ToLower(s)]; ok && contains(values, m) {
+	if m, ok := switchWords[strings.ToLower(s)]; ok && slices.Contains(values, m) {
 		return m
 	}
 	return closest(s, values)
 }
 
-// number returns a numeric scalar.
-func (d *decoder) number(n *yaml.Node, field string) (float64, bool) {
-	n = resolve(n)
-	if n.Kind == yaml.ScalarNode && (n.Tag == "!!int" || n.Tag == "!!float") {
-		v, err := strconv.ParseFloat(strings.ReplaceAll(n.Value, "_", ""), 64)
-		if err == nil {
-			return v, true
-		}
-		if i, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64); err == nil {
-			return float64(i), true
-		}
-		if n.Tag == "!!float" {
-			switch strings.ToLower(n.Value) {
-			case ".nan":
-				return math.NaN(), true
-			case ".inf", "+.inf":
-				return math.Inf(1), true
-			case "-.inf":
-				return math.Inf(-1), true
-			}
-		}
+// number returns a numeric scalar (YAML's own resolution: 1_000, 0x10,
+// .inf and .nan are numbers).
+func (d *decoder) number(n *node, field string) (float64, bool) {
+	var v float64
+	if n.Kind == yaml.ScalarNode && (n.Tag == "!!int" || n.Tag == "!!float") && n.Decode(&v) == nil {
+		return v, true
 	}
 	hint := quotedNumberHint(n)
-	if n.Kind == yaml.ScalarNode && strings.HasSuffix(strings.TrimSpace(n.Value), "%") {
-		if v, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(n.Value), "%"), 64); err == nil {
+	if pct, ok := strings.CutSuffix(strings.TrimSpace(n.Value), "%"); ok && n.Kind == yaml.ScalarNode {
+		if v, err := strconv.ParseFloat(pct, 64); err == nil {
 			hint = fmt.Sprintf("fractions are written 0..1: did you mean %g?", v/100)
 		}
 	}
@@ -493,7 +252,7 @@ func (d *decoder) number(n *yaml.Node, field string) (float64, bool) {
 
 // quotedNumberHint explains a number written as a string ("0.5", '80'): the
 // quotes make YAML read text.
-func quotedNumberHint(n *yaml.Node) string {
+func quotedNumberHint(n *node) string {
 	if n.Kind != yaml.ScalarNode || n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) == 0 {
 		return ""
 	}
@@ -503,13 +262,12 @@ func quotedNumberHint(n *yaml.Node) string {
 	return fmt.Sprintf("remove the quotes: write %s", strings.TrimSpace(n.Value))
 }
 
-// integer returns an integer scalar within [lo, hi]; hint explains the
-// range when the number is outside it.
-func (d *decoder) integer(n *yaml.Node, field string, lo, hi int64, hint string) (int64, bool) {
-	n = resolve(n)
+// integer returns an integer scalar within r (or r's off value); what
+// prefixes the message of a number outside it ("port ").
+func (d *decoder) integer(n *node, field string, r ranges.Range, what string) (int64, bool) {
+	out := fmt.Sprintf("%s is out of range: must be %s", n.Value, r.IntText())
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!float" && wholeNumber.MatchString(n.Value) {
-		// Digits beyond int64, which YAML resolves as a float.
-		d.add(n, field, fmt.Sprintf("%s is out of range: must be %d..%d", n.Value, lo, hi), hint)
+		d.add(n, field, out, r.Hint) // digits beyond int64, which YAML resolves as a float
 		return 0, false
 	}
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
@@ -517,8 +275,11 @@ func (d *decoder) integer(n *yaml.Node, field string, lo, hi int64, hint string)
 		return 0, false
 	}
 	v, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64)
-	if err != nil || v < lo || v > hi {
-		d.add(n, field, fmt.Sprintf("%s is out of range: must be %d..%d", n.Value, lo, hi), hint)
+	if err == nil && !r.Contains(float64(v)) {
+		out = what + out
+	}
+	if err != nil || !r.Contains(float64(v)) {
+		d.add(n, field, out, r.Hint)
 		return 0, false
 	}
 	return v, true
@@ -527,72 +288,81 @@ func (d *decoder) integer(n *yaml.Node, field string, lo, hi int64, hint string)
 // wholeNumber matches a decimal integer as written in YAML.
 var wholeNumber = regexp.MustCompile(`^[-+]?[0-9][0-9_]*$`)
 
-// duration returns a duration scalar such as "500ms" or "2s".
-func (d *decoder) duration(n *yaml.Node, field string) (time.Duration, bool) {
-	n = resolve(n)
-	if n.Kind == yaml.ScalarNode && (n.Tag == "!!int" || n.Tag == "!!float") {
+// duration returns a duration scalar such as "500ms" or "2s"; a bare 0 is
+// 0 in any unit (where 0 turns a setting off).
+func (d *decoder) duration(n *node, field string) (time.Duration, bool) {
+	switch {
+	case n.Kind == yaml.ScalarNode && n.Tag == "!!int" && n.Value == "0":
+		return 0, true
+	case n.Kind == yaml.ScalarNode && (n.Tag == "!!int" || n.Tag == "!!float"):
 		d.add(n, field, fmt.Sprintf("duration %s has no unit", n.Value), fmt.Sprintf("write e.g. %sms or %ss", n.Value, n.Value))
 		return 0, false
-	}
-	if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
+	case n.Kind != yaml.ScalarNode || n.Tag != "!!str":
 		d.add(n, field, "must be a duration such as 500ms or 2s, got "+kindName(n), "")
 		return 0, false
 	}
 	v, err := time.ParseDuration(n.Value)
 	if err != nil {
 		d.add(n, field, fmt.Sprintf("%q is not a duration", n.Value), "write e.g. 500ms, 2s or 1m")
-		return 0, false
 	}
-	return v, true
-}
-
-// boolean returns a true/false scalar.
-func (d *decoder) boolean(n *yaml.Node, field string) (bool, bool) {
-	n = resolve(n)
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!bool" {
-		var b bool
-		if err := n.Decode(&b); err == nil {
-			return b, true
-		}
-	}
-	d.add(n, field, "must be true or false, got "+kindName(n), "")
-	return false, false
+	return v, err == nil
 }
 
 // leaf is a value that decodes itself from one node, with its own shape
-// checks and messages (a port list, a response target); it reports whether
-// it decoded.
+// checks and messages; it reports whether it decoded.
 type leaf interface {
-	decodeYAML(d *decoder, n *yaml.Node, field string) bool
+	decodeYAML(d *decoder, n *node, field string) bool
 }
 
-// scalars decode the named types the document holds that are not this
-// package's to give methods (the shared vocabulary, netip, time).
-var scalars = map[reflect.Type]func(d *decoder, n *yaml.Node, field string) (any, bool){
-	reflect.TypeFor[time.Duration](): func(d *decoder, n *yaml.Node, f string) (any, bool) {
-		dur, ok := d.duration(n, f)
-		return dur, ok
-	},
-	reflect.TypeFor[netip.Prefix](): func(d *decoder, n *yaml.Node, f string) (any, bool) {
-		s, ok := d.str(n, f)
-		if !ok {
-			return nil, false
+// scalars decode the named types a Config holds that are not this
+// package's to give methods (the shared vocabulary, netip, time); sf is the
+// field (its tags apply).
+var scalars map[reflect.Type]func(d *decoder, n *node, field string, sf reflect.StructField) (any, bool)
+
+func init() { // not a var initializer: portEntry decodes through value, which reads scalars
+	scalars = map[reflect.Type]func(d *decoder, n *node, field string, sf reflect.StructField) (any, bool){
+		reflect.TypeFor[time.Duration](): func(d *decoder, n *node, f string, _ reflect.StructField) (any, bool) { return d.duration(n, f) },
+		reflect.TypeFor[netip.Prefix](): func(d *decoder, n *node, f string, _ reflect.StructField) (any, bool) {
+			s, ok := d.str(n, f)
+			if !ok {
+				return nil, false
+			}
+			return d.prefix(n, f, s)
+		},
+		reflect.TypeFor[olc.Mode]():       enumOf(olc.ModeNames(), olc.ParseMode),
+		reflect.TypeFor[olc.AttachMode](): enumOf(spell.Names(olc.AttachModes()), olc.ParseAttachMode),
+		reflect.TypeFor[olc.Action]():     enumOf(olc.ActionNames(), olc.ParseAction),
+		reflect.TypeFor[olc.Proto]():      enumOf([]string{"tcp", "udp"}, olc.ParseProto),
+		reflect.TypeFor[olc.Class]():      enumOf(olc.ClassNames(), olc.ParseClass),
+		reflect.TypeFor[Port](): func(d *decoder, n *node, f string, _ reflect.StructField) (any, bool) {
+			p := Port{Proto: olc.ProtoTCP, Class: olc.ClassNormal}
+			ok := d.portEntry(n, f, &p)
+			return p, ok
+		},
+		reflect.TypeFor[olc.PortKey](): func(d *decoder, n *node, f string, _ reflect.StructField) (any, bool) {
+			p := portKey{Proto: olc.ProtoTCP}
+			ok := d.portEntry(n, f, &p)
+			return olc.PortKey{Proto: p.Proto, Port: p.Port}, ok
+		},
+		reflect.TypeFor[adaptive.ResponseTarget](): func(d *decoder, n *node, f string, _ reflect.StructField) (any, bool) {
+			return d.responseTarget(n, f)
+		},
+	}
+}
+
+// enumOf decodes one of words (olc's names for T, or the field's `enum`
+// tag) into a T; an `offhint` tag explains why off is not one of them.
+func enumOf[T any](words []string, parse func(string) (T, error)) func(*decoder, *node, string, reflect.StructField) (any, bool) {
+	return func(d *decoder, n *node, f string, sf reflect.StructField) (any, bool) {
+		allowed := words
+		if w, ok := sf.Tag.Lookup("enum"); ok {
+			allowed = strings.Split(w, ",")
 		}
-		p, ok := d.prefix(n, f, s)
-		return p, ok
-	},
-	reflect.TypeFor[olc.Mode]():       enumOf(olc.ModeNames(), olc.ParseMode),
-	reflect.TypeFor[olc.AttachMode](): enumOf(spell.Names(olc.AttachModes()), olc.ParseAttachMode),
-	reflect.TypeFor[olc.Action]():     enumOf(olc.ActionNames(), olc.ParseAction),
-	reflect.TypeFor[olc.Proto]():      enumOf([]string{"tcp", "udp"}, olc.ParseProto),
-	reflect.TypeFor[olc.Class]():      enumOf(olc.ClassNames(), olc.ParseClass),
-}
-
-// enumOf decodes one of words (olc's names for T) into a T.
-func enumOf[T any](words []string, parse func(string) (T, error)) func(d *decoder, n *yaml.Node, field string) (any, bool) {
-	return func(d *decoder, n *yaml.Node, f string) (any, bool) {
-		s, ok := d.enum(n, f, words)
+		s, ok := d.enum(n, f, allowed)
 		if !ok {
+			if h, has := sf.Tag.Lookup("offhint"); has && n.Value == "off" {
+				d.problems[len(d.problems)-1].Hint = h
+			}
 			return nil, false
 		}
 		x, err := parse(s)
@@ -600,100 +370,105 @@ func enumOf[T any](words []string, parse func(string) (T, error)) func(d *decode
 	}
 }
 
+// portEntry decodes one entry of a port list into e (a *Port or *portKey,
+// its defaults set): a port number, or a mapping with a port. Every port
+// list takes both shapes.
+func (d *decoder) portEntry(n *node, field string, e any) bool {
+	v := reflect.ValueOf(e).Elem()
+	sf, _ := v.Type().FieldByName("Port")
+	switch {
+	case n.Kind == yaml.ScalarNode && (n.Tag == "!!int" || n.Tag == "!!float" && wholeNumber.MatchString(n.Value)):
+		return d.value(n, v.FieldByIndex(sf.Index), field, sf)
+	case n.Kind != yaml.MappingNode:
+		ex := map[bool]string{true: "22", false: "443"}[strings.HasPrefix(field, "exceptions")]
+		d.add(n, field, fmt.Sprintf("must be a port number such as %s, or {port: %s, proto: tcp}, got %s", ex, ex, kindName(n)), quotedNumberHint(n))
+		return false
+	}
+	ok := d.fields(n, v, field, schemaOf(v.Type()))
+	if _, has := d.pos[join(field, "port")]; !has {
+		d.add(n, join(field, "port"), "missing", "every entry needs a port number")
+		ok = false
+	}
+	return ok
+}
+
 // value decodes n into v, the value of field (sf its struct field: tags
 // `range` and `enum` apply), and reports whether it did; a value that did
 // not keeps what it held (the default).
-func (d *decoder) value(n *yaml.Node, v reflect.Value, field string, sf reflect.StructField) bool {
-	n = resolve(n)
+func (d *decoder) value(n *node, v reflect.Value, field string, sf reflect.StructField) bool {
 	if l, ok := v.Addr().Interface().(leaf); ok {
 		return l.decodeYAML(d, n, field)
 	}
-	if dec, ok := scalars[v.Type()]; ok {
-		x, ok := dec(d, n, field)
-		if ok {
-			v.Set(reflect.ValueOf(x))
-		}
-		return ok
-	}
-	switch v.Kind() {
-	case reflect.Pointer:
-		p := reflect.New(v.Type().Elem())
-		if !d.value(n, p.Elem(), field, sf) {
-			return false
-		}
-		v.Set(p)
-		return true
-	case reflect.Struct:
-		return d.fields(n, v, field)
-	case reflect.Slice:
+	if v.Kind() == reflect.Slice {
 		v.SetZero()
-		return d.seq(n, field, func(item *yaml.Node, f string) bool {
-			e := reflect.New(v.Type().Elem()).Elem()
-			if !d.value(item, e, f, sf) {
-				return false
+		if sf.Tag.Get("auto") != "" && n.Kind == yaml.ScalarNode && !isNull(n) {
+			if n.Value != "auto" {
+				d.add(n, field, "must be auto or a list of ports, got "+kindName(n), "write ports: auto, or ports: [{port: 443, proto: tcp}]")
 			}
-			v.Set(reflect.Append(v, e))
-			return true
+			return n.Value == "auto"
+		}
+		return d.seq(n, field, func(item *node, f string) bool {
+			e := reflect.New(v.Type().Elem()).Elem()
+			ok := d.value(item, e, f, sf)
+			if ok {
+				v.Set(reflect.Append(v, e))
+			}
+			return ok
 		})
+	}
+	x, ok := d.scalar(n, v.Type(), field, sf)
+	if ok {
+		v.Set(reflect.ValueOf(x).Convert(v.Type()))
+	}
+	return ok
+}
+
+// scalar decodes n as a value of type t.
+func (d *decoder) scalar(n *node, t reflect.Type, field string, sf reflect.StructField) (any, bool) {
+	if dec, ok := scalars[t]; ok {
+		return dec(d, n, field, sf)
+	}
+	switch t.Kind() {
 	case reflect.String:
-		s, ok := "", false
 		if words, has := sf.Tag.Lookup("enum"); has {
-			s, ok = d.enum(n, field, strings.Split(words, ","))
-		} else {
-			s, ok = d.str(n, field)
+			return d.enum(n, field, strings.Split(words, ","))
 		}
-		if ok {
-			v.SetString(s)
-		}
-		return ok
+		return d.str(n, field)
 	case reflect.Bool:
-		b, ok := d.boolean(n, field)
-		if ok {
-			v.SetBool(b)
+		var b bool
+		if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" || n.Decode(&b) != nil {
+			d.add(n, field, "must be true or false, got "+kindName(n), "")
+			return nil, false
 		}
-		return ok
+		return b, true
 	case reflect.Float64:
-		x, ok := d.number(n, field)
-		if ok {
-			v.SetFloat(x)
-		}
-		return ok
-	case reflect.Int, reflect.Int64:
-		lo, hi, hint := integerRange(sf, math.MinInt64, math.MaxInt64)
-		i, ok := d.integer(n, field, lo, hi, hint)
-		if ok {
-			v.SetInt(i)
-		}
-		return ok
-	case reflect.Uint8, reflect.Uint16, reflect.Uint32:
-		lo, hi, hint := integerRange(sf, 0, int64(1)<<(8*v.Type().Size())-1)
-		i, ok := d.integer(n, field, lo, hi, hint)
-		if ok {
-			v.SetUint(uint64(i))
-		}
-		return ok
+		return d.number(n, field)
 	}
-	panic("rules: cannot decode into " + v.Type().String())
+	r, ok := ranges.Of(sf)
+	switch {
+	case !ok && t.Kind() >= reflect.Uint && t.Kind() <= reflect.Uint64:
+		r = ranges.Range{Hi: float64(uint64(1)<<(8*t.Size()) - 1)} // fwmark: the type's own bounds
+	case !ok:
+		panic("rules: field " + sf.Name + " needs a range tag")
+	}
+	return d.integer(n, field, r, map[bool]string{true: "port "}[t.Kind() == reflect.Uint16])
 }
 
-// integerRange returns the range sf declares (and its hint), or lo..hi.
-func integerRange(sf reflect.StructField, lo, hi int64) (int64, int64, string) {
-	if r, ok := ranges.Of(sf); ok {
-		return int64(r.Lo), int64(r.Hi), r.Hint
-	}
-	return lo, hi, ""
-}
-
-// fields decodes mapping n onto the struct v strictly: a key that is not one
-// of its fields' yaml tags is a problem. It reports whether every key
+// fields decodes mapping n onto the struct v strictly by schema s (a key
+// that is not in it is a problem), and reports whether every known key
 // decoded.
-func (d *decoder) fields(n *yaml.Node, v reflect.Value, path string) bool {
-	s := schemaOf(v.Type())
+func (d *decoder) fields(n *node, v reflect.Value, path string, s *schema) bool {
 	ok := true
-	if !d.mapping(n, path, s.keys, func(key string, vn *yaml.Node, field string) {
-		sf := s.fields[key]
-		if !d.value(vn, v.FieldByIndex(sf.Index), field, sf) {
+	if !d.mapping(n, path, s.keys, func(key string, vn *node, field string) {
+		if sub := s.subs[key]; sub != nil {
+			ok = d.fields(vn, v, field, sub) && ok
+			return
+		}
+		f := s.fields[key]
+		if !d.value(vn, v.FieldByIndex(f.Index), field, f.StructField) {
 			ok = false
+		} else if f.sibling != nil {
+			v.FieldByIndex(f.sibling).SetBool(f.Tag.Get("auto") == "" || (vn.Kind == yaml.ScalarNode && vn.Value == "auto"))
 		}
 	}) {
 		ok = false
@@ -701,11 +476,21 @@ func (d *decoder) fields(n *yaml.Node, v reflect.Value, path string) bool {
 	return ok
 }
 
-// schema lists a struct type's keys: its fields' yaml tags, those of
-// `,inline` fields included, in declaration order.
+// schema is a struct type's keys, in declaration order: its fields' yaml
+// tags, a dotted tag ("heartbeat.stale_after") or a struct field making a
+// nested mapping, an `inline` struct's keys at its own level.
 type schema struct {
 	keys   []string
-	fields map[string]reflect.StructField
+	fields map[string]field
+	subs   map[string]*schema
+}
+
+// field is a key's struct field, its Index from the schema's type, and the
+// bool that records it was given (`has:"HasAction"`, or for `auto` that
+// its value was auto).
+type field struct {
+	reflect.StructField
+	sibling []int
 }
 
 var schemas sync.Map // reflect.Type → *schema
@@ -714,42 +499,156 @@ func schemaOf(t reflect.Type) *schema {
 	if s, ok := schemas.Load(t); ok {
 		return s.(*schema)
 	}
-	s := &schema{keys: []string{}, fields: map[string]reflect.StructField{}}
-	for _, f := range reflect.VisibleFields(t) {
-		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if name == "" || name == "-" || opts == "inline" || !f.IsExported() {
-			continue
-		}
-		s.keys = append(s.keys, name)
-		s.fields[name] = f
-	}
+	s := &schema{}
+	s.build(t, nil)
 	schemas.Store(t, s)
 	return s
 }
 
-// portShorthandHint answers a bare port number in a port list
-// (`ports: [8080]`): every entry is a mapping, so that a protocol can be
-// given.
-func portShorthandHint(item *yaml.Node) string {
-	if item.Kind == yaml.ScalarNode && item.Tag == "!!int" {
-		return fmt.Sprintf("write {port: %s}, or {port: %s, proto: udp}", item.Value, item.Value)
+func (s *schema) build(t reflect.Type, index []int) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		f.Index = append(slices.Clone(index), i)
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		switch {
+		case opts == "inline":
+			s.build(f.Type, f.Index)
+			continue
+		case name == "" || name == "-" || !f.IsExported():
+			continue
+		}
+		target := s
+		parts := strings.Split(name, ".")
+		for _, p := range parts[:len(parts)-1] {
+			target = target.sub(p)
+		}
+		name = parts[len(parts)-1]
+		if _, isScalar := scalars[f.Type]; f.Type.Kind() == reflect.Struct && !isScalar {
+			target.sub(name).build(f.Type, f.Index)
+			continue
+		}
+		fl := field{StructField: f}
+		for _, tag := range []string{"has", "auto"} {
+			if sib, ok := t.FieldByName(f.Tag.Get(tag)); ok && f.Tag.Get(tag) != "" {
+				fl.sibling = append(slices.Clone(index), sib.Index...)
+			}
+		}
+		target.keys = append(target.keys, name)
+		if target.fields == nil {
+			target.fields = map[string]field{}
+		}
+		target.fields[name] = fl
 	}
-	return ""
+}
+
+// sub returns the nested schema at key, made on first use.
+func (s *schema) sub(key string) *schema {
+	if s.subs == nil {
+		s.subs = map[string]*schema{}
+	}
+	if s.subs[key] == nil {
+		s.subs[key] = &schema{}
+		s.keys = append(s.keys, key)
+	}
+	return s.subs[key]
+}
+
+// decodeYAML decodes `signals`: each signal's {threshold: x}, or off. A
+// section lists the signals used: it starts from none.
+func (t *Thresholds) decodeYAML(d *decoder, n *node, path string) bool {
+	*t = Thresholds{}
+	return d.mapping(n, path, nil, func(name string, v *node, field string) {
+		sig, err := olc.ParseSignal(name)
+		if err != nil {
+			hint := "see docs/config.md for the canonical names"
+			if c := spell.Closest(name, spell.Names(olc.Signals())); c != "" {
+				hint = fmt.Sprintf("did you mean %q?", c)
+			}
+			d.add(v, field, fmt.Sprintf("unknown signal %q", name), hint)
+			return
+		}
+		if v.Kind == yaml.ScalarNode && v.Value == "off" {
+			d.named[sig] = true
+			return
+		}
+		if isNull(v) || v.Kind != yaml.MappingNode {
+			d.add(v, field, "must be a mapping with a threshold, or off, got "+kindName(v), fmt.Sprintf("write %s: {threshold: …}, or %s: off", name, name))
+			return
+		}
+		found := false
+		d.mapping(v, field, []string{"threshold"}, func(_ string, tv *node, f string) {
+			found = true
+			x, ok := 0.0, false
+			switch {
+			case sig.Unit() == olc.UnitSeconds && tv.Kind == yaml.ScalarNode && tv.Tag == "!!str":
+				var dur time.Duration
+				dur, ok = d.duration(tv, f) // seconds may be written as a duration: 50ms
+				x = dur.Seconds()
+			case sig == olc.ResponseTimeP50 || sig == olc.ResponseTimeP95 || sig == olc.ResponseTimeP99:
+				// A bare number is seconds; beyond any response time olcd
+				// acts on, 50 is most likely 50 ms.
+				if x, ok = d.number(tv, f); ok && x > adaptive.MaxResponseTarget {
+					d.add(tv, f, fmt.Sprintf("threshold %g s is above %g s: a bare number is seconds", x, adaptive.MaxResponseTarget), fmt.Sprintf("did you mean %gms?", x))
+					ok = false
+				}
+			default:
+				x, ok = d.number(tv, f)
+			}
+			if ok {
+				t[sig], d.set[sig], d.named[sig] = x, true, true
+			}
+		})
+		if !found {
+			d.add(v, join(field, "threshold"), "missing", fmt.Sprintf("write %s: {threshold: …}, or remove the signal", name))
+		}
+	})
+}
+
+// responseTarget decodes a response-time target: auto, off, a duration
+// (50ms) or seconds (0.05), in (0, 30s].
+func (d *decoder) responseTarget(n *node, field string) (adaptive.ResponseTarget, bool) {
+	const hint = "write auto, off, or a duration such as 50ms"
+	var x float64
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" {
+		switch n.Value {
+		case "auto":
+			return adaptive.ResponseTarget{Auto: true}, true
+		case "off":
+			return adaptive.ResponseTarget{}, true
+		}
+		dur, good := d.duration(n, field)
+		if !good {
+			d.problems[len(d.problems)-1].Hint = hint
+			return adaptive.ResponseTarget{}, false
+		}
+		x = dur.Seconds()
+	} else if v, ok := d.number(n, field); ok {
+		x = v
+	} else {
+		return adaptive.ResponseTarget{}, false
+	}
+	if !(x > 0 && x <= adaptive.MaxResponseTarget) {
+		h := hint
+		if n.Tag != "!!str" && x > adaptive.MaxResponseTarget && x/1000 <= adaptive.MaxResponseTarget {
+			h = fmt.Sprintf("a bare number is seconds: did you mean %gms?", x) // 50 is most likely 50 ms
+		}
+		d.add(n, field, fmt.Sprintf("response target %v s is out of range: must be in (0, 30s]", x), h)
+		return adaptive.ResponseTarget{}, false
+	}
+	return adaptive.ResponseTarget{Seconds: x}, true
 }
 
 // prefix parses a CIDR prefix, or a bare address as a host prefix.
-func (d *decoder) prefix(n *yaml.Node, field, s string) (netip.Prefix, bool) {
+func (d *decoder) prefix(n *node, field, s string) (netip.Prefix, bool) {
 	s = strings.TrimSpace(s)
 	if addr, zoned, ok := strings.Cut(s, "%"); ok {
-		// An IPv6 zone (fe80::1%eth0) names an interface; a prefix cannot
-		// hold one, and dropping it silently would exempt the address on
-		// every interface.
+		// An IPv6 zone names an interface; a prefix cannot hold one, and
+		// dropping it would exempt the address on every interface.
 		zone, bits, hasBits := strings.Cut(zoned, "/")
 		if hasBits {
 			addr += "/" + bits
 		}
-		d.add(n, field, fmt.Sprintf("%q has an interface zone %%%s: exceptions apply on every interface", s, zone),
-			fmt.Sprintf("write %s", addr))
+		d.add(n, field, fmt.Sprintf("%q has an interface zone %%%s: exceptions apply on every interface", s, zone), "write "+addr)
 		return netip.Prefix{}, false
 	}
 	if !strings.Contains(s, "/") {
@@ -758,32 +657,20 @@ func (d *decoder) prefix(n *yaml.Node, field, s string) (netip.Prefix, bool) {
 			d.add(n, field, fmt.Sprintf("%q is not an address or CIDR prefix", s), "write e.g. 10.0.0.0/8, 192.0.2.1 or 2001:db8::/32")
 			return netip.Prefix{}, false
 		}
-		a = a.Unmap()
-		return netip.PrefixFrom(a, a.BitLen()), true
+		return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), true
 	}
 	p, err := netip.ParsePrefix(s)
-	if err != nil {
+	switch {
+	case err != nil:
 		d.add(n, field, fmt.Sprintf("%q is not a CIDR prefix", s), "write e.g. 10.0.0.0/8 (IPv4 lengths 0..32, IPv6 0..128)")
 		return netip.Prefix{}, false
-	}
-	if m := p.Masked(); m != p {
-		d.add(n, field, fmt.Sprintf("%s has bits set beyond the prefix length", s), fmt.Sprintf("did you mean %s?", m))
+	case p.Masked() != p:
+		d.add(n, field, fmt.Sprintf("%s has bits set beyond the prefix length", s), fmt.Sprintf("did you mean %s?", p.Masked()))
 		return netip.Prefix{}, false
-	}
-	if p.Addr().Is4In6() {
+	case p.Addr().Is4In6():
 		p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
 	}
 	return p, true
-}
-
-// contains reports whether list holds s.
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // orList renders "a, b or c".
@@ -795,13 +682,12 @@ func orList(values []string) string {
 }
 
 // closest returns the candidate nearest to s by edit distance, when it is
-// close enough to be a plausible typo.
+// close enough to be a plausible typo, or one s begins ("min_pass" for
+// "min_pass_rate", far in edit distance but the obvious intent).
 func closest(s string, candidates []string) string {
 	if c := spell.Closest(s, candidates); c != "" {
 		return c
 	}
-	// A truncated name ("min_pass" for "min_pass_rate") is far in edit
-	// distance but still the obvious intent.
 	for _, c := range candidates {
 		if len(s) >= 3 && strings.HasPrefix(c, s) {
 			return c

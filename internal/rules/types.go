@@ -72,20 +72,5 @@ func (e *ValidationError) ProblemLines() []string {
 
 // Warning is a valid but surprising setting: the config loads, and the
 // daemon logs the warning (e.g. everything in observe, enforce without any
-// threshold).
-type Warning struct {
-	// File is the document's source.
-	File string
-	// Line is the 1-based line of the setting; 0 when it comes from a
-	// default.
-	Line int
-	// Field is the dotted field path, e.g. "controller.min_pass_rate".
-	Field string
-	// Msg says what is surprising, in lowercase words.
-	Msg string
-}
-
-// String renders "file:line: field: msg".
-func (w Warning) String() string {
-	return Problem{File: w.File, Line: w.Line, Field: w.Field, Msg: w.Msg}.String()
-}
+// threshold). Line is 0 when the setting comes from a default; Hint is "".
+type Warning = Problem

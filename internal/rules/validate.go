@@ -5,12 +5,13 @@ import (
 	"math"
 	"net"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/lb"
 	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/ranges"
 )
@@ -61,7 +62,7 @@ func (d *decoder) validate(c *Config) {
 	for s := range c.Thresholds {
 		sig := olc.Signal(s)
 		x := c.Thresholds[s]
-		if !d.thresholdSet[s] && x == 0 {
+		if !d.set[s] && x == 0 {
 			continue
 		}
 		if msg, hint := thresholdCheck(sig, x); msg != "" {
@@ -80,42 +81,11 @@ func (d *decoder) validate(c *Config) {
 	if c.Action.Kind == olc.ActionMark && !markSets {
 		d.addAt("action.kind", "mark needs a dscp or a non-zero fwmark to set", "add action.dscp (0..63) and/or action.fwmark")
 	}
-	switch {
-	case d.failed["heartbeat.stale_after"]:
-	case c.StaleAfter > MaxStaleAfter:
-		d.addAt("heartbeat.stale_after", fmt.Sprintf("%v is above the maximum %v: a hung or stopped daemon would keep shedding that long, fail-open would be as good as off", c.StaleAfter, MaxStaleAfter),
-			fmt.Sprintf("use 3 to 10 × interval, e.g. %v (the default is %v)", min(10*c.Interval, MaxStaleAfter), olc.DefaultStaleAfter))
-	case c.StaleAfter <= c.Interval && !d.failed["interval"]:
-		hint := fmt.Sprintf("use at least 3 × interval, e.g. %v", 10*c.Interval)
-		if 3*c.Interval > MaxStaleAfter {
-			hint = fmt.Sprintf("stale_after is at most %v: use an interval of at most %v", MaxStaleAfter, MaxStaleAfter/3)
-		}
-		d.addAt("heartbeat.stale_after", fmt.Sprintf("%v is not longer than the interval %v: the datapath would go stale between two ticks", c.StaleAfter, c.Interval), hint)
-	}
+	d.validateStaleAfter(c)
 	for i, p := range c.Ports {
 		if p.HasAction && p.Action == olc.ActionMark && !markSets {
 			d.addAt(join(d.entryPath("ports", i), "action"), "mark needs action.dscp or a non-zero action.fwmark to set", "add action.dscp (0..63) and/or action.fwmark")
 		}
-	}
-	if c.MetricsAddress != "" {
-		host, port, err := net.SplitHostPort(c.MetricsAddress)
-		n, perr := strconv.Atoi(port)
-		switch {
-		case err != nil:
-			d.addAt("metrics.address", fmt.Sprintf("%q is not host:port", c.MetricsAddress), "write e.g. 127.0.0.1:9477, or \"\" to turn metrics off")
-		case perr != nil || n < 1 || n > 65535:
-			d.addAt("metrics.address", fmt.Sprintf("port %q must be a number 1..65535", port), "")
-		case host != "" && net.ParseIP(host) == nil && strings.ContainsAny(host, " /"):
-			d.addAt("metrics.address", fmt.Sprintf("host %q is not an address or a name", host), "")
-		}
-	}
-	if !filepath.IsAbs(c.AdminSocket) {
-		d.addAt("admin.socket", fmt.Sprintf("%q must be an absolute path", c.AdminSocket), "the default is "+DefaultAdminSocket)
-	} else if len(c.AdminSocket) > 107 {
-		d.addAt("admin.socket", fmt.Sprintf("path is %d bytes: unix socket paths hold at most 107", len(c.AdminSocket)), "")
-	}
-	if c.DecisionLog != "" && c.DecisionLog != "-" && !filepath.IsAbs(c.DecisionLog) {
-		d.addAt("decision_log", fmt.Sprintf("%q must be an absolute path (or \"\" to turn the log off)", c.DecisionLog), "the default is "+DefaultDecisionLog)
 	}
 	d.validateOwnPaths(c)
 	d.validateCgroup(c.Cgroup)
@@ -197,58 +167,45 @@ func (d *decoder) where(field, from string) string {
 	if n == nil {
 		return "line 0"
 	}
-	if f := d.at(from); f == nil || d.file(f) != d.file(n) {
-		return fmt.Sprintf("%s:%d", d.file(n), n.Line)
+	if f := d.at(from); f == nil || f.file != n.file {
+		return fmt.Sprintf("%s:%d", n.file, n.Line)
 	}
 	return fmt.Sprintf("line %d", n.Line)
 }
 
-// warn returns the valid but surprising settings of c.
+// warn returns the valid but surprising settings of c, in line order.
 func (d *decoder) warn(c *Config) []Warning {
-	var anySignal bool
-	for _, t := range c.Thresholds {
-		anySignal = anySignal || t > 0
-	}
+	listed := !c.PortsAuto && len(c.Ports) > 0
+	every := func(f func(Port) bool) bool { return !slices.ContainsFunc(c.Ports, func(p Port) bool { return !f(p) }) }
 	switch {
 	case c.Mode == olc.ModeOff:
 		d.warnAt("mode", "off: olcd reports what it sees but never sheds")
-	case !anySignal && !c.queueLaw():
+	case !slices.ContainsFunc(c.Thresholds[:], func(t float64) bool { return t > 0 }) && !c.queueLaw():
 		d.warnAt("signals", fmt.Sprintf("no signal has a threshold: the controller never sheds, even in %s mode", c.Mode))
-	case c.Mode == olc.ModeEnforce && !c.PortsAuto && len(c.Ports) > 0:
-		allObserve := true
-		for _, p := range c.Ports {
-			allObserve = allObserve && p.Override == olc.ModeObserve
-		}
-		if allObserve {
-			d.warnAt("mode", "enforce, but every port overrides it to observe: nothing is enforced")
-		}
-	case c.Mode == olc.ModeObserve && !c.PortsAuto && len(c.Ports) > 0:
-		allObserve := true
-		for _, p := range c.Ports {
-			allObserve = allObserve && p.Override != olc.ModeEnforce
-		}
-		if allObserve && d.at("mode") != nil {
-			d.warnAt("mode", "observe on every port: olcd only counts what it would drop (fine for a first rollout; enforce one port next)")
+	case c.Mode == olc.ModeEnforce && listed && every(func(p Port) bool { return p.Override == olc.ModeObserve }):
+		d.warnAt("mode", "enforce, but every port overrides it to observe: nothing is enforced")
+	case c.Mode == olc.ModeObserve && listed && d.at("mode") != nil && every(func(p Port) bool { return p.Override != olc.ModeEnforce }):
+		d.warnAt("mode", "observe on every port: olcd only counts what it would drop (fine for a first rollout; enforce one port next)")
+	}
+	var left []string // default signals a signals section leaves out
+	for s, t := range DefaultThresholds() {
+		if t > 0 && !d.named[s] && d.at("signals") != nil {
+			left = append(left, olc.Signal(s).String())
 		}
 	}
-	if c.Cgroup == "" {
-		for s, t := range c.Thresholds {
-			if sig := olc.Signal(s); t > 0 && sig.IsCgroup() {
-				d.warnAt("signals."+sig.String(), "no cgroup is configured: the daemon never samples this signal, so it never sheds on it (set cgroup: to the service's cgroup)")
-			}
+	if len(left) > 0 {
+		d.warnAt("signals", fmt.Sprintf("the list replaces the default signals: %s not used (list them to keep them, or write %s: off to say so)", orList(left), left[0]))
+	}
+	for s, t := range c.Thresholds {
+		if sig := olc.Signal(s); t > 0 && sig.IsCgroup() && c.Cgroup == "" {
+			d.warnAt("signals."+sig.String(), "no cgroup is configured: the daemon never samples this signal, so it never sheds on it (set cgroup: to the service's cgroup)")
 		}
 	}
 	if !c.PortsAuto && len(c.Ports) == 0 {
 		d.warnAt("ports", "the port list is empty: nothing is protected")
 	}
-	if !c.PortsAuto && len(c.Ports) > 1 {
-		allCritical := true
-		for _, p := range c.Ports {
-			allCritical = allCritical && p.Class == olc.ClassCritical
-		}
-		if allCritical {
-			d.warnAt("ports", "every port is critical: the classes make no difference")
-		}
+	if len(c.Ports) > 1 && !c.PortsAuto && every(func(p Port) bool { return p.Class == olc.ClassCritical }) {
+		d.warnAt("ports", "every port is critical: the classes make no difference")
 	}
 	if c.Controller.MinPassRate < 0.1 {
 		d.warnAt("controller.min_pass_rate", fmt.Sprintf("%g lets a faulty metric cut a service to below 10 %% of its new connections", c.Controller.MinPassRate))
@@ -262,14 +219,25 @@ func (d *decoder) warn(c *Config) []Warning {
 	if c.Interval > 5*time.Second {
 		d.warnAt("interval", fmt.Sprintf("%v: overload is acted on only after %v", c.Interval, time.Duration(c.Controller.ActivationTicks)*c.Interval))
 	}
+	d.warnActions(c)
+	for i, p := range c.Exceptions.Sources {
+		if p.Bits() == 0 {
+			d.warnAt(d.entryPath("exceptions.sources", i), fmt.Sprintf("%s exempts every %s source: nothing is shed for that family", p, map[bool]string{true: "IPv4", false: "IPv6"}[p.Addr().Is4()]))
+		}
+	}
+	slices.SortStableFunc(d.warnings, func(a, b Warning) int { return a.Line - b.Line })
+	return d.warnings
+}
+
+// warnActions warns of actions that do not do what they say: reject on
+// UDP, mark settings no port uses, reject without replies.
+func (d *decoder) warnActions(c *Config) {
 	marks := c.Action.Kind == olc.ActionMark
 	rejects := c.Action.Kind == olc.ActionReject && (c.PortsAuto || len(c.Ports) == 0)
 	for i, p := range c.Ports {
 		a := p.EffectiveAction(c.Action.Kind)
-		marks = marks || a == olc.ActionMark
-		rejects = rejects || a == olc.ActionReject
-		if a == olc.ActionReject && p.Proto == olc.ProtoUDP {
-			f := join(d.entryPath("ports", i), "action")
+		marks, rejects = marks || a == olc.ActionMark, rejects || a == olc.ActionReject
+		if f := join(d.entryPath("ports", i), "action"); a == olc.ActionReject && p.Proto == olc.ProtoUDP {
 			if !p.HasAction {
 				f = "action.kind"
 			}
@@ -282,23 +250,23 @@ func (d *decoder) warn(c *Config) []Warning {
 	if rejects && c.Action.RejectRate == 0 {
 		d.warnAt("action.reject_rate", "0 answers no SYN: the reject action drops everything it sheds")
 	}
-	for i, p := range c.Exceptions.Sources {
-		if p.Bits() == 0 {
-			d.warnAt(d.entryPath("exceptions.sources", i), fmt.Sprintf("%s exempts every %s source: nothing is shed for that family", p, map[bool]string{true: "IPv4", false: "IPv6"}[p.Addr().Is4()]))
-		}
-	}
-	sort.SliceStable(d.warnings, func(i, j int) bool { return d.warnings[i].Line < d.warnings[j].Line })
-	return d.warnings
 }
 
-// sortProblems orders problems by file, then line.
-func sortProblems(ps []Problem) {
-	sort.SliceStable(ps, func(i, j int) bool {
-		if ps[i].File != ps[j].File {
-			return ps[i].File < ps[j].File
+// validateLB checks the `lb` section.
+func (d *decoder) validateLB(c *Config) {
+	if a := c.LB.Agent; a.Address != "" && !d.failed["lb.agent.address"] {
+		if err := lb.CheckAddress(a.Address, a.AllowAny); err != nil {
+			d.addAt("lb.agent.address", err.Error(), "the listener tells anyone who connects the node's weight: bind the address the load balancer reaches")
+		} else if a.Address == c.MetricsAddress {
+			d.addAt("lb.agent.address", fmt.Sprintf("%q is also metrics.address", a.Address), "use another port, e.g. 9478")
 		}
-		return ps[i].Line < ps[j].Line
-	})
+	}
+	for _, pr := range ranges.Check(c.LB.Agent) {
+		d.addAt("lb.agent."+pr.Key, pr.Msg, pr.Hint)
+	}
+	for _, pr := range ranges.Check(c.LB.Weight) {
+		d.addAt("lb."+pr.Key, pr.Msg, pr.Hint)
+	}
 }
 
 // validateCgroup checks the watched cgroup: either a filesystem path under
@@ -317,11 +285,48 @@ func (d *decoder) validateCgroup(cg string) {
 	}
 }
 
-// validateOwnPaths refuses a decision log or admin socket at the config
-// file's own path, or at each other's: the log's records would be appended
-// to the config (which the next reload refuses), and olcd does not replace
-// a file that is not a socket.
+// validateStaleAfter checks heartbeat.stale_after against the interval.
+func (d *decoder) validateStaleAfter(c *Config) {
+	switch {
+	case d.failed["heartbeat.stale_after"]:
+	case c.StaleAfter > MaxStaleAfter:
+		d.addAt("heartbeat.stale_after", fmt.Sprintf("%v is above the maximum %v: a hung or stopped daemon would keep shedding that long, fail-open would be as good as off", c.StaleAfter, MaxStaleAfter),
+			fmt.Sprintf("use 3 to 10 × interval, e.g. %v (the default is %v)", min(10*c.Interval, MaxStaleAfter), olc.DefaultStaleAfter))
+	case c.StaleAfter <= c.Interval && !d.failed["interval"]:
+		hint := fmt.Sprintf("use at least 3 × interval, e.g. %v", 10*c.Interval)
+		if 3*c.Interval > MaxStaleAfter {
+			hint = fmt.Sprintf("stale_after is at most %v: use an interval of at most %v", MaxStaleAfter, MaxStaleAfter/3)
+		}
+		d.addAt("heartbeat.stale_after", fmt.Sprintf("%v is not longer than the interval %v: the datapath would go stale between two ticks", c.StaleAfter, c.Interval), hint)
+	}
+}
+
+// validateOwnPaths checks the listeners' addresses and the paths, and
+// refuses a decision log or admin socket at the config file's own path, or
+// at each other's: the log's records would be appended to the config
+// (which the next reload refuses), and olcd does not replace a file that is
+// not a socket.
 func (d *decoder) validateOwnPaths(c *Config) {
+	if c.MetricsAddress != "" {
+		host, port, err := net.SplitHostPort(c.MetricsAddress)
+		n, perr := strconv.Atoi(port)
+		switch {
+		case err != nil:
+			d.addAt("metrics.address", fmt.Sprintf("%q is not host:port", c.MetricsAddress), "write e.g. 127.0.0.1:9477, or \"\" to turn metrics off")
+		case perr != nil || n < 1 || n > 65535:
+			d.addAt("metrics.address", fmt.Sprintf("port %q must be a number 1..65535", port), "")
+		case host != "" && net.ParseIP(host) == nil && strings.ContainsAny(host, " /"):
+			d.addAt("metrics.address", fmt.Sprintf("host %q is not an address or a name", host), "")
+		}
+	}
+	if !filepath.IsAbs(c.AdminSocket) {
+		d.addAt("admin.socket", fmt.Sprintf("%q must be an absolute path", c.AdminSocket), "the default is "+DefaultAdminSocket)
+	} else if len(c.AdminSocket) > 107 {
+		d.addAt("admin.socket", fmt.Sprintf("path is %d bytes: unix socket paths hold at most 107", len(c.AdminSocket)), "")
+	}
+	if c.DecisionLog != "" && c.DecisionLog != "-" && !filepath.IsAbs(c.DecisionLog) {
+		d.addAt("decision_log", fmt.Sprintf("%q must be an absolute path (or \"\" to turn the log off)", c.DecisionLog), "the default is "+DefaultDecisionLog)
+	}
 	logOn := c.DecisionLog != "" && c.DecisionLog != "-" && filepath.IsAbs(c.DecisionLog)
 	if logOn && filepath.IsAbs(c.AdminSocket) && filepath.Clean(c.DecisionLog) == filepath.Clean(c.AdminSocket) {
 		d.addAt("decision_log", fmt.Sprintf("%q is also admin.socket", c.DecisionLog), "give the decision log and the admin socket paths of their own")

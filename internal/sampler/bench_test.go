@@ -119,7 +119,7 @@ func BenchmarkTick(b *testing.B) {
 			c0 := cpuTime(b)
 			for b.Loop() {
 				for _, f := range files {
-					os.ReadFile(f)
+					_, _ = os.ReadFile(f) // the cost measured, not the bytes
 				}
 			}
 			b.ReportMetric(float64((cpuTime(b)-c0).Microseconds())/float64(b.N), "cpu-µs/tick")

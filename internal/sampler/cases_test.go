@@ -2,7 +2,6 @@ package sampler
 
 import (
 	"encoding/json"
-	"io"
 	"log/slog"
 	"math"
 	"os"
@@ -24,7 +23,7 @@ type fieldCase struct {
 	Expect    map[string]*float64 `json:"expect"`
 }
 
-func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // caseDirs lists every sampler case folder: those of the shared field cases
 // and of each directory in $OLCD_EXTRA_CASES (located by internal/fieldcases;

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/procfs"
 
 	"github.com/olcd/olcd/internal/olc"
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // The live machine: real /proc gives every node signal the controller relies
@@ -183,15 +184,11 @@ func (cg *testCgroup) add(t *testing.T, pid int) {
 func (cg *testCgroup) remove(t *testing.T) {
 	for i := len(cg.dirs) - 1; i >= 0; i-- {
 		d := cg.dirs[i]
-		var err error
-		for range 50 { // the killed child may take a moment to leave
-			if err = syscall.Rmdir(d); err == nil || errors.Is(err, syscall.ENOENT) {
-				err = nil
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if err != nil {
+		// The killed child may take a moment to leave.
+		if err := testutil.WaitFor(time.Second, 20*time.Millisecond, func() (bool, error) {
+			err := syscall.Rmdir(d)
+			return err == nil || errors.Is(err, syscall.ENOENT), err
+		}); err != nil {
 			t.Errorf("remove test cgroup %s: %v", d, err)
 		}
 	}
@@ -208,8 +205,8 @@ func startBusyChild(t *testing.T, secs int) *exec.Cmd {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait() // killed: its exit status says so
 	})
 	return cmd
 }

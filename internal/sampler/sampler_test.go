@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/olc"
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // A fixture root whose every source is readable and well formed.
@@ -135,7 +136,7 @@ func TestSampleNeverPanics(t *testing.T) {
 		{"missing root", func(t *testing.T) string { return filepath.Join(t.TempDir(), "nope") }},
 		{"root is a file", func(t *testing.T) string {
 			p := filepath.Join(t.TempDir(), "file")
-			os.WriteFile(p, []byte("x"), 0o644)
+			testutil.Must(t, os.WriteFile(p, []byte("x"), 0o644))
 			return p
 		}},
 		{"directories where files belong", func(t *testing.T) string {

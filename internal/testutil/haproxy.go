@@ -34,7 +34,7 @@ func HAProxyServers(socket, proxy string) (map[string]map[string]string, error) 
 	r.FieldsPerRecord = -1
 	rows, err := r.ReadAll()
 	if err != nil || len(rows) < 2 {
-		return nil, fmt.Errorf("show stat: %q: %v", text, err)
+		return nil, fmt.Errorf("show stat: %q: %w", text, err)
 	}
 	out := map[string]map[string]string{}
 	for _, row := range rows[1:] {

@@ -360,7 +360,7 @@ func (n *Net) ServeTCP(t testing.TB, port uint16, bufSize int, idle time.Duratio
 		defer c.Close()
 		buf := make([]byte, bufSize)
 		for {
-			c.SetDeadline(time.Now().Add(idle))
+			_ = c.SetDeadline(time.Now().Add(idle))
 			k, err := c.Read(buf)
 			if err != nil {
 				return

@@ -50,7 +50,7 @@ func ServeUnixHTTP(t testing.TB, h http.Handler) string {
 	ln, err := net.Listen("unix", sock)
 	Must(t, err)
 	srv := &http.Server{Handler: h}
-	go srv.Serve(ln)
+	go func() { _ = srv.Serve(ln) }() // ErrServerClosed at cleanup
 	t.Cleanup(func() { srv.Close() })
 	return sock
 }

@@ -1,6 +1,6 @@
 // Package trace reads and writes sample traces: CSV files of canonical signals, one row
 // per tick, in the format of the field cases (../shared/cases/README.md,
-// traces/*.csv). `olcd record` writes them (Writer), `olcd simulate` and the
+// traces/*.csv). `olcd record` writes them (Writer), `olcd-sim simulate` and the
 // controller's tests replay them.
 package trace
 
@@ -83,7 +83,7 @@ func Read(r io.Reader, name string) (*Trace, error) {
 	// would otherwise become part of the first column's name.
 	br := bufio.NewReader(r)
 	if bom, err := br.Peek(3); err == nil && string(bom) == "\ufeff" {
-		br.Discard(3)
+		_, _ = br.Discard(3) // Peek has buffered the 3 bytes
 	}
 	cr := csv.NewReader(br)
 	cr.ReuseRecord = false

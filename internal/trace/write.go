@@ -9,6 +9,12 @@ import (
 	"github.com/olcd/olcd/internal/olc"
 )
 
+// MeasuredQueue are the trace columns only the datapath measures (response
+// timing on a protected port): `olcd record` fills them from the running
+// daemon's status, and `olcd-sim simulate` repeats them beside its decisions.
+var MeasuredQueue = []olc.Signal{olc.ResponseTimeP50, olc.ResponseTimeP95, olc.ResponseTimeP99,
+	olc.RequestsPerS, olc.InflightRequests}
+
 // Writer writes a trace in the format Read reads: the header when created,
 // then one row per Write, flushed at once so that a recording stopped by a
 // crash or Ctrl-C keeps every complete row.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/loader"
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // TestDaemonEndToEnd drives one `olcd run` through its life: attach, live
@@ -341,28 +342,16 @@ func TestDaemonEndToEnd(t *testing.T) {
 // pollMetric scrapes until the unlabelled metric name equals want.
 func (d *olcd) pollMetric(t *testing.T, name string, want float64) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testutil.Eventually(t, 5*time.Second, 50*time.Millisecond, func() (bool, error) {
 		v, ok := metricValue(d.scrape(t), name)
-		if ok && v == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s = %v (exported: %v), want %v within 5s", name, v, ok, want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return ok && v == want, fmt.Errorf("%s = %v (exported: %v)", name, v, ok)
+	}, "metric %s = %v", name, want)
 }
 
 // waitProgGone fails the test unless the kernel frees program id within
 // 5 s (it frees a program asynchronously after its last reference).
 func waitProgGone(t *testing.T, id ebpf.ProgramID) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for progExists(t, id) {
-		if time.Now().After(deadline) {
-			t.Fatalf("BPF program %d (%s) still loaded", id, loader.ProgramName(id))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.Eventually(t, 5*time.Second, 50*time.Millisecond, func() (bool, error) { return !progExists(t, id), nil },
+		"BPF program %d (%s) freed", id, loader.ProgramName(id))
 }

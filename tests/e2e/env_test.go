@@ -15,8 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/olcd/olcd/internal/testutil"
 	"github.com/vishvananda/netlink"
+
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // serverPort is the protected port of the loadgen server in the node
@@ -221,17 +222,10 @@ func (e *netEnv) serve(t *testing.T) {
 	t.Helper()
 	startProc(t, t.TempDir()+"/loadgen-serve.log", "ip", "netns", "exec", e.Node,
 		bins.loadgen, "serve", "-addr", e.serverAddr(), "-work", "0", "-duration", "5m")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() (bool, error) {
 		err := e.connectOnce(time.Second)
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("loadgen server on %s not reachable from %s: %v", e.serverAddr(), e.Peer, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil, err
+	}, "loadgen server on %s reachable from %s", e.serverAddr(), e.Peer)
 }
 
 // burnCPU keeps one CPU busy (loadgen burn, bounded to 3 minutes) so that
@@ -253,9 +247,6 @@ func mustRun(t *testing.T, argv ...string) string {
 	}
 	return out
 }
-
-// runQuiet runs a cleanup command whose failure changes nothing.
-func runQuiet(argv ...string) { _, _ = runCmd(argv...) }
 
 func runCmd(argv ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/olcd/olcd/internal/api"
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // TestFailOpenKill9 kills a shedding daemon with SIGKILL, for each attach
@@ -171,21 +172,15 @@ func TestFailOpenStopCont(t *testing.T) {
 // waitProcState waits until /proc/PID/stat shows state (e.g. 'T' stopped).
 func waitProcState(t *testing.T, pid int, state byte) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testutil.Eventually(t, 5*time.Second, 20*time.Millisecond, func() (bool, error) {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
 			t.Fatalf("read state of pid %d: %v", pid, err)
 		}
 		// The state follows the parenthesised command name.
-		if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) && b[i+2] == state {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pid %d not in state %c within 5s: %s", pid, state, b)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		i := strings.LastIndexByte(string(b), ')')
+		return i >= 0 && i+2 < len(b) && b[i+2] == state, fmt.Errorf("stat %s", b)
+	}, "pid %d in state %c", pid, state)
 }
 
 // TestLeftoverClsactFilterRemoved plants what a killed olcd leaves when it

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/api"
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // TestStartFailuresLeaveNothing: a daemon that cannot start exits non-zero
@@ -112,12 +114,13 @@ func TestConfigChurnAndSignals(t *testing.T) {
 	// From its first log line on: before it, only the Go runtime's own
 	// start-up is left, which no program can guard.
 	deadline := time.Now().Add(20 * time.Second)
-	for fi, err := os.Stat(d.logPath); procComm(d.pid()) != "olcd" || err != nil || fi.Size() == 0; fi, err = os.Stat(d.logPath) {
-		if d.exited() || time.Now().After(deadline) {
+	testutil.Eventually(t, 20*time.Second, time.Millisecond, func() (bool, error) {
+		if d.exited() {
 			t.Fatalf("olcd did not start: %v", d.err)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		fi, err := os.Stat(d.logPath)
+		return err == nil && fi.Size() > 0 && procComm(d.pid()) == "olcd", err
+	}, "olcd's first log line")
 	sent := 0
 	for ready := false; !ready; sent++ {
 		if err := d.signal(syscall.SIGHUP); err != nil {
@@ -194,17 +197,13 @@ func TestConfigChurnAndSignals(t *testing.T) {
 // waitMetric polls a counter until it reaches want.
 func waitMetric(t *testing.T, what string, read func() float64, want float64) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testutil.Eventually(t, 5*time.Second, 50*time.Millisecond, func() (bool, error) {
 		got := read()
-		if got == want {
-			return
+		if got > want {
+			t.Fatalf("%s: counter at %v, past %v", what, got, want)
 		}
-		if got > want || time.Now().After(deadline) {
-			t.Fatalf("%s: counter at %v, want %v", what, got, want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return got == want, fmt.Errorf("counter at %v", got)
+	}, "%s: counter at %v", what, want)
 }
 
 // TestConfigRefusedWrites: with mode enforce and one listed interface, the

@@ -158,11 +158,5 @@ func statusIfaces(st *api.Status) []string {
 // waitFor polls cond every 50 ms until it holds, failing after followWithin.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(followWithin)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not seen within %v", what, followWithin)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.Eventually(t, followWithin, 50*time.Millisecond, func() (bool, error) { return cond(), nil }, "%s", what)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/api"
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // TestManagementPortNeverShed: under ports: auto, on a node shedding every
@@ -38,13 +39,8 @@ func TestManagementPortNeverShed(t *testing.T) {
 		}
 		return ok
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for connects(1) != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("listener on %s not reachable", ssh)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() (bool, error) { return connects(1) == 1, nil },
+		"listener on %s reachable", ssh)
 	burnCPU(t)
 	d := startDaemon(t, env, daemonConfig{Mode: "enforce", Attach: "tc", Threshold: thresholdAlways, AutoPorts: true})
 	st := d.waitShedding(t)

@@ -28,6 +28,7 @@ import (
 
 	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/loader"
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // Thresholds for cpu_busy that decide the overload state without depending
@@ -190,23 +191,19 @@ func (d *olcd) pid() int { return d.cmd.Process.Pid }
 // waitReady polls the status until the daemon has ticked and attached.
 func (d *olcd) waitReady(t *testing.T) *api.Status {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var st *api.Status
+	testutil.Eventually(t, 20*time.Second, 50*time.Millisecond, func() (bool, error) {
 		if d.exited() {
 			t.Fatalf("olcd exited before it was ready: %v", d.err)
 		}
-		st, err := d.status()
-		if err == nil && st.Ticks >= 1 && len(st.Interfaces) > 0 {
-			if comm := procComm(d.pid()); comm != "olcd" {
-				t.Fatalf("pid %d is %q, not olcd: the kill tests would signal the wrong process", d.pid(), comm)
-			}
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("olcd not ready after 20s: last status error: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+		var err error
+		st, err = d.status()
+		return err == nil && st.Ticks >= 1 && len(st.Interfaces) > 0, err
+	}, "olcd not ready (ticked and attached)")
+	if comm := procComm(d.pid()); comm != "olcd" {
+		t.Fatalf("pid %d is %q, not olcd: the kill tests would signal the wrong process", d.pid(), comm)
 	}
+	return st
 }
 
 func procComm(pid int) string {
@@ -220,7 +217,7 @@ func (d *olcd) cli(args ...string) (string, error) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bins.olcd, append(args, "--socket", d.socket)...)
 	out, err := cmd.Output()
-	if ee, ok := err.(*exec.ExitError); ok {
+	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 		return string(out), fmt.Errorf("olcd %s: %w: %s", strings.Join(args, " "), err, ee.Stderr)
 	}
 	return string(out), err
@@ -262,24 +259,20 @@ func (d *olcd) mustStatus(t *testing.T) *api.Status {
 // status; it fails the test after timeout, describing the last status.
 func (d *olcd) pollStatus(t *testing.T, what string, timeout time.Duration, cond func(*api.Status) bool) *api.Status {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
 	var last *api.Status
 	var lastErr error
-	for {
+	if err := testutil.WaitFor(timeout, 50*time.Millisecond, func() (bool, error) {
 		st, err := d.status()
-		if err == nil {
-			if cond(st) {
-				return st
-			}
-			last = st
-		} else {
+		if err != nil {
 			lastErr = err
+			return false, nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not seen within %s; last status: %s; last error: %v", what, timeout, summary(last), lastErr)
-		}
-		time.Sleep(50 * time.Millisecond)
+		last = st
+		return cond(st), nil
+	}); err != nil {
+		t.Fatalf("%s: %v; last status: %s; last error: %v", what, err, summary(last), lastErr)
 	}
+	return last
 }
 
 // linkEventHandled waits until the daemon's loop has handled a link event

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // Paths of the files under test, relative to this package.
@@ -165,20 +167,15 @@ scrape_configs:
 	// one deadline to return one.
 	deadline := time.Now().Add(20 * time.Second)
 	for _, q := range exprs {
-		for {
+		var qerr error
+		if err := testutil.WaitFor(time.Until(deadline), 250*time.Millisecond, func() (bool, error) {
 			n, err := pc.query(q.expr)
-			if err != nil {
-				t.Errorf("board %s: %s: %v", q.where, q.expr, err)
-				break
-			}
-			if n > 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("board %s: %s: no series", q.where, q.expr)
-				break
-			}
-			time.Sleep(250 * time.Millisecond)
+			qerr = err
+			return err != nil || n > 0, nil
+		}); err != nil {
+			t.Errorf("board %s: %s: no series (%v)", q.where, q.expr, err)
+		} else if qerr != nil {
+			t.Errorf("board %s: %s: %v", q.where, q.expr, qerr)
 		}
 	}
 	t.Logf("%d board queries checked", len(exprs))
@@ -226,6 +223,8 @@ scrape_configs:
 		t.Fatal(err)
 	}
 	pc.waitSeries(t, `ALERTS{alertname="OlcdDown", alertstate="pending"}`, 10*time.Second)
+	// Stopped past stale_after (2 s) and a scrape: the datapath must pass
+	// as stale for a while, which no state of the stopped daemon shows.
 	time.Sleep(3 * time.Second)
 	if err := d.signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
@@ -366,17 +365,10 @@ func (p *promClient) query(expr string) (int, error) {
 // waitSeries waits until expr returns at least one series.
 func (p *promClient) waitSeries(t *testing.T, expr string, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	testutil.Eventually(t, timeout, 250*time.Millisecond, func() (bool, error) {
 		n, err := p.query(expr)
-		if err == nil && n > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: no series within %v (last error: %v)", expr, timeout, err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return err == nil && n > 0, err
+	}, "%s: a series", expr)
 }
 
 type ruleGroup struct {

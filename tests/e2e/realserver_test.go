@@ -18,6 +18,7 @@ import (
 
 	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/debpkg"
+	"github.com/olcd/olcd/internal/testutil"
 	"github.com/olcd/olcd/tests/e2e/overload"
 )
 
@@ -58,7 +59,7 @@ func startGroup(t *testing.T, logPath string, argv ...string) {
 		t.Fatalf("start %s: %v", strings.Join(argv, " "), err)
 	}
 	done := make(chan struct{})
-	go func() { cmd.Wait(); out.Close(); close(done) }()
+	go func() { _ = cmd.Wait(); out.Close(); close(done) }()
 	t.Cleanup(func() {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		select {
@@ -214,19 +215,16 @@ http {
 		}
 	})
 	addr := fmt.Sprintf("%s:80", env.NodeIP)
-	deadline := time.Now().Add(10 * time.Second)
-	for env.InPeer(func() error {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err
-	}) != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("nginx not reachable on %s", addr)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testutil.Eventually(t, 10*time.Second, 100*time.Millisecond, func() (bool, error) {
+		err := env.InPeer(func() error {
+			c, err := net.DialTimeout("tcp", addr, time.Second)
+			if err == nil {
+				c.Close()
+			}
+			return err
+		})
+		return err == nil, err
+	}, "nginx reachable on %s", addr)
 	d := startDaemon(t, env, daemonConfig{Mode: "observe", Attach: "tc", Threshold: thresholdNever, Ports: []int{80}})
 	client := env.peerClient()
 	rtt := env.connectRTT(t, addr)
@@ -286,7 +284,7 @@ func (e *netEnv) peerDial(t *testing.T, addr string) net.Conn {
 
 func ask(t *testing.T, c net.Conn, line string) {
 	t.Helper()
-	c.SetDeadline(time.Now().Add(3 * time.Second))
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
 	if _, err := c.Write([]byte(line + "\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -418,7 +416,7 @@ func TestResponseTimeDrivesShedding(t *testing.T) {
 	go func() {
 		defer close(done)
 		for i := 0; i < 2000; i++ {
-			c.SetDeadline(time.Now().Add(3 * time.Second))
+			_ = c.SetDeadline(time.Now().Add(3 * time.Second))
 			if _, err := c.Write([]byte("req\n")); err != nil {
 				return
 			}

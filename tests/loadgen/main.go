@@ -71,7 +71,7 @@ func serve(args []string) error {
 	ports := fs.Int("ports", 1, "number of consecutive ports to listen on (1..1000)")
 	work := fs.Duration("work", 2*time.Millisecond, "CPU time spent per connection")
 	duration := fs.Duration("duration", 10*time.Minute, "stop after this long (at most 1h)")
-	fs.Parse(args)
+	_ = fs.Parse(args) // ExitOnError: a mistake exits 2
 	if *ports < 1 || *ports > 1000 || *duration <= 0 || *duration > time.Hour {
 		return errors.New("ports must be in [1, 1000] and duration in (0, 1h]")
 	}
@@ -166,7 +166,7 @@ func connect(args []string) error {
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	reply := fs.Bool("reply", true, `wait for the "ok" of loadgen serve; false: a completed handshake is a success`)
 	ports := fs.Int("ports", 1, "spread the connections round-robin over this many consecutive ports from the one in -target (1..1000)")
-	fs.Parse(args)
+	_ = fs.Parse(args) // ExitOnError: a mistake exits 2
 	targets, err := spread(*target, *ports)
 	if err != nil {
 		return err
@@ -269,7 +269,7 @@ func once(target string, timeout time.Duration, reply bool) error {
 	_ = c.SetReadDeadline(time.Now().Add(timeout))
 	buf := make([]byte, 3)
 	if _, err := io.ReadFull(c, buf); err != nil {
-		return fmt.Errorf("%w: %v", errNoReply, err)
+		return fmt.Errorf("%w: %w", errNoReply, err)
 	}
 	return nil
 }
@@ -279,7 +279,7 @@ func burn(args []string) error {
 	fs := flag.NewFlagSet("burn", flag.ExitOnError)
 	duration := fs.Duration("duration", 10*time.Second, "how long to burn (at most 10m)")
 	threads := fs.Int("threads", runtime.NumCPU(), "busy threads")
-	fs.Parse(args)
+	_ = fs.Parse(args) // ExitOnError: a mistake exits 2
 	if *duration > 10*time.Minute {
 		return errors.New("duration at most 10m")
 	}
@@ -306,7 +306,7 @@ func hold(args []string) error {
 	conns := fs.Int("conns", 1000, "connections to open (1..100000)")
 	duration := fs.Duration("duration", time.Minute, "how long to hold them (at most 10m)")
 	user := fs.String("user", "", "numeric uid[:gid] to drop to after raising RLIMIT_NOFILE (e.g. 65534:65534)")
-	fs.Parse(args)
+	_ = fs.Parse(args) // ExitOnError: a mistake exits 2
 	if *conns < 1 || *conns > 100000 || *duration <= 0 || *duration > 10*time.Minute {
 		return errors.New("conns must be in [1, 100000] and duration in (0, 10m]")
 	}

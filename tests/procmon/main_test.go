@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"math"
 	"os"
 	"strconv"
@@ -93,7 +94,7 @@ func TestRunMeasuresItself(t *testing.T) {
 	self := strconv.Itoa(os.Getpid())
 	err := run([]string{"-duration", "300ms", "-every", "100ms", "-baseline", "a", "-check", "b",
 		"-max-rss-mib", "0.001", "a=" + self, "b=" + self}, &out)
-	if err != errGoal {
+	if !errors.Is(err, errGoal) {
 		t.Fatalf("run = %v, want errGoal (no process has less than 1 KiB RSS)\n%s", err, out.String())
 	}
 	for _, s := range []string{"CPU%-1CORE", "ratios to a", "goal b:", "MISSED"} {

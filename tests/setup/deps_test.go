@@ -30,8 +30,9 @@ type machine struct {
 // everything is a fake root holding every program and file the groups check.
 var everything = []string{
 	"/usr/bin/make", "/usr/sbin/ip", "/usr/sbin/nft", "/usr/sbin/sysctl", "/usr/bin/systemd-analyze", "/usr/sbin/nginx",
-	"/usr/sbin/php-fpm8.2", "/usr/sbin/haproxy", "/usr/bin/prometheus", "/usr/bin/promtool",
-	"/usr/bin/clang", "/usr/bin/llvm-strip", "/usr/include/bpf/bpf_helpers.h", "/usr/include/linux/bpf.h",
+	"/usr/sbin/php-fpm8.2", "/usr/sbin/haproxy", "/usr/bin/prometheus", "/usr/bin/promtool", "/usr/bin/clang-format-14",
+	"/usr/sbin/mariadbd", "/usr/bin/mariadb-install-db", "/usr/sbin/debootstrap",
+	"/usr/bin/clang-14", "/usr/bin/llvm-strip-14", "/usr/include/linux/bpf.h",
 }
 
 func without(list []string, drop ...string) []string {
@@ -55,7 +56,7 @@ func TestDeps(t *testing.T) {
 		{
 			name: "all present per dpkg although not on PATH",
 			m: machine{uid: 0, dpkg: []string{"make", "iproute2", "nftables", "procps", "systemd", "nginx-full", "php-fpm",
-				"haproxy", "prometheus"}},
+				"haproxy", "prometheus", "clang-format-14", "mariadb-server", "debootstrap"}},
 			args: []string{"test"},
 		},
 		{
@@ -81,10 +82,10 @@ func TestDeps(t *testing.T) {
 		},
 		{
 			name:     "root without apt-get",
-			m:        machine{uid: 0, noApt: true, noDpkg: true, files: without(everything, "/usr/bin/clang")},
+			m:        machine{uid: 0, noApt: true, noDpkg: true, files: without(everything, "/usr/bin/clang-14")},
 			args:     []string{"build"},
 			wantCode: 1,
-			wantOut:  "deps: missing packages: clang (no apt-get:",
+			wantOut:  "deps: missing packages: clang-14 (no apt-get:",
 		},
 		{
 			name:    "run group only checks what make demo needs",
@@ -93,8 +94,14 @@ func TestDeps(t *testing.T) {
 			wantOut: "",
 		},
 		{
+			name:    "demo group: the php backend's nginx and php-fpm, not what only make test starts",
+			m:       machine{uid: 0, files: []string{"/usr/bin/make", "/usr/sbin/ip", "/usr/sbin/nft", "/usr/sbin/sysctl"}},
+			args:    []string{"-n", "demo"},
+			wantOut: "deps: would install: nginx-light php-fpm\n",
+		},
+		{
 			name:    "build group is separate from test",
-			m:       machine{uid: 0, files: without(everything, "/usr/include/bpf/bpf_helpers.h", "/usr/include/linux/bpf.h")},
+			m:       machine{uid: 0, files: without(everything, "/usr/bin/clang-14", "/usr/include/linux/bpf.h")},
 			args:    []string{"test"},
 			wantOut: "",
 		},
@@ -102,13 +109,13 @@ func TestDeps(t *testing.T) {
 			name:    "groups overlap: each package once",
 			m:       machine{uid: 0, files: nil},
 			args:    []string{"-n", "run", "test", "all"},
-			wantOut: "deps: would install: make iproute2 nftables procps systemd nginx-light php-fpm haproxy prometheus clang llvm libbpf-dev linux-libc-dev\n",
+			wantOut: "deps: would install: make iproute2 nftables procps nginx-light php-fpm systemd haproxy prometheus clang-format-14 mariadb-server debootstrap clang-14 llvm-14 linux-libc-dev\n",
 		},
 		{
 			name:    "dry run as non-root: exit 0, nothing installed",
-			m:       machine{uid: 1000, files: without(everything, "/usr/bin/llvm-strip")},
+			m:       machine{uid: 1000, files: without(everything, "/usr/bin/llvm-strip-14")},
 			args:    []string{"--dry-run", "all"},
-			wantOut: "deps: would install: llvm\n",
+			wantOut: "deps: would install: llvm-14\n",
 		},
 		{
 			name:     "apt-get failure is reported with its output",

@@ -30,7 +30,8 @@ type Phase struct {
 
 // AttackConfig configures the load generator (`olcd-overload attack`).
 type AttackConfig struct {
-	// Target is the work URL, Health the health-check URL.
+	// Target is the work URL (mysql://user:password@host:port for the
+	// db backend's closed pool), Health the health-check URL.
 	Target, Health string
 	// HealthRate is the health checks per second for the whole attack
 	// (0: none).
@@ -44,6 +45,9 @@ type AttackConfig struct {
 	// ConnectTimeout bounds a connect of ClientsOpenRetry, the time the
 	// kernel retransmits its SYN.
 	ConnectTimeout time.Duration
+	// Query is the SQL each request of a mysql:// Target runs (the db
+	// backend's closed pool).
+	Query string `json:",omitempty"`
 	// Pool is the closed pool's size (RunClosedPool; default
 	// ClosedPoolClients); the open-loop attacker ignores it.
 	Pool int `json:",omitempty"`

@@ -79,7 +79,7 @@ func RunBackend(ctx context.Context, cfg BackendConfig) error {
 		if !cfg.KeepAlive {
 			w.Header().Set("Connection", "close")
 		}
-		io.WriteString(w, "ok\n")
+		_, _ = io.WriteString(w, "ok\n")
 	})
 	var h http.Handler = work
 	switch cfg.Limiter {
@@ -91,7 +91,7 @@ func RunBackend(ctx context.Context, cfg BackendConfig) error {
 	}
 	health := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Connection", "close")
-		io.WriteString(w, "ok\n")
+		_, _ = io.WriteString(w, "ok\n")
 	})
 	errc := make(chan error, 2)
 	var servers []*http.Server

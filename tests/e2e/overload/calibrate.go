@@ -46,6 +46,10 @@ type Calibration struct {
 	// at least BaseP99Ms + kneeP99Slack), the p99 up to which a step
 	// counted as within capacity.
 	ResponseThreshold float64 `json:"response_threshold_s"`
+	// DBQuery is the db backend's query as sized at its calibration
+	// (mariadb.go): a run from this calibration does the same work per
+	// connection ("" for the other backends).
+	DBQuery string `json:"db_query,omitempty"`
 	// QuotaHalved is the same step load with the quota halved, as scenario
 	// 2 halves it: its CapacityRPS is the new capacity that scenario's
 	// goodput is measured against. Nil until CalibrateHalved ran.
@@ -115,7 +119,12 @@ func (h *Harness) Calibrate(ctx context.Context) (*Calibration, error) {
 // restarted afterwards.
 func (h *Harness) CalibrateBackend(ctx context.Context, b Backend) (*Calibration, error) {
 	label, steps := "calibration", calibrationSteps
-	if b != BackendCPU {
+	switch b {
+	case BackendCPU:
+	case BackendDB:
+		// CPU-bound like cpu: its knee is measured, not set by a pool.
+		label = "calibration-" + string(b)
+	default:
 		label, steps = "calibration-"+string(b), matrixSteps
 	}
 	prev := h.backend
@@ -126,7 +135,10 @@ func (h *Harness) CalibrateBackend(ctx context.Context, b Backend) (*Calibration
 		return cal, err
 	}
 	cal.Backend = b
-	if b != BackendCPU {
+	if b == BackendDB {
+		cal.DBQuery = h.dbQuery
+	}
+	if b != BackendCPU && b != BackendDB {
 		// The knee's CPU of a backend whose bottleneck is not CPU is no
 		// ceiling (0.1–0.3 of the quota: the CPU follows the connection
 		// rate, not the queue); the CPU threshold there is the one a user
@@ -154,6 +166,9 @@ func (h *Harness) SetCalibration(cal *Calibration) {
 		h.calibrations = map[Backend]*Calibration{}
 	}
 	h.calibrations[b] = cal
+	if b == BackendDB && cal.DBQuery != "" {
+		h.dbQuery = cal.DBQuery
+	}
 	if b == BackendCPU {
 		h.Calibration = cal
 	}
@@ -175,6 +190,9 @@ func (h *Harness) nominalRPS(b Backend, quota float64) float64 {
 		return PoolWorkers / PoolHold.Seconds()
 	case BackendPHP:
 		return PHPChildren / (20*time.Millisecond + time.Millisecond).Seconds()
+	case BackendDB:
+		// The server's CPU per connection, measured at its first start.
+		return quota / max(h.dbCycleCPU, DBQueryWork).Seconds()
 	default:
 		return quota / h.opt.Work.Seconds()
 	}
@@ -223,7 +241,13 @@ func (h *Harness) calibrate(ctx context.Context, label string, quota float64, st
 		label, phases[0].Rate, phases[len(phases)-1].Rate, nominal, stepLength)
 	// The quota as a change at 0 s, so that the CPU is read as a share of
 	// this quota, not of Options.Quota.
-	rec, err := h.attack(ctx, dir, label, ClientsOpenGiveUp, phases, []QuotaChange{{At: 0, CPUs: quota}}, nil, nil, RunOptions{})
+	// The db backend speaks no HTTP: its own clients, whose pool of
+	// ClosedPoolClients is far from full below the knee (C × p99 ≪ 64).
+	clients := ClientsOpenGiveUp
+	if h.backend == BackendDB {
+		clients = ClientsClosedPool
+	}
+	rec, err := h.attack(ctx, dir, label, clients, phases, []QuotaChange{{At: 0, CPUs: quota}}, nil, nil, RunOptions{})
 	if err != nil {
 		return nil, err
 	}

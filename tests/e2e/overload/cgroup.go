@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
+
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // cfsPeriod is the CFS period the harness sets (the kernel default, 100 ms).
@@ -182,12 +184,12 @@ func (c *Cgroup) Close() {
 		killCgroup(d)
 	}
 	for _, d := range c.procsDirs {
-		for i := 0; i < 50; i++ {
-			if err := os.Remove(d); err == nil || os.IsNotExist(err) {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		// The killed tasks leave asynchronously; what stays is reported by
+		// the next run's leftover removal.
+		_ = testutil.WaitFor(time.Second, 20*time.Millisecond, func() (bool, error) {
+			err := os.Remove(d)
+			return err == nil || os.IsNotExist(err), err
+		})
 	}
 }
 

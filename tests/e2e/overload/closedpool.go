@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,7 +32,9 @@ const ClosedPoolTimeout = 2 * time.Second
 // schedule the phases' rates make (n clients), each at its due time. Each
 // request opens a connection, sends one GET, and waits for the answer or
 // cfg.Timeout (default ClosedPoolTimeout), connect included; then the
-// client waits for its next due time. A due time that passed while the
+// client waits for its next due time. A mysql:// target (the db backend)
+// makes each request a database client's instead: connect, run cfg.Query,
+// close with COM_QUIT. A due time that passed while the
 // client was blocked is skipped, not caught up: the pool's offered load falls
 // when its clients are kept waiting, as a real pool's does. Health checks
 // run beside it at cfg.HealthRate. It writes RunAttack's event lines to w,
@@ -63,7 +66,7 @@ func RunClosedPool(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			skipped.Add(closedClient(ctx, i, clients, pacer, start, timeout, cfg.Target, lines))
+			skipped.Add(closedClient(ctx, i, clients, pacer, start, timeout, cfg.Target, cfg.Query, lines))
 		}()
 	}
 	if cfg.HealthRate > 0 {
@@ -83,7 +86,7 @@ func RunClosedPool(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 // closedClient is client i of n: it sends the requests i, i+n, … of the
 // schedule until it ends or ctx is done, and returns how many due times it
 // skipped.
-func closedClient(ctx context.Context, i, n int, pacer phasePacer, start time.Time, timeout time.Duration, url string, lines *lineWriter) int64 {
+func closedClient(ctx context.Context, i, n int, pacer phasePacer, start time.Time, timeout time.Duration, url, query string, lines *lineWriter) int64 {
 	// The connect ends with the request's timeout: net/http (Go 1.23 on)
 	// detaches a dial from its request, so without a bound of its own a
 	// timed-out client's socket kept retransmitting its SYN for 20 s (the
@@ -101,6 +104,16 @@ func closedClient(ctx context.Context, i, n int, pacer phasePacer, start time.Ti
 	}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: timeout, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	do := func() string { return get(ctx, client, url) }
+	if u, err := neturl.Parse(url); err == nil && u.Scheme == "mysql" {
+		// A database client: connect, one query, COM_QUIT (mariadb.go).
+		do = func() string {
+			qctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			_, err := dbQuery(qctx, u.Host, query, tr.DialContext)
+			return dbOutcome(err)
+		}
+	}
 	var skipped int64
 	for k := 0; ; k++ {
 		due, ok := pacer.timeOf(float64(k*n + i + 1))
@@ -119,7 +132,7 @@ func closedClient(ctx context.Context, i, n int, pacer phasePacer, start time.Ti
 		case <-time.After(due - now):
 		}
 		t0 := time.Now()
-		outcome := get(ctx, client, url)
+		outcome := do()
 		lines.printf("r a %d %d %s\n", t0.UnixNano(), time.Since(t0).Nanoseconds(), outcome)
 	}
 }

@@ -21,7 +21,11 @@
 // `olcd-overload demo -scenarios closed-pool-3x -variants enforce,enforce-reject`. Calibrate finds C with a step load. Results come back per
 // phase (offered, goodput within the SLO, latency percentiles, errors,
 // timeouts, SYN drop ratio, backend CPU) and as a time series per second,
-// which Report prints, writes as JSON and plots.
+// which Report prints, writes as JSON and plots. Beside the harness's own
+// HTTP backends, Backend php is Debian's nginx + php-fpm (php.go) and db
+// Debian's MariaDB with connection-per-query database clients (mariadb.go,
+// scenario db-closed-pool-3x), each a private instance the harness starts
+// in the backend's cgroup.
 //
 // The harness needs root: it creates a network namespace, a veth pair, a
 // cgroup and nftables rules, and olcd loads BPF programs.

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // Ports of the backend on the host side of the veth pair.
@@ -127,6 +129,10 @@ type Harness struct {
 	keepAlive bool
 	// backend is the kind of backend the next start runs ("": cpu).
 	backend Backend
+	// dbQuery is the db backend's query, sized at its first start, and
+	// dbCycleCPU the server's CPU per connection running it (mariadb.go).
+	dbQuery    string
+	dbCycleCPU time.Duration
 
 	// Calibration is set by Calibrate (or by the caller, from an earlier
 	// results.json): the capacity and the olcd threshold every later run
@@ -245,6 +251,11 @@ func (h *Harness) startBackend(limiter string) error {
 			h.stopBackend()
 			return err
 		}
+	case BackendDB:
+		if err := h.startMariaDB(); err != nil {
+			h.stopBackend()
+			return err
+		}
 	case BackendCPU, BackendPool, "":
 		args := []string{"-port", strconv.Itoa(WorkPort), "-health-port", "0", "-limiter", limiter}
 		if h.backend == BackendPool {
@@ -261,7 +272,7 @@ func (h *Harness) startBackend(limiter string) error {
 			fmt.Fprintf(h.opt.Progress, "backend: %s\n", line)
 		}
 	default:
-		return fmt.Errorf("unknown backend %q (have cpu, pool, php)", h.backend)
+		return fmt.Errorf("unknown backend %q (have cpu, pool, php, db)", h.backend)
 	}
 	health, _, err := h.startBackendProc("health", "-port", "0", "-health-port", strconv.Itoa(HealthPort))
 	if err != nil {
@@ -273,16 +284,12 @@ func (h *Harness) startBackend(limiter string) error {
 	// namespace too, across the veth pair.
 	for _, port := range []int{HealthPort, WorkPort} {
 		probe := fmt.Sprintf("exec 3<>/dev/tcp/%s/%d", h.net.HostIP, port)
-		for i := 0; ; i++ {
+		if err := testutil.WaitFor(10*time.Second, 100*time.Millisecond, func() (bool, error) {
 			err := h.net.Command("timeout", "1", "bash", "-c", probe).Run()
-			if err == nil {
-				break
-			}
-			if i == 30 {
-				h.stopBackend()
-				return fmt.Errorf("backend port %d does not answer from the client namespace: %v", port, err)
-			}
-			time.Sleep(100 * time.Millisecond)
+			return err == nil, err
+		}); err != nil {
+			h.stopBackend()
+			return fmt.Errorf("backend port %d does not answer from the client namespace: %w", port, err)
 		}
 	}
 	return nil
@@ -356,7 +363,7 @@ func (h *Harness) startInCgroup(role string, waitReady bool, argv ...string) (*b
 	if !waitReady {
 		select {
 		case err := <-p.done:
-			return nil, "", fmt.Errorf("backend (%s) exited at start: %v (see %s)", role, err, logPath)
+			return nil, "", fmt.Errorf("backend (%s) exited at start: %w (see %s)", role, err, logPath)
 		case <-time.After(200 * time.Millisecond):
 			return p, "", nil
 		}
@@ -365,7 +372,7 @@ func (h *Harness) startInCgroup(role string, waitReady bool, argv ...string) (*b
 	case line := <-ready:
 		return p, line, nil
 	case err := <-p.done:
-		return nil, "", fmt.Errorf("backend (%s) exited before it was ready: %v (see %s)", role, err, logPath)
+		return nil, "", fmt.Errorf("backend (%s) exited before it was ready: %w (see %s)", role, err, logPath)
 	case <-time.After(10 * time.Second):
 		_ = cmd.Process.Kill()
 		<-p.done
@@ -405,17 +412,5 @@ func (h *Harness) waitIdle(limit time.Duration) {
 		if (u1 - u0) < 15*time.Millisecond {
 			return
 		}
-	}
-}
-
-// ctxSleep sleeps d unless ctx ends first.
-func ctxSleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }

@@ -406,7 +406,7 @@ func (l *LBHarness) startHAProxy(dir string, agent bool) (*haproxyProc, error) {
 		return nil, err
 	}
 	if out, err := exec.Command(l.opt.HAProxy, "-c", "-f", cfgPath).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("haproxy -c %s: %v\n%s", cfgPath, err, out)
+		return nil, fmt.Errorf("haproxy -c %s: %w\n%s", cfgPath, err, out)
 	}
 	logf, err := os.Create(p.log)
 	if err != nil {
@@ -421,23 +421,34 @@ func (l *LBHarness) startHAProxy(dir string, agent bool) (*haproxyProc, error) {
 	}
 	p.done = make(chan error, 1)
 	go func() { p.done <- p.cmd.Wait(); logf.Close() }()
-	for deadline := time.Now().Add(15 * time.Second); ; {
-		st, err := p.servers()
+	var (
+		st     map[string]haproxyServer
+		gone   bool // haproxy exited, with exitEr
+		exitEr error
+	)
+	err = testutil.WaitFor(15*time.Second, 200*time.Millisecond, func() (bool, error) {
+		var err error
+		st, err = p.servers()
 		if err == nil && strings.HasPrefix(st["a"].status, "UP") && strings.HasPrefix(st["b"].status, "UP") {
-			return p, nil
+			return true, nil
 		}
 		select {
-		case err := <-p.done:
-			b, _ := os.ReadFile(p.log)
-			return nil, fmt.Errorf("haproxy exited at start: %v\n%s", err, b)
+		case exitEr = <-p.done:
+			gone = true
+			return true, nil
 		default:
 		}
-		if time.Now().After(deadline) {
-			p.stop()
-			return nil, fmt.Errorf("haproxy: servers not up within 15 s: %v %v (see %s)", st, err, p.log)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return false, err
+	})
+	switch {
+	case gone:
+		b, _ := os.ReadFile(p.log)
+		return nil, fmt.Errorf("haproxy exited at start: %w\n%s", exitEr, b)
+	case err != nil:
+		p.stop()
+		return nil, fmt.Errorf("haproxy: servers not up: %v %w (see %s)", st, err, p.log)
 	}
+	return p, nil
 }
 
 // stop ends HAProxy with SIGTERM and SIGKILL after 5 s.

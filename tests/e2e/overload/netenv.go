@@ -168,12 +168,11 @@ func removeLeftovers() {
 				continue
 			}
 			killCgroup(d)
-			for i := 0; i < 50; i++ { // the killed tasks leave the cgroup asynchronously
-				if err := os.Remove(d); err == nil || os.IsNotExist(err) {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			// The killed tasks leave the cgroup asynchronously.
+			_ = testutil.WaitFor(time.Second, 20*time.Millisecond, func() (bool, error) {
+				err := os.Remove(d)
+				return err == nil || os.IsNotExist(err), err
+			})
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/api"
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // olcdConfig is the daemon's config, one template for every olcd a
@@ -226,23 +227,31 @@ func launchOlcd(ctx context.Context, bin, dir, node, netns string, cfg olcdConfi
 	o.done = make(chan error, 1)
 	go func() { o.done <- o.cmd.Wait(); logf.Close() }()
 	o.client = api.NewClient(o.socket, 2*time.Second)
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	var (
+		gone   bool // olcd exited, with exitEr
+		exitEr error
+	)
+	err = testutil.WaitFor(15*time.Second, 100*time.Millisecond, func() (bool, error) {
 		st, err := o.status(ctx)
 		if err == nil && st.Ticks >= 2 && len(st.Interfaces) > 0 {
-			return o, nil
+			return true, nil
 		}
 		select {
-		case err := <-o.done:
-			return nil, fmt.Errorf("%s exited at start: %v (see %s)", who, err, o.logPath)
+		case exitEr = <-o.done:
+			gone = true
+			return true, nil
 		default:
 		}
-		if time.Now().After(deadline) {
-			o.stop()
-			return nil, fmt.Errorf("%s not attached and ticking within 15 s (see %s)", who, o.logPath)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return false, err
+	})
+	switch {
+	case gone:
+		return nil, fmt.Errorf("%s exited at start: %w (see %s)", who, exitEr, o.logPath)
+	case err != nil:
+		o.stop()
+		return nil, fmt.Errorf("%s not attached and ticking: %w (see %s)", who, err, o.logPath)
 	}
+	return o, nil
 }
 
 // status asks the daemon for its status.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/debpkg"
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // The php backend: Debian's nginx in front of php-fpm with a static pool,
@@ -106,14 +107,11 @@ http {
 		return err
 	}
 	h.backends = append(h.backends, p)
-	for i := 0; ; i++ {
-		if _, err := os.Stat(sock); err == nil {
-			break
-		}
-		if i == 100 {
-			return fmt.Errorf("php-fpm did not create %s within 10 s (see %s)", sock, filepath.Join(dir, "php-fpm.log"))
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := testutil.WaitFor(10*time.Second, 100*time.Millisecond, func() (bool, error) {
+		_, err := os.Stat(sock)
+		return err == nil, err
+	}); err != nil {
+		return fmt.Errorf("php-fpm did not create %s: %w (see %s)", sock, err, filepath.Join(dir, "php-fpm.log"))
 	}
 	p, _, err = h.startInCgroup("nginx", false, nginx, "-c", filepath.Join(dir, "nginx.conf"), "-g", "daemon off;")
 	if err != nil {

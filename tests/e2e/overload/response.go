@@ -12,6 +12,7 @@ import (
 
 	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/resptime"
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // ResponseCheck is one run comparing the response times olcd measures in
@@ -111,11 +112,18 @@ func (h *Harness) RunResponse(ctx context.Context, rc ResponseCheck) (*ResponseR
 	if err != nil {
 		return nil, err
 	}
-	// One tick more, so the last answers are in the status.
-	time.Sleep(2 * h.opt.OlcdInterval)
-	after, err := od.status(ctx)
+	// A whole tick after the attack, so the last answers are in the status.
+	end, err := od.status(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("olcd status: %w", err)
+	}
+	var after *api.Status
+	if err := testutil.WaitFor(10*h.opt.OlcdInterval, h.opt.OlcdInterval/4, func() (bool, error) {
+		st, err := od.status(ctx)
+		after = st
+		return err == nil && st.Ticks >= end.Ticks+2, err
+	}); err != nil {
+		return nil, fmt.Errorf("olcd status two ticks after the attack: %w", err)
 	}
 	res := &ResponseResult{Name: rc.Name, RateRPS: rate}
 	var dials []float64

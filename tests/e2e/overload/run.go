@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/olcd/olcd/internal/api"
 )
 
 // Variant is what protects the backend in a run.
@@ -74,10 +77,23 @@ const (
 	// PHPChildren children) running a script with a little CPU and a
 	// 20 ms sleep (php.go).
 	BackendPHP Backend = "php"
+	// BackendDB is Debian's MariaDB answering one CPU-bound query
+	// (DBQueryWork) per connection (mariadb.go); its clients are
+	// closed-pool database clients only.
+	BackendDB Backend = "db"
 )
 
 // Backends lists the backends in report order.
-var Backends = []Backend{BackendCPU, BackendPool, BackendPHP}
+var Backends = []Backend{BackendCPU, BackendPool, BackendPHP, BackendDB}
+
+// ClientsOf lists the clients backend b is run with: a database speaks no
+// HTTP, so the db backend has the closed pool's database clients alone.
+func ClientsOf(b Backend) []Clients {
+	if b == BackendDB {
+		return []Clients{ClientsClosedPool}
+	}
+	return ClientKinds
+}
 
 // The pool backend's workers and how long each holds a request.
 const (
@@ -360,8 +376,16 @@ type sample struct {
 // while it runs, applies the quota changes and the kill, and returns what
 // it saw.
 func (h *Harness) attack(ctx context.Context, dir, label string, clients Clients, phases []Phase, quota []QuotaChange, od *olcdProc, nft *nftLimit, ro RunOptions) (*records, error) {
+	target := fmt.Sprintf("http://%s:%d/", h.net.HostIP, WorkPort)
+	if h.backend == BackendDB {
+		if clients != ClientsClosedPool {
+			return nil, fmt.Errorf("%s: the db backend runs with closed-pool clients only", label)
+		}
+		target = dbTarget(net.JoinHostPort(h.net.HostIP.String(), strconv.Itoa(WorkPort)))
+	}
 	cfg := AttackConfig{
-		Target:     fmt.Sprintf("http://%s:%d/", h.net.HostIP, WorkPort),
+		Target:     target,
+		Query:      h.dbQuery,
 		Health:     fmt.Sprintf("http://%s:%d/health", h.net.HostIP, HealthPort),
 		HealthRate: h.opt.HealthRate,
 		Timeout:    h.opt.Timeout,
@@ -378,6 +402,17 @@ func (h *Harness) attack(ctx context.Context, dir, label string, clients Clients
 	sub := "attack"
 	if clients == ClientsClosedPool {
 		sub = string(ClientsClosedPool)
+	}
+	// olcd's status document at every sample, one JSON line each (what
+	// `olcd status --json` prints): the per-tick view of a run.
+	var statusLog *json.Encoder
+	if od != nil {
+		f, err := os.Create(filepath.Join(dir, "status.jsonl"))
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		statusLog = json.NewEncoder(f)
 	}
 	rec := &records{phases: phases, quota: quota, baseQ: h.opt.Quota}
 	a, err := startAttacker(ctx, dir, cfg, rec, func(cfgPath string) *exec.Cmd {
@@ -397,6 +432,10 @@ func (h *Harness) attack(ctx context.Context, dir, label string, clients Clients
 		s.usage, _ = h.cg.Usage()
 		if od != nil && !od.killed {
 			if st, err := od.status(ctx); err == nil {
+				_ = statusLog.Encode(struct {
+					T float64 `json:"t_s"` // since the load started
+					*api.Status
+				}{s.t.Seconds(), st})
 				for _, p := range st.Ports {
 					if p.Port == WorkPort && p.Proto == "tcp" {
 						s.olcd, s.p = true, p.DropProbability
@@ -495,17 +534,17 @@ func startAttacker(ctx context.Context, dir string, cfg AttackConfig, rec *recor
 	select {
 	case <-started:
 	case <-ctx.Done():
-		a.cmd.Process.Kill()
-		a.cmd.Wait()
+		_ = a.cmd.Process.Kill()
+		_ = a.cmd.Wait()
 		closeLogs()
 		return nil, ctx.Err()
 	case err := <-readDone:
-		a.cmd.Wait()
+		_ = a.cmd.Wait()
 		closeLogs()
-		return nil, fmt.Errorf("attacker ended before it started: %v (see %s)", err, a.errPath)
+		return nil, fmt.Errorf("attacker ended before it started: %w (see %s)", err, a.errPath)
 	case <-time.After(15 * time.Second):
-		a.cmd.Process.Kill()
-		a.cmd.Wait()
+		_ = a.cmd.Process.Kill()
+		_ = a.cmd.Wait()
 		closeLogs()
 		return nil, errors.New("attacker did not start within 15 s")
 	}
@@ -535,7 +574,7 @@ func (a *attacker) follow(ctx context.Context, take func(), onTick func(el time.
 	for {
 		select {
 		case <-ctx.Done():
-			a.cmd.Process.Kill()
+			_ = a.cmd.Process.Kill()
 			<-a.finished
 			return ctx.Err()
 		case err := <-a.finished:

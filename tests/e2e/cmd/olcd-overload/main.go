@@ -1,6 +1,7 @@
 // Command olcd-overload is `make demo` and `make demo-full`: it calibrates
 // each backend's capacity C on this machine (a CPU-bound HTTP server, a
-// server whose capacity is a pool of 8 workers, Debian's nginx + php-fpm),
+// server whose capacity is a pool of 8 workers, Debian's nginx + php-fpm,
+// Debian's MariaDB with connection-per-query clients),
 // then runs the overload scenarios of the client × backend matrix with real
 // TCP traffic from a client network namespace, each against no olcd, olcd
 // enforcing and a static nftables SYN limit at C (and more variants where
@@ -90,7 +91,7 @@ type plan struct {
 
 // Variants of the matrix: every scenario against no olcd, olcd enforcing
 // and a static nftables SYN limit at C; the backends whose bottleneck is
-// not CPU also against a CPU-threshold-only olcd; the closed-pool clients
+// not CPU (pool, php; db's is) also against a CPU-threshold-only olcd; the closed-pool clients
 // also with shed SYNs answered with a reset (olcd and nftables).
 var (
 	base3      = []overload.Variant{overload.VariantNone, overload.VariantEnforce, overload.VariantStatic}
@@ -101,7 +102,7 @@ var (
 // matrixVariants returns the variants of backend b with clients c.
 func matrixVariants(b overload.Backend, c overload.Clients, reject bool) []overload.Variant {
 	v := append([]overload.Variant{}, base3...)
-	if b != overload.BackendCPU {
+	if b != overload.BackendCPU && b != overload.BackendDB {
 		v = append(v, withCPU...)
 	}
 	if c == overload.ClientsClosedPool {
@@ -117,7 +118,7 @@ func matrixVariants(b overload.Backend, c overload.Clients, reject bool) []overl
 // plans returns the runs of a set: "headline" (make demo, ≤ 12 min: the
 // cpu backend with vegeta and with closed-pool clients, php with vegeta,
 // the cold start; 20 s at 3 C), "full" (make demo-full: every backend ×
-// every client, the cold start and capacity-halved; 25 s at 3 C) or
+// every client it speaks to (db: closed-pool alone, db-closed-pool-3x), the cold start and capacity-halved; 25 s at 3 C) or
 // "classic" (the suite's scenario 1 and 2 five ways, as make demo ran
 // before the matrix).
 func plans(set string) ([]plan, error) {
@@ -134,7 +135,7 @@ func plans(set string) ([]plan, error) {
 		low, high, after := 4*time.Second, 25*time.Second, 6*time.Second
 		var ps []plan
 		for _, b := range overload.Backends {
-			for _, c := range overload.ClientKinds {
+			for _, c := range overload.ClientsOf(b) {
 				ps = append(ps, plan{overload.Matrix3x(b, c, low, high, after), matrixVariants(b, c, true)})
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/cli"
 	"github.com/olcd/olcd/internal/fieldcases"
 	"github.com/olcd/olcd/internal/rules"
 	"github.com/olcd/olcd/internal/trace"
@@ -202,11 +203,11 @@ func TestSimulateErrors(t *testing.T) {
 		is     error  // errors.Is target, or nil for any error
 		stderr string // substring of stderr or of the error
 	}{
-		{"no flags", nil, errUsage, "--config and one of --trace or --plant are required"},
-		{"no trace", []string{"--config", good}, errUsage, "required"},
-		{"stray argument", []string{"--config", good, "--trace", trace, "extra"}, errUsage, "required"},
-		{"unknown flag", []string{"--confg", good}, errUsage, "flag provided but not defined"},
-		{"invalid config", []string{"--config", bad, "--trace", trace}, errProblems, "olcd.yaml:2: signals.cpu_busy.threshold: threshold 80 is outside (0, 1]"},
+		{"no flags", nil, cli.ErrUsage, "--config and one of --trace or --plant are required"},
+		{"no trace", []string{"--config", good}, cli.ErrUsage, "required"},
+		{"stray argument", []string{"--config", good, "--trace", trace, "extra"}, cli.ErrUsage, "required"},
+		{"unknown flag", []string{"--confg", good}, cli.ErrUsage, "flag provided but not defined"},
+		{"invalid config", []string{"--config", bad, "--trace", trace}, cli.ErrProblems, "olcd.yaml:2: signals.cpu_busy.threshold: threshold 80 is outside (0, 1]"},
 		{"missing config", []string{"--config", "/nonexistent/olcd.yaml", "--trace", trace}, os.ErrNotExist, "read config"},
 		{"missing trace", []string{"--config", good, "--trace", "/nonexistent.csv"}, os.ErrNotExist, "read trace"},
 		{"bad trace", []string{"--config", good, "--trace", badTrace}, nil, `bad.csv:1: column 2: unknown signal "cpu_bussy" (did you mean "cpu_busy"?)`},
@@ -387,7 +388,7 @@ func TestSimulateResponseThreshold(t *testing.T) {
 	}
 }
 
-// TestSimulatePlant runs `olcd simulate --plant` on the closed-loop and
+// TestSimulatePlant runs `olcd-sim simulate --plant` on the closed-loop and
 // the retrying clients of the plant and checks its CSV (one row per tick,
 // the p column within the bound) and its summary line against the
 // no-limit-cycle line; an unknown scenario is refused by name.
@@ -427,7 +428,7 @@ func TestSimulatePlant(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `unknown backend "disk"`) {
 		t.Errorf("unknown backend: %v", err)
 	}
-	if err := cmdSimulate([]string{"--config", cfgPath, "--plant", "cpu-open-giveup-3x", "--trace", "x.csv"}, io.Discard, &stderr); !errors.Is(err, errUsage) {
+	if err := cmdSimulate([]string{"--config", cfgPath, "--plant", "cpu-open-giveup-3x", "--trace", "x.csv"}, io.Discard, &stderr); !errors.Is(err, cli.ErrUsage) {
 		t.Errorf("--plant with --trace: %v", err)
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/olcd/olcd/internal/rules"
 )
 
-// plantCSVHeader is the first line of `olcd simulate --plant`'s CSV.
+// plantCSVHeader is the first line of `olcd-sim simulate --plant`'s CSV.
 const plantCSVHeader = "t_s,new,retransmits,dropped,responses,response_time_p95_s,inflight_requests,cpu_busy,goodput_per_s,response_target_s,queue_p,drop_probability"
 
 // plantPort is the port a plant run protects: the config's first port, or

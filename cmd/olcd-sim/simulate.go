@@ -19,13 +19,14 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/cli"
 	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/rules"
 	"github.com/olcd/olcd/internal/trace"
 )
 
-const simulateUsage = `Usage: olcd simulate --config FILE --trace FILE.csv [--out FILE.csv] [--plot FILE.png]
-       olcd simulate --config FILE --plant SCENARIO [--seed N] [--out FILE.csv]
+const simulateUsage = `Usage: olcd-sim simulate --config FILE --trace FILE.csv [--out FILE.csv] [--plot FILE.png]
+       olcd-sim simulate --config FILE --plant SCENARIO [--seed N] [--out FILE.csv]
 
 Replays a trace (the format of the field cases: t_s,<signal>,… one row per
 tick, an empty cell = unavailable) through the controller with the config's
@@ -96,7 +97,7 @@ func simulate(cfg *rules.Config, tr *trace.Trace) (*simulation, error) {
 	return sim, nil
 }
 
-// cmdSimulate implements `olcd simulate`.
+// cmdSimulate implements `olcd-sim simulate`.
 func cmdSimulate(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("simulate", stderr)
 	configPath := fs.String("config", "", "config `FILE` (thresholds and controller parameters; required)")
@@ -109,13 +110,13 @@ func cmdSimulate(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(fs.Output(), simulateUsage)
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if *configPath == "" || (*tracePath == "") == (*plantName == "") || (*plantName != "" && *plotPath != "") || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "olcd simulate: --config and one of --trace or --plant are required (--plot only with --trace), and nothing else")
+		fmt.Fprintln(stderr, "olcd-sim simulate: --config and one of --trace or --plant are required (--plot only with --trace), and nothing else")
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 
 	cfg, warnings, err := rules.Load(*configPath)
@@ -125,7 +126,7 @@ func cmdSimulate(args []string, stdout, stderr io.Writer) error {
 			for _, line := range ve.ProblemLines() {
 				fmt.Fprintln(stderr, line)
 			}
-			return errProblems
+			return cli.ErrProblems
 		}
 		return err
 	}
@@ -136,7 +137,7 @@ func cmdSimulate(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "note: %s\n", n)
 	}
 	if *plantName != "" {
-		out := io.Writer(stdout)
+		out := stdout
 		if *outPath != "" {
 			f, err := os.Create(*outPath)
 			if err != nil {
@@ -163,7 +164,7 @@ func cmdSimulate(args []string, stdout, stderr io.Writer) error {
 	}
 	// Create the outputs before the replay, so that a mistyped path fails
 	// at once rather than after a long trace.
-	out := io.Writer(stdout)
+	out := stdout
 	var outFile, plotFile *os.File
 	defer func() {
 		for _, f := range []*os.File{outFile, plotFile} {
@@ -259,7 +260,7 @@ func (s *simulation) writeCSV(w io.Writer) error {
 	// trace carries is repeated beside the decisions it drove.
 	var queue []olc.Signal
 	for _, c := range s.trace.Columns {
-		if slices.Contains(measuredQueue, c) {
+		if slices.Contains(trace.MeasuredQueue, c) {
 			queue = append(queue, c)
 		}
 	}

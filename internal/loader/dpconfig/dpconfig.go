@@ -1,0 +1,87 @@
+// Package dpconfig declares the datapath's configurable sizes and limits
+// once: their YAML keys and ranges (internal/ranges tags) on the fields, and
+// their defaults in Default. internal/rules embeds these structs in its
+// Config (the `datapath` section and action.reject_*); internal/loader fills
+// zeros and checks bounds from the same declarations. It imports nothing
+// Linux-only, so the config decoder builds and tests on any system.
+package dpconfig
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/olcd/olcd/internal/olc"
+	"github.com/olcd/olcd/internal/ranges"
+)
+
+// Datapath sizes the BPF maps and sets how the draw selects
+// (docs/config.md, "datapath"). A zero field takes its default.
+type Datapath struct {
+	// MaxPorts is the capacity of the port policy map.
+	MaxPorts int `yaml:"max_ports" range:"[1, 65534]"`
+	// SYNTableSize is the capacity of the LRU table that recognises SYN
+	// retransmits.
+	SYNTableSize int `yaml:"syn_table_size" range:"[1024, 16777216]"`
+	// MaxPrefixes is the capacity of the exception prefix trie.
+	MaxPrefixes int `yaml:"max_prefixes" range:"[1, 1048576]"`
+	// Selection is "random" (each new connection drawn independently) or
+	// "even" (exactly the share p, evenly spaced per CPU and port).
+	Selection string `yaml:"selection" enum:"random,even"`
+	// ResponseSample times one flow in N on the protected ports; 0 turns
+	// response timing off. Unlike the other fields, 0 is not "default":
+	// Default gives 1 (every flow) and the decoder keeps an explicit 0.
+	ResponseSample int `yaml:"response_sample" range:"[0, 65536]"`
+	// ResponsePorts is how many protected ports are timed at most; each has
+	// a per-CPU histogram of 1.5 KB.
+	ResponsePorts int `yaml:"response_ports" range:"[1, 65534]"`
+	// FlowTableSize is how many flows the response timer tracks at once.
+	FlowTableSize int `yaml:"flow_table_size" range:"[64, 16777216]"`
+}
+
+// Reject is the reject action's rate limit, a token bucket per CPU.
+type Reject struct {
+	// RejectRate is how many shed SYNs per second one CPU answers; the
+	// rest are dropped. 0 answers none.
+	RejectRate int `yaml:"reject_rate" range:"[0, 10000000]"`
+	// RejectBurst is how many replies one CPU may send at once from a full
+	// bucket; 0 is BurstFor(RejectRate).
+	RejectBurst int `yaml:"reject_burst" range:"[1, 10000000]" off:"0" hint:"0 (the default) is a tenth of a second's worth of reject_rate"`
+}
+
+// Default returns the datapath defaults (docs/config.md gives the reason
+// for each).
+func Default() Datapath {
+	return Datapath{MaxPorts: olc.DefaultMaxPorts, SYNTableSize: olc.DefaultSYNTableSize, MaxPrefixes: olc.DefaultMaxPrefixes,
+		Selection: "random", ResponseSample: 1, ResponsePorts: olc.DefaultResponsePorts, FlowTableSize: olc.DefaultFlowTableSize}
+}
+
+// DefaultReject returns the reject action's default limit.
+func DefaultReject() Reject { return Reject{RejectRate: olc.DefaultRejectRate} }
+
+// BurstFor returns the bucket size a zero reject_burst stands for: a tenth
+// of a second's worth of rate, at least 1.
+func BurstFor(rate int) int { return max(rate/10, 1) }
+
+// WithDefaults returns d with every zero size replaced by its default
+// (ResponseSample and Selection are kept: 0 and "" have meanings of their
+// own for the loader).
+func (d Datapath) WithDefaults() Datapath {
+	def := Default()
+	for _, f := range []struct{ v, def *int }{{&d.MaxPorts, &def.MaxPorts}, {&d.SYNTableSize, &def.SYNTableSize},
+		{&d.MaxPrefixes, &def.MaxPrefixes}, {&d.ResponsePorts, &def.ResponsePorts}, {&d.FlowTableSize, &def.FlowTableSize}} {
+		if *f.v == 0 {
+			*f.v = *f.def
+		}
+	}
+	return d
+}
+
+// Check returns an error naming every field of s (a Datapath or a Reject)
+// outside its declared range, or nil.
+func Check(s any) error {
+	var errs []error
+	for _, p := range ranges.Check(s) {
+		errs = append(errs, fmt.Errorf("%s: %s", p.Key, p.Msg))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,164 @@
+package rules
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/olcd/olcd/internal/olc"
+	"github.com/olcd/olcd/internal/regfile"
+)
+
+// Load reads and validates the config file at path. The error is a
+// *ValidationError listing every problem when the file is invalid (an empty
+// file is: see Parse), or a wrapped I/O error when it cannot be read (see
+// ReadFile). Warnings list valid but surprising settings.
+func Load(path string) (*Config, []Warning, error) {
+	data, err := ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return Parse(data, path)
+}
+
+// MaxConfigBytes is the largest config file Load reads (4 MiB): far above
+// any real config, even one with thousands of exception prefixes.
+const MaxConfigBytes = 4 << 20
+
+// ReadFile returns the content of the config file at path (symlinks
+// followed), refusing without blocking what is not a regular file (a FIFO
+// waits for a writer for ever) and what is larger than MaxConfigBytes (see
+// regfile.Read).
+func ReadFile(path string) ([]byte, error) { return regfile.Read(path, "config", MaxConfigBytes) }
+
+// ErrNotRegular is wrapped by ReadFile's error for a path that is not a
+// regular file.
+var ErrNotRegular = regfile.ErrNotRegular
+
+// Parse decodes and validates a config document; source names it in
+// problems (a path, or "" for the embedded default). Keys absent from the
+// document keep their defaults; a `signals` section lists the signals used
+// (a default signal it leaves out is off, and a warning says so). A
+// document without any setting (no bytes, white space or comments only) is
+// refused unless source is "": an empty config file is a truncated or
+// unfinished write far more often than a request for every default, which
+// `{}` states. The error is a *ValidationError.
+func Parse(data []byte, source string) (*Config, []Warning, error) {
+	name := sourceName(source)
+	if source != "" && len(bytes.TrimSpace(data)) == 0 {
+		// Before YAML, which refuses a tab as white space.
+		return nil, nil, &ValidationError{Problems: []Problem{emptyProblem(source, data)}}
+	}
+	root, probs := parseDocument(data, name)
+	if len(probs) > 0 {
+		return nil, nil, &ValidationError{Problems: probs}
+	}
+	if root == nil && source != "" {
+		return nil, nil, &ValidationError{Problems: []Problem{emptyProblem(source, data)}}
+	}
+	return decodeDocument(root, source)
+}
+
+// emptyProblem describes a document that holds no setting.
+func emptyProblem(source string, data []byte) Problem {
+	msg := "the file is empty"
+	switch {
+	case len(bytes.TrimSpace(data)) > 0:
+		msg = "the file holds no setting (only comments, or an empty document)"
+	case len(data) > 0:
+		msg = "the file holds only white space"
+	}
+	return Problem{File: source, Msg: msg + ": refused, so that a truncated or unfinished write never replaces the config",
+		Hint: "write the settings to change, or {} for every default"}
+}
+
+// Patch applies a partial document (YAML or JSON, e.g. just
+// `signals: {cpu_busy: {threshold: 0.7}}`) onto c and validates the result
+// exactly like a file: mappings merge key by key, a null deletes a key (back
+// to its default), lists and scalars replace. A patch's `signals` change the
+// running list (a signal is removed with `off`). A patch without any
+// setting (empty, comments only, null or {}) is refused. Problems in the
+// patch name source and the patch's lines. c is not modified.
+func (c *Config) Patch(doc []byte, source string) (*Config, []Warning, error) {
+	if source == "" {
+		source = "patch"
+	}
+	root, probs := parseDocument(doc, source)
+	if len(probs) > 0 {
+		return nil, nil, &ValidationError{Problems: probs}
+	}
+	if root == nil || len(root.keys) == 0 {
+		// It would be listed as a live override while changing nothing (an
+		// empty stdin to `olcd set patch -`, a client sending no body).
+		return nil, nil, &ValidationError{Problems: []Problem{{File: source,
+			Msg:  "the patch holds no setting: it would change nothing",
+			Hint: "write the settings to change, e.g. {mode: off}; a null resets one: {controller: {ki: null}}"}}}
+	}
+	base := c.doc
+	if root.get("signals") != nil && base.get("signals") == nil {
+		// The running signals are the defaults, which the document does not
+		// spell out: written out, the patch changes one signal instead of
+		// replacing the list.
+		base = withSignals(base, c.Thresholds)
+	}
+	return decodeDocument(merge(base, root), c.Source)
+}
+
+// withSignals returns base with a `signals` mapping holding thresholds.
+func withSignals(base *node, th Thresholds) *node {
+	scalar := func(tag, v string) *node {
+		return &node{Node: &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: v}, file: "default"}
+	}
+	sigs := &node{Node: &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}, file: "default", keys: []*node{}}
+	for s, v := range th {
+		if v > 0 {
+			inner := &node{Node: sigs.Node, file: "default"}
+			inner.add(scalar("!!str", "threshold"), scalar("!!float", fmt.Sprint(v)))
+			sigs.add(scalar("!!str", olc.Signal(s).String()), inner)
+		}
+	}
+	out := &node{Node: &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}, file: "default", keys: []*node{}}
+	if base != nil {
+		out = &node{Node: base.Node, file: base.file, keys: slices.Clone(base.keys), vals: slices.Clone(base.vals)}
+	}
+	out.add(scalar("!!str", "signals"), sigs)
+	return out
+}
+
+// PatchPaths returns the field paths a patch document sets, as
+// "controller.ki" or "ports" (a list, like any value that is not a
+// mapping, is set whole; a null deletes the subtree at its path; an empty
+// mapping sets nothing), sorted. The daemon keeps one live override per
+// path: a later patch that sets every path of an earlier one replaces it.
+// An empty document sets none. Errors: a *ValidationError for a document
+// that is not YAML or not a mapping.
+func PatchPaths(doc []byte) ([]string, error) {
+	root, probs := parseDocument(doc, "patch")
+	if len(probs) > 0 {
+		return nil, &ValidationError{Problems: probs}
+	}
+	var out []string
+	var walk func(n *node, path string)
+	walk = func(n *node, path string) {
+		if isNull(n) || n.Kind != yaml.MappingNode {
+			out = append(out, path)
+			return
+		}
+		for i, k := range n.keys {
+			walk(n.vals[i], join(path, k.Value))
+		}
+	}
+	if root != nil {
+		walk(root, "")
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// Covers reports whether setting the field path outer also sets inner:
+// they are equal, or inner lies in the subtree at outer.
+func Covers(outer, inner string) bool {
+	return outer == inner || (len(inner) > len(outer) && inner[:len(outer)] == outer && inner[len(outer)] == '.')
+}

@@ -1,0 +1,276 @@
+package rules
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// node is a document node with its aliases followed and its merge keys
+// (`<<: *defaults`) expanded: the yaml.Node as written (kind, tag, value,
+// line), the file it came from, and a mapping's pairs or a list's items.
+// Merged pairs follow the YAML merge rules: keys written in the mapping win
+// over merged ones, and the first merged mapping to give a key wins; they
+// keep the lines where they are written.
+type node struct {
+	*yaml.Node
+	file       string
+	keys, vals []*node // a mapping's pairs (keys nil for a list)
+}
+
+// parseDocument parses one YAML (or JSON) document from source. It returns
+// the root mapping, nil for an empty document, and the syntax problems (a
+// document that is not a mapping, more than one document, aliases that
+// cannot be expanded).
+func parseDocument(data []byte, source string) (*node, []Problem) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc, extra yaml.Node
+	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+		return nil, nil
+	} else if err != nil {
+		return nil, []Problem{syntaxProblem(source, data, err)}
+	}
+	if err := dec.Decode(&extra); err != nil && !errors.Is(err, io.EOF) {
+		return nil, []Problem{syntaxProblem(source, data, err)}
+	} else if err == nil {
+		return nil, []Problem{{File: source, Line: extra.Line, Msg: "more than one YAML document: a config file holds exactly one",
+			Hint: "remove the '---' separator and merge the documents"}}
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode {
+		if len(root.Content) == 0 {
+			return nil, nil
+		}
+		root = root.Content[0]
+	}
+	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
+		return nil, nil
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil, []Problem{{File: source, Line: root.Line, Msg: "the document must be a mapping of keys (mode:, signals:, …), got " + kindName(&node{Node: root})}}
+	}
+	x := expander{memo: map[*yaml.Node]*node{}, size: map[*node]int{}, file: source}
+	if e := x.expand(root); x.problem == nil {
+		return e, nil
+	}
+	x.problem.File = source
+	return nil, []Problem{*x.problem}
+}
+
+// maxAliasNodes bounds how many nodes aliases may expand to in one
+// document: anchors nested ten deep, each aliased ten times, are ten billion
+// nodes ("billion laughs"), which the decoder, a merge or PatchPaths would
+// walk. Real configs repeat a few small blocks. go-yaml's own limit applies
+// only inside its Decode, without a line, and stops at the first unrelated
+// error, so it cannot vouch for a whole document.
+const maxAliasNodes = 100000
+
+// expander builds the node tree of one document: each anchor expanded once
+// (memo) and shared by its aliases, whose expanded sizes are added up in
+// document order (total), so that the first alias crossing maxAliasNodes is
+// the one named. problem is the first alias that cannot be expanded: one
+// inside its own anchor, a merge key whose value is not a mapping or a list
+// of mappings, or that bound.
+type expander struct {
+	memo    map[*yaml.Node]*node
+	size    map[*node]int // expanded nodes under each, capped; absent while expanding
+	file    string
+	total   int
+	problem *Problem
+}
+
+func (x *expander) fail(n *yaml.Node, msg, hint string) {
+	if x.problem == nil {
+		x.problem = &Problem{Line: n.Line, Msg: msg, Hint: hint}
+	}
+}
+
+func (x *expander) expand(n *yaml.Node) *node {
+	if n.Kind == yaml.AliasNode {
+		e := x.expand(n.Alias)
+		if s, done := x.size[e]; !done {
+			x.fail(n, fmt.Sprintf("alias *%s refers to a node that contains it", n.Value), "an anchor cannot include itself")
+		} else if x.total += s; x.total > maxAliasNodes {
+			x.fail(n, fmt.Sprintf("aliases expand to more than %d nodes", maxAliasNodes), "write the repeated blocks out, or nest fewer aliases")
+		}
+		return e
+	}
+	if e, ok := x.memo[n]; ok {
+		return e
+	}
+	e := &node{Node: n, file: x.file}
+	x.memo[n] = e
+	size, explicit, merged := 1, map[string]bool{}, map[string]bool{}
+	var kids []*node
+	for i, c := range n.Content {
+		if x.problem != nil {
+			return e
+		}
+		k := x.expand(c)
+		size = min(size+x.size[k], 1<<40)
+		kids = append(kids, k)
+		if n.Kind == yaml.MappingNode && i%2 == 0 {
+			explicit[k.Value] = explicit[k.Value] || !isMergeKey(k)
+		}
+	}
+	x.size[e] = size
+	if n.Kind != yaml.MappingNode {
+		e.vals = kids
+		return e
+	}
+	e.keys = []*node{}
+	for i := 0; i+1 < len(kids); i += 2 {
+		k, v := kids[i], kids[i+1]
+		if !isMergeKey(k) {
+			e.add(k, v)
+			continue
+		}
+		items := []*node{v}
+		if v.Kind == yaml.SequenceNode {
+			items = v.vals
+		}
+		for _, m := range items {
+			if m.Kind != yaml.MappingNode {
+				x.fail(n.Content[i+1], "<< merges mappings only, got "+kindName(m), "write <<: *anchor, where the anchor is a mapping")
+				return e
+			}
+			for j, mk := range m.keys { // the first merged mapping to give a key wins
+				if mk.Kind == yaml.ScalarNode && !explicit[mk.Value] && !merged[mk.Value] {
+					merged[mk.Value] = true
+					e.add(mk, m.vals[j])
+				}
+			}
+		}
+	}
+	return e
+}
+
+func (n *node) add(k, v *node) { n.keys, n.vals = append(n.keys, k), append(n.vals, v) }
+
+// get returns the value of key in mapping n, or nil.
+func (n *node) get(key string) *node {
+	if n != nil {
+		for i, k := range n.keys {
+			if k.Value == key {
+				return n.vals[i]
+			}
+		}
+	}
+	return nil
+}
+
+// isMergeKey reports whether k is YAML's merge key: a plain `<<`, which
+// go-yaml tags !!merge (a quoted "<<" is an ordinary key).
+func isMergeKey(k *node) bool { return k.Kind == yaml.ScalarNode && k.Tag == "!!merge" }
+
+// syntaxProblem turns a go-yaml error into a Problem. go-yaml reports
+// parser errors at the start of the enclosing block, which points at the
+// wrong line; the first line at which a prefix of the document fails with
+// the same message is where the mistake is, found by a binary search in
+// log₂(lines) parses (a linear scan took seconds for 2,000 lines).
+func syntaxProblem(source string, data []byte, err error) Problem {
+	msg := yamlPrefix.ReplaceAllString(err.Error(), "")
+	p := Problem{File: source, Msg: "yaml syntax: " + msg}
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	fails := func(n int) bool {
+		var doc yaml.Node
+		perr := yaml.Unmarshal(bytes.Join(lines[:n], nil), &doc)
+		return perr != nil && yamlPrefix.ReplaceAllString(perr.Error(), "") == msg
+	}
+	if lo, hi := 0, len(lines); fails(hi) {
+		for hi-lo > 1 { // lo does not fail so, hi does
+			if mid := (lo + hi) / 2; fails(mid) {
+				hi = mid
+			} else {
+				lo = mid
+			}
+		}
+		p.Line = hi
+	} else if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+		p.Line, _ = strconv.Atoi(m[1])
+	}
+	if p.Line >= 1 && p.Line <= len(lines) {
+		// go-yaml says only "found character that cannot start any token".
+		line := lines[p.Line-1]
+		if bytes.IndexByte(line[:len(line)-len(bytes.TrimLeft(line, " \t"))], '\t') >= 0 {
+			p.Hint = "the line is indented with a tab: YAML indents with spaces only"
+		}
+	}
+	return p
+}
+
+// yamlPrefix matches go-yaml's "yaml: line N: " prefix, which Problem
+// renders itself.
+var yamlPrefix, yamlLine = regexp.MustCompile(`^yaml: (line \d+: )?`), regexp.MustCompile(`line (\d+)`)
+
+// isNull reports whether n is an empty value (`key:`, `~`, `null`).
+func isNull(n *node) bool { return n == nil || (n.Kind == yaml.ScalarNode && n.Tag == "!!null") }
+
+// kindName describes a node for "must be X, got Y" messages.
+func kindName(n *node) string {
+	switch {
+	case isNull(n):
+		return "nothing (null)"
+	case n.Kind == yaml.MappingNode:
+		return "a mapping"
+	case n.Kind == yaml.SequenceNode:
+		return "a list"
+	case n.Tag == "!!str":
+		return fmt.Sprintf("the string %q", n.Value)
+	case n.Tag == "!!bool":
+		return "the boolean " + n.Value
+	}
+	return fmt.Sprintf("%q", n.Value)
+}
+
+// merge applies patch onto base as a merge patch (RFC 7386 semantics on
+// YAML): two mappings merge key by key; a null deletes the key; any other
+// value replaces the base's. Neither input is modified; the result shares
+// nodes with them, so that files and lines still apply.
+func merge(base, patch *node) *node {
+	if patch == nil {
+		return base
+	}
+	if patch.Kind != yaml.MappingNode || base == nil || base.Kind != yaml.MappingNode {
+		return dropNulls(patch)
+	}
+	out := &node{Node: base.Node, file: base.file, keys: []*node{}}
+	seen := map[string]bool{}
+	for i, k := range base.keys {
+		pv := patch.get(k.Value)
+		seen[k.Value] = pv != nil
+		switch {
+		case pv == nil:
+			out.add(k, base.vals[i])
+		case !isNull(pv):
+			out.add(k, merge(base.vals[i], pv))
+		}
+	}
+	for i, k := range patch.keys {
+		if !seen[k.Value] && !isNull(patch.vals[i]) {
+			seen[k.Value] = true
+			out.add(k, dropNulls(patch.vals[i]))
+		}
+	}
+	return out
+}
+
+// dropNulls returns n without the null-valued keys of its mappings (a merge
+// patch's deletions have nothing to delete in new subtrees).
+func dropNulls(n *node) *node {
+	if n.Kind != yaml.MappingNode {
+		return n
+	}
+	out := &node{Node: n.Node, file: n.file, keys: []*node{}}
+	for i, k := range n.keys {
+		if !isNull(n.vals[i]) {
+			out.add(k, dropNulls(n.vals[i]))
+		}
+	}
+	return out
+}
