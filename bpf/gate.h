@@ -200,7 +200,7 @@ static __always_inline int olcd_gate_tc(struct __sk_buff *skb)
 	void *data_end = (void *)(long)skb->data_end;
 	__u32 before[OLCD_GATE_HDRS / 4], after[OLCD_GATE_HDRS / 4];
 	struct olcd_reject_sums sums;
-	__u32 len, l3, n, coff, pseudo;
+	__u32 len, l3, n, cut, coff, pseudo;
 	struct olcd_pkt pkt;
 	int answer = 1;
 
@@ -209,16 +209,27 @@ static __always_inline int olcd_gate_tc(struct __sk_buff *skb)
 	l3 = pkt.l3off & 0x3f;
 	n = pkt.ipv6 ? OLCD_GATE_HDRS : OLCD_GATE_HDRS - 20;
 	len = l3 + n;
-	if (skb->len > len && bpf_skb_change_tail(skb, len, 0))
+	/* Cut the request off, keeping the segment's own TCP header (past
+	 * len when IPv4 options or IPv6 extension headers go), which the
+	 * build reads; the rest goes after it. */
+	cut = pkt.l4off + sizeof(struct tcphdr) > len ? pkt.l4off + sizeof(struct tcphdr) : len;
+	if (skb->len > cut && bpf_skb_change_tail(skb, cut, 0))
 		return TC_ACT_UNSPEC;
 	if (bpf_skb_load_bytes(skb, l3, before, n))
-		return TC_ACT_SHOT;
+		return TC_ACT_UNSPEC;
 	/* From here on the request is cut: a failure drops what is left. */
 	data = (void *)(long)skb->data;
 	data_end = (void *)(long)skb->data_end;
+	if (data + cut > data_end) {
+		bpf_skb_pull_data(skb, cut);
+		data = (void *)(long)skb->data;
+		data_end = (void *)(long)skb->data_end;
+	}
 	len = olcd_gate_build(data, data_end, &pkt, 1, pkt.seg_ack, pkt.seg_seq + pkt.seg_len,
 			      &sums);
 	if (!len)
+		return TC_ACT_SHOT;
+	if (cut > len && bpf_skb_change_tail(skb, len, 0))
 		return TC_ACT_SHOT;
 	pseudo = sums.pseudo;
 	coff = len - sizeof(struct tcphdr) + 16; /* offsetof(struct tcphdr, check) */
