@@ -25,7 +25,8 @@ help:
 	@echo "                     and under 64 blocking clients, nginx + php-fpm under vegeta, the cold"
 	@echo "                     start; each with no olcd, olcd enforce, nftables limit (root, ~11 min)"
 	@echo "make demo-full       the whole matrix: backends cpu, pool, php x clients open-giveup, open-retry,"
-	@echo "                     closed-pool, cold start, capacity-halved (root, ~45 min; out/demo-full)"
+	@echo "                     closed-pool, MariaDB x connect-per-query clients, cold start,"
+	@echo "                     capacity-halved (root, ~50 min; out/demo-full)"
 	@echo "make demo-default    olcd on its embedded default config against a netns+veth node (~1 min)"
 	@echo "make deps-test       install the system packages make test needs (deps-run: make demo,"
 	@echo "                     deps-build: make generate; scripts/deps.sh says which)"
@@ -69,7 +70,7 @@ build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(SIM) ./cmd/olcd-sim
 
 # The pure packages (the vocabulary, config, controller, plant model) build
-# on any OS, so `olcd simulate`'s parts and their tests run on a laptop:
+# on any OS, so `olcd-sim simulate`'s parts and their tests run on a laptop:
 # vet checks them for darwin too.
 PURE := ./internal/olc/... ./internal/rules/... ./internal/adaptive/... ./internal/plant/... ./cmd/olcd-sim/...
 
@@ -164,8 +165,8 @@ test-release:
 # the plant model at 3 C with and without olcd (tools/demoplot).
 docs-img: build
 	@mkdir -p out/docs-img
-	$(BIN) simulate --config docs/img/demo-none.yaml --plant cpu-open-giveup-3x --out out/docs-img/none.csv
-	$(BIN) simulate --config docs/img/demo-olcd.yaml --plant cpu-open-giveup-3x --out out/docs-img/olcd.csv
+	$(SIM) simulate --config docs/img/demo-none.yaml --plant cpu-open-giveup-3x --out out/docs-img/none.csv
+	$(SIM) simulate --config docs/img/demo-olcd.yaml --plant cpu-open-giveup-3x --out out/docs-img/olcd.csv
 	$(GO) run ./tools/demoplot -none out/docs-img/none.csv -olcd out/docs-img/olcd.csv -out docs/img/demo.png \
 		-title "cpu backend (C = 1000/s), open-loop clients giving up after 1 s: plant model"
 	dot -Tpng -Gdpi=96 docs/img/loop.dot -o docs/img/loop.png

@@ -10,6 +10,7 @@
 //	olcd set patch FILE|-            live override with a partial config document
 //	olcd reload                      re-read the config file
 //	olcd check-config FILE           validate a config; exit 1 listing every problem
+//	olcd config show [--config FILE] the effective config, each value with its origin
 //	olcd record --out FILE.csv [--duration 5m]   record the node's signals as a trace
 //	olcd version
 //

@@ -13,7 +13,7 @@ import (
 )
 
 // TestRecordRoundTrip records a fixture node and reads the file back with
-// the trace reader 'olcd simulate' uses: the columns are the canonical
+// the trace reader 'olcd-sim simulate' uses: the columns are the canonical
 // signals asked for, the times advance, and a signal the fixture cannot give
 // (an interval share on the first tick, a missing PSI file) is an empty
 // cell, not 0.

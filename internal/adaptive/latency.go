@@ -85,7 +85,6 @@ type latencyLoop struct {
 	drain     bool       // the last cut was sized by the measured queue: a drain for one tick
 	base      baseline
 	cap       capacity // μ̂, the capacity measured while saturated
-	idleFor   float64  // seconds the queue has been far below the target and μ̂ × T
 }
 
 // newLatencyLoop returns an idle loop.
@@ -282,21 +281,14 @@ func (l *latencyLoop) step(tgt ResponseTarget, st PortStats, dt float64, guardOv
 			reason = "the queue drained, back to the measured capacity"
 		}
 	}
-	// An idle service: far below the target with far fewer requests in
-	// flight than Little's μ̂ × T, for a SYN retransmit timeout (what was
-	// shed has come back by then: a closed pool's blocked clients return
-	// at once, and a jump before them idles and floods it in turn). The
-	// pass rate goes back in one tick, cooldown or not, to what admits the
-	// capacity measured (issue 24: a rise by steps after a cooldown served
-	// 0.63–0.79 of a 0.5 C phase after the overload).
-	mu := l.cap.mu()
-	if idle := mu > 0 && m < T/2 && r.Inflight < probeRoom*mu*T; idle {
-		l.idleFor += dt
-	} else {
-		l.idleFor = 0
-	}
-	if !back && !sized && wantOK && l.idleFor >= SYNRetransmitTimeout {
-		if want := l.idlePass(st, dt); want > l.pass {
+	// An idle service: far fewer requests in flight than Little's μ̂ × T
+	// and the p95 far below the target. Its clients wait (a closed pool's
+	// dropped SYNs sit out their 1 s retransmit) while it could serve: the
+	// pass rate goes back in one tick, cooldown or not, to what admits
+	// the capacity measured (issue 24: a rise by steps after a cooldown
+	// served 0.63–0.79 of a 0.5 C phase after the overload).
+	if mu := l.cap.mu(); !back && !sized && wantOK && mu > 0 && m < recoverLatency*T && r.Inflight < recoverQueue*mu*T {
+		if want > l.pass*math.Exp(delta) {
 			delta, back = math.Log(want/l.pass), true
 			reason = fmt.Sprintf("below the target, %.0f requests in flight where %.0f keep it: back to the capacity measured, %.0f/s", r.Inflight, mu*T, mu)
 		}
@@ -360,7 +352,7 @@ func (l *latencyLoop) probeUnmeasured(st PortStats, dt float64, guardOver bool, 
 	r := st.Response
 	hold := fmt.Sprintf("response time unavailable (%d samples): holding pass rate %.3f", r.Samples, l.pass)
 	mu, T := l.cap.mu(), l.target+l.gap
-	if want := l.idlePass(st, dt); !guardOver && mu > 0 && r.Inflight < probeRoom*mu*T && want > l.pass {
+	if want, ok := l.recoverPass(st, dt); ok && !guardOver && mu > 0 && r.Inflight < recoverQueue*mu*T && want > l.pass {
 		// Too few answers to time, and nothing queued: idle (above).
 		l.pass = want
 		why := fmt.Sprintf("response time unavailable (%d samples), %.0f requests in flight where %.0f keep the target: back to the capacity measured, %.0f/s, pass rate %.3f",
@@ -448,29 +440,6 @@ func (l *latencyLoop) recoverPass(st PortStats, dt float64) (float64, bool) {
 	return math.Min(1, recoverShare*served/(perConn*demand)), true
 }
 
-// idlePass is the pass rate an idle service goes back to: recoverPass
-// with the shed SYNs that come back counted as demand even while every
-// retransmit is shed, since at pass 1 (p = 0) the datapath admits them
-// again: a closed pool's blocked clients all return at once. 0 without
-// the counts.
-func (l *latencyLoop) idlePass(st PortStats, dt float64) float64 {
-	want, ok := l.recoverPass(st, dt)
-	if !ok || !l.shedRetransmits() {
-		return want
-	}
-	r := st.Response
-	admitted := float64(st.New - min(st.Dropped, st.New))
-	first := float64(st.New-min(st.Retransmits, st.New)) / dt
-	back := l.returning * (l.shed[0] + l.shed[1]) / 2 / dt
-	if first <= 0 || back <= 0 {
-		return want
-	}
-	// Of first attempts alone, as the datapath draws them, but no higher
-	// than what admits the capacity against all of them.
-	perConn := r.Requests / admitted
-	return math.Min(want, recoverShare*math.Max(l.served, l.cap.mu())/(perConn*(first+back)))
-}
-
 // probeStep is the most a recovering tick raises the pass rate beyond
 // what the measured capacity admits.
 const probeStep = 0.01
@@ -478,9 +447,16 @@ const probeStep = 0.01
 // probeRoom is the share of Little's a × T in flight at a tick's end below
 // which a rise past the measured capacity is not held to probeStep: the
 // service answered its arrivals with room to spare (the capacity measured
-// is stale: a cold start's first windows answer slowly). Below the same
-// share of μ̂ × T the service idles and the pass rate goes back at once.
+// is stale: a cold start's first windows answer slowly).
 const probeRoom = 0.25
+
+// recoverQueue and recoverLatency say when the service is idle: fewer in
+// flight than recoverQueue × Little's μ̂ × T, a p95 below recoverLatency ×
+// T.
+const (
+	recoverQueue   = 0.5
+	recoverLatency = 0.5
+)
 
 // maxRecoverJump bounds the rise of the pass rate in one recovering tick.
 const maxRecoverJump = 0.1

@@ -174,7 +174,7 @@ func TestAdminSocketMadeAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }))
+	srv := newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) }))
 	go serveHTTP(srv, ln, func(error) {})
 	t.Cleanup(func() { srv.Close() })
 	ctx, cancel := context.WithCancel(context.Background())

@@ -228,7 +228,7 @@ func (d *decisionLog) write(msg string, args []any) {
 		args = append(args, "folded", maps.Clone(d.folded))
 		clear(d.folded)
 	}
-	d.log.Info(msg, args...)
+	d.log.Info(msg, args...) //nolint:sloglint // a record's kind is its message: the decision log's format
 }
 
 // fold counts a record the rate limit dropped; d.mu is held.

@@ -66,7 +66,7 @@ func (l *linkState) watch(ctx context.Context) <-chan struct{} {
 			})
 			if err != nil {
 				if !warned {
-					l.log.Warn("subscribe to link events: interfaces are checked every "+DiscoverEvery.String()+" until it works", "err", err)
+					l.log.Warn("subscribe to link events: interfaces are checked periodically until it works", "every", DiscoverEvery, "err", err)
 					warned = true
 				}
 			} else {
@@ -253,7 +253,7 @@ func (l *linkState) warnLink(name, problem string) {
 		return
 	}
 	if name == "" {
-		l.log.Warn(problem)
+		l.log.Warn("interfaces not attached", "problem", problem)
 		return
 	}
 	l.log.Warn("interface not attached", "interface", name, "problem", problem)

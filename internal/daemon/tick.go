@@ -173,6 +173,7 @@ func (e *engine) recordEvents(dec adaptive.Decision) {
 			args = append(args, "response_time", rt)
 		}
 		e.dlog.Record(ev.Kind.String(), args...)
+		//nolint:sloglint // the event's kind is its message, as in the decision log's record
 		e.log.Info(ev.Kind.String(), "reason", ev.Reason, "pressure", round4(ev.Pressure),
 			"drop_probability", round4(ev.DropProbability), "mode", e.cfg.Mode.String())
 	}

@@ -245,7 +245,10 @@ func newThousandRun(t testing.TB) *thousandRun {
 		run.burstOf(t, "agent", k.name, 1000, false)
 		run.burstOf(t, "bare", k.name, 1000, false)
 	}
-	time.Sleep(50 * time.Millisecond) // the half-closed lingerers time out
+	// The half-closed lingerers are closed SendWait after their answer:
+	// the queue empties (the last one leaves within SendWait).
+	testutil.Eventually(t, time.Second, time.Millisecond, func() (bool, error) { return len(a.linger) == 0, nil },
+		"the lingering connections closed")
 	runtime.GC()
 	run.before = sampleProc()
 	return run

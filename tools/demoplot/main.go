@@ -1,6 +1,6 @@
 // Command demoplot draws the README's picture of a service at 3 × its
 // capacity with and without olcd (docs/img/demo.png, `make docs-img`) from
-// two `olcd simulate --plant` CSVs: the same plant model and load, once
+// two `olcd-sim simulate --plant` CSVs: the same plant model and load, once
 // with a config that never sheds and once with the default law enforcing.
 // It is a model (internal/plant), not a measurement: `make demo` measures
 // the real thing on this machine.
@@ -48,7 +48,7 @@ func read(path string) ([]row, error) {
 	}
 	for _, c := range []string{"t_s", "new", "dropped", "response_time_p95_s", "drop_probability"} {
 		if _, ok := col[c]; !ok {
-			return nil, fmt.Errorf("%s: no column %s (want olcd simulate --plant output)", path, c)
+			return nil, fmt.Errorf("%s: no column %s (want olcd-sim simulate --plant output)", path, c)
 		}
 	}
 	var rows []row
@@ -93,8 +93,8 @@ func line(p *plot.Plot, name string, rows []row, f func(row) float64, c color.Co
 }
 
 func run() error {
-	none := flag.String("none", "", "olcd simulate --plant CSV of a config that never sheds")
-	olcd := flag.String("olcd", "", "olcd simulate --plant CSV of the config enforcing")
+	none := flag.String("none", "", "olcd-sim simulate --plant CSV of a config that never sheds")
+	olcd := flag.String("olcd", "", "olcd-sim simulate --plant CSV of the config enforcing")
 	title := flag.String("title", "", "the picture's title")
 	out := flag.String("out", "docs/img/demo.png", "PNG to write")
 	flag.Parse()

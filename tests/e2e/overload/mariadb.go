@@ -18,6 +18,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/olcd/olcd/internal/debpkg"
+	"github.com/olcd/olcd/internal/testutil"
 )
 
 // The db backend: Debian's MariaDB, a private instance of mariadbd on its
@@ -106,17 +107,13 @@ func (h *Harness) startMariaDB() error {
 	h.backends = append(h.backends, p)
 	addr := net.JoinHostPort(h.net.HostIP.String(), strconv.Itoa(WorkPort))
 	probe := dbQueryOf(1)
-	for i := 0; ; i++ {
+	if err := testutil.WaitFor(30*time.Second, 200*time.Millisecond, func() (bool, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
 		_, err := dbQuery(ctx, addr, probe, nil)
-		cancel()
-		if err == nil {
-			break
-		}
-		if i == 150 {
-			return fmt.Errorf("mariadbd does not answer on %s within 30 s: %w (see %s)", addr, err, filepath.Join(dir, "mariadb.err"))
-		}
-		time.Sleep(200 * time.Millisecond)
+		return err == nil, err
+	}); err != nil {
+		return fmt.Errorf("mariadbd does not answer on %s: %w (see %s)", addr, err, filepath.Join(dir, "mariadb.err"))
 	}
 	if h.dbQuery == "" {
 		if err := h.sizeDBQuery(addr); err != nil {
