@@ -56,6 +56,7 @@ enum olcd_verdict {
 	OLCD_V_DROP = 1,
 	OLCD_V_MARK = 2,
 	OLCD_V_REJECT = 3, /* answer with a RST|ACK (reject.h), or drop */
+	OLCD_V_RESET = 4,  /* the request gate: reset the connection (gate.h) */
 };
 
 /* What the mark and reject actions need after the decision, filled by
@@ -98,26 +99,29 @@ struct olcd_src {
 	__u32 ipv6;
 };
 
-/* Copy the source address into an exception-trie key. */
-static __always_inline void olcd_read_source(const struct olcd_pkt *pkt, void *data, void *data_end,
+/* Copy the source address of the IP header at l3off (ipv6: IPv6, else
+ * IPv4) into an exception-trie key. */
+static __always_inline void olcd_read_source(__u32 ipv6, __u32 l3off, void *data, void *data_end,
 					     struct olcd_src *src)
 {
-	if (pkt->ipv6) {
-		struct ipv6hdr *ip6 = data + pkt->l3off;
+	/* The offset may come back from the stack: bound it for the verifier. */
+	l3off &= OLCD_BLUR_MASK;
+	if (ipv6) {
+		struct ipv6hdr *ip6 = data + l3off;
 
 		if ((void *)(ip6 + 1) > data_end)
 			return;
 		src->k6.prefixlen = 128;
 		__builtin_memcpy(src->k6.addr, &ip6->saddr, sizeof(src->k6.addr));
 	} else {
-		struct iphdr *iph = data + pkt->l3off;
+		struct iphdr *iph = data + l3off;
 
 		if ((void *)(iph + 1) > data_end)
 			return;
 		src->k4.prefixlen = 32;
 		__builtin_memcpy(src->k4.addr, &iph->saddr, sizeof(src->k4.addr));
 	}
-	src->ipv6 = pkt->ipv6;
+	src->ipv6 = ipv6;
 	src->valid = 1;
 }
 
@@ -249,10 +253,8 @@ static __always_inline int olcd_count_pass(__u32 slot, __u32 exempt)
  * state of its own: the count is already in the slot (docs/datapath.md,
  * "The draw").
  */
-static __always_inline __u32 olcd_draw(const struct olcd_counters *st)
+static __always_inline __u32 olcd_draw(__u32 x)
 {
-	__u32 x = st->new_conns;
-
 	x ^= x >> 16;
 	x *= 0x7feb352dU;
 	x ^= x >> 15;
@@ -280,13 +282,13 @@ static __always_inline __u32 olcd_syn_clock(const struct olcd_control *ctl)
 /*
  * Whether the draw selects this packet, 0 or 1, for a drop probability p > 0
  * (always at 0xffffffff), by the control record's selection (enum
- * olcd_selection). The random draw is random by design, so a branch on it
+ * olcd_selection). n: the draw's input, a count that moves by one per
+ * candidate on this CPU (see olcd_draw). The random draw is random by design, so a branch on it
  * would be mispredicted half the time at p = 0.5: the outcome is the borrow
  * of the 64-bit difference, used arithmetically. The branch on the
  * selection is taken the same way for every packet.
  */
-static __always_inline __u32 olcd_select(struct olcd_counters *st, __u32 *slot, __u32 p,
-					 __u8 selection)
+static __always_inline __u32 olcd_select(__u32 n, __u32 *slot, __u32 p, __u8 selection)
 {
 	__u64 diff;
 	__u32 *acc;
@@ -305,7 +307,7 @@ static __always_inline __u32 olcd_select(struct olcd_counters *st, __u32 *slot, 
 		*acc = (__u32)diff;
 		return diff >> 32;
 	}
-	diff = (__u64)olcd_draw(st) - p;
+	diff = (__u64)olcd_draw(n) - p;
 	/* Hide the subtraction's origin, or the compiler turns the borrow
 	 * back into a compare and branch. */
 	barrier_var(diff);
@@ -377,7 +379,7 @@ static __always_inline int olcd_decide(const struct olcd_policy *pol, __u32 *pi,
 			if (seen && pol->shed_retransmits)
 				act = 1;
 			else
-				act = olcd_select(st, pi, prob, ctl->selection);
+				act = olcd_select(st->new_conns, pi, prob, ctl->selection);
 			if (__builtin_expect(mode != OLCD_MODE_ENFORCE, 0))
 				return olcd_not_enforced(st, mode, act, mark->reject);
 			st->dropped += act;
@@ -396,7 +398,7 @@ static __always_inline int olcd_decide(const struct olcd_policy *pol, __u32 *pi,
 	prob = pol->drop_prob;
 	if (prob == 0)
 		return OLCD_V_PASS;
-	act = olcd_select(st, pi, prob, ctl->selection);
+	act = olcd_select(st->new_conns, pi, prob, ctl->selection);
 	if (__builtin_expect(mode != OLCD_MODE_ENFORCE, 0))
 		return olcd_not_enforced(st, mode, act, 0);
 	if (pol->action == OLCD_ACTION_MARK) {
@@ -409,6 +411,56 @@ static __always_inline int olcd_decide(const struct olcd_policy *pol, __u32 *pi,
 	}
 	st->dropped += act;
 	return act; /* OLCD_V_DROP or OLCD_V_PASS */
+}
+
+/*
+ * The request gate (resp.h calls it): a request that starts on an
+ * established connection of port sg->dport with nothing outstanding is
+ * what a SYN is to a new connection, the point where new work enters.
+ * Shed with the port's drop probability and selection, as SYNs are, on a
+ * protected port whose policy has request_gate; never for an exception
+ * port or source, never in off mode nor with a stale heartbeat (fails
+ * open, not counted); observe mode counts would_reset in h and passes.
+ * The draw's input is h->reused, which resp.h moves by one per request
+ * start, offset per CPU by the flow hash seed so that CPUs draw apart; the
+ * even selection shares the port's accumulator with its SYNs, so that the
+ * share passed is even over both. Returns an olcd_gate_verdict.
+ */
+static __always_inline int olcd_gate(const struct olcd_seg *sg, void *data, void *data_end,
+				     struct olcd_resp_hist *h)
+{
+	struct olcd_control *ctl = &olcd_ctl;
+	struct olcd_policy *pol;
+	__u32 pi, mode, prob, n;
+
+	pi = olcd_ports.idx[OLCD_INDEX_TCP][sg->dport & 0xffff];
+	if (pi == 0)
+		return OLCD_GATE_PASS;
+	pol = bpf_map_lookup_elem(&olcd_policies, &pi);
+	if (!pol || pol->flags != OLCD_POLICY_PROTECTED || !pol->request_gate)
+		return OLCD_GATE_PASS;
+	mode = ctl->mode < pol->mode ? ctl->mode : pol->mode;
+	prob = pol->drop_prob;
+	if (mode == OLCD_MODE_OFF || prob == 0)
+		return OLCD_GATE_PASS;
+	if (__builtin_expect(*(__u64 *)&ctl->prefixes4 != 0, 0)) {
+		struct olcd_src src;
+
+		src.valid = 0;
+		olcd_read_source(sg->ipv6, sg->l3off, data, data_end, &src);
+		if (src.valid && olcd_source_exempt(&src, ctl))
+			return OLCD_GATE_PASS;
+	}
+	if (mode == OLCD_MODE_ENFORCE && !olcd_heartbeat_fresh(ctl))
+		return OLCD_GATE_PASS;
+	n = h->reused + (__u32)(olcd_rctl.seed >> 32) * (bpf_get_smp_processor_id() + 1);
+	if (!olcd_select(n, &pi, prob, ctl->selection))
+		return OLCD_GATE_PASS;
+	if (mode != OLCD_MODE_ENFORCE) {
+		h->would_reset += 1;
+		return OLCD_GATE_PASS;
+	}
+	return OLCD_GATE_RESET;
 }
 
 /*
@@ -426,7 +478,7 @@ static __always_inline int olcd_handle_policy(const struct olcd_pkt *pkt, void *
 
 	if (prefixes) {
 		src.valid = 0;
-		olcd_read_source(pkt, data, data_end, &src);
+		olcd_read_source(pkt->ipv6, pkt->l3off, data, data_end, &src);
 	}
 	pol = bpf_map_lookup_elem(&olcd_policies, &pi);
 	if (!pol)
@@ -526,6 +578,7 @@ static __always_inline void olcd_set_dscp(const struct olcd_pkt *pkt, void *data
 }
 
 #include "reject.h"
+#include "gate.h"
 
 /* The context's packet bounds: XDP (tc 0) or TC (tc 1, a constant at each call). */
 static __always_inline void olcd_ctx_data(void *ctx, int tc, void **data, void **data_end)
@@ -546,9 +599,9 @@ static __always_inline void olcd_ctx_data(void *ctx, int tc, void **data, void *
 /*
  * The ingress body both hooks share: parse, response timing, the decision,
  * the mark action's rewrite. Returns an olcd_verdict, which each entry maps
- * to its own return codes; OLCD_V_REJECT leaves the answer to the hook
- * (reject.h), with the port's counters in mark->st and the context parked
- * in mark (olcd_unstash_ctx). tc (a constant): ctx is a struct __sk_buff,
+ * to its own return codes; OLCD_V_REJECT and OLCD_V_RESET leave the answer
+ * to the hook (reject.h, gate.h), with the context parked in mark
+ * (olcd_unstash_ctx) and, for a reject, the port's counters in mark->st. tc (a constant): ctx is a struct __sk_buff,
  * else a struct xdp_md.
  */
 static __always_inline int olcd_ingress(void *ctx, int tc, struct olcd_mark *mark)
@@ -569,10 +622,13 @@ static __always_inline int olcd_ingress(void *ctx, int tc, struct olcd_mark *mar
 	if (r == OLCD_P_NOT_NEW)
 		return OLCD_V_PASS;
 	if (r != OLCD_P_NEW) {
-		if (r == OLCD_P_SEGMENT)
-			olcd_resp_ingress(&pkt);
-		else
+		if (r != OLCD_P_SEGMENT) {
 			olcd_count_unclassified();
+			return OLCD_V_PASS;
+		}
+		olcd_stash_ctx(mark, ctx);
+		if (olcd_resp_ingress(&pkt, data, data_end) == OLCD_GATE_RESET)
+			return OLCD_V_RESET;
 		return OLCD_V_PASS;
 	}
 	olcd_stash_ctx(mark, ctx);
@@ -603,6 +659,8 @@ int olcd_xdp(struct xdp_md *ctx)
 	v = olcd_ingress(ctx, 0, &mark);
 	if (v == OLCD_V_REJECT)
 		return olcd_reject_xdp(olcd_unstash_ctx(&mark), mark.st);
+	if (v == OLCD_V_RESET)
+		return olcd_gate_xdp(olcd_unstash_ctx(&mark));
 	/* PASS and MARK pass, DROP drops, without a branch on the draw (see
 	 * olcd_decide). */
 	return XDP_PASS - (v & OLCD_V_DROP);
@@ -622,6 +680,8 @@ int olcd_tc(struct __sk_buff *skb)
 	v = olcd_ingress(skb, 1, &mark);
 	if (v == OLCD_V_REJECT)
 		return olcd_reject_tc(olcd_unstash_ctx(&mark), mark.st);
+	if (v == OLCD_V_RESET)
+		return olcd_gate_tc(olcd_unstash_ctx(&mark));
 	if (v == OLCD_V_MARK) {
 		if (mark.fwmark)
 			((struct __sk_buff *)olcd_unstash_ctx(&mark))->mark = mark.fwmark;

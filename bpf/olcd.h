@@ -84,7 +84,11 @@ struct olcd_policy {
 	 * is dropped without a draw (its client already waited a retransmit
 	 * timeout). */
 	__u8 shed_retransmits;
-	__u8 pad;
+	/* Non-zero: the request gate (olcd_gate in olcd.c) sheds, with the
+	 * same draw, a request that starts on an established connection with
+	 * nothing outstanding, by resetting the connection. TCP only; needs
+	 * the port timed (resp.h): the gate reads the flow table. */
+	__u8 request_gate;
 };
 
 /*
@@ -237,6 +241,15 @@ struct olcd_resp_hist {
 	__u32 responses;   /* timers stopped by the server's first answer byte (in bucket[]) */
 	__u32 abandoned;   /* timers forgotten unanswered: RST, FIN, eviction, idle */
 	__u32 retransmits; /* client data already answered, seen again: ignored */
+	/* The request gate (olcd_gate in olcd.c). Request starts on a flow
+	 * already in the table (of requests: all but each flow's first). Of
+	 * those, reset by the gate in enforce mode, and selected by it in
+	 * observe mode (passed, timed). Here rather than in olcd_counters,
+	 * which stays 32 bytes: a request start has this entry at hand. */
+	__u32 reused;
+	__u32 resets;
+	__u32 would_reset;
+	__u32 pad; /* the buckets 8-byte aligned (the loader compares pairs) */
 	__u32 bucket[OLCD_HIST_BUCKETS];
 };
 
@@ -266,7 +279,13 @@ struct olcd_flow_set {
 	 * answer. */
 	__u32 sack[OLCD_FLOW_WAYS];
 	__u16 slot[OLCD_FLOW_WAYS]; /* histogram slot of the flow's port */
-	__u8 pad[24];               /* to two cache lines */
+	/* The request gate: the acknowledgment number of the server's latest
+	 * segment seen (its rcv_nxt then). While no request is outstanding,
+	 * sack holds the end of the server's data seen instead (its
+	 * snd_nxt), so that "the client acknowledged every answer byte" is
+	 * one compare. */
+	__u32 srack[OLCD_FLOW_WAYS];
+	__u8 pad[8]; /* to two cache lines */
 };
 
 /* Response timing knobs: a global variable (resp.h), written whole by the loader. */

@@ -187,10 +187,11 @@ static __always_inline __u64 olcd_flow_hash(__u64 addrs, int v6, __u32 ports, __
  * checked to lie in the frame; a payload length that does not add up
  * (header past the IP packet) is no payload.
  */
-static __always_inline int olcd_seg_fill(const struct tcphdr *th, __u8 flags, __u32 hlen,
+static __always_inline int olcd_seg_fill(const struct tcphdr *th, __u32 off, __u8 flags, __u32 hlen,
 					 __u32 iplen_h, __u32 slot, __u64 h, int v6,
 					 struct olcd_pkt *pkt)
 {
+	pkt->l4off = off; /* the request gate's reset (gate.h) parses again for it */
 	pkt->seg_slot = slot;
 	pkt->tcp = 1;
 	pkt->ipv6 = v6;
@@ -225,7 +226,7 @@ static __always_inline int olcd_parse_seg(const struct tcphdr *th, __u8 flags, _
 	barrier();
 	if (egress && iplen_h <= hlen && !(flags & (OLCD_TCP_FIN | OLCD_TCP_RST)))
 		return OLCD_P_NOT_NEW;
-	return olcd_seg_fill(th, flags, hlen, iplen_h, slot, h, v6, pkt);
+	return olcd_seg_fill(th, off, flags, hlen, iplen_h, slot, h, v6, pkt);
 }
 
 /*
@@ -528,7 +529,7 @@ static __always_inline int olcd_parse_egress(void *data, void *data_end, struct 
 	iplen_h = bpf_ntohs(iph->tot_len);
 	if (iplen_h <= hlen && !(flags & (OLCD_TCP_FIN | OLCD_TCP_RST)))
 		return OLCD_P_NOT_NEW;
-	return olcd_seg_fill(th, flags, hlen, iplen_h, slot, h, 0, pkt);
+	return olcd_seg_fill(th, ETH_HLEN + sizeof(*iph), flags, hlen, iplen_h, slot, h, 0, pkt);
 }
 
 /* An inbound frame (XDP, TC ingress): see olcd_parse_dir. */

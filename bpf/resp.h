@@ -184,22 +184,39 @@ struct olcd_seg {
 	__u32 ack;
 	__u32 len;
 	__u32 flags;
+	/* Ingress TCP, for the request gate (olcd_gate): the server's port,
+	 * the IP header's offset in the frame, 1 for IPv6. */
+	__u32 dport;
+	__u32 l3off;
+	__u32 ipv6;
 };
 
-/* Start the timer of way w. */
-static __always_inline void olcd_flow_start(struct olcd_flow_set *set, __u32 w,
-					    const struct olcd_seg *sg, __u64 now)
-{
-	struct olcd_resp_hist *h;
-	__u32 slot = sg->slot;
+/* What the request gate decides for a request start (olcd_gate in olcd.c,
+ * after the helpers it shares with the new connections' decision). */
+enum olcd_gate_verdict {
+	OLCD_GATE_PASS = 0,
+	OLCD_GATE_RESET = 1, /* reset the connection at this boundary (gate.h) */
+};
 
+static __always_inline int olcd_gate(const struct olcd_seg *sg, void *data, void *data_end,
+				     struct olcd_resp_hist *h);
+
+/* Start the timer of way w; h: the statistics of sg's slot on this CPU
+ * (may be NULL). */
+static __always_inline void olcd_flow_start(struct olcd_flow_set *set, __u32 w,
+					    const struct olcd_seg *sg, __u64 now,
+					    struct olcd_resp_hist *h)
+{
 	w &= OLCD_FLOW_WAYS - 1;
 	set->start_ns[w] = now;
 	set->stamp[w] = (__u32)(now >> 20);
 	set->cseq[w] = sg->seq + sg->len;
 	set->sack[w] = sg->ack;
-	set->slot[w] = (__u16)slot;
-	h = olcd_rhist_of(slot);
+	/* No server acknowledgment seen yet for this request: the request's
+	 * own start, which the gate never matches (a later request starts
+	 * past it). */
+	set->srack[w] = sg->seq;
+	set->slot[w] = (__u16)sg->slot;
 	if (h)
 		h->requests += 1;
 }
@@ -265,9 +282,16 @@ static __always_inline struct olcd_flow_set *olcd_flow_set_of(__u64 h, __u32 *ta
 /*
  * A client segment (ingress) with payload, FIN or RST to a timed TCP port,
  * or a passed UDP datagram (every datagram is a request), of a sampled
- * flow.
+ * flow. A request that starts on a flow in the table with nothing
+ * outstanding (no request waiting for its answer, every answer byte
+ * acknowledged by the client, the segment starting exactly at the server's
+ * last acknowledgment: nothing else queued before it) goes to the request
+ * gate (olcd_gate). Returns an olcd_gate_verdict; OLCD_GATE_RESET: the flow
+ * is forgotten and the hook resets the connection. data, data_end: the
+ * frame (TCP; NULL for UDP), for the gate's exception prefixes.
  */
-static __noinline void olcd_resp_in(const struct olcd_seg *sg, __u32 proto_idx)
+static __noinline int olcd_resp_in(const struct olcd_seg *sg, __u32 proto_idx, void *data,
+				   void *data_end)
 {
 	struct olcd_flow_set *set;
 	struct olcd_resp_hist *h;
@@ -276,13 +300,13 @@ static __noinline void olcd_resp_in(const struct olcd_seg *sg, __u32 proto_idx)
 
 	set = olcd_flow_set_of(sg->hash, &tag);
 	if (!set)
-		return;
+		return OLCD_GATE_PASS;
 	w = olcd_flow_find(set, tag);
 	if (proto_idx == OLCD_INDEX_TCP) {
 		if (flags & OLCD_TCP_RST) {
 			if (w < OLCD_FLOW_WAYS)
 				olcd_flow_forget(set, w);
-			return;
+			return OLCD_GATE_PASS;
 		}
 		if (w < OLCD_FLOW_WAYS) {
 			w &= OLCD_FLOW_WAYS - 1;
@@ -290,43 +314,55 @@ static __noinline void olcd_resp_in(const struct olcd_seg *sg, __u32 proto_idx)
 				/* Closed: a request still waiting was given up on
 				 * (a client timing out closes). */
 				olcd_flow_forget(set, w);
-				return;
+				return OLCD_GATE_PASS;
 			}
 			if (set->start_ns[w])
-				return; /* more of it, or a later request: the oldest is timed */
+				return OLCD_GATE_PASS; /* more of it, or a later request: the oldest is timed */
 			if (sg->len && (__s32)(sg->seq + sg->len - set->cseq[w]) <= 0) {
 				/* All of it answered already: a retransmit (a
 				 * segment with new bytes after old ones is new). */
 				h = olcd_rhist_of(set->slot[w]);
 				if (h)
 					h->retransmits += 1;
-				return;
+				return OLCD_GATE_PASS;
 			}
 			if (!sg->len)
-				return;
-			olcd_flow_start(set, w, sg, olcd_resp_now());
-			return;
+				return OLCD_GATE_PASS;
+			/* A request start on an existing connection. */
+			h = olcd_rhist_of(sg->slot);
+			if (h) {
+				h->reused += 1;
+				if (sg->seq == set->srack[w] && sg->ack == set->sack[w] &&
+				    olcd_gate(sg, data, data_end, h) == OLCD_GATE_RESET) {
+					h->resets += 1;
+					olcd_flow_forget(set, w);
+					return OLCD_GATE_RESET;
+				}
+			}
+			olcd_flow_start(set, w, sg, olcd_resp_now(), h);
+			return OLCD_GATE_PASS;
 		}
 		if (!sg->len)
-			return; /* FIN of a flow not tracked */
+			return OLCD_GATE_PASS; /* FIN of a flow not tracked */
 	} else if (w < OLCD_FLOW_WAYS) {
 		if (set->start_ns[w & (OLCD_FLOW_WAYS - 1)])
-			return;
-		olcd_flow_start(set, w, sg, olcd_resp_now());
-		return;
+			return OLCD_GATE_PASS;
+		olcd_flow_start(set, w, sg, olcd_resp_now(), olcd_rhist_of(sg->slot));
+		return OLCD_GATE_PASS;
 	}
 	/* A new flow's first request. */
 	now = olcd_resp_now();
 	w = olcd_flow_victim(set, (__u32)(now >> 20));
 	w &= OLCD_FLOW_WAYS - 1;
 	set->tag[w] = tag;
-	olcd_flow_start(set, w, sg, now);
+	olcd_flow_start(set, w, sg, now, olcd_rhist_of(sg->slot));
 	{
 		struct olcd_flow_counters *fc = olcd_fcount();
 
 		if (fc)
 			fc->inserts += 1;
 	}
+	return OLCD_GATE_PASS;
 }
 
 /*
@@ -375,8 +411,21 @@ static __noinline void olcd_resp_out(const struct olcd_seg *sg, __u32 proto_idx)
 			h->responses += 1;
 		}
 	}
-	if (proto_idx == OLCD_INDEX_TCP && (flags & OLCD_TCP_FIN))
+	if (proto_idx == OLCD_INDEX_TCP && (flags & OLCD_TCP_FIN)) {
 		olcd_flow_forget(set, w);
+		return;
+	}
+	if (proto_idx == OLCD_INDEX_TCP && !set->start_ns[w]) {
+		/* Nothing outstanding (or its answer just began): the marks the
+		 * request gate compares, the server's data end and its
+		 * acknowledgment, each only forward (wrap-safe). */
+		__u32 end = sg->seq + sg->len;
+
+		if ((__s32)(end - set->sack[w]) > 0)
+			set->sack[w] = end;
+		if ((__s32)(sg->ack - set->srack[w]) > 0)
+			set->srack[w] = sg->ack;
+	}
 }
 
 /*
@@ -386,7 +435,7 @@ static __noinline void olcd_resp_out(const struct olcd_seg *sg, __u32 proto_idx)
  * keeps its registers. Each call copies what the flow table needs (struct
  * olcd_seg).
  */
-static __always_inline void olcd_resp_ingress(const struct olcd_pkt *pkt)
+static __always_inline int olcd_resp_ingress(const struct olcd_pkt *pkt, void *data, void *data_end)
 {
 	struct olcd_seg sg = {
 		.hash = pkt->seg_hash,
@@ -395,9 +444,12 @@ static __always_inline void olcd_resp_ingress(const struct olcd_pkt *pkt)
 		.ack = pkt->seg_ack,
 		.len = pkt->seg_len,
 		.flags = pkt->seg_flags,
+		.dport = pkt->dport,
+		.l3off = pkt->l3off,
+		.ipv6 = pkt->ipv6,
 	};
 
-	olcd_resp_in(&sg, OLCD_INDEX_TCP);
+	return olcd_resp_in(&sg, OLCD_INDEX_TCP, data, data_end);
 }
 
 static __always_inline void olcd_resp_egress(const struct olcd_pkt *pkt)
@@ -437,7 +489,7 @@ static __noinline void olcd_resp_udp(__u64 addrs, __u32 ports, __u32 ipv6, __u32
 	if (egress)
 		olcd_resp_out(&sg, OLCD_INDEX_UDP);
 	else
-		olcd_resp_in(&sg, OLCD_INDEX_UDP);
+		olcd_resp_in(&sg, OLCD_INDEX_UDP, NULL, NULL);
 }
 
 #endif /* OLCD_RESP_H */

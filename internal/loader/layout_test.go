@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+	"unsafe"
 
 	"github.com/cilium/ebpf/btf"
 
@@ -66,6 +67,14 @@ func TestLayout(t *testing.T) {
 		if sum != s.Size {
 			t.Errorf("%s: members add up to %d bytes of %d: padding must be explicit", name, sum, s.Size)
 		}
+	}
+
+	// The loader's view of a mapped response entry (resp.go) is the C one.
+	var rw respWords
+	var rh olcdOlcdRespHist
+	if unsafe.Sizeof(rw) != unsafe.Sizeof(rh) || unsafe.Offsetof(rw.buckets) != unsafe.Offsetof(rh.Bucket) {
+		t.Errorf("respWords: %d bytes, buckets at %d; olcd_resp_hist: %d bytes, buckets at %d",
+			unsafe.Sizeof(rw), unsafe.Offsetof(rw.buckets), unsafe.Sizeof(rh), unsafe.Offsetof(rh.Bucket))
 	}
 
 	maps := map[string]struct{ key, value any }{

@@ -71,6 +71,14 @@ type PortPolicy struct {
 	// SYNs the port dropped) while DropProbability > 0, without a draw
 	// (adaptive.PortDecision.ShedRetransmits).
 	ShedRetransmits bool
+	// RequestGate also sheds, with DropProbability and the same draw, the
+	// requests that start on the port's established connections with
+	// nothing outstanding, by resetting the connection both ways
+	// (bpf/gate.h; docs/datapath.md, "The request gate"). TCP only, and
+	// only on a timed port (Config.ResponseSample, ResponsePorts): the gate
+	// reads the response timer's flow table, so with a sample of 1 in N
+	// it sees one connection in N.
+	RequestGate bool
 }
 
 // Config sizes the maps and sets the fixed parts of the control record.

@@ -80,7 +80,8 @@ type olcdOlcdFlowSet struct {
 	Cseq    [4]uint32
 	Sack    [4]uint32
 	Slot    [4]uint16
-	Pad     [24]uint8
+	Srack   [4]uint32
+	Pad     [8]uint8
 }
 
 type olcdOlcdGeometry uint32
@@ -122,7 +123,7 @@ type olcdOlcdPolicy struct {
 	Action          uint8
 	Class           uint8
 	ShedRetransmits uint8
-	Pad             uint8
+	RequestGate     uint8
 }
 
 type olcdOlcdPolicyFlag uint32
@@ -185,6 +186,10 @@ type olcdOlcdRespHist struct {
 	Responses   uint32
 	Abandoned   uint32
 	Retransmits uint32
+	Reused      uint32
+	Resets      uint32
+	WouldReset  uint32
+	Pad         uint32
 	Bucket      [368]uint32
 }
 

@@ -461,6 +461,7 @@ func (d *Datapath) writePolicy(k olc.PortKey) error {
 		StatsSlot:       slot,
 		Flags:           flags,
 		ShedRetransmits: b2u8(p.ShedRetransmits),
+		RequestGate:     b2u8(p.RequestGate && k.Proto == olc.ProtoTCP),
 		Mode:            cMode(p.Mode),
 		Action:          cAction(p.Action),
 		Class:           cClass(p.Class),

@@ -43,6 +43,15 @@ type Response struct {
 	// Retransmits counts client data already answered and seen again,
 	// which started nothing.
 	Retransmits uint64
+	// Reused counts request starts on a connection already in the flow
+	// table: every timed request but each connection's first. With the
+	// port's new connections it is the port's demand in requests; the
+	// request gate draws on these (PortPolicy.RequestGate).
+	Reused uint64
+	// Resets counts request starts the request gate shed in enforce mode
+	// (the connection reset both ways, bpf/gate.h); WouldReset those it
+	// selected in observe mode (passed and timed).
+	Resets, WouldReset uint64
 	// Buckets are the response counts per histogram bucket
 	// (internal/resptime.Bounds gives each bucket's range). Read only:
 	// while a port is idle, Stats returns the same slice again. The slice
@@ -203,14 +212,24 @@ const respFields = 4 + HistBuckets
 // respWords is one CPU's struct olcd_resp_hist as last folded, and the
 // buffer a read copies one into.
 type respWords struct {
-	_       [0]uint64 // 8-byte aligned: buckets are compared in pairs (bucketPairs)
-	counts  [4]uint32 // requests, responses, abandoned, retransmits
+	_ [0]uint64 // 8-byte aligned: buckets are compared in pairs (bucketPairs)
+	// requests, responses, abandoned, retransmits, reused, resets,
+	// would_reset and the padding (struct olcd_resp_hist)
+	counts  [respCounts]uint32
 	buckets [HistBuckets]uint32
 }
 
+// respCounts is the number of 32-bit counter words before the buckets of
+// struct olcd_resp_hist (the last one padding); rResponses the index of
+// the one whose move says the buckets moved.
+const (
+	respCounts = 8
+	rResponses = 1
+)
+
 type respTotals struct {
 	prev  []respWords
-	total [4]uint64 // requests, responses, abandoned, retransmits
+	total [respCounts]uint64 // as respWords.counts
 	// buckets are the bucket totals; while a Response holding them is not
 	// released (respFolder.held), the next fold works on other totals
 	// equal to them (respFolder.unshare).
@@ -292,10 +311,10 @@ func (f *respFolder) offset(cpu int, slot uint16) int64 {
 	return (int64(cpu)*f.histSlots + int64(slot)) * respEntry
 }
 
-// counts reads the four counters of slot's entry of cpu (requests,
-// responses, abandoned, retransmits: 16 bytes, no syscall).
-func (f *respFolder) counts(cpu int, slot uint16) ([4]uint32, error) {
-	var c [4]uint32
+// counts reads the counters of slot's entry of cpu (respWords.counts: 32
+// bytes, no syscall).
+func (f *respFolder) counts(cpu int, slot uint16) ([respCounts]uint32, error) {
+	var c [respCounts]uint32
 	if _, err := f.mem.ReadAt(bytesOf(&c), f.offset(cpu, slot)); err != nil {
 		return c, fmt.Errorf("read response counters %d of CPU %d: %w", slot, cpu, err)
 	}
@@ -334,18 +353,20 @@ func (f *respFolder) add(slot uint16) error {
 			continue // idle on this CPU since the last read: no bucket moved either
 		}
 		st.stale = true
-		st.total[0] += uint64(c[0] - p.counts[0])
-		st.total[2] += uint64(c[2] - p.counts[2])
-		st.total[3] += uint64(c[3] - p.counts[3])
-		p.counts[0], p.counts[2], p.counts[3] = c[0], c[2], c[3]
-		if c[1] == p.counts[1] {
+		for i := range c {
+			if i != rResponses {
+				st.total[i] += uint64(c[i] - p.counts[i])
+				p.counts[i] = c[i]
+			}
+		}
+		if c[rResponses] == p.counts[rResponses] {
 			continue
 		}
 		if _, err := f.mem.ReadAt(bytesOf(&h.buckets), off+int64(unsafe.Offsetof(h.buckets))); err != nil {
 			return fmt.Errorf("read response histogram %d of CPU %d: %w", slot, cpu, err)
 		}
-		st.total[1] += uint64(c[1] - p.counts[1])
-		p.counts[1] = c[1]
+		st.total[rResponses] += uint64(c[rResponses] - p.counts[rResponses])
+		p.counts[rResponses] = c[rResponses]
 		if f.held[&st.buckets[0]].refs > 0 {
 			f.unshare(st)
 		}
@@ -439,7 +460,8 @@ func (f *respFolder) response(slot uint16) Response {
 		return st.last
 	}
 	t := &st.total
-	st.last = Response{Requests: t[0], Responses: t[1], Abandoned: t[2], Retransmits: t[3], Buckets: st.buckets}
+	st.last = Response{Requests: t[0], Responses: t[1], Abandoned: t[2], Retransmits: t[3],
+		Reused: t[4], Resets: t[5], WouldReset: t[6], Buckets: st.buckets}
 	st.stale = false
 	return st.last
 }

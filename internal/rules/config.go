@@ -97,6 +97,12 @@ type Port struct {
 	// included); else controller.response_target.
 	Target    adaptive.ResponseTarget `yaml:"response_target" has:"HasTarget"`
 	HasTarget bool                    `yaml:"-"`
+	// RequestGate also sheds requests that start on the port's established
+	// connections with nothing outstanding, by resetting the connection
+	// (loader.PortPolicy.RequestGate; docs/datapath.md, "The request
+	// gate"). TCP only, with response timing on. Default off: a reset
+	// between two transactions loses a database session's state.
+	RequestGate bool `yaml:"request_gate"`
 }
 
 // portKey is an entry of exceptions.ports or exceptions.management: the

@@ -162,3 +162,27 @@ func TestNoSignalWarning(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestGateKey: ports[].request_gate is off unless set; set, it is
+// refused on a UDP port, with response timing off and under the mark
+// action, each at its entry.
+func TestRequestGateKey(t *testing.T) {
+	c, _, err := Parse([]byte("ports: [{port: 80, request_gate: true}, {port: 443}]\n"), "x.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Ports[0].RequestGate || c.Ports[1].RequestGate {
+		t.Errorf("request_gate %v %v, want true false", c.Ports[0].RequestGate, c.Ports[1].RequestGate)
+	}
+	for _, tt := range []struct{ doc, want string }{
+		{"ports: [{port: 53, proto: udp, request_gate: true}]\n", "ports[0].request_gate: the request gate resets TCP connections"},
+		{"datapath: {response_sample: 0}\nports: [{port: 80, request_gate: true}]\n", "ports[0].request_gate: the request gate reads response timing's flow table"},
+		{"action: {kind: mark, dscp: 8}\nports: [{port: 443}, {port: 80, request_gate: true}]\n", "ports[1].request_gate: the mark action passes what it selects"},
+		{"ports: [{port: 80, request_gate: on}]\n", "must be true or false"},
+	} {
+		_, _, err := Parse([]byte(tt.doc), "x.yaml")
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: %v, want %q", tt.doc, err, tt.want)
+		}
+	}
+}

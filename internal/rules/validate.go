@@ -86,6 +86,18 @@ func (d *decoder) validate(c *Config) {
 		if p.HasAction && p.Action == olc.ActionMark && !markSets {
 			d.addAt(join(d.entryPath("ports", i), "action"), "mark needs action.dscp or a non-zero action.fwmark to set", "add action.dscp (0..63) and/or action.fwmark")
 		}
+		if !p.RequestGate {
+			continue
+		}
+		at := join(d.entryPath("ports", i), "request_gate")
+		switch {
+		case p.Proto != olc.ProtoTCP:
+			d.addAt(at, "the request gate resets TCP connections: a UDP port has none", "remove request_gate from the UDP port")
+		case c.Datapath.ResponseSample == 0:
+			d.addAt(at, "the request gate reads response timing's flow table, and datapath.response_sample is 0 (timing off)", "set datapath.response_sample: 1 (the default)")
+		case p.EffectiveAction(c.Action.Kind) == olc.ActionMark:
+			d.addAt(at, "the mark action passes what it selects; the request gate would reset it", "use action drop or reject on this port, or remove request_gate")
+		}
 	}
 	d.validateOwnPaths(c)
 	d.validateCgroup(c.Cgroup)
