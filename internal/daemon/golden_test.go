@@ -71,8 +71,12 @@ func (f *fakeDatapath) Attachments() []loader.Attachment {
 
 func (f *fakeDatapath) SetPolicies(policies []loader.PortPolicy) error {
 	for _, p := range policies {
-		f.writes = append(f.writes, fmt.Sprintf("policy %s mode=%s action=%s class=%s p=%g",
-			p.Key, p.Mode, p.Action, p.Class, p.DropProbability))
+		gate := ""
+		if p.RequestGate {
+			gate = " request_gate"
+		}
+		f.writes = append(f.writes, fmt.Sprintf("policy %s mode=%s action=%s class=%s p=%g%s",
+			p.Key, p.Mode, p.Action, p.Class, p.DropProbability, gate))
 	}
 	return nil
 }
@@ -198,6 +202,9 @@ func goldenStats(i int) loader.Stats {
 	}
 	st.Response[tcp(443)] = hist(400*n, 2*n, map[time.Duration]uint64{
 		5 * time.Millisecond: 300 * n, 20 * time.Millisecond: 80 * n, 120 * time.Millisecond: 10 * n})
+	gated := st.Response[tcp(443)]
+	gated.Reused, gated.Resets = 250*n, 40*n
+	st.Response[tcp(443)] = gated
 	st.Response[tcp(80)] = hist(300*n, n, map[time.Duration]uint64{
 		time.Millisecond: 200 * n, 40 * time.Millisecond: 90 * n, 2 * time.Second: 5 * n})
 	st.Response[tcp(8080)] = hist(3*n, 0, map[time.Duration]uint64{3 * time.Millisecond: 2 * n})

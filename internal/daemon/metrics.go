@@ -155,6 +155,9 @@ var (
 	descRTQuant   = prometheus.NewDesc("olcd_port_response_time_quantile_seconds", "Response-time quantile over the last tick; absent when the tick had too few samples (never 0).", append(slices.Clone(portLabels), "quantile"), nil)
 	descRTReq     = prometheus.NewDesc("olcd_port_requests_timed_total", "Requests timed (sampled flows).", portLabels, nil)
 	descRTAband   = prometheus.NewDesc("olcd_port_requests_abandoned_total", "Timed requests forgotten unanswered: reset, closed, evicted or idle (sampled flows).", portLabels, nil)
+	descReused    = prometheus.NewDesc("olcd_port_request_starts_reused_total", "Requests that started on a connection already open (keep-alive), with nothing outstanding on it (sampled flows): the request gate's demand.", portLabels, nil)
+	descResets    = prometheus.NewDesc("olcd_port_request_resets_total", "Request starts on open connections the request gate shed in enforce mode, the connection reset both ways (sampled flows).", portLabels, nil)
+	descWouldRst  = prometheus.NewDesc("olcd_port_request_would_reset_total", "Request starts on open connections the request gate would shed in observe mode (sampled flows).", portLabels, nil)
 	descRTInfl    = prometheus.NewDesc("olcd_port_inflight_requests", "Requests waiting for their first answer byte at the end of the last tick, scaled by the sample rate.", portLabels, nil)
 	descRTRate    = prometheus.NewDesc("olcd_port_requests_per_second", "Requests per second over the last tick, scaled by the sample rate.", portLabels, nil)
 	descCapacity  = prometheus.NewDesc("olcd_port_capacity_requests_per_second", "The port's capacity measured while it was saturated: the most requests per second it answered over the saturated ticks of the last 3 s, or the last such figure; absent until saturated once.", portLabels, nil)
@@ -177,7 +180,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 		descSigCorr, descPressure, descOverload, descNodeP, descClassP, descPortP, descNew, descRetrans,
 		descPassed, descDropped, descMarked, descWould, descRejected, descWouldRej, descRejLimit, descExempt, descStale, descOtherNew, descOtherEx,
 		descUncl, descAttach, descOverride, descLastTick, descDPErr, descRTHist, descRTQuant, descRTTarget, descRTBase, descQueueP, descRTReq,
-		descRTAband, descRTInfl, descRTRate, descCapacity, descCapAge, descFlowCap, descFlowUsed, descFlowEvent} {
+		descRTAband, descReused, descResets, descWouldRst, descRTInfl, descRTRate, descCapacity, descCapAge, descFlowCap, descFlowUsed, descFlowEvent} {
 		ch <- d
 	}
 }
@@ -277,6 +280,9 @@ func collectPort(ch chan<- prometheus.Metric, p api.PortStatus, stats loader.Sta
 	ch <- prometheus.MustNewConstHistogram(descRTHist, r.Responses, resptime.Sum(r.Buckets), le, labels...)
 	counter(descRTReq, r.Requests, labels...)
 	counter(descRTAband, r.Abandoned, labels...)
+	counter(descReused, r.Reused, labels...)
+	counter(descResets, r.Resets, labels...)
+	counter(descWouldRst, r.WouldReset, labels...)
 	if p.RequestsPerS != nil {
 		gauge(descRTRate, *p.RequestsPerS, labels...)
 	}

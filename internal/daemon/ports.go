@@ -31,7 +31,8 @@ func portSource(cfg *rules.Config) string {
 // portPolicy is the loader's policy for a configured port under cfg, with
 // no drop probability yet (program writes the one in force).
 func portPolicy(cfg *rules.Config, p rules.Port) loader.PortPolicy {
-	return loader.PortPolicy{Key: p.Key(), Mode: p.EffectiveMode(cfg.Mode), Action: p.EffectiveAction(cfg.Action.Kind), Class: p.Class}
+	return loader.PortPolicy{Key: p.Key(), Mode: p.EffectiveMode(cfg.Mode), Action: p.EffectiveAction(cfg.Action.Kind), Class: p.Class,
+		RequestGate: p.RequestGate}
 }
 
 // resolvePorts returns the ports cfg protects: the configured list, or under
