@@ -353,6 +353,11 @@ Live overrides show in 'olcd status' and are dropped on reload.
 	if err != nil {
 		return err
 	}
+	if len(rest) == 2 && rest[0] == "mode" && rest[1] == "off" {
+		// The kill switch writes the datapath before the daemon answers.
+		fmt.Fprintln(stdout, "ok: mode off applied; the datapath passes everything now")
+		return nil
+	}
 	fmt.Fprintf(stdout, "ok: %s applied; it takes effect at the next tick\n", strings.Join(rest, " "))
 	return nil
 }
