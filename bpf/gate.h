@@ -45,108 +45,7 @@
 #include "olcd.h"
 #include "parse.h"
 
-/*
- * Write a header-only RST|ACK over the segment pkt describes: reply 1
- * toward the segment's sender (MACs, addresses and ports swapped), 0 in
- * its own direction; seq and ack in host order. The IPv4 checksum is
- * written; the TCP one is left 0 and its parts returned in sums (reject.h),
- * for the caller to write as its hook needs. Returns the frame's length up
- * to the end of the TCP header, or 0 (frame unchanged) when the headers are
- * not where pkt says.
- */
-static __always_inline __u32 olcd_gate_build(void *data, void *data_end, const struct olcd_pkt *pkt,
-					     int reply, __u32 seq, __u32 ack,
-					     struct olcd_reject_sums *sums)
-{
-	/* Bounded for the verifier: Ethernet + 4 tags is 30 bytes. */
-	__u32 l3 = pkt->l3off & 0x3f;
-	__u32 l4 = pkt->l4off & OLCD_BLUR_MASK;
-	struct tcphdr *th = data + l4, *rt;
-	__u8 *eth = data;
-	__be16 sport, dport, t16;
-	__u32 iphl, *w;
-	__u64 sum, t;
-	__u16 tmac[3];
-
-	if ((void *)(th + 1) > data_end || (void *)(eth + ETH_HLEN) > data_end)
-		return 0;
-	/* Read before the new headers may overwrite them (IPv4 options,
-	 * IPv6 extension headers: the TCP header moves up). */
-	sport = th->source;
-	dport = th->dest;
-	if (reply)
-		t16 = sport, sport = dport, dport = t16;
-
-	if (pkt->ipv6) {
-		struct ipv6hdr *ip6 = data + l3;
-		__u64 *a;
-
-		iphl = sizeof(*ip6);
-		if ((void *)(ip6 + 1) > data_end)
-			return 0;
-		*(__be32 *)ip6 = bpf_htonl(0x60000000); /* version 6, class 0, flow 0 */
-		ip6->payload_len = bpf_htons(sizeof(struct tcphdr));
-		ip6->nexthdr = IPPROTO_TCP;
-		ip6->hop_limit = OLCD_REJECT_TTL;
-		a = (__u64 *)&ip6->saddr;
-		if (reply) {
-			t = a[0], a[0] = a[2], a[2] = t;
-			t = a[1], a[1] = a[3], a[3] = t;
-		}
-		w = (__u32 *)a;
-		sum = (__u64)w[0] + w[1] + w[2] + w[3] + w[4] + w[5] + w[6] + w[7];
-	} else {
-		struct iphdr *iph = data + l3;
-		__u32 s, d;
-
-		iphl = sizeof(*iph);
-		if ((void *)(iph + 1) > data_end)
-			return 0;
-		s = iph->saddr;
-		d = iph->daddr;
-		if (reply)
-			t = s, s = d, d = (__u32)t;
-		((__u8 *)iph)[0] = 0x45;
-		iph->tos = 0;
-		iph->tot_len = bpf_htons(sizeof(*iph) + sizeof(struct tcphdr));
-		iph->id = 0;
-		iph->frag_off = bpf_htons(0x4000); /* DF */
-		iph->ttl = OLCD_REJECT_TTL;
-		iph->protocol = IPPROTO_TCP;
-		iph->check = 0;
-		iph->saddr = s;
-		iph->daddr = d;
-		w = (__u32 *)iph;
-		iph->check = ~olcd_fold16((__u64)w[0] + w[1] + w[2] + w[3] + w[4]) & 0xffff;
-		sum = (__u64)s + d;
-	}
-	sum += bpf_htons(IPPROTO_TCP) + bpf_htons(sizeof(struct tcphdr));
-	sums->pseudo = olcd_fold16(sum);
-
-	rt = data + l3 + iphl;
-	if ((void *)(rt + 1) > data_end)
-		return 0;
-	rt->source = sport;
-	rt->dest = dport;
-	rt->seq = bpf_htonl(seq);
-	rt->ack_seq = bpf_htonl(ack);
-	((__u8 *)rt)[12] = 5 << 4;
-	((__u8 *)rt)[13] = OLCD_TCP_RST | OLCD_TCP_ACK;
-	rt->window = 0;
-	rt->check = 0;
-	rt->urg_ptr = 0;
-	w = (__u32 *)rt;
-	sums->hdr = olcd_fold16((__u64)w[0] + w[1] + w[2] + w[3] + w[4]);
-
-	if (reply) {
-		__builtin_memcpy(tmac, eth, ETH_ALEN);
-		__builtin_memcpy(eth, eth + ETH_ALEN, ETH_ALEN);
-		__builtin_memcpy(eth + ETH_ALEN, tmac, ETH_ALEN);
-	}
-	return l3 + iphl + sizeof(struct tcphdr);
-}
-
-/* Write the whole TCP checksum of a reset olcd_gate_build made (len: its
+/* Write the whole TCP checksum of a reset olcd_rst_build made (len: its
  * return). */
 static __always_inline void olcd_gate_csum(void *data, void *data_end, __u32 len,
 					   const struct olcd_reject_sums *sums)
@@ -170,8 +69,8 @@ static __always_inline int olcd_gate_xdp(struct xdp_md *ctx)
 
 	if (olcd_parse(data, data_end, NULL, &pkt) != OLCD_P_SEGMENT)
 		return XDP_PASS;
-	len = olcd_gate_build(data, data_end, &pkt, 1, pkt.seg_ack, pkt.seg_seq + pkt.seg_len,
-			      &sums);
+	len = olcd_rst_build(data, data_end, &pkt, 1, pkt.seg_ack, pkt.seg_seq + pkt.seg_len,
+			     &sums);
 	if (!len)
 		return XDP_PASS;
 	olcd_gate_csum(data, data_end, len, &sums);
@@ -225,8 +124,8 @@ static __always_inline int olcd_gate_tc(struct __sk_buff *skb)
 		data = (void *)(long)skb->data;
 		data_end = (void *)(long)skb->data_end;
 	}
-	len = olcd_gate_build(data, data_end, &pkt, 1, pkt.seg_ack, pkt.seg_seq + pkt.seg_len,
-			      &sums);
+	len = olcd_rst_build(data, data_end, &pkt, 1, pkt.seg_ack, pkt.seg_seq + pkt.seg_len,
+			     &sums);
 	if (!len)
 		return TC_ACT_SHOT;
 	if (cut > len && bpf_skb_change_tail(skb, len, 0))
@@ -256,7 +155,7 @@ static __always_inline int olcd_gate_tc(struct __sk_buff *skb)
 	data = (void *)(long)skb->data;
 	data_end = (void *)(long)skb->data_end;
 	pkt.l4off = len - sizeof(struct tcphdr);
-	len = olcd_gate_build(data, data_end, &pkt, 1, pkt.seg_seq, pkt.seg_ack, &sums);
+	len = olcd_rst_build(data, data_end, &pkt, 1, pkt.seg_seq, pkt.seg_ack, &sums);
 	if (!len)
 		return TC_ACT_SHOT;
 	olcd_gate_csum(data, data_end, len, &sums);

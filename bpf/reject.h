@@ -109,6 +109,108 @@ struct olcd_reject_sums {
 };
 
 /*
+ * Write a header-only RST|ACK over the segment pkt describes: reply 1
+ * toward the segment's sender (MACs, addresses and ports swapped), 0 in
+ * its own direction; seq and ack in host order. The IPv4 checksum is
+ * written; the TCP one is left 0 and its parts returned in sums , for the
+ * caller to write as its hook needs. The SYN reject (below) and the
+ * request gate (gate.h) both answer with it. Returns the frame's length up
+ * to the end of the TCP header, or 0 (frame unchanged) when the headers are
+ * not where pkt says.
+ */
+static __always_inline __u32 olcd_rst_build(void *data, void *data_end, const struct olcd_pkt *pkt,
+					    int reply, __u32 seq, __u32 ack,
+					    struct olcd_reject_sums *sums)
+{
+	/* Bounded for the verifier: Ethernet + 4 tags is 30 bytes. */
+	__u32 l3 = pkt->l3off & 0x3f;
+	__u32 l4 = pkt->l4off & OLCD_BLUR_MASK;
+	struct tcphdr *th = data + l4, *rt;
+	__u8 *eth = data;
+	__be16 sport, dport, t16;
+	__u32 iphl, *w;
+	__u64 sum, t;
+	__u16 tmac[3];
+
+	if ((void *)(th + 1) > data_end || (void *)(eth + ETH_HLEN) > data_end)
+		return 0;
+	/* Read before the new headers may overwrite them (IPv4 options,
+	 * IPv6 extension headers: the TCP header moves up). */
+	sport = th->source;
+	dport = th->dest;
+	if (reply)
+		t16 = sport, sport = dport, dport = t16;
+
+	if (pkt->ipv6) {
+		struct ipv6hdr *ip6 = data + l3;
+		__u64 *a;
+
+		iphl = sizeof(*ip6);
+		if ((void *)(ip6 + 1) > data_end)
+			return 0;
+		*(__be32 *)ip6 = bpf_htonl(0x60000000); /* version 6, class 0, flow 0 */
+		ip6->payload_len = bpf_htons(sizeof(struct tcphdr));
+		ip6->nexthdr = IPPROTO_TCP;
+		ip6->hop_limit = OLCD_REJECT_TTL;
+		a = (__u64 *)&ip6->saddr;
+		if (reply) {
+			t = a[0], a[0] = a[2], a[2] = t;
+			t = a[1], a[1] = a[3], a[3] = t;
+		}
+		w = (__u32 *)a;
+		sum = (__u64)w[0] + w[1] + w[2] + w[3] + w[4] + w[5] + w[6] + w[7];
+	} else {
+		struct iphdr *iph = data + l3;
+		__u32 s, d;
+
+		iphl = sizeof(*iph);
+		if ((void *)(iph + 1) > data_end)
+			return 0;
+		s = iph->saddr;
+		d = iph->daddr;
+		if (reply)
+			t = s, s = d, d = (__u32)t;
+		((__u8 *)iph)[0] = 0x45;
+		iph->tos = 0;
+		iph->tot_len = bpf_htons(sizeof(*iph) + sizeof(struct tcphdr));
+		iph->id = 0;
+		iph->frag_off = bpf_htons(0x4000); /* DF */
+		iph->ttl = OLCD_REJECT_TTL;
+		iph->protocol = IPPROTO_TCP;
+		iph->check = 0;
+		iph->saddr = s;
+		iph->daddr = d;
+		w = (__u32 *)iph;
+		iph->check = ~olcd_fold16((__u64)w[0] + w[1] + w[2] + w[3] + w[4]) & 0xffff;
+		sum = (__u64)s + d;
+	}
+	sum += bpf_htons(IPPROTO_TCP) + bpf_htons(sizeof(struct tcphdr));
+	sums->pseudo = olcd_fold16(sum);
+
+	rt = data + l3 + iphl;
+	if ((void *)(rt + 1) > data_end)
+		return 0;
+	rt->source = sport;
+	rt->dest = dport;
+	rt->seq = bpf_htonl(seq);
+	rt->ack_seq = bpf_htonl(ack);
+	((__u8 *)rt)[12] = 5 << 4;
+	((__u8 *)rt)[13] = OLCD_TCP_RST | OLCD_TCP_ACK;
+	rt->window = 0;
+	rt->check = 0;
+	rt->urg_ptr = 0;
+	w = (__u32 *)rt;
+	sums->hdr = olcd_fold16((__u64)w[0] + w[1] + w[2] + w[3] + w[4]);
+
+	if (reply) {
+		__builtin_memcpy(tmac, eth, ETH_ALEN);
+		__builtin_memcpy(eth, eth + ETH_ALEN, ETH_ALEN);
+		__builtin_memcpy(eth + ETH_ALEN, tmac, ETH_ALEN);
+	}
+	return l3 + iphl + sizeof(struct tcphdr);
+}
+
+/*
  * Turn the SYN pkt describes into its RST|ACK in place: MACs, addresses and
  * ports swapped, a fresh IPv4 (no options) or IPv6 (no extension headers)
  * header at the same place, the TCP header right after it, in-band VLAN tags
@@ -126,12 +228,8 @@ static __always_inline __u32 olcd_reject_build(void *data, void *data_end,
 	/* Bounded for the verifier: Ethernet + 4 tags is 30 bytes. */
 	__u32 l3 = pkt->l3off & 0x3f;
 	__u32 l4 = pkt->l4off & OLCD_BLUR_MASK;
-	struct tcphdr *th = data + l4, *rt;
+	struct tcphdr *th = data + l4;
 	__u8 *eth = data;
-	__u32 seq, iphl, *w;
-	__be16 sport, dport;
-	__u64 sum, t;
-	__u16 tmac[3];
 	__u8 doff;
 
 	if ((void *)(th + 1) > data_end || (void *)(eth + ETH_HLEN) > data_end)
@@ -139,40 +237,25 @@ static __always_inline __u32 olcd_reject_build(void *data, void *data_end,
 	/* A group source MAC is never a host's: nothing to answer. */
 	if (eth[ETH_ALEN] & 1)
 		return 0;
-	sport = th->source;
-	dport = th->dest;
-	seq = bpf_ntohl(th->seq);
 	doff = ((__u8 *)th)[12] >> 4;
 
 	if (pkt->ipv6) {
 		struct ipv6hdr *ip6 = data + l3;
 		__u64 *a;
 
-		iphl = sizeof(*ip6);
 		if ((void *)(ip6 + 1) > data_end)
 			return 0;
 		/* No data: the TCP header ends the IPv6 packet. */
-		if (l3 + iphl + bpf_ntohs(ip6->payload_len) != l4 + ((__u32)doff << 2))
+		if (l3 + sizeof(*ip6) + bpf_ntohs(ip6->payload_len) != l4 + ((__u32)doff << 2))
 			return 0;
 		a = (__u64 *)&ip6->saddr;
 		/* Multicast (ff00::/8) either way, or an unspecified source. */
 		if (((__u8 *)ip6)[8] == 0xff || ((__u8 *)ip6)[24] == 0xff || (a[0] | a[1]) == 0)
 			return 0;
-		if (!olcd_reject_token())
-			return 0;
-		*(__be32 *)ip6 = bpf_htonl(0x60000000); /* version 6, class 0, flow 0 */
-		ip6->payload_len = bpf_htons(sizeof(struct tcphdr));
-		ip6->nexthdr = IPPROTO_TCP;
-		ip6->hop_limit = OLCD_REJECT_TTL;
-		t = a[0], a[0] = a[2], a[2] = t;
-		t = a[1], a[1] = a[3], a[3] = t;
-		w = (__u32 *)a;
-		sum = (__u64)w[0] + w[1] + w[2] + w[3] + w[4] + w[5] + w[6] + w[7];
 	} else {
 		struct iphdr *iph = data + l3;
 		__u32 s, d;
 
-		iphl = sizeof(*iph);
 		if ((void *)(iph + 1) > data_end)
 			return 0;
 		if (l3 + bpf_ntohs(iph->tot_len) != l4 + ((__u32)doff << 2))
@@ -183,44 +266,11 @@ static __always_inline __u32 olcd_reject_build(void *data, void *data_end,
 		 * broadcast), as source or destination. */
 		if (s == 0 || (((__u8 *)&s)[0] & 0xf0) >= 0xe0 || (((__u8 *)&d)[0] & 0xf0) >= 0xe0)
 			return 0;
-		if (!olcd_reject_token())
-			return 0;
-		((__u8 *)iph)[0] = 0x45;
-		iph->tos = 0;
-		iph->tot_len = bpf_htons(sizeof(*iph) + sizeof(struct tcphdr));
-		iph->id = 0;
-		iph->frag_off = bpf_htons(0x4000); /* DF */
-		iph->ttl = OLCD_REJECT_TTL;
-		iph->protocol = IPPROTO_TCP;
-		iph->check = 0;
-		iph->saddr = d;
-		iph->daddr = s;
-		w = (__u32 *)iph;
-		iph->check = ~olcd_fold16((__u64)w[0] + w[1] + w[2] + w[3] + w[4]) & 0xffff;
-		sum = (__u64)s + d;
 	}
-	sum += bpf_htons(IPPROTO_TCP) + bpf_htons(sizeof(struct tcphdr));
-	sums->pseudo = olcd_fold16(sum);
-
-	rt = data + l3 + iphl;
-	if ((void *)(rt + 1) > data_end)
+	if (!olcd_reject_token())
 		return 0;
-	rt->source = dport;
-	rt->dest = sport;
-	rt->seq = 0;
-	rt->ack_seq = bpf_htonl(seq + 1);
-	((__u8 *)rt)[12] = 5 << 4;
-	((__u8 *)rt)[13] = OLCD_TCP_RST | OLCD_TCP_ACK;
-	rt->window = 0;
-	rt->check = 0;
-	rt->urg_ptr = 0;
-	w = (__u32 *)rt;
-	sums->hdr = olcd_fold16((__u64)w[0] + w[1] + w[2] + w[3] + w[4]);
-
-	__builtin_memcpy(tmac, eth, ETH_ALEN);
-	__builtin_memcpy(eth, eth + ETH_ALEN, ETH_ALEN);
-	__builtin_memcpy(eth + ETH_ALEN, tmac, ETH_ALEN);
-	return l3 + iphl + sizeof(struct tcphdr);
+	/* RFC 9293 3.10.7.1: a SYN in LISTEN is answered <SEQ=0><ACK=SEG.SEQ+1>. */
+	return olcd_rst_build(data, data_end, pkt, 1, 0, bpf_ntohl(th->seq) + 1, sums);
 }
 
 /*
