@@ -28,11 +28,11 @@ func portSource(cfg *rules.Config) string {
 	return "config"
 }
 
-// portPolicy is the loader's policy for a configured port under cfg, with
-// no drop probability yet (program writes the one in force).
+// portPolicy is the loader's policy for a configured port under cfg (the
+// entry's own, with the global mode and action resolved), with no drop
+// probability yet (program writes the one in force).
 func portPolicy(cfg *rules.Config, p rules.Port) loader.PortPolicy {
-	return loader.PortPolicy{Key: p.Key(), Mode: p.EffectiveMode(cfg.Mode), Action: p.EffectiveAction(cfg.Action.Kind), Class: p.Class,
-		RequestGate: p.RequestGate}
+	return p.Policy(cfg.Mode, cfg.Action.Kind)
 }
 
 // resolvePorts returns the ports cfg protects: the configured list, or under

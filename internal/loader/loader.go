@@ -58,28 +58,10 @@ func (s Selection) String() string {
 	return fmt.Sprintf("selection(%d)", uint8(s))
 }
 
-// PortPolicy is what the datapath does with new connections to one port.
-type PortPolicy struct {
-	Key    olc.PortKey
-	Mode   olc.Mode   // per-port mode; the global mode (SetMode) caps it
-	Action olc.Action // drop or mark
-	Class  olc.Class  // stored for read-back only
-	// DropProbability is the fraction 0..1 of new connections to act on;
-	// see ProbabilityToFixed for how it is rounded.
-	DropProbability float64
-	// ShedRetransmits drops every retransmitted SYN (one found among the
-	// SYNs the port dropped) while DropProbability > 0, without a draw
-	// (adaptive.PortDecision.ShedRetransmits).
-	ShedRetransmits bool
-	// RequestGate also sheds, with DropProbability and the same draw, the
-	// requests that start on the port's established connections with
-	// nothing outstanding, by resetting the connection both ways
-	// (bpf/gate.h; docs/datapath.md, "The request gate"). TCP only, and
-	// only on a timed port (Config.ResponseSample, ResponsePorts): the gate
-	// reads the response timer's flow table, so with a sample of 1 in N
-	// it sees one connection in N.
-	RequestGate bool
-}
+// PortPolicy is what the datapath does with new connections to one port
+// (declared in dpconfig, so that the config decoder fills the same type the
+// loader takes).
+type PortPolicy = dpconfig.PortPolicy
 
 // Config sizes the maps and sets the fixed parts of the control record.
 // Zero fields take the defaults (olc.DefaultMaxPorts, … and those here).

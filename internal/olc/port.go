@@ -61,13 +61,14 @@ func (p *Proto) UnmarshalText(text []byte) error {
 	return nil
 }
 
-// PortKey identifies a protected port: protocol and destination port.
+// PortKey identifies a protected port: destination port and protocol. The
+// tags are its keys in olcd.yaml's port entries (internal/rules).
 type PortKey struct {
-	// Proto is ProtoTCP or ProtoUDP.
-	Proto Proto
 	// Port is the destination port, 1..65535 (0 only in the zero PortKey,
 	// which stands for "the node" in decision-log events).
-	Port uint16
+	Port uint16 `yaml:"port" range:"[1, 65535]"`
+	// Proto is ProtoTCP or ProtoUDP.
+	Proto Proto `yaml:"proto"`
 }
 
 // String returns "tcp/443".

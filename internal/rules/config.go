@@ -79,37 +79,20 @@ type Config struct {
 // unused. In YAML: `signals: {<name>: {threshold: x}}`, or `<name>: off`.
 type Thresholds [olc.NumSignals]float64
 
-// Port is one protected port: `{port: 443, proto: tcp, …}` or just 443.
+// Port is one protected port: `{port: 443, proto: tcp, …}` or just 443. Its
+// datapath settings are the loader's own dpconfig.PortPolicy (port, proto,
+// class, mode, action, request_gate), which the daemon hands on as it is;
+// Mode there is the port's own, observe or enforce, and olc.ModeOff (the
+// zero value) means none: the port follows the global mode (EffectiveMode).
 type Port struct {
-	// Port is the destination port, 1..65535.
-	Port uint16 `yaml:"port" range:"[1, 65535]"`
-	// Proto is olc.ProtoTCP (default) or olc.ProtoUDP.
-	Proto olc.Proto `yaml:"proto"`
-	// Class is the priority class (default normal).
-	Class olc.Class `yaml:"class"`
-	// Override is the port's own mode, observe or enforce; olc.ModeOff (the
-	// zero value) means none: the port follows the global mode.
-	Override olc.Mode `yaml:"mode" enum:"observe,enforce" offhint:"a port cannot be switched off alone: remove it from ports, or list it under exceptions"`
-	// Action is the port's own action when HasAction; else action.kind.
-	Action    olc.Action `yaml:"action" has:"HasAction"`
-	HasAction bool       `yaml:"-"`
+	dpconfig.PortPolicy `yaml:",inline"`
+	// HasAction is set when the entry gives its own action; else
+	// action.kind applies (EffectiveAction).
+	HasAction bool `yaml:"-"`
 	// Target is the port's own response-time target when HasTarget (off
 	// included); else controller.response_target.
-	Target    adaptive.ResponseTarget `yaml:"response_target" has:"HasTarget"`
+	Target    adaptive.ResponseTarget `yaml:"response_target" has:"HasTarget" before:"request_gate"`
 	HasTarget bool                    `yaml:"-"`
-	// RequestGate also sheds requests that start on the port's established
-	// connections with nothing outstanding, by resetting the connection
-	// (loader.PortPolicy.RequestGate; docs/datapath.md, "The request
-	// gate"). TCP only, with response timing on. Default off: a reset
-	// between two transactions loses a database session's state.
-	RequestGate bool `yaml:"request_gate"`
-}
-
-// portKey is an entry of exceptions.ports or exceptions.management: the
-// same shape as a Port, with a port and a protocol only.
-type portKey struct {
-	Port  uint16    `yaml:"port" range:"[1, 65535]"`
-	Proto olc.Proto `yaml:"proto"`
 }
 
 // EffectiveAction returns the port's action: its own if set, else global.
@@ -120,17 +103,23 @@ func (p Port) EffectiveAction(global olc.Action) olc.Action {
 	return global
 }
 
-// Key returns the port's controller key.
-func (p Port) Key() olc.PortKey { return olc.PortKey{Proto: p.Proto, Port: p.Port} }
+// Policy returns the port's datapath policy under the global mode and
+// action (no drop probability yet): its own settings, each override
+// resolved.
+func (p Port) Policy(global olc.Mode, action olc.Action) dpconfig.PortPolicy {
+	pol := p.PortPolicy
+	pol.Mode, pol.Action = p.EffectiveMode(global), p.EffectiveAction(action)
+	return pol
+}
 
 // EffectiveMode returns the mode the port runs in under global: off when
 // global is off (the kill switch wins), else the override if set, else
 // global.
 func (p Port) EffectiveMode(global olc.Mode) olc.Mode {
-	if global == olc.ModeOff || p.Override == olc.ModeOff {
+	if global == olc.ModeOff || p.Mode == olc.ModeOff {
 		return global
 	}
-	return p.Override
+	return p.Mode
 }
 
 // Exceptions are ports and source prefixes whose new connections are never
@@ -240,7 +229,7 @@ func (c *Config) PortConfigs() []adaptive.PortConfig {
 	}
 	out := make([]adaptive.PortConfig, len(c.Ports))
 	for i, p := range c.Ports {
-		out[i] = adaptive.PortConfig{Key: p.Key(), Class: p.Class}
+		out[i] = adaptive.PortConfig{Key: p.Key, Class: p.Class}
 	}
 	return c.ControllerConfig(out).Ports
 }
@@ -256,7 +245,7 @@ func (c *Config) ControllerConfig(ports []adaptive.PortConfig) adaptive.Config {
 	ports = slices.Clone(ports)
 	for i := range ports {
 		ports[i].Target = c.ResponseTarget
-		if j := slices.IndexFunc(c.Ports, func(p Port) bool { return p.Key() == ports[i].Key }); j >= 0 && c.Ports[j].HasTarget {
+		if j := slices.IndexFunc(c.Ports, func(p Port) bool { return p.Key == ports[i].Key }); j >= 0 && c.Ports[j].HasTarget {
 			ports[i].Target = c.Ports[j].Target
 		}
 	}
@@ -293,7 +282,7 @@ func (c *Config) ExemptReason(k olc.PortKey) string {
 
 // listed reports whether the port list (not ports: auto) names k.
 func (c *Config) listed(k olc.PortKey) bool {
-	return !c.PortsAuto && slices.ContainsFunc(c.Ports, func(p Port) bool { return p.Key() == k })
+	return !c.PortsAuto && slices.ContainsFunc(c.Ports, func(p Port) bool { return p.Key == k })
 }
 
 // WithMode returns a copy of c in mode m, applied as a patch so that later

@@ -15,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/loader/dpconfig"
 	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/ranges"
 	"github.com/olcd/olcd/internal/spell"
@@ -335,14 +336,14 @@ func init() { // not a var initializer: portEntry decodes through value, which r
 		reflect.TypeFor[olc.Proto]():      enumOf([]string{"tcp", "udp"}, olc.ParseProto),
 		reflect.TypeFor[olc.Class]():      enumOf(olc.ClassNames(), olc.ParseClass),
 		reflect.TypeFor[Port](): func(d *decoder, n *node, f string, _ reflect.StructField) (any, bool) {
-			p := Port{Proto: olc.ProtoTCP, Class: olc.ClassNormal}
+			p := Port{PortPolicy: dpconfig.PortPolicy{Key: olc.PortKey{Proto: olc.ProtoTCP}, Class: olc.ClassNormal}}
 			ok := d.portEntry(n, f, &p)
 			return p, ok
 		},
 		reflect.TypeFor[olc.PortKey](): func(d *decoder, n *node, f string, _ reflect.StructField) (any, bool) {
-			p := portKey{Proto: olc.ProtoTCP}
+			p := olc.PortKey{Proto: olc.ProtoTCP}
 			ok := d.portEntry(n, f, &p)
-			return olc.PortKey{Proto: p.Proto, Port: p.Port}, ok
+			return p, ok
 		},
 		reflect.TypeFor[adaptive.ResponseTarget](): func(d *decoder, n *node, f string, _ reflect.StructField) (any, bool) {
 			return d.responseTarget(n, f)
@@ -370,15 +371,15 @@ func enumOf[T any](words []string, parse func(string) (T, error)) func(*decoder,
 	}
 }
 
-// portEntry decodes one entry of a port list into e (a *Port or *portKey,
-// its defaults set): a port number, or a mapping with a port. Every port
-// list takes both shapes.
+// portEntry decodes one entry of a port list into e (a *Port or
+// *olc.PortKey, its defaults set): a port number, or a mapping with a port.
+// Every port list takes both shapes.
 func (d *decoder) portEntry(n *node, field string, e any) bool {
 	v := reflect.ValueOf(e).Elem()
-	sf, _ := v.Type().FieldByName("Port")
+	sf := schemaOf(v.Type()).fields["port"]
 	switch {
 	case n.Kind == yaml.ScalarNode && (n.Tag == "!!int" || n.Tag == "!!float" && wholeNumber.MatchString(n.Value)):
-		return d.value(n, v.FieldByIndex(sf.Index), field, sf)
+		return d.value(n, v.FieldByIndex(sf.Index), field, sf.StructField)
 	case n.Kind != yaml.MappingNode:
 		ex := map[bool]string{true: "22", false: "443"}[strings.HasPrefix(field, "exceptions")]
 		d.add(n, field, fmt.Sprintf("must be a port number such as %s, or {port: %s, proto: tcp}, got %s", ex, ex, kindName(n)), quotedNumberHint(n))
@@ -500,19 +501,30 @@ func schemaOf(t reflect.Type) *schema {
 		return s.(*schema)
 	}
 	s := &schema{}
-	s.build(t, nil)
+	s.build(t, nil, nil)
 	schemas.Store(t, s)
 	return s
 }
 
-func (s *schema) build(t reflect.Type, index []int) {
+// build adds the keys of struct t, at index in the schema's type; outer
+// finds a sibling field (`has`, `auto`) in the struct that inlines t.
+func (s *schema) build(t reflect.Type, index []int, outer func(string) ([]int, bool)) {
+	sibling := func(name string) ([]int, bool) {
+		if sib, ok := t.FieldByName(name); ok && name != "" {
+			return append(slices.Clone(index), sib.Index...), true
+		}
+		if outer != nil {
+			return outer(name)
+		}
+		return nil, false
+	}
 	for i := range t.NumField() {
 		f := t.Field(i)
 		f.Index = append(slices.Clone(index), i)
 		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
 		switch {
 		case opts == "inline":
-			s.build(f.Type, f.Index)
+			s.build(f.Type, f.Index, sibling)
 			continue
 		case name == "" || name == "-" || !f.IsExported():
 			continue
@@ -524,16 +536,20 @@ func (s *schema) build(t reflect.Type, index []int) {
 		}
 		name = parts[len(parts)-1]
 		if _, isScalar := scalars[f.Type]; f.Type.Kind() == reflect.Struct && !isScalar {
-			target.sub(name).build(f.Type, f.Index)
+			target.sub(name).build(f.Type, f.Index, nil)
 			continue
 		}
 		fl := field{StructField: f}
 		for _, tag := range []string{"has", "auto"} {
-			if sib, ok := t.FieldByName(f.Tag.Get(tag)); ok && f.Tag.Get(tag) != "" {
-				fl.sibling = append(slices.Clone(index), sib.Index...)
+			if sib, ok := sibling(f.Tag.Get(tag)); ok {
+				fl.sibling = sib
 			}
 		}
-		target.keys = append(target.keys, name)
+		at := len(target.keys) // a `before` tag keeps a key's place in the messages among inlined keys
+		if i := slices.Index(target.keys, f.Tag.Get("before")); i >= 0 {
+			at = i
+		}
+		target.keys = slices.Insert(target.keys, at, name)
 		if target.fields == nil {
 			target.fields = map[string]field{}
 		}

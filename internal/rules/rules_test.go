@@ -168,10 +168,10 @@ func TestValidFull(t *testing.T) {
 			TargetFactor: 4, InitialTarget: 200 * time.Millisecond, ResponseCooldown: 2 * time.Second, LatencyKp: 0.4, LatencyKi: 0.3},
 		ResponseTarget: adaptive.ResponseTarget{Seconds: 0.08},
 		Ports: []Port{
-			{Port: 443, Proto: olc.ProtoTCP, Class: olc.ClassCritical, Override: olc.ModeEnforce},
-			{Port: 80, Proto: olc.ProtoTCP, Class: olc.ClassNormal, Target: adaptive.ResponseTarget{Auto: true}, HasTarget: true},
-			{Port: 8080, Proto: olc.ProtoTCP, Class: olc.ClassBestEffort, Override: olc.ModeObserve},
-			{Port: 53, Proto: olc.ProtoUDP, Class: olc.ClassNormal, HasTarget: true},
+			{PortPolicy: dpconfig.PortPolicy{Key: olc.PortKey{Port: 443, Proto: olc.ProtoTCP}, Class: olc.ClassCritical, Mode: olc.ModeEnforce}},
+			{PortPolicy: dpconfig.PortPolicy{Key: olc.PortKey{Port: 80, Proto: olc.ProtoTCP}, Class: olc.ClassNormal}, Target: adaptive.ResponseTarget{Auto: true}, HasTarget: true},
+			{PortPolicy: dpconfig.PortPolicy{Key: olc.PortKey{Port: 8080, Proto: olc.ProtoTCP}, Class: olc.ClassBestEffort, Mode: olc.ModeObserve}},
+			{PortPolicy: dpconfig.PortPolicy{Key: olc.PortKey{Port: 53, Proto: olc.ProtoUDP}, Class: olc.ClassNormal}, HasTarget: true},
 		},
 		Exceptions: Exceptions{
 			Ports: []olc.PortKey{{Proto: olc.ProtoTCP, Port: 22}, {Proto: olc.ProtoTCP, Port: 9100}},
@@ -337,7 +337,7 @@ func TestPatch(t *testing.T) {
 			}
 		}, ""},
 		{"list replaces", base, "ports: [{port: 9000, proto: udp}]", func(t *testing.T, c *Config) {
-			if len(c.Ports) != 1 || c.Ports[0].Key() != (olc.PortKey{Proto: olc.ProtoUDP, Port: 9000}) {
+			if len(c.Ports) != 1 || c.Ports[0].Key != (olc.PortKey{Proto: olc.ProtoUDP, Port: 9000}) {
 				t.Errorf("ports %v", c.Ports)
 			}
 		}, ""},
@@ -517,9 +517,9 @@ func TestAnchorsAndMergeKeys(t *testing.T) {
 		t.Fatalf("%v, warnings %v", err, w)
 	}
 	want := []Port{
-		{Port: 443, Proto: olc.ProtoTCP, Class: olc.ClassCritical},
-		{Port: 80, Proto: olc.ProtoTCP, Class: olc.ClassCritical},
-		{Port: 8080, Proto: olc.ProtoTCP, Class: olc.ClassNormal},
+		{PortPolicy: dpconfig.PortPolicy{Key: olc.PortKey{Port: 443, Proto: olc.ProtoTCP}, Class: olc.ClassCritical}},
+		{PortPolicy: dpconfig.PortPolicy{Key: olc.PortKey{Port: 80, Proto: olc.ProtoTCP}, Class: olc.ClassCritical}},
+		{PortPolicy: dpconfig.PortPolicy{Key: olc.PortKey{Port: 8080, Proto: olc.ProtoTCP}, Class: olc.ClassNormal}},
 	}
 	if !reflect.DeepEqual(c.Ports, want) {
 		t.Errorf("ports %+v, want %+v", c.Ports, want)
@@ -841,7 +841,7 @@ ports:
 	want := []olc.Action{olc.ActionReject, olc.ActionDrop, olc.ActionReject}
 	for i, p := range c.Ports {
 		if got := p.EffectiveAction(c.Action.Kind); got != want[i] {
-			t.Errorf("port %d: action %s, want %s", p.Port, got, want[i])
+			t.Errorf("port %d: action %s, want %s", p.Key.Port, got, want[i])
 		}
 	}
 	if c.Action.RejectRate != 500 || c.Action.RejectBurst != 50 {

@@ -72,9 +72,9 @@ func showValue(v reflect.Value) string {
 		}
 		return "off"
 	case Port:
-		s := fmt.Sprintf("%s class %s", x.Key(), x.Class)
-		if x.Override != olc.ModeOff {
-			s += " mode " + x.Override.String()
+		s := fmt.Sprintf("%s class %s", x.Key, x.Class)
+		if x.Mode != olc.ModeOff {
+			s += " mode " + x.Mode.String()
 		}
 		if x.HasAction {
 			s += " action " + x.Action.String()

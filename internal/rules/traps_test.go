@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/loader/dpconfig"
 	"github.com/olcd/olcd/internal/olc"
 )
 
@@ -25,8 +26,8 @@ func TestTraps(t *testing.T) {
 		{"exceptions.ports bare", "exceptions: {ports: [8081, {port: 53, proto: udp}]}\n",
 			func(c *Config) any { return c.Exceptions.Ports }, []olc.PortKey{tcp(8081), {Proto: olc.ProtoUDP, Port: 53}}},
 		{"ports bare", "ports: [443, {port: 8080, class: best-effort}]\n",
-			func(c *Config) any { return c.Ports }, []Port{{Port: 443, Proto: olc.ProtoTCP, Class: olc.ClassNormal},
-				{Port: 8080, Proto: olc.ProtoTCP, Class: olc.ClassBestEffort}}},
+			func(c *Config) any { return c.Ports }, []Port{{PortPolicy: dpconfig.PortPolicy{Key: olc.PortKey{Port: 443, Proto: olc.ProtoTCP}, Class: olc.ClassNormal}},
+				{PortPolicy: dpconfig.PortPolicy{Key: olc.PortKey{Port: 8080, Proto: olc.ProtoTCP}, Class: olc.ClassBestEffort}}}},
 		{"management bare", "exceptions: {management: [22, 2222]}\n",
 			func(c *Config) any { return c.Exceptions.Management }, []olc.PortKey{tcp(22), tcp(2222)}},
 		{"bare port out of range", "ports: [70000]\n", nil, "error: ports[0]: port 70000 is out of range: must be 1..65535"},

@@ -91,7 +91,7 @@ func (d *decoder) validate(c *Config) {
 		}
 		at := join(d.entryPath("ports", i), "request_gate")
 		switch {
-		case p.Proto != olc.ProtoTCP:
+		case p.Key.Proto != olc.ProtoTCP:
 			d.addAt(at, "the request gate resets TCP connections: a UDP port has none", "remove request_gate from the UDP port")
 		case c.Datapath.ResponseSample == 0:
 			d.addAt(at, "the request gate reads response timing's flow table, and datapath.response_sample is 0 (timing off)", "set datapath.response_sample: 1 (the default)")
@@ -137,12 +137,12 @@ func (d *decoder) validatePorts(c *Config) {
 	protected := map[olc.PortKey]int{}
 	for i, p := range c.Ports {
 		field := d.entryPath("ports", i)
-		if j, dup := protected[p.Key()]; dup {
+		if j, dup := protected[p.Key]; dup {
 			other := d.entryPath("ports", j)
-			d.addAt(field, fmt.Sprintf("%s is listed twice (also %s, %s)", p.Key(), other, d.where(other, field)), "keep one entry per port and protocol")
+			d.addAt(field, fmt.Sprintf("%s is listed twice (also %s, %s)", p.Key, other, d.where(other, field)), "keep one entry per port and protocol")
 			continue
 		}
-		protected[p.Key()] = i
+		protected[p.Key] = i
 	}
 	exempt := unique(d, "exceptions.ports", c.Exceptions.Ports)
 	for i, k := range c.Exceptions.Ports {
@@ -194,9 +194,9 @@ func (d *decoder) warn(c *Config) []Warning {
 		d.warnAt("mode", "off: olcd reports what it sees but never sheds")
 	case !slices.ContainsFunc(c.Thresholds[:], func(t float64) bool { return t > 0 }) && !c.queueLaw():
 		d.warnAt("signals", fmt.Sprintf("no signal has a threshold: the controller never sheds, even in %s mode", c.Mode))
-	case c.Mode == olc.ModeEnforce && listed && every(func(p Port) bool { return p.Override == olc.ModeObserve }):
+	case c.Mode == olc.ModeEnforce && listed && every(func(p Port) bool { return p.Mode == olc.ModeObserve }):
 		d.warnAt("mode", "enforce, but every port overrides it to observe: nothing is enforced")
-	case c.Mode == olc.ModeObserve && listed && d.at("mode") != nil && every(func(p Port) bool { return p.Override != olc.ModeEnforce }):
+	case c.Mode == olc.ModeObserve && listed && d.at("mode") != nil && every(func(p Port) bool { return p.Mode != olc.ModeEnforce }):
 		d.warnAt("mode", "observe on every port: olcd only counts what it would drop (fine for a first rollout; enforce one port next)")
 	}
 	var left []string // default signals a signals section leaves out
@@ -249,11 +249,11 @@ func (d *decoder) warnActions(c *Config) {
 	for i, p := range c.Ports {
 		a := p.EffectiveAction(c.Action.Kind)
 		marks, rejects = marks || a == olc.ActionMark, rejects || a == olc.ActionReject
-		if f := join(d.entryPath("ports", i), "action"); a == olc.ActionReject && p.Proto == olc.ProtoUDP {
+		if f := join(d.entryPath("ports", i), "action"); a == olc.ActionReject && p.Key.Proto == olc.ProtoUDP {
 			if !p.HasAction {
 				f = "action.kind"
 			}
-			d.warnAt(f, fmt.Sprintf("%s: a UDP request cannot be refused with a reset: reject drops it", p.Key()))
+			d.warnAt(f, fmt.Sprintf("%s: a UDP request cannot be refused with a reset: reject drops it", p.Key))
 		}
 	}
 	if !marks && (c.Action.SetDSCP || c.Action.Fwmark != 0) {

@@ -38,6 +38,45 @@ type Datapath struct {
 	FlowTableSize int `yaml:"flow_table_size" range:"[64, 16777216]"`
 }
 
+// PortPolicy is what the datapath does with new connections to one port:
+// the keys of an olcd.yaml ports: entry that the datapath applies (rules
+// embeds it in rules.Port, and the daemon hands it to the loader as
+// loader.PortPolicy, the same type), plus the drop probability and the
+// retransmit flag the controller sets at every tick.
+type PortPolicy struct {
+	// Key is the port and protocol (keys port and proto; proto defaults
+	// to tcp).
+	Key olc.PortKey `yaml:",inline"`
+	// Class is the priority class (default normal); the loader stores it
+	// for read-back only.
+	Class olc.Class `yaml:"class"`
+	// Mode is the port's mode. In olcd.yaml only observe or enforce, and
+	// olc.ModeOff (the zero value, key absent) for a port that follows
+	// the global mode, which the daemon resolves before the loader sees
+	// it; the global mode (Datapath.SetMode) caps it in the datapath.
+	Mode olc.Mode `yaml:"mode" enum:"observe,enforce" offhint:"a port cannot be switched off alone: remove it from ports, or list it under exceptions"`
+	// Action is drop, mark or reject (rules.Port.HasAction says whether
+	// the entry sets it; the daemon resolves the global one otherwise).
+	Action olc.Action `yaml:"action" has:"HasAction"`
+	// RequestGate also sheds, with DropProbability and the same draw, the
+	// requests that start on the port's established connections with
+	// nothing outstanding, by resetting the connection both ways
+	// (bpf/gate.h; docs/datapath.md, "The request gate"). TCP only, and
+	// only on a timed port (Datapath.ResponseSample, ResponsePorts): the
+	// gate reads the response timer's flow table, so with a sample of 1
+	// in N it sees one connection in N. Default off: a reset between two
+	// transactions loses a database session's state.
+	RequestGate bool `yaml:"request_gate"`
+	// DropProbability is the fraction 0..1 of new connections to act on
+	// (set by the controller; see loader.ProbabilityToFixed for how it is
+	// rounded).
+	DropProbability float64 `yaml:"-"`
+	// ShedRetransmits drops every retransmitted SYN (one found among the
+	// SYNs the port dropped) while DropProbability > 0, without a draw
+	// (adaptive.PortDecision.ShedRetransmits).
+	ShedRetransmits bool `yaml:"-"`
+}
+
 // Reject is the reject action's rate limit, a token bucket per CPU.
 type Reject struct {
 	// RejectRate is how many shed SYNs per second one CPU answers; the
