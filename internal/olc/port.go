@@ -66,7 +66,7 @@ func (p *Proto) UnmarshalText(text []byte) error {
 type PortKey struct {
 	// Port is the destination port, 1..65535 (0 only in the zero PortKey,
 	// which stands for "the node" in decision-log events).
-	Port uint16 `yaml:"port" range:"[1, 65535]"`
+	Port uint16 `yaml:"port" range:"[1, 65535]" noun:"port"`
 	// Proto is ProtoTCP or ProtoUDP.
 	Proto Proto `yaml:"proto"`
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/olcd/olcd/internal/lb"
 	"github.com/olcd/olcd/internal/loader/dpconfig"
 	"github.com/olcd/olcd/internal/olc"
+	sy "github.com/olcd/olcd/internal/strictyaml"
 )
 
 // Config is one complete, validated configuration, decoded straight from
@@ -72,7 +73,7 @@ type Config struct {
 
 	// doc is the effective document (defaults not included) the config was
 	// decoded from, each node with its file; Patch merges onto it.
-	doc *node
+	doc *sy.Node
 }
 
 // Thresholds holds a threshold per signal, in its canonical unit; 0 is
@@ -303,13 +304,13 @@ func (c *Config) WithMode(m olc.Mode) (*Config, error) {
 // decoded, and reports every problem at once (*ValidationError, without
 // lines). Configs returned by Parse, Load and Patch are valid.
 func (c *Config) Validate() error {
-	d := newDecoder(c.Source)
+	d := newChecker(c.Source)
 	for s, t := range c.Thresholds {
 		d.set[s] = t != 0
 	}
 	d.validate(c)
-	if len(d.problems) > 0 {
-		return &ValidationError{Problems: d.problems}
+	if len(d.Problems) > 0 {
+		return &ValidationError{Problems: d.Problems}
 	}
 	return nil
 }
@@ -329,11 +330,11 @@ func (c *Config) Locate(field, msg, hint string) Problem {
 	p := Problem{File: sourceName(c.Source), Field: field, Msg: msg, Hint: hint}
 	n := c.doc
 	for _, key := range strings.Split(field, ".") {
-		if n = n.get(key); n == nil {
+		if n = n.Get(key); n == nil {
 			return p
 		}
 	}
-	p.File, p.Line = n.file, n.Line
+	p.File, p.Line = n.File, n.Line
 	return p
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/olc"
+	sy "github.com/olcd/olcd/internal/strictyaml"
 )
 
 var update = flag.Bool("update", false, "rewrite deploy/olcd.yaml from the schema (go generate ./internal/rules)")
@@ -38,7 +39,7 @@ func TestDeployConfigGenerated(t *testing.T) {
 	if err := yaml.Unmarshal(old, &oldDoc); err != nil {
 		t.Fatal(err)
 	}
-	root := defaultsNode(reflect.ValueOf(defaults()).Elem(), schemaOf(reflect.TypeFor[Config]()))
+	root := defaultsNode(reflect.ValueOf(defaults()).Elem(), codec.Schema(reflect.TypeFor[Config]()))
 	var oldRoot *yaml.Node
 	if len(oldDoc.Content) > 0 {
 		oldRoot = oldDoc.Content[0]
@@ -71,18 +72,18 @@ func TestDeployConfigGenerated(t *testing.T) {
 }
 
 // defaultsNode renders the struct v by schema s as a YAML mapping.
-func defaultsNode(v reflect.Value, s *schema) *yaml.Node {
+func defaultsNode(v reflect.Value, s *sy.Schema) *yaml.Node {
 	m := &yaml.Node{Kind: yaml.MappingNode}
-	for _, k := range s.keys {
+	for _, k := range s.Keys {
 		var val *yaml.Node
-		if sub := s.subs[k]; sub != nil {
+		if sub := s.Subs[k]; sub != nil {
 			val = defaultsNode(v, sub)
 		} else {
-			f := s.fields[k]
-			if f.sibling != nil && f.Tag.Get("has") != "" && !v.FieldByIndex(f.sibling).Bool() {
+			f := s.Fields[k]
+			if f.Sibling != nil && f.Tag.Get("has") != "" && !v.FieldByIndex(f.Sibling).Bool() {
 				continue // no default: unset
 			}
-			if f.sibling != nil && f.Tag.Get("auto") != "" && v.FieldByIndex(f.sibling).Bool() {
+			if f.Sibling != nil && f.Tag.Get("auto") != "" && v.FieldByIndex(f.Sibling).Bool() {
 				val = scalarNode("auto")
 			} else {
 				val = valueNode(v.FieldByIndex(f.Index))
@@ -162,7 +163,7 @@ func carryComments(gen, old *yaml.Node, path string, missing *[]string) {
 			v.LineComment = ov.LineComment
 		}
 		if v.Kind == yaml.MappingNode && v.Style != yaml.FlowStyle {
-			carryComments(v, ov, join(path, k.Value), missing)
+			carryComments(v, ov, sy.Join(path, k.Value), missing)
 		}
 		if path == "" && k.HeadComment == "" && k.LineComment == "" && v.LineComment == "" {
 			*missing = append(*missing, k.Value)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/regfile"
+	sy "github.com/olcd/olcd/internal/strictyaml"
 )
 
 // Load reads and validates the config file at path. The error is a
@@ -22,6 +23,10 @@ func Load(path string) (*Config, []Warning, error) {
 	}
 	return Parse(data, path)
 }
+
+// example names a few keys in the message for a document that is not a
+// mapping.
+const example = "mode:, signals:, …"
 
 // MaxConfigBytes is the largest config file Load reads (4 MiB): far above
 // any real config, even one with thousands of exception prefixes.
@@ -51,7 +56,7 @@ func Parse(data []byte, source string) (*Config, []Warning, error) {
 		// Before YAML, which refuses a tab as white space.
 		return nil, nil, &ValidationError{Problems: []Problem{emptyProblem(source, data)}}
 	}
-	root, probs := parseDocument(data, name)
+	root, probs := sy.Parse(data, name, example)
 	if len(probs) > 0 {
 		return nil, nil, &ValidationError{Problems: probs}
 	}
@@ -76,7 +81,7 @@ func emptyProblem(source string, data []byte) Problem {
 
 // Patch applies a partial document (YAML or JSON, e.g. just
 // `signals: {cpu_busy: {threshold: 0.7}}`) onto c and validates the result
-// exactly like a file: mappings merge key by key, a null deletes a key (back
+// exactly like a File: mappings merge key by key, a null deletes a key (back
 // to its default), lists and scalars replace. A patch's `signals` change the
 // running list (a signal is removed with `off`). A patch without any
 // setting (empty, comments only, null or {}) is refused. Problems in the
@@ -85,11 +90,11 @@ func (c *Config) Patch(doc []byte, source string) (*Config, []Warning, error) {
 	if source == "" {
 		source = "patch"
 	}
-	root, probs := parseDocument(doc, source)
+	root, probs := sy.Parse(doc, source, example)
 	if len(probs) > 0 {
 		return nil, nil, &ValidationError{Problems: probs}
 	}
-	if root == nil || len(root.keys) == 0 {
+	if root == nil || len(root.Keys) == 0 {
 		// It would be listed as a live override while changing nothing (an
 		// empty stdin to `olcd set patch -`, a client sending no body).
 		return nil, nil, &ValidationError{Problems: []Problem{{File: source,
@@ -97,33 +102,33 @@ func (c *Config) Patch(doc []byte, source string) (*Config, []Warning, error) {
 			Hint: "write the settings to change, e.g. {mode: off}; a null resets one: {controller: {ki: null}}"}}}
 	}
 	base := c.doc
-	if root.get("signals") != nil && base.get("signals") == nil {
+	if root.Get("signals") != nil && base.Get("signals") == nil {
 		// The running signals are the defaults, which the document does not
 		// spell out: written out, the patch changes one signal instead of
 		// replacing the list.
 		base = withSignals(base, c.Thresholds)
 	}
-	return decodeDocument(merge(base, root), c.Source)
+	return decodeDocument(sy.Merge(base, root), c.Source)
 }
 
 // withSignals returns base with a `signals` mapping holding thresholds.
-func withSignals(base *node, th Thresholds) *node {
-	scalar := func(tag, v string) *node {
-		return &node{Node: &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: v}, file: "default"}
+func withSignals(base *sy.Node, th Thresholds) *sy.Node {
+	scalar := func(tag, v string) *sy.Node {
+		return &sy.Node{Node: &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: v}, File: "default"}
 	}
-	sigs := &node{Node: &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}, file: "default", keys: []*node{}}
+	sigs := &sy.Node{Node: &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}, File: "default", Keys: []*sy.Node{}}
 	for s, v := range th {
 		if v > 0 {
-			inner := &node{Node: sigs.Node, file: "default"}
-			inner.add(scalar("!!str", "threshold"), scalar("!!float", fmt.Sprint(v)))
-			sigs.add(scalar("!!str", olc.Signal(s).String()), inner)
+			inner := &sy.Node{Node: sigs.Node, File: "default"}
+			inner.Add(scalar("!!str", "threshold"), scalar("!!float", fmt.Sprint(v)))
+			sigs.Add(scalar("!!str", olc.Signal(s).String()), inner)
 		}
 	}
-	out := &node{Node: &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}, file: "default", keys: []*node{}}
+	out := &sy.Node{Node: &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}, File: "default", Keys: []*sy.Node{}}
 	if base != nil {
-		out = &node{Node: base.Node, file: base.file, keys: slices.Clone(base.keys), vals: slices.Clone(base.vals)}
+		out = &sy.Node{Node: base.Node, File: base.File, Keys: slices.Clone(base.Keys), Vals: slices.Clone(base.Vals)}
 	}
-	out.add(scalar("!!str", "signals"), sigs)
+	out.Add(scalar("!!str", "signals"), sigs)
 	return out
 }
 
@@ -135,19 +140,19 @@ func withSignals(base *node, th Thresholds) *node {
 // An empty document sets none. Errors: a *ValidationError for a document
 // that is not YAML or not a mapping.
 func PatchPaths(doc []byte) ([]string, error) {
-	root, probs := parseDocument(doc, "patch")
+	root, probs := sy.Parse(doc, "patch", example)
 	if len(probs) > 0 {
 		return nil, &ValidationError{Problems: probs}
 	}
 	var out []string
-	var walk func(n *node, path string)
-	walk = func(n *node, path string) {
-		if isNull(n) || n.Kind != yaml.MappingNode {
+	var walk func(n *sy.Node, path string)
+	walk = func(n *sy.Node, path string) {
+		if sy.IsNull(n) || n.Kind != yaml.MappingNode {
 			out = append(out, path)
 			return
 		}
-		for i, k := range n.keys {
-			walk(n.vals[i], join(path, k.Value))
+		for i, k := range n.Keys {
+			walk(n.Vals[i], sy.Join(path, k.Value))
 		}
 	}
 	if root != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/olcd/olcd/internal/loader/dpconfig"
 
 	"github.com/olcd/olcd/internal/olc"
+	sy "github.com/olcd/olcd/internal/strictyaml"
 )
 
 // expectation is one "# want: LINE FIELD | msg substring | hint substring"
@@ -563,18 +564,18 @@ func TestPatchOriginsBounded(t *testing.T) {
 }
 
 // nodes counts the nodes of the document tree at n, each once.
-func nodes(n *node) int {
-	seen := map[*node]bool{}
-	var walk func(n *node)
-	walk = func(n *node) {
+func nodes(n *sy.Node) int {
+	seen := map[*sy.Node]bool{}
+	var walk func(n *sy.Node)
+	walk = func(n *sy.Node) {
 		if n == nil || seen[n] {
 			return
 		}
 		seen[n] = true
-		for i := range n.vals {
-			walk(n.vals[i])
-			if n.keys != nil {
-				walk(n.keys[i])
+		for i := range n.Vals {
+			walk(n.Vals[i])
+			if n.Keys != nil {
+				walk(n.Keys[i])
 			}
 		}
 	}

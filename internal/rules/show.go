@@ -8,6 +8,7 @@ import (
 
 	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/olc"
+	sy "github.com/olcd/olcd/internal/strictyaml"
 )
 
 // Setting is one key of an effective config (`olcd config show`).
@@ -34,29 +35,29 @@ func (c *Config) Settings() []Setting {
 		out = append(out, Setting{Key: key, Value: val, Origin: origin})
 	}
 	v := reflect.ValueOf(c).Elem()
-	var walk func(s *schema, path string)
-	walk = func(s *schema, path string) {
-		for _, k := range s.keys {
-			key, f := join(path, k), s.fields[k]
+	var walk func(s *sy.Schema, path string)
+	walk = func(s *sy.Schema, path string) {
+		for _, k := range s.Keys {
+			key, f := sy.Join(path, k), s.Fields[k]
 			switch {
-			case s.subs[k] != nil:
-				walk(s.subs[k], key)
+			case s.Subs[k] != nil:
+				walk(s.Subs[k], key)
 			case f.Type == reflect.TypeFor[Thresholds]():
 				for sig, t := range c.Thresholds {
 					if t > 0 {
 						add(key+"."+olc.Signal(sig).String()+".threshold", fmt.Sprint(t))
 					}
 				}
-			case f.Tag.Get("has") != "" && !v.FieldByIndex(f.sibling).Bool():
+			case f.Tag.Get("has") != "" && !v.FieldByIndex(f.Sibling).Bool():
 				add(key, "unset")
-			case f.Tag.Get("auto") != "" && v.FieldByIndex(f.sibling).Bool():
+			case f.Tag.Get("auto") != "" && v.FieldByIndex(f.Sibling).Bool():
 				add(key, "auto")
 			default:
 				add(key, showValue(v.FieldByIndex(f.Index)))
 			}
 		}
 	}
-	walk(schemaOf(reflect.TypeFor[Config]()), "")
+	walk(codec.Schema(reflect.TypeFor[Config]()), "")
 	return out
 }
 

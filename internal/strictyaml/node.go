@@ -1,4 +1,4 @@
-package rules
+package strictyaml
 
 import (
 	"bytes"
@@ -11,23 +11,24 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// node is a document node with its aliases followed and its merge keys
+// Node is a document node with its aliases followed and its merge keys
 // (`<<: *defaults`) expanded: the yaml.Node as written (kind, tag, value,
 // line), the file it came from, and a mapping's pairs or a list's items.
 // Merged pairs follow the YAML merge rules: keys written in the mapping win
 // over merged ones, and the first merged mapping to give a key wins; they
 // keep the lines where they are written.
-type node struct {
+type Node struct {
 	*yaml.Node
-	file       string
-	keys, vals []*node // a mapping's pairs (keys nil for a list)
+	File       string  // the document's source
+	Keys, Vals []*Node // a mapping's pairs (Keys nil for a list), or a list's items
 }
 
-// parseDocument parses one YAML (or JSON) document from source. It returns
-// the root mapping, nil for an empty document, and the syntax problems (a
-// document that is not a mapping, more than one document, aliases that
-// cannot be expanded).
-func parseDocument(data []byte, source string) (*node, []Problem) {
+// Parse parses one YAML (or JSON) document from source. It returns the
+// root mapping, nil for an empty document, and the syntax problems: YAML
+// syntax (at the line of the mistake), more than one document, a document
+// that is not a mapping (its message names the example keys, e.g. "mode:,
+// signals:, …"), aliases that cannot be expanded.
+func Parse(data []byte, source, example string) (*Node, []Problem) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc, extra yaml.Node
 	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
@@ -52,9 +53,9 @@ func parseDocument(data []byte, source string) (*node, []Problem) {
 		return nil, nil
 	}
 	if root.Kind != yaml.MappingNode {
-		return nil, []Problem{{File: source, Line: root.Line, Msg: "the document must be a mapping of keys (mode:, signals:, …), got " + kindName(&node{Node: root})}}
+		return nil, []Problem{{File: source, Line: root.Line, Msg: "the document must be a mapping of keys (" + example + "), got " + KindName(&Node{Node: root})}}
 	}
-	x := expander{memo: map[*yaml.Node]*node{}, size: map[*node]int{}, file: source}
+	x := expander{memo: map[*yaml.Node]*Node{}, size: map[*Node]int{}, file: source}
 	if e := x.expand(root); x.problem == nil {
 		return e, nil
 	}
@@ -64,8 +65,7 @@ func parseDocument(data []byte, source string) (*node, []Problem) {
 
 // maxAliasNodes bounds how many nodes aliases may expand to in one
 // document: anchors nested ten deep, each aliased ten times, are ten billion
-// nodes ("billion laughs"), which the decoder, a merge or PatchPaths would
-// walk. Real configs repeat a few small blocks. go-yaml's own limit applies
+// nodes ("billion laughs"), which a decoder or a merge would walk. Real configs repeat a few small blocks. go-yaml's own limit applies
 // only inside its Decode, without a line, and stops at the first unrelated
 // error, so it cannot vouch for a whole document.
 const maxAliasNodes = 100000
@@ -77,8 +77,8 @@ const maxAliasNodes = 100000
 // inside its own anchor, a merge key whose value is not a mapping or a list
 // of mappings, or that bound.
 type expander struct {
-	memo    map[*yaml.Node]*node
-	size    map[*node]int // expanded nodes under each, capped; absent while expanding
+	memo    map[*yaml.Node]*Node
+	size    map[*Node]int // expanded nodes under each, capped; absent while expanding
 	file    string
 	total   int
 	problem *Problem
@@ -90,7 +90,7 @@ func (x *expander) fail(n *yaml.Node, msg, hint string) {
 	}
 }
 
-func (x *expander) expand(n *yaml.Node) *node {
+func (x *expander) expand(n *yaml.Node) *Node {
 	if n.Kind == yaml.AliasNode {
 		e := x.expand(n.Alias)
 		if s, done := x.size[e]; !done {
@@ -103,10 +103,10 @@ func (x *expander) expand(n *yaml.Node) *node {
 	if e, ok := x.memo[n]; ok {
 		return e
 	}
-	e := &node{Node: n, file: x.file}
+	e := &Node{Node: n, File: x.file}
 	x.memo[n] = e
 	size, explicit, merged := 1, map[string]bool{}, map[string]bool{}
-	var kids []*node
+	var kids []*Node
 	for i, c := range n.Content {
 		if x.problem != nil {
 			return e
@@ -120,29 +120,29 @@ func (x *expander) expand(n *yaml.Node) *node {
 	}
 	x.size[e] = size
 	if n.Kind != yaml.MappingNode {
-		e.vals = kids
+		e.Vals = kids
 		return e
 	}
-	e.keys = []*node{}
+	e.Keys = []*Node{}
 	for i := 0; i+1 < len(kids); i += 2 {
 		k, v := kids[i], kids[i+1]
 		if !isMergeKey(k) {
-			e.add(k, v)
+			e.Add(k, v)
 			continue
 		}
-		items := []*node{v}
+		items := []*Node{v}
 		if v.Kind == yaml.SequenceNode {
-			items = v.vals
+			items = v.Vals
 		}
 		for _, m := range items {
 			if m.Kind != yaml.MappingNode {
-				x.fail(n.Content[i+1], "<< merges mappings only, got "+kindName(m), "write <<: *anchor, where the anchor is a mapping")
+				x.fail(n.Content[i+1], "<< merges mappings only, got "+KindName(m), "write <<: *anchor, where the anchor is a mapping")
 				return e
 			}
-			for j, mk := range m.keys { // the first merged mapping to give a key wins
+			for j, mk := range m.Keys { // the first merged mapping to give a key wins
 				if mk.Kind == yaml.ScalarNode && !explicit[mk.Value] && !merged[mk.Value] {
 					merged[mk.Value] = true
-					e.add(mk, m.vals[j])
+					e.Add(mk, m.Vals[j])
 				}
 			}
 		}
@@ -150,14 +150,15 @@ func (x *expander) expand(n *yaml.Node) *node {
 	return e
 }
 
-func (n *node) add(k, v *node) { n.keys, n.vals = append(n.keys, k), append(n.vals, v) }
+// Add appends the pair k: v to mapping n.
+func (n *Node) Add(k, v *Node) { n.Keys, n.Vals = append(n.Keys, k), append(n.Vals, v) }
 
-// get returns the value of key in mapping n, or nil.
-func (n *node) get(key string) *node {
+// Get returns the value of key in mapping n, or nil.
+func (n *Node) Get(key string) *Node {
 	if n != nil {
-		for i, k := range n.keys {
+		for i, k := range n.Keys {
 			if k.Value == key {
-				return n.vals[i]
+				return n.Vals[i]
 			}
 		}
 	}
@@ -166,7 +167,7 @@ func (n *node) get(key string) *node {
 
 // isMergeKey reports whether k is YAML's merge key: a plain `<<`, which
 // go-yaml tags !!merge (a quoted "<<" is an ordinary key).
-func isMergeKey(k *node) bool { return k.Kind == yaml.ScalarNode && k.Tag == "!!merge" }
+func isMergeKey(k *Node) bool { return k.Kind == yaml.ScalarNode && k.Tag == "!!merge" }
 
 // syntaxProblem turns a go-yaml error into a Problem. go-yaml reports
 // parser errors at the start of the enclosing block, which points at the
@@ -208,13 +209,13 @@ func syntaxProblem(source string, data []byte, err error) Problem {
 // renders itself.
 var yamlPrefix, yamlLine = regexp.MustCompile(`^yaml: (line \d+: )?`), regexp.MustCompile(`line (\d+)`)
 
-// isNull reports whether n is an empty value (`key:`, `~`, `null`).
-func isNull(n *node) bool { return n == nil || (n.Kind == yaml.ScalarNode && n.Tag == "!!null") }
+// IsNull reports whether n is an empty value (`key:`, `~`, `null`).
+func IsNull(n *Node) bool { return n == nil || (n.Kind == yaml.ScalarNode && n.Tag == "!!null") }
 
-// kindName describes a node for "must be X, got Y" messages.
-func kindName(n *node) string {
+// KindName describes a node for "must be X, got Y" messages.
+func KindName(n *Node) string {
 	switch {
-	case isNull(n):
+	case IsNull(n):
 		return "nothing (null)"
 	case n.Kind == yaml.MappingNode:
 		return "a mapping"
@@ -228,33 +229,33 @@ func kindName(n *node) string {
 	return fmt.Sprintf("%q", n.Value)
 }
 
-// merge applies patch onto base as a merge patch (RFC 7386 semantics on
+// Merge applies patch onto base as a merge patch (RFC 7386 semantics on
 // YAML): two mappings merge key by key; a null deletes the key; any other
 // value replaces the base's. Neither input is modified; the result shares
 // nodes with them, so that files and lines still apply.
-func merge(base, patch *node) *node {
+func Merge(base, patch *Node) *Node {
 	if patch == nil {
 		return base
 	}
 	if patch.Kind != yaml.MappingNode || base == nil || base.Kind != yaml.MappingNode {
 		return dropNulls(patch)
 	}
-	out := &node{Node: base.Node, file: base.file, keys: []*node{}}
+	out := &Node{Node: base.Node, File: base.File, Keys: []*Node{}}
 	seen := map[string]bool{}
-	for i, k := range base.keys {
-		pv := patch.get(k.Value)
+	for i, k := range base.Keys {
+		pv := patch.Get(k.Value)
 		seen[k.Value] = pv != nil
 		switch {
 		case pv == nil:
-			out.add(k, base.vals[i])
-		case !isNull(pv):
-			out.add(k, merge(base.vals[i], pv))
+			out.Add(k, base.Vals[i])
+		case !IsNull(pv):
+			out.Add(k, Merge(base.Vals[i], pv))
 		}
 	}
-	for i, k := range patch.keys {
-		if !seen[k.Value] && !isNull(patch.vals[i]) {
+	for i, k := range patch.Keys {
+		if !seen[k.Value] && !IsNull(patch.Vals[i]) {
 			seen[k.Value] = true
-			out.add(k, dropNulls(patch.vals[i]))
+			out.Add(k, dropNulls(patch.Vals[i]))
 		}
 	}
 	return out
@@ -262,14 +263,14 @@ func merge(base, patch *node) *node {
 
 // dropNulls returns n without the null-valued keys of its mappings (a merge
 // patch's deletions have nothing to delete in new subtrees).
-func dropNulls(n *node) *node {
+func dropNulls(n *Node) *Node {
 	if n.Kind != yaml.MappingNode {
 		return n
 	}
-	out := &node{Node: n.Node, file: n.file, keys: []*node{}}
-	for i, k := range n.keys {
-		if !isNull(n.vals[i]) {
-			out.add(k, dropNulls(n.vals[i]))
+	out := &Node{Node: n.Node, File: n.File, Keys: []*Node{}}
+	for i, k := range n.Keys {
+		if !IsNull(n.Vals[i]) {
+			out.Add(k, dropNulls(n.Vals[i]))
 		}
 	}
 	return out
