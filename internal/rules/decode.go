@@ -132,6 +132,10 @@ func (d *decoder) mapping(n *node, path string, keys []string, fn func(key strin
 			continue
 		}
 		seen[k.Value] = k.Line
+		if hint, ok := retiredKey(field); ok {
+			d.add(k, field, "this key was retired", hint)
+			continue
+		}
 		if keys != nil && !slices.Contains(keys, k.Value) {
 			hint := "known keys: " + strings.Join(keys, ", ")
 			if s := closest(k.Value, keys); s != "" {
