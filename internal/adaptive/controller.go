@@ -136,9 +136,19 @@ func (c *Controller) Step(s olc.Snapshot, stats map[olc.PortKey]PortStats) Decis
 	}
 	for i := range c.ports {
 		ps := &c.ports[i]
-		if st, ok := stats[ps.cfg.Key]; ok && !stale {
+		st, ok := stats[ps.cfg.Key]
+		switch {
+		case ok && !stale:
+			ps.unmeasured = 0
 			if why := ps.step(st, c.dt, c.node.on, &c.cfg.Params); why != "" {
 				reasons = append(reasons, fmt.Sprintf("%s: %s", ps.cfg.Key, why))
+			}
+		case !stale:
+			// Nothing measured for a capacity window: the law has
+			// nothing to hold its cut on, and lets go.
+			if ps.unmeasured += c.dt; ps.unmeasured >= c.cfg.Params.CapacityWindow.Seconds() && ps.active() {
+				ps.pass = 1
+				reasons = append(reasons, fmt.Sprintf("%s: no counts for %s: pass rate 1", ps.cfg.Key, c.cfg.Params.CapacityWindow))
 			}
 		}
 		c.weights[ps.cfg.Class] += ps.demand

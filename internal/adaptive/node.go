@@ -21,6 +21,11 @@ type nodeLaw struct {
 // PSI resource) gives e = −Inf.
 const minError = -1
 
+// recoverFrom is the smallest pass rate a recovery multiplies (a share of
+// new work): with min_pass_rate 0 the law may shed everything, and a
+// product of 0 would never recover.
+const recoverFrom = 0.01
+
 // errorOf is the law's error for pressure P: e = 1 − 1/P, the share of the
 // admitted work above the target (0 at the target, P − 1 to first order),
 // floored at minError.
@@ -80,7 +85,11 @@ func (n *nodeLaw) step(d *Decision, prm *Params) string {
 		// A falling error while still over holds rather than releases.
 		f = math.Min(f, 1)
 	}
-	n.pass = math.Min(1, math.Max(prm.MinPassRate, n.pass*math.Max(f, 0)))
+	base := n.pass
+	if f > 1 {
+		base = math.Max(base, recoverFrom)
+	}
+	n.pass = math.Min(1, math.Max(prm.MinPassRate, base*math.Max(f, 0)))
 	if n.pass >= 1 && !over {
 		n.on = false
 		return reason + ", pass rate back at 1"

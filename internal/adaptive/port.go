@@ -52,6 +52,7 @@ type port struct {
 	prevStarts, prevFirst, prevDt float64
 	demand                        float64 // unique new work per second in the last tick: the class split's weight
 	recorded                      float64 // p at the last probability_change record
+	unmeasured                    float64 // how long (seconds) the port has had no counts
 	why                           string  // the last reason, for the decision log
 }
 
