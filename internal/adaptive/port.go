@@ -182,7 +182,7 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 		p.why = fmt.Sprintf("%s: no answers in the capacity window, holding pass rate %.3f", head, p.pass)
 	default:
 		nStar := mu * p.target
-		p.pass = p.admit(mu, a, d, standing, dt, prm)
+		p.pass = p.admit(mu, a, d, standing, math.Max(dt, SYNRetransmitTimeout), prm)
 		p.why = fmt.Sprintf("%s: capacity %.0f answers/s, %.0f in flight standing where %.1f keep the target, %.0f starts/s arriving at %.2f answers each: pass rate %.3f",
 			head, mu, standing, nStar, d, a, p.pass)
 	}
@@ -239,7 +239,7 @@ func (p *port) window(st PortStats, w, tick float64, prm *Params) string {
 	if mu <= 0 || a <= 0 || d <= 0 || (!p.active() && !surge) {
 		return ""
 	}
-	pass := p.admit(mu, a, d, r.Inflight, tick, prm)
+	pass := p.admit(mu, a, d, r.Inflight, math.Max(tick, SYNRetransmitTimeout), prm)
 	if math.Abs(pass-p.pass) < 1e-9 {
 		return ""
 	}
