@@ -25,30 +25,15 @@ type PortStats struct {
 	Reused uint64
 	// Resets counts the request starts the request gate shed.
 	Resets uint64
-	// Retransmits counts the SYNs among New that retransmit a SYN seen
-	// earlier. New − Retransmits is the unique demand the controller weighs
-	// the classes by; a retransmit is a client asking again, not more work.
+	// Retransmits counts the SYNs among New that retransmit a SYN the
+	// datapath dropped: a client asking again, not more work.
 	Retransmits uint64
 	// Dropped counts the SYNs among New the datapath dropped (enforce mode;
 	// marked and would-drop SYNs pass).
 	Dropped uint64
-	// Rejected counts the SYNs among Dropped answered with a reset (reject
-	// action): their clients learn at once, and none returns as a
-	// retransmit of the same SYN.
-	Rejected uint64
 	// Response is the port's measured queue over the tick (response
 	// timing); the zero value (unavailable) when the port is not timed.
 	Response PortResponse
-}
-
-// Unique returns New − Retransmits, and 0 when the counters disagree
-// (Retransmits > New can happen when the two are read at slightly
-// different moments).
-func (s PortStats) Unique() uint64 {
-	if s.Retransmits >= s.New {
-		return 0
-	}
-	return s.New - s.Retransmits
 }
 
 // PortConfig is one protected port as the controller sees it.
@@ -193,13 +178,12 @@ type EventKind uint8
 
 // The event kinds.
 const (
-	// EventOverloadStart: the node's pressure stayed above 1 for
-	// ActivationTicks consecutive ticks and shedding begins.
+	// EventOverloadStart: a law starts shedding.
 	EventOverloadStart EventKind = iota + 1
 	// EventOverloadContinue: the overload is still on; repeated every
 	// Params.ContinueEvery.
 	EventOverloadContinue
-	// EventOverloadEnd: p is back at 0.
+	// EventOverloadEnd: every law is back at pass rate 1.
 	EventOverloadEnd
 	// EventProbabilityChange: a port's (or the node's) p moved by more than
 	// Params.RecordChange since its last record, or reached 0.
