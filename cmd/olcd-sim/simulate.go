@@ -31,7 +31,7 @@ const simulateUsage = `Usage: olcd-sim simulate --config FILE --trace FILE.csv [
 Replays a trace (the format of the field cases: t_s,<signal>,… one row per
 tick, an empty cell = unavailable) through the controller with the config's
 thresholds and parameters, and writes one CSV row per tick:
-  t_s,pressure,smoothed_pressure,drop_probability,p_critical,p_normal,p_best_effort,overloaded
+  t_s,pressure,drop_probability,p_critical,p_normal,p_best_effort,overloaded
 (pressure is empty when no signal was usable), followed by the trace's
 measured-queue columns (response_time_p50/p95/p99, requests_per_s,
 inflight_requests) when it has them. Overload events go to stderr.
@@ -68,11 +68,11 @@ type simulation struct {
 
 // simTick is one tick's outcome.
 type simTick struct {
-	pressure, smoothed float64
-	pressureOK         bool
-	overloaded         bool
-	p                  float64
-	classes            [olc.NumClasses]float64
+	pressure   float64
+	pressureOK bool
+	overloaded bool
+	p          float64
+	classes    [olc.NumClasses]float64
 }
 
 // simulate replays tr through a controller configured by cfg. Without port
@@ -86,7 +86,7 @@ func simulate(cfg *rules.Config, tr *trace.Trace) (*simulation, error) {
 	sim := &simulation{trace: tr, cfg: cfg, ticks: make([]simTick, len(tr.Rows))}
 	for i := range tr.Rows {
 		d := c.Step(tr.Snapshot(i), nil)
-		sim.ticks[i] = simTick{pressure: d.Pressure, smoothed: d.SmoothedPressure, pressureOK: d.PressureAvailable,
+		sim.ticks[i] = simTick{pressure: d.Pressure, pressureOK: d.PressureAvailable,
 			overloaded: d.Overloaded, p: d.DropProbability, classes: d.Classes}
 		for _, ev := range d.Events {
 			if ev.Kind != adaptive.EventProbabilityChange {
@@ -248,7 +248,7 @@ func medianStep(tr *trace.Trace) float64 {
 }
 
 // csvHeader is the first line of the per-tick CSV.
-const csvHeader = "t_s,pressure,smoothed_pressure,drop_probability,p_critical,p_normal,p_best_effort,overloaded"
+const csvHeader = "t_s,pressure,drop_probability,p_critical,p_normal,p_best_effort,overloaded"
 
 // num formats a value for the CSV.
 func num(x float64) string { return strconv.FormatFloat(x, 'g', 6, 64) }
@@ -270,15 +270,15 @@ func (s *simulation) writeCSV(w io.Writer) error {
 	}
 	fmt.Fprintln(bw, header)
 	for i, d := range s.ticks {
-		pressure, smoothed := "", ""
+		pressure := ""
 		if d.pressureOK {
-			pressure, smoothed = num(d.pressure), num(d.smoothed)
+			pressure = num(d.pressure)
 		}
 		over := 0
 		if d.overloaded {
 			over = 1
 		}
-		fmt.Fprintf(bw, "%s,%s,%s,%s,%s,%s,%s,%d", num(s.trace.Rows[i].T), pressure, smoothed, num(d.p),
+		fmt.Fprintf(bw, "%s,%s,%s,%s,%s,%s,%d", num(s.trace.Rows[i].T), pressure, num(d.p),
 			num(d.classes[olc.ClassCritical]), num(d.classes[olc.ClassNormal]), num(d.classes[olc.ClassBestEffort]), over)
 		if len(queue) > 0 {
 			snap := s.trace.Snapshot(i)
@@ -514,19 +514,16 @@ func (s *simulation) writePlot(w io.Writer) error {
 	fractions.Y.Min, fractions.Y.Max = 0, 1.05
 
 	pressure := newPanel("Node pressure (1 = at the target)", "pressure")
-	raw, smooth, ok := make([]float64, len(rows)), make([]float64, len(rows)), make([]bool, len(rows))
+	raw, ok := make([]float64, len(rows)), make([]bool, len(rows))
 	top := 1.3
 	for i, d := range s.ticks {
-		raw[i], smooth[i], ok[i] = d.pressure, d.smoothed, d.pressureOK
+		raw[i], ok[i] = d.pressure, d.pressureOK
 		if ok[i] {
 			top = math.Max(top, 1.1*d.pressure)
 		}
 	}
 	grey := color.RGBA{R: 150, G: 150, B: 150, A: 255}
-	if err := addSeries(pressure, "pressure", ts, raw, ok, lineStyle(grey, 1, false)); err != nil {
-		return err
-	}
-	if err := addSeries(pressure, "smoothed", ts, smooth, ok, lineStyle(color.Black, 1.5, false)); err != nil {
+	if err := addSeries(pressure, "pressure", ts, raw, ok, lineStyle(color.Black, 1.5, false)); err != nil {
 		return err
 	}
 	red := color.RGBA{R: 200, A: 255}

@@ -87,18 +87,18 @@ func TestSimulateStepTrace(t *testing.T) {
 	for i, rec := range recs[1:] {
 		d := c.Step(tr.Snapshot(i), nil)
 		ts, _ := strconv.ParseFloat(rec[0], 64)
-		p, err := strconv.ParseFloat(rec[3], 64)
+		p, err := strconv.ParseFloat(rec[2], 64)
 		if err != nil {
-			t.Fatalf("row %d: drop_probability %q", i+1, rec[3])
+			t.Fatalf("row %d: drop_probability %q", i+1, rec[2])
 		}
-		if ts != tr.Rows[i].T || strconv.FormatFloat(d.DropProbability, 'g', 6, 64) != rec[3] {
+		if ts != tr.Rows[i].T || strconv.FormatFloat(d.DropProbability, 'g', 6, 64) != rec[2] {
 			t.Errorf("row %d: t %v p %v, controller says t %v p %v", i+1, ts, p, tr.Rows[i].T, d.DropProbability)
 		}
 		positiveBy11 = positiveBy11 || (ts <= 11 && p > 0)
 		if ts >= 45 && p != 0 {
 			zeroFrom45 = false
 		}
-		if len(rec) != 8 || rec[4] == "" || rec[5] == "" || rec[6] == "" {
+		if len(rec) != 7 || rec[3] == "" || rec[4] == "" || rec[5] == "" {
 			t.Errorf("row %d: class columns missing: %v", i+1, rec)
 		}
 	}
@@ -377,14 +377,14 @@ func TestSimulateResponseThreshold(t *testing.T) {
 	}
 	shed := false
 	for _, r := range recs[1:] {
-		p, _ := strconv.ParseFloat(r[3], 64)
+		p, _ := strconv.ParseFloat(r[2], 64)
 		shed = shed || p > 0
 	}
 	if !shed {
 		t.Errorf("a p95 of 150 ms over a 50 ms threshold shed nothing:\n%s", stdout.String())
 	}
-	if recs[6][8] != "" || recs[5][8] != "0.15" {
-		t.Errorf("measured-queue column %q %q, want 0.15 and empty (unavailable)", recs[5][8], recs[6][8])
+	if recs[6][7] != "" || recs[5][7] != "0.15" {
+		t.Errorf("measured-queue column %q %q, want 0.15 and empty (unavailable)", recs[5][7], recs[6][7])
 	}
 }
 

@@ -1,76 +1,117 @@
 package adaptive
 
-import "math"
+import (
+	"math"
+	"time"
+)
 
-// The port's capacity μ̂, measured while it is saturated: the largest
-// rate of answers over the ticks of the last capacitySpan whose queue
-// held requests throughout (docs/controller.md §3). Overload is when
-// capacity is best measured: a saturated service answers as fast as it
-// can, whatever the demand. A windowed max, as BBR's bottleneck bandwidth
-// filter and go-zero's shedder take theirs; the window is the tick, not
-// the 50 ms onset window, whose few answers (9 at 180/s) make the max of
-// sixty of them nearly twice the mean.
-
-// capacityTicks is how many ticks the filter holds (capacitySpan at the
-// default 500 ms interval).
-const capacityTicks = 6
-
-// capacity is one port's capacity filter.
+// capacity is a port's capacity filter over Params.CapacityWindow: each
+// tick's answer rate, and whether the port was saturated through it
+// (requests in flight at its start, at its end and at the end of every
+// onset window within it: the service never ran out of work).
+//
+// μ̂ is a windowed max, as BBR's bottleneck-bandwidth filter and go-zero's
+// shedder take theirs: overload is when capacity is best measured, a
+// saturated service answers as fast as it can whatever the demand, and an
+// answer rate is never above the capacity, so the max over a window is the
+// best lower bound the window holds; a capacity that fell is believed once
+// the window has passed, and sooner through the queue it builds.
 type capacity struct {
-	req, conn [capacityTicks]float64 // answers/s and connections/s of each saturated tick (0: not saturated)
-	next      int
-	// last is the newest estimate (answers/s, connections/s) and its age
-	// (seconds since the newest saturated tick), kept once the ring is
-	// empty so that a recovery after a quiet spell has a figure.
-	lastReq, lastConn, age float64
-	ok                     bool
-	inflight               float64 // in flight at the previous tick's end
-	idle                   bool    // an onset window of this tick ended with none in flight
+	slots []capSlot
+	next  int
+	// lastSat is the newest saturated figure (answers/s) and satAge its
+	// age (seconds), kept once the window no longer holds it: what status
+	// tells after a quiet spell.
+	lastSat, satAge float64
+	satOK           bool
 }
 
-// window notes one onset window's in flight at its end.
-func (c *capacity) window(r PortResponse) {
-	if r.Inflight < 1 {
-		c.idle = true
+// capSlot is one tick of the window.
+type capSlot struct {
+	rate      float64 // answers per second
+	answers   float64 // answers (scaled by the sample rate)
+	admitted  float64 // admitted starts: new connections and request starts not shed
+	saturated bool
+	used      bool
+}
+
+// resize sets the window's length in ticks of interval, keeping the newest
+// slots.
+func (c *capacity) resize(prm Params, interval time.Duration) {
+	n := max(1, int(math.Ceil(prm.CapacityWindow.Seconds()/interval.Seconds()-1e-9)))
+	if n == len(c.slots) {
+		return
+	}
+	keep := make([]capSlot, 0, len(c.slots)) // oldest first
+	for i := range c.slots {
+		keep = append(keep, c.slots[(c.next+i)%len(c.slots)])
+	}
+	if len(keep) > n {
+		keep = keep[len(keep)-n:]
+	}
+	c.slots = make([]capSlot, n)
+	copy(c.slots, keep)
+	c.next = len(keep) % n
+}
+
+// tick adds one tick of dt seconds.
+func (c *capacity) tick(answers, admitted, dt float64, saturated bool) {
+	if len(c.slots) == 0 || dt <= 0 {
+		return
+	}
+	c.slots[c.next] = capSlot{rate: answers / dt, answers: answers, admitted: admitted, saturated: saturated && answers > 0, used: true}
+	c.next = (c.next + 1) % len(c.slots)
+	c.satAge += dt
+	if saturated && answers > 0 {
+		c.satAge = 0
+	}
+	if best, ok := c.max(true); ok {
+		c.lastSat, c.satOK = best, true
 	}
 }
 
-// tick adds one tick of dt seconds: st's answers count when requests were
-// in flight at its start, at its end and at the end of every onset window
-// within it (the service never ran out of work).
-func (c *capacity) tick(st PortStats, dt float64) {
-	r := st.Response
-	saturated := dt > 0 && r.Responses > 0 && c.inflight >= 1 && r.Inflight >= 1 && !c.idle
-	c.inflight, c.idle = r.Inflight, false
-	c.req[c.next], c.conn[c.next] = 0, 0
-	if saturated {
-		c.req[c.next] = r.Responses / dt
-		if admitted := float64(st.New - min(st.Dropped, st.New)); r.Requests > 0 && admitted > 0 {
-			// Connections answered: the answers over the tick's
-			// requests per admitted connection (keep-alive).
-			c.conn[c.next] = r.Responses / (r.Requests / admitted) / dt
+// max returns the largest answer rate in the window, of saturated ticks only
+// when sat.
+func (c *capacity) max(sat bool) (float64, bool) {
+	best, ok := 0.0, false
+	for _, s := range c.slots {
+		if s.used && (s.saturated || !sat) && s.rate >= best {
+			best, ok = s.rate, true
 		}
 	}
-	c.next = (c.next + 1) % capacityTicks
-	c.age += dt
-	best := -1
-	for i, x := range c.req {
-		if x > 0 && (best < 0 || x > c.req[best]) {
-			best = i
-		}
-	}
-	if best >= 0 {
-		c.lastReq, c.lastConn, c.ok = c.req[best], c.conn[best], true
-	}
-	if saturated {
-		c.age = 0
-	}
+	return best, ok
 }
 
-// mu returns μ̂ (answers/s), 0 when never measured.
+// mu returns μ̂ for the law (answers/s): the largest answer rate of the
+// window, 0 when it holds none.
 func (c *capacity) mu() float64 {
-	if !c.ok || math.IsNaN(c.lastReq) {
+	m, _ := c.max(false)
+	return m
+}
+
+// measured returns the capacity measured while saturated (answers/s) and
+// its age (seconds); 0 when the port was never saturated.
+func (c *capacity) measured() (float64, float64) {
+	if !c.satOK {
+		return 0, 0
+	}
+	return c.lastSat, c.satAge
+}
+
+// perStart returns the answers per admitted start over the window (a
+// request-response protocol on fresh connections: 1; HTTP keep-alive
+// without the request gate: the requests a connection carries; MySQL's
+// connect-per-query: 2, the greeting's handshake and the query), 0 when
+// unknown. It converts μ̂, counted in answers, into the starts the pass rate
+// applies to.
+func (c *capacity) perStart() float64 {
+	var answers, admitted float64
+	for _, s := range c.slots {
+		answers += s.answers
+		admitted += s.admitted
+	}
+	if answers <= 0 || admitted <= 0 {
 		return 0
 	}
-	return c.lastReq
+	return answers / admitted
 }

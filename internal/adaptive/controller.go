@@ -4,96 +4,36 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/olcd/olcd/internal/olc"
 )
 
-// Controller turns snapshots and port counts into drop probabilities. It is
-// not safe for concurrent use; the daemon calls Step from its tick loop only.
+// Controller turns snapshots and port counts into drop probabilities: one
+// law per port on its measured capacity and queue (port.go), capped by the
+// node's resource law (node.go) split over the classes (classes.go). It is
+// not safe for concurrent use; the daemon calls Step and Onset from its tick
+// loop only.
 type Controller struct {
 	cfg     Config
 	signals []olc.Signal // signals with a threshold, canonical order
+	node    nodeLaw
+	ports   []port
+	index   map[olc.PortKey]int
+	over    overload // the overload as the decision log tells it
 
-	p           float64 // node-level drop probability
-	overloaded  bool
-	since       time.Time
-	lastEvent   time.Time // last overload_start/continue
-	overTicks   int       // consecutive ticks with pressure > 1 while not overloaded
-	healthy     int       // consecutive healthy ticks while overloaded
-	smooth      float64   // pressure smoothed with Params.Smoothing while overloaded
-	smoothOK    bool      // smooth holds a value
-	saturated   int       // consecutive over ticks with the driver at its ceiling
-	overTicksIn int       // over ticks since the overload started
-	prevErr     float64   // e of the previous tick (velocity form)
-	lastAt      time.Time
-	started     bool
-
-	// The saturation estimate: admitted new connections per second per unit
-	// of the driving signal, learnt on ticks below saturation. When the
-	// driver is pinned at its ceiling its pressure no longer tells how far
-	// the node is overloaded, but the offered rate does: shedding down to
-	// capRate × threshold admits what put the signal at its target.
-	capRate   float64
-	capSignal olc.Signal
-	capOK     bool
-	capQuota  float64 // the cgroup quota (CPUs) capRate is per unit of; 0: not a quota signal
-	offered   float64 // this tick's new connections/s over all ports, retransmits included
-	admitted  float64 // this tick's new connections/s the datapath let through
-	ratesOK   bool    // offered and admitted were measured this tick
-	prevAdm   float64 // the previous tick's admitted rate (0: none)
-	prevP     float64 // node-level p in force during the previous tick
-	prevValue float64 // the previous tick's driver value (-1: none)
-	dt        float64 // this tick's length, seconds
-
-	// The backlog estimate: new connections admitted but not yet served,
-	// from a fluid queue fed by the admitted rate and drained at capRate ×
-	// the driver's value (what the signal says was served).
-	backlog  float64
-	draining bool // p was lifted above the law to drain the backlog
-
-	// The estimate is checked on every over tick (checkEstimate); a
-	// recovery jump to it is undone when the check disproves it within
-	// jumpCheckTicks.
-	sinceJump   int     // ticks since the last jump, 0 after jumpCheckTicks
-	pBeforeJump float64 // p a disproved recovery jump returns to (0: none)
-	pinnedAtFit int     // consecutive over ticks pinned while admitting what fits
-
-	// The overload as the decision log sees it: the resource law's or any
-	// port's queue loop (mergeOverload).
-	merged      bool
-	mergedSince time.Time
-	mergedEvent time.Time // last overload_start/continue of the merged overload
-
-	measuredFor int // ticks left in which a port's queue counts as measured
-
-	lastQuota  float64    // the latest snapshot's CgroupQuotaCPUs (0: none yet)
-	onset      onsetState // the onset check between ticks (onset.go)
-	afterOnset bool       // the next tick is the first since an onset drain ended
-	lastTick   Decision   // the last tick's signals, for decisions between ticks
-
-	recordedNode float64
-	classP       [olc.NumClasses]float64 // class probabilities in force (last tick's split)
-	weights      [olc.NumClasses]float64 // demand per class used by the split
-	attempts     [olc.NumClasses]float64 // new connections/s per class, retransmits included
-	ports        []portState
-	index        map[olc.PortKey]int
-}
-
-type portState struct {
-	loop     latencyLoop // the law on the port's measured queue
-	onset    queueOnset  // the onset check on it between ticks (onsetqueue.go)
-	cfg      PortConfig
-	demand   float64 // smoothed unique new connections per second
-	attempts float64 // smoothed new connections per second, retransmits included
-	measured bool
-	p        float64
-	recorded float64 // p at the last probability_change record
+	lastAt  time.Time // the last snapshot's time; zero before the first
+	dt      float64   // this tick's length, seconds
+	classP  [olc.NumClasses]float64
+	weights [olc.NumClasses]float64 // unique new work per class, the split's weights
+	last    Decision                // the last tick's signals, for Onset's decisions
+	nodeRec float64                 // the node's p at its last probability_change record
 }
 
 // New returns a controller for cfg, or an error naming every invalid field.
 func New(cfg Config) (*Controller, error) {
-	c := &Controller{prevValue: -1}
+	c := &Controller{}
 	if err := c.Reconfigure(cfg); err != nil {
 		return nil, err
 	}
@@ -133,10 +73,10 @@ func validate(cfg Config) error {
 	return errors.Join(errs...)
 }
 
-// Reconfigure switches to cfg between ticks. The node-level p, the overload
-// state and the smoothed demand of ports that stay are kept, so a reload
-// neither releases nor restarts shedding; new ports start with their class's
-// probability. On error the controller is unchanged.
+// Reconfigure switches to cfg between ticks. The node's law and the state of
+// ports that stay (pass rate, capacity, learnt target) are kept, so a reload
+// neither releases nor restarts shedding; new ports start idle. On error the
+// controller is unchanged.
 func (c *Controller) Reconfigure(cfg Config) error {
 	if err := validate(cfg); err != nil {
 		return fmt.Errorf("controller config: %w", err)
@@ -148,33 +88,21 @@ func (c *Controller) Reconfigure(cfg Config) error {
 			signals = append(signals, olc.Signal(s))
 		}
 	}
-	ports := make([]portState, len(cfg.Ports))
+	ports := make([]port, len(cfg.Ports))
 	index := make(map[olc.PortKey]int, len(cfg.Ports))
 	for i, pc := range cfg.Ports {
-		ports[i] = portState{cfg: pc, loop: newLatencyLoop()}
+		ports[i] = newPort(pc, cfg)
 		if j, ok := c.index[pc.Key]; ok {
-			old := c.ports[j]
-			ports[i].loop = old.loop
-			ports[i].demand, ports[i].attempts, ports[i].measured = old.demand, old.attempts, old.measured
-			ports[i].p, ports[i].recorded = old.p, old.recorded
+			ports[i] = c.ports[j]
+			ports[i].cfg = pc
+			ports[i].cap.resize(cfg.Params, cfg.Interval)
 		}
 		index[pc.Key] = i
 	}
-	// The estimate counts the configured ports' connections: another set
-	// of ports carries another share of the work the signal shows.
-	if len(ports) != len(c.ports) {
-		c.forgetEstimate()
-	} else {
-		for _, pc := range cfg.Ports {
-			if _, ok := c.index[pc.Key]; !ok {
-				c.forgetEstimate()
-				break
-			}
-		}
-	}
 	c.cfg, c.signals, c.ports, c.index = cfg, signals, ports, index
-	if b := cfg.Params.Bound(); c.p > b {
-		c.p = b
+	c.node.bound(cfg.Params)
+	for i := range c.ports {
+		c.ports[i].bound(cfg.Params)
 	}
 	return nil
 }
@@ -182,63 +110,178 @@ func (c *Controller) Reconfigure(cfg Config) error {
 // Config returns the configuration in force.
 func (c *Controller) Config() Config { return c.cfg }
 
-// DropProbability returns the node-level p after the last Step.
-func (c *Controller) DropProbability() float64 { return c.p }
+// DropProbability returns the node's resource law's p after the last Step.
+func (c *Controller) DropProbability() float64 { return 1 - c.node.pass }
 
-// Step runs one tick: it evaluates the signals of s, advances the control
-// law, splits the node-level p over the classes by the ports' demand in
-// stats (counts since the previous tick; a port missing from stats keeps
-// its previous demand estimate) and returns the decision. Time comes only
-// from s.At; a snapshot not later than the previous one is stale and counts
-// as a tick without usable signals.
+// Step runs one tick on snapshot s and the ports' counts since the previous
+// tick (a port missing from stats holds its law). Time comes only from s.At;
+// a snapshot not later than the previous one is stale: its signals count as
+// unavailable and no port's law moves.
 func (c *Controller) Step(s olc.Snapshot, stats map[olc.PortKey]PortStats) Decision {
 	d := Decision{At: s.At}
-	stale := c.started && !s.At.After(c.lastAt)
+	stale := !c.lastAt.IsZero() && !s.At.After(c.lastAt)
 	if !stale {
 		c.lastAt = s.At
 	}
-	c.started = true
-
+	c.dt = s.Interval.Seconds()
+	if c.dt <= 0 {
+		c.dt = c.cfg.Interval.Seconds()
+	}
 	c.evaluate(&s, stale, &d)
+	nodeWhy := c.node.step(&d, &c.cfg.Params)
 
-	c.measure(&s, stats)
-	rescaled := ""
-	if c.queueMeasured(stats, stale) {
-		// The queue is measured: the estimate that infers it from a CPU
-		// signal stands down (estimate.go), and with it the drain, the
-		// onset check and the recovery jumps.
-		c.forgetEstimate()
-	} else if !stale {
-		rescaled = c.rescaleEstimate(&s)
-		c.learnCapacity(&d)
+	var reasons []string
+	for cl := range c.weights {
+		c.weights[cl] = 0
 	}
-	// Every tick, not only over ones: the tick in which a step arrives
-	// often reads below the threshold, yet its latter part already queued.
-	c.trackBacklog(&s, stale)
-	inForce := c.p
-	c.law(&d)
-	d.Reason += rescaled
-	c.prevP, c.prevValue = inForce, -1
-	if st := driverState(&d); st != nil && !stale {
-		c.prevValue = st.Value
+	for i := range c.ports {
+		ps := &c.ports[i]
+		st, ok := stats[ps.cfg.Key]
+		switch {
+		case ok && !stale:
+			ps.unmeasured = 0
+			if why := ps.step(st, c.dt, c.node.on, &c.cfg.Params); why != "" {
+				reasons = append(reasons, fmt.Sprintf("%s: %s", ps.cfg.Key, why))
+			}
+		case !stale:
+			// Nothing measured for a capacity window: the law has
+			// nothing to hold its cut on, and lets go.
+			if ps.unmeasured += c.dt; ps.unmeasured >= c.cfg.Params.CapacityWindow.Seconds() && ps.active() {
+				ps.pass = 1
+				reasons = append(reasons, fmt.Sprintf("%s: no counts for %s: pass rate 1", ps.cfg.Key, c.cfg.Params.CapacityWindow))
+			}
+		}
+		c.weights[ps.cfg.Class] += ps.demand
 	}
-	c.queueLaws(&d, stats, stale, s.CgroupThrottleGap)
-	c.allocate(&d)
-	c.lastTick = Decision{Signals: d.Signals, Pressure: d.Pressure, SmoothedPressure: d.SmoothedPressure,
-		PressureAvailable: d.PressureAvailable, Driver: d.Driver}
+	c.fallbackWeights()
+	reasons = append(reasons, nodeWhy)
+	d.Reason = strings.Join(reasons, "; ")
+	c.finish(&d)
+	c.last = Decision{Signals: d.Signals, Pressure: d.Pressure, PressureAvailable: d.PressureAvailable, Driver: d.Driver}
 	return d
 }
 
-// driverState returns the state of the tick's driving signal, or nil when
-// no signal drives it.
-func driverState(d *Decision) *SignalState {
-	if !d.PressureAvailable {
-		return nil
+// Onset runs between ticks, every Params.OnsetInterval: stats are the
+// datapath's counts of the window of length window that ends at at, with
+// each timed port's queue (the requests started and answered in the window,
+// the requests in flight at its end; no p95). Each window's in flight feeds
+// the port's standing queue; a port whose queue outgrew what its capacity
+// drains within a tick is cut at once (port.window). It reports whether a
+// port's pass rate changed, and the decision to write then (the signals are
+// the last tick's: no sample was taken).
+func (c *Controller) Onset(at time.Time, window time.Duration, stats map[olc.PortKey]PortStats) (Decision, bool) {
+	prm := &c.cfg.Params
+	w := window.Seconds()
+	if w <= 0 || prm.OnsetInterval <= 0 || prm.OnsetInterval >= c.cfg.Interval {
+		return Decision{}, false
 	}
-	for i := range d.Signals {
-		if st := &d.Signals[i]; st.Signal == d.Driver {
-			return st
+	var reasons []string
+	for i := range c.ports {
+		ps := &c.ports[i]
+		if st, ok := stats[ps.cfg.Key]; ok {
+			if why := ps.window(st, w, c.cfg.Interval.Seconds(), prm); why != "" {
+				reasons = append(reasons, fmt.Sprintf("%s: %s", ps.cfg.Key, why))
+			}
 		}
 	}
-	return nil
+	if len(reasons) == 0 {
+		return Decision{}, false
+	}
+	l := &c.last
+	d := Decision{At: at, Signals: l.Signals, Pressure: l.Pressure, PressureAvailable: l.PressureAvailable, Driver: l.Driver,
+		Reason: strings.Join(reasons, "; ")}
+	c.finish(&d)
+	return d, true
+}
+
+// fallbackWeights weighs each class by its number of ports when no demand
+// was measured (every port assumed to carry the same load), and all classes
+// alike without ports.
+func (c *Controller) fallbackWeights() {
+	for _, w := range c.weights {
+		if w > 0 {
+			return
+		}
+	}
+	for i := range c.ports {
+		c.weights[c.ports[i].cfg.Class]++
+	}
+	if len(c.ports) == 0 {
+		c.weights = [olc.NumClasses]float64{1, 1, 1}
+	}
+}
+
+// finish fills d from the state: the class split of the node's p, each
+// port's p, the overload events and the probability_change records.
+func (c *Controller) finish(d *Decision) {
+	prm := &c.cfg.Params
+	d.DropProbability = 1 - c.node.pass
+	d.Classes = splitClasses(d.DropProbability, prm.Bound(), c.weights)
+	c.classP = d.Classes
+	d.Ports = make([]PortDecision, len(c.ports))
+	active := c.node.on
+	for i := range c.ports {
+		ps := &c.ports[i]
+		d.Ports[i] = ps.decision(d.Classes[ps.cfg.Class], prm)
+		active = active || ps.active()
+	}
+	c.over.track(d, active, prm.ContinueEvery)
+	for i := range c.ports {
+		ps, pd := &c.ports[i], &d.Ports[i]
+		if changed(ps.recorded, pd.DropProbability, prm.RecordChange) {
+			d.Events = append(d.Events, c.change(d, ps.cfg.Key, ps.cfg.Class, ps.recorded, pd.DropProbability))
+			ps.recorded = pd.DropProbability
+		}
+	}
+	if changed(c.nodeRec, d.DropProbability, prm.RecordChange) {
+		d.Events = append(d.Events, c.change(d, olc.PortKey{}, 0, c.nodeRec, d.DropProbability))
+		c.nodeRec = d.DropProbability
+	}
+}
+
+// change is a probability_change record of a port (the zero key: the node).
+func (c *Controller) change(d *Decision, key olc.PortKey, cl olc.Class, from, to float64) Event {
+	return Event{Kind: EventProbabilityChange, At: d.At, Port: key, Class: cl, From: from, To: to,
+		Pressure: d.Pressure, DropProbability: d.DropProbability, Signals: d.Signals,
+		OverloadSince: d.OverloadSince, Reason: d.Reason}
+}
+
+// changed reports whether p moved by more than step since recorded, or
+// reached 0.
+func changed(recorded, p, step float64) bool {
+	return math.Abs(p-recorded) > step || (p == 0 && recorded != 0)
+}
+
+// overload is the overload as the decision log tells it: from the first
+// tick in which any law sheds to the first in which none does.
+type overload struct {
+	on        bool
+	since     time.Time
+	lastEvent time.Time // the last overload_start or overload_continue
+}
+
+// track adds the overload events of a decision whose laws are active or not.
+func (o *overload) track(d *Decision, active bool, every time.Duration) {
+	ev := Event{At: d.At, Pressure: d.Pressure, DropProbability: d.DropProbability, Signals: d.Signals}
+	switch {
+	case active && !o.on:
+		o.on, o.since, o.lastEvent = true, d.At, d.At
+		ev.Kind, ev.Reason = EventOverloadStart, d.Reason
+	case !active && o.on:
+		ev.Kind = EventOverloadEnd
+		ev.Reason = fmt.Sprintf("%s: every law back to pass rate 1 after %s", d.Reason, d.At.Sub(o.since).Round(time.Millisecond))
+		ev.OverloadSince = o.since
+		o.on, o.since = false, time.Time{}
+	case active && d.At.Sub(o.lastEvent) >= every:
+		o.lastEvent = d.At
+		ev.Kind = EventOverloadContinue
+		ev.Reason = fmt.Sprintf("%s: overloaded for %s", d.Reason, d.At.Sub(o.since).Round(time.Millisecond))
+	}
+	d.Overloaded, d.OverloadSince = o.on, o.since
+	if ev.Kind != 0 {
+		if ev.OverloadSince.IsZero() {
+			ev.OverloadSince = o.since
+		}
+		d.Events = append(d.Events, ev)
+	}
 }

@@ -2,6 +2,7 @@ package adaptive
 
 import (
 	"fmt"
+	"github.com/olcd/olcd/internal/trace"
 	"math"
 	"strings"
 	"testing"
@@ -46,24 +47,15 @@ func fuzzParams(f *fuzzBytes) Params {
 		Ki:                 pick(f, 0.5, 0.01, 1, 2),
 		Kp:                 pick(f, 0.1, 0, 2),
 		ActivationTicks:    pick(f, 2, 1, 10),
-		Smoothing:          pick(f, 0.5, 0.01, 1),
-		Cooldown:           pick(f, 5, 0, 1, 40),
 		Hysteresis:         pick(f, 0.05, 0, 0.5),
-		SaturationBoost:    pick(f, 2.0, 1, 4),
-		MaxStep:            pick(f, 0.25, 0.001, 1),
-		RecoveryStep:       pick(f, 0.05, 0.01, 1),
-		MinPassRate:        pick(f, 0.3, 0, 1, 0.999),
+		MinPassRate:        pick(f, 0.1, 0, 1, 0.999),
 		CorroborationRatio: pick(f, 0.5, 0.01, 1),
-		DemandSmoothing:    pick(f, 0.5, 0.01, 1),
+		CapacityWindow:     pick(f, 3*time.Second, time.Second, time.Minute),
 		ContinueEvery:      pick(f, 10*time.Second, time.Second),
 		RecordChange:       pick(f, 0.01, 1e-9, 1),
 		OnsetInterval:      pick(f, 50*time.Millisecond, 0, MinOnsetInterval, MaxOnsetInterval),
-		OnsetRatio:         pick(f, 1.5, 1.1, 10),
-		LatencyKp:          pick(f, 0.5, 0, 4),
-		LatencyKi:          pick(f, 0.25, 0.01, 2),
 		TargetFactor:       pick(f, 3.0, 1.2, 20),
 		InitialTarget:      pick(f, 100*time.Millisecond, time.Millisecond, 30*time.Second),
-		ResponseCooldown:   pick(f, time.Second, 0, 30*time.Second),
 	}
 }
 
@@ -197,15 +189,16 @@ func (k *fuzzChecker) checkDecision(d Decision, c *Controller, onset bool) {
 	if p != c.DropProbability() {
 		t.Fatalf("%s: decision p %v, controller p %v", where, p, c.DropProbability())
 	}
-	if !finite(d.Pressure) || !finite(d.SmoothedPressure) || d.Pressure < 0 {
-		t.Fatalf("%s: pressure %v smoothed %v", where, d.Pressure, d.SmoothedPressure)
+	if !finite(d.Pressure) || d.Pressure < 0 {
+		t.Fatalf("%s: pressure %v", where, d.Pressure)
 	}
-	// The saturation estimate sizes a first cut, a drain and its end, and
-	// a recovery jump (and its undoing) beyond the law's steps; the reason
-	// then says so.
-	sized := strings.Contains(d.Reason, "fit under the threshold") || strings.Contains(d.Reason, "saturation estimate")
-	if !onset && !k.afterOnset && !sized && (p > k.prevP+prm.MaxStep+eps || p < k.prevP-prm.RecoveryStep-eps) {
-		t.Fatalf("%s: p %v → %v beyond max_step %v / recovery_step %v", where, k.prevP, p, prm.MaxStep, prm.RecoveryStep)
+	// The resource law moves the node's p by at most ki × the floored
+	// error and kp × its change a tick; between ticks it does not move.
+	if step := prm.Ki*2 + prm.Kp*4; !onset && p > k.prevP+step*(1-k.prevP)+eps {
+		t.Fatalf("%s: p %v → %v beyond the law's step", where, k.prevP, p)
+	}
+	if onset && math.Abs(p-k.prevP) > eps {
+		t.Fatalf("%s: the node's p moved between ticks: %v → %v", where, k.prevP, p)
 	}
 	for cl, q := range d.Classes {
 		if !finite(q) || q < 0 || q > bound+eps {
@@ -213,10 +206,10 @@ func (k *fuzzChecker) checkDecision(d Decision, c *Controller, onset bool) {
 		}
 	}
 	if d.Classes[olc.ClassCritical] > 0 && (d.Classes[olc.ClassNormal] < bound-eps || d.Classes[olc.ClassBestEffort] < bound-eps) {
-		t.Fatalf("%s: critical shed while others are below the bound: %s", where, ClassSummary(d.Classes))
+		t.Fatalf("%s: critical shed while others are below the bound: %s", where, classSummary(d.Classes))
 	}
 	if d.Classes[olc.ClassNormal] > 0 && d.Classes[olc.ClassBestEffort] < bound-eps {
-		t.Fatalf("%s: normal shed while best-effort is below the bound: %s", where, ClassSummary(d.Classes))
+		t.Fatalf("%s: normal shed while best-effort is below the bound: %s", where, classSummary(d.Classes))
 	}
 	if len(d.Ports) != len(k.cfg.Ports) {
 		t.Fatalf("%s: %d port decisions for %d ports", where, len(d.Ports), len(k.cfg.Ports))
@@ -225,8 +218,8 @@ func (k *fuzzChecker) checkDecision(d Decision, c *Controller, onset bool) {
 		if !finite(pd.QueueP) || pd.QueueP < 0 || pd.QueueP > bound+eps || !finite(pd.ResponseTarget) || pd.ResponseTarget < 0 {
 			t.Fatalf("%s: port %d queue law %+v", where, i, pd)
 		}
-		if pd.Key != k.cfg.Ports[i].Key || pd.DropProbability != math.Max(d.Classes[pd.Class], pd.QueueP) || !finite(pd.Demand) || pd.Demand < 0 {
-			t.Fatalf("%s: port %d decision %+v (classes %s)", where, i, pd, ClassSummary(d.Classes))
+		if pd.Key != k.cfg.Ports[i].Key || pd.DropProbability != math.Min(bound, math.Max(d.Classes[pd.Class], pd.QueueP)) || !finite(pd.Demand) || pd.Demand < 0 {
+			t.Fatalf("%s: port %d decision %+v (classes %s)", where, i, pd, classSummary(d.Classes))
 		}
 	}
 	for _, ev := range d.Events {
@@ -266,11 +259,15 @@ func (k *fuzzChecker) checkDecision(d Decision, c *Controller, onset bool) {
 		t.Fatalf("%s: p %v outside an overload", where, p)
 	}
 	k.prevP = p
-	if onset {
-		k.afterOnset = c.onset.active
-	} else if !c.onset.active {
-		k.afterOnset = false
+}
+
+// classSummary renders class probabilities for a failure message.
+func classSummary(classes [olc.NumClasses]float64) string {
+	var b strings.Builder
+	for cl := olc.Class(0); cl < olc.NumClasses; cl++ {
+		fmt.Fprintf(&b, "%s=%.3f ", cl, classes[cl])
 	}
+	return b.String()
 }
 
 // fuzzRun decodes data into a config and a snapshot sequence (with
@@ -286,7 +283,7 @@ func fuzzRun(t *testing.T, data []byte) []Decision {
 	}
 	k := &fuzzChecker{t: t, cfg: cfg}
 	var out []Decision
-	at := TraceOrigin
+	at := trace.Origin
 	step := func(s olc.Snapshot, stats map[olc.PortKey]PortStats) {
 		d := c.Step(s, stats)
 		k.check(d, c)
@@ -339,11 +336,11 @@ func fuzzRun(t *testing.T, data []byte) []Decision {
 		}
 	}
 
-	// Every signal vanishes: p must reach 0 and the overload end within the
-	// cooldown plus the recovery ramp.
+	// Every signal and count vanishes: p must reach 0 and the overload end
+	// within a capacity window (the ports) and the resource law's
+	// recovery (from 1 % by × 1 + ki a tick at least).
 	prm := cfg.Params
-	// An onset drain holds p for up to one more interval.
-	limit := prm.Cooldown + int(math.Ceil(prm.Bound()/prm.RecoveryStep)) + 4
+	limit := int(math.Ceil(prm.CapacityWindow.Seconds()/cfg.Interval.Seconds())) + int(math.Ceil(math.Log(100)/math.Log(1+prm.Ki))) + 2
 	for i := 0; i <= limit; i++ {
 		at = at.Add(cfg.Interval)
 		step(olc.Snapshot{At: at, Interval: cfg.Interval}, nil)
@@ -393,7 +390,7 @@ func sameFloat(a, b float64) bool { return math.Float64bits(a) == math.Float64bi
 // sameDecision reports whether two decisions are identical (NaN values of
 // invalid samples included).
 func sameDecision(a, b Decision) bool {
-	if !a.At.Equal(b.At) || !sameFloat(a.Pressure, b.Pressure) || !sameFloat(a.SmoothedPressure, b.SmoothedPressure) ||
+	if !a.At.Equal(b.At) || !sameFloat(a.Pressure, b.Pressure) ||
 		a.PressureAvailable != b.PressureAvailable || a.Driver != b.Driver || a.Overloaded != b.Overloaded ||
 		!a.OverloadSince.Equal(b.OverloadSince) || !sameFloat(a.DropProbability, b.DropProbability) ||
 		a.Classes != b.Classes || a.Reason != b.Reason ||

@@ -34,14 +34,36 @@ func TestValidateReportsEveryParam(t *testing.T) {
 		t.Fatal("zero Params accepted")
 	}
 	for _, want := range []string{"ki: 0 is outside (0, 2]", "activation_ticks: 0 is out of range: must be 1..10",
-		"saturation_boost: 0 is outside [1, 4]", "continue_every: 0s is below 1s", "initial_target: 0s is outside [1ms, 30s]"} {
+		"capacity_window: 0s is outside [1s, 60s]", "continue_every: 0s is below 1s", "initial_target: 0s is outside [1ms, 30s]"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
 	}
-	for _, valid := range []string{"kp", "cooldown_ticks", "hysteresis", "min_pass_rate", "onset_interval", "latency_kp", "response_cooldown"} {
+	for _, valid := range []string{"kp", "hysteresis", "min_pass_rate", "onset_interval"} {
 		if strings.Contains(err.Error(), valid+":") {
 			t.Errorf("error %q names %s, whose 0 is valid", err, valid)
+		}
+	}
+}
+
+// TestParamBudget holds the law's size to what a reader takes in one
+// sitting: at most 12 keys, and every retired key's hint names a key that
+// exists (or none).
+func TestParamBudget(t *testing.T) {
+	n := reflect.TypeFor[Params]().NumField()
+	if n > 12 {
+		t.Errorf("%d controller keys, want ≤ 12", n)
+	}
+	keys := map[string]bool{}
+	for i := range n {
+		keys[strings.Split(reflect.TypeFor[Params]().Field(i).Tag.Get("yaml"), ",")[0]] = true
+	}
+	for k, hint := range RetiredKeys {
+		if keys[k] {
+			t.Errorf("retired key %s is still a key", k)
+		}
+		if hint == "" {
+			t.Errorf("retired key %s has no hint", k)
 		}
 	}
 }

@@ -24,7 +24,7 @@ func validSample(sig olc.Signal, v float64) bool {
 }
 
 // confirmed reports whether one of sigs shows at least ratio × its threshold
-// (or its ConfirmThreshold when it has none) in s.
+// (or its confirmThreshold when it has none) in s.
 func (c *Controller) confirmed(s *olc.Snapshot, sigs []olc.Signal) bool {
 	for _, sig := range sigs {
 		v, ok := s.Get(sig)
@@ -33,7 +33,7 @@ func (c *Controller) confirmed(s *olc.Snapshot, sigs []olc.Signal) bool {
 		}
 		ref := c.cfg.Thresholds[sig]
 		if ref <= 0 {
-			ref = ConfirmThreshold(sig)
+			ref = confirmThreshold(sig)
 		}
 		if v >= c.cfg.Params.CorroborationRatio*ref {
 			return true

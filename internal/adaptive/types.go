@@ -1,11 +1,10 @@
-// Package adaptive turns one tick's pressure signals and per-port connection
-// counts into drop probabilities. The controller is pure and deterministic:
-// Step reads time only from the snapshot and keeps no clock, no randomness and
-// no goroutines, so tests, `olcd simulate` and the daemon drive the same code.
-//
-// The law, the corroboration rules, the hysteresis and the class allocation
-// are described in docs/controller.md; the parameters and their trade-offs in
-// docs/tuning.md.
+// Package adaptive turns one tick's measurements into drop probabilities:
+// per port, a law on the port's measured capacity and queue; per node, a PI
+// law on the resource signals whose pass rate caps every port's. The
+// controller is pure and deterministic: Step reads time only from the
+// snapshot and keeps no clock, no randomness and no goroutines, so tests,
+// `olcd-sim simulate` and the daemon drive the same code. docs/controller.md
+// describes the law; docs/config.md the keys.
 package adaptive
 
 import (
@@ -20,35 +19,21 @@ type PortStats struct {
 	// New counts new connections (TCP SYNs without ACK, or UDP requests)
 	// seen this tick, retransmitted SYNs included, dropped ones included.
 	New uint64
-	// Retransmits counts the SYNs among New that retransmit a SYN seen
-	// earlier. New − Retransmits is the unique demand the controller weighs
-	// the classes by; a retransmit is a client asking again, not more work.
+	// Reused counts the requests started on open connections (the request
+	// gate's request starts, scaled by the timing sample rate); with New
+	// they are the port's demand in starts (docs/controller.md).
+	Reused uint64
+	// Resets counts the request starts the request gate shed.
+	Resets uint64
+	// Retransmits counts the SYNs among New that retransmit a SYN the
+	// datapath dropped: a client asking again, not more work.
 	Retransmits uint64
 	// Dropped counts the SYNs among New the datapath dropped (enforce mode;
-	// marked and would-drop SYNs pass). New − Dropped is the admitted work
-	// the saturation estimate relates to the driving signal; 0 when
-	// unknown, which makes the estimate admit more, never shed more.
+	// marked and would-drop SYNs pass).
 	Dropped uint64
-	// Rejected counts the SYNs among Dropped answered with a reset (reject
-	// action). Their clients learn at once and give up or try again with a
-	// new connection, counted as new demand; none comes back as a
-	// retransmit of the same SYN, so a rejected SYN is never counted twice
-	// (the datapath does not remember it among the dropped SYNs whose
-	// retransmits it recognises) and adds no retry wave a second later.
-	Rejected uint64
 	// Response is the port's measured queue over the tick (response
 	// timing); the zero value (unavailable) when the port is not timed.
 	Response PortResponse
-}
-
-// Unique returns New − Retransmits, and 0 when the counters disagree
-// (Retransmits > New can happen when the two are read at slightly
-// different moments).
-func (s PortStats) Unique() uint64 {
-	if s.Retransmits >= s.New {
-		return 0
-	}
-	return s.New - s.Retransmits
 }
 
 // PortConfig is one protected port as the controller sees it.
@@ -58,7 +43,7 @@ type PortConfig struct {
 	// Class is the port's priority class.
 	Class olc.Class
 	// Target is the port's response-time target; the zero value leaves
-	// the port to the resource law alone.
+	// the port to the node's resource law alone.
 	Target ResponseTarget
 }
 
@@ -72,7 +57,7 @@ type Config struct {
 	// the signal does not drive shedding. Pressure = value ÷ threshold, so
 	// 1.0 is "at the target".
 	Thresholds [olc.NumSignals]float64
-	// Params are the control-law parameters; start from DefaultParams.
+	// Params are the law's parameters; start from DefaultParams.
 	Params Params
 	// Ports lists the protected ports; keys must be unique.
 	Ports []PortConfig
@@ -106,43 +91,42 @@ type PortDecision struct {
 	Key olc.PortKey
 	// Class is the port's priority class.
 	Class olc.Class
-	// DropProbability is the share of the port's new connections to shed
-	// (0..1 − MinPassRate).
+	// DropProbability is the share of the port's new work (SYNs, and
+	// request starts on a port with the request gate) to shed, 0..1 −
+	// MinPassRate: the larger of QueueP and the class share of the node's
+	// resource law.
 	DropProbability float64
-	// Demand is the port's unique new connections per second (SYN
-	// retransmits excluded), exponentially smoothed with
-	// Params.DemandSmoothing: the weight the class allocation used. It is 0
-	// until the first measurement.
+	// Demand is the port's unique new work per second (new connections
+	// without SYN retransmits, plus request starts on open connections):
+	// the weight the class split of the node's p used.
 	Demand float64
 	// ResponseTarget is the response-time target in force (seconds; 0
 	// when the port has none): fixed, or auto from Baseline.
 	ResponseTarget float64
-	// Baseline is the port's learnt baseline p95 (seconds; 0 until learnt
+	// Baseline is the port's learnt no-load p95 (seconds; 0 until learnt
 	// or without an auto target).
 	Baseline float64
-	// QueueP is the drop probability the law on the measured queue asks
-	// for (0..1 − MinPassRate); DropProbability is the larger of it and
-	// the resource law's class share.
+	// QueueP is the drop probability the port's own law asks for (0..1 −
+	// MinPassRate).
 	QueueP float64
 	// ShedRetransmits asks the datapath to drop every retransmitted SYN
 	// (one found among the SYNs it dropped) while DropProbability > 0,
-	// instead of drawing it like a first attempt: set while the law on
-	// the measured queue sheds a port whose target is below the first
-	// SYN retransmit timeout (SYNRetransmitTimeout). Such a SYN's client
-	// has already waited longer than the target; admitting it serves an
-	// answer that is late whatever happens next, in place of a first
-	// attempt that would have been on time (docs/controller.md §0).
+	// instead of drawing it like a first attempt: set while the port's law
+	// sheds with a target below the first SYN retransmit timeout
+	// (SYNRetransmitTimeout). Such a client has already waited longer than
+	// the target; its answer is late whatever happens next, and the worker
+	// it takes is a first attempt's that would have been on time.
 	ShedRetransmits bool
 	// Capacity is the port's capacity μ̂ measured while it was saturated
-	// (requests in flight throughout a tick): the most requests per second
-	// it answered over the ticks of the last 3 s that were, or the last
-	// such figure (docs/controller.md §3). 0 until the port, timed, has
-	// been saturated once. What an operator would otherwise get from a
-	// load test, measured live.
+	// (requests in flight at the end of every onset window of a tick): the
+	// most requests per second it answered over the saturated ticks of the
+	// last Params.CapacityWindow, or the last such figure. 0 until the
+	// port, timed, has been saturated once. What an operator would
+	// otherwise get from a load test, measured live.
 	Capacity float64
-	// ConnCapacity is Capacity in new connections per second: the answers
-	// over the requests per admitted connection of the same tick (0 when
-	// unknown).
+	// ConnCapacity is Capacity in new work (connections, or request
+	// starts) per second: Capacity over the answers per admitted start
+	// measured over the same window (0 when unknown).
 	ConnCapacity float64
 	// CapacityAge is how long ago (seconds) the port was last saturated:
 	// Capacity is a figure of that moment. Meaningful when Capacity > 0.
@@ -164,24 +148,20 @@ type Decision struct {
 	// available, corroborated signals (1 = at the target). 0 when
 	// PressureAvailable is false.
 	Pressure float64
-	// SmoothedPressure is the pressure the law compared with the target: the
-	// raw Pressure outside an overload, its exponential average with weight
-	// Params.Smoothing inside one.
-	SmoothedPressure float64
 	// PressureAvailable is false when no signal with a threshold had a
-	// usable, corroborated value this tick; p then decays.
+	// usable, corroborated value this tick; the node's p then decays.
 	PressureAvailable bool
 	// Driver is the signal that set Pressure; meaningful only when
 	// PressureAvailable.
 	Driver olc.Signal
-	// Overloaded is true from overload_start to overload_end: while the node
-	// is over its target or p is still recovering towards 0.
+	// Overloaded is true from overload_start to overload_end: while the
+	// node's resource law or any port's law sheds.
 	Overloaded bool
 	// OverloadSince is when the current overload started; zero when not
 	// Overloaded.
 	OverloadSince time.Time
-	// DropProbability is the node-level share of new work (unique new
-	// connections) to shed, 0..1 − MinPassRate.
+	// DropProbability is the node's resource law's share of new work to
+	// shed, 0..1 − MinPassRate, split over the classes into Classes.
 	DropProbability float64
 	// Classes holds each class's drop probability (indexed by Class).
 	Classes [olc.NumClasses]float64
@@ -198,13 +178,12 @@ type EventKind uint8
 
 // The event kinds.
 const (
-	// EventOverloadStart: the node's pressure stayed above 1 for
-	// ActivationTicks consecutive ticks and shedding begins.
+	// EventOverloadStart: a law starts shedding.
 	EventOverloadStart EventKind = iota + 1
 	// EventOverloadContinue: the overload is still on; repeated every
 	// Params.ContinueEvery.
 	EventOverloadContinue
-	// EventOverloadEnd: p is back at 0.
+	// EventOverloadEnd: every law is back at pass rate 1.
 	EventOverloadEnd
 	// EventProbabilityChange: a port's (or the node's) p moved by more than
 	// Params.RecordChange since its last record, or reached 0.

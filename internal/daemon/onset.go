@@ -114,6 +114,9 @@ func (e *engine) onsetCheck() bool {
 		dl := counterDelta(cur, before)
 		st := portStats(dl)
 		st.Response = windowResponse(rcur, rprev, p.Key, sample)
+		if p.RequestGate {
+			st.Reused, st.Resets = windowGate(rcur, rprev, p.Key, sample)
+		}
 		stats[p.Key] = st
 	}
 	dec, acted := e.ctrl.Onset(now, now.Sub(prevAt), stats)
@@ -175,4 +178,16 @@ func windowResponse(cur, prev map[olc.PortKey]loader.RespCount, k olc.PortKey, s
 		Responses: float64(now.Responses-before.Responses) * sample,
 		Inflight:  float64(now.Inflight()) * sample,
 	}
+}
+
+// windowGate is a gated port's request starts on open connections and the
+// resets among them over one onset window, scaled by the sample rate; 0
+// when the port was not timed at both ends of the window.
+func windowGate(cur, prev map[olc.PortKey]loader.RespCount, k olc.PortKey, sample float64) (reused, resets uint64) {
+	now, ok := cur[k]
+	before, had := prev[k]
+	if !ok || !had || now.Reused < before.Reused || now.Resets < before.Resets {
+		return 0, 0
+	}
+	return uint64(float64(now.Reused-before.Reused) * sample), uint64(float64(now.Resets-before.Resets) * sample)
 }

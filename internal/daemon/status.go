@@ -88,7 +88,7 @@ func (d *Daemon) publish() {
 		StartedAt:    d.started,
 		Overload: api.OverloadStatus{
 			Active:          dec.Overloaded,
-			Pressure:        dec.SmoothedPressure,
+			Pressure:        dec.Pressure,
 			DropProbability: dec.DropProbability,
 			Bound:           cfg.Controller.Bound(),
 			Reason:          dec.Reason,

@@ -58,6 +58,9 @@ func (e *engine) tick() {
 			if pr, ok := resp[p.Key]; ok {
 				ps.Response = portResponse(pr, e.dp.ResponseSample(), snap.Interval)
 			}
+			if p.RequestGate {
+				ps.Reused, ps.Resets = gateDelta(st.Response[p.Key], e.prev.Response[p.Key], e.dp.ResponseSample())
+			}
 			stats[p.Key] = ps
 		}
 		// The previous read is released below, once e.last no longer
@@ -92,7 +95,18 @@ func (e *engine) tick() {
 // portStats is what the controller reads of a port's counter delta, for
 // the ticks and the onset check alike.
 func portStats(dl loader.Counters) adaptive.PortStats {
-	return adaptive.PortStats{New: dl.NewConns, Retransmits: dl.SYNRetransmits, Dropped: dl.Dropped, Rejected: dl.Rejected}
+	return adaptive.PortStats{New: dl.NewConns, Retransmits: dl.SYNRetransmits, Dropped: dl.Dropped}
+}
+
+// gateDelta is a gated port's request starts on open connections and the
+// resets among them since the previous read, scaled by the sample rate
+// (one flow in sample); a slot that went backwards counts from zero.
+func gateDelta(cur, prev loader.Response, sample uint32) (reused, resets uint64) {
+	if cur.Reused < prev.Reused || cur.Resets < prev.Resets {
+		prev = loader.Response{}
+	}
+	s := uint64(max(sample, 1))
+	return (cur.Reused - prev.Reused) * s, (cur.Resets - prev.Resets) * s
 }
 
 // portResponse is what the controller reads of a port's response timing:

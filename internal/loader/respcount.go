@@ -17,6 +17,9 @@ type RespCount struct {
 	Responses uint64
 	// Abandoned counts requests forgotten unanswered (Response.Abandoned).
 	Abandoned uint64
+	// Reused and Resets count request starts on open connections and
+	// those the request gate shed (Response.Reused, Response.Resets).
+	Reused, Resets uint64
 }
 
 // Inflight is the number of sampled requests started and neither answered
@@ -56,7 +59,7 @@ func (d *Datapath) ResponseCounts(into map[olc.PortKey]RespCount) error {
 	}
 	for k, slot := range d.rslots {
 		if st := d.resp.slots[slot]; st != nil {
-			into[k] = RespCount{Requests: st.total[0], Responses: st.total[1], Abandoned: st.total[2]}
+			into[k] = RespCount{Requests: st.total[0], Responses: st.total[1], Abandoned: st.total[2], Reused: st.total[4], Resets: st.total[5]}
 		}
 	}
 	return nil

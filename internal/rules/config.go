@@ -345,3 +345,14 @@ func sourceName(source string) string {
 	}
 	return source
 }
+
+// retiredKey returns the hint for a key of an earlier version that olcd
+// refuses now, naming what replaced it (adaptive.RetiredKeys).
+func retiredKey(field string) (string, bool) {
+	k, ok := strings.CutPrefix(field, "controller.")
+	if !ok {
+		return "", false
+	}
+	h, ok := adaptive.RetiredKeys[k]
+	return h, ok
+}

@@ -49,7 +49,7 @@ type checker struct {
 
 func newChecker(source string) *checker {
 	c := &checker{Decoder: codec.NewDecoder(sourceName(source))}
-	c.Data = c
+	c.Data, c.Retired = c, retiredKey
 	return c
 }
 

@@ -162,11 +162,9 @@ func TestValidFull(t *testing.T) {
 		Interval:   250 * time.Millisecond,
 		Thresholds: th,
 		Cgroup:     "system.slice/nginx.service",
-		Controller: adaptive.Params{Ki: 0.4, Kp: 0.2, ActivationTicks: 3, Smoothing: 0.6, Cooldown: 8, Hysteresis: 0.1,
-			SaturationBoost: 1.5, MaxStep: 0.2, RecoveryStep: 0.02, MinPassRate: 0.2, CorroborationRatio: 0.6,
-			DemandSmoothing: 0.3, ContinueEvery: 30 * time.Second, RecordChange: 0.02,
-			OnsetInterval: 50 * time.Millisecond, OnsetRatio: 2,
-			TargetFactor: 4, InitialTarget: 200 * time.Millisecond, ResponseCooldown: 2 * time.Second, LatencyKp: 0.4, LatencyKi: 0.3},
+		Controller: adaptive.Params{Ki: 0.4, Kp: 0.2, ActivationTicks: 3, Hysteresis: 0.1, MinPassRate: 0.2, CorroborationRatio: 0.6,
+			CapacityWindow: 5 * time.Second, ContinueEvery: 30 * time.Second, RecordChange: 0.02,
+			OnsetInterval: 50 * time.Millisecond, TargetFactor: 4, InitialTarget: 200 * time.Millisecond},
 		ResponseTarget: adaptive.ResponseTarget{Seconds: 0.08},
 		Ports: []Port{
 			{PortPolicy: dpconfig.PortPolicy{Key: olc.PortKey{Port: 443, Proto: olc.ProtoTCP}, Class: olc.ClassCritical, Mode: olc.ModeEnforce}},
@@ -615,7 +613,7 @@ func TestValueHints(t *testing.T) {
 		{"ports: [{port: 80, mode: on}]\n", `did you mean "enforce"?`},
 		{"ports: [{port: 80, class: Best-Effort}]\n", `did you mean "best-effort"?`},
 		{"ports: [{port: \"80\"}]\n", "remove the quotes: write 80"},
-		{"controller: {cooldown_ticks: '5'}\n", "remove the quotes: write 5"},
+		{"controller: {activation_ticks: '5'}\n", "remove the quotes: write 5"},
 		{"signals: {cpu_busy: {threshold: '0.8'}}\n", "remove the quotes: write 0.8"},
 		{"ports: [web]\n", `ports[0]: must be a port number such as 443, or {port: 443, proto: tcp}, got the string "web"`},
 		{"exceptions: {ports: [\"22\"]}\n", `exceptions.ports[0]: must be a port number such as 22, or {port: 22, proto: tcp}, got the string "22" (remove the quotes: write 22)`},
@@ -748,10 +746,10 @@ func TestStaleAfterBounded(t *testing.T) {
 // even one beyond int32, names the documented range.
 func TestTickParameterRange(t *testing.T) {
 	tests := []struct{ doc, want string }{
-		{"controller: {cooldown_ticks: 99999999999}\n", "99999999999 is out of range: must be 0..1000"},
-		{"controller: {cooldown_ticks: 99999999999999999999}\n", "must be 0..1000"},
-		{"controller: {cooldown_ticks: -1}\n", "-1 is out of range: must be 0..1000"},
-		{"controller: {cooldown_ticks: 1001}\n", "1001 is out of range: must be 0..1000"},
+		{"controller: {activation_ticks: 99999999999}\n", "99999999999 is out of range: must be 1..10"},
+		{"controller: {activation_ticks: 99999999999999999999}\n", "must be 1..10"},
+		{"controller: {activation_ticks: -1}\n", "-1 is out of range: must be 1..10"},
+		{"controller: {activation_ticks: 11}\n", "11 is out of range: must be 1..10"},
 		{"controller: {activation_ticks: 3000000000}\n", "must be 1..10 (2 ignores single-tick spikes"},
 		{"controller: {activation_ticks: 0}\n", "must be 1..10"},
 	}
@@ -762,9 +760,9 @@ func TestTickParameterRange(t *testing.T) {
 		}
 	}
 	c := Default()
-	c.Controller.Cooldown = 5000
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "must be 0..1000") {
-		t.Errorf("Validate with cooldown 5000: %v", err)
+	c.Controller.ActivationTicks = 5000
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "must be 1..10") {
+		t.Errorf("Validate with activation_ticks 5000: %v", err)
 	}
 }
 

@@ -115,7 +115,7 @@ func TestSettings(t *testing.T) {
 			t.Errorf("%s: %+v, want %+v", want.Key, got[want.Key], want)
 		}
 	}
-	if n := len(Default().Settings()); n < 50 {
+	if n := len(Default().Settings()); n < 45 {
 		t.Errorf("%d settings, want every key", n)
 	}
 }

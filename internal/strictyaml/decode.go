@@ -59,7 +59,10 @@ type Decoder struct {
 	// Problems and Warnings are what Add, AddAt and WarnAt recorded.
 	Problems, Warnings []Problem
 	// Data is the caller's own state for its DecodeFuncs.
-	Data    any
+	Data any
+	// Retired, when set, names the keys of an earlier schema that are
+	// refused with a hint naming what replaced them.
+	Retired func(field string) (hint string, ok bool)
 	pos     map[string]*Node    // field path → its value's node
 	failed  map[string]bool     // the fields that did not decode
 	entries map[string][]string // a list's path → its decoded entries' paths
@@ -171,6 +174,12 @@ func (d *Decoder) Mapping(n *Node, path string, keys []string, fn func(key strin
 			continue
 		}
 		seen[k.Value] = k.Line
+		if d.Retired != nil {
+			if hint, ok := d.Retired(field); ok {
+				d.Add(k, field, "this key was retired", hint)
+				continue
+			}
+		}
 		if keys != nil && !slices.Contains(keys, k.Value) {
 			hint := "known keys: " + strings.Join(keys, ", ")
 			if s := Closest(k.Value, keys); s != "" {

@@ -76,11 +76,11 @@ type LBOptions struct {
 	Before, After time.Duration
 	// Progress receives progress lines (nil: silent).
 	Progress io.Writer
-	// ResponseTarget is the nodes' controller.response_target ["off": the
-	// resource law on the quota alone]. The nodes are CFS-quota cgroups:
-	// while throttled their p95 holds the throttle gap (up to period −
-	// quota, 75 ms at 0.25 CPU), so a queue target below it sheds a node
-	// with room left (docs/tuning.md §6, runs 10–12).
+	// ResponseTarget is the nodes' controller.response_target ["auto",
+	// olcd's default: each port's law on its measured capacity, capped by
+	// the resource law on the quota]. The nodes are CFS-quota cgroups:
+	// while throttled their p95 holds the throttle gap, which the law's
+	// standing queue (a minimum over 100 ms) does not read as a queue.
 	ResponseTarget string
 }
 
@@ -93,7 +93,7 @@ func (o *LBOptions) defaults() {
 	n := o.nodeOptions("")
 	o.Work, o.SLO, o.Timeout, o.Progress = n.Work, n.SLO, n.Timeout, n.Progress
 	if o.ResponseTarget == "" {
-		o.ResponseTarget = "off"
+		o.ResponseTarget = "auto"
 	}
 	if o.Load == 0 {
 		o.Load = 1.6
@@ -287,14 +287,10 @@ func (l *LBHarness) Calibrate(ctx context.Context) error {
 	return nil
 }
 
-// lbController are the controller keys of the load-balancer test's olcd,
-// whose nodes run the resource law on the cgroup's CPU as measured in
-// docs/tuning.md §6 (the overload matrix's olcd is the default but for
-// min_pass_rate: DefaultController).
-var lbController = []string{
-	"min_pass_rate: 0.05", "activation_ticks: 1", "max_step: 0.5", "cooldown_ticks: 2", "recovery_step: 0.1",
-	"hysteresis: 0.02",
-}
+// lbController are the controller keys of the load-balancer test's olcd:
+// the overload matrix's (DefaultController), olcd's defaults but for
+// min_pass_rate.
+var lbController = DefaultController
 
 // startOlcd starts olcd in the node's namespace and waits until it has
 // attached and ticked twice. Its config is the overload harness's template

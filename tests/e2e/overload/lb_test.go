@@ -13,7 +13,7 @@ func TestLBOptionsDefaults(t *testing.T) {
 	var o LBOptions
 	o.defaults()
 	if o.Work != 5*time.Millisecond || o.SLO != 200*time.Millisecond || o.Timeout != time.Second || o.Quota != 0.5 ||
-		o.Load != 1.6 || o.Before != 10*time.Second || o.After != 25*time.Second || o.ResponseTarget != "off" || o.Progress != io.Discard {
+		o.Load != 1.6 || o.Before != 10*time.Second || o.After != 25*time.Second || o.ResponseTarget != "auto" || o.Progress != io.Discard {
 		t.Errorf("defaults: %+v", o)
 	}
 	set := LBOptions{Work: time.Millisecond, SLO: time.Second, Timeout: 2 * time.Second, Quota: 0.25, Load: 2, ResponseTarget: "0.05"}

@@ -1,0 +1,120 @@
+package adaptive
+
+import (
+	"fmt"
+	"math"
+)
+
+// nodeLaw is the node's resource law: the plain velocity-form PI law of
+// the OLC pass-rate controller on the node pressure (the largest
+// value ÷ threshold of the CPU, PSI, quota and load signals), with no
+// capacity model. Its pass rate caps every port's (docs/controller.md §2).
+type nodeLaw struct {
+	pass    float64 // MinPassRate..1
+	on      bool    // shedding: from ActivationTicks over ticks until pass is back at 1
+	over    int     // consecutive ticks over the target while not on
+	prevErr float64 // the error of the previous tick while on
+}
+
+// minError floors the law's error: e = −1 (pressure 0.5) already asks to
+// double the admitted work. Without the floor a tick at pressure 0 (an idle
+// PSI resource) gives e = −Inf.
+const minError = -1
+
+// recoverFrom is the smallest pass rate a recovery multiplies (a share of
+// new work): with min_pass_rate 0 the law may shed everything, and a
+// product of 0 would never recover.
+const recoverFrom = 0.01
+
+// errorOf is the law's error for pressure P: e = 1 − 1/P, the share of the
+// admitted work above the target (0 at the target, P − 1 to first order),
+// floored at minError.
+func errorOf(pressure float64) float64 {
+	if pressure <= 0.5 {
+		return minError
+	}
+	return 1 - 1/pressure
+}
+
+// bound clamps the pass rate to the parameters' floor.
+func (n *nodeLaw) bound(prm Params) {
+	if n.pass == 0 && !n.on {
+		n.pass = 1
+	}
+	n.pass = math.Max(n.pass, prm.MinPassRate)
+}
+
+// step advances the law by one tick of d's signals and returns its reason.
+// A tick over the target (pressure > 1) lowers the pass rate; one in the
+// hysteresis band [1 − Hysteresis, 1] holds it; one below the band, or
+// without a usable signal, raises it:
+//
+//	pass ← pass × (1 − Ki × e − Kp × (e − e_prev)),   e = 1 − 1 ÷ pressure
+//
+// which is the OLC law (pass × (1 + Kp × (target − measured) + Ki × ∫…))
+// in velocity form, p itself the state (no windup).
+func (n *nodeLaw) step(d *Decision, prm *Params) string {
+	over := d.PressureAvailable && d.Pressure > 1
+	if !n.on {
+		if !over {
+			n.over = 0
+			return quietReason(d)
+		}
+		if n.over++; n.over < prm.ActivationTicks {
+			return fmt.Sprintf("%s over its threshold for %d of %d activation ticks", describe(d), n.over, prm.ActivationTicks)
+		}
+		n.on, n.over, n.prevErr = true, 0, 0
+	}
+	e := float64(minError)
+	reason := "no usable signal: recovering"
+	switch {
+	case !d.PressureAvailable:
+	case d.Pressure >= 1-prm.Hysteresis && d.Pressure <= 1:
+		n.prevErr = errorOf(d.Pressure)
+		return fmt.Sprintf("%s: within %.0f%% below the target, holding pass rate %.3f", describe(d), prm.Hysteresis*100, n.pass)
+	default:
+		e = errorOf(d.Pressure)
+		reason = describe(d) + ": shedding"
+		if !over {
+			reason = describe(d) + ": below the target, recovering"
+		}
+	}
+	f := 1 - prm.Ki*e - prm.Kp*(e-n.prevErr)
+	n.prevErr = e
+	if over {
+		// A falling error while still over holds rather than releases.
+		f = math.Min(f, 1)
+	}
+	base := n.pass
+	if f > 1 {
+		base = math.Max(base, recoverFrom)
+	}
+	n.pass = math.Min(1, math.Max(prm.MinPassRate, base*math.Max(f, 0)))
+	if n.pass >= 1 && !over {
+		n.on = false
+		return reason + ", pass rate back at 1"
+	}
+	return fmt.Sprintf("%s, pass rate %.3f", reason, n.pass)
+}
+
+// quietReason explains a tick in which the resource law does not shed.
+func quietReason(d *Decision) string {
+	if !d.PressureAvailable {
+		return "no usable signal"
+	}
+	return describe(d) + ": below the target"
+}
+
+// describe names the driving signal with its value and pressure, e.g.
+// "cpu_busy 0.98 (pressure 1.23, threshold 0.8)".
+func describe(d *Decision) string {
+	if !d.PressureAvailable {
+		return "no usable signal"
+	}
+	for _, st := range d.Signals {
+		if st.Signal == d.Driver {
+			return fmt.Sprintf("%s %.3g (pressure %.2f, threshold %.3g)", st.Signal, st.Value, st.Pressure, st.Threshold)
+		}
+	}
+	return fmt.Sprintf("pressure %.2f", d.Pressure)
+}

@@ -1,0 +1,331 @@
+package adaptive
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// PortResponse is a port's measured queue over one tick or onset window,
+// from the datapath's response timing (internal/resptime).
+type PortResponse struct {
+	// Available is true when the tick had the minimum of timed responses;
+	// P95 is meaningless otherwise (never 0 for "no data").
+	Available bool
+	// P95 is the 95th percentile of the response times answered in the
+	// tick (seconds).
+	P95 float64
+	// Samples is the number of timed responses in the tick.
+	Samples uint64
+	// Requests is the number of requests that reached the server (scaled
+	// by the sample rate; 0 when not known).
+	Requests float64
+	// Responses is the number of requests answered (scaled by the sample
+	// rate; 0 when not known).
+	Responses float64
+	// Inflight is the number of requests waiting or in service at the end
+	// (scaled by the sample rate).
+	Inflight float64
+}
+
+// port is one protected port: its law on its measured capacity and queue
+// (docs/controller.md §1), and what that law learnt.
+type port struct {
+	cfg    PortConfig
+	cap    capacity // μ̂ and the answers per start
+	base   baseline // the no-load p95 of an auto target
+	pass   float64  // the law's pass rate, MinPassRate..1
+	target float64  // the target in force (seconds; 0: none)
+	// The standing queue: the requests in flight at the end of the newest
+	// onset windows (a ring), and whether one of this tick's ended empty.
+	recent  [maxStandingWindows]float64
+	nRecent int
+	idle    bool
+	winLen  float64 // the onset windows' length (seconds; 0: none seen)
+	prevEnd float64 // requests in flight at the previous tick's end
+	// The last tick's measurements, which the onset windows between ticks
+	// reuse: μ̂ (answers/s) and the starts arriving per second.
+	lastMu, lastD float64
+	// prevStarts and prevFirst are the previous tick's starts and first
+	// attempts, prevDt its length: the demand is measured over one SYN
+	// retransmit timeout.
+	prevStarts, prevFirst, prevDt float64
+	demand                        float64 // unique new work per second in the last tick: the class split's weight
+	recorded                      float64 // p at the last probability_change record
+	unmeasured                    float64 // how long (seconds) the port has had no counts
+	why                           string  // the last reason, for the decision log
+}
+
+// standingSpan is the span over which the standing queue is the minimum of
+// the requests in flight: CoDel's interval (RFC 8289 §4.3, 100 ms), long
+// enough that a burst's queue drains within it and short enough that a
+// queue that stands is seen within a tick.
+const standingSpan = 100 * time.Millisecond
+
+// maxStandingWindows bounds the windows standingSpan covers (10 at the
+// shortest onset interval, 10 ms).
+const maxStandingWindows = 10
+
+// newPort returns an idle port.
+func newPort(pc PortConfig, cfg Config) port {
+	p := port{cfg: pc, pass: 1}
+	p.cap.resize(cfg.Params, cfg.Interval)
+	return p
+}
+
+// active reports whether the port's law sheds.
+func (p *port) active() bool { return p.pass < 1 }
+
+// bound clamps the pass rate to the parameters' floor.
+func (p *port) bound(prm Params) { p.pass = math.Min(1, math.Max(p.pass, prm.MinPassRate)) }
+
+// shedRetransmits reports whether the datapath sheds every retransmitted
+// SYN of the port (PortDecision.ShedRetransmits).
+func (p *port) shedRetransmits() bool {
+	return p.active() && p.target > 0 && p.target < SYNRetransmitTimeout
+}
+
+// counts are one tick's or window's counts in the law's units.
+type counts struct {
+	starts   float64 // new connections and request starts on open connections
+	first    float64 // starts less the SYN retransmits among them
+	admitted float64 // starts not shed
+}
+
+func countsOf(st PortStats) counts {
+	starts := float64(st.New) + float64(st.Reused)
+	shed := math.Min(float64(st.Dropped)+float64(st.Resets), starts)
+	return counts{starts: starts, first: starts - float64(min(st.Retransmits, st.New)), admitted: starts - shed}
+}
+
+// arriving is the demand the pass rate applies to, in starts per second:
+// every start, or only first attempts while retransmits are all shed.
+func (p *port) arriving(c counts, dt float64) float64 {
+	if p.shedRetransmits() {
+		return c.first / dt
+	}
+	return c.starts / dt
+}
+
+// demandOf is the tick's demand measured over the last SYN retransmit
+// timeout (this tick and the previous ones within it): a SYN shed now
+// returns one timeout later, so over that span every waiting client counts
+// once, and the wave of returning retransmits does not read as new demand.
+func (p *port) demandOf(c counts, dt float64) float64 {
+	if p.prevDt <= 0 || dt >= SYNRetransmitTimeout {
+		return p.arriving(c, dt)
+	}
+	w := math.Min(p.prevDt, SYNRetransmitTimeout-dt)
+	prev := p.arriving(counts{starts: p.prevStarts, first: p.prevFirst}, p.prevDt)
+	return (p.arriving(c, dt)*dt + prev*w) / (dt + w)
+}
+
+// step advances the port's law by one tick of dt seconds; busy is true
+// while the node's resource law sheds (no baseline is learnt then). It
+// returns the reason for the decision log ("" while the port is quiet).
+//
+// The law (docs/controller.md §1): with μ̂ the capacity measured (answers
+// per second, capacity.mu), T the target, N* = μ̂ × T the requests in flight
+// Little's law allows at the target, N the standing queue and a the answers
+// per admitted start,
+//
+//	admit A = μ̂ + (N* − N) ÷ dt answers per second,   pass = A ÷ (a × D)
+//
+// for D the starts arriving per second: feed-forward admission of the
+// capacity, trimmed by what drains the standing queue beyond N* within a
+// tick (or fills it up to N*). It starts when the p95 exceeds T and ends
+// when the pass rate reaches 1; recomputed every tick, it returns to what
+// the capacity admits in one tick once the clients' demand falls (a closed
+// pool whose SYNs were shed sits in its retransmit) and needs no cooldown.
+func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
+	r := sanitize(st.Response)
+	c := countsOf(st)
+	p.demand = c.first / dt
+	saturated := r.Responses > 0 && p.prevEnd >= 1 && r.Inflight >= 1 && !p.idle
+	p.prevEnd, p.idle = r.Inflight, false
+	p.cap.tick(r.Responses, c.admitted, dt, saturated)
+	standing := p.standing(r.Inflight)
+	if !p.cfg.Target.On() {
+		p.pass, p.target, p.why = 1, 0, ""
+		return ""
+	}
+	p.base.learn(r, p.active() || busy, p.target)
+	p.target = p.base.targetFor(p.cfg.Target, prm)
+	over := r.Available && r.P95 > p.target
+	if !p.active() && !over {
+		p.why = ""
+		p.lastMu, p.lastD = p.cap.mu(), p.demandOf(c, dt)
+		p.prevStarts, p.prevFirst, p.prevDt = c.starts, c.first, dt
+		return ""
+	}
+	mu, a, d := p.cap.mu(), p.cap.perStart(), p.demandOf(c, dt)
+	p.prevStarts, p.prevFirst, p.prevDt = c.starts, c.first, dt
+	if saturated {
+		// A saturated tick's answers are the capacity now; the window's
+		// max, which a tick of fast answers sets, stands in for the ticks
+		// that ran out of work.
+		mu = r.Responses / dt
+	}
+	p.lastMu, p.lastD = mu, d
+	was := p.active()
+	head := fmt.Sprintf("response_time_p95 %.3gs, target %s", r.P95, p.targetName())
+	if !r.Available {
+		head = fmt.Sprintf("response time unavailable (%d samples), target %s", r.Samples, p.targetName())
+	}
+	switch {
+	case d <= 0:
+		p.pass = 1
+		p.why = head + ": no new work arriving, pass rate 1"
+	case mu <= 0 || a <= 0:
+		// Nothing answered within the window: nothing measured to size
+		// the admission by. Hold; a hung service stays cut.
+		p.why = fmt.Sprintf("%s: no answers in the capacity window, holding pass rate %.3f", head, p.pass)
+	default:
+		nStar := mu * p.target
+		p.pass = p.admit(mu, a, d, standing, math.Max(dt, SYNRetransmitTimeout), prm)
+		p.why = fmt.Sprintf("%s: capacity %.0f answers/s, %.0f in flight standing where %.1f keep the target, %.0f starts/s arriving at %.2f answers each: pass rate %.3f",
+			head, mu, standing, nStar, d, a, p.pass)
+	}
+	if was && !p.active() {
+		p.why += ", the port's overload is over"
+	}
+	return p.why
+}
+
+// admit returns the pass rate that admits μ̂ plus what fills the standing
+// queue N up to N* = μ̂ × T (or less what drains it down to N*) within
+// horizon seconds, against d starts per second of a answers each.
+func (p *port) admit(mu, a, d, n, horizon float64, prm *Params) float64 {
+	return math.Min(1, math.Max(prm.MinPassRate, (mu+(mu*p.target-n)/horizon)/(a*d)))
+}
+
+// window takes one onset window of w seconds between ticks of tick
+// seconds. Its requests in flight feed the standing queue; while the port's
+// law sheds, the law runs on them with the last tick's capacity and demand,
+// so that the queue is held within a window rather than a tick. A port not
+// shedding starts between ticks when its queue beyond N* grew by more than
+// a window's work of μ̂ in every window of the last standingSpan (an
+// open-loop surge, which the tick would see up to a tick late; a closed
+// pool's burst fills the queue once and stops), against the window's own
+// arrivals if they are the larger.
+func (p *port) window(st PortStats, w, tick float64, prm *Params) string {
+	r := sanitize(st.Response)
+	p.winLen = w
+	if p.nRecent == len(p.recent) {
+		copy(p.recent[:], p.recent[1:])
+		p.nRecent--
+	}
+	p.recent[p.nRecent] = r.Inflight
+	p.nRecent++
+	if r.Inflight < 1 {
+		p.idle = true
+	}
+	if !p.cfg.Target.On() || p.target <= 0 {
+		return ""
+	}
+	mu, d := p.lastMu, p.lastD
+	if mu <= 0 && p.prevEnd >= 1 && r.Inflight >= 1 {
+		mu = r.Responses / w // a cold start: the window itself, saturated
+	}
+	c := countsOf(st)
+	a := p.cap.perStart()
+	if a <= 0 && r.Requests > 0 && c.admitted > 0 {
+		a = r.Requests / c.admitted
+	}
+	surge := mu > 0 && r.Inflight-mu*p.target > mu*w && p.growing(mu*w)
+	if surge {
+		d = math.Max(d, p.arriving(c, w))
+	}
+	if mu <= 0 || a <= 0 || d <= 0 || (!p.active() && !surge) {
+		return ""
+	}
+	pass := p.admit(mu, a, d, r.Inflight, math.Max(tick, SYNRetransmitTimeout), prm)
+	if math.Abs(pass-p.pass) < 1e-9 {
+		return ""
+	}
+	p.pass = pass
+	p.why = fmt.Sprintf("%.0f requests in flight where %.1f keep the target %s, capacity %.0f answers/s, %.0f starts/s: pass rate %.3f between ticks",
+		r.Inflight, mu*p.target, p.targetName(), mu, d, p.pass)
+	return p.why
+}
+
+// growing reports whether the requests in flight grew by more than by in
+// each onset window of the last standingSpan.
+func (p *port) growing(by float64) bool {
+	k := p.spanWindows()
+	if p.nRecent < k+1 {
+		return false
+	}
+	for i := p.nRecent - k; i < p.nRecent; i++ {
+		if p.recent[i]-p.recent[i-1] <= by {
+			return false
+		}
+	}
+	return true
+}
+
+// spanWindows is how many onset windows standingSpan covers (1 without
+// windows).
+func (p *port) spanWindows() int {
+	if p.winLen <= 0 {
+		return 1
+	}
+	return min(maxStandingWindows-1, max(1, int(math.Ceil(standingSpan.Seconds()/p.winLen-1e-9))))
+}
+
+// standing returns the standing queue at a tick's end: the fewest requests
+// in flight at the end of the onset windows of the last standingSpan and at
+// the tick's end (end alone without onset windows).
+func (p *port) standing(end float64) float64 {
+	m := end
+	for _, x := range p.recent[p.nRecent-min(p.nRecent, p.spanWindows()) : p.nRecent] {
+		m = math.Min(m, x)
+	}
+	return m
+}
+
+// targetName renders the target for a reason: "auto from no-load p95 5ms",
+// "50ms".
+func (p *port) targetName() string {
+	switch {
+	case !p.cfg.Target.Auto:
+		return p.cfg.Target.String()
+	case p.base.ok:
+		return fmt.Sprintf("%.3gs (auto: %g × no-load p95 %.3gs)", p.target, p.target/p.base.value, p.base.value)
+	}
+	return fmt.Sprintf("%.3gs (auto, no-load p95 not learnt yet)", p.target)
+}
+
+// decision returns the port's decision, its p the larger of its own law's
+// and classP, its class's share of the node's resource law.
+func (p *port) decision(classP float64, prm *Params) PortDecision {
+	q := 1 - p.pass
+	pd := PortDecision{Key: p.cfg.Key, Class: p.cfg.Class, DropProbability: math.Min(prm.Bound(), math.Max(q, classP)),
+		Demand: p.demand, ResponseTarget: p.target, QueueP: q, ShedRetransmits: p.shedRetransmits()}
+	if p.cfg.Target.Auto && p.base.ok {
+		pd.Baseline = p.base.value
+	}
+	if mu, age := p.cap.measured(); mu > 0 {
+		pd.Capacity, pd.CapacityAge = mu, age
+		if a := p.cap.perStart(); a > 0 {
+			pd.ConnCapacity = mu / a
+		}
+	}
+	return pd
+}
+
+// sanitize treats a p95 that is not a finite positive number as unavailable,
+// and counts that are not finite and ≥ 0 as unknown (0): a broken source
+// holds the law, never drives it to NaN.
+func sanitize(r PortResponse) PortResponse {
+	ok := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) && x >= 0 }
+	if !ok(r.P95) || r.P95 <= 0 {
+		r.Available, r.P95 = false, 0
+	}
+	for _, x := range []*float64{&r.Requests, &r.Responses, &r.Inflight} {
+		if !ok(*x) {
+			*x = 0
+		}
+	}
+	return r
+}

@@ -1,0 +1,102 @@
+package adaptive
+
+import (
+	"time"
+
+	"github.com/olcd/olcd/internal/olc"
+)
+
+// State is what a restart of the daemon keeps of the controller: the drop
+// probabilities in force and what each port's law learnt (internal/statefile
+// writes it between restarts). Export fills it; Restore puts it back.
+type State struct {
+	// DropProbability is the node's resource law's p (0..1), Overloaded
+	// whether it was shedding, ClassP its class split (by olc.Class).
+	DropProbability float64                 `json:"drop_probability"`
+	Overloaded      bool                    `json:"overloaded"`
+	ClassP          [olc.NumClasses]float64 `json:"class_p"`
+	// Ports are the configured ports' states.
+	Ports []PortState `json:"ports"`
+}
+
+// PortState is one port's part of State.
+type PortState struct {
+	Key olc.PortKey `json:"port"`
+	// DropProbability is the p of the port's own law (0..1), QueueOverload
+	// whether it was shedding, Target the target in force (seconds; 0:
+	// none) and Baseline the learnt no-load p95 (seconds; 0: not learnt).
+	DropProbability float64 `json:"drop_probability"`
+	QueueOverload   bool    `json:"queue_overload"`
+	Target          float64 `json:"target_s"`
+	Baseline        float64 `json:"baseline_s"`
+	// Capacity is μ̂, the answers per second measured while saturated (0:
+	// not measured), CapacityAge the seconds since its newest saturated
+	// tick at export, and PerStart the answers per admitted start.
+	Capacity    float64 `json:"capacity_rps"`
+	CapacityAge float64 `json:"capacity_age_s"`
+	PerStart    float64 `json:"answers_per_start"`
+	// Demand is the unique new work per second of the last tick.
+	Demand float64 `json:"demand_per_s"`
+}
+
+// Export returns the controller's State.
+func (c *Controller) Export() State {
+	s := State{DropProbability: 1 - c.node.pass, Overloaded: c.node.on, ClassP: c.classP}
+	for i := range c.ports {
+		ps := &c.ports[i]
+		st := PortState{Key: ps.cfg.Key, DropProbability: 1 - ps.pass, QueueOverload: ps.active(), Target: ps.target,
+			Demand: ps.demand, PerStart: ps.cap.perStart()}
+		if ps.base.ok {
+			st.Baseline = ps.base.value
+		}
+		st.Capacity, st.CapacityAge = ps.cap.measured()
+		s.Ports = append(s.Ports, st)
+	}
+	return s
+}
+
+// Restore puts back a State exported age ago by a controller of the same
+// config, at time at. Ports of s that are not configured are ignored;
+// configured ports missing from s keep their fresh state. A capacity
+// younger than the capacity window seeds the window as one saturated tick;
+// an older one is only reported. Probabilities are clamped to
+// 0..Params.Bound.
+func (c *Controller) Restore(s State, age time.Duration, at time.Time) {
+	prm := c.cfg.Params
+	clamp := func(p float64) float64 { return min(max(p, 0), prm.Bound()) }
+	c.node.pass, c.node.on = 1-clamp(s.DropProbability), s.Overloaded && s.DropProbability > 0
+	for i, p := range s.ClassP {
+		c.classP[i] = clamp(p)
+	}
+	for _, st := range s.Ports {
+		i, ok := c.index[st.Key]
+		if !ok {
+			continue
+		}
+		ps := &c.ports[i]
+		ps.pass, ps.target, ps.demand = 1-clamp(st.DropProbability), st.Target, st.Demand
+		if !st.QueueOverload {
+			ps.pass = 1
+		}
+		if st.Baseline > 0 {
+			ps.base.value, ps.base.ok = st.Baseline, true
+		}
+		if st.Capacity > 0 {
+			since := st.CapacityAge + age.Seconds()
+			ps.cap.lastSat, ps.cap.satAge, ps.cap.satOK = st.Capacity, since, true
+			if since < prm.CapacityWindow.Seconds() && st.PerStart > 0 && len(ps.cap.slots) > 0 {
+				ps.cap.slots[0] = capSlot{rate: st.Capacity, answers: st.Capacity, admitted: st.Capacity / st.PerStart, saturated: true, used: true}
+				ps.cap.next, ps.lastMu = 1%len(ps.cap.slots), st.Capacity
+			}
+		}
+		ps.recorded = 1 - ps.pass
+	}
+	c.nodeRec = 1 - c.node.pass
+	c.over.on = c.node.on
+	for i := range c.ports {
+		c.over.on = c.over.on || c.ports[i].active()
+	}
+	if c.over.on {
+		c.over.since, c.over.lastEvent = at, at
+	}
+}

@@ -1,0 +1,126 @@
+package adaptive
+
+import (
+	"fmt"
+	"math"
+)
+
+// ResponseTarget is a port's response-time target: the p95 beyond which the
+// port's law starts, and the sojourn its standing queue is held within.
+type ResponseTarget struct {
+	// Seconds is a fixed target (> 0, at most MaxResponseTarget). 0 with
+	// Auto false: the port has no law of its own (the node's resource law
+	// alone).
+	Seconds float64
+	// Auto learns the target: Params.TargetFactor × the port's no-load
+	// p95, at least MinAutoTarget; Params.InitialTarget until it is learnt.
+	Auto bool
+}
+
+// On reports whether the port has a law of its own.
+func (t ResponseTarget) On() bool { return t.Auto || t.Seconds > 0 }
+
+// String returns "auto", "50ms" or "off".
+func (t ResponseTarget) String() string {
+	switch {
+	case t.Auto:
+		return "auto"
+	case t.Seconds > 0:
+		return fmt.Sprintf("%gms", t.Seconds*1000)
+	}
+	return "off"
+}
+
+// Limits of the response-time targets.
+const (
+	// MinAutoTarget floors an auto target (seconds): below a millisecond
+	// the scheduler's own wake-up jitter moves a p95 by its size.
+	MinAutoTarget = 0.001
+	// MaxResponseTarget bounds any target (seconds): the datapath's
+	// histogram reaches 30 s.
+	MaxResponseTarget = 30.0
+)
+
+// baseline is a port's no-load p95, learnt for an auto target from quiet
+// ticks whose queue did not grow.
+type baseline struct {
+	value float64 // seconds
+	ok    bool
+	quiet int // consecutive ticks in which no law shed
+	// inflight is the requests in flight at the previous tick's end
+	// (inflightOK: one was seen).
+	inflight   float64
+	inflightOK bool
+}
+
+// The baseline's learning: fast down, slow up, and only after a few quiet
+// ticks (docs/controller.md §4).
+const (
+	baselineDown  = 0.5
+	baselineUp    = 0.05
+	baselineQuiet = 3
+)
+
+// steady reports whether the tick's queue did not grow: the requests in
+// flight at its end are at most those at the previous tick's end plus
+// steadySlack of its answers and steadyRequests requests. In flight, not
+// requests against answers: on a protocol whose last message gets no
+// answer (MySQL's COM_QUIT, PostgreSQL's Terminate, then the close) every
+// tick starts more requests than it answers, while the datapath counts such
+// a request abandoned at the close, not in flight. Records the tick's in
+// flight.
+func (b *baseline) steady(r PortResponse) bool {
+	grew := r.Requests - r.Responses
+	if b.inflightOK {
+		grew = r.Inflight - b.inflight
+	}
+	b.inflight, b.inflightOK = r.Inflight, true
+	return r.Responses > 0 && grew <= steadySlack*r.Responses+steadyRequests
+}
+
+// The slack of steady: a tenth of the tick's answers, and two requests (a
+// request started and not yet answered at the tick's end, on either side).
+const (
+	steadySlack    = 0.1
+	steadyRequests = 2
+)
+
+// learn updates the baseline from a tick of r; busy is true while any law
+// sheds (such a tick answers requests that queued: Envoy's adaptive
+// concurrency filter learnt its minimum RTT from them and raised its own
+// target without end, envoyproxy/envoy#11579). The first steady quiet tick
+// teaches it whatever its p95 (a service that takes 200 ms is slow, not
+// overloaded); later ones within the target move it.
+func (b *baseline) learn(r PortResponse, busy bool, target float64) {
+	steady := b.steady(r)
+	if busy {
+		b.quiet = 0
+		return
+	}
+	if b.quiet++; (b.ok && b.quiet < baselineQuiet) || !r.Available || r.P95 <= 0 || !steady {
+		return
+	}
+	m := r.P95
+	switch {
+	case !b.ok:
+		b.value, b.ok = m, true
+	case m > target:
+	case m < b.value:
+		b.value += baselineDown * (m - b.value)
+	default:
+		b.value += baselineUp * (m - b.value)
+	}
+}
+
+// targetFor returns the target in force for tgt (seconds; 0: none).
+func (b *baseline) targetFor(tgt ResponseTarget, prm *Params) float64 {
+	switch {
+	case tgt.Seconds > 0:
+		return tgt.Seconds
+	case !tgt.Auto:
+		return 0
+	case b.ok:
+		return math.Min(MaxResponseTarget, math.Max(MinAutoTarget, prm.TargetFactor*b.value))
+	}
+	return prm.InitialTarget.Seconds()
+}
