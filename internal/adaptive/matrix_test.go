@@ -144,7 +144,7 @@ func TestPlantMatrix(t *testing.T) {
 			mmm(fs, func(f figures) float64 { return f.p99 }))
 		lines := []line{
 			{"goodput", cl.want, cl.want - 0.04, func(f figures) float64 { return f.goodput }, false},
-			{"p sd", 0.05, 0.07, func(f figures) float64 { return f.pStd }, true},
+			{"p sd", 0.05, 0.09, func(f figures) float64 { return f.pStd }, true},
 			{"windows", 0.95, 0.9, func(f figures) float64 { return f.goodShare }, false},
 		}
 		if cl.after > 0 {

@@ -141,10 +141,14 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	r := sanitize(st.Response)
 	c := countsOf(st)
 	p.demand = c.first / dt
-	saturated := r.Responses > 0 && p.prevEnd >= 1 && r.Inflight >= 1 && !p.idle
+	// Saturated: requests waited through the tick, a standing queue of at
+	// least N* (of the last tick's μ̂ and target) at its end. Requests in
+	// flight alone are not enough: a pool of 8 workers with 3 of them busy
+	// answers its demand, not its capacity.
+	standing := p.standing(r.Inflight)
+	saturated := r.Responses > 0 && p.prevEnd >= 1 && r.Inflight >= 1 && !p.idle && standing >= p.lastMu*p.target
 	p.prevEnd, p.idle = r.Inflight, false
 	p.cap.tick(r.Responses, c.admitted, dt, saturated)
-	standing := p.standing(r.Inflight)
 	if !p.cfg.Target.On() {
 		p.pass, p.target, p.why = 1, 0, ""
 		return ""
@@ -163,7 +167,7 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	if saturated {
 		// A saturated tick's answers are the capacity now; the window's
 		// max, which a tick of fast answers sets, stands in for the ticks
-		// that ran out of work.
+		// that answered their demand.
 		mu = r.Responses / dt
 	}
 	p.lastMu, p.lastD = mu, d
