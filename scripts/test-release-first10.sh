@@ -84,6 +84,7 @@ mkdir -p "$root/home/walker/dl"
 cp "$out"/dist/* "$root/home/walker/dl/"
 chroot "$root" chown -R walker:walker /home/walker/dl
 mkdir -p "$root/run/systemd/system" # what install.sh looks for: systemd is the init here
+echo "127.0.1.1 $(hostname)" >>"$root/etc/hosts" # as the installer writes it (sudo resolves the host name)
 cat >"$root/usr/local/sbin/systemctl" <<'SHIM'
 #!/bin/bash
 # The README walk's stand-in for systemd's service manager (see
@@ -91,6 +92,8 @@ cat >"$root/usr/local/sbin/systemctl" <<'SHIM'
 # the installed unit's own lines; every other verb is the real systemctl's.
 set -u
 real=/usr/bin/systemctl
+# No service manager runs here: the real systemctl works on the files only.
+export SYSTEMD_OFFLINE=1
 now=0
 args=()
 for a in "$@"; do
@@ -212,8 +215,20 @@ emit_yaml() {
 [ "$(printf '%s\n' "$yaml" | head -1)" = "ports:" ] || fail "README step 4's yaml block no longer starts with 'ports:': $(printf '%s\n' "$yaml" | head -1)"
 {
 	echo 'set -eo pipefail'
-	echo 'walk_mode() { sudo olcd status | head -1 | grep -q "mode $1 " || { echo "check: want mode $1, olcd status says:" >&2; sudo olcd status >&2; exit 1; }; }'
-	echo 'walk_port() { sudo olcd status | grep -E "^$1 " | grep -qw "$2" || { echo "check: want $1 in mode $2, olcd status says:" >&2; sudo olcd status >&2; exit 1; }; }'
+	# The status is read whole first: a reader that stops early (head,
+	# grep -q) would make olcd status die of SIGPIPE under pipefail.
+	cat <<'EOF'
+walk_mode() {
+	local s
+	s=$(sudo olcd status)
+	[[ ${s%%$'\n'*} == *"mode $1 "* ]] || { echo "check: want mode $1, olcd status says:" >&2; echo "$s" >&2; exit 1; }
+}
+walk_port() {
+	local s
+	s=$(sudo olcd status)
+	grep -E "^$1 +[a-z-]+ +$2 " <<<"$s" >/dev/null || { echo "check: want $1 in mode $2, olcd status says:" >&2; echo "$s" >&2; exit 1; }
+}
+EOF
 	echo 'echo "== README: check the sums"'
 	emit_block sums "$sums"
 	echo 'echo "== README: the tarball"'
