@@ -14,8 +14,10 @@
 #    README says, and its uninstall.sh leaves nothing;
 # 3. reads the images back with go-containerregistry (tools/release TestImage).
 #
-# OLCD_CHROOT_CACHE: the cached chroot tarball (default
-# /var/cache/olcd/debian12-minbase-systemd.tar).
+# 4. walks the README's install and first-ten-minutes commands as written
+#    (scripts/test-release-first10.sh).
+#
+# OLCD_CHROOT_CACHE: the cached chroot tarball (scripts/debian12-chroot.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -23,7 +25,6 @@ out=$repo/out/test-release
 dist=$out/dist
 v1=v0.1.0-test.1
 v2=v0.1.0-test.2
-cache=${OLCD_CHROOT_CACHE:-/var/cache/olcd/debian12-minbase-systemd.tar}
 start=$SECONDS
 
 say() { echo "test-release: $*"; }
@@ -83,16 +84,7 @@ if [ "$(id -u)" != 0 ]; then
 	say "not root: the Debian 12 chroot part is skipped (sudo make test-release)"
 	exit 0
 fi
-command -v debootstrap >/dev/null || scripts/deps.sh test
-if [ ! -f "$cache" ]; then
-	say "making the Debian 12 chroot (debootstrap minbase + systemd, ~2 min, once): $cache"
-	mkdir -p "$(dirname "$cache")"
-	tmp=$(mktemp -d)
-	debootstrap --variant=minbase --include=systemd bookworm "$tmp/root" http://deb.debian.org/debian >"$out/debootstrap.log" 2>&1 ||
-		{ tail -20 "$out/debootstrap.log" >&2; rm -rf "$tmp"; fail "debootstrap"; }
-	tar -C "$tmp/root" -cf "$cache.tmp" . && mv "$cache.tmp" "$cache"
-	rm -rf "$tmp"
-fi
+cache=$(scripts/debian12-chroot.sh) || fail "the Debian 12 chroot"
 root=$out/chroot
 mkdir -p "$root"
 tar -C "$root" -xf "$cache"
@@ -179,3 +171,6 @@ umount "$root/proc"
 trap - EXIT
 rm -rf "$root"
 say "passed in $((SECONDS - start)) s"
+
+# --- 4. the README, as a user reads it
+scripts/test-release-first10.sh || fail "the README walk (scripts/test-release-first10.sh)"

@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -157,6 +158,9 @@ func cmdSimulate(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	for _, w := range tr.Warnings {
+		fmt.Fprintf(stderr, "warning: %s\n", w)
+	}
+	if w := noThresholdWarning(cfg, tr); w != "" {
 		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
 	if step := medianStep(tr); step > 0 && math.Abs(step-cfg.Interval.Seconds()) > 1e-6 {
@@ -642,4 +646,34 @@ func simulateNotes(cfg *rules.Config, plant bool) []string {
 		out = append(out, "ports: [] protects nothing; the plant runs on tcp/18080, as under ports: auto")
 	}
 	return out
+}
+
+// noThresholdWarning returns a warning when no signal column of tr has a
+// threshold in cfg: the replayed controller then has nothing to act on
+// and every tick reads drop probability 0, which looks like a config that
+// never sheds rather than a trace the config does not read. "" when one
+// column has a threshold.
+func noThresholdWarning(cfg *rules.Config, tr *trace.Trace) string {
+	var with, without []string
+	for s, t := range cfg.Thresholds {
+		if t > 0 {
+			with = append(with, olc.Signal(s).String())
+		}
+	}
+	for _, c := range tr.Columns {
+		if cfg.Thresholds[c] > 0 {
+			return ""
+		}
+		without = append(without, c.String())
+	}
+	return fmt.Sprintf("no column of %s has a threshold in the config: its columns are %s, the config's thresholds are on %s; the controller has nothing to act on and every drop probability is 0 (add a threshold under signals:, or record the signals the config uses)",
+		tr.Name, listOrNone(without), listOrNone(with))
+}
+
+// listOrNone joins names with ", ", or says "none".
+func listOrNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
 }

@@ -458,3 +458,38 @@ func TestSimulateNotes(t *testing.T) {
 		}
 	}
 }
+
+// TestSimulateNoThresholdWarning: a trace none of whose columns has a
+// threshold in the config replays to p = 0 everywhere; the run says so on
+// stderr instead of printing a reassuring "max drop probability 0.000"
+// alone, and says nothing when one column has a threshold.
+func TestSimulateNoThresholdWarning(t *testing.T) {
+	tracePath := filepath.Join(t.TempDir(), "t.csv")
+	var b strings.Builder
+	b.WriteString("t_s,load1,runnable\n")
+	for i := 0; i < 20; i++ {
+		b.WriteString(strconv.FormatFloat(float64(i)*0.5, 'g', -1, 64) + ",30,40\n")
+	}
+	if err := os.WriteFile(tracePath, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, config string
+		warn         bool
+	}{
+		{"thresholds on other signals", "signals:\n  cpu_busy: {threshold: 0.8}\n", true},
+		{"the defaults", "mode: observe\n", true},
+		{"a column with a threshold", "signals:\n  load1: {threshold: 8}\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if err := cmdSimulate([]string{"--config", writeConfig(t, tc.config), "--trace", tracePath}, &stdout, &stderr); err != nil {
+				t.Fatalf("simulate: %v\n%s", err, stderr.String())
+			}
+			got := strings.Contains(stderr.String(), "has a threshold in the config: its columns are load1, runnable")
+			if got != tc.warn {
+				t.Errorf("warning printed %v, want %v:\n%s", got, tc.warn, stderr.String())
+			}
+		})
+	}
+}

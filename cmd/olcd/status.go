@@ -87,10 +87,17 @@ func printStatus(w io.Writer, st *api.Status, all bool, now time.Time) {
 		if ov.Since != nil {
 			since = fmt.Sprintf(" since %s (%s)", ov.Since.Local().Format("15:04:05"), now.Sub(*ov.Since).Round(time.Second))
 		}
-		switch st.Mode {
-		case "enforce":
+		enforcing, observing := portsByMode(st.Ports)
+		switch {
+		case st.Mode == "off":
+			fmt.Fprintf(w, "OVERLOAD%s: pressure %.2f; mode OFF: nothing is shed (the controller would shed %.1f%%)\n", since, ov.Pressure, 100*ov.DropProbability)
+		case len(enforcing) > 0 && len(observing) > 0:
+			// Per-port modes: say which ports shed and which only count.
+			fmt.Fprintf(w, "OVERLOAD%s: pressure %.2f, node drop probability %.1f%%: shedding on %s (enforce); counted, not dropped, on %s (observe)\n",
+				since, ov.Pressure, 100*ov.DropProbability, strings.Join(enforcing, ", "), strings.Join(observing, ", "))
+		case len(enforcing) > 0 || (st.Mode == "enforce" && len(observing) == 0):
 			fmt.Fprintf(w, "OVERLOAD%s: pressure %.2f, shedding %.1f%% of new connections\n", since, ov.Pressure, 100*ov.DropProbability)
-		case "observe":
+		case st.Mode == "observe" || len(observing) > 0:
 			fmt.Fprintf(w, "OVERLOAD%s: pressure %.2f, would shed %.1f%% of new connections (observe mode: counted, not dropped)\n", since, ov.Pressure, 100*ov.DropProbability)
 		default:
 			fmt.Fprintf(w, "OVERLOAD%s: pressure %.2f; mode OFF: nothing is shed (the controller would shed %.1f%%)\n", since, ov.Pressure, 100*ov.DropProbability)
@@ -381,4 +388,20 @@ func cmdReload(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintln(stdout, "ok: config reloaded; live overrides dropped")
 	return nil
+}
+
+// portsByMode names the protected ports ("tcp/443") whose effective mode is
+// enforce and those whose is observe, in the status's order (ports off are
+// in neither).
+func portsByMode(ports []api.PortStatus) (enforcing, observing []string) {
+	for _, p := range ports {
+		name := fmt.Sprintf("%s/%d", p.Proto, p.Port)
+		switch p.Mode {
+		case "enforce":
+			enforcing = append(enforcing, name)
+		case "observe":
+			observing = append(observing, name)
+		}
+	}
+	return enforcing, observing
 }

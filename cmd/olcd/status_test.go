@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,12 +52,22 @@ func TestPrintStatus(t *testing.T) {
 			"CONFIG FILE REFUSED", "(SIGHUP)", "olcd.yaml:3: mode",
 			`HAProxy agent on 10.0.0.5:9478 answers "up ready 60%"`}, []string{"runnable"}},
 		{"observe", []string{"would shed 40.0%", "observe mode: counted, not dropped"}, nil},
+		// Global observe with one port enforcing (the README's step 4):
+		// the headline says which port sheds, not "observe: not dropped".
+		{"observe+enforce", []string{"node drop probability 40.0%: shedding on tcp/8080 (enforce); counted, not dropped, on tcp/80 (observe)"},
+			[]string{"observe mode: counted, not dropped"}},
 		{"off", []string{"mode OFF: nothing is shed"}, []string{"shedding 40"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.mode, func(t *testing.T) {
 			st := base
 			st.Mode = tc.mode
+			if tc.mode == "observe+enforce" {
+				st.Mode = "observe"
+				st.Ports = append(slices.Clone(base.Ports), api.PortStatus{Proto: "tcp", Port: 80, Class: "normal", Mode: "observe", Source: "config"})
+			} else if tc.mode == "observe" {
+				st.Ports = []api.PortStatus{{Proto: "tcp", Port: 8080, Class: "normal", Mode: "observe", Source: "auto"}}
+			}
 			var buf bytes.Buffer
 			printStatus(&buf, &st, false, now)
 			out := buf.String()

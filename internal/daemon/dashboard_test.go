@@ -12,8 +12,9 @@ import (
 )
 
 // TestDashboardMetricsExist checks that every olcd_* metric the Grafana
-// dashboard queries is one the daemon exports, so a rename cannot leave the
-// dashboard silently empty.
+// dashboard queries is one the daemon exports, and every recording rule it
+// queries (level:olcd_…:operation) is one deploy/prometheus/olcd-rules.yaml
+// records, so a rename cannot leave the dashboard silently empty.
 func TestDashboardMetricsExist(t *testing.T) {
 	data, err := os.ReadFile("../../deploy/grafana/olcd.json")
 	if err != nil {
@@ -33,7 +34,7 @@ func TestDashboardMetricsExist(t *testing.T) {
 
 	m := newMetrics("test")
 	descs := make(chan *prometheus.Desc, 256)
-	for _, c := range []prometheus.Collector{m.ticks, m.tickSeconds, m.sampleErrors, m.reloads, m.reloadFailures, &stateCollector{}, &boundsCollector{}} {
+	for _, c := range []prometheus.Collector{m.ticks, m.tickSeconds, m.sampleErrors, m.reloads, m.reloadFailures, &stateCollector{}, &boundsCollector{}, &lbCollector{}} {
 		c.Describe(descs)
 	}
 	close(descs)
@@ -46,11 +47,26 @@ func TestDashboardMetricsExist(t *testing.T) {
 	}
 	exported = append(exported, "olcd_build_info")
 
+	rules, err := os.ReadFile("../../deploy/prometheus/olcd-rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\s*- record: (\S+)$`).FindAllStringSubmatch(string(rules), -1) {
+		recorded[m[1]] = true
+	}
+	ruleRef := regexp.MustCompile(`\b[a-z_]+:olcd_[a-z0-9_]+:[a-z0-9_]+`)
 	metricRef := regexp.MustCompile(`\bolcd_[a-z0-9_]+`)
 	queried := 0
 	for _, p := range dash.Panels {
 		for _, tg := range p.Targets {
-			for _, name := range metricRef.FindAllString(tg.Expr, -1) {
+			for _, name := range ruleRef.FindAllString(tg.Expr, -1) {
+				queried++
+				if !recorded[name] {
+					t.Errorf("panel %q queries %s, which no recording rule records", p.Title, name)
+				}
+			}
+			for _, name := range metricRef.FindAllString(ruleRef.ReplaceAllString(tg.Expr, ""), -1) {
 				queried++
 				base := name
 				for _, suffix := range []string{"_bucket", "_sum", "_count"} {

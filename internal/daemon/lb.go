@@ -235,9 +235,11 @@ func (l *lbState) status() *api.LBStatus {
 }
 
 var (
-	descLBWeight  = prometheus.NewDesc("olcd_lb_weight_ratio", "Weight told to load balancers (0..1 of the full weight), per protected port; proto and port empty for the node-level answer.", []string{"proto", "port"}, nil)
-	descLBDrain   = prometheus.NewDesc("olcd_lb_drain", "1 while load balancers are told to drain (shedding at the bound), per port; proto and port empty for the node.", []string{"proto", "port"}, nil)
-	descLBAnswers = prometheus.NewDesc("olcd_lb_agent_answers_total", "HAProxy agent-check connections answered, by kind: node, port, unknown (not a protected port), overflow (answered by the accept loop).", []string{"answer"}, nil)
+	descLBWeight     = prometheus.NewDesc("olcd_lb_weight_ratio", "Weight told to load balancers for a protected port (0..1 of the full weight), the answer to an agent-send naming the port.", []string{"proto", "port"}, nil)
+	descLBDrain      = prometheus.NewDesc("olcd_lb_drain", "1 while load balancers are told to drain a protected port (shedding at the bound).", []string{"proto", "port"}, nil)
+	descLBNodeWeight = prometheus.NewDesc("olcd_lb_node_weight_ratio", "Weight told to load balancers for the node (0..1 of the full weight), the answer to an agent check that names no port.", nil, nil)
+	descLBNodeDrain  = prometheus.NewDesc("olcd_lb_node_drain", "1 while load balancers are told to drain the node (shedding at the bound).", nil, nil)
+	descLBAnswers    = prometheus.NewDesc("olcd_lb_agent_answers_total", "HAProxy agent-check connections answered, by kind: node, port, unknown (not a protected port), overflow (answered by the accept loop).", []string{"answer"}, nil)
 )
 
 // lbCollector reads the last report at scrape time.
@@ -246,18 +248,21 @@ type lbCollector struct{ l *lbState }
 func (c *lbCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descLBWeight
 	ch <- descLBDrain
+	ch <- descLBNodeWeight
+	ch <- descLBNodeDrain
 	ch <- descLBAnswers
 }
 
 func (c *lbCollector) Collect(ch chan<- prometheus.Metric) {
 	rep := c.l.report.Load()
-	emit := func(t lb.Target, proto, port string) {
-		ch <- prometheus.MustNewConstMetric(descLBWeight, prometheus.GaugeValue, t.Weight, proto, port)
-		ch <- prometheus.MustNewConstMetric(descLBDrain, prometheus.GaugeValue, b2f(t.State == lb.StateDrain), proto, port)
-	}
-	emit(rep.Node, "", "")
+	// The node's answer has families of its own: summing or averaging
+	// the per-port series must not count it as one more port.
+	ch <- prometheus.MustNewConstMetric(descLBNodeWeight, prometheus.GaugeValue, rep.Node.Weight)
+	ch <- prometheus.MustNewConstMetric(descLBNodeDrain, prometheus.GaugeValue, b2f(rep.Node.State == lb.StateDrain))
 	for _, p := range rep.Ports {
-		emit(p, p.Proto, strconv.Itoa(int(p.Port)))
+		port := strconv.Itoa(int(p.Port))
+		ch <- prometheus.MustNewConstMetric(descLBWeight, prometheus.GaugeValue, p.Weight, p.Proto, port)
+		ch <- prometheus.MustNewConstMetric(descLBDrain, prometheus.GaugeValue, b2f(p.State == lb.StateDrain), p.Proto, port)
 	}
 	for k, n := range c.l.agent.Counts() {
 		ch <- prometheus.MustNewConstMetric(descLBAnswers, prometheus.CounterValue, float64(n), k)

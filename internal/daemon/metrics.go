@@ -117,8 +117,6 @@ func (m *metrics) handler() http.Handler {
 var (
 	portLabels   = []string{"proto", "port", "class"}
 	descMode     = prometheus.NewDesc("olcd_mode", "Global mode: 1 for the mode in force, 0 for the others.", []string{"mode"}, nil)
-	descSigValue = prometheus.NewDesc("olcd_signal_value", "Signal value in its canonical unit (see unit label); absent when unavailable.", []string{"signal", "unit"}, nil)
-	descSigThr   = prometheus.NewDesc("olcd_signal_threshold", "Configured signal threshold in the signal's unit.", []string{"signal", "unit"}, nil)
 	descSigPress = prometheus.NewDesc("olcd_signal_pressure_ratio", "Signal value divided by its threshold (1 = at the threshold).", []string{"signal"}, nil)
 	descSigAvail = prometheus.NewDesc("olcd_signal_available", "1 when the signal had a valid value in the last tick.", []string{"signal"}, nil)
 	descSigCorr  = prometheus.NewDesc("olcd_signal_corroborated", "1 when the signal counted towards node pressure (corroboration rules).", []string{"signal"}, nil)
@@ -152,20 +150,53 @@ var (
 	descRTTarget  = prometheus.NewDesc("olcd_port_response_target_seconds", "The p95 response time the law on the measured queue holds the port at (fixed, or auto from the baseline); absent without a target.", portLabels, nil)
 	descRTBase    = prometheus.NewDesc("olcd_port_response_baseline_seconds", "The port's learnt baseline p95 (auto target); absent until learnt.", portLabels, nil)
 	descQueueP    = prometheus.NewDesc("olcd_port_queue_drop_probability_ratio", "Share of new connections the law on the measured queue asks to shed (0..1); the port's drop probability is the larger of it and its class share.", portLabels, nil)
-	descRTQuant   = prometheus.NewDesc("olcd_port_response_time_quantile_seconds", "Response-time quantile over the last tick; absent when the tick had too few samples (never 0).", append(slices.Clone(portLabels), "quantile"), nil)
+	descRTQuant   = prometheus.NewDesc("olcd_port_response_time_percentile_seconds", "Response-time percentile (50, 95, 99) over the last tick, the law's input; absent when the tick had too few samples (never 0). Not a summary: over any other window use histogram_quantile on olcd_port_response_time_seconds.", append(slices.Clone(portLabels), "percentile"), nil)
 	descRTReq     = prometheus.NewDesc("olcd_port_requests_timed_total", "Requests timed (sampled flows).", portLabels, nil)
 	descRTAband   = prometheus.NewDesc("olcd_port_requests_abandoned_total", "Timed requests forgotten unanswered: reset, closed, evicted or idle (sampled flows).", portLabels, nil)
 	descReused    = prometheus.NewDesc("olcd_port_request_starts_reused_total", "Requests that started on a connection already open (keep-alive), with nothing outstanding on it (sampled flows): the request gate's demand.", portLabels, nil)
 	descResets    = prometheus.NewDesc("olcd_port_request_resets_total", "Request starts on open connections the request gate shed in enforce mode, the connection reset both ways (sampled flows).", portLabels, nil)
 	descWouldRst  = prometheus.NewDesc("olcd_port_request_would_reset_total", "Request starts on open connections the request gate would shed in observe mode (sampled flows).", portLabels, nil)
 	descRTInfl    = prometheus.NewDesc("olcd_port_inflight_requests", "Requests waiting for their first answer byte at the end of the last tick, scaled by the sample rate.", portLabels, nil)
-	descRTRate    = prometheus.NewDesc("olcd_port_requests_per_second", "Requests per second over the last tick, scaled by the sample rate.", portLabels, nil)
+	descSampleR   = prometheus.NewDesc("olcd_response_timing_sample_ratio", "Share of flows the response timer times (1/N for datapath.response_sample N): divide rate(olcd_port_requests_timed_total) by it to estimate every flow's requests per second.", nil, nil)
 	descCapacity  = prometheus.NewDesc("olcd_port_capacity_requests_per_second", "The port's capacity measured while it was saturated: the most requests per second it answered over the saturated ticks of the last 3 s, or the last such figure; absent until saturated once.", portLabels, nil)
 	descCapAge    = prometheus.NewDesc("olcd_port_capacity_age_seconds", "How long ago the port was last saturated, the moment of olcd_port_capacity_requests_per_second.", portLabels, nil)
 	descFlowCap   = prometheus.NewDesc("olcd_flow_table_capacity", "Flows the response timer's table holds.", nil, nil)
 	descFlowUsed  = prometheus.NewDesc("olcd_flow_table_flows", "Flows in the response timer's table not idle (last scan, at most 10 s old).", nil, nil)
 	descFlowEvent = prometheus.NewDesc("olcd_flow_table_events_total", "Flow table events: inserted, evicted (a live flow pushed out), expired (an idle flow replaced), closed (FIN/RST).", []string{"event"}, nil)
 )
+
+// signalDescs are the two families of one signal unit: the value and the
+// threshold, each in that unit, so that a family never mixes units.
+type signalDescs struct{ value, threshold *prometheus.Desc }
+
+// sigDescs maps each olc.Unit's name (api.SignalStatus.Unit) to its
+// families. The suffix is the unit, Prometheus style: ratio for a 0..1
+// share, seconds, tasks (load average, run queue), per_second (an event
+// rate the controller measured over its tick: the controller's input, not
+// a counter's rate, which PromQL would take from node_exporter's
+// counter) and requests.
+var sigDescs = func() map[string]signalDescs {
+	m := map[string]signalDescs{}
+	for _, u := range []struct {
+		unit   olc.Unit
+		suffix string
+		what   string
+	}{
+		{olc.UnitFraction, "ratio", "a share, 0..1"},
+		{olc.UnitSeconds, "seconds", "seconds"},
+		{olc.UnitTasks, "tasks", "tasks"},
+		{olc.UnitPerSecond, "per_second", "events per second over the last tick"},
+		{olc.UnitRequests, "requests", "requests"},
+	} {
+		m[u.unit.String()] = signalDescs{
+			value: prometheus.NewDesc("olcd_signal_"+u.suffix,
+				"Value of each signal measured in "+u.what+" (docs/signals.md); absent when unavailable.", []string{"signal"}, nil),
+			threshold: prometheus.NewDesc("olcd_signal_threshold_"+u.suffix,
+				"Configured threshold of each signal measured in "+u.what+".", []string{"signal"}, nil),
+		}
+	}
+	return m
+}()
 
 // stateCollector exports the last published status (fresh) and the
 // datapath's counters, read from the BPF maps (dp) at scrape time.
@@ -176,11 +207,15 @@ type stateCollector struct {
 
 // Describe sends every descriptor the collector may emit.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descMode, descSigValue, descSigThr, descSigPress, descSigAvail,
+	for _, d := range sigDescs {
+		ch <- d.value
+		ch <- d.threshold
+	}
+	for _, d := range []*prometheus.Desc{descMode, descSigPress, descSigAvail,
 		descSigCorr, descPressure, descOverload, descNodeP, descClassP, descPortP, descNew, descRetrans,
 		descPassed, descDropped, descMarked, descWould, descRejected, descWouldRej, descRejLimit, descExempt, descStale, descOtherNew, descOtherEx,
 		descUncl, descAttach, descOverride, descLastTick, descDPErr, descRTHist, descRTQuant, descRTTarget, descRTBase, descQueueP, descRTReq,
-		descRTAband, descReused, descResets, descWouldRst, descRTInfl, descRTRate, descCapacity, descCapAge, descFlowCap, descFlowUsed, descFlowEvent} {
+		descRTAband, descReused, descResets, descWouldRst, descRTInfl, descSampleR, descCapacity, descCapAge, descFlowCap, descFlowUsed, descFlowEvent} {
 		ch <- d
 	}
 }
@@ -197,13 +232,17 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descMode, b2f(st.Mode == m), m)
 	}
 	for _, s := range st.Signals {
+		d, ok := sigDescs[s.Unit]
+		if !ok {
+			continue // a unit without a family: none today (TestSignalFamilies)
+		}
 		if s.Value != nil {
-			gauge(descSigValue, *s.Value, s.Name, s.Unit)
+			gauge(d.value, *s.Value, s.Name)
 		}
 		if s.Threshold == nil {
 			continue
 		}
-		gauge(descSigThr, *s.Threshold, s.Name, s.Unit)
+		gauge(d.threshold, *s.Threshold, s.Name)
 		gauge(descSigAvail, b2f(s.Available), s.Name)
 		gauge(descSigCorr, b2f(s.Corroborated), s.Name)
 		if s.Pressure != nil {
@@ -235,6 +274,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		collectPort(ch, p, stats, pub.keys[i])
 	}
 	if rt := st.ResponseTiming; rt != nil {
+		gauge(descSampleR, 1/float64(max(rt.Sample, 1)))
 		gauge(descFlowCap, float64(rt.FlowTableCapacity))
 		gauge(descFlowUsed, float64(rt.FlowsTracked))
 		counter(descFlowEvent, stats.Flows.Inserts, "inserted")
@@ -283,9 +323,6 @@ func collectPort(ch chan<- prometheus.Metric, p api.PortStatus, stats loader.Sta
 	counter(descReused, r.Reused, labels...)
 	counter(descResets, r.Resets, labels...)
 	counter(descWouldRst, r.WouldReset, labels...)
-	if p.RequestsPerS != nil {
-		gauge(descRTRate, *p.RequestsPerS, labels...)
-	}
 	if p.ResponseTarget != nil {
 		gauge(descRTTarget, *p.ResponseTarget, labels...)
 	}
@@ -304,7 +341,7 @@ func collectPort(ch chan<- prometheus.Metric, p api.PortStatus, stats loader.Sta
 		for _, q := range []struct {
 			v *float64
 			q string
-		}{{rt.P50S, "0.5"}, {rt.P95S, "0.95"}, {rt.P99S, "0.99"}} {
+		}{{rt.P50S, "50"}, {rt.P95S, "95"}, {rt.P99S, "99"}} {
 			if q.v != nil {
 				gauge(descRTQuant, *q.v, append(slices.Clone(labels), q.q)...)
 			}
