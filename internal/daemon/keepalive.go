@@ -70,7 +70,9 @@ func keepAliveStatus(gate bool, kt keepAliveTick, ok bool, newConns uint64, tot 
 // figures of a change.
 type keepAliveCounts struct{ reused, resets uint64 }
 
-func (c *keepAliveCounts) add(o keepAliveCounts) { c.reused, c.resets = c.reused+o.reused, c.resets+o.resets }
+func (c *keepAliveCounts) add(o keepAliveCounts) {
+	c.reused, c.resets = c.reused+o.reused, c.resets+o.resets
+}
 
 // counts is kt scaled by its sample (zero for a port not timed).
 func (kt keepAliveTick) counts() keepAliveCounts {
