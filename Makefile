@@ -18,14 +18,16 @@ help:
 	@echo "make test            vet + every test (root runs the BPF, netns and cgroup tests, then"
 	@echo "                     the overload suite alone: make test-overload, ~15 min)"
 	@echo "make test-lb         the load-balancer test alone: two nodes behind Debian's HAProxy, with and"
-	@echo "                     without olcd's agent (root, ~4 min; part of test-overload; out/test-lb)"
+	@echo "                     without olcd's agent, connection per request and server keep-alive"
+	@echo "                     (root, ~8 min; part of test-overload; out/test-lb)"
 	@echo "make test-short      go test -short: skips the end-to-end and overload tests"
 	@echo "make test-overload   the overload suite alone (root, ~15 min; results in out/test-overload)"
 	@echo "make demo            overload demo, the headline of the matrix: a CPU-bound backend under vegeta"
 	@echo "                     and under 64 blocking clients, nginx + php-fpm under vegeta, the cold"
 	@echo "                     start; each with no olcd, olcd enforce, nftables limit (root, ~11 min)"
 	@echo "make demo-full       the whole matrix: backends cpu, pool, php x clients open-giveup, open-retry,"
-	@echo "                     closed-pool, MariaDB x connect-per-query clients, cold start,"
+	@echo "                     closed-pool, cpu and php x 600 keep-alive clients, MariaDB x"
+	@echo "                     connect-per-query clients, cold start,"
 	@echo "                     capacity-halved (root, ~50 min; out/demo-full)"
 	@echo "make demo-default    olcd on its embedded default config against a netns+veth node (~1 min)"
 	@echo "make deps-test       install the system packages make test needs (deps-run: make demo,"
@@ -110,7 +112,7 @@ test: deps-test build vet
 # skip with the reason. Results and plots: out/test-overload/.
 test-overload:
 	OLCD_OVERLOAD=1 OLCD_OVERLOAD_OUT=$(CURDIR)/out/test-overload \
-		$(GO) test -count=1 -v -timeout 25m -run 'TestOverload' ./tests/e2e/
+		$(GO) test -count=1 -v -timeout 30m -run 'TestOverload' ./tests/e2e/
 
 # The load-balancer test alone (it is also part of test-overload).
 test-lb:

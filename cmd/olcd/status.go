@@ -159,6 +159,7 @@ func printStatus(w io.Writer, st *api.Status, all bool, now time.Time) {
 			fmt.Fprintf(w, "reject: %d SYNs dropped unanswered over action.reject_rate since start\n", st.RejectLimited)
 		}
 		printResponse(w, st)
+		printKeepAlive(w, st)
 	}
 	if len(st.Exceptions) > 0 {
 		fmt.Fprintf(w, "exempt: %s\n", strings.Join(st.Exceptions, ", "))
@@ -265,6 +266,36 @@ func printResponse(w io.Writer, st *api.Status) {
 		sample, rt.MinSamples)
 	fmt.Fprintf(w, "flow table: %d of %d flows (%.1f%%), %d waiting for an answer; since start %d inserted, %d evicted, %d expired, %d closed\n",
 		rt.FlowsTracked, rt.FlowTableCapacity, 100*rt.FlowTableFill, rt.FlowsOutstanding, rt.Inserts, rt.Evictions, rt.Expired, rt.Forgotten)
+}
+
+// printKeepAlive prints the timed ports' demand on open connections, for
+// the ports with the request gate on or any request start on an open
+// connection since they were timed; nothing when there is none.
+func printKeepAlive(w io.Writer, st *api.Status) {
+	var shown []api.PortStatus
+	for _, p := range st.Ports {
+		if ka := p.KeepAlive; ka != nil && (ka.RequestGate || ka.Totals.Reused > 0) {
+			shown = append(shown, p)
+		}
+	}
+	if len(shown) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PORT	REQUEST GATE	REUSED/S	REUSED%	RESETS/S	WOULD-RESET/S	RESETS SINCE START")
+	for _, p := range shown {
+		ka := p.KeepAlive
+		gate := "off"
+		if ka.RequestGate {
+			gate = "on"
+		}
+		fmt.Fprintf(tw, "%s/%d\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%d\n", p.Proto, p.Port, gate, ka.ReusedPerS, 100*ka.ReusedShare,
+			ka.ResetsPerS, ka.WouldResetPerS, ka.Totals.Resets)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "(REUSED/S: requests started on connections already open, nothing outstanding; REUSED%: their share")
+	fmt.Fprintln(w, " of the port's demand, with UNIQUE/S; RESETS/S: those the request gate shed, resetting the connection)")
 }
 
 // fmtCapacity renders a port's measured capacity: "780/s, 2.5s ago", or

@@ -233,6 +233,41 @@ type PortStatus struct {
 	Capacity *Capacity `json:"capacity,omitempty"`
 	// Totals are the datapath counters since the program was loaded.
 	Totals PortTotals `json:"totals"`
+	// KeepAlive is the port's demand on connections already open over the
+	// last tick; absent when the port is not timed.
+	KeepAlive *KeepAlive `json:"keepalive,omitempty"`
+}
+
+// KeepAlive is what a timed port's open connections did over the last
+// tick (issue 26): the requests that started on a connection already open
+// with nothing outstanding, the request gate's demand, and what the gate
+// did to them. Rates are scaled by the response sample, like
+// RequestsPerS; the totals count sampled flows.
+type KeepAlive struct {
+	// RequestGate is the port's ports[].request_gate.
+	RequestGate bool `json:"request_gate"`
+	// ReusedPerS is request starts on open connections per second.
+	ReusedPerS float64 `json:"reused_per_s"`
+	// ResetsPerS is request starts the request gate shed per second (each
+	// connection reset both ways; enforce mode).
+	ResetsPerS float64 `json:"resets_per_s"`
+	// WouldResetPerS is request starts the gate selected in observe mode,
+	// per second.
+	WouldResetPerS float64 `json:"would_reset_per_s"`
+	// ReusedShare is the share (0..1) of the port's demand that arrived on
+	// open connections: request starts on them ÷ (those + new connections
+	// without SYN retransmits).
+	ReusedShare float64 `json:"reused_share"`
+	// Totals are the cumulative counters (sampled flows).
+	Totals KeepAliveTotals `json:"totals"`
+}
+
+// KeepAliveTotals are a port's cumulative keep-alive counters since the
+// port was timed, on sampled flows.
+type KeepAliveTotals struct {
+	Reused     uint64 `json:"reused"`
+	Resets     uint64 `json:"resets"`
+	WouldReset uint64 `json:"would_reset"`
 }
 
 // Capacity is a port's capacity measured live while it was saturated:

@@ -41,6 +41,9 @@ type portChange struct {
 	action string // the port's action (drop, reject, mark) at the latest change
 	// SYNs the port dropped and rejected in the ticks of its changes.
 	dropped, rejected uint64
+	// keepAlive: request starts on open connections and those the request
+	// gate reset in those ticks (sampled flows, keepalive.go).
+	keepAlive keepAliveCounts
 	probChange
 }
 
@@ -48,6 +51,7 @@ type portChange struct {
 type portTick struct {
 	action            string
 	dropped, rejected uint64
+	keepAlive         keepAliveCounts
 }
 
 // changeGroup is the ports of one class that moved from one p to another:
@@ -70,6 +74,12 @@ type changeGroup struct {
 	Action   string `json:"action,omitempty"`
 	Dropped  uint64 `json:"dropped"`
 	Rejected uint64 `json:"rejected"`
+	// RequestStarts and Resets count the request starts on open
+	// connections, and those the request gate reset, in the ticks of the
+	// change (timed ports, scaled by the response sample; absent when
+	// none).
+	RequestStarts uint64 `json:"request_starts_reused,omitempty"`
+	Resets        uint64 `json:"request_resets,omitempty"`
 }
 
 // add merges one tick's probability_change events; info tells what each
@@ -99,6 +109,7 @@ func (p *pendingChanges) add(evs []adaptive.Event, info func(olc.PortKey) portTi
 				pc.action = t.action
 				pc.dropped += t.dropped
 				pc.rejected += t.rejected
+				pc.keepAlive.add(t.keepAlive)
 			}
 			p.ports[ev.Port] = pc
 		}
@@ -165,6 +176,8 @@ func (p *pendingChanges) args(mode string) []any {
 		g.Count++
 		g.Dropped += pc.dropped
 		g.Rejected += pc.rejected
+		g.RequestStarts += pc.keepAlive.reused
+		g.Resets += pc.keepAlive.resets
 		if len(g.Ports) < maxListedPorts {
 			g.Ports = append(g.Ports, k.String())
 		} else {
@@ -204,7 +217,8 @@ func (e *engine) portTick(k olc.PortKey) portTick {
 	for _, p := range e.ports {
 		if p.Key == k {
 			dl := e.last.deltas[k]
-			return portTick{action: p.Action.String(), dropped: dl.Dropped, rejected: dl.Rejected}
+			return portTick{action: p.Action.String(), dropped: dl.Dropped, rejected: dl.Rejected,
+				keepAlive: e.last.keepAlive[k].counts()}
 		}
 	}
 	return portTick{}

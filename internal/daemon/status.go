@@ -252,5 +252,7 @@ func portStatus(p loader.PortPolicy, source string, r tickResult, ctrlPorts []ad
 		ps.RequestsPerS, ps.InflightRequests = &rps, &inf
 		ps.ResponseHistogram = histogramStatus(r.stats.Response[p.Key].Buckets)
 	}
+	kt, ok := r.keepAlive[p.Key]
+	ps.KeepAlive = keepAliveStatus(p.RequestGate, kt, ok, dl.NewConns-min(dl.SYNRetransmits, dl.NewConns), r.stats.Response[p.Key], secs)
 	return ps
 }

@@ -22,6 +22,9 @@ type tickResult struct {
 	// resp is each timed port's response time over the tick (nil when
 	// timing is off).
 	resp map[olc.PortKey]resptime.Port
+	// keepAlive is each timed port's request starts on open connections
+	// over the tick (keepalive.go; nil when timing is off).
+	keepAlive map[olc.PortKey]keepAliveTick
 }
 
 // tick runs sample → stats → controller → maps → heartbeat once.
@@ -40,6 +43,7 @@ func (e *engine) tick() {
 	deltas := make(map[olc.PortKey]loader.Counters, len(e.ports))
 	stats := make(map[olc.PortKey]adaptive.PortStats, len(e.ports))
 	var resp map[olc.PortKey]resptime.Port
+	var keepAlive map[olc.PortKey]keepAliveTick
 	var prev loader.Stats
 	if err == nil {
 		keys := make([]olc.PortKey, 0, len(e.ports))
@@ -47,6 +51,7 @@ func (e *engine) tick() {
 			keys = append(keys, p.Key)
 		}
 		resp = responseSignals(st, e.prev, keys, e.dp.ResponseSample(), e.cfg.Datapath.ResponseMinSamples, snap.Interval, &snap)
+		keepAlive = keepAliveDeltas(st, e.prev, keys, e.dp.ResponseSample())
 		for _, p := range e.ports {
 			cur, ok := st.Ports[p.Key]
 			if !ok {
@@ -82,7 +87,8 @@ func (e *engine) tick() {
 	if interval <= 0 {
 		interval = e.cfg.Interval
 	}
-	e.last = tickResult{at: snap.At, interval: interval, snap: snap, decision: dec, stats: st, deltas: deltas, probs: probs, resp: resp}
+	e.last = tickResult{at: snap.At, interval: interval, snap: snap, decision: dec, stats: st, deltas: deltas, probs: probs, resp: resp,
+		keepAlive: keepAlive}
 	// Nothing holds the previous read now (e.prev and e.last were its
 	// only holders): its histograms go back to the datapath for reuse.
 	e.dp.ReleaseStats(prev)

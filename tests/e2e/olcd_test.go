@@ -59,6 +59,8 @@ type daemonConfig struct {
 	// AutoPorts writes ports: auto (every listener of the node namespace)
 	// instead of the Ports list.
 	AutoPorts bool
+	// RequestGate turns the request gate on for every listed port.
+	RequestGate bool
 	// Filled in by startDaemon.
 	Iface, Interval, Metrics, Socket, DecisionLog string
 	Ports                                         []int

@@ -24,11 +24,27 @@ import (
 // during the calibration (LBHarness.CapacityAtRun, at most 15 %,
 // reported); all three are logged and written to lb-results.json.
 //
+// It runs twice: HAProxy opening a connection per request
+// (connection-per-request), and HAProxy sharing a pool of keep-alive
+// connections to the nodes (server-keep-alive: http-reuse always, the
+// nodes' request gate on; issue 26 must show 4), where the nodes' new work
+// arrives as request starts on open connections, not SYNs.
+//
 // It is part of the OLCD_OVERLOAD suite (make test-overload, which make
-// test runs) and runs alone with make test-lb (~4 min). Its file sorts
-// before overload_test.go, so it runs before the suite's shared harness
-// takes the host lock.
+// test runs) and runs alone with make test-lb (~8 min, ~4 min a case). Its
+// file sorts before overload_test.go, so it runs before the suite's shared
+// harness takes the host lock.
 func TestOverloadLB(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		keepAlive bool
+	}{{"connection-per-request", false}, {"server-keep-alive", true}} {
+		t.Run(c.name, func(t *testing.T) { overloadLB(t, c.name, c.keepAlive) })
+	}
+}
+
+// overloadLB is one case of TestOverloadLB, its results under <out>/<name>.
+func overloadLB(t *testing.T, name string, keepAlive bool) {
 	requireRoot(t)
 	if os.Getenv(overloadEnv) == "" {
 		t.Skipf("load-balancer test: set %s=1 (make test-overload and make test-lb do): it measures goodput and must not share the CPUs with other tests", overloadEnv)
@@ -41,7 +57,7 @@ func TestOverloadLB(t *testing.T) {
 	if out == "" {
 		out = filepath.Join(os.TempDir(), fmt.Sprintf("olcd-overload-%d", os.Getpid()))
 	}
-	out = filepath.Join(out, "lb")
+	out = filepath.Join(out, "lb", name)
 	ctx := context.Background()
 	// OLCD_LB_RESPONSE_TARGET sets the nodes' controller.response_target
 	// (default "off", the resource law alone: LBOptions.ResponseTarget
@@ -50,7 +66,8 @@ func TestOverloadLB(t *testing.T) {
 	if rt != "" {
 		t.Logf("nodes' controller.response_target: %s (OLCD_LB_RESPONSE_TARGET)", rt)
 	}
-	h, err := overload.NewLB(ctx, overload.LBOptions{Olcd: bins.olcd, Self: bins.overload, HAProxy: haproxy, OutDir: out, Progress: os.Stdout, ResponseTarget: rt})
+	h, err := overload.NewLB(ctx, overload.LBOptions{Olcd: bins.olcd, Self: bins.overload, HAProxy: haproxy, OutDir: out, Progress: os.Stdout, ResponseTarget: rt,
+		ServerKeepAlive: keepAlive})
 	if err != nil {
 		t.Fatalf("lb harness: %v", err)
 	}

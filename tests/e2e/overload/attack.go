@@ -40,7 +40,8 @@ type AttackConfig struct {
 	// answer once connected).
 	Timeout time.Duration
 	// Clients is how the clients behave: ClientsOpenGiveUp ("" too),
-	// ClientsOpenRetry or ClientsClosedPool.
+	// ClientsOpenRetry, ClientsClosedPool or ClientsKeepAlive (both
+	// RunClosedPool).
 	Clients Clients
 	// ConnectTimeout bounds a connect of ClientsOpenRetry, the time the
 	// kernel retransmits its SYN.
@@ -160,8 +161,8 @@ func RunAttack(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 		}
 		dialer.Timeout = cfg.ConnectTimeout
 		timeout = cfg.ConnectTimeout + cfg.Timeout
-	case ClientsClosedPool:
-		return errors.New("attack: the closed pool is RunClosedPool (olcd-overload closed-pool)")
+	case ClientsClosedPool, ClientsKeepAlive:
+		return errors.New("attack: the closed pool and the keep-alive clients are RunClosedPool (olcd-overload closed-pool)")
 	default:
 		return fmt.Errorf("attack: unknown clients %q (have open-giveup, open-retry, closed-pool)", cfg.Clients)
 	}

@@ -66,7 +66,7 @@ func RunClosedPool(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			skipped.Add(closedClient(ctx, i, clients, pacer, start, timeout, cfg.Target, cfg.Query, lines))
+			skipped.Add(closedClient(ctx, i, clients, pacer, start, timeout, cfg.Target, cfg.Query, cfg.KeepAlive, lines))
 		}()
 	}
 	if cfg.HealthRate > 0 {
@@ -86,7 +86,9 @@ func RunClosedPool(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 // closedClient is client i of n: it sends the requests i, i+n, … of the
 // schedule until it ends or ctx is done, and returns how many due times it
 // skipped.
-func closedClient(ctx context.Context, i, n int, pacer phasePacer, start time.Time, timeout time.Duration, url, query string, lines *lineWriter) int64 {
+// With keepAlive (ClientsKeepAlive) the client keeps one connection open
+// across its requests, as a pooled client does.
+func closedClient(ctx context.Context, i, n int, pacer phasePacer, start time.Time, timeout time.Duration, url, query string, keepAlive bool, lines *lineWriter) int64 {
 	// The connect ends with the request's timeout: net/http (Go 1.23 on)
 	// detaches a dial from its request, so without a bound of its own a
 	// timed-out client's socket kept retransmitting its SYN for 20 s (the
@@ -94,13 +96,18 @@ func closedClient(ctx context.Context, i, n int, pacer phasePacer, start time.Ti
 	// blocking client closes its socket at its timeout (docs/tuning.md §7).
 	dialer := &net.Dialer{Timeout: timeout}
 	tr := &http.Transport{
-		DisableKeepAlives: true,
+		DisableKeepAlives: !keepAlive,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			t0 := time.Now()
 			c, err := dialer.DialContext(ctx, network, addr)
 			lines.printf("d %d %d %s\n", t0.UnixNano(), time.Since(t0).Nanoseconds(), classifyErr(err))
 			return c, err
 		},
+	}
+	if keepAlive {
+		// One connection per client, kept between requests without an
+		// idle limit of the client's own.
+		tr.MaxConnsPerHost, tr.MaxIdleConnsPerHost = 1, 1
 	}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: timeout, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}

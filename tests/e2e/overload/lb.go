@@ -76,6 +76,14 @@ type LBOptions struct {
 	Before, After time.Duration
 	// Progress receives progress lines (nil: silent).
 	Progress io.Writer
+	// ServerKeepAlive makes HAProxy keep its connections to the nodes
+	// open and share them among clients (http-reuse always, retrying a
+	// request that a reused connection reset before any answer:
+	// retry-on conn-failure empty-response), the nodes' backends keep
+	// them, and olcd's request gate is on for the work port (issue 26):
+	// the nodes then see few new connections, and their new work arrives
+	// as request starts on HAProxy's pool.
+	ServerKeepAlive bool
 	// ResponseTarget is the nodes' controller.response_target ["auto",
 	// olcd's default: each port's law on its measured capacity, capped by
 	// the resource law on the quota]. The nodes are CFS-quota cgroups:
@@ -138,6 +146,9 @@ type lbNode struct {
 	socket string
 	// responseTarget is LBOptions.ResponseTarget.
 	responseTarget string
+	// requestGate is LBOptions.ServerKeepAlive: the work port's request
+	// gate.
+	requestGate bool
 }
 
 // NewLB checks the prerequisites, takes the host lock and builds the lb
@@ -180,7 +191,8 @@ func (l *LBHarness) build() error {
 		lbIP := addrPlus(base, 4*i+1)
 		nodeIP := addrPlus(base, 4*i+2)
 		id := newID()
-		n := &lbNode{name: name, ns: namePrefix + "-" + id, ip: nodeIP, dev: namePrefix + id + "c", responseTarget: l.opt.ResponseTarget}
+		n := &lbNode{name: name, ns: namePrefix + "-" + id, ip: nodeIP, dev: namePrefix + id + "c", responseTarget: l.opt.ResponseTarget,
+			requestGate: l.opt.ServerKeepAlive}
 		l.nodes = append(l.nodes, n)
 		lbIf := namePrefix + id + "h"
 		for _, s := range [][]string{
@@ -299,7 +311,8 @@ var lbController = DefaultController
 func (n *lbNode) startOlcd(ctx context.Context, dir string, threshold float64, agent bool) (*olcdProc, error) {
 	cfg := olcdConfigData{By: "the load-balancer test", Mode: "enforce", Iface: n.dev, Interval: n.h.opt.OlcdInterval,
 		Signals: []string{cpuSignal(threshold)}, Cgroup: n.h.cg.Name, Controller: lbController,
-		Port: WorkPort, HealthPort: HealthPort, Metrics: net.JoinHostPort(n.ip.String(), strconv.Itoa(lbMetricsPort)), Selection: "even"}
+		Port: WorkPort, HealthPort: HealthPort, Metrics: net.JoinHostPort(n.ip.String(), strconv.Itoa(lbMetricsPort)), Selection: "even",
+		RequestGate: n.requestGate}
 	if n.responseTarget != "" {
 		cfg.Controller = append(append([]string{}, lbController...), "response_target: "+n.responseTarget)
 	}
@@ -347,6 +360,11 @@ func lbReport(ctx context.Context, socket string) (*lb.Report, error) {
 // request when a retransmit passes, and a drop probability p sheds only
 // p³ of the work while it delays the rest past every client's patience
 // (measured: node B at p 0.49 still CPU-bound, its weight stuck at 50).
+// With LBOptions.ServerKeepAlive the server connections are a shared pool
+// (http-reuse always), and a request that a node's request gate reset on
+// a reused connection, before any byte of answer, is sent again, to the
+// other node when redispatch picks it (retry-on empty-response: HAProxy's
+// default retries only failed connects).
 var haproxyConfig = template.Must(template.New("haproxy.cfg").Parse(`# written by the load-balancer test
 global
     maxconn 4000
@@ -365,7 +383,12 @@ frontend fe
     default_backend be
 backend be
     balance roundrobin
+{{- if .KeepAlive}}
+    http-reuse always
+    retry-on conn-failure empty-response
+{{- else}}
     http-reuse never
+{{- end}}
     option httpchk GET /health
 {{- range .Servers}}
     server {{.Name}} {{.Addr}} weight 100 check port {{$.HealthPort}} inter 1s{{if $.Agent}} agent-check agent-port {{$.AgentPort}} agent-inter 1s agent-send "tcp/{{$.WorkPort}}\n"{{end}}
@@ -396,7 +419,7 @@ func (l *LBHarness) startHAProxy(dir string, agent bool) (*haproxyProc, error) {
 		return nil, err
 	}
 	err = haproxyConfig.Execute(f, map[string]any{"Socket": p.socket, "Port": lbFrontendPort, "Servers": servers,
-		"HealthPort": HealthPort, "Agent": agent, "AgentPort": lbAgentPort, "WorkPort": WorkPort})
+		"HealthPort": HealthPort, "Agent": agent, "AgentPort": lbAgentPort, "WorkPort": WorkPort, "KeepAlive": l.opt.ServerKeepAlive})
 	f.Close()
 	if err != nil {
 		return nil, err
@@ -547,6 +570,7 @@ func (l *LBHarness) Run(ctx context.Context, v LBVariant) (*LBRunResult, error) 
 		return nil, err
 	}
 	for _, n := range l.nodes {
+		n.h.keepAlive = l.opt.ServerKeepAlive
 		if err := n.h.startBackend(""); err != nil {
 			return nil, err
 		}

@@ -38,7 +38,7 @@ controller:
   {{.}}
 {{- end}}
 ports:
-  - {port: {{.Port}}, proto: tcp, class: normal}
+  - {port: {{.Port}}, proto: tcp, class: normal{{if .RequestGate}}, request_gate: true{{end}}}
 exceptions:
   ports: [{port: {{.HealthPort}}, proto: tcp}]
 {{- if .Action}}
@@ -89,6 +89,8 @@ type olcdConfigData struct {
 	Selection string
 	// Agent is lb.agent.address ("": no lb section).
 	Agent string
+	// RequestGate is the work port's ports[].request_gate.
+	RequestGate bool
 }
 
 // cpuSignal is the signals line of the cgroup's CPU at threshold (a share
@@ -108,6 +110,8 @@ type olcdSettings struct {
 	Controller []string
 	// Action is action.kind ("": the default, drop).
 	Action string
+	// RequestGate turns the work port's request gate on.
+	RequestGate bool
 }
 
 // olcdSettingsFor returns the olcd settings of variant v under cal.
@@ -180,7 +184,7 @@ func (h *Harness) startOlcd(ctx context.Context, dir string, set olcdSettings) (
 	return launchOlcd(ctx, h.opt.Olcd, dir, "", "", olcdConfigData{
 		By: "the overload harness", Mode: set.Mode, Iface: h.net.HostIf, Interval: h.opt.OlcdInterval, Selection: h.opt.Selection,
 		Signals: set.Signals, Action: set.Action, Cgroup: h.cg.Name, Controller: append(append([]string{}, h.opt.OlcdController...), set.Controller...),
-		Port: WorkPort, HealthPort: HealthPort,
+		Port: WorkPort, HealthPort: HealthPort, RequestGate: set.RequestGate,
 	})
 }
 

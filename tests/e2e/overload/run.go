@@ -121,7 +121,30 @@ const (
 	// thread-per-request application, a connection-per-query database
 	// client).
 	ClientsClosedPool Clients = "closed-pool"
+	// ClientsKeepAlive: KeepAliveClients blocking clients as the closed
+	// pool's, each with one keep-alive connection of its own (its own
+	// http.Transport) that it reuses for every request, and a
+	// KeepAliveTimeout budget per request: the pooled clients of a
+	// service (issue 26). A request that times out closes its connection
+	// (net/http cancels it), so the next one connects again; a reset
+	// reused connection is retried once on a new one, within the budget.
+	ClientsKeepAlive Clients = "keepalive"
 )
+
+// The keep-alive clients: 600 connections, the pool of a few application
+// servers in front of one node, each request given 1 s, a typical client
+// timeout (the open-loop clients' Options.Timeout).
+const (
+	KeepAliveClients = 600
+	KeepAliveTimeout = time.Second
+)
+
+// KeepAliveLow is the 0.5 C phase of the keep-alive scenarios: long enough
+// that every one of the KeepAliveClients has sent its first request, and so
+// opened its connection, before the 3 C phase: client i's first request is
+// due at i / (0.5 C), 600 / (0.5 × 150/s) = 8 s at C = 150/s, the lowest
+// capacity the cpu and php backends calibrate to on a 1-CPU quota.
+const KeepAliveLow = 8 * time.Second
 
 // ClientKinds lists the clients in report order.
 var ClientKinds = []Clients{ClientsOpenGiveUp, ClientsOpenRetry, ClientsClosedPool}
@@ -159,6 +182,10 @@ type Scenario struct {
 	Phases  []ScenarioPhase
 	// Quota lists capacity changes, in time order.
 	Quota []QuotaChange
+	// RequestGate turns the work port's request gate on
+	// (ports[].request_gate) in the olcd variants: a stateless HTTP
+	// service whose clients keep their connections open.
+	RequestGate bool
 }
 
 // backend returns the scenario's backend, cpu by default.
@@ -223,6 +250,16 @@ func Matrix3x(b Backend, c Clients, low, high, after time.Duration) Scenario {
 	return Scenario{Name: fmt.Sprintf("%s-%s-3x", b, c), Backend: b, Clients: c, Phases: Phases3x(low, high, after)}
 }
 
+// KeepAlive3x is `<backend>-keepalive-3x`: the keep-alive clients open
+// their connections at 0.5 C (KeepAliveLow), then send 3 C on the same
+// connections for high, then 0.5 C for after, with the work port's
+// request gate on.
+func KeepAlive3x(b Backend, high, after time.Duration) Scenario {
+	sc := Matrix3x(b, ClientsKeepAlive, KeepAliveLow, high, after)
+	sc.RequestGate = true
+	return sc
+}
+
 // Overload3x is scenario 1: the cpu backend and vegeta clients that give
 // up after 1 s; 0.5 C, then 3 C for 30 s, then 0.5 C again.
 var Overload3x = Matrix3x(BackendCPU, ClientsOpenGiveUp, 5*time.Second, 30*time.Second, 10*time.Second)
@@ -281,7 +318,8 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, v Variant, ro RunOptions
 		limiter = "bbr"
 	}
 	h.backend = sc.backend()
-	defer func() { h.backend = "" }()
+	h.keepAlive = sc.clients() == ClientsKeepAlive
+	defer func() { h.backend, h.keepAlive = "", false }()
 	if err := h.startBackend(limiter); err != nil {
 		return nil, err
 	}
@@ -293,7 +331,9 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, v Variant, ro RunOptions
 	switch v {
 	case VariantObserve, VariantEnforce, VariantEnforceCPU, VariantEnforceReject:
 		var err error
-		od, err = h.startOlcd(ctx, dir, h.olcdSettingsFor(v, cal))
+		set := h.olcdSettingsFor(v, cal)
+		set.RequestGate = sc.RequestGate
+		od, err = h.startOlcd(ctx, dir, set)
 		if err != nil {
 			return nil, err
 		}
@@ -398,9 +438,11 @@ func (h *Harness) attack(ctx context.Context, dir, label string, clients Clients
 		cfg.ConnectTimeout = RetryConnectTimeout
 	case ClientsClosedPool:
 		cfg.Pool, cfg.Timeout = ClosedPoolClients, ClosedPoolTimeout
+	case ClientsKeepAlive:
+		cfg.Pool, cfg.Timeout, cfg.KeepAlive = KeepAliveClients, KeepAliveTimeout, true
 	}
 	sub := "attack"
-	if clients == ClientsClosedPool {
+	if clients == ClientsClosedPool || clients == ClientsKeepAlive {
 		sub = string(ClientsClosedPool)
 	}
 	// olcd's status document at every sample, one JSON line each (what

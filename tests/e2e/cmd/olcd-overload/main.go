@@ -118,7 +118,9 @@ func matrixVariants(b overload.Backend, c overload.Clients, reject bool) []overl
 // plans returns the runs of a set: "headline" (make demo, ≤ 12 min: the
 // cpu backend with vegeta and with closed-pool clients, php with vegeta,
 // the cold start; 20 s at 3 C), "full" (make demo-full: every backend ×
-// every client it speaks to (db: closed-pool alone, db-closed-pool-3x), the cold start and capacity-halved; 25 s at 3 C) or
+// every client it speaks to (db: closed-pool alone, db-closed-pool-3x),
+// cpu-keepalive-3x and php-keepalive-3x (20 s at 3 C on open connections),
+// the cold start and capacity-halved; 25 s at 3 C) or
 // "classic" (the suite's scenario 1 and 2 five ways, as make demo ran
 // before the matrix).
 func plans(set string) ([]plan, error) {
@@ -138,6 +140,11 @@ func plans(set string) ([]plan, error) {
 			for _, c := range overload.ClientsOf(b) {
 				ps = append(ps, plan{overload.Matrix3x(b, c, low, high, after), matrixVariants(b, c, true)})
 			}
+		}
+		// The keep-alive clients on the HTTP backends that hold
+		// connections open (issue 26): 3 C for 20 s on open connections.
+		for _, b := range []overload.Backend{overload.BackendCPU, overload.BackendPHP} {
+			ps = append(ps, plan{overload.KeepAlive3x(b, 20*time.Second, after), base3})
 		}
 		return append(ps, plan{overload.ColdStart, base3}, plan{overload.CapacityHalved, base3}), nil
 	case "classic":
