@@ -461,6 +461,11 @@ func Open(cfg Config, log *slog.Logger) (*Datapath, error) {
 	}
 	for _, iface := range d.cfg.Interfaces {
 		if err := d.Attach(iface, d.cfg.Attach); err != nil {
+			if d.adopted {
+				// Leave the pinned datapath taken over as it was: its
+				// old programs stay where the take-over failed.
+				return nil, errors.Join(err, d.Release())
+			}
 			return nil, errors.Join(err, d.Close())
 		}
 	}
