@@ -354,6 +354,10 @@ func (d *Datapath) adopt() error {
 	d.ctl.Mode, d.ctl.HeartbeatNs = old.Mode, old.HeartbeatNs
 	d.ctl.SynSeed = old.SynSeed // the dropped-SYN table's fingerprints use it
 	d.ctl.Prefixes4, d.ctl.Prefixes6 = old.Prefixes4, old.Prefixes6
+	// A heartbeat older than its stale-after: the datapath has failed
+	// open, and the drop probabilities in it are no longer in force.
+	now, err := monotonicNow()
+	fresh := err == nil && old.HeartbeatNs != 0 && int64(now-old.HeartbeatNs) <= int64(old.StaleAfterNs)
 	var rctl olcdOlcdRespCtl
 	if err := d.objs.OlcdRctl.Get(&rctl); err != nil {
 		return fmt.Errorf("read pinned response control: %w", err)
@@ -387,8 +391,12 @@ func (d *Datapath) adopt() error {
 			}
 			used[idx] = true
 			d.slots[k] = idx
+			p := FixedToProbability(v.DropProb)
+			if !fresh {
+				p = 0
+			}
 			d.policies[k] = PortPolicy{Key: k, Mode: olc.Mode(v.Mode), Action: olc.Action(v.Action), Class: olc.Class(v.Class),
-				DropProbability: FixedToProbability(v.DropProb), ShedRetransmits: v.ShedRetransmits != 0, RequestGate: v.RequestGate != 0}
+				DropProbability: p, ShedRetransmits: v.ShedRetransmits != 0, RequestGate: v.RequestGate != 0}
 			if v.Flags&uint8(olcdOlcdPolicyFlagOLCD_POLICY_EXEMPT) != 0 {
 				d.exempt[k] = true
 			}
@@ -644,7 +652,9 @@ func (d *Datapath) removePinnedEgress(nl *netlink.Handle, l netlink.Link) error 
 func (d *Datapath) Adopted() bool { return d.adopted }
 
 // Policies returns the port policies in force (after a take-over: those
-// the previous olcd wrote, with their drop probabilities), in port order.
+// the previous olcd wrote, with their drop probabilities; 0 when its
+// heartbeat had gone stale, since the datapath then passed everything), in
+// port order.
 func (d *Datapath) Policies() []PortPolicy {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -338,3 +338,30 @@ func TestTakeOverClsact(t *testing.T) {
 	}
 	must(t, d.Close())
 }
+
+// TestTakeOverStaleHeartbeat: a pinned datapath whose heartbeat went stale
+// (its olcd died long ago) is taken over with its policies but not its drop
+// probabilities, which were no longer in force.
+func TestTakeOverStaleHeartbeat(t *testing.T) {
+	dir := pinTestDir(t)
+	k := olc.PortKey{Proto: olc.ProtoTCP, Port: 8080}
+	// Longer than a load takes (the verifier), shorter than the test.
+	cfg := Config{PinDir: dir, MaxPorts: 16, StaleAfter: time.Second}
+	d := loadPinned(t, cfg)
+	must(t, d.SetPolicies([]PortPolicy{{Key: k, Mode: olc.ModeEnforce, Action: olc.ActionDrop, DropProbability: 0.5}}))
+	must(t, d.Heartbeat())
+	must(t, d.Release())
+	d = loadPinned(t, cfg)
+	if p := d.Policies(); len(p) != 1 || p[0].DropProbability != 0.5 {
+		t.Fatalf("fresh take-over: policies %+v, want p 0.5", p)
+	}
+	must(t, d.Release())
+	testutil.Eventually(t, 3*time.Second, 10*time.Millisecond, func() (bool, error) {
+		now, err := monotonicNow()
+		return err == nil && now-d.ctl.HeartbeatNs > uint64(cfg.StaleAfter+100*time.Millisecond), err
+	}, "heartbeat stale")
+	d = loadPinned(t, cfg)
+	if p := d.Policies(); len(p) != 1 || p[0].DropProbability != 0 || p[0].Key != k {
+		t.Fatalf("stale take-over: policies %+v, want the port with p 0", p)
+	}
+}

@@ -75,6 +75,12 @@ type olcd struct {
 	logPath string
 	decPath string
 	metrics string // host:port inside the node namespace
+	// pinDir is where olcd pins its datapath: a bpffs of the test's own,
+	// mounted in the host's mount namespace so that it outlives each
+	// `ip netns exec` (which mounts a fresh /sys); stateDir holds its
+	// state file. docs/datapath.md, "Restarts".
+	pinDir   string
+	stateDir string
 }
 
 // startDaemon renders cfg, starts `olcd run` in env's node namespace and
@@ -94,15 +100,17 @@ func prepareDaemon(t *testing.T, env *netEnv, cfg daemonConfig) *olcd {
 	t.Helper()
 	dir := t.TempDir()
 	d := &olcd{
-		env:     env,
-		dir:     dir,
-		cfgPath: filepath.Join(dir, "olcd.yaml"),
-		realCfg: filepath.Join(dir, "real", "olcd.yaml"),
-		socket:  filepath.Join(dir, "olcd.sock"),
-		logPath: filepath.Join(dir, "olcd.log"),
-		decPath: filepath.Join(dir, "decisions.jsonl"),
-		metrics: "127.0.0.1:9477", // loopback of the node namespace
+		env:      env,
+		dir:      dir,
+		cfgPath:  filepath.Join(dir, "olcd.yaml"),
+		realCfg:  filepath.Join(dir, "real", "olcd.yaml"),
+		socket:   filepath.Join(dir, "olcd.sock"),
+		logPath:  filepath.Join(dir, "olcd.log"),
+		decPath:  filepath.Join(dir, "decisions.jsonl"),
+		metrics:  "127.0.0.1:9477", // loopback of the node namespace
+		stateDir: filepath.Join(dir, "state"),
 	}
+	d.pinDir = mountPins(t, env, dir)
 	cfg = startedConfig(d, cfg)
 	if err := os.Mkdir(filepath.Dir(d.realCfg), 0o755); err != nil {
 		t.Fatal(err)
@@ -126,8 +134,37 @@ func (d *olcd) start(t *testing.T) {
 		}
 	})
 	d.proc = startProc(t, d.logPath, "ip", "netns", "exec", d.env.Node,
-		bins.olcd, "run", "--config", d.cfgPath, "--log-level", "debug")
+		bins.olcd, "run", "--config", d.cfgPath, "--log-level", "debug", "--pin-dir", d.pinDir, "--state-dir", d.stateDir)
 	d.waitReady(t)
+}
+
+// mountPins mounts a bpffs for one daemon's pins under dir and returns the
+// pin directory in it. At the end of the test (after the daemon is killed)
+// `olcd detach` removes what it left in env's node namespace and the bpffs
+// is unmounted.
+func mountPins(t *testing.T, env *netEnv, dir string) string {
+	t.Helper()
+	mnt := filepath.Join(dir, "bpf")
+	if err := os.Mkdir(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("bpf", mnt, "bpf", 0, "mode=0700"); err != nil {
+		t.Fatalf("mount bpffs on %s: %v", mnt, err)
+	}
+	pins := filepath.Join(mnt, "olcd")
+	t.Cleanup(func() {
+		if out, err := runCmd("ip", "netns", "exec", env.Node, bins.olcd, "detach", "--pin-dir", pins); err != nil {
+			t.Errorf("olcd detach --pin-dir %s: %v\n%s", pins, err, out)
+		}
+		_ = syscall.Unmount(mnt, syscall.MNT_DETACH)
+	})
+	return pins
+}
+
+// detach runs `olcd detach` for d's pins in the node namespace.
+func (d *olcd) detach(t *testing.T) string {
+	t.Helper()
+	return mustRun(t, "ip", "netns", "exec", d.env.Node, bins.olcd, "detach", "--pin-dir", d.pinDir)
 }
 
 // startedConfig fills in the fields that belong to d: its interface, paths

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"text/template"
 	"time"
@@ -163,6 +164,19 @@ func hasTargetLaw(olcd, dir string) bool {
 	return exec.Command(olcd, "check-config", path).Run() == nil
 }
 
+// unpinned are the flags that make bin's olcd pin nothing and keep no
+// state file, when it has them: the harness's runs each start from nothing,
+// and its kill measures the fail-open of a datapath that dies with the
+// process (the pinned one's, within stale_after, is tests/e2e's
+// TestFailOpenKill9 and TestRestartKeepsProtection).
+func unpinned(bin string) []string {
+	out, _ := exec.Command(bin, "run", "-h").CombinedOutput()
+	if strings.Contains(string(out), "-pin-dir") {
+		return []string{"--pin-dir", "off", "--state-dir", "off"}
+	}
+	return nil
+}
+
 // olcdProc is a running `olcd run`.
 type olcdProc struct {
 	cmd         *exec.Cmd
@@ -213,7 +227,7 @@ func launchOlcd(ctx context.Context, bin, dir, node, netns string, cfg olcdConfi
 	if err != nil {
 		return nil, err
 	}
-	argv := []string{bin, "run", "--config", cfgPath}
+	argv := append([]string{bin, "run", "--config", cfgPath}, unpinned(bin)...)
 	if netns != "" {
 		argv = append([]string{"nsenter", "--net=/run/netns/" + netns}, argv...)
 	}
