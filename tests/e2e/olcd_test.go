@@ -81,6 +81,10 @@ type olcd struct {
 	// state file. docs/datapath.md, "Restarts".
 	pinDir   string
 	stateDir string
+	// guard checks the drop reasons at the end of the test (dropguard_test.go);
+	// allowDrops are reasons it allows beyond the drop action's.
+	guard      *dropGuard
+	allowDrops []string
 }
 
 // startDaemon renders cfg, starts `olcd run` in env's node namespace and
@@ -136,6 +140,11 @@ func (d *olcd) start(t *testing.T) {
 	d.proc = startProc(t, d.logPath, "ip", "netns", "exec", d.env.Node,
 		bins.olcd, "run", "--config", d.cfgPath, "--log-level", "debug", "--pin-dir", d.pinDir, "--state-dir", d.stateDir)
 	d.waitReady(t)
+	if d.guard == nil {
+		// One guard per daemon, across its restarts (a new process's
+		// counters start a new chain).
+		d.guard = d.guardDrops(t, d.allowDrops...)
+	}
 }
 
 // mountPins mounts a bpffs for one daemon's pins under dir and returns the
@@ -409,8 +418,18 @@ func (d *olcd) waitShedding(t *testing.T) *api.Status {
 // the Prometheus text parser.
 func (d *olcd) scrape(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	mfs, err := scrapeCtx(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mfs
+}
+
+// scrapeCtx fetches and parses /metrics of d within ctx.
+func scrapeCtx(ctx context.Context, d *olcd) (map[string]*dto.MetricFamily, error) {
 	hc := &http.Client{
-		Timeout: 10 * time.Second,
 		Transport: &http.Transport{
 			DisableKeepAlives: true,
 			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -424,20 +443,24 @@ func (d *olcd) scrape(t *testing.T) map[string]*dto.MetricFamily {
 			},
 		},
 	}
-	resp, err := hc.Get("http://" + d.metrics + "/metrics")
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.metrics+"/metrics", nil)
 	if err != nil {
-		t.Fatalf("scrape metrics: %v", err)
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scrape metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("scrape metrics: %s", resp.Status)
+		return nil, fmt.Errorf("scrape metrics: %s", resp.Status)
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	mfs, err := p.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		t.Fatalf("parse metrics: %v", err)
+		return nil, fmt.Errorf("parse metrics: %w", err)
 	}
-	return mfs
+	return mfs, nil
 }
 
 // metricValue returns the value of the sample of family name whose labels
