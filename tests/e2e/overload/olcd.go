@@ -90,6 +90,8 @@ type olcdConfigData struct {
 	Selection string
 	// Agent is lb.agent.address ("": no lb section).
 	Agent string
+	// PinDir is olcd's --pin-dir ("": unpinned); not in the file.
+	PinDir string
 }
 
 // cpuSignal is the signals line of the cgroup's CPU at threshold (a share
@@ -109,6 +111,8 @@ type olcdSettings struct {
 	Controller []string
 	// Action is action.kind ("": the default, drop).
 	Action string
+	// PinDir pins the datapath there ("": olcd runs unpinned).
+	PinDir string
 }
 
 // olcdSettingsFor returns the olcd settings of variant v under cal.
@@ -194,8 +198,27 @@ func (h *Harness) startOlcd(ctx context.Context, dir string, set olcdSettings) (
 	return launchOlcd(ctx, h.opt.Olcd, dir, "", "", olcdConfigData{
 		By: "the overload harness", Mode: set.Mode, Iface: h.net.HostIf, Interval: h.opt.OlcdInterval, Selection: h.opt.Selection,
 		Signals: set.Signals, Action: set.Action, Cgroup: h.cg.Name, Controller: append(append([]string{}, h.opt.OlcdController...), set.Controller...),
-		Port: WorkPort, HealthPort: HealthPort,
+		Port: WorkPort, HealthPort: HealthPort, PinDir: set.PinDir,
 	})
+}
+
+// mountRunPins mounts a bpffs under dir for a run's pinned olcd and returns
+// its pin directory; a leftover of an earlier run there is detached first.
+func mountRunPins(bin, dir string) (string, error) {
+	mnt := filepath.Join(dir, "bpf")
+	if err := os.MkdirAll(mnt, 0o700); err != nil {
+		return "", err
+	}
+	if err := syscall.Mount("bpf", mnt, "bpf", 0, "mode=0700"); err != nil {
+		return "", fmt.Errorf("mount bpffs on %s: %w", mnt, err)
+	}
+	return filepath.Join(mnt, "olcd"), nil
+}
+
+// detachRunPins removes what the run's olcd left pinned and unmounts.
+func detachRunPins(bin, pinDir string) {
+	_ = exec.Command(bin, "detach", "--pin-dir", pinDir).Run()
+	_ = syscall.Unmount(filepath.Dir(pinDir), syscall.MNT_DETACH)
 }
 
 // launchOlcd writes cfg into dir, starts bin's `olcd run` on it (inside
@@ -228,6 +251,9 @@ func launchOlcd(ctx context.Context, bin, dir, node, netns string, cfg olcdConfi
 		return nil, err
 	}
 	argv := append([]string{bin, "run", "--config", cfgPath}, unpinned(bin)...)
+	if cfg.PinDir != "" {
+		argv = []string{bin, "run", "--config", cfgPath, "--pin-dir", cfg.PinDir, "--state-dir", filepath.Join(dir, "state"+suffix)}
+	}
 	if netns != "" {
 		argv = append([]string{"nsenter", "--net=/run/netns/" + netns}, argv...)
 	}
