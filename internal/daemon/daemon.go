@@ -64,11 +64,12 @@ type Options struct {
 	// point).
 	Ready chan<- struct{}
 	// PinDir is the bpffs directory the datapath is pinned in, so that a
-	// restart takes it over ("" is loader.DefaultPinDir, Off pins
-	// nothing: SIGTERM then detaches it). docs/datapath.md, "Restarts".
+	// restart takes it over ("" or Off pins nothing: SIGTERM then
+	// detaches it; olcd run passes DefaultPinDir). docs/datapath.md,
+	// "Restarts".
 	PinDir string
-	// StateDir is the directory of the state file ("" is
-	// statefile.DefaultDir, Off writes none).
+	// StateDir is the directory of the state file ("" or Off writes
+	// none; olcd run passes StateDir).
 	StateDir string
 }
 

@@ -15,8 +15,8 @@ import (
 	"github.com/olcd/olcd/internal/statefile"
 )
 
-// Off is the value of Options.PinDir and Options.StateDir that turns
-// pinning, or the state file, off.
+// Off is the value of the --pin-dir and --state-dir flags that turns
+// pinning, or the state file, off (in Options, "" does).
 const Off = "off"
 
 // stateEvery is how often the engine writes the state file: the state a
@@ -28,25 +28,23 @@ const stateEvery = 2 * time.Second
 
 // pinDir is the bpffs directory the datapath is pinned in, "" for none.
 func (d *Daemon) pinDir() string {
-	switch d.opts.PinDir {
-	case Off:
+	if d.opts.PinDir == Off {
 		return ""
-	case "":
-		return loader.DefaultPinDir()
 	}
 	return d.opts.PinDir
 }
 
 // stateDir is the state file's directory, "" for none.
 func (d *Daemon) stateDir() string {
-	switch d.opts.StateDir {
-	case Off:
+	if d.opts.StateDir == Off {
 		return ""
-	case "":
-		return statefile.DefaultDir
 	}
 	return d.opts.StateDir
 }
+
+// DefaultPinDir is the pin directory of olcd run in the calling thread's
+// network namespace: PinRoot/<netns inode>.
+func DefaultPinDir() string { return loader.DefaultPinDir() }
 
 // configHash identifies the config file in force (the embedded default:
 // "default"): a state learnt under another config is foreign.
