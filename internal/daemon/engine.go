@@ -46,6 +46,9 @@ type engine struct {
 	// adopted the policies of a pinned datapath taken over at start.
 	pinDir  string
 	adopted []loader.PortPolicy
+	// adoptedFresh says the taken-over datapath's heartbeat was fresh:
+	// its drop probabilities were in force when this daemon took over.
+	adoptedFresh bool
 }
 
 // snapshotter is what the daemon uses of the sampler (*sampler.Sampler);
@@ -128,7 +131,7 @@ func (e *engine) start() error {
 	if dp.Adopted() {
 		// The old daemon's probabilities stay in force until the first
 		// tick (program writes what e.last holds).
-		e.adopted = dp.Policies()
+		e.adopted, e.adoptedFresh = dp.Policies(), dp.AdoptedFresh()
 		e.adoptPolicies(e.adopted)
 		e.log.Info("took over the pinned datapath", "pin_dir", e.pinDir, "ports", len(e.adopted))
 	}

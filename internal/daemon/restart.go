@@ -75,9 +75,10 @@ func (e *engine) adoptPolicies(pol []loader.PortPolicy) {
 }
 
 // restoreState reads the state file and restores the controller from it.
-// The drop probabilities and overload are restored only when the file is
-// younger than stale_after: an older one's had already failed open in the
-// datapath. Without a usable file, a taken-over datapath's probabilities
+// The drop probabilities and overload are restored only when they were
+// still in force: the file is younger than stale_after, or the datapath
+// taken over had a fresh heartbeat (the loader renews it while this daemon
+// loads); otherwise the datapath had failed open in between. Without a usable file, a taken-over datapath's probabilities
 // seed the controller, so that the first tick does not release them.
 // Returns the live overrides to apply again.
 func (d *Daemon) restoreState(adopted []loader.PortPolicy) []statefile.Override {
@@ -93,7 +94,7 @@ func (d *Daemon) restoreState(adopted []loader.PortPolicy) []statefile.Override 
 		case err == nil:
 			age = now.Sub(f.WrittenAt)
 			st, overrides = &f.Controller, f.Overrides
-			if age > e.staleAfter() {
+			if age > e.staleAfter() && !e.adoptedFresh {
 				st.DropProbability, st.Overloaded, st.ClassP = 0, false, [olc.NumClasses]float64{}
 				for i := range st.Ports {
 					st.Ports[i].DropProbability, st.Ports[i].QueueOverload = 0, false

@@ -284,8 +284,9 @@ type Datapath struct {
 	slotBuf []uint16
 
 	attachments []*attachment
-	// adopted says that Load took over a pinned datapath (Config.PinDir).
-	adopted bool
+	// adopted says that Load took over a pinned datapath (Config.PinDir),
+	// adoptedFresh that its heartbeat was still fresh then.
+	adopted, adoptedFresh bool
 
 	stop chan struct{}
 	done chan struct{}
@@ -349,7 +350,13 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 		defer pinned.close() // the collection holds clones
 		opts = &ebpf.CollectionOptions{MapReplacements: pinned.adopted}
 	}
-	if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
+	stopBridge := func() {}
+	if pinned != nil && pinned.adopted != nil {
+		stopBridge = pinned.bridge(spec, log)
+	}
+	err = spec.LoadAndAssign(&d.objs, opts)
+	stopBridge()
+	if err != nil {
 		return nil, loadError(err)
 	}
 	for i := cfg.MaxPorts; i >= 1; i-- {

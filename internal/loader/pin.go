@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -12,6 +13,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
@@ -358,6 +361,7 @@ func (d *Datapath) adopt() error {
 	// open, and the drop probabilities in it are no longer in force.
 	now, err := monotonicNow()
 	fresh := err == nil && old.HeartbeatNs != 0 && int64(now-old.HeartbeatNs) <= int64(old.StaleAfterNs)
+	d.adoptedFresh = fresh
 	var rctl olcdOlcdRespCtl
 	if err := d.objs.OlcdRctl.Get(&rctl); err != nil {
 		return fmt.Errorf("read pinned response control: %w", err)
@@ -646,6 +650,10 @@ func (d *Datapath) removePinnedEgress(nl *netlink.Handle, l netlink.Link) error 
 	return nil // a clsact egress filter is a leftover removeLeftovers takes
 }
 
+// AdoptedFresh reports whether the datapath taken over still had a fresh
+// heartbeat: its drop probabilities were in force (Policies has them).
+func (d *Datapath) AdoptedFresh() bool { return d.adoptedFresh }
+
 // Adopted reports whether Load took over a pinned datapath (Config.PinDir):
 // its maps, with the policies, drop probabilities, mode and heartbeat the
 // previous olcd left, are the ones this Datapath writes.
@@ -817,4 +825,70 @@ func lockTry(path string) (*lockRelease, error) {
 		return nil, err
 	}
 	return &lockRelease{f: f}, nil
+}
+
+// bridge renews the heartbeat of a pinned datapath being taken over while
+// the new one loads (the verifier takes 1–2 s, longer on a busy node): the
+// old daemon's drop probabilities stay in force because a live olcd now
+// stands behind them, as long as this process runs; if it dies or fails to
+// take over, the renewals stop and the datapath fails open after
+// stale_after, as it would have. A heartbeat already stale is left stale:
+// a datapath that failed open stays open. stop ends the renewals and waits.
+func (p *pins) bridge(spec *ebpf.CollectionSpec, log *slog.Logger) (stop func()) {
+	m := p.adopted[".bss"]
+	v := spec.Variables["olcd_ctl"]
+	if m == nil || v == nil || v.SectionName != ".bss" {
+		return func() {}
+	}
+	mem, err := m.Memory()
+	if err != nil {
+		log.Debug("no heartbeat bridge: the pinned .bss is not mapped", "err", err)
+		return func() {}
+	}
+	off := int64(v.Offset)
+	hbOff := off + int64(unsafe.Offsetof(olcdOlcdControl{}.HeartbeatNs))
+	saOff := off + int64(unsafe.Offsetof(olcdOlcdControl{}.StaleAfterNs))
+	read := func(at int64) uint64 {
+		var b [8]byte
+		if _, err := mem.ReadAt(b[:], at); err != nil {
+			return 0
+		}
+		return binary.NativeEndian.Uint64(b[:])
+	}
+	renew := func() bool {
+		now, err := monotonicNow()
+		hb, sa := read(hbOff), read(saOff)
+		if err != nil || hb == 0 || int64(now-hb) > int64(sa) {
+			return false
+		}
+		var b [8]byte
+		binary.NativeEndian.PutUint64(b[:], now)
+		_, err = mem.WriteAt(b[:], hbOff)
+		return err == nil
+	}
+	if !renew() {
+		return func() {}
+	}
+	every := time.Duration(read(saOff)) / 4
+	if every <= 0 || every > time.Second {
+		every = time.Second
+	}
+	done, quit := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				if !renew() {
+					return
+				}
+			}
+		}
+	}()
+	log.Debug("renewing the pinned datapath's heartbeat while loading", "every", every)
+	return func() { close(quit); <-done }
 }

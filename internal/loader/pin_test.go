@@ -1,7 +1,10 @@
 package loader
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -365,3 +368,58 @@ func TestTakeOverStaleHeartbeat(t *testing.T) {
 		t.Fatalf("stale take-over: policies %+v, want the port with p 0", p)
 	}
 }
+
+// TestTakeOverBridgesHeartbeat: while a new Load verifies its programs, the
+// pinned datapath's heartbeat is renewed, so the old drop probabilities
+// outlive stale_after only as long as the new olcd lives; a stale one is
+// not revived.
+func TestTakeOverBridgesHeartbeat(t *testing.T) {
+	dir := pinTestDir(t)
+	cfg := Config{PinDir: dir, MaxPorts: 16, StaleAfter: 400 * time.Millisecond}
+	d := loadPinned(t, cfg)
+	must(t, d.Heartbeat())
+	must(t, d.Release())
+	spec, err := loadOlcd()
+	must(t, err)
+	ncpu, err := ebpf.PossibleCPU()
+	must(t, err)
+	c, err := cfg.withDefaults()
+	must(t, err)
+	sizeMaps(spec, c, ncpu)
+	p, err := openPins(dir, spec, nil)
+	must(t, err)
+	defer p.close()
+	hb := func() uint64 {
+		var ctl olcdOlcdControl
+		v := spec.Variables["olcd_ctl"]
+		buf := make([]byte, p.adopted[".bss"].ValueSize())
+		must(t, p.adopted[".bss"].Lookup(uint32(0), buf))
+		must(t, binaryRead(buf[v.Offset:], &ctl))
+		return ctl.HeartbeatNs
+	}
+	first := hb()
+	stop := p.bridge(spec, slogDiscard())
+	// Renewed past what the first heartbeat's lease allowed, and fresh.
+	testutil.Eventually(t, 3*time.Second, 20*time.Millisecond, func() (bool, error) {
+		now, err := monotonicNow()
+		got := hb()
+		return got > first+uint64(2*cfg.StaleAfter) && now-got <= uint64(cfg.StaleAfter), err
+	}, "the heartbeat renewed beyond two leases")
+	stop()
+	// Stale once the bridge stops; a new bridge leaves it so.
+	testutil.Eventually(t, 3*time.Second, 20*time.Millisecond, func() (bool, error) {
+		now, err := monotonicNow()
+		return now-hb() > uint64(cfg.StaleAfter), err
+	}, "the heartbeat goes stale after the bridge")
+	stale := hb()
+	p.bridge(spec, slogDiscard())() // a stale heartbeat: nothing runs
+	if got := hb(); got != stale {
+		t.Fatalf("a stale heartbeat was renewed (%d → %d)", stale, got)
+	}
+}
+
+func binaryRead(b []byte, v *olcdOlcdControl) error {
+	return binary.Read(bytes.NewReader(b), binary.NativeEndian, v)
+}
+
+func slogDiscard() *slog.Logger { return slog.New(slog.DiscardHandler) }
