@@ -9,6 +9,7 @@
 //	olcd set threshold SIGNAL VALUE  live override of one threshold
 //	olcd set patch FILE|-            live override with a partial config document
 //	olcd reload                      re-read the config file
+//	olcd detach                      remove the datapath a stopped olcd left pinned
 //	olcd check-config FILE           validate a config; exit 1 listing every problem
 //	olcd config show [--config FILE] the effective config, each value with its origin
 //	olcd record --out FILE.csv [--duration 5m]   record the node's signals as a trace
@@ -41,6 +42,7 @@ Usage:
   olcd set threshold SIGNAL VALUE     override one signal threshold live
   olcd set patch FILE|-               apply a partial config document live
   olcd reload                         re-read the config file (like SIGHUP)
+  olcd detach                         remove the datapath a stopped olcd left attached and pinned
   olcd check-config FILE              validate a config; exit 1 listing every problem
   olcd config show [--config FILE]    print the effective config, each value with its origin
   olcd record --out FILE.csv [--duration 5m]   record this node's signals as a trace
@@ -70,6 +72,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdSet(rest, stdout, stderr)
 	case "reload":
 		err = cmdReload(rest, stdout, stderr)
+	case "detach":
+		err = cmdDetach(rest, stdout, stderr)
 	case "check-config":
 		err = cmdCheckConfig(rest, stdout, stderr)
 	case "config":

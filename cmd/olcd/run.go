@@ -26,9 +26,13 @@ func cmdRun(args []string, stderr io.Writer) error {
 	socket := fs.String("admin-socket", "", "admin API unix socket `path`, overriding the config (default "+api.DefaultSocket+")")
 	metricsAddr := fs.String("metrics-address", "", "Prometheus listen `address`, overriding the config; \"off\" disables it")
 	decisions := fs.String("decision-log", "", "decision log `path`, overriding the config; \"-\" disables it")
+	pinDir := fs.String("pin-dir", daemon.DefaultPinDir(), "bpffs `directory` the datapath is pinned in, so that a restart (SIGTERM, then run again) takes it over without a gap ("+daemon.PinRoot+"/<netns inode>); \"off\" pins nothing and SIGTERM detaches")
+	stateDir := fs.String("state-dir", daemon.StateDir, "`directory` of the state file a restart reads (what the controller learnt, the live overrides); \"off\" writes none")
 	cpuProfile := fs.String("cpu-profile", "", "write a pprof CPU profile of the daemon to `file` until it stops (for performance reports; the sampling adds some CPU of its own)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: olcd run [flags]\n\nRuns the daemon until SIGTERM/SIGINT; SIGHUP reloads the config, SIGUSR1 reopens the decision log.\n\n")
+		fmt.Fprintf(stderr, "Usage: olcd run [flags]\n\nRuns the daemon until SIGTERM/SIGINT; SIGHUP reloads the config, SIGUSR1 reopens the decision log.\n"+
+			"SIGTERM leaves the datapath attached and pinned for the next olcd (it fails open after stale_after without one);\n"+
+			"SIGINT detaches it; 'olcd detach' removes a pinned datapath no olcd runs.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := cli.ParseFlags(fs, args); err != nil {
@@ -54,6 +58,8 @@ func cmdRun(args []string, stderr io.Writer) error {
 		AdminSocket:    *socket,
 		MetricsAddress: *metricsAddr,
 		DecisionLog:    *decisions,
+		PinDir:         *pinDir,
+		StateDir:       *stateDir,
 	})
 	if err != nil {
 		return describeConfigError(err, stderr)

@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -62,6 +63,14 @@ type Options struct {
 	// admin API listens (tests use it; systemd gets READY=1 at the same
 	// point).
 	Ready chan<- struct{}
+	// PinDir is the bpffs directory the datapath is pinned in, so that a
+	// restart takes it over ("" or Off pins nothing: SIGTERM then
+	// detaches it; olcd run passes DefaultPinDir). docs/datapath.md,
+	// "Restarts".
+	PinDir string
+	// StateDir is the directory of the state file ("" or Off writes
+	// none; olcd run passes StateDir).
+	StateDir string
 }
 
 // Daemon is one running olcd: the shell around its engine. Create it with
@@ -82,6 +91,14 @@ type Daemon struct {
 	lb    lbState     // what load balancers are told (lb.go)
 	flows flowScan    // the flow table's last scan, for the status (response.go)
 	board statusBoard // the status published for other goroutines (status.go)
+
+	// savedAt is when the state file was last written; stateWarned that
+	// its last write failed and was logged.
+	savedAt     time.Time
+	stateWarned bool
+	// restartSignal says SIGTERM ended Run: the datapath is released
+	// (left attached and pinned for the next olcd), not detached.
+	restartSignal atomic.Bool
 
 	cmds   chan command    // work handed to the tick loop
 	runCtx context.Context // Run's context: done once the tick loop stops
@@ -193,8 +210,21 @@ func (d *Daemon) decisionLogPath() string {
 // interface and mode), a busy admin socket or metrics address.
 func (d *Daemon) Run(ctx context.Context) (err error) {
 	d.started = time.Now()
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	// SIGTERM is a restart's stop (systemd, a package upgrade, a
+	// rollout): the pinned datapath stays. SIGINT (Ctrl-C) detaches it.
+	ctx, stop := context.WithCancel(ctx)
 	defer stop()
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(term)
+	go func() {
+		select {
+		case s := <-term:
+			d.restartSignal.Store(s == syscall.SIGTERM)
+			stop()
+		case <-ctx.Done():
+		}
+	}()
 	d.runCtx = ctx
 	// Before anything slow: a SIGHUP that arrives while olcd attaches
 	// (logrotate, a reload sent too early) would otherwise kill it, Go's
@@ -227,16 +257,28 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 	started := false
 	defer func() { ls.close(d, started) }()
+	d.eng.pinDir = d.pinDir()
 	if err := d.eng.start(); err != nil {
 		return err
 	}
 	started = true
 	defer func() {
+		if d.restartSignal.Load() && d.eng.pinDir != "" {
+			d.saveState(true)
+			if cerr := d.eng.dp.Release(); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("release datapath: %w", cerr))
+			}
+			d.log.Info("datapath left attached and pinned for the next olcd; it fails open after stale_after without one",
+				"pin_dir", d.eng.pinDir, "stale_after", d.eng.staleAfter())
+			return
+		}
+		d.saveState(true)
 		if cerr := d.eng.dp.Close(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("detach datapath: %w", cerr))
 		}
 		d.log.Info("datapath detached")
 	}()
+	overrides := d.restoreState(d.eng.adopted)
 	defer d.serve(ctx, ls, nofile)()
 
 	sig.reload = make(chan struct{}, 1)
@@ -244,6 +286,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	sig.links = d.links.watch(ctx)
 	d.links.following = true
 
+	d.reapplyOverrides(overrides)
 	d.tick()
 	if err := sdNotify("READY=1"); err != nil {
 		d.log.Warn("systemd notification failed", "err", err)
@@ -456,6 +499,7 @@ func (d *Daemon) loop(ctx context.Context, sig signals) {
 // the status for rebuilding.
 func (d *Daemon) tick() {
 	d.eng.tick()
+	d.saveState(false)
 	d.lb.update(d.eng.cfg, d.eng.ports, d.eng.last)
 	if d.runCtx == nil {
 		d.publish() // not running (tests): nobody would build it

@@ -41,6 +41,14 @@ type engine struct {
 	changes pendingChanges // probability changes not yet in the decision log
 	ticker  *time.Ticker   // the tick's timer; nil until the loop starts
 	onset   onset          // the onset check between ticks (onset.go)
+
+	// pinDir is the bpffs directory of the pinned datapath ("" none);
+	// adopted the policies of a pinned datapath taken over at start.
+	pinDir  string
+	adopted []loader.PortPolicy
+	// adoptedFresh says the taken-over datapath's heartbeat was fresh:
+	// its drop probabilities were in force when this daemon took over.
+	adoptedFresh bool
 }
 
 // snapshotter is what the daemon uses of the sampler (*sampler.Sampler);
@@ -71,6 +79,8 @@ type datapath interface {
 	ResponseSample() uint32
 	FlowTableOccupancy() (loader.FlowTable, error)
 	Close() error
+	// Release leaves the datapath attached and pinned (a restart).
+	Release() error
 }
 
 // limits are the settings the datapath was loaded with. They change only
@@ -112,13 +122,25 @@ func (e *engine) start() error {
 		return fmt.Errorf("start controller: %w", err)
 	}
 	lcfg := loaderConfig(e.cfg, ifaces)
+	lcfg.PinDir = e.pinDir
 	dp, err := openDatapath(lcfg, e.log.With("component", "loader"))
 	if err != nil {
 		return err
 	}
 	e.dp = dp
+	if dp.Adopted() {
+		// The old daemon's probabilities stay in force until the first
+		// tick (program writes what e.last holds).
+		e.adopted, e.adoptedFresh = dp.Policies(), dp.AdoptedFresh()
+		e.adoptPolicies(e.adopted)
+		e.log.Info("took over the pinned datapath", "pin_dir", e.pinDir, "ports", len(e.adopted))
+	}
 	if err := e.program(); err != nil {
-		e.dp.Close()
+		if dp.Adopted() {
+			e.dp.Release() // leave the old daemon's datapath as it was
+		} else {
+			e.dp.Close()
+		}
 		return err
 	}
 	for _, a := range e.dp.Attachments() {

@@ -132,6 +132,7 @@ func (f *fakeDatapath) ReleaseStats(s loader.Stats) {
 func (f *fakeDatapath) ResponseSample() uint32                        { return f.sample }
 func (f *fakeDatapath) FlowTableOccupancy() (loader.FlowTable, error) { return f.flows, nil }
 func (f *fakeDatapath) Close() error                                  { return nil }
+func (f *fakeDatapath) Release() error                                { return nil }
 
 func (f *fakeDatapath) PortCounters(into map[olc.PortKey]loader.Counters) error {
 	for k, c := range f.stats.Ports {

@@ -22,6 +22,7 @@ const maxLoggedValue = 1024
 type liveOverride struct {
 	api.Override
 	paths []string
+	doc   []byte // the document applied, kept by the state file
 }
 
 // withOverride returns list with o appended and every earlier override whose
@@ -66,7 +67,7 @@ func newOverride(kind, value string, doc []byte) (liveOverride, error) {
 	if err != nil {
 		return liveOverride{}, err
 	}
-	return liveOverride{Override: api.Override{At: time.Now(), Kind: kind, Value: value}, paths: paths}, nil
+	return liveOverride{Override: api.Override{At: time.Now(), Kind: kind, Value: value}, paths: paths, doc: doc}, nil
 }
 
 // loggedValue shortens v for the decision log.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -57,6 +58,9 @@ type attachment struct {
 	// namespace it is called from.
 	nl   *netlink.Handle
 	link link.Link // tcx and xdp
+	// pinned is the bpffs path link is pinned at (Config.PinDir), ""
+	// when not pinned. A full detach unpins it; Release leaves it.
+	pinned string
 	// clsact only: the filter as the kernel numbered it, and whether olcd
 	// added the qdisc (and so may remove it when it is left empty).
 	filter       *netlink.BpfFilter
@@ -68,6 +72,9 @@ type attachment struct {
 	// lock says that this process is the olcd attached to the interface
 	// (see LockDir); nil for egress, which shares its ingress's.
 	lock *lock.File
+	// takenOver says the attachment was a pinned one whose program was
+	// replaced (Config.PinDir).
+	takenOver bool
 }
 
 // Attachments lists the current attachments in the order they were made.
@@ -172,14 +179,51 @@ func (d *Datapath) attach(iface string, mode olc.AttachMode, noTCX bool) error {
 		nl.Close()
 		return errors.Join(err, lk.Release())
 	}
-	if err := d.removeLeftovers(nl, l); err != nil {
-		return fail(fmt.Errorf("attach %s to %s: %w", mode, iface, err))
-	}
-	if err := d.checkOtherInstance(nl, l); err != nil {
-		return fail(fmt.Errorf("attach %s to %s: %w", mode, iface, err))
-	}
-
 	var a *attachment
+	if d.cfg.PinDir != "" {
+		// A pinned datapath's programs are replaced in place: the
+		// interface is never without one.
+		if a, err = d.takeOverIngress(nl, l, mode, noTCX); err != nil {
+			return fail(fmt.Errorf("attach %s to %s: %w", mode, iface, err))
+		}
+	}
+	if a == nil {
+		if err := d.removeLeftovers(nl, l); err != nil {
+			return fail(fmt.Errorf("attach %s to %s: %w", mode, iface, err))
+		}
+		if err := d.checkOtherInstance(nl, l); err != nil {
+			return fail(fmt.Errorf("attach %s to %s: %w", mode, iface, err))
+		}
+		if a, err = d.attachIngress(nl, l, mode, noTCX); err != nil {
+			return fail(err)
+		}
+	}
+	a.nl, a.netns, a.lock = nl, ns, lk
+	if d.cfg.ResponseSample != 0 {
+		// Egress sees the answers; with XDP ingress too, TC is the
+		// only egress hook.
+		e, err := d.attachOrTakeOverEgress(nl, l, noTCX)
+		if err != nil {
+			return errors.Join(err, a.detach(d.log))
+		}
+		e.nl, e.netns = nl, ns
+		a.egress = e
+		a.Egress = e.Mode
+	} else if d.cfg.PinDir != "" {
+		// Timing turned off since the pinned datapath was attached.
+		if err := d.removePinnedEgress(nl, l); err != nil {
+			return errors.Join(err, a.detach(d.log))
+		}
+	}
+	d.attachments = append(d.attachments, a)
+	d.log.Info("datapath attached", "interface", iface, "hook", a.Hook, "mode", a.Mode, "egress", a.Egress, "taken_over", a.takenOver)
+	return nil
+}
+
+// attachIngress attaches the ingress program afresh, pinning its link when
+// the datapath is pinned.
+func (d *Datapath) attachIngress(nl *netlink.Handle, l netlink.Link, mode olc.AttachMode, noTCX bool) (a *attachment, err error) {
+	iface := l.Attrs().Name
 	switch mode {
 	case olc.AttachAuto, olc.AttachTC:
 		a, err = d.attachTC(nl, l, noTCX)
@@ -191,22 +235,27 @@ func (d *Datapath) attach(iface string, mode olc.AttachMode, noTCX bool) error {
 		a, err = d.attachXDP(l, false, true)
 	}
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
-	a.nl, a.netns, a.lock = nl, ns, lk
-	if d.cfg.ResponseSample != 0 {
-		// Egress sees the answers; with XDP ingress too, TC is the
-		// only egress hook.
-		e, err := d.attachEgress(nl, l, noTCX)
-		if err != nil {
-			return errors.Join(err, a.detach(d.log))
-		}
-		e.nl, e.netns = nl, ns
-		a.egress = e
-		a.Egress = e.Mode
+	if err := d.pinLink(a); err != nil {
+		a.nl = nl
+		return nil, errors.Join(fmt.Errorf("attach %s to %s: %w", mode, iface, err), a.detach(d.log))
 	}
-	d.attachments = append(d.attachments, a)
-	d.log.Info("datapath attached", "interface", iface, "hook", a.Hook, "mode", a.Mode, "egress", a.Egress)
+	return a, nil
+}
+
+// pinLink pins a fresh attachment's link under Config.PinDir (nothing
+// without one, or for a clsact filter: netlink holds it, not a link).
+func (d *Datapath) pinLink(a *attachment) error {
+	if d.cfg.PinDir == "" || a.link == nil {
+		return nil
+	}
+	path := linkPin(d.cfg.PinDir, a.Hook, a.Mode, a.Ifindex)
+	_ = os.Remove(path) // a stale pin of a link the interface lost
+	if err := a.link.Pin(path); err != nil {
+		return fmt.Errorf("pin %s link: %w", a.Hook, err)
+	}
+	a.pinned = path
 	return nil
 }
 
@@ -351,6 +400,11 @@ func (a *attachment) detach(log *slog.Logger) (err error) {
 		defer a.nl.Close()
 	}
 	if a.link != nil {
+		if a.pinned != "" {
+			if err := a.link.Unpin(); err != nil && !errors.Is(err, os.ErrNotExist) {
+				log.Warn("unpin link", "path", a.pinned, "err", err)
+			}
+		}
 		if err := a.link.Close(); err != nil {
 			return fmt.Errorf("detach %s (%s) from %s: %w", a.Hook, a.Mode, a.Interface, err)
 		}

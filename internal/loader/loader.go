@@ -3,10 +3,13 @@
 // network interfaces and reads their statistics back.
 //
 // One [Datapath] owns everything it loads and attaches; [Datapath.Close]
-// releases all of it. Nothing is pinned, so attachments die with the process,
-// except clsact/cls_bpf filters (a netlink attachment), which the next
-// instance removes at [Datapath.Attach] because they are named with the
-// "olcd" prefix.
+// releases all of it. Without Config.PinDir nothing is pinned, so
+// attachments die with the process, except clsact/cls_bpf filters (a
+// netlink attachment), which the next instance removes at [Datapath.Attach]
+// because they are named with the "olcd" prefix. With Config.PinDir the
+// maps and links are pinned on bpffs, [Datapath.Release] leaves them
+// running, and the next Load takes them over (pin.go; docs/datapath.md,
+// "Restarts").
 //
 // The package speaks olc's types (Mode, Action, Class, PortKey, AttachMode)
 // and converts them to the C structs bpf2go generates from bpf/olcd.h at the
@@ -21,6 +24,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"reflect"
 	"sync"
 	"time"
 
@@ -126,6 +130,14 @@ type Config struct {
 	// then abandoned). Default 120 s (DefaultFlowIdle): longer than the
 	// longest response the histogram resolves (68 s).
 	FlowIdle time.Duration
+	// PinDir is the bpffs directory the datapath is pinned in (maps, the
+	// links of tcx and XDP attachments, the layout map), so that it
+	// outlives the process: a Datapath loaded with the same PinDir takes
+	// the pinned one over (same maps, programs replaced in place) instead
+	// of starting empty, and Release leaves it running. "" pins nothing:
+	// everything dies with the process (tests, benchmarks). The daemon
+	// uses DefaultPinDir. Design: docs/datapath.md, "Restarts".
+	PinDir string
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -186,6 +198,8 @@ type objects struct {
 	olcdPrograms
 	olcdMaps
 	globals
+	// Bss is the .bss map the globals live in, held to be pinned.
+	Bss *ebpf.Map `ebpf:".bss"`
 }
 
 // globals live in the .bss section, memory-mapped: writes are plain stores.
@@ -198,7 +212,27 @@ type globals struct {
 }
 
 func (o *objects) close() error {
-	return errors.Join(o.olcdPrograms.Close(), o.olcdMaps.Close())
+	var err error
+	if o.Bss != nil {
+		err = o.Bss.Close()
+	}
+	return errors.Join(o.olcdPrograms.Close(), o.olcdMaps.Close(), err)
+}
+
+// byName returns the loaded map called name in the object ("" when not
+// loaded).
+func (o *objects) byName(name string) *ebpf.Map {
+	if name == ".bss" {
+		return o.Bss
+	}
+	v := reflect.ValueOf(&o.olcdMaps).Elem()
+	for i := range v.NumField() {
+		if v.Type().Field(i).Tag.Get("ebpf") == name {
+			m, _ := v.Field(i).Interface().(*ebpf.Map)
+			return m
+		}
+	}
+	return nil
 }
 
 // Datapath owns the loaded programs and maps and every attachment.
@@ -232,6 +266,9 @@ type Datapath struct {
 	slotBuf []uint16
 
 	attachments []*attachment
+	// adopted says that Load took over a pinned datapath (Config.PinDir),
+	// adoptedFresh that its heartbeat was still fresh then.
+	adopted, adoptedFresh bool
 
 	stop chan struct{}
 	done chan struct{}
@@ -286,7 +323,22 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
-	if err := spec.LoadAndAssign(&d.objs, nil); err != nil {
+	var opts *ebpf.CollectionOptions
+	var pinned *pins
+	if cfg.PinDir != "" {
+		if pinned, err = openPins(cfg.PinDir, spec, log); err != nil {
+			return nil, err
+		}
+		defer pinned.close() // the collection holds clones
+		opts = &ebpf.CollectionOptions{MapReplacements: pinned.adopted}
+	}
+	stopBridge := func() {}
+	if pinned != nil && pinned.adopted != nil {
+		stopBridge = pinned.bridge(spec, log)
+	}
+	err = spec.LoadAndAssign(&d.objs, opts)
+	stopBridge()
+	if err != nil {
 		return nil, loadError(err)
 	}
 	for i := cfg.MaxPorts; i >= 1; i-- {
@@ -336,6 +388,12 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 		IdleUnits: uint32(cfg.FlowIdle.Nanoseconds() >> 20),
 		HistSlots: respSlots(cfg),
 	}
+	if pinned != nil && pinned.adopted != nil {
+		if err := d.adopt(); err != nil {
+			return nil, errors.Join(fmt.Errorf("take over pinned datapath in %s: %w", cfg.PinDir, err), d.objs.close())
+		}
+		d.adopted = true
+	}
 	if err := errors.Join(
 		d.writeRespControl(),
 		d.writeControl(),
@@ -343,6 +401,11 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 		d.objs.OlcdPolicies.Update(d.exemptIndex(), &shared, ebpf.UpdateAny),
 	); err != nil {
 		return nil, errors.Join(fmt.Errorf("initialise datapath maps: %w", err), d.objs.close())
+	}
+	if pinned != nil && !d.adopted {
+		if err := d.pinFresh(spec); err != nil {
+			return nil, errors.Join(err, removePinDir(cfg.PinDir, log), d.objs.close())
+		}
 	}
 	go d.foldLoop()
 	log.Debug("datapath loaded", "max_ports", cfg.MaxPorts, "syn_table", cfg.SYNTableSize,
@@ -387,6 +450,11 @@ func Open(cfg Config, log *slog.Logger) (*Datapath, error) {
 	}
 	for _, iface := range d.cfg.Interfaces {
 		if err := d.Attach(iface, d.cfg.Attach); err != nil {
+			if d.adopted {
+				// Leave the pinned datapath taken over as it was: its
+				// old programs stay where the take-over failed.
+				return nil, errors.Join(err, d.Release())
+			}
 			return nil, errors.Join(err, d.Close())
 		}
 	}
@@ -394,7 +462,8 @@ func Open(cfg Config, log *slog.Logger) (*Datapath, error) {
 }
 
 // Close detaches every attachment (removing only the filters and qdiscs
-// olcd created) and releases the programs and maps. It is safe to call more
+// olcd created) and releases the programs and maps; with Config.PinDir it
+// unpins them too (Release is the close that leaves them). It is safe to call more
 // than once; later calls return nil. Errors from all steps are joined.
 // Filters are removed in the network namespace they were attached in,
 // whatever namespace Close runs in. The memory-mapped .bss map (port index,
@@ -416,6 +485,10 @@ func (d *Datapath) Close() error {
 	d.mu.Unlock()
 	<-d.done // the fold loop takes d.mu; wait for it outside
 	errs = append(errs, d.objs.close())
+	if d.cfg.PinDir != "" {
+		// The programs are detached: the pinned maps go too.
+		errs = append(errs, removePinDir(d.cfg.PinDir, d.log))
+	}
 	return errors.Join(errs...)
 }
 

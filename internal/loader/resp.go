@@ -620,3 +620,17 @@ func (d *Datapath) FlowTableOccupancy() (FlowTable, error) {
 	}
 	return ft, nil
 }
+
+// baseline is statsFolder.baseline for the response histograms.
+func (f *respFolder) baseline(slots []uint16) error {
+	if err := f.fold(slots); err != nil {
+		return err
+	}
+	for _, st := range f.slots {
+		st.total = [respCounts]uint64{}
+		clear(st.buckets)
+		st.last, st.stale = Response{}, true
+		st.spare, st.moved, st.movedFull = nil, nil, false
+	}
+	return nil
+}

@@ -417,3 +417,16 @@ func (f *statsFolder) unclassified() (uint64, error) {
 	}
 	return sum, nil
 }
+
+// baseline reads the slots of a datapath taken over and makes what their
+// counters hold now the zero of the totals: this Datapath counts from the
+// take-over on, as a new process's counters do.
+func (f *statsFolder) baseline(slots []uint16) error {
+	if err := f.fold(slots); err != nil {
+		return err
+	}
+	for _, st := range f.slots {
+		st.total, st.wouldReject = [numCounters]uint64{}, 0
+	}
+	return nil
+}

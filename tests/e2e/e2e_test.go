@@ -311,7 +311,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 				t.Errorf("config_override records %v, want patch, three mode changes, patch, mode", kinds)
 			}
 		}},
-		{"SIGTERM exits cleanly and leaves nothing attached", func(t *testing.T) {
+		{"SIGTERM exits cleanly and keeps the datapath pinned; olcd detach removes it", func(t *testing.T) {
 			if err := d.signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
@@ -321,9 +321,14 @@ func TestDaemonEndToEnd(t *testing.T) {
 			if d.err != nil {
 				t.Fatalf("olcd exited with %v after SIGTERM, want status 0", d.err)
 			}
-			if progs := append(env.attachedProgs(t), env.egressProgs(t)...); len(progs) != 0 {
-				t.Fatalf("after SIGTERM the kernel still lists %+v on %s", progs, env.NodeIf)
+			if progs := env.attachedProgs(t); len(progs) != 1 || progs[0].ID != tcProg {
+				t.Fatalf("after SIGTERM the kernel lists %+v on %s, want the pinned program %d (a restart keeps it)", progs, env.NodeIf, tcProg)
 			}
+			t.Logf("olcd detach:\n%s", d.detach(t))
+			// The kernel frees an unpinned link in a work item.
+			testutil.Eventually(t, 5*time.Second, 20*time.Millisecond, func() (bool, error) {
+				return len(append(env.attachedProgs(t), env.egressProgs(t)...)) == 0, nil
+			}, "nothing attached to %s after olcd detach", env.NodeIf)
 			waitProgGone(t, tcProg)
 			if _, err := os.Lstat(d.socket); !os.IsNotExist(err) {
 				t.Errorf("admin socket %s left after a clean stop (lstat: %v)", d.socket, err)

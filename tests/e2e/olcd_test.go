@@ -77,6 +77,16 @@ type olcd struct {
 	logPath string
 	decPath string
 	metrics string // host:port inside the node namespace
+	// pinDir is where olcd pins its datapath: a bpffs of the test's own,
+	// mounted in the host's mount namespace so that it outlives each
+	// `ip netns exec` (which mounts a fresh /sys); stateDir holds its
+	// state file. docs/datapath.md, "Restarts".
+	pinDir   string
+	stateDir string
+	// guard checks the drop reasons at the end of the test (dropguard_test.go);
+	// allowDrops are reasons it allows beyond the drop action's.
+	guard      *dropGuard
+	allowDrops []string
 }
 
 // startDaemon renders cfg, starts `olcd run` in env's node namespace and
@@ -96,15 +106,17 @@ func prepareDaemon(t *testing.T, env *netEnv, cfg daemonConfig) *olcd {
 	t.Helper()
 	dir := t.TempDir()
 	d := &olcd{
-		env:     env,
-		dir:     dir,
-		cfgPath: filepath.Join(dir, "olcd.yaml"),
-		realCfg: filepath.Join(dir, "real", "olcd.yaml"),
-		socket:  filepath.Join(dir, "olcd.sock"),
-		logPath: filepath.Join(dir, "olcd.log"),
-		decPath: filepath.Join(dir, "decisions.jsonl"),
-		metrics: "127.0.0.1:9477", // loopback of the node namespace
+		env:      env,
+		dir:      dir,
+		cfgPath:  filepath.Join(dir, "olcd.yaml"),
+		realCfg:  filepath.Join(dir, "real", "olcd.yaml"),
+		socket:   filepath.Join(dir, "olcd.sock"),
+		logPath:  filepath.Join(dir, "olcd.log"),
+		decPath:  filepath.Join(dir, "decisions.jsonl"),
+		metrics:  "127.0.0.1:9477", // loopback of the node namespace
+		stateDir: filepath.Join(dir, "state"),
 	}
+	d.pinDir = mountPins(t, env, dir)
 	cfg = startedConfig(d, cfg)
 	if err := os.Mkdir(filepath.Dir(d.realCfg), 0o755); err != nil {
 		t.Fatal(err)
@@ -128,8 +140,42 @@ func (d *olcd) start(t *testing.T) {
 		}
 	})
 	d.proc = startProc(t, d.logPath, "ip", "netns", "exec", d.env.Node,
-		bins.olcd, "run", "--config", d.cfgPath, "--log-level", "debug")
+		bins.olcd, "run", "--config", d.cfgPath, "--log-level", "debug", "--pin-dir", d.pinDir, "--state-dir", d.stateDir)
 	d.waitReady(t)
+	if d.guard == nil {
+		// One guard per daemon, across its restarts (a new process's
+		// counters start a new chain).
+		d.guard = d.guardDrops(t, d.allowDrops...)
+	}
+}
+
+// mountPins mounts a bpffs for one daemon's pins under dir and returns the
+// pin directory in it. At the end of the test (after the daemon is killed)
+// `olcd detach` removes what it left in env's node namespace and the bpffs
+// is unmounted.
+func mountPins(t *testing.T, env *netEnv, dir string) string {
+	t.Helper()
+	mnt := filepath.Join(dir, "bpf")
+	if err := os.Mkdir(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("bpf", mnt, "bpf", 0, "mode=0700"); err != nil {
+		t.Fatalf("mount bpffs on %s: %v", mnt, err)
+	}
+	pins := filepath.Join(mnt, "olcd")
+	t.Cleanup(func() {
+		if out, err := runCmd("ip", "netns", "exec", env.Node, bins.olcd, "detach", "--pin-dir", pins); err != nil {
+			t.Errorf("olcd detach --pin-dir %s: %v\n%s", pins, err, out)
+		}
+		_ = syscall.Unmount(mnt, syscall.MNT_DETACH)
+	})
+	return pins
+}
+
+// detach runs `olcd detach` for d's pins in the node namespace.
+func (d *olcd) detach(t *testing.T) string {
+	t.Helper()
+	return mustRun(t, "ip", "netns", "exec", d.env.Node, bins.olcd, "detach", "--pin-dir", d.pinDir)
 }
 
 // startedConfig fills in the fields that belong to d: its interface, paths
@@ -374,8 +420,18 @@ func (d *olcd) waitShedding(t *testing.T) *api.Status {
 // the Prometheus text parser.
 func (d *olcd) scrape(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	mfs, err := scrapeCtx(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mfs
+}
+
+// scrapeCtx fetches and parses /metrics of d within ctx.
+func scrapeCtx(ctx context.Context, d *olcd) (map[string]*dto.MetricFamily, error) {
 	hc := &http.Client{
-		Timeout: 10 * time.Second,
 		Transport: &http.Transport{
 			DisableKeepAlives: true,
 			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -389,20 +445,24 @@ func (d *olcd) scrape(t *testing.T) map[string]*dto.MetricFamily {
 			},
 		},
 	}
-	resp, err := hc.Get("http://" + d.metrics + "/metrics")
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.metrics+"/metrics", nil)
 	if err != nil {
-		t.Fatalf("scrape metrics: %v", err)
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scrape metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("scrape metrics: %s", resp.Status)
+		return nil, fmt.Errorf("scrape metrics: %s", resp.Status)
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	mfs, err := p.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		t.Fatalf("parse metrics: %v", err)
+		return nil, fmt.Errorf("parse metrics: %w", err)
 	}
-	return mfs
+	return mfs, nil
 }
 
 // metricValue returns the value of the sample of family name whose labels

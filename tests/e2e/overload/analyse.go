@@ -99,6 +99,9 @@ type RunResult struct {
 	Series []SecondPoint `json:"-"`
 	// KilledAt is when olcd was killed (0: not killed), since the start.
 	KilledAt time.Duration `json:"-"`
+	// RestartedAt is when olcd was restarted (0: not restarted), since
+	// the start.
+	RestartedAt time.Duration `json:"-"`
 	// Dials are the work connects, for the fail-open check.
 	Dials []DialRecord `json:"-"`
 	// Plot, OlcdLog and DecisionLog are files of the run.
@@ -129,7 +132,7 @@ func (r *RunResult) Phase(name string) PhaseResult {
 
 // analyse turns a run's records into its results.
 func analyse(rec *records, sc Scenario, v Variant, opt Options, cal *Calibration) *RunResult {
-	res := &RunResult{Scenario: sc.Name, Variant: v, KilledAt: rec.killedAt, Backend: sc.backend(), Clients: sc.clients(), CapacityRPS: cal.CapacityRPS}
+	res := &RunResult{Scenario: sc.Name, Variant: v, KilledAt: rec.killedAt, RestartedAt: rec.restartedAt, Backend: sc.backend(), Clients: sc.clients(), CapacityRPS: cal.CapacityRPS}
 	for _, d := range rec.dials {
 		res.Dials = append(res.Dials, DialRecord{Start: d.start, Duration: d.dur, Outcome: d.outcome})
 	}
@@ -643,4 +646,24 @@ func (c *Calibration) capacityAt(cpuBusy, perS float64) (rps, slowdown float64, 
 		return c.CapacityRPS, slowdown, true
 	}
 	return c.CapacityRPS / (1 + slowdown), slowdown, true
+}
+
+// AroundRestart returns the goodput (answers within the SLO per second)
+// over the span seconds before RestartedAt and the span seconds from it;
+// ok is false without a restart or a series that short.
+func (r *RunResult) AroundRestart(span int) (before, after float64, ok bool) {
+	if r.RestartedAt == 0 {
+		return 0, 0, false
+	}
+	at := int(r.RestartedAt / time.Second)
+	if at < span || at+span > len(r.Series) {
+		return 0, 0, false
+	}
+	for i := at - span; i < at; i++ {
+		before += r.Series[i].Goodput
+	}
+	for i := at; i < at+span; i++ {
+		after += r.Series[i].Goodput
+	}
+	return before / float64(span), after / float64(span), true
 }

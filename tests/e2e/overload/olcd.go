@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"text/template"
 	"time"
@@ -91,6 +92,8 @@ type olcdConfigData struct {
 	Agent string
 	// RequestGate is the work port's ports[].request_gate.
 	RequestGate bool
+	// PinDir is olcd's --pin-dir ("": unpinned); not in the file.
+	PinDir string
 }
 
 // cpuSignal is the signals line of the cgroup's CPU at threshold (a share
@@ -112,6 +115,8 @@ type olcdSettings struct {
 	Action string
 	// RequestGate turns the work port's request gate on.
 	RequestGate bool
+	// PinDir pins the datapath there ("": olcd runs unpinned).
+	PinDir string
 }
 
 // olcdSettingsFor returns the olcd settings of variant v under cal.
@@ -167,6 +172,19 @@ func hasTargetLaw(olcd, dir string) bool {
 	return exec.Command(olcd, "check-config", path).Run() == nil
 }
 
+// unpinned are the flags that make bin's olcd pin nothing and keep no
+// state file, when it has them: the harness's runs each start from nothing,
+// and its kill measures the fail-open of a datapath that dies with the
+// process (the pinned one's, within stale_after, is tests/e2e's
+// TestFailOpenKill9 and TestRestartKeepsProtection).
+func unpinned(bin string) []string {
+	out, _ := exec.Command(bin, "run", "-h").CombinedOutput()
+	if strings.Contains(string(out), "-pin-dir") {
+		return []string{"--pin-dir", "off", "--state-dir", "off"}
+	}
+	return nil
+}
+
 // olcdProc is a running `olcd run`.
 type olcdProc struct {
 	cmd         *exec.Cmd
@@ -184,8 +202,27 @@ func (h *Harness) startOlcd(ctx context.Context, dir string, set olcdSettings) (
 	return launchOlcd(ctx, h.opt.Olcd, dir, "", "", olcdConfigData{
 		By: "the overload harness", Mode: set.Mode, Iface: h.net.HostIf, Interval: h.opt.OlcdInterval, Selection: h.opt.Selection,
 		Signals: set.Signals, Action: set.Action, Cgroup: h.cg.Name, Controller: append(append([]string{}, h.opt.OlcdController...), set.Controller...),
-		Port: WorkPort, HealthPort: HealthPort, RequestGate: set.RequestGate,
+		Port: WorkPort, HealthPort: HealthPort, RequestGate: set.RequestGate, PinDir: set.PinDir,
 	})
+}
+
+// mountRunPins mounts a bpffs under dir for a run's pinned olcd and returns
+// its pin directory; a leftover of an earlier run there is detached first.
+func mountRunPins(bin, dir string) (string, error) {
+	mnt := filepath.Join(dir, "bpf")
+	if err := os.MkdirAll(mnt, 0o700); err != nil {
+		return "", err
+	}
+	if err := syscall.Mount("bpf", mnt, "bpf", 0, "mode=0700"); err != nil {
+		return "", fmt.Errorf("mount bpffs on %s: %w", mnt, err)
+	}
+	return filepath.Join(mnt, "olcd"), nil
+}
+
+// detachRunPins removes what the run's olcd left pinned and unmounts.
+func detachRunPins(bin, pinDir string) {
+	_ = exec.Command(bin, "detach", "--pin-dir", pinDir).Run()
+	_ = syscall.Unmount(filepath.Dir(pinDir), syscall.MNT_DETACH)
 }
 
 // launchOlcd writes cfg into dir, starts bin's `olcd run` on it (inside
@@ -217,7 +254,10 @@ func launchOlcd(ctx context.Context, bin, dir, node, netns string, cfg olcdConfi
 	if err != nil {
 		return nil, err
 	}
-	argv := []string{bin, "run", "--config", cfgPath}
+	argv := append([]string{bin, "run", "--config", cfgPath}, unpinned(bin)...)
+	if cfg.PinDir != "" {
+		argv = []string{bin, "run", "--config", cfgPath, "--pin-dir", cfg.PinDir, "--state-dir", filepath.Join(dir, "state"+suffix)}
+	}
 	if netns != "" {
 		argv = append([]string{"nsenter", "--net=/run/netns/" + netns}, argv...)
 	}

@@ -291,6 +291,13 @@ type RunOptions struct {
 	// KillOlcdAt, when positive, sends SIGKILL to olcd this long after the
 	// load starts (the fail-open test).
 	KillOlcdAt time.Duration
+	// RestartOlcdAt, when positive, restarts olcd this long after the load
+	// starts as systemd's restart does: SIGTERM, then a new olcd at once.
+	// The run's olcd then pins its datapath (in a bpffs of the run's own)
+	// so that the new one takes it over (docs/datapath.md, "Restarts").
+	RestartOlcdAt time.Duration
+	// restart starts the new olcd of RestartOlcdAt (set by Run).
+	restart func() (*olcdProc, error)
 	// KeepAlive makes the attacker reuse its work connections.
 	KeepAlive bool
 	// Realtime runs the attacker at a real-time priority (chrt -f 10,
@@ -333,11 +340,18 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, v Variant, ro RunOptions
 		var err error
 		set := h.olcdSettingsFor(v, cal)
 		set.RequestGate = sc.RequestGate
+		if ro.RestartOlcdAt > 0 {
+			if set.PinDir, err = mountRunPins(h.opt.Olcd, dir); err != nil {
+				return nil, err
+			}
+			defer detachRunPins(h.opt.Olcd, set.PinDir)
+			ro.restart = func() (*olcdProc, error) { return h.startOlcd(ctx, dir, set) }
+		}
 		od, err = h.startOlcd(ctx, dir, set)
 		if err != nil {
 			return nil, err
 		}
-		defer od.stop()
+		defer func() { od.stop() }()
 	case VariantStatic, VariantStaticReject:
 		var err error
 		nft, err = h.addStaticLimit(cal.CapacityRPS, v == VariantStaticReject)
@@ -379,8 +393,10 @@ type records struct {
 	dials    []dial
 	samples  []sample
 	killedAt time.Duration // 0: olcd not killed
-	quota    []QuotaChange
-	baseQ    float64
+	// restartedAt is when olcd got SIGTERM for a restart (0: none).
+	restartedAt time.Duration
+	quota       []QuotaChange
+	baseQ       float64
 }
 
 // request is one request of the attacker.
@@ -509,6 +525,20 @@ func (h *Harness) attack(ctx context.Context, dir, label string, clients Clients
 			rec.killedAt = time.Since(rec.start)
 			a.mu.Unlock()
 			fmt.Fprintf(h.opt.Progress, "  [%s] %4.0fs olcd killed with SIGKILL\n", label, el.Seconds())
+		}
+		if ro.RestartOlcdAt > 0 && od != nil && rec.restartedAt == 0 && el >= ro.RestartOlcdAt {
+			take()
+			t0 := time.Now()
+			a.mu.Lock()
+			rec.restartedAt = time.Since(rec.start)
+			a.mu.Unlock()
+			od.stop()
+			nod, err := ro.restart()
+			if err != nil {
+				return fmt.Errorf("restart olcd: %w", err)
+			}
+			*od = *nod
+			fmt.Fprintf(h.opt.Progress, "  [%s] %4.0fs olcd restarted (SIGTERM, start, attached and ticking in %v)\n", label, el.Seconds(), time.Since(t0).Round(time.Millisecond))
 		}
 		take()
 		if el <= total+time.Second {

@@ -1,0 +1,89 @@
+package daemon
+
+import (
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/olcd/olcd/internal/adaptive"
+	"github.com/olcd/olcd/internal/loader"
+	"github.com/olcd/olcd/internal/olc"
+	"github.com/olcd/olcd/internal/statefile"
+)
+
+// TestStateRestore: what one daemon's controller learnt and the live
+// overrides in force come back in the next daemon from the state file; a
+// file written under another config is ignored.
+func TestStateRestore(t *testing.T) {
+	dir := t.TempDir()
+	d, _ := goldenDaemon(t)
+	d.opts.StateDir = dir
+	if err := d.override("patch", "interval: 400ms", []byte("interval: 400ms\n")); err != nil {
+		t.Fatal(err)
+	}
+	want := d.eng.ctrl.Export()
+	if want.DropProbability == 0 && len(want.Ports) == 0 {
+		t.Fatalf("the golden run learnt nothing to keep: %+v", want)
+	}
+	d.saveState(true)
+
+	d2, _ := goldenDaemon(t)
+	d2.opts.StateDir = dir
+	d2.eng.ctrl, _ = adaptive.New(d2.eng.cfg.ControllerConfig(controllerPorts(d2.eng.ports)))
+	overrides := d2.restoreState(nil)
+	got := d2.eng.ctrl.Export()
+	for i := range got.Ports {
+		// The capacity estimate aged by the file's age.
+		if i < len(want.Ports) && got.Ports[i].CapacityAge < want.Ports[i].CapacityAge {
+			t.Errorf("port %s: capacity age %v, younger than the exported %v", got.Ports[i].Key, got.Ports[i].CapacityAge, want.Ports[i].CapacityAge)
+		}
+		got.Ports[i].CapacityAge = 0
+	}
+	for i := range want.Ports {
+		want.Ports[i].CapacityAge = 0
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("restored controller state\n%+v\nwant\n%+v", got, want)
+	}
+	d2.reapplyOverrides(overrides)
+	if len(d2.conf.overrides) != 1 || d2.conf.overrides[0].Value != "interval: 400ms" || !d2.conf.overrides[0].At.Equal(d.conf.overrides[0].At) {
+		t.Errorf("restored overrides %+v, want the one of the first daemon with its time", d2.conf.overrides)
+	}
+	if d2.eng.cfg.Interval != d.eng.cfg.Interval {
+		t.Errorf("interval %v after the restore, want %v", d2.eng.cfg.Interval, d.eng.cfg.Interval)
+	}
+
+	// Another config: foreign, ignored.
+	d3, _ := goldenDaemon(t)
+	d3.opts.StateDir = dir
+	d3.conf.fileData = append(d3.conf.fileData, '\n')
+	d3.eng.ctrl, _ = adaptive.New(d3.eng.cfg.ControllerConfig(controllerPorts(d3.eng.ports)))
+	before := d3.eng.ctrl.Export()
+	if ov := d3.restoreState(nil); len(ov) != 0 {
+		t.Errorf("overrides %+v from a foreign file", ov)
+	}
+	if got := d3.eng.ctrl.Export(); !reflect.DeepEqual(got, before) {
+		t.Errorf("a foreign file changed the controller: %+v", got)
+	}
+	if _, err := statefile.Read(dir, nodeName(), d.configHash(), d.savedAt); err != nil {
+		t.Errorf("state file: %v", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*")); len(left) != 0 {
+		t.Errorf("temporary files left: %v", left)
+	}
+}
+
+// TestAdoptedSeedsController: without a state file, the drop
+// probabilities of a taken-over datapath seed the controller, so the first
+// tick does not release them.
+func TestAdoptedSeedsController(t *testing.T) {
+	d, _ := goldenDaemon(t)
+	d.opts.StateDir = t.TempDir()
+	d.eng.ctrl, _ = adaptive.New(d.eng.cfg.ControllerConfig(controllerPorts(d.eng.ports)))
+	k := d.eng.ports[0].Key
+	d.restoreState([]loader.PortPolicy{{Key: k, Mode: olc.ModeEnforce, DropProbability: 0.25}})
+	st := d.eng.ctrl.Export()
+	if st.DropProbability != 0.25 || !st.Overloaded {
+		t.Fatalf("controller after seeding: %+v, want p 0.25 overloaded", st)
+	}
+}

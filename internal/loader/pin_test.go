@@ -1,0 +1,425 @@
+package loader
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/olcd/olcd/internal/olc"
+	"github.com/olcd/olcd/internal/testutil"
+)
+
+// pinTestDir mounts a bpffs of the test's own (removed at the end) and
+// returns a pin directory in it, so that tests never touch /sys/fs/bpf.
+func pinTestDir(t *testing.T) string {
+	t.Helper()
+	requireRoot(t)
+	mnt := t.TempDir()
+	if err := unix.Mount("bpf", mnt, "bpf", 0, "mode=0700"); err != nil {
+		t.Skipf("mount bpffs: %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) })
+	return filepath.Join(mnt, "olcd", "test")
+}
+
+// loadPinned loads a datapath pinned in dir, released (not closed) at the
+// end of the test unless the test closed it.
+func loadPinned(t *testing.T, cfg Config) *Datapath {
+	t.Helper()
+	d, err := Load(cfg, nil)
+	if err != nil {
+		t.Fatalf("load pinned: %v", err)
+	}
+	t.Cleanup(func() { _ = d.Release() })
+	return d
+}
+
+// ingressProgram is the ID of the program attached to ifindex at hook
+// (tcx ingress or XDP), 0 when none.
+func ingressProgram(t *testing.T, n *testNet, hook string, ifindex int) ebpf.ProgramID {
+	t.Helper()
+	var id ebpf.ProgramID
+	n.inServer(t, func() error {
+		if hook == "xdp" {
+			l, err := netlink.LinkByIndex(ifindex)
+			if err != nil {
+				return err
+			}
+			if x := l.Attrs().Xdp; x != nil && x.Attached {
+				id = ebpf.ProgramID(x.ProgId)
+			}
+			return nil
+		}
+		q, err := link.QueryPrograms(link.QueryOptions{Target: ifindex, Attach: ebpf.AttachTCXIngress})
+		if err != nil {
+			return err
+		}
+		if len(q.Programs) > 0 {
+			id = q.Programs[0].ID
+		}
+		return nil
+	})
+	return id
+}
+
+// mapIDs are the IDs of the maps a program uses, sorted.
+func mapIDs(t *testing.T, id ebpf.ProgramID) []ebpf.MapID {
+	t.Helper()
+	p, err := ebpf.NewProgramFromID(id)
+	must(t, err)
+	defer p.Close()
+	info, err := p.Info()
+	must(t, err)
+	ids, ok := info.MapIDs()
+	if !ok {
+		t.Fatal("kernel reports no map IDs")
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// rawDropped sums olcd_stats' dropped count of slot over the CPUs, as the
+// kernel holds it: the counters the programs write, not the loader's folds.
+func rawDropped(t *testing.T, d *Datapath, slot uint16) uint64 {
+	t.Helper()
+	var per []olcdOlcdCounters
+	must(t, d.objs.OlcdStats.Lookup(uint32(slot), &per))
+	var n uint64
+	for _, c := range per {
+		n += uint64(c.Dropped)
+	}
+	return n
+}
+
+// TestPinnedUpgrades is tubular's upgrade test: a datapath pinned and
+// attached is released and taken over three times in a row; each time the
+// link stays the same one with the new program in it, the policy and drop
+// probability the first olcd wrote stay in force (a SYN is dropped by the
+// new program before the new olcd writes anything), the kernel's counters
+// continue, the pins stay, and the maps the attached program uses are the
+// ones the new Datapath writes.
+func TestPinnedUpgrades(t *testing.T) {
+	for _, mode := range []olc.AttachMode{olc.AttachTC, olc.AttachXDPGeneric} {
+		t.Run(string(mode), func(t *testing.T) {
+			dir := pinTestDir(t)
+			n := newTestNet(t)
+			cfg := Config{PinDir: dir, MaxPorts: 16}
+			k := olc.PortKey{Proto: olc.ProtoTCP, Port: 8080}
+			hook := "tc"
+			if mode != olc.AttachTC {
+				hook = "xdp"
+			}
+			d := loadPinned(t, cfg)
+			if d.Adopted() {
+				t.Fatal("a fresh pin directory was taken over")
+			}
+			n.inServer(t, func() error { return d.Attach(n.NodeIf, mode) })
+			must(t, d.SetPolicies([]PortPolicy{{Key: k, Mode: olc.ModeEnforce, Action: olc.ActionDrop, DropProbability: 1}}))
+			must(t, d.SetMode(olc.ModeEnforce))
+			must(t, d.Heartbeat())
+			ifindex := d.Attachments()[0].Ifindex
+			pins := pinList(t, dir)
+			if got := ingressProgram(t, n, hook, ifindex); got != must1(t)(progID(d.prog(hook2(hook)))) {
+				t.Fatalf("attached program %d is not the loaded one", got)
+			}
+			for gen := 1; gen <= 3; gen++ {
+				if v, _ := run(t, d, hook2(hook), syn4(k.Port, uint32(gen))); v != verdictDrop {
+					t.Fatalf("generation %d: SYN %s before the upgrade, want drop", gen, v)
+				}
+				before := rawDropped(t, d, d.slots[k])
+				must(t, d.Release())
+				if got := ingressProgram(t, n, hook, ifindex); got == 0 {
+					t.Fatalf("generation %d: nothing attached after Release", gen)
+				}
+				d = loadPinned(t, cfg)
+				if !d.Adopted() {
+					t.Fatalf("generation %d: the pinned datapath was not taken over", gen)
+				}
+				pol := d.Policies()
+				if len(pol) != 1 || pol[0].Key != k || pol[0].DropProbability != 1 || pol[0].Mode != olc.ModeEnforce {
+					t.Fatalf("generation %d: policies taken over %+v", gen, pol)
+				}
+				if v, _ := run(t, d, hook2(hook), syn4(k.Port, uint32(100+gen))); v != verdictDrop {
+					t.Fatalf("generation %d: SYN %s after the take-over before any write, want drop", gen, v)
+				}
+				if got := rawDropped(t, d, d.slots[k]); got != before+1 {
+					t.Fatalf("generation %d: kernel dropped count %d after the take-over, want %d (kept and counting)", gen, got, before+1)
+				}
+				n.inServer(t, func() error { return d.Attach(n.NodeIf, mode) })
+				a := d.Attachments()[0]
+				if !slices.Equal(pinList(t, dir), pins) {
+					t.Fatalf("generation %d: pins %v, want %v", gen, pinList(t, dir), pins)
+				}
+				got := ingressProgram(t, n, hook, a.Ifindex)
+				want := must1(t)(progID(d.prog(hook2(hook))))
+				if got != want {
+					t.Fatalf("generation %d: attached program %d, want the new one %d", gen, got, want)
+				}
+				info, err := d.objs.OlcdPolicies.Info()
+				must(t, err)
+				pid, _ := info.ID()
+				if ids := mapIDs(t, got); !slices.Contains(ids, pid) {
+					t.Fatalf("generation %d: attached program's maps %v lack the policies map %d the Datapath writes", gen, ids, pid)
+				}
+				must(t, d.Heartbeat())
+			}
+			// The full removal leaves nothing.
+			must(t, d.Close())
+			testutil.Eventually(t, 2*time.Second, 10*time.Millisecond, func() (bool, error) {
+				return ingressProgram(t, n, hook, ifindex) == 0, nil
+			}, "a program is still attached after Close")
+			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("pin directory after Close: %v", err)
+			}
+		})
+	}
+}
+
+func hook2(h string) hook {
+	if h == "xdp" {
+		return hookXDP
+	}
+	return hookTC
+}
+
+// must1 returns a function that fails t on an error and returns the value.
+func must1(t *testing.T) func(ebpf.ProgramID, error) ebpf.ProgramID {
+	return func(v ebpf.ProgramID, err error) ebpf.ProgramID {
+		t.Helper()
+		must(t, err)
+		return v
+	}
+}
+
+func pinList(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	must(t, err)
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// TestTakeOverFailedUpdate injects a failed link update: the attach fails
+// naming it, and the old program stays attached and keeps its policy.
+func TestTakeOverFailedUpdate(t *testing.T) {
+	dir := pinTestDir(t)
+	n := newTestNet(t)
+	cfg := Config{PinDir: dir, MaxPorts: 16}
+	d := loadPinned(t, cfg)
+	n.inServer(t, func() error { return d.Attach(n.NodeIf, olc.AttachTC) })
+	ifindex := d.Attachments()[0].Ifindex
+	old := ingressProgram(t, n, "tc", ifindex)
+	must(t, d.Release())
+
+	orig := linkUpdate
+	t.Cleanup(func() { linkUpdate = orig })
+	linkUpdate = func(link.Link, *ebpf.Program) error { return errors.New("injected update failure") }
+	d = loadPinned(t, cfg)
+	err := n.InNode(func() error { return d.Attach(n.NodeIf, olc.AttachTC) })
+	if err == nil {
+		t.Fatal("attach succeeded with a failing link update")
+	}
+	t.Logf("attach: %v", err)
+	if got := ingressProgram(t, n, "tc", ifindex); got != old {
+		t.Fatalf("attached program %d after the failed update, want the old %d", got, old)
+	}
+	linkUpdate = orig
+	must(t, d.Release())
+	d = loadPinned(t, cfg)
+	n.inServer(t, func() error { return d.Attach(n.NodeIf, olc.AttachTC) })
+	if got := ingressProgram(t, n, "tc", ifindex); got == old {
+		t.Fatal("the retried take-over left the old program")
+	}
+	must(t, d.Close())
+}
+
+// TestPinnedIncompatible: a datapath pinned with other map sizes, or whose
+// layout fingerprint differs, is refused with an error naming the map and
+// the difference, and left as it was.
+func TestPinnedIncompatible(t *testing.T) {
+	dir := pinTestDir(t)
+	d := loadPinned(t, Config{PinDir: dir, MaxPorts: 16})
+	must(t, d.Release())
+	pins := pinList(t, dir)
+
+	_, err := Load(Config{PinDir: dir, MaxPorts: 32}, nil)
+	var ie *IncompatibleError
+	if !errors.As(err, &ie) || ie.Map != "olcd_policies" {
+		t.Fatalf("load with other max ports: %v, want an IncompatibleError naming olcd_policies", err)
+	}
+	t.Logf("refused: %v", err)
+
+	// A build whose struct layout changed at equal sizes: its fingerprint.
+	layout, err := ebpf.LoadPinnedMap(filepath.Join(dir, layoutMapName), nil)
+	must(t, err)
+	must(t, layout.Update(keyOf("olcd_syns"), uint64(1), ebpf.UpdateAny))
+	layout.Close()
+	_, err = Load(Config{PinDir: dir, MaxPorts: 16}, nil)
+	if !errors.As(err, &ie) || ie.Map != "olcd_syns" {
+		t.Fatalf("load with another layout: %v, want an IncompatibleError naming olcd_syns", err)
+	}
+	t.Logf("refused: %v", err)
+	if !slices.Equal(pinList(t, dir), pins) {
+		t.Fatalf("a refused load changed the pins: %v, want %v", pinList(t, dir), pins)
+	}
+}
+
+// TestRemovePinnedEntryDeleted: the explicit detach removes an attached,
+// pinned datapath whose pins someone deleted in part by hand.
+func TestRemovePinnedEntryDeleted(t *testing.T) {
+	dir := pinTestDir(t)
+	n := newTestNet(t)
+	d := loadPinned(t, Config{PinDir: dir, MaxPorts: 16})
+	n.inServer(t, func() error { return d.Attach(n.NodeIf, olc.AttachTC) })
+	ifindex := d.Attachments()[0].Ifindex
+	must(t, d.Release())
+	must(t, os.Remove(filepath.Join(dir, "olcd_syns")))
+	must(t, os.Remove(filepath.Join(dir, layoutMapName)))
+	var done []string
+	n.inServer(t, func() (err error) { done, err = RemovePinned(dir, nil); return err })
+	t.Logf("removed: %q", done)
+	// The kernel frees a link whose last reference went in a work item.
+	testutil.Eventually(t, 2*time.Second, 10*time.Millisecond, func() (bool, error) {
+		return ingressProgram(t, n, "tc", ifindex) == 0, nil
+	}, "a program is still attached after RemovePinned")
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("pin directory after RemovePinned: %v", err)
+	}
+}
+
+// TestTakeOverClsact: on the clsact rung the filter's program is replaced in
+// place and the taken-over policy stays.
+func TestTakeOverClsact(t *testing.T) {
+	dir := pinTestDir(t)
+	n := newTestNet(t)
+	cfg := Config{PinDir: dir, MaxPorts: 16}
+	d := loadPinned(t, cfg)
+	n.inServer(t, func() error { return d.attach(n.NodeIf, olc.AttachTC, true) })
+	must(t, d.Release())
+	d = loadPinned(t, cfg)
+	n.inServer(t, func() error { return d.attach(n.NodeIf, olc.AttachTC, true) })
+	a := d.Attachments()[0]
+	if a.Mode != "clsact" {
+		t.Fatalf("mode %s, want clsact", a.Mode)
+	}
+	want := must1(t)(progID(d.objs.OlcdTc))
+	var ids []int
+	n.inServer(t, func() error {
+		nl, err := netlink.NewHandle()
+		if err != nil {
+			return err
+		}
+		defer nl.Close()
+		l, err := nl.LinkByIndex(a.Ifindex)
+		if err != nil {
+			return err
+		}
+		fs, err := listFilters(nl, l, netlink.HANDLE_MIN_INGRESS)
+		for _, f := range fs {
+			if bf, ok := f.(*netlink.BpfFilter); ok && bf.Handle != 0 {
+				ids = append(ids, bf.Id)
+			}
+		}
+		return err
+	})
+	if len(ids) != 1 || ids[0] != int(want) {
+		t.Fatalf("ingress filters' programs %v, want just the new one %d", ids, want)
+	}
+	must(t, d.Close())
+}
+
+// TestTakeOverStaleHeartbeat: a pinned datapath whose heartbeat went stale
+// (its olcd died long ago) is taken over with its policies but not its drop
+// probabilities, which were no longer in force.
+func TestTakeOverStaleHeartbeat(t *testing.T) {
+	dir := pinTestDir(t)
+	k := olc.PortKey{Proto: olc.ProtoTCP, Port: 8080}
+	// Longer than a load takes (the verifier), shorter than the test.
+	cfg := Config{PinDir: dir, MaxPorts: 16, StaleAfter: time.Second}
+	d := loadPinned(t, cfg)
+	must(t, d.SetPolicies([]PortPolicy{{Key: k, Mode: olc.ModeEnforce, Action: olc.ActionDrop, DropProbability: 0.5}}))
+	must(t, d.Heartbeat())
+	must(t, d.Release())
+	d = loadPinned(t, cfg)
+	if p := d.Policies(); len(p) != 1 || p[0].DropProbability != 0.5 {
+		t.Fatalf("fresh take-over: policies %+v, want p 0.5", p)
+	}
+	must(t, d.Release())
+	testutil.Eventually(t, 3*time.Second, 10*time.Millisecond, func() (bool, error) {
+		now, err := monotonicNow()
+		return err == nil && now-d.ctl.HeartbeatNs > uint64(cfg.StaleAfter+100*time.Millisecond), err
+	}, "heartbeat stale")
+	d = loadPinned(t, cfg)
+	if p := d.Policies(); len(p) != 1 || p[0].DropProbability != 0 || p[0].Key != k {
+		t.Fatalf("stale take-over: policies %+v, want the port with p 0", p)
+	}
+}
+
+// TestTakeOverBridgesHeartbeat: while a new Load verifies its programs, the
+// pinned datapath's heartbeat is renewed, so the old drop probabilities
+// outlive stale_after only as long as the new olcd lives; a stale one is
+// not revived.
+func TestTakeOverBridgesHeartbeat(t *testing.T) {
+	dir := pinTestDir(t)
+	cfg := Config{PinDir: dir, MaxPorts: 16, StaleAfter: 400 * time.Millisecond}
+	d := loadPinned(t, cfg)
+	must(t, d.Heartbeat())
+	must(t, d.Release())
+	spec, err := loadOlcd()
+	must(t, err)
+	ncpu, err := ebpf.PossibleCPU()
+	must(t, err)
+	c, err := cfg.withDefaults()
+	must(t, err)
+	sizeMaps(spec, c, ncpu)
+	p, err := openPins(dir, spec, nil)
+	must(t, err)
+	defer p.close()
+	hb := func() uint64 {
+		var ctl olcdOlcdControl
+		v := spec.Variables["olcd_ctl"]
+		buf := make([]byte, p.adopted[".bss"].ValueSize())
+		must(t, p.adopted[".bss"].Lookup(uint32(0), buf))
+		must(t, binaryRead(buf[v.Offset:], &ctl))
+		return ctl.HeartbeatNs
+	}
+	first := hb()
+	stop := p.bridge(spec, slogDiscard())
+	// Renewed past what the first heartbeat's lease allowed, and fresh.
+	testutil.Eventually(t, 3*time.Second, 20*time.Millisecond, func() (bool, error) {
+		now, err := monotonicNow()
+		got := hb()
+		return got > first+uint64(2*cfg.StaleAfter) && now-got <= uint64(cfg.StaleAfter), err
+	}, "the heartbeat renewed beyond two leases")
+	stop()
+	// Stale once the bridge stops; a new bridge leaves it so.
+	testutil.Eventually(t, 3*time.Second, 20*time.Millisecond, func() (bool, error) {
+		now, err := monotonicNow()
+		return now-hb() > uint64(cfg.StaleAfter), err
+	}, "the heartbeat goes stale after the bridge")
+	stale := hb()
+	p.bridge(spec, slogDiscard())() // a stale heartbeat: nothing runs
+	if got := hb(); got != stale {
+		t.Fatalf("a stale heartbeat was renewed (%d → %d)", stale, got)
+	}
+}
+
+func binaryRead(b []byte, v *olcdOlcdControl) error {
+	return binary.Read(bytes.NewReader(b), binary.NativeEndian, v)
+}
+
+func slogDiscard() *slog.Logger { return slog.New(slog.DiscardHandler) }
