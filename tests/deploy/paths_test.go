@@ -30,6 +30,9 @@ func TestNamedPathsExist(t *testing.T) {
 	ref := regexp.MustCompile(`\b(?:deploy|docs|scripts|systemd)/[A-Za-z0-9_./-]+`)
 	checked := 0
 	for _, f := range files {
+		if filepath.Base(f) == "measurements.md" {
+			continue // the dated record names paths as they were then
+		}
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
