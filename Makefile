@@ -40,7 +40,8 @@ help:
 	@echo "make install         install olcd and olcd-sim, unit and /etc/olcd/olcd.yaml, enable the service"
 	@echo "make uninstall       remove everything make install added"
 	@echo "make release VERSION=vX.Y.Z  dist/: tarballs, .debs, OCI image, SHA256SUMS (from that tag)"
-	@echo "make test-release    the release on a fresh Debian 12 chroot, sums, image read back (root, ~1 min)"
+	@echo "make test-release    the release on a fresh Debian 12 chroot, sums, image read back, and"
+	@echo "                     the README's install and first-ten-minutes commands walked (root, ~2 min)"
 
 # One list of system packages (scripts/deps.sh): installed when missing as
 # root with apt, else named in one line.
@@ -158,8 +159,9 @@ release:
 	$(GO) -C tools/release run . -root $(CURDIR) -out $(CURDIR)/dist \
 		-version $(VERSION) -commit $(COMMIT) -ldflags "$(LDFLAGS)"
 
-# A test release on a fresh Debian 12 chroot (root; ~50 s with the chroot
-# and build caches warm, ~4 min cold): scripts/test-release.sh.
+# A test release on a fresh Debian 12 chroot (root; ~2 min with the chroot
+# and build caches warm, ~5 min cold): scripts/test-release.sh, which ends
+# with the README walk, scripts/test-release-first10.sh.
 test-release:
 	scripts/test-release.sh
 

@@ -187,7 +187,9 @@ func goldenStats(i int) loader.Stats {
 			{Proto: olc.ProtoUDP, Port: 53}: {NewConns: 1000 * n, Passed: 1000 * n, WouldDrop: 100 * n},
 			tcp(8443):                       {NewConns: 50 * n, Passed: 50 * n, WouldDrop: 10 * n, WouldReject: 9 * n},
 		},
-		Other:         loader.Counters{NewConns: 7 * n, Exempt: 2 * n},
+		Other: loader.Counters{NewConns: 7 * n, Exempt: 2 * n},
+		// The exception port tcp/9100 (the scrape port), in a slot of its own.
+		ExemptPorts:   map[olc.PortKey]loader.Counters{tcp(9100): {NewConns: 6 * n, Passed: 6 * n, Exempt: 6 * n}},
 		Unclassified:  3 * n,
 		RejectLimited: 4 * n,
 		Flows:         loader.FlowCounters{Inserts: 900 * n, Evictions: n, Expired: 2 * n, Forgotten: 800 * n},

@@ -136,8 +136,9 @@ var (
 	descRejLimit = prometheus.NewDesc("olcd_reject_limited_total", "SYNs the reject action dropped instead of answering: over the per-CPU rate limit (action.reject_rate).", nil, nil)
 	descExempt   = prometheus.NewDesc("olcd_port_exempt_total", "New connections from exception sources, always passed.", portLabels, nil)
 	descStale    = prometheus.NewDesc("olcd_port_stale_total", "New connections passed because the daemon's heartbeat was stale (fail-open).", portLabels, nil)
-	descOtherNew = prometheus.NewDesc("olcd_unprotected_new_connections_total", "New TCP connections to ports without a policy.", nil, nil)
-	descOtherEx  = prometheus.NewDesc("olcd_unprotected_exempt_total", "New connections to exception ports without a policy.", nil, nil)
+	descOtherNew = prometheus.NewDesc("olcd_unprotected_new_connections_total", "New TCP connections to ports without a policy, exception ports included.", nil, nil)
+	descOtherEx  = prometheus.NewDesc("olcd_unprotected_exempt_total", "New TCP connections to exception ports without a policy, all passed (the sum of olcd_exception_port_new_connections_total and those of exception ports beyond the datapath's slots).", nil, nil)
+	descExcPort  = prometheus.NewDesc("olcd_exception_port_new_connections_total", "New TCP connections to an exception port (exceptions.ports, management) without a policy, all passed: a health check on its own exempt port counts here. Absent for a port the datapath had no free stats slot for (datapath.max_ports taken by protected ports).", []string{"proto", "port"}, nil)
 	descUncl     = prometheus.NewDesc("olcd_unclassified_packets_total", "Frames the datapath could not examine (malformed, truncated, too deep); always passed.", nil, nil)
 	descAttach   = prometheus.NewDesc("olcd_attachment_info", "Datapath attachments; always 1.", []string{"interface", "hook", "mode"}, nil)
 	descOverride = prometheus.NewDesc("olcd_live_overrides", "Live overrides in force on top of the config file.", nil, nil)
@@ -213,7 +214,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	for _, d := range []*prometheus.Desc{descMode, descSigPress, descSigAvail,
 		descSigCorr, descPressure, descOverload, descNodeP, descClassP, descPortP, descNew, descRetrans,
-		descPassed, descDropped, descMarked, descWould, descRejected, descWouldRej, descRejLimit, descExempt, descStale, descOtherNew, descOtherEx,
+		descPassed, descDropped, descMarked, descWould, descRejected, descWouldRej, descRejLimit, descExempt, descStale, descOtherNew, descOtherEx, descExcPort,
 		descUncl, descAttach, descOverride, descLastTick, descDPErr, descRTHist, descRTQuant, descRTTarget, descRTBase, descQueueP, descRTReq,
 		descRTAband, descReused, descResets, descWouldRst, descRTInfl, descSampleR, descCapacity, descCapAge, descFlowCap, descFlowUsed, descFlowEvent} {
 		ch <- d
@@ -282,8 +283,16 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descFlowEvent, stats.Flows.Expired, "expired")
 		counter(descFlowEvent, stats.Flows.Forgotten, "closed")
 	}
-	counter(descOtherNew, stats.Other.NewConns)
-	counter(descOtherEx, stats.Other.Exempt)
+	// Exception ports with a slot of their own left "other" in the
+	// datapath; the node-wide families keep counting them.
+	otherNew, otherEx := stats.Other.NewConns, stats.Other.Exempt
+	for k, cn := range stats.ExemptPorts {
+		counter(descExcPort, cn.NewConns, k.Proto.String(), strconv.Itoa(int(k.Port)))
+		otherNew += cn.NewConns
+		otherEx += cn.Exempt
+	}
+	counter(descOtherNew, otherNew)
+	counter(descOtherEx, otherEx)
 	counter(descUncl, stats.Unclassified)
 	counter(descRejLimit, stats.RejectLimited)
 }

@@ -483,25 +483,73 @@ func TestModesAndExceptions(t *testing.T) {
 }
 
 // TestExceptionWithoutPolicy: a TCP exception port without a policy counts
-// in "other" as exempt; a UDP one is not a request and counts nothing.
+// in its own slot as exempt (Stats.ExemptPorts), so its health checks can be
+// seen per port; a UDP one is not a request and counts nothing. Removing the
+// exception takes the port back to plain "other".
 func TestExceptionWithoutPolicy(t *testing.T) {
 	for _, h := range hooks {
 		t.Run(string(h), func(t *testing.T) {
 			d := setup(t, Config{StaleAfter: time.Hour}, olc.ActionDrop, 1)
-			must(t, d.SetExceptions([]olc.PortKey{{Proto: olc.ProtoTCP, Port: 22}, {Proto: olc.ProtoUDP, Port: 123}}, nil))
+			ssh, ntp := olc.PortKey{Proto: olc.ProtoTCP, Port: 22}, olc.PortKey{Proto: olc.ProtoUDP, Port: 123}
+			must(t, d.SetExceptions([]olc.PortKey{ssh, ntp}, nil))
 			run(t, d, h, syn4(22, 1))
+			run(t, d, h, syn4(22, 2))
 			run(t, d, h, udp4(123))
 			s := stats(t, d)
-			if want := (Counters{NewConns: 1, Passed: 1, Exempt: 1}); s.Other != want {
-				t.Errorf("other %+v, want %+v", s.Other, want)
+			if want := (Counters{NewConns: 2, Passed: 2, Exempt: 2}); s.ExemptPorts[ssh] != want {
+				t.Errorf("tcp/22 %+v, want %+v", s.ExemptPorts[ssh], want)
 			}
-			// Removing the exception takes the port back to plain "other".
+			if want := (Counters{}); s.ExemptPorts[ntp] != want || s.Other != want {
+				t.Errorf("udp/123 %+v, other %+v: want nothing counted", s.ExemptPorts[ntp], s.Other)
+			}
 			must(t, d.SetExceptions(nil, nil))
 			run(t, d, h, syn4(22, 1))
-			if want := (Counters{NewConns: 2, Passed: 2, Exempt: 1}); stats(t, d).Other != want {
-				t.Errorf("other %+v, want %+v", stats(t, d).Other, want)
+			s = stats(t, d)
+			if want := (Counters{NewConns: 1, Passed: 1}); s.Other != want || len(s.ExemptPorts) != 0 {
+				t.Errorf("other %+v, exempt ports %v; want %+v and none", s.Other, s.ExemptPorts, want)
 			}
 		})
+	}
+}
+
+// TestExceptionSlotsYield: exception ports hold stats slots only while
+// protected ports do not need them. With MaxPorts 2 and two exception ports,
+// a second protected port takes one exception port's slot (that port counts
+// in "other" again), the others keep counting, and the slot comes back when
+// the protected port goes.
+func TestExceptionSlotsYield(t *testing.T) {
+	d := loadTest(t, Config{MaxPorts: 2, StaleAfter: time.Hour})
+	a, b := olc.PortKey{Proto: olc.ProtoTCP, Port: 8081}, olc.PortKey{Proto: olc.ProtoTCP, Port: 8082}
+	web, api := olc.PortKey{Proto: olc.ProtoTCP, Port: 80}, olc.PortKey{Proto: olc.ProtoTCP, Port: 8080}
+	must(t, d.SetExceptions([]olc.PortKey{a, b}, nil))
+	must(t, d.SetPolicies([]PortPolicy{{Key: web, Mode: olc.ModeEnforce, Action: olc.ActionDrop, Class: olc.ClassNormal}}))
+	must(t, d.SetMode(olc.ModeEnforce))
+	must(t, d.Heartbeat())
+	h := hooks[0]
+	run(t, d, h, syn4(8081, 1))
+	run(t, d, h, syn4(8082, 1))
+	s := stats(t, d)
+	// Two slots: web has one, so one exception port has the other.
+	if n := len(s.ExemptPorts); n != 1 {
+		t.Fatalf("exception ports with a slot: %v, want one", s.ExemptPorts)
+	}
+	if got := s.ExemptPorts[a].Exempt + s.ExemptPorts[b].Exempt + s.Other.Exempt; got != 2 {
+		t.Errorf("exempt counted %d times, want 2 (%v, other %+v)", got, s.ExemptPorts, s.Other)
+	}
+	must(t, d.SetPolicies([]PortPolicy{{Key: web, Mode: olc.ModeEnforce, Action: olc.ActionDrop, Class: olc.ClassNormal},
+		{Key: api, Mode: olc.ModeEnforce, Action: olc.ActionDrop, Class: olc.ClassNormal}}))
+	if s := stats(t, d); len(s.ExemptPorts) != 0 || len(s.Ports) != 2 {
+		t.Errorf("after a second protected port: ports %v, exception ports %v; want 2 and none", s.Ports, s.ExemptPorts)
+	}
+	before := stats(t, d).Other.Exempt
+	run(t, d, h, syn4(8081, 3))
+	if got := stats(t, d).Other.Exempt - before; got != 1 {
+		t.Errorf("an exception port without a slot counted %d in other, want 1", got)
+	}
+	must(t, d.SetPolicies([]PortPolicy{{Key: web, Mode: olc.ModeEnforce, Action: olc.ActionDrop, Class: olc.ClassNormal}}))
+	run(t, d, h, syn4(8081, 4))
+	if s := stats(t, d); len(s.ExemptPorts) != 1 || s.ExemptPorts[a].Exempt+s.ExemptPorts[b].Exempt != 1 {
+		t.Errorf("after the protected port went: exception ports %v, want one slot back, counting from 0", s.ExemptPorts)
 	}
 }
 

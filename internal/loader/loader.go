@@ -252,6 +252,9 @@ type Datapath struct {
 	slots    map[olc.PortKey]uint16 // policy index = stats slot, 1..MaxPorts
 	free     []uint16
 	exempt   map[olc.PortKey]bool
+	// eslots are the stats slots of exception ports without a policy
+	// (exemptslots.go), taken from free.
+	eslots   map[olc.PortKey]uint16
 	prefixes map[netip.Prefix]bool
 
 	stats *statsFolder
@@ -318,6 +321,7 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 		rslots:   make(map[olc.PortKey]uint16),
 		policies: make(map[olc.PortKey]PortPolicy),
 		slots:    make(map[olc.PortKey]uint16),
+		eslots:   make(map[olc.PortKey]uint16),
 		exempt:   make(map[olc.PortKey]bool),
 		prefixes: make(map[netip.Prefix]bool),
 		stop:     make(chan struct{}),

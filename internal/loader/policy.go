@@ -139,6 +139,19 @@ func (d *Datapath) SetPolicies(policies []PortPolicy) error {
 			return fmt.Errorf("set policies: clear port %s: %w", k, err)
 		}
 	}
+	// Protected ports come first: take back the slots exception ports
+	// hold when the new ports need them.
+	need := 0
+	for _, p := range policies {
+		if _, ok := d.slots[p.Key]; !ok {
+			need++
+		}
+	}
+	if short := need - len(d.free); short > 0 {
+		if err := d.releaseExemptSlots(short); err != nil {
+			return fmt.Errorf("set policies: %w", err)
+		}
+	}
 	// New ports get their policy and zeroed counters before the index
 	// points at them.
 	for _, p := range policies {
@@ -158,6 +171,9 @@ func (d *Datapath) SetPolicies(policies []PortPolicy) error {
 		}
 	}
 	if err := d.writeIndex(); err != nil {
+		return fmt.Errorf("set policies: %w", err)
+	}
+	if err := d.syncExemptSlots(); err != nil {
 		return fmt.Errorf("set policies: %w", err)
 	}
 	return nil
@@ -296,6 +312,10 @@ func (d *Datapath) SetExceptions(ports []olc.PortKey, sources []netip.Prefix) er
 	for k := range exempt {
 		changed[k] = !changed[k] // ports in both sets do not change
 	}
+	// Fold before exception ports' slots change hands.
+	if err := d.stats.fold(d.slotList()); err != nil {
+		return fmt.Errorf("set exceptions: %w", err)
+	}
 	d.exempt = exempt
 	for k, c := range changed {
 		if _, ok := d.policies[k]; ok && c {
@@ -305,6 +325,9 @@ func (d *Datapath) SetExceptions(ports []olc.PortKey, sources []netip.Prefix) er
 		}
 	}
 	if err := d.writeIndex(); err != nil {
+		return fmt.Errorf("set exceptions: %w", err)
+	}
+	if err := d.syncExemptSlots(); err != nil {
 		return fmt.Errorf("set exceptions: %w", err)
 	}
 
@@ -480,7 +503,11 @@ func (d *Datapath) writePolicy(k olc.PortKey) error {
 func (d *Datapath) writeIndex() error {
 	next := new(olcdOlcdPortIndex)
 	for k := range d.exempt {
-		next.Idx[protoIndex(k.Proto)][k.Port] = uint16(d.exemptIndex())
+		idx := uint16(d.exemptIndex())
+		if s, ok := d.eslots[k]; ok {
+			idx = s
+		}
+		next.Idx[protoIndex(k.Proto)][k.Port] = idx
 	}
 	for k := range d.policies {
 		next.Idx[protoIndex(k.Proto)][k.Port] = d.slots[k]
@@ -503,11 +530,12 @@ func protoIndex(p olc.Proto) int {
 
 // slotList returns the stats slots in use, "other" first.
 func (d *Datapath) slotList() []uint16 {
-	s := make([]uint16, 0, len(d.slots)+1)
+	s := make([]uint16, 0, len(d.slots)+len(d.eslots)+1)
 	s = append(s, uint16(olcdOlcdGeometryOLCD_SLOT_OTHER))
 	for _, v := range d.slots {
 		s = append(s, v)
 	}
+	s = d.exemptSlotList(s)
 	slices.Sort(s)
 	return s
 }

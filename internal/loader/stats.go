@@ -51,9 +51,15 @@ type Counters struct {
 type Stats struct {
 	// Ports has one entry per port with a policy.
 	Ports map[olc.PortKey]Counters
-	// Other collects new TCP connections to ports without a policy
-	// (including exception ports without one).
+	// Other collects new TCP connections to ports without a policy,
+	// including exception ports without one that have no slot of their
+	// own (more exception and protected ports than Config.MaxPorts).
 	Other Counters
+	// ExemptPorts has one entry per exception port without a policy that
+	// has a stats slot of its own (every one while slots are free): its
+	// new TCP connections, all passed and exempt. A UDP exception port
+	// without a policy counts nothing (not a request).
+	ExemptPorts map[olc.PortKey]Counters
 	// Unclassified counts frames that could have carried a new connection
 	// but could not be examined: malformed or truncated headers, more than
 	// 4 VLAN tags, non-first fragments, ESP, or an IPv6 extension-header
@@ -89,6 +95,10 @@ func (d *Datapath) Stats() (Stats, error) {
 	}
 	for k, slot := range d.slots {
 		s.Ports[k] = d.stats.counters(slot)
+	}
+	s.ExemptPorts = make(map[olc.PortKey]Counters, len(d.eslots))
+	for k, slot := range d.eslots {
+		s.ExemptPorts[k] = d.stats.counters(slot)
 	}
 	var err error
 	if s.Unclassified, err = d.stats.unclassified(); err != nil {
