@@ -81,13 +81,18 @@ func (c *Controller) Restore(s State, age time.Duration, at time.Time) {
 		if st.Baseline > 0 {
 			ps.base.value, ps.base.ok = st.Baseline, true
 		}
+		fresh := st.CapacityAge+age.Seconds() < prm.CapacityWindow.Seconds()
 		if st.Capacity > 0 {
-			since := st.CapacityAge + age.Seconds()
-			ps.cap.lastSat, ps.cap.satAge, ps.cap.satOK = st.Capacity, since, true
-			if since < prm.CapacityWindow.Seconds() && st.PerStart > 0 && len(ps.cap.slots) > 0 {
-				ps.cap.slots[0] = capSlot{rate: st.Capacity, answers: st.Capacity, admitted: st.Capacity / st.PerStart, saturated: true, used: true}
-				ps.cap.next, ps.lastMu = 1%len(ps.cap.slots), st.Capacity
+			ps.cap.lastSat, ps.cap.satAge, ps.cap.satOK = st.Capacity, st.CapacityAge+age.Seconds(), true
+		}
+		if st.PerStart > 0 && len(ps.cap.slots) > 0 {
+			// One slot carries the answers per start, and a fresh
+			// capacity as a saturated tick.
+			slot := capSlot{answers: st.PerStart, admitted: 1, used: true}
+			if fresh && st.Capacity > 0 {
+				slot.rate, slot.saturated, ps.lastMu = st.Capacity, true, st.Capacity
 			}
+			ps.cap.slots[0], ps.cap.next = slot, 1%len(ps.cap.slots)
 		}
 		ps.recorded = 1 - ps.pass
 	}
