@@ -51,10 +51,10 @@ type port struct {
 	// shed client stays out, away (seconds): a SYN retransmit timeout for
 	// a dropped SYN, none for a reset (reject, the request gate).
 	prevStarts, prevFirst, prevDt, away float64
-	demand                        float64 // unique new work per second in the last tick: the class split's weight
-	recorded                      float64 // p at the last probability_change record
-	unmeasured                    float64 // how long (seconds) the port has had no counts
-	why                           string  // the last reason, for the decision log
+	demand                              float64 // unique new work per second in the last tick: the class split's weight
+	recorded                            float64 // p at the last probability_change record
+	unmeasured                          float64 // how long (seconds) the port has had no counts
+	why                                 string  // the last reason, for the decision log
 }
 
 // standingSpan is the span over which the standing queue is the minimum of
