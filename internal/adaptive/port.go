@@ -47,13 +47,14 @@ type port struct {
 	// reuse: μ̂ (answers/s) and the starts arriving per second.
 	lastMu, lastD float64
 	// prevStarts and prevFirst are the previous tick's starts and first
-	// attempts, prevDt its length: the demand is measured over one SYN
-	// retransmit timeout.
-	prevStarts, prevFirst, prevDt float64
-	demand                        float64 // unique new work per second in the last tick: the class split's weight
-	recorded                      float64 // p at the last probability_change record
-	unmeasured                    float64 // how long (seconds) the port has had no counts
-	why                           string  // the last reason, for the decision log
+	// attempts, prevDt its length: the demand is measured over the time a
+	// shed client stays out, away (seconds): a SYN retransmit timeout for
+	// a dropped SYN, none for a reset (reject, the request gate).
+	prevStarts, prevFirst, prevDt, away float64
+	demand                              float64 // unique new work per second in the last tick: the class split's weight
+	recorded                            float64 // p at the last probability_change record
+	unmeasured                          float64 // how long (seconds) the port has had no counts
+	why                                 string  // the last reason, for the decision log
 }
 
 // standingSpan is the span over which the standing queue is the minimum of
@@ -68,7 +69,7 @@ const maxStandingWindows = 10
 
 // newPort returns an idle port.
 func newPort(pc PortConfig, cfg Config) port {
-	p := port{cfg: pc, pass: 1}
+	p := port{cfg: pc, pass: 1, away: SYNRetransmitTimeout}
 	p.cap.resize(cfg.Params, cfg.Interval)
 	return p
 }
@@ -92,6 +93,17 @@ type counts struct {
 	admitted float64 // starts not shed
 }
 
+// awayOf is how long (seconds) the clients shed in a tick of st stay out:
+// a SYN retransmit timeout for a dropped SYN, none for a reset (a rejected
+// SYN, a request the gate reset); the previous figure when none was shed.
+func awayOf(st PortStats, prev float64) float64 {
+	shed := float64(st.Dropped) + float64(st.Resets)
+	if shed <= 0 {
+		return prev
+	}
+	return SYNRetransmitTimeout * float64(st.Dropped-min(st.Rejected, st.Dropped)) / shed
+}
+
 func countsOf(st PortStats) counts {
 	starts := float64(st.New) + float64(st.Reused)
 	shed := math.Min(float64(st.Dropped)+float64(st.Resets), starts)
@@ -107,15 +119,16 @@ func (p *port) arriving(c counts, dt float64) float64 {
 	return c.starts / dt
 }
 
-// demandOf is the tick's demand measured over the last SYN retransmit
-// timeout (this tick and the previous ones within it): a SYN shed now
-// returns one timeout later, so over that span every waiting client counts
-// once, and the wave of returning retransmits does not read as new demand.
+// demandOf is the tick's demand measured over the time a shed client stays
+// out (this tick and the previous one within it): a SYN dropped now returns
+// one retransmit timeout later, so over that span every waiting client
+// counts once, and the wave of returning retransmits does not read as new
+// demand; a reset client returns at once.
 func (p *port) demandOf(c counts, dt float64) float64 {
-	if p.prevDt <= 0 || dt >= SYNRetransmitTimeout {
+	if p.prevDt <= 0 || dt >= p.away {
 		return p.arriving(c, dt)
 	}
-	w := math.Min(p.prevDt, SYNRetransmitTimeout-dt)
+	w := math.Min(p.prevDt, p.away-dt)
 	prev := p.arriving(counts{starts: p.prevStarts, first: p.prevFirst}, p.prevDt)
 	return (p.arriving(c, dt)*dt + prev*w) / (dt + w)
 }
@@ -132,8 +145,8 @@ func (p *port) demandOf(c counts, dt float64) float64 {
 //	admit A = μ̂ + (N* − N) ÷ dt answers per second,   pass = A ÷ (a × D)
 //
 // for D the starts arriving per second: feed-forward admission of the
-// capacity, trimmed by what drains the standing queue beyond N* within a
-// tick (or fills it up to N*). It starts when the p95 exceeds T and ends
+// capacity, trimmed by what drains the standing queue beyond N* over the
+// time a shed client stays out (or fills it up to N*). It starts when the p95 exceeds T and ends
 // when the pass rate reaches 1; recomputed every tick, it returns to what
 // the capacity admits in one tick once the clients' demand falls (a closed
 // pool whose SYNs were shed sits in its retransmit) and needs no cooldown.
@@ -141,6 +154,7 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	r := sanitize(st.Response)
 	c := countsOf(st)
 	p.demand = c.first / dt
+	p.away = awayOf(st, p.away)
 	// Saturated: requests waited through the tick, a standing queue of at
 	// least N* (of the last tick's μ̂ and target) at its end. Requests in
 	// flight alone are not enough: a pool of 8 workers with 3 of them busy
@@ -186,7 +200,7 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 		p.why = fmt.Sprintf("%s: no answers in the capacity window, holding pass rate %.3f", head, p.pass)
 	default:
 		nStar := mu * p.target
-		p.pass = p.admit(mu, a, d, standing, math.Max(dt, SYNRetransmitTimeout), prm)
+		p.pass = p.admit(mu, a, d, standing, math.Max(dt, p.away), prm)
 		p.why = fmt.Sprintf("%s: capacity %.0f answers/s, %.0f in flight standing where %.1f keep the target, %.0f starts/s arriving at %.2f answers each: pass rate %.3f",
 			head, mu, standing, nStar, d, a, p.pass)
 	}
@@ -243,7 +257,7 @@ func (p *port) window(st PortStats, w, tick float64, prm *Params) string {
 	if mu <= 0 || a <= 0 || d <= 0 || (!p.active() && !surge) {
 		return ""
 	}
-	pass := p.admit(mu, a, d, r.Inflight, math.Max(tick, SYNRetransmitTimeout), prm)
+	pass := p.admit(mu, a, d, r.Inflight, math.Max(tick, p.away), prm)
 	if math.Abs(pass-p.pass) < 1e-9 {
 		return ""
 	}

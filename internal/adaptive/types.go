@@ -29,8 +29,9 @@ type PortStats struct {
 	// datapath dropped: a client asking again, not more work.
 	Retransmits uint64
 	// Dropped counts the SYNs among New the datapath dropped (enforce mode;
-	// marked and would-drop SYNs pass).
-	Dropped uint64
+	// marked and would-drop SYNs pass), Rejected those among them answered
+	// with a reset (the reject action): their clients learn at once.
+	Dropped, Rejected uint64
 	// Response is the port's measured queue over the tick (response
 	// timing); the zero value (unavailable) when the port is not timed.
 	Response PortResponse

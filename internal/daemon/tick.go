@@ -101,7 +101,7 @@ func (e *engine) tick() {
 // portStats is what the controller reads of a port's counter delta, for
 // the ticks and the onset check alike.
 func portStats(dl loader.Counters) adaptive.PortStats {
-	return adaptive.PortStats{New: dl.NewConns, Retransmits: dl.SYNRetransmits, Dropped: dl.Dropped}
+	return adaptive.PortStats{New: dl.NewConns, Retransmits: dl.SYNRetransmits, Dropped: dl.Dropped, Rejected: dl.Rejected}
 }
 
 // gateDelta is a gated port's request starts on open connections and the
