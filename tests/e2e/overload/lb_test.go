@@ -3,6 +3,10 @@ package overload
 import (
 	"io"
 	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -64,6 +68,53 @@ func TestLBCapacityAtRun(t *testing.T) {
 		}
 		if bad {
 			t.Errorf("%s: %.2f/s, slowdown %.3f, ok %v; want %.2f/s, %.3f, %v", tc.name, rps, slow, ok, tc.want, tc.slowdown, tc.ok)
+		}
+	}
+}
+
+// TestHAProxyConfigReuse: connection per request keeps http-reuse never
+// and HAProxy's default retries; server keep-alive shares the pool and
+// resends a request a reused connection reset before any answer. HAProxy,
+// when installed, accepts both (haproxy -c).
+func TestHAProxyConfigReuse(t *testing.T) {
+	haproxy, haveHAProxy := exec.LookPath("haproxy")
+	if haveHAProxy != nil {
+		haproxy, haveHAProxy = exec.LookPath("/usr/sbin/haproxy")
+	}
+	for _, tc := range []struct {
+		keepAlive bool
+		want      []string
+		not       []string
+	}{
+		{false, []string{"\n    http-reuse never\n"}, []string{"http-reuse always", "retry-on"}},
+		{true, []string{"\n    http-reuse always\n    retry-on conn-failure empty-response\n"}, []string{"http-reuse never"}},
+	} {
+		var b strings.Builder
+		err := haproxyConfig.Execute(&b, map[string]any{"Socket": "/tmp/x.sock", "Port": lbFrontendPort,
+			"Servers": []struct{ Name, Addr string }{{"a", "192.0.2.1:18080"}}, "HealthPort": HealthPort, "Agent": true,
+			"AgentPort": lbAgentPort, "WorkPort": WorkPort, "KeepAlive": tc.keepAlive})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := b.String()
+		for _, w := range tc.want {
+			if !strings.Contains(cfg, w) {
+				t.Errorf("keep-alive %v: config lacks %q:\n%s", tc.keepAlive, w, cfg)
+			}
+		}
+		for _, n := range tc.not {
+			if strings.Contains(cfg, n) {
+				t.Errorf("keep-alive %v: config has %q:\n%s", tc.keepAlive, n, cfg)
+			}
+		}
+		if haveHAProxy == nil {
+			path := filepath.Join(t.TempDir(), "haproxy.cfg")
+			if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := exec.Command(haproxy, "-c", "-f", path).CombinedOutput(); err != nil {
+				t.Errorf("keep-alive %v: haproxy -c: %v\n%s", tc.keepAlive, err, out)
+			}
 		}
 	}
 }

@@ -142,8 +142,10 @@ const (
 // KeepAliveLow is the 0.5 C phase of the keep-alive scenarios: long enough
 // that every one of the KeepAliveClients has sent its first request, and so
 // opened its connection, before the 3 C phase: client i's first request is
-// due at i / (0.5 C), 600 / (0.5 × 150/s) = 8 s at C = 150/s, the lowest
-// capacity the cpu and php backends calibrate to on a 1-CPU quota.
+// due at i / (0.5 C), 600 / (0.5 × 150/s) = 8 s at C = 150/s, what the cpu
+// and php backends calibrate to on a 1-CPU quota of this 2-core machine
+// (150–180/s). At a lower C the last clients open their connections early
+// in the 3 C phase, as new connections.
 const KeepAliveLow = 8 * time.Second
 
 // ClientKinds lists the clients in report order.
