@@ -589,7 +589,9 @@ func (d *Datapath) takeOverIngress(nl *netlink.Handle, l netlink.Link, mode olc.
 	if err := d.unpinOthers(idx, nil); err != nil {
 		return nil, err
 	}
-	if mode != olc.AttachAuto && mode != olc.AttachTC {
+	if (mode != olc.AttachAuto && mode != olc.AttachTC) || !d.adopted {
+		// A filter beside fresh maps is a killed olcd's leftover, whose
+		// program reads other maps: removeLeftovers takes it.
 		return nil, nil
 	}
 	return d.takeOverFilter(nl, l, d.objs.OlcdTc, netlink.HANDLE_MIN_INGRESS, filterName, "tc")
@@ -643,9 +645,11 @@ func (d *Datapath) attachOrTakeOverEgress(nl *netlink.Handle, l netlink.Link, no
 				return a, err
 			}
 		}
-		a, err := d.takeOverFilter(nl, l, d.objs.OlcdTcEgress, netlink.HANDLE_MIN_EGRESS, egressFilterName, "tc-egress")
-		if err != nil || a != nil {
-			return a, err
+		if d.adopted {
+			a, err := d.takeOverFilter(nl, l, d.objs.OlcdTcEgress, netlink.HANDLE_MIN_EGRESS, egressFilterName, "tc-egress")
+			if err != nil || a != nil {
+				return a, err
+			}
 		}
 	}
 	e, err := d.attachEgress(nl, l, noTCX)
