@@ -302,6 +302,11 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, v Variant, ro RunOptions
 		var err error
 		set := h.olcdSettingsFor(v, cal)
 		if ro.RestartOlcdAt > 0 {
+			// Each run starts from nothing: the previous run's state
+			// file (same directory) would hand it what that one learnt.
+			if err := os.RemoveAll(filepath.Join(dir, "state")); err != nil {
+				return nil, err
+			}
 			if set.PinDir, err = mountRunPins(h.opt.Olcd, dir); err != nil {
 				return nil, err
 			}
