@@ -278,7 +278,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		}
 		d.log.Info("datapath detached")
 	}()
-	overrides := d.restoreState(d.eng.adopted)
+	overrides, restored := d.restoreState(d.eng.adopted)
 	defer d.serve(ctx, ls, nofile)()
 
 	sig.reload = make(chan struct{}, 1)
@@ -287,7 +287,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	d.links.following = true
 
 	d.reapplyOverrides(overrides)
-	d.tick()
+	d.firstTick(restored)
 	if err := sdNotify("READY=1"); err != nil {
 		d.log.Warn("systemd notification failed", "err", err)
 	}

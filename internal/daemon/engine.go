@@ -137,7 +137,7 @@ func (e *engine) start() error {
 	}
 	if err := e.program(); err != nil {
 		if dp.Adopted() {
-			e.dp.Release() // leave the old daemon's datapath as it was
+			_ = e.dp.Release() // leave the old daemon's datapath as it was; err is the start's error
 		} else {
 			e.dp.Close()
 		}

@@ -80,8 +80,9 @@ func (e *engine) adoptPolicies(pol []loader.PortPolicy) {
 // taken over had a fresh heartbeat (the loader renews it while this daemon
 // loads); otherwise the datapath had failed open in between. Without a usable file, a taken-over datapath's probabilities
 // seed the controller, so that the first tick does not release them.
-// Returns the live overrides to apply again.
-func (d *Daemon) restoreState(adopted []loader.PortPolicy) []statefile.Override {
+// Returns the live overrides to apply again, and whether drop
+// probabilities were restored (then the first tick waits: firstTick).
+func (d *Daemon) restoreState(adopted []loader.PortPolicy) ([]statefile.Override, bool) {
 	e := d.eng
 	now := time.Now()
 	var st *adaptive.State
@@ -121,7 +122,25 @@ func (d *Daemon) restoreState(adopted []loader.PortPolicy) []statefile.Override 
 	if st != nil {
 		e.ctrl.Restore(*st, age, now)
 	}
-	return overrides
+	return overrides, st != nil && st.DropProbability > 0
+}
+
+// firstTick runs the start's first tick at once, unless drop probabilities
+// were restored: a first tick has no rates yet (the sampler's signals are
+// deltas between two reads, so they are all unavailable), and a controller
+// without a usable signal releases its p. Then the sampler takes its first
+// read now, the heartbeat keeps the restored probabilities in force, and
+// the first tick is the loop's, one interval later, on real deltas.
+func (d *Daemon) firstTick(restored bool) {
+	if !restored {
+		d.tick()
+		return
+	}
+	d.eng.smp.Sample()
+	if err := d.eng.dp.Heartbeat(); err != nil {
+		d.log.Warn("heartbeat", "err", err)
+	}
+	d.log.Info("drop probabilities restored: the first tick waits for the sampler's first interval", "interval", d.eng.cfg.Interval)
 }
 
 // saveState writes the state file (at most every stateEvery unless force).

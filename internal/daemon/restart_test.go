@@ -30,7 +30,10 @@ func TestStateRestore(t *testing.T) {
 	d2, _ := goldenDaemon(t)
 	d2.opts.StateDir = dir
 	d2.eng.ctrl, _ = adaptive.New(d2.eng.cfg.ControllerConfig(controllerPorts(d2.eng.ports)))
-	overrides := d2.restoreState(nil)
+	overrides, restored := d2.restoreState(nil)
+	if !restored {
+		t.Error("restoreState reports nothing restored")
+	}
 	got := d2.eng.ctrl.Export()
 	for i := range got.Ports {
 		// The capacity estimate aged by the file's age.
@@ -59,7 +62,7 @@ func TestStateRestore(t *testing.T) {
 	d3.conf.fileData = append(d3.conf.fileData, '\n')
 	d3.eng.ctrl, _ = adaptive.New(d3.eng.cfg.ControllerConfig(controllerPorts(d3.eng.ports)))
 	before := d3.eng.ctrl.Export()
-	if ov := d3.restoreState(nil); len(ov) != 0 {
+	if ov, restored := d3.restoreState(nil); len(ov) != 0 || restored {
 		t.Errorf("overrides %+v from a foreign file", ov)
 	}
 	if got := d3.eng.ctrl.Export(); !reflect.DeepEqual(got, before) {

@@ -303,6 +303,7 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, memlockError(err)
 	}
+	logFeatures(log)
 	spec, err := loadOlcd()
 	if err != nil {
 		return nil, fmt.Errorf("load datapath spec: %w", err)

@@ -369,6 +369,48 @@ func (d *Datapath) adopt() error {
 	if rctl.Seed != 0 {
 		d.rctl.Seed = rctl.Seed // the flow table's hash uses it
 	}
+	if err := d.adoptPorts(fresh); err != nil {
+		return err
+	}
+	for _, m := range []*ebpf.Map{d.objs.OlcdExempt4, d.objs.OlcdExempt6} {
+		it := m.Iterate()
+		var key []byte
+		var val uint8
+		for it.Next(&key, &val) {
+			if p, ok := prefixOf(key); ok {
+				d.prefixes[p] = true
+			}
+		}
+		if err := it.Err(); err != nil {
+			return fmt.Errorf("read pinned source prefixes: %w", err)
+		}
+	}
+	if d.cfg.ResponseSample != 0 {
+		if err := d.adoptTimed(); err != nil {
+			return err
+		}
+	}
+	// Counters and histograms: from here on, as if the slots were new.
+	for k, slot := range d.slots {
+		if err := d.stats.setKind(slot, policyKind(d.ctl.Mode, cMode(d.policies[k].Mode), d.policies[k].Action, k.Proto)); err != nil {
+			return err
+		}
+	}
+	if err := d.stats.baseline(d.slotList()); err != nil {
+		return err
+	}
+	if d.cfg.ResponseSample != 0 {
+		if err := d.resp.baseline(d.respSlotList()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// adoptPorts rebuilds the port index's shadow, the slots and the
+// policies from the pinned maps; fresh says their drop probabilities were
+// in force.
+func (d *Datapath) adoptPorts(fresh bool) error {
 	if err := d.objs.OlcdPorts.Get(d.index); err != nil {
 		return fmt.Errorf("read pinned port index: %w", err)
 	}
@@ -412,55 +454,31 @@ func (d *Datapath) adopt() error {
 			d.free = append(d.free, uint16(i))
 		}
 	}
-	for _, m := range []*ebpf.Map{d.objs.OlcdExempt4, d.objs.OlcdExempt6} {
-		it := m.Iterate()
-		var key []byte
-		var val uint8
-		for it.Next(&key, &val) {
-			if p, ok := prefixOf(key); ok {
-				d.prefixes[p] = true
+	return nil
+}
+
+// adoptTimed rebuilds the timed ports' shadow from the pinned index.
+func (d *Datapath) adoptTimed() error {
+	if err := d.objs.OlcdRports.Get(d.rports); err != nil {
+		return fmt.Errorf("read pinned timed-port index: %w", err)
+	}
+	rused := map[uint16]bool{}
+	for pi, proto := range []olc.Proto{olc.ProtoTCP, olc.ProtoUDP} {
+		for port, slot := range d.rports.Slot[pi] {
+			if slot == 0 {
+				continue
 			}
-		}
-		if err := it.Err(); err != nil {
-			return fmt.Errorf("read pinned source prefixes: %w", err)
-		}
-	}
-	if d.cfg.ResponseSample != 0 {
-		if err := d.objs.OlcdRports.Get(d.rports); err != nil {
-			return fmt.Errorf("read pinned timed-port index: %w", err)
-		}
-		rused := map[uint16]bool{}
-		for pi, proto := range []olc.Proto{olc.ProtoTCP, olc.ProtoUDP} {
-			for port, slot := range d.rports.Slot[pi] {
-				if slot == 0 {
-					continue
-				}
-				if uint32(slot) > respSlots(d.cfg) || rused[slot] {
-					return fmt.Errorf("pinned timed-port index: slot %d out of range or shared", slot)
-				}
-				rused[slot] = true
-				d.rslots[olc.PortKey{Proto: proto, Port: uint16(port)}] = slot
+			if uint32(slot) > respSlots(d.cfg) || rused[slot] {
+				return fmt.Errorf("pinned timed-port index: slot %d out of range or shared", slot)
 			}
-		}
-		d.rfree = d.rfree[:0]
-		for i := d.cfg.ResponsePorts; i >= 1; i-- {
-			if !rused[uint16(i)] {
-				d.rfree = append(d.rfree, uint16(i))
-			}
+			rused[slot] = true
+			d.rslots[olc.PortKey{Proto: proto, Port: uint16(port)}] = slot
 		}
 	}
-	// Counters and histograms: from here on, as if the slots were new.
-	for k, slot := range d.slots {
-		if err := d.stats.setKind(slot, policyKind(d.ctl.Mode, cMode(d.policies[k].Mode), d.policies[k].Action, k.Proto)); err != nil {
-			return err
-		}
-	}
-	if err := d.stats.baseline(d.slotList()); err != nil {
-		return err
-	}
-	if d.cfg.ResponseSample != 0 {
-		if err := d.resp.baseline(d.respSlotList()); err != nil {
-			return err
+	d.rfree = d.rfree[:0]
+	for i := d.cfg.ResponsePorts; i >= 1; i-- {
+		if !rused[uint16(i)] {
+			d.rfree = append(d.rfree, uint16(i))
 		}
 	}
 	return nil
@@ -571,7 +589,9 @@ func (d *Datapath) takeOverIngress(nl *netlink.Handle, l netlink.Link, mode olc.
 	if err := d.unpinOthers(idx, nil); err != nil {
 		return nil, err
 	}
-	if mode != olc.AttachAuto && mode != olc.AttachTC {
+	if (mode != olc.AttachAuto && mode != olc.AttachTC) || !d.adopted {
+		// A filter beside fresh maps is a killed olcd's leftover, whose
+		// program reads other maps: removeLeftovers takes it.
 		return nil, nil
 	}
 	return d.takeOverFilter(nl, l, d.objs.OlcdTc, netlink.HANDLE_MIN_INGRESS, filterName, "tc")
@@ -625,9 +645,11 @@ func (d *Datapath) attachOrTakeOverEgress(nl *netlink.Handle, l netlink.Link, no
 				return a, err
 			}
 		}
-		a, err := d.takeOverFilter(nl, l, d.objs.OlcdTcEgress, netlink.HANDLE_MIN_EGRESS, egressFilterName, "tc-egress")
-		if err != nil || a != nil {
-			return a, err
+		if d.adopted {
+			a, err := d.takeOverFilter(nl, l, d.objs.OlcdTcEgress, netlink.HANDLE_MIN_EGRESS, egressFilterName, "tc-egress")
+			if err != nil || a != nil {
+				return a, err
+			}
 		}
 	}
 	e, err := d.attachEgress(nl, l, noTCX)

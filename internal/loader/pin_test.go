@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -286,6 +287,10 @@ func TestRemovePinnedEntryDeleted(t *testing.T) {
 	d := loadPinned(t, Config{PinDir: dir, MaxPorts: 16})
 	n.inServer(t, func() error { return d.Attach(n.NodeIf, olc.AttachTC) })
 	ifindex := d.Attachments()[0].Ifindex
+	// Refused while an olcd runs (it holds the interface's lock).
+	if err := n.InNode(func() error { _, err := RemovePinned(dir, nil); return err }); err == nil || !strings.Contains(err.Error(), "stop it first") {
+		t.Fatalf("RemovePinned with olcd running: %v, want a refusal", err)
+	}
 	must(t, d.Release())
 	must(t, os.Remove(filepath.Join(dir, "olcd_syns")))
 	must(t, os.Remove(filepath.Join(dir, layoutMapName)))

@@ -80,3 +80,18 @@ func TestVerifierMatrix(t *testing.T) {
 		must(t, os.WriteFile(path, []byte(table), 0o644))
 	}
 }
+
+// TestFeatures: each feature names what olcd does without it, and those it
+// cannot run without are on here (the matrix above loaded on this kernel).
+func TestFeatures(t *testing.T) {
+	requireRoot(t)
+	for _, f := range Features() {
+		if f.Off == "" {
+			t.Errorf("%s: no consequence for a kernel without it", f.Name)
+		}
+		if !f.On && strings.HasPrefix(f.Off, "olcd cannot run") {
+			t.Errorf("%s: off on this kernel, where the datapath loaded (%s)", f.Name, f.Off)
+		}
+		t.Logf("%s: on=%v", f.Name, f.On)
+	}
+}

@@ -35,7 +35,7 @@ func TestMetricsFloodByUnprivilegedUser(t *testing.T) {
 		}
 	})
 	d.proc = startProc(t, d.logPath, "prlimit", fmt.Sprintf("--nofile=%d:%d", daemonNOFILE, daemonNOFILE), "--",
-		"ip", "netns", "exec", d.env.Node, bins.olcd, "run", "--config", d.cfgPath)
+		"ip", "netns", "exec", d.env.Node, bins.olcd, "run", "--config", d.cfgPath, "--pin-dir", d.pinDir, "--state-dir", d.stateDir)
 	before := d.waitReady(t)
 	// Let every rate-based signal have its first delta.
 	before = d.nextTick(t, d.nextTick(t, before))

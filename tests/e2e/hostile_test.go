@@ -56,7 +56,7 @@ func TestStartFailuresLeaveNothing(t *testing.T) {
 			writeFileAtomic(t, d.realCfg, doc)
 
 			d.proc = startProc(t, d.logPath, "ip", "netns", "exec", env.Node,
-				bins.olcd, "run", "--config", d.cfgPath, "--log-level", "debug")
+				bins.olcd, "run", "--config", d.cfgPath, "--log-level", "debug", "--pin-dir", d.pinDir, "--state-dir", d.stateDir)
 			if !d.wait(20 * time.Second) {
 				logData, _ := os.ReadFile(d.logPath)
 				t.Fatalf("olcd did not exit within 20s:\n%s", logData)
@@ -105,7 +105,7 @@ func TestConfigChurnAndSignals(t *testing.T) {
 	// SIGHUP while olcd starts (not `ip netns exec`, which the default
 	// action would kill), every millisecond until it is ready.
 	d.proc = startProc(t, d.logPath, "ip", "netns", "exec", env.Node,
-		bins.olcd, "run", "--config", d.cfgPath, "--log-level", "debug")
+		bins.olcd, "run", "--config", d.cfgPath, "--log-level", "debug", "--pin-dir", d.pinDir, "--state-dir", d.stateDir)
 	t.Cleanup(func() {
 		if t.Failed() {
 			dumpFile(t, "olcd log", d.logPath)

@@ -79,6 +79,9 @@ func runOnce(t *testing.T, h *overload.Harness, sc overload.Scenario, v overload
 		return r
 	}
 	r, err := h.Run(context.Background(), sc, v, overload.RunOptions{})
+	if err == nil {
+		checkDrops(t, r)
+	}
 	if err != nil {
 		t.Fatalf("%s: %v", key, err)
 	}
@@ -267,6 +270,7 @@ func TestOverloadFailOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkDrops(t, r)
 	if r.KilledAt == 0 {
 		t.Fatal("olcd was not killed")
 	}
@@ -526,6 +530,7 @@ func TestOverloadRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		checkDrops(t, r)
 		before, after, ok := r.AroundRestart(span)
 		if !ok {
 			t.Fatalf("run %d: no restart in the series (restarted at %v, %d s)", i+1, r.RestartedAt, len(r.Series))
@@ -539,5 +544,15 @@ func TestOverloadRestart(t *testing.T) {
 	t.Logf("goodput after / before the restart over %d runs: min %.3f, median %.3f, max %.3f", runs, s[0], s[len(s)/2], s[len(s)-1])
 	if s[len(s)/2] < 0.95 {
 		t.Errorf("median goodput after the restart is %.3f of the goodput before, want >= 0.95", s[len(s)/2])
+	}
+}
+
+// checkDrops fails t when the run's drop counters show a reason its action
+// does not allow or a drop while olcd was not shedding
+// (RunResult.DropViolations).
+func checkDrops(t *testing.T, r *overload.RunResult) {
+	t.Helper()
+	for _, v := range r.DropViolations() {
+		t.Errorf("%s/%s: drop reasons: %s", r.Scenario, r.Variant, v)
 	}
 }

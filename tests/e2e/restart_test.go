@@ -223,3 +223,93 @@ func checkMapsShared(t *testing.T, pinDir string, prog ebpf.ProgramID) {
 		t.Fatalf("attached program %d uses maps %v, not the pinned policies map %d", prog, ids, want)
 	}
 }
+
+// TestRestartNoFailedConnections is the conn-disrupt test's other half: a
+// node that does not shed, new connections every 20 ms (50/s, well under
+// the loadgen server's capacity) and established flows sending, through
+// three SIGTERM restarts: not one connection or flow message fails, and
+// nothing is dropped (the drop guard).
+func TestRestartNoFailedConnections(t *testing.T) {
+	requireRoot(t)
+	env := newNetEnv(t)
+	env.serve(t)
+	env.ServeTCP(t, flowPort, 64, time.Minute, func(in []byte) []byte { return in })
+	d := startDaemon(t, env, daemonConfig{Mode: "enforce", Attach: "tc", Threshold: thresholdNever, Ports: []int{serverPort, flowPort}})
+	var flows []net.Conn
+	for range 4 {
+		var c net.Conn
+		if err := env.InPeer(func() (err error) {
+			c, err = net.DialTimeout("tcp", netip.AddrPortFrom(env.NodeIP, flowPort).String(), passTimeout)
+			return err
+		}); err != nil {
+			t.Fatalf("open a flow: %v", err)
+		}
+		t.Cleanup(func() { c.Close() })
+		flows = append(flows, c)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var msgs, conns, failed atomic.Int64
+	var firstErr atomic.Value
+	fail := func(err error) {
+		failed.Add(1)
+		firstErr.CompareAndSwap(nil, err)
+	}
+	for i, c := range flows {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+				if err := echoOnce(c, fmt.Sprintf("flow %d msg %d", i, n)); err != nil {
+					fail(fmt.Errorf("flow %d: %w", i, err))
+					return
+				}
+				msgs.Add(1)
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := env.connectOnce(passTimeout); err != nil {
+					fail(fmt.Errorf("new connection: %w", err))
+					return
+				}
+				conns.Add(1)
+			}()
+		}
+	}()
+	for round := 1; round <= 3; round++ {
+		if err := d.signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if !d.wait(10 * time.Second) {
+			t.Fatalf("round %d: olcd did not stop within 10s of SIGTERM", round)
+		}
+		d.logPath = fmt.Sprintf("%s.%d", d.logPath, round)
+		d.start(t)
+		d.nextTick(t, d.mustStatus(t))
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("3 restarts: %d new connections, %d flow messages, %d failed (first: %v)", conns.Load(), msgs.Load(), failed.Load(), firstErr.Load())
+	if failed.Load() != 0 {
+		t.Errorf("%d connections or flow messages failed across the restarts (first: %v)", failed.Load(), firstErr.Load())
+	}
+}

@@ -1,6 +1,7 @@
 package overload
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -666,4 +667,41 @@ func (r *RunResult) AroundRestart(span int) (before, after float64, ok bool) {
 		after += r.Series[i].Goodput
 	}
 	return before / float64(span), after / float64(span), true
+}
+
+// DropViolations checks the run's olcd drop counters (the work port's, at
+// every sample): the drop reasons shown must be those of its action (a
+// shed SYN; a SYN answered with RST|ACK only under the reject action), and
+// no drop may be counted while olcd was not shedding — across three
+// samples in a row of the same olcd with p = 0, the counters did not move
+// between the last two (the first pair lets a SYN drawn under the previous
+// p be counted). It returns one line per violation (tests/e2e's drop guard
+// is the same check for the e2e daemons).
+func (r *RunResult) DropViolations() []string {
+	if r.rec == nil {
+		return nil
+	}
+	var out []string
+	var chain []sample
+	for _, s := range r.rec.samples {
+		if !s.olcd {
+			chain = nil
+			continue
+		}
+		if n := len(chain); n > 0 && s.dropped < chain[n-1].dropped {
+			chain = nil // a new olcd's counters
+		}
+		chain = append(chain, s)
+		if n := len(chain); n >= 3 && chain[n-3].p == 0 && chain[n-2].p == 0 && s.p == 0 && s.dropped > chain[n-2].dropped {
+			out = append(out, fmt.Sprintf("%d drops from %.1f s to %.1f s while olcd's p was 0", s.dropped-chain[n-2].dropped, chain[n-2].t.Seconds(), s.t.Seconds()))
+		}
+		if len(chain) > 3 {
+			chain = chain[1:]
+		}
+		if s.rejected > 0 && r.Variant != VariantEnforceReject {
+			out = append(out, fmt.Sprintf("%d SYNs answered with RST|ACK at %.1f s under the %s variant (drop action)", s.rejected, s.t.Seconds(), r.Variant))
+			break
+		}
+	}
+	return out
 }

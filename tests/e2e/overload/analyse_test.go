@@ -189,3 +189,29 @@ func TestSummarise(t *testing.T) {
 		t.Errorf("static: p std-dev %v, want none (no olcd)", *m.PStdDev)
 	}
 }
+
+func TestDropViolations(t *testing.T) {
+	at := func(s float64, p float64, dropped, rejected uint64) sample {
+		return sample{t: time.Duration(s * float64(time.Second)), olcd: true, p: p, dropped: dropped, rejected: rejected}
+	}
+	cases := []struct {
+		name    string
+		variant Variant
+		samples []sample
+		want    int
+	}{
+		{"shedding, then a tick's tail", VariantEnforce, []sample{at(0, 0.5, 0, 0), at(0.5, 0.5, 10, 0), at(1, 0, 12, 0), at(1.5, 0, 12, 0), at(2, 0, 12, 0)}, 0},
+		{"a drop with p 0 three samples long", VariantEnforce, []sample{at(0, 0, 0, 0), at(0.5, 0, 0, 0), at(1, 0, 3, 0)}, 1},
+		{"rejected under the drop action", VariantEnforce, []sample{at(0, 0.5, 2, 1)}, 1},
+		{"rejected under the reject action", VariantEnforceReject, []sample{at(0, 0.5, 2, 1)}, 0},
+		{"a new olcd's counters", VariantEnforce, []sample{at(0, 0, 50, 0), at(0.5, 0, 50, 0), at(1, 0, 0, 0), at(1.5, 0, 0, 0)}, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &RunResult{Variant: tc.variant, rec: &records{samples: tc.samples}}
+			if got := r.DropViolations(); len(got) != tc.want {
+				t.Errorf("violations %q, want %d", got, tc.want)
+			}
+		})
+	}
+}

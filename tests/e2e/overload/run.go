@@ -343,6 +343,11 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, v Variant, ro RunOptions
 		set := h.olcdSettingsFor(v, cal)
 		set.RequestGate = sc.RequestGate
 		if ro.RestartOlcdAt > 0 {
+			// Each run starts from nothing: the previous run's state
+			// file (same directory) would hand it what that one learnt.
+			if err := os.RemoveAll(filepath.Join(dir, "state")); err != nil {
+				return nil, err
+			}
 			if set.PinDir, err = mountRunPins(h.opt.Olcd, dir); err != nil {
 				return nil, err
 			}
