@@ -211,10 +211,18 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 }
 
 // admit returns the pass rate that admits μ̂ plus what fills the standing
-// queue N up to N* = μ̂ × T (or less what drains it down to N*) within
-// horizon seconds, against d starts per second of a answers each.
+// queue N up to N* = μ̂ × T within horizon seconds, or, with N beyond N*,
+// the lesser of μ̂ and what arrives less what drains N down to N*; against
+// d starts per second of a answers each.
 func (p *port) admit(mu, a, d, n, horizon float64, prm *Params) float64 {
-	return math.Min(1, math.Max(prm.MinPassRate, (mu+(mu*p.target-n)/horizon)/(a*d)))
+	base := mu
+	if nStar := mu * p.target; n > nStar {
+		// A queue stands: what drains it comes off what arrives, when
+		// less arrives than the capacity answers (a closed pool whose
+		// clients all wait inside the service sends little).
+		base = math.Min(mu, a*d)
+	}
+	return math.Min(1, math.Max(prm.MinPassRate, (base+(mu*p.target-n)/horizon)/(a*d)))
 }
 
 // window takes one onset window of w seconds between ticks of tick
