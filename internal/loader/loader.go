@@ -79,6 +79,17 @@ type PortPolicy struct {
 	// reads the response timer's flow table, so with a sample of 1 in N
 	// it sees one connection in N.
 	RequestGate bool
+	// Fair sheds the heaviest sources first: while DropProbability > 0 the
+	// drop probability a source meets grows with its share of the port's
+	// new work above a fair share, the port's total staying
+	// DropProbability (bpf/fair.h; docs/datapath.md, "Fair shedding").
+	Fair bool
+	// FairPrefix4 (1..32) and FairPrefix6 (1..128) are the source prefix
+	// lengths fairness counts by; 0 takes DefaultFairPrefix4 (32) and
+	// DefaultFairPrefix6 (64).
+	FairPrefix4, FairPrefix6 int
+	// Caps are the port's static caps (fair.go), the zero value none.
+	Caps PortCaps
 }
 
 // Config sizes the maps and sets the fixed parts of the control record.
@@ -144,6 +155,16 @@ type Config struct {
 	// then abandoned). Default 120 s (DefaultFlowIdle): longer than the
 	// longest response the histogram resolves (68 s).
 	FlowIdle time.Duration
+	// FairWidth is the counters per row of fair shedding's sketch (two
+	// rows per CPU, 4 bytes each), rounded up to a power of two, 0..2^20;
+	// 0 takes DefaultFairWidth (16384).
+	FairWidth int
+	// FairEpoch is how often the sketch's counts halve (rounded down to a
+	// power of two ns), 1 ms..10 s; 0 takes DefaultFairEpoch (268 ms).
+	FairEpoch time.Duration
+	// MaxCapSources is how many source prefix caps all ports may have
+	// together, 0..65536; 0 takes DefaultMaxCapSources (1024).
+	MaxCapSources int
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -190,7 +211,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.RejectBurst == 0 {
 		c.RejectBurst = dpconfig.BurstFor(c.RejectRate)
 	}
-	errs = append(errs, dpconfig.Check(dp), dpconfig.Check(dpconfig.Reject{RejectRate: max(c.RejectRate, 0), RejectBurst: c.RejectBurst}))
+	errs = append(errs, checkFairConfig(c), dpconfig.Check(dp), dpconfig.Check(dpconfig.Reject{RejectRate: max(c.RejectRate, 0), RejectBurst: c.RejectBurst}))
 	if err := errors.Join(errs...); err != nil {
 		return c, fmt.Errorf("loader config: %w", err)
 	}
@@ -213,6 +234,7 @@ type globals struct {
 	OlcdRej    *ebpf.Variable `ebpf:"olcd_rej"`
 	OlcdRctl   *ebpf.Variable `ebpf:"olcd_rctl"`
 	OlcdRports *ebpf.Variable `ebpf:"olcd_rports"`
+	OlcdFair   *ebpf.Variable `ebpf:"olcd_fair"`
 }
 
 func (o *objects) close() error {
@@ -246,6 +268,7 @@ type Datapath struct {
 	rports *olcdOlcdRespPorts
 	rslots map[olc.PortKey]uint16
 	rfree  []uint16
+	fair   fairState
 	// slotBuf is PortCounters' slot list, reused.
 	slotBuf []uint16
 
@@ -358,6 +381,7 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 		d.writeRespControl(),
 		d.writeControl(),
 		d.writeRejectLimit(cfg.RejectRate, cfg.RejectBurst),
+		d.initFair(),
 		d.objs.OlcdPolicies.Update(d.exemptIndex(), &shared, ebpf.UpdateAny),
 	); err != nil {
 		return nil, errors.Join(fmt.Errorf("initialise datapath maps: %w", err), d.objs.close())
@@ -382,6 +406,7 @@ func sizeMaps(spec *ebpf.CollectionSpec, cfg Config, ncpu int) {
 	spec.Maps[olcdMapOlcdExempt6].MaxEntries = uint32(cfg.MaxPrefixes)
 	spec.Maps[olcdMapOlcdRhist].MaxEntries = respSlots(cfg) * uint32(ncpu)
 	spec.Maps[olcdMapOlcdFlows].MaxEntries = flowSets(cfg)
+	sizeFairMaps(spec, cfg)
 }
 
 // synSets is the number of sets of the dropped-SYN table holding at least
