@@ -41,13 +41,14 @@ type portChange struct {
 	action string // the port's action (drop, reject, mark) at the latest change
 	// SYNs the port dropped and rejected in the ticks of its changes.
 	dropped, rejected uint64
+	capped            uint64
 	probChange
 }
 
 // portTick is what a port did in the tick that changed its p.
 type portTick struct {
-	action            string
-	dropped, rejected uint64
+	action                    string
+	dropped, rejected, capped uint64
 }
 
 // changeGroup is the ports of one class that moved from one p to another:
@@ -70,6 +71,9 @@ type changeGroup struct {
 	Action   string `json:"action,omitempty"`
 	Dropped  uint64 `json:"dropped"`
 	Rejected uint64 `json:"rejected"`
+	// Capped counts those of Dropped a static cap refused (reason "cap",
+	// ports[].caps), not the adaptive law.
+	Capped uint64 `json:"capped,omitempty"`
 }
 
 // add merges one tick's probability_change events; info tells what each
@@ -99,6 +103,7 @@ func (p *pendingChanges) add(evs []adaptive.Event, info func(olc.PortKey) portTi
 				pc.action = t.action
 				pc.dropped += t.dropped
 				pc.rejected += t.rejected
+				pc.capped += t.capped
 			}
 			p.ports[ev.Port] = pc
 		}
@@ -165,6 +170,7 @@ func (p *pendingChanges) args(mode string) []any {
 		g.Count++
 		g.Dropped += pc.dropped
 		g.Rejected += pc.rejected
+		g.Capped += pc.capped
 		if len(g.Ports) < maxListedPorts {
 			g.Ports = append(g.Ports, k.String())
 		} else {
@@ -204,7 +210,7 @@ func (e *engine) portTick(k olc.PortKey) portTick {
 	for _, p := range e.ports {
 		if p.Key == k {
 			dl := e.last.deltas[k]
-			return portTick{action: p.Action.String(), dropped: dl.Dropped, rejected: dl.Rejected}
+			return portTick{action: p.Action.String(), dropped: dl.Dropped, rejected: dl.Rejected, capped: dl.Capped}
 		}
 	}
 	return portTick{}

@@ -41,6 +41,9 @@ type engine struct {
 	changes pendingChanges // probability changes not yet in the decision log
 	ticker  *time.Ticker   // the tick's timer; nil until the loop starts
 	onset   onset          // the onset check between ticks (onset.go)
+	// capping holds the ports whose static caps refused new work in the
+	// last tick (recordCaps).
+	capping map[olc.PortKey]bool
 }
 
 // snapshotter is what the daemon uses of the sampler (*sampler.Sampler);
@@ -224,6 +227,11 @@ func (e *engine) program() error {
 	}
 	if err := e.dp.SetPolicies(pol); err != nil {
 		return fmt.Errorf("set port policies: %w", err)
+	}
+	if cs, ok := e.dp.(capSetter); ok {
+		if err := cs.SetSourceCaps(sourceCaps(cfg)); err != nil {
+			return fmt.Errorf("set source caps: %w", err)
+		}
 	}
 	if err := e.dp.SetMode(global); err != nil {
 		return fmt.Errorf("set datapath mode: %w", err)

@@ -32,7 +32,55 @@ func portSource(cfg *rules.Config) string {
 // no drop probability yet (program writes the one in force).
 func portPolicy(cfg *rules.Config, p rules.Port) loader.PortPolicy {
 	return loader.PortPolicy{Key: p.Key(), Mode: p.EffectiveMode(cfg.Mode), Action: p.EffectiveAction(cfg.Action.Kind), Class: p.Class,
-		RequestGate: p.RequestGate}
+		RequestGate: p.RequestGate, Fair: p.Fair, FairPrefix4: p.FairPrefix4, FairPrefix6: p.FairPrefix6,
+		Caps: loader.PortCaps{Rate: p.Caps.Rate, Burst: p.Caps.Burst, InFlight: p.Caps.InFlight}}
+}
+
+// sourceCaps are cfg's per-port source prefix caps, for the loader.
+func sourceCaps(cfg *rules.Config) map[olc.PortKey][]loader.SourceCap {
+	m := make(map[olc.PortKey][]loader.SourceCap)
+	for _, p := range cfg.Ports {
+		for _, s := range p.Caps.Sources {
+			m[p.Key()] = append(m[p.Key()], loader.SourceCap{Prefix: s.Prefix, Rate: s.Rate, Burst: s.Burst})
+		}
+	}
+	return m
+}
+
+// capSetter is the part of the loader's datapath that takes source caps and
+// the in-flight ceiling's verdicts; a datapath without it (tests' fakes)
+// enforces no such caps.
+type capSetter interface {
+	SetSourceCaps(m map[olc.PortKey][]loader.SourceCap) error
+	SetCapClosed(m map[olc.PortKey]bool) error
+}
+
+// closeAtInFlight closes (or opens again) every port with an in-flight
+// ceiling (ports[].caps.in_flight) whose requests in flight, from the
+// response counts rc scaled by sample, are at (below) it. Called by the
+// onset check, 20 times a second: the ceiling holds to within 50 ms.
+func (e *engine) closeAtInFlight(rc map[olc.PortKey]loader.RespCount, sample float64) {
+	cs, ok := e.dp.(capSetter)
+	if !ok {
+		return
+	}
+	var m map[olc.PortKey]bool
+	for _, p := range e.ports {
+		if p.Caps.InFlight <= 0 {
+			continue
+		}
+		if m == nil {
+			m = make(map[olc.PortKey]bool)
+		}
+		r, timed := rc[p.Key]
+		m[p.Key] = timed && float64(r.Inflight())*sample >= float64(p.Caps.InFlight)
+	}
+	if m == nil {
+		return
+	}
+	if err := cs.SetCapClosed(m); err != nil {
+		e.log.Error("write in-flight caps", "err", err)
+	}
 }
 
 // resolvePorts returns the ports cfg protects: the configured list, or under

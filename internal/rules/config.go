@@ -103,6 +103,16 @@ type Port struct {
 	// gate"). TCP only, with response timing on. Default off: a reset
 	// between two transactions loses a database session's state.
 	RequestGate bool `yaml:"request_gate"`
+	// Fair sheds the heaviest sources first while the port sheds
+	// (loader.PortPolicy.Fair; docs/datapath.md, "Fair shedding"). Default
+	// off (docs/config.md says why).
+	Fair bool `yaml:"fair"`
+	// FairPrefix4 and FairPrefix6 are the source prefix lengths fairness
+	// counts by; 0 (default) takes 32 and 64.
+	FairPrefix4 int `yaml:"fair_prefix4" range:"[1, 32]"`
+	FairPrefix6 int `yaml:"fair_prefix6" range:"[1, 128]"`
+	// Caps are the port's static caps.
+	Caps PortCaps `yaml:"caps"`
 }
 
 // portKey is an entry of exceptions.ports or exceptions.management: the

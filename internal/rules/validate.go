@@ -99,6 +99,7 @@ func (d *decoder) validate(c *Config) {
 			d.addAt(at, "the mark action passes what it selects; the request gate would reset it", "use action drop or reject on this port, or remove request_gate")
 		}
 	}
+	d.validateCaps(c)
 	d.validateOwnPaths(c)
 	d.validateCgroup(c.Cgroup)
 	d.validateLB(c)
