@@ -54,7 +54,7 @@ struct olcd_fair_conf olcd_fair;
  * sets DEPTH * width / LINE. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 2 * 16384 / OLCD_FAIR_LINE);
+	__uint(max_entries, 2 * 4096 / OLCD_FAIR_LINE);
 	__type(key, __u32);
 	__type(value, struct olcd_fair_line);
 } olcd_fair_cm SEC(".maps");

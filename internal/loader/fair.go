@@ -18,11 +18,13 @@ import (
 // Fair shedding and static caps (bpf/fair.h; docs/datapath.md, "Fair
 // shedding").
 const (
-	// DefaultFairWidth is the sketch's counters per row: 16384, so that a
-	// source is told apart from the sketch's noise once its share of a
-	// port's new work is above about 1/16384 (6e-5); 128 KiB per CPU for
-	// both rows, whatever the number of sources.
-	DefaultFairWidth = 16384
+	// DefaultFairWidth is the sketch's counters per row: 4096, so that a
+	// source is told apart from the sketch's noise once its share of the
+	// fair ports' new work is above about 1/4096 (2.4e-4: a source 100
+	// times the fair share among 400 000 even ones); 32 KiB per CPU for
+	// both rows whatever the number of sources, 2 MiB at 64 CPUs, half
+	// the datapath's 4 MiB goal there (docs/datapath.md, "Memory").
+	DefaultFairWidth = 4096
 	// MaxFairWidth bounds the sketch at 8 MiB per CPU.
 	MaxFairWidth = 1 << 20
 	// DefaultFairEpoch is how often the sketch's counts halve: 268 ms

@@ -1,7 +1,6 @@
 package loader
 
 import (
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/netip"
@@ -233,9 +232,5 @@ func TestFairCaps(t *testing.T) {
 	if c.Capped != c.Dropped || c.Capped != uint64(80-heavyPass-otherPass) {
 		t.Errorf("capped %d, dropped %d, want both %d", c.Capped, c.Dropped, 80-heavyPass-otherPass)
 	}
-	fmt.Fprintf(tWriter{t}, "caps: prefix passed %d, others %d, capped %d\n", heavyPass, otherPass, c.Capped)
+	t.Logf("caps: prefix passed %d, others %d, capped %d", heavyPass, otherPass, c.Capped)
 }
-
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }

@@ -157,7 +157,7 @@ type Config struct {
 	FlowIdle time.Duration
 	// FairWidth is the counters per row of fair shedding's sketch (two
 	// rows per CPU, 4 bytes each), rounded up to a power of two, 0..2^20;
-	// 0 takes DefaultFairWidth (16384).
+	// 0 takes DefaultFairWidth (4096).
 	FairWidth int
 	// FairEpoch is how often the sketch's counts halve (rounded down to a
 	// power of two ns), 1 ms..10 s; 0 takes DefaultFairEpoch (268 ms).
