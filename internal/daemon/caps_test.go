@@ -18,7 +18,7 @@ type capFake struct {
 }
 
 func (f *capFake) SetSourceCaps(m map[olc.PortKey][]loader.SourceCap) error { f.src = m; return nil }
-func (f *capFake) SetCapClosed(m map[olc.PortKey]bool) error              { f.closed = m; return nil }
+func (f *capFake) SetCapClosed(m map[olc.PortKey]bool) error                { f.closed = m; return nil }
 
 // TestPortPolicyFairAndCaps: a port's fairness and caps reach the loader's
 // policy, its source caps the loader's list.
