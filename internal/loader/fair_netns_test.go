@@ -52,7 +52,10 @@ func (o openLoop) run(dst netip.AddrPort, d time.Duration) (sent, ok []int, err 
 					}
 					// Close at once with a reset, so that thousands of
 					// connects leave no TIME_WAIT behind.
-					unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
+					if err := unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0}); err != nil {
+						unix.Close(fd)
+						return nil, nil, fmt.Errorf("linger: %w", err)
+					}
 					if err := unix.Connect(fd, sa); err != nil && err != unix.EINPROGRESS {
 						unix.Close(fd)
 						return nil, nil, fmt.Errorf("connect: %w", err)
