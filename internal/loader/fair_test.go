@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/netip"
@@ -26,8 +27,15 @@ type fairSource struct {
 // the SYNs sent and passed after the first warm rounds, and the datapath.
 func fairRun(t *testing.T, h hook, fair bool, p float64, srcs []fairSource, rounds, warm int) (sent, passed []int, d *Datapath) {
 	t.Helper()
+	return fairRunPrefix(t, h, fair, 0, p, srcs, rounds, warm)
+}
+
+// fairRunPrefix is fairRun with the port's IPv6 prefix length (0: the
+// default).
+func fairRunPrefix(t *testing.T, h hook, fair bool, prefix6 int, p float64, srcs []fairSource, rounds, warm int) (sent, passed []int, d *Datapath) {
+	t.Helper()
 	d = loadTest(t, Config{StaleAfter: time.Hour, DrawSeed: 11})
-	must(t, d.SetPolicies([]PortPolicy{{Key: tcp8080, Mode: olc.ModeEnforce, Action: olc.ActionDrop, DropProbability: p, Fair: fair}}))
+	must(t, d.SetPolicies([]PortPolicy{{Key: tcp8080, Mode: olc.ModeEnforce, Action: olc.ActionDrop, DropProbability: p, Fair: fair, FairPrefix6: prefix6}}))
 	must(t, d.SetMode(olc.ModeEnforce))
 	must(t, d.Heartbeat())
 	must(t, d.setFairClock(1<<40))
@@ -46,7 +54,13 @@ func fairRun(t *testing.T, h hook, fair bool, p float64, srcs []fairSource, roun
 			rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 			for _, i := range order {
 				seq++
-				frame := ipv4Frame(srcs[i].addr, server4, 6, 0, tcpSeg{uint16(10000 + seq%50000), 8080, seq, tcpSYN}.bytes())
+				seg := tcpSeg{uint16(10000 + seq%50000), 8080, seq, tcpSYN}.bytes()
+				var frame []byte
+				if srcs[i].addr.Is6() {
+					frame = ipv6Frame(srcs[i].addr, server6, 6, 0, nil, seg)
+				} else {
+					frame = ipv4Frame(srcs[i].addr, server4, 6, 0, seg)
+				}
 				var ret uint32
 				if ret, err = d.prog(h).Run(&ebpf.RunOptions{Data: frame}); err != nil {
 					return
@@ -233,4 +247,38 @@ func TestFairCaps(t *testing.T) {
 		t.Errorf("capped %d, dropped %d, want both %d", c.Capped, c.Dropped, 80-heavyPass-otherPass)
 	}
 	t.Logf("caps: prefix passed %d, others %d, capped %d", heavyPass, otherPass, c.Capped)
+}
+
+// TestFairIPv6Prefix: IPv6 sources counted by the port's prefix length. The
+// heavy load of TestFairHeavySource (250 SYNs a round) comes from 10
+// addresses of one /48, 25 each. Counted by /48 they are one source at 10
+// times the fair share (25): it keeps 0.1. Counted by /64 (the default)
+// they are 10 of 60 sources, all above the max-min share, which is then
+// 225 / 60 = 3.75 a round for everyone: the 10 keep 3.75 / 25 = 0.15 each,
+// the light ones 3.75 / 4 = 0.94.
+func TestFairIPv6Prefix(t *testing.T) {
+	const p, rounds, warm = 0.5, 40, 5
+	var srcs []fairSource
+	for i := range 10 {
+		srcs = append(srcs, fairSource{netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0, 0x77, 0, byte(i), 15: 1}), 25})
+	}
+	for i := range 50 {
+		srcs = append(srcs, fairSource{netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 1, byte(i), 15: 1}), 4})
+	}
+	for _, tt := range []struct {
+		prefix6  int
+		heavyMax float64 // the /48's pass share at most
+	}{{48, 0.1}, {0, 0.17}} {
+		t.Run(fmt.Sprintf("prefix6=%d", tt.prefix6), func(t *testing.T) {
+			sent, passed, _ := fairRunPrefix(t, hookXDP, true, tt.prefix6, p, srcs, rounds, warm)
+			heavy, light := share(passed, sent, 0, 10), share(passed, sent, 10, len(srcs))
+			t.Logf("/48 of 10 addresses passed %.4f, light sources %.4f", heavy, light)
+			if tt.prefix6 == 48 && (heavy > tt.heavyMax || light < 0.9) {
+				t.Errorf("by /48: the /48 passed %.4f (want <= %.2f), light %.4f (want >= 0.9)", heavy, tt.heavyMax, light)
+			}
+			if tt.prefix6 == 0 && (math.Abs(heavy-0.15) > 0.02 || math.Abs(light-0.9375) > 0.03) {
+				t.Errorf("by /64: the /48's addresses passed %.4f, light %.4f, want the max-min 0.15 and 0.94", heavy, light)
+			}
+		})
+	}
 }
