@@ -320,7 +320,7 @@ static __always_inline __u32 olcd_select(__u32 n, __u32 *slot, __u32 p, __u8 sel
 }
 
 /*
- * The selection of olcd_decide and olcd_gate: what a static cap refused is
+ * The selection of olcd_decide: what a static cap refused is
  * selected; a fair port with a source draws against the source's own
  * probability (fair.h); the rest meet olcd_select. src is NULL (a
  * constant) on the path of ports without fairness or caps, which this then
@@ -367,6 +367,9 @@ static __always_inline int olcd_not_enforced(struct olcd_counters *st, __u32 mod
  * observe → count would-drop; heartbeat stale → count stale; mark or drop.
  * The heartbeat verdict is taken first only because its (rare) clock read
  * is a helper call, cheapest while only the policy and fp are kept.
+ * src (the source address) is NULL but for a port with fairness or a cap
+ * (fair.h): then the caps are asked after the count, what they refuse is
+ * selected whatever p is (counted capped), and the draw is the source's.
  */
 static __always_inline int olcd_decide(const struct olcd_policy *pol, __u32 *pi, __u64 fp,
 				       struct olcd_mark *mark, const struct olcd_src *src)
