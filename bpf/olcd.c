@@ -46,6 +46,8 @@ const enum olcd_syn_table *olcd_btf_syn_table __attribute__((unused));
 const enum olcd_dscp *olcd_btf_dscp __attribute__((unused));
 const enum olcd_selection *olcd_btf_selection __attribute__((unused));
 const enum olcd_resp_geometry *olcd_btf_resp_geometry __attribute__((unused));
+const enum olcd_cap_flag *olcd_btf_cap_flag __attribute__((unused));
+const enum olcd_fair_geometry *olcd_btf_fair_geometry __attribute__((unused));
 
 /* Bytes pulled into the linear area at TC when the headers are not there yet:
  * enough for 4 VLAN tags, IPv6 and a few extension headers and TCP. */
@@ -154,6 +156,7 @@ static __always_inline __u32 olcd_heartbeat_fresh(struct olcd_control *ctl)
 	fresh = hb != 0 && (__s64)(now - hb) <= (__s64)ctl->stale_after_ns;
 	ctl->fresh = fresh;
 	ctl->fresh_jiffies = j;
+	ctl->fresh_ns = now;
 	return fresh;
 }
 
@@ -262,6 +265,8 @@ static __always_inline __u32 olcd_draw(__u32 x)
 	return x ^ (x >> 16);
 }
 
+#include "fair.h"
+
 /* Effective mode of a stale heartbeat in enforce mode: nothing is dropped
  * or marked, what would have been is counted as stale. */
 #define OLCD_MODE_STALE 3
@@ -314,6 +319,28 @@ static __always_inline __u32 olcd_select(__u32 n, __u32 *slot, __u32 p, __u8 sel
 	return diff >> 63;
 }
 
+/*
+ * The selection of olcd_decide: what a static cap refused is
+ * selected; a fair port with a source draws against the source's own
+ * probability (fair.h); the rest meet olcd_select. src is NULL (a
+ * constant) on the path of ports without fairness or caps, which this then
+ * leaves as it was. n: the draw's input (olcd_draw).
+ */
+static __always_inline __u32 olcd_pick(__u32 n, __u32 *pi, __u32 p, const struct olcd_policy *pol,
+				       const struct olcd_src *src, struct olcd_fair_slot *fs,
+				       __u32 capped)
+{
+	if (src) {
+		if (capped)
+			return 1;
+		if (p == 0)
+			return 0;
+		if (pol->fair && src->valid && p != 0xffffffff)
+			return olcd_fair_select(pol, pi, olcd_draw(n), p, src, fs);
+	}
+	return olcd_select(n, pi, p, olcd_ctl.selection);
+}
+
 /* What a selected packet becomes outside enforce mode: counted, passed.
  * rej: the reject action would answer it. */
 static __always_inline int olcd_not_enforced(struct olcd_counters *st, __u32 mode, __u32 act,
@@ -340,19 +367,30 @@ static __always_inline int olcd_not_enforced(struct olcd_counters *st, __u32 mod
  * observe → count would-drop; heartbeat stale → count stale; mark or drop.
  * The heartbeat verdict is taken first only because its (rare) clock read
  * is a helper call, cheapest while only the policy and fp are kept.
+ * src (the source address) is NULL but for a port with fairness or a cap
+ * (fair.h): then the caps are asked after the count, what they refuse is
+ * selected whatever p is (counted capped), and the draw is the source's.
  */
 static __always_inline int olcd_decide(const struct olcd_policy *pol, __u32 *pi, __u64 fp,
-				       struct olcd_mark *mark)
+				       struct olcd_mark *mark, const struct olcd_src *src)
 {
 	struct olcd_control *ctl = &olcd_ctl;
+	struct olcd_fair_slot *fs = NULL;
 	struct olcd_syn_set *set;
 	struct olcd_counters *st;
-	__u32 sidx, act, prob, seen, mode;
+	__u32 sidx, act, prob, seen, mode, capped = 0;
 
 	mode = ctl->mode < pol->mode ? ctl->mode : pol->mode;
-	if (mode == OLCD_MODE_ENFORCE && pol->drop_prob != 0 &&
-	    __builtin_expect(!olcd_heartbeat_fresh(ctl), 0))
+	if (src) {
+		/* Fair or capped: the clock (fresh_ns) is needed whatever
+		 * p is, in observe mode too. */
+		if (mode != OLCD_MODE_OFF && !olcd_heartbeat_fresh(ctl) &&
+		    mode == OLCD_MODE_ENFORCE)
+			mode = OLCD_MODE_STALE;
+	} else if (mode == OLCD_MODE_ENFORCE && pol->drop_prob != 0 &&
+		   __builtin_expect(!olcd_heartbeat_fresh(ctl), 0)) {
 		mode = OLCD_MODE_STALE;
+	}
 
 	/* A port's stats slot is its policy index (pol->stats_slot differs
 	 * only in the shared entry of exception ports, never protected): the
@@ -363,6 +401,16 @@ static __always_inline int olcd_decide(const struct olcd_policy *pol, __u32 *pi,
 	st->new_conns += 1;
 	if (__builtin_expect(mode == OLCD_MODE_OFF, 0))
 		return OLCD_V_PASS;
+	if (src) {
+		fs = bpf_map_lookup_elem(&olcd_fair_slots, pi);
+		if (!fs)
+			return OLCD_V_PASS;
+		if (pol->caps) {
+			capped = olcd_capped(pol, pi, src, ctl->fresh_ns);
+			if (mode != OLCD_MODE_STALE)
+				fs->capped += capped;
+		}
+	}
 
 	if (fp) {
 		/* A SYN to a port with the drop action (the only one that
@@ -374,12 +422,12 @@ static __always_inline int olcd_decide(const struct olcd_policy *pol, __u32 *pi,
 			seen = olcd_syn_seen(set, fp, olcd_syn_clock(ctl));
 			st->syn_retransmits += seen;
 			prob = pol->drop_prob;
-			if (prob == 0)
+			if (prob == 0 && !capped)
 				return OLCD_V_PASS;
 			if (seen && pol->shed_retransmits)
 				act = 1;
 			else
-				act = olcd_select(st->new_conns, pi, prob, ctl->selection);
+				act = olcd_pick(st->new_conns, pi, prob, pol, src, fs, capped);
 			if (__builtin_expect(mode != OLCD_MODE_ENFORCE, 0))
 				return olcd_not_enforced(st, mode, act, mark->reject);
 			st->dropped += act;
@@ -396,9 +444,9 @@ static __always_inline int olcd_decide(const struct olcd_policy *pol, __u32 *pi,
 		}
 	}
 	prob = pol->drop_prob;
-	if (prob == 0)
+	if (prob == 0 && !capped)
 		return OLCD_V_PASS;
-	act = olcd_select(st->new_conns, pi, prob, ctl->selection);
+	act = olcd_pick(st->new_conns, pi, prob, pol, src, fs, capped);
 	if (__builtin_expect(mode != OLCD_MODE_ENFORCE, 0))
 		return olcd_not_enforced(st, mode, act, 0);
 	if (pol->action == OLCD_ACTION_MARK) {
@@ -498,7 +546,16 @@ static __always_inline int olcd_handle_policy(const struct olcd_pkt *pkt, void *
 	mark->reject = pol->action == OLCD_ACTION_REJECT;
 	if (pol->action == OLCD_ACTION_MARK)
 		fp = 0;
-	return olcd_decide(pol, &pi, fp, mark);
+	/* Fairness or a cap (both bytes in one load): the source is needed,
+	 * on a path of its own, so that the others have no trace of it. */
+	if (__builtin_expect(*(const __u16 *)&pol->fair != 0, 0)) {
+		if (!prefixes) {
+			src.valid = 0;
+			olcd_read_source(pkt->ipv6, pkt->l3off, data, data_end, &src);
+		}
+		return olcd_decide(pol, &pi, fp, mark, &src);
+	}
+	return olcd_decide(pol, &pi, fp, mark, NULL);
 }
 
 /*

@@ -89,6 +89,93 @@ struct olcd_policy {
 	 * nothing outstanding, by resetting the connection. TCP only; needs
 	 * the port timed (resp.h): the gate reads the flow table. */
 	__u8 request_gate;
+	/* Non-zero: fair shedding (fair.h). While drop_prob != 0 each
+	 * source's new work is counted in the sketch and the drop
+	 * probability it meets grows with its share above a fair share, so
+	 * that the heaviest sources are shed first; the port's total shed
+	 * stays drop_prob. */
+	__u8 fair;
+	/* enum olcd_cap_flag bits: the static caps that apply (fair.h).
+	 * Beside fair, so that one 16-bit load tells whether either is set. */
+	__u8 caps;
+	/* Source prefix lengths the sketch counts by: IPv4 1..32, IPv6
+	 * 1..128 (fair.h). */
+	__u8 fair_prefix4;
+	__u8 fair_prefix6;
+};
+
+/* olcd_policy.caps */
+enum olcd_cap_flag {
+	OLCD_CAP_RATE = 1,    /* the port's own token bucket: olcd_caps[stats slot] */
+	OLCD_CAP_SOURCES = 2, /* source prefixes with a bucket of their own (olcd_cap_src) */
+	OLCD_CAP_CLOSED = 4,  /* requests in flight at the port's ceiling: new work is capped */
+};
+
+/*
+ * Fair shedding (fair.h): a count-min sketch per CPU of DEPTH rows of
+ * width counters (olcd_fair_conf.width_mask + 1, a power of two, at least
+ * OLCD_FAIR_LINE), shared
+ * by every fair port (the port's slot is hashed with the source). A
+ * counter is its count << EPOCH_BITS | the epoch it was last brought to:
+ * counts are halved once per epoch, lazily, when next touched.
+ */
+enum olcd_fair_geometry {
+	OLCD_FAIR_DEPTH = 2,
+	OLCD_FAIR_EPOCH_BITS = 8,
+	/* The fair share's step per new connection, 2^-STEP_SHIFT of itself
+	 * (times p or 1 - p): it settles within a few hundred new connections. */
+	OLCD_FAIR_STEP_SHIFT = 5,
+	/* The fair share never goes below 2^-FLOOR_SHIFT of the port's
+	 * traffic (a source's share, 32-bit fixed point). */
+	OLCD_FAIR_FLOOR_SHIFT = 20,
+	OLCD_FAIR_LINE = 16, /* counters per map entry (a cache line) */
+};
+
+/* One line of the sketch (olcd_fair_cm in fair.h). */
+struct olcd_fair_line {
+	__u32 c[OLCD_FAIR_LINE];
+};
+
+/* Fair shedding's knobs: a global variable (fair.h), written whole by the loader. */
+struct olcd_fair_conf {
+	__u64 seed;        /* sketch hash seed, random per load */
+	__u64 test_now_ns; /* tests only: when not 0, the clock (ns) instead of olcd_control.fresh_ns */
+	__u32 width_mask;  /* counters per row minus one (a power of two) */
+	__u32 epoch_shift; /* an epoch is 2^epoch_shift ns */
+};
+
+/* Per stats slot and CPU: fair shedding's state and the cap counter. */
+struct olcd_fair_slot {
+	/* The fair share: a source whose estimated share of the port's new
+	 * work is above it is shed with probability 1 - fair/share, one at
+	 * or below it passes. 32-bit fixed point (2^32 = the whole port). */
+	__u32 share;
+	__u32 total;  /* the port's new work while shedding, counter format as the sketch */
+	__u32 capped; /* dropped (or would be) by a static cap, of dropped / would_drop */
+	__u32 pad;
+};
+
+/*
+ * A static cap: a token bucket kept as GCRA (the generic cell rate
+ * algorithm, ITU-T I.371): admit while the theoretical arrival time is at
+ * most burst_ns ahead of the clock, and move it one ns_per_token forward
+ * per admission. One entry per port (index: its stats slot) and per
+ * source prefix cap (olcd_cap_src's value), shared by the CPUs (an atomic
+ * compare-and-swap), so that the rate is the port's, not a CPU's.
+ */
+struct olcd_cap {
+	__u64 tat_ns;       /* theoretical arrival time (olcd_control.fresh_ns clock) */
+	__u64 ns_per_token; /* 1e9 / rate; 0: no cap */
+	__u64 burst_ns;     /* tolerance: burst - 1 tokens ahead */
+};
+
+/* LPM trie key of the source prefix caps: the port's stats slot, then the
+ * address (IPv4 as ::ffff:a.b.c.d); prefixlen counts slot and zero too. */
+struct olcd_cap_key {
+	__u32 prefixlen;
+	__u16 slot;
+	__u16 zero;
+	__u8 addr[16];
 };
 
 /*
@@ -130,6 +217,10 @@ struct olcd_control {
 	__u8 fresh;          /* 1: the heartbeat was within stale-after */
 	__u8 selection;      /* enum olcd_selection: how the draw picks */
 	__u32 fresh_jiffies; /* low 32 bits of bpf_jiffies64() at that verdict */
+	/* bpf_ktime_get_ns() at that verdict, written by the program like
+	 * fresh: the clock of fair shedding's epochs and of the static caps,
+	 * exact to within one jiffy. */
+	__u64 fresh_ns;
 };
 
 /*

@@ -158,6 +158,12 @@ func printStatus(w io.Writer, st *api.Status, all bool, now time.Time) {
 		if st.RejectLimited > 0 {
 			fmt.Fprintf(w, "reject: %d SYNs dropped unanswered over action.reject_rate since start\n", st.RejectLimited)
 		}
+		for _, p := range st.Ports {
+			if p.CappedPerS > 0 {
+				fmt.Fprintf(w, "cap: %s/%d: %.1f/s refused by its static caps (ports[].caps; of DROP%%, or WOULD-DROP%% in observe)\n",
+					p.Proto, p.Port, p.CappedPerS)
+			}
+		}
 		printResponse(w, st)
 		printKeepAlive(w, st)
 	}

@@ -184,6 +184,10 @@ type PortStatus struct {
 	WouldDropShare float64 `json:"would_drop_share"`
 	// MarkedShare is marked ÷ new over the last tick.
 	MarkedShare float64 `json:"marked_share"`
+	// CappedPerS is new connections per second a static cap refused
+	// (ports[].caps; reason "cap"), of the drop (or would-drop) share: the
+	// rest of it is the adaptive law's.
+	CappedPerS float64 `json:"capped_per_s"`
 	// RejectedPerS is shed SYNs answered with a RST|ACK per second (reject
 	// action; they are also in the drop share).
 	RejectedPerS float64 `json:"rejected_per_s"`
@@ -340,6 +344,9 @@ type PortTotals struct {
 	SYNRetransmits uint64 `json:"syn_retransmits"`
 	Rejected       uint64 `json:"rejected"`
 	WouldReject    uint64 `json:"would_reject"`
+	// Capped counts new connections a static cap refused (ports[].caps):
+	// of Dropped in enforce mode, of WouldDrop in observe mode.
+	Capped uint64 `json:"capped"`
 }
 
 // InterfaceStatus is one datapath attachment.

@@ -44,14 +44,15 @@ type portChange struct {
 	// keepAlive: request starts on open connections and those the request
 	// gate reset in those ticks (sampled flows, keepalive.go).
 	keepAlive keepAliveCounts
+	capped    uint64
 	probChange
 }
 
 // portTick is what a port did in the tick that changed its p.
 type portTick struct {
-	action            string
-	dropped, rejected uint64
-	keepAlive         keepAliveCounts
+	action                    string
+	dropped, rejected, capped uint64
+	keepAlive                 keepAliveCounts
 }
 
 // changeGroup is the ports of one class that moved from one p to another:
@@ -80,6 +81,9 @@ type changeGroup struct {
 	// none).
 	RequestStarts uint64 `json:"request_starts_reused,omitempty"`
 	Resets        uint64 `json:"request_resets,omitempty"`
+	// Capped counts those of Dropped a static cap refused (reason "cap",
+	// ports[].caps), not the adaptive law.
+	Capped uint64 `json:"capped,omitempty"`
 }
 
 // add merges one tick's probability_change events; info tells what each
@@ -110,6 +114,7 @@ func (p *pendingChanges) add(evs []adaptive.Event, info func(olc.PortKey) portTi
 				pc.dropped += t.dropped
 				pc.rejected += t.rejected
 				pc.keepAlive.add(t.keepAlive)
+				pc.capped += t.capped
 			}
 			p.ports[ev.Port] = pc
 		}
@@ -178,6 +183,7 @@ func (p *pendingChanges) args(mode string) []any {
 		g.Rejected += pc.rejected
 		g.RequestStarts += pc.keepAlive.reused
 		g.Resets += pc.keepAlive.resets
+		g.Capped += pc.capped
 		if len(g.Ports) < maxListedPorts {
 			g.Ports = append(g.Ports, k.String())
 		} else {
@@ -217,7 +223,7 @@ func (e *engine) portTick(k olc.PortKey) portTick {
 	for _, p := range e.ports {
 		if p.Key == k {
 			dl := e.last.deltas[k]
-			return portTick{action: p.Action.String(), dropped: dl.Dropped, rejected: dl.Rejected,
+			return portTick{action: p.Action.String(), dropped: dl.Dropped, rejected: dl.Rejected, capped: dl.Capped,
 				keepAlive: e.last.keepAlive[k].counts()}
 		}
 	}

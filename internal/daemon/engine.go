@@ -49,6 +49,9 @@ type engine struct {
 	// adoptedFresh says the taken-over datapath's heartbeat was fresh:
 	// its drop probabilities were in force when this daemon took over.
 	adoptedFresh bool
+	// capping holds the ports whose static caps refused new work in the
+	// last tick (recordCaps).
+	capping map[olc.PortKey]bool
 }
 
 // snapshotter is what the daemon uses of the sampler (*sampler.Sampler);
@@ -246,6 +249,11 @@ func (e *engine) program() error {
 	}
 	if err := e.dp.SetPolicies(pol); err != nil {
 		return fmt.Errorf("set port policies: %w", err)
+	}
+	if cs, ok := e.dp.(capSetter); ok {
+		if err := cs.SetSourceCaps(sourceCaps(cfg)); err != nil {
+			return fmt.Errorf("set source caps: %w", err)
+		}
 	}
 	if err := e.dp.SetMode(global); err != nil {
 		return fmt.Errorf("set datapath mode: %w", err)

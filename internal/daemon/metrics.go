@@ -131,6 +131,7 @@ var (
 	descDropped  = prometheus.NewDesc("olcd_port_dropped_total", "New connections dropped.", portLabels, nil)
 	descMarked   = prometheus.NewDesc("olcd_port_marked_total", "New connections marked (DSCP/fwmark) and passed.", portLabels, nil)
 	descWould    = prometheus.NewDesc("olcd_port_would_drop_total", "New connections that would have been dropped (observe mode).", portLabels, nil)
+	descCapped   = prometheus.NewDesc("olcd_port_capped_total", "New connections a static cap refused (ports[].caps; also in dropped, or would_drop in observe mode).", portLabels, nil)
 	descRejected = prometheus.NewDesc("olcd_port_rejected_total", "Dropped SYNs answered with a TCP RST|ACK (reject action; also in dropped).", portLabels, nil)
 	descWouldRej = prometheus.NewDesc("olcd_port_would_reject_total", "Would-drop SYNs the reject action would have answered (observe mode; also in would_drop).", portLabels, nil)
 	descRejLimit = prometheus.NewDesc("olcd_reject_limited_total", "SYNs the reject action dropped instead of answering: over the per-CPU rate limit (action.reject_rate).", nil, nil)
@@ -214,7 +215,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	for _, d := range []*prometheus.Desc{descMode, descSigPress, descSigAvail,
 		descSigCorr, descPressure, descOverload, descNodeP, descClassP, descPortP, descNew, descRetrans,
-		descPassed, descDropped, descMarked, descWould, descRejected, descWouldRej, descRejLimit, descExempt, descStale, descOtherNew, descOtherEx, descExcPort,
+		descPassed, descDropped, descCapped, descMarked, descWould, descRejected, descWouldRej, descRejLimit, descExempt, descStale, descOtherNew, descOtherEx, descExcPort,
 		descUncl, descAttach, descOverride, descLastTick, descDPErr, descRTHist, descRTQuant, descRTTarget, descRTBase, descQueueP, descRTReq,
 		descRTAband, descReused, descResets, descWouldRst, descRTInfl, descSampleR, descCapacity, descCapAge, descFlowCap, descFlowUsed, descFlowEvent} {
 		ch <- d
@@ -315,6 +316,7 @@ func collectPort(ch chan<- prometheus.Metric, p api.PortStatus, stats loader.Sta
 	counter(descMarked, cn.Marked, labels...)
 	counter(descWould, cn.WouldDrop, labels...)
 	counter(descRejected, cn.Rejected, labels...)
+	counter(descCapped, cn.Capped, labels...)
 	counter(descWouldRej, cn.WouldReject, labels...)
 	counter(descExempt, cn.Exempt, labels...)
 	counter(descStale, cn.Stale, labels...)

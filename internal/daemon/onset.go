@@ -104,6 +104,7 @@ func (e *engine) onsetCheck() bool {
 	stats := e.onset.stats
 	clear(stats)
 	sample := float64(max(e.dp.ResponseSample(), 1))
+	e.closeAtInFlight(rcur, sample)
 	for _, p := range e.ports {
 		cur, ok := cur[p.Key]
 		before, had := prev[p.Key]

@@ -32,7 +32,56 @@ func portSource(cfg *rules.Config) string {
 // entry's own, with the global mode and action resolved), with no drop
 // probability yet (program writes the one in force).
 func portPolicy(cfg *rules.Config, p rules.Port) loader.PortPolicy {
-	return p.Policy(cfg.Mode, cfg.Action.Kind)
+	pp := p.Policy(cfg.Mode, cfg.Action.Kind)
+	pp.Caps = loader.PortCaps{Rate: p.StaticCaps.Rate, Burst: p.StaticCaps.Burst, InFlight: p.StaticCaps.InFlight}
+	return pp
+}
+
+// sourceCaps are cfg's per-port source prefix caps, for the loader.
+func sourceCaps(cfg *rules.Config) map[olc.PortKey][]loader.SourceCap {
+	m := make(map[olc.PortKey][]loader.SourceCap)
+	for _, p := range cfg.Ports {
+		for _, s := range p.StaticCaps.Sources {
+			m[p.Key] = append(m[p.Key], loader.SourceCap{Prefix: s.Prefix, Rate: s.Rate, Burst: s.Burst})
+		}
+	}
+	return m
+}
+
+// capSetter is the part of the loader's datapath that takes source caps and
+// the in-flight ceiling's verdicts; a datapath without it (tests' fakes)
+// enforces no such caps.
+type capSetter interface {
+	SetSourceCaps(m map[olc.PortKey][]loader.SourceCap) error
+	SetCapClosed(m map[olc.PortKey]bool) error
+}
+
+// closeAtInFlight closes (or opens again) every port with an in-flight
+// ceiling (ports[].caps.in_flight) whose requests in flight, from the
+// response counts rc scaled by sample, are at (below) it. Called by the
+// onset check, 20 times a second: the ceiling holds to within 50 ms.
+func (e *engine) closeAtInFlight(rc map[olc.PortKey]loader.RespCount, sample float64) {
+	cs, ok := e.dp.(capSetter)
+	if !ok {
+		return
+	}
+	var m map[olc.PortKey]bool
+	for _, p := range e.ports {
+		if p.Caps.InFlight <= 0 {
+			continue
+		}
+		if m == nil {
+			m = make(map[olc.PortKey]bool)
+		}
+		r, timed := rc[p.Key]
+		m[p.Key] = timed && float64(r.Inflight())*sample >= float64(p.Caps.InFlight)
+	}
+	if m == nil {
+		return
+	}
+	if err := cs.SetCapClosed(m); err != nil {
+		e.log.Error("write in-flight caps", "err", err)
+	}
 }
 
 // resolvePorts returns the ports cfg protects: the configured list, or under

@@ -210,13 +210,14 @@ func portStatus(p loader.PortPolicy, source string, r tickResult, ctrlPorts []ad
 		WouldDropShare:  share(dl.WouldDrop, dl.NewConns),
 		MarkedShare:     share(dl.Marked, dl.NewConns),
 		RejectedPerS:    rate(dl.Rejected),
+		CappedPerS:      rate(dl.Capped),
 		WouldRejectPerS: rate(dl.WouldReject),
 		ExemptPerS:      rate(dl.Exempt),
 		StalePerS:       rate(dl.Stale),
 		Totals: api.PortTotals{
 			NewConns: tot.NewConns, Passed: tot.Passed, Dropped: tot.Dropped, Marked: tot.Marked,
 			WouldDrop: tot.WouldDrop, Exempt: tot.Exempt, Stale: tot.Stale, SYNRetransmits: tot.SYNRetransmits,
-			Rejected: tot.Rejected, WouldReject: tot.WouldReject,
+			Rejected: tot.Rejected, WouldReject: tot.WouldReject, Capped: tot.Capped,
 		},
 	}
 	if f, ok := r.snap.AcceptQueueFill[p.Key.Port]; ok && p.Key.Proto == olc.ProtoTCP {

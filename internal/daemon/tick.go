@@ -96,6 +96,33 @@ func (e *engine) tick() {
 	e.metrics.ticks.Inc()
 	e.metrics.tickSeconds.Observe(time.Since(start).Seconds())
 	e.recordEvents(dec)
+	e.recordCaps(deltas)
+}
+
+// recordCaps writes a "cap" record to the decision log when a port's
+// static caps (ports[].caps) start refusing new work, and "cap_ended" when
+// a tick goes by without a refusal: their own reason, apart from what the
+// adaptive law sheds (probability_change).
+func (e *engine) recordCaps(deltas map[olc.PortKey]loader.Counters) {
+	for _, p := range e.ports {
+		dl, ok := deltas[p.Key]
+		if !ok {
+			continue
+		}
+		on := e.capping[p.Key]
+		switch {
+		case dl.Capped > 0 && !on:
+			if e.capping == nil {
+				e.capping = make(map[olc.PortKey]bool)
+			}
+			e.capping[p.Key] = true
+			e.dlog.Record("cap", "port", p.Key.String(), "reason", "cap", "capped", dl.Capped, "new", dl.NewConns,
+				"rate", p.Caps.Rate, "in_flight", p.Caps.InFlight)
+		case dl.Capped == 0 && on:
+			delete(e.capping, p.Key)
+			e.dlog.Record("cap_ended", "port", p.Key.String(), "reason", "cap")
+		}
+	}
 }
 
 // portStats is what the controller reads of a port's counter delta, for
@@ -146,6 +173,7 @@ func counterDelta(cur, prev loader.Counters) loader.Counters {
 		SYNRetransmits: sub(cur.SYNRetransmits, prev.SYNRetransmits),
 		Rejected:       sub(cur.Rejected, prev.Rejected),
 		WouldReject:    sub(cur.WouldReject, prev.WouldReject),
+		Capped:         sub(cur.Capped, prev.Capped),
 	}
 }
 

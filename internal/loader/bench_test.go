@@ -108,9 +108,11 @@ func BenchmarkDatapath(b *testing.B) {
 	requireRoot(b)
 	d := loadTest(b, Config{StaleAfter: time.Hour})
 	floor := emptyXDP(b)
-	const protected, unprotected = 8080, 9999
+	const protected, unprotected, fair = 8080, 9999, 8081
 	if err := d.SetPolicies([]PortPolicy{{
 		Key: olc.PortKey{Proto: olc.ProtoTCP, Port: protected}, Mode: olc.ModeEnforce, Action: olc.ActionDrop, DropProbability: 0.5,
+	}, {
+		Key: olc.PortKey{Proto: olc.ProtoTCP, Port: fair}, Mode: olc.ModeEnforce, Action: olc.ActionDrop, DropProbability: 0.5, Fair: true,
 	}}); err != nil {
 		b.Fatal(err)
 	}
@@ -124,6 +126,7 @@ func BenchmarkDatapath(b *testing.B) {
 		{"ack", ipv4Frame(client4, server4, 6, 0, tcpSeg{40000, protected, 1, tcpACK}.bytes())},
 		{"syn-unprotected", syn4(unprotected, 1)},
 		{"syn-p50", syn4(protected, 1)},
+		{"syn-p50-fair", syn4(fair, 1)}, // fair shedding on (bpf/fair.h)
 		{"ipv6-hbh-syn", ipv6Frame(client6, server6, 0, 0, hopByHop(6), tcpSeg{40000, protected, 1, tcpSYN}.bytes())},
 	}
 	floorFrame := cases[0].frame

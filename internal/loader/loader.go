@@ -138,6 +138,16 @@ type Config struct {
 	// everything dies with the process (tests, benchmarks). The daemon
 	// uses DefaultPinDir. Design: docs/datapath.md, "Restarts".
 	PinDir string
+	// FairWidth is the counters per row of fair shedding's sketch (two
+	// rows per CPU, 4 bytes each), rounded up to a power of two, 0..2^20;
+	// 0 takes DefaultFairWidth (4096).
+	FairWidth int
+	// FairEpoch is how often the sketch's counts halve (rounded down to a
+	// power of two ns), 1 ms..10 s; 0 takes DefaultFairEpoch (268 ms).
+	FairEpoch time.Duration
+	// MaxCapSources is how many source prefix caps all ports may have
+	// together, 0..65536; 0 takes DefaultMaxCapSources (1024).
+	MaxCapSources int
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -184,7 +194,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.RejectBurst == 0 {
 		c.RejectBurst = dpconfig.BurstFor(c.RejectRate)
 	}
-	errs = append(errs, dpconfig.Check(dp), dpconfig.Check(dpconfig.Reject{RejectRate: max(c.RejectRate, 0), RejectBurst: c.RejectBurst}))
+	errs = append(errs, checkFairConfig(c), dpconfig.Check(dp), dpconfig.Check(dpconfig.Reject{RejectRate: max(c.RejectRate, 0), RejectBurst: c.RejectBurst}))
 	if err := errors.Join(errs...); err != nil {
 		return c, fmt.Errorf("loader config: %w", err)
 	}
@@ -209,6 +219,7 @@ type globals struct {
 	OlcdRej    *ebpf.Variable `ebpf:"olcd_rej"`
 	OlcdRctl   *ebpf.Variable `ebpf:"olcd_rctl"`
 	OlcdRports *ebpf.Variable `ebpf:"olcd_rports"`
+	OlcdFair   *ebpf.Variable `ebpf:"olcd_fair"`
 }
 
 func (o *objects) close() error {
@@ -265,6 +276,7 @@ type Datapath struct {
 	rports *olcdOlcdRespPorts
 	rslots map[olc.PortKey]uint16
 	rfree  []uint16
+	fair   fairState
 	// slotBuf is PortCounters' slot list, reused.
 	slotBuf []uint16
 
@@ -403,6 +415,7 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 		d.writeRespControl(),
 		d.writeControl(),
 		d.writeRejectLimit(cfg.RejectRate, cfg.RejectBurst),
+		d.initFair(),
 		d.objs.OlcdPolicies.Update(d.exemptIndex(), &shared, ebpf.UpdateAny),
 	); err != nil {
 		return nil, errors.Join(fmt.Errorf("initialise datapath maps: %w", err), d.objs.close())
@@ -432,6 +445,7 @@ func sizeMaps(spec *ebpf.CollectionSpec, cfg Config, ncpu int) {
 	spec.Maps[olcdMapOlcdExempt6].MaxEntries = uint32(cfg.MaxPrefixes)
 	spec.Maps[olcdMapOlcdRhist].MaxEntries = respSlots(cfg) * uint32(ncpu)
 	spec.Maps[olcdMapOlcdFlows].MaxEntries = flowSets(cfg)
+	sizeFairMaps(spec, cfg)
 }
 
 // synSets is the number of sets of the dropped-SYN table holding at least

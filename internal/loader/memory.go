@@ -77,6 +77,13 @@ func estimateMapMemory(cfg Config, ncpu, prefixes4, prefixes6 int) ([]mapUsage, 
 		{"olcd_rhist", pageAlign(bpfArrayHeader) + pageAlign(uint64(respSlots(cfg))*uint64(ncpu)*round8(unsafe.Sizeof(olcdOlcdRespHist{})))},
 		{"olcd_flows", array(uint64(flowSets(cfg)), unsafe.Sizeof(olcdOlcdFlowSet{}))},
 		{"olcd_fstats", percpu(1, unsafe.Sizeof(olcdOlcdFlowCounters{}))},
+		// Fair shedding (fair.h): the sketch, fixed by its width
+		// whatever the number of sources; the fair state per slot; the
+		// cap buckets; one trie node per source cap.
+		{"olcd_fair_cm", percpu(uint64(olcdOlcdFairGeometryOLCD_FAIR_DEPTH)*uint64(fairWidth(cfg))/uint64(olcdOlcdFairGeometryOLCD_FAIR_LINE), unsafe.Sizeof(olcdOlcdFairLine{}))},
+		{"olcd_fair_slots", percpu(ports+1, unsafe.Sizeof(olcdOlcdFairSlot{}))},
+		{"olcd_caps", array(ports+1+uint64(maxCapSources(cfg)), unsafe.Sizeof(olcdOlcdCap{}))},
+		{"olcd_cap_src", 0},
 	}, nil
 }
 

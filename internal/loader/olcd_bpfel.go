@@ -21,6 +21,29 @@ const (
 	olcdOlcdActionOLCD_ACTION_REJECT olcdOlcdAction = 2
 )
 
+type olcdOlcdCap struct {
+	_          structs.HostLayout
+	TatNs      uint64
+	NsPerToken uint64
+	BurstNs    uint64
+}
+
+type olcdOlcdCapFlag uint32
+
+const (
+	olcdOlcdCapFlagOLCD_CAP_RATE    olcdOlcdCapFlag = 1
+	olcdOlcdCapFlagOLCD_CAP_SOURCES olcdOlcdCapFlag = 2
+	olcdOlcdCapFlagOLCD_CAP_CLOSED  olcdOlcdCapFlag = 4
+)
+
+type olcdOlcdCapKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Slot      uint16
+	Zero      uint16
+	Addr      [16]uint8
+}
+
 type olcdOlcdClass uint32
 
 const (
@@ -43,6 +66,7 @@ type olcdOlcdControl struct {
 	Fresh        uint8
 	Selection    uint8
 	FreshJiffies uint32
+	FreshNs      uint64
 }
 
 type olcdOlcdCounters struct {
@@ -63,6 +87,37 @@ const (
 	olcdOlcdDscpOLCD_DSCP_MAX  olcdOlcdDscp = 63
 	olcdOlcdDscpOLCD_DSCP_KEEP olcdOlcdDscp = 255
 )
+
+type olcdOlcdFairConf struct {
+	_          structs.HostLayout
+	Seed       uint64
+	TestNowNs  uint64
+	WidthMask  uint32
+	EpochShift uint32
+}
+
+type olcdOlcdFairGeometry uint32
+
+const (
+	olcdOlcdFairGeometryOLCD_FAIR_DEPTH       olcdOlcdFairGeometry = 2
+	olcdOlcdFairGeometryOLCD_FAIR_EPOCH_BITS  olcdOlcdFairGeometry = 8
+	olcdOlcdFairGeometryOLCD_FAIR_STEP_SHIFT  olcdOlcdFairGeometry = 5
+	olcdOlcdFairGeometryOLCD_FAIR_FLOOR_SHIFT olcdOlcdFairGeometry = 20
+	olcdOlcdFairGeometryOLCD_FAIR_LINE        olcdOlcdFairGeometry = 16
+)
+
+type olcdOlcdFairLine struct {
+	_ structs.HostLayout
+	C [16]uint32
+}
+
+type olcdOlcdFairSlot struct {
+	_      structs.HostLayout
+	Share  uint32
+	Total  uint32
+	Capped uint32
+	Pad    uint32
+}
 
 type olcdOlcdFlowCounters struct {
 	_         structs.HostLayout
@@ -124,6 +179,10 @@ type olcdOlcdPolicy struct {
 	Class           uint8
 	ShedRetransmits uint8
 	RequestGate     uint8
+	Fair            uint8
+	Caps            uint8
+	FairPrefix4     uint8
+	FairPrefix6     uint8
 }
 
 type olcdOlcdPolicyFlag uint32
@@ -222,9 +281,13 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	olcdMapOlcdCapSrc          = "olcd_cap_src"
+	olcdMapOlcdCaps            = "olcd_caps"
 	olcdMapOlcdEven            = "olcd_even"
 	olcdMapOlcdExempt4         = "olcd_exempt4"
 	olcdMapOlcdExempt6         = "olcd_exempt6"
+	olcdMapOlcdFairCm          = "olcd_fair_cm"
+	olcdMapOlcdFairSlots       = "olcd_fair_slots"
 	olcdMapOlcdFlows           = "olcd_flows"
 	olcdMapOlcdFstats          = "olcd_fstats"
 	olcdMapOlcdPolicies        = "olcd_policies"
@@ -237,8 +300,10 @@ const (
 	olcdProgOlcdTcEgress       = "olcd_tc_egress"
 	olcdProgOlcdXdp            = "olcd_xdp"
 	olcdVarOlcdBtfAction       = "olcd_btf_action"
+	olcdVarOlcdBtfCapFlag      = "olcd_btf_cap_flag"
 	olcdVarOlcdBtfClass        = "olcd_btf_class"
 	olcdVarOlcdBtfDscp         = "olcd_btf_dscp"
+	olcdVarOlcdBtfFairGeometry = "olcd_btf_fair_geometry"
 	olcdVarOlcdBtfGeometry     = "olcd_btf_geometry"
 	olcdVarOlcdBtfMode         = "olcd_btf_mode"
 	olcdVarOlcdBtfPolicyFlag   = "olcd_btf_policy_flag"
@@ -247,6 +312,7 @@ const (
 	olcdVarOlcdBtfSelection    = "olcd_btf_selection"
 	olcdVarOlcdBtfSynTable     = "olcd_btf_syn_table"
 	olcdVarOlcdCtl             = "olcd_ctl"
+	olcdVarOlcdFair            = "olcd_fair"
 	olcdVarOlcdPorts           = "olcd_ports"
 	olcdVarOlcdRctl            = "olcd_rctl"
 	olcdVarOlcdRej             = "olcd_rej"
@@ -304,9 +370,13 @@ type olcdProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type olcdMapSpecs struct {
+	OlcdCapSrc    *ebpf.MapSpec `ebpf:"olcd_cap_src"`
+	OlcdCaps      *ebpf.MapSpec `ebpf:"olcd_caps"`
 	OlcdEven      *ebpf.MapSpec `ebpf:"olcd_even"`
 	OlcdExempt4   *ebpf.MapSpec `ebpf:"olcd_exempt4"`
 	OlcdExempt6   *ebpf.MapSpec `ebpf:"olcd_exempt6"`
+	OlcdFairCm    *ebpf.MapSpec `ebpf:"olcd_fair_cm"`
+	OlcdFairSlots *ebpf.MapSpec `ebpf:"olcd_fair_slots"`
 	OlcdFlows     *ebpf.MapSpec `ebpf:"olcd_flows"`
 	OlcdFstats    *ebpf.MapSpec `ebpf:"olcd_fstats"`
 	OlcdPolicies  *ebpf.MapSpec `ebpf:"olcd_policies"`
@@ -322,8 +392,10 @@ type olcdMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type olcdVariableSpecs struct {
 	OlcdBtfAction       *ebpf.VariableSpec `ebpf:"olcd_btf_action"`
+	OlcdBtfCapFlag      *ebpf.VariableSpec `ebpf:"olcd_btf_cap_flag"`
 	OlcdBtfClass        *ebpf.VariableSpec `ebpf:"olcd_btf_class"`
 	OlcdBtfDscp         *ebpf.VariableSpec `ebpf:"olcd_btf_dscp"`
+	OlcdBtfFairGeometry *ebpf.VariableSpec `ebpf:"olcd_btf_fair_geometry"`
 	OlcdBtfGeometry     *ebpf.VariableSpec `ebpf:"olcd_btf_geometry"`
 	OlcdBtfMode         *ebpf.VariableSpec `ebpf:"olcd_btf_mode"`
 	OlcdBtfPolicyFlag   *ebpf.VariableSpec `ebpf:"olcd_btf_policy_flag"`
@@ -332,6 +404,7 @@ type olcdVariableSpecs struct {
 	OlcdBtfSelection    *ebpf.VariableSpec `ebpf:"olcd_btf_selection"`
 	OlcdBtfSynTable     *ebpf.VariableSpec `ebpf:"olcd_btf_syn_table"`
 	OlcdCtl             *ebpf.VariableSpec `ebpf:"olcd_ctl"`
+	OlcdFair            *ebpf.VariableSpec `ebpf:"olcd_fair"`
 	OlcdPorts           *ebpf.VariableSpec `ebpf:"olcd_ports"`
 	OlcdRctl            *ebpf.VariableSpec `ebpf:"olcd_rctl"`
 	OlcdRej             *ebpf.VariableSpec `ebpf:"olcd_rej"`
@@ -358,9 +431,13 @@ func (o *olcdObjects) Close() error {
 //
 // It can be passed to loadOlcdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type olcdMaps struct {
+	OlcdCapSrc    *ebpf.Map `ebpf:"olcd_cap_src"`
+	OlcdCaps      *ebpf.Map `ebpf:"olcd_caps"`
 	OlcdEven      *ebpf.Map `ebpf:"olcd_even"`
 	OlcdExempt4   *ebpf.Map `ebpf:"olcd_exempt4"`
 	OlcdExempt6   *ebpf.Map `ebpf:"olcd_exempt6"`
+	OlcdFairCm    *ebpf.Map `ebpf:"olcd_fair_cm"`
+	OlcdFairSlots *ebpf.Map `ebpf:"olcd_fair_slots"`
 	OlcdFlows     *ebpf.Map `ebpf:"olcd_flows"`
 	OlcdFstats    *ebpf.Map `ebpf:"olcd_fstats"`
 	OlcdPolicies  *ebpf.Map `ebpf:"olcd_policies"`
@@ -373,9 +450,13 @@ type olcdMaps struct {
 
 func (m *olcdMaps) Close() error {
 	return _OlcdClose(
+		m.OlcdCapSrc,
+		m.OlcdCaps,
 		m.OlcdEven,
 		m.OlcdExempt4,
 		m.OlcdExempt6,
+		m.OlcdFairCm,
+		m.OlcdFairSlots,
 		m.OlcdFlows,
 		m.OlcdFstats,
 		m.OlcdPolicies,
@@ -392,8 +473,10 @@ func (m *olcdMaps) Close() error {
 // It can be passed to loadOlcdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type olcdVariables struct {
 	OlcdBtfAction       *ebpf.Variable `ebpf:"olcd_btf_action"`
+	OlcdBtfCapFlag      *ebpf.Variable `ebpf:"olcd_btf_cap_flag"`
 	OlcdBtfClass        *ebpf.Variable `ebpf:"olcd_btf_class"`
 	OlcdBtfDscp         *ebpf.Variable `ebpf:"olcd_btf_dscp"`
+	OlcdBtfFairGeometry *ebpf.Variable `ebpf:"olcd_btf_fair_geometry"`
 	OlcdBtfGeometry     *ebpf.Variable `ebpf:"olcd_btf_geometry"`
 	OlcdBtfMode         *ebpf.Variable `ebpf:"olcd_btf_mode"`
 	OlcdBtfPolicyFlag   *ebpf.Variable `ebpf:"olcd_btf_policy_flag"`
@@ -402,6 +485,7 @@ type olcdVariables struct {
 	OlcdBtfSelection    *ebpf.Variable `ebpf:"olcd_btf_selection"`
 	OlcdBtfSynTable     *ebpf.Variable `ebpf:"olcd_btf_syn_table"`
 	OlcdCtl             *ebpf.Variable `ebpf:"olcd_ctl"`
+	OlcdFair            *ebpf.Variable `ebpf:"olcd_fair"`
 	OlcdPorts           *ebpf.Variable `ebpf:"olcd_ports"`
 	OlcdRctl            *ebpf.Variable `ebpf:"olcd_rctl"`
 	OlcdRej             *ebpf.Variable `ebpf:"olcd_rej"`

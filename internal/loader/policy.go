@@ -87,7 +87,7 @@ func (d *Datapath) SetPolicies(policies []PortPolicy) error {
 		if !p.Class.Valid() {
 			errs = append(errs, fmt.Errorf("port %s: unknown class %d", p.Key, p.Class))
 		}
-		errs = append(errs, checkProbability(p.Key, p.DropProbability))
+		errs = append(errs, checkProbability(p.Key, p.DropProbability), checkCaps(p.Key, p))
 	}
 	if len(policies) > d.cfg.MaxPorts {
 		errs = append(errs, fmt.Errorf("%d ports exceed max ports %d", len(policies), d.cfg.MaxPorts))
@@ -135,6 +135,9 @@ func (d *Datapath) SetPolicies(policies []PortPolicy) error {
 		delete(d.slots, k)
 		d.stats.forget(slot)
 		d.free = append(d.free, slot)
+		if err := d.forgetCaps(k, slot); err != nil {
+			return fmt.Errorf("set policies: %w", err)
+		}
 		if err := d.objs.OlcdPolicies.Update(uint32(slot), &olcdOlcdPolicy{}, ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("set policies: clear port %s: %w", k, err)
 		}
@@ -156,6 +159,7 @@ func (d *Datapath) SetPolicies(policies []PortPolicy) error {
 	// points at them.
 	for _, p := range policies {
 		slot, ok := d.slots[p.Key]
+		fresh := !ok
 		if !ok {
 			slot = d.free[len(d.free)-1]
 			d.free = d.free[:len(d.free)-1]
@@ -166,6 +170,9 @@ func (d *Datapath) SetPolicies(policies []PortPolicy) error {
 
 		}
 		d.policies[p.Key] = p
+		if err := d.writeCaps(p.Key, slot, fresh); err != nil {
+			return fmt.Errorf("set policies: %w", err)
+		}
 		if err := d.writePolicy(p.Key); err != nil {
 			return fmt.Errorf("set policies: %w", err)
 		}
@@ -489,6 +496,7 @@ func (d *Datapath) writePolicy(k olc.PortKey) error {
 		Action:          cAction(p.Action),
 		Class:           cClass(p.Class),
 	}
+	fairFields(p, d.fair.srcCaps[k], &v)
 	if err := d.stats.setKind(slot, policyKind(d.ctl.Mode, v.Mode, p.Action, k.Proto)); err != nil {
 		return fmt.Errorf("write policy of port %s: %w", k, err)
 	}

@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -45,6 +46,10 @@ type Counters struct {
 	// WouldReject counts the would-drop SYNs that the reject action would
 	// have answered (observe mode, reject action).
 	WouldReject uint64
+	// Capped counts the new connections a static cap refused (PortCaps),
+	// of Dropped in enforce mode and of WouldDrop in observe mode: the
+	// rest of those is what the adaptive law shed.
+	Capped uint64
 }
 
 // Stats is a snapshot of the datapath counters.
@@ -93,8 +98,11 @@ func (d *Datapath) Stats() (Stats, error) {
 		Ports: make(map[olc.PortKey]Counters, len(d.slots)),
 		Other: d.stats.counters(uint16(olcdOlcdGeometryOLCD_SLOT_OTHER)),
 	}
+	if err := d.foldCapped(); err != nil {
+		return Stats{}, fmt.Errorf("read stats: %w", err)
+	}
 	for k, slot := range d.slots {
-		s.Ports[k] = d.stats.counters(slot)
+		s.Ports[k] = d.withCapped(d.stats.counters(slot), slot)
 	}
 	s.ExemptPorts = make(map[olc.PortKey]Counters, len(d.eslots))
 	for k, slot := range d.eslots {
@@ -141,9 +149,12 @@ func (d *Datapath) PortCounters(into map[olc.PortKey]Counters) error {
 	if err := d.stats.fold(d.slotBuf); err != nil {
 		return fmt.Errorf("read stats: %w", err)
 	}
+	if err := d.foldCapped(); err != nil {
+		return fmt.Errorf("read stats: %w", err)
+	}
 	clear(into)
 	for k, slot := range d.slots {
-		into[k] = d.stats.counters(slot)
+		into[k] = d.withCapped(d.stats.counters(slot), slot)
 	}
 	return nil
 }
@@ -167,7 +178,7 @@ func (d *Datapath) foldLoop() {
 		}
 		d.mu.Lock()
 		if !d.closed {
-			if err := d.stats.fold(d.slotList()); err != nil {
+			if err := errors.Join(d.stats.fold(d.slotList()), d.foldCapped()); err != nil {
 				d.log.Warn("fold datapath counters", "err", err)
 			}
 			if d.cfg.ResponseSample != 0 {

@@ -94,6 +94,10 @@ type Port struct {
 	// included); else controller.response_target.
 	Target    adaptive.ResponseTarget `yaml:"response_target" has:"HasTarget" before:"request_gate"`
 	HasTarget bool                    `yaml:"-"`
+	// StaticCaps are the port's static caps (ports[].caps; caps.go): the
+	// rate and in-flight ceilings go to the loader with the port's policy
+	// (dpconfig.PortPolicy.Caps), the source caps apart.
+	StaticCaps PortCaps `yaml:"caps"`
 }
 
 // EffectiveAction returns the port's action: its own if set, else global.

@@ -100,6 +100,7 @@ func (d *checker) validate(c *Config) {
 			d.AddAt(at, "the mark action passes what it selects; the request gate would reset it", "use action drop or reject on this port, or remove request_gate")
 		}
 	}
+	d.validateCaps(c)
 	d.validateOwnPaths(c)
 	d.validateCgroup(c.Cgroup)
 	d.validateLB(c)

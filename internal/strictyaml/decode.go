@@ -353,7 +353,8 @@ func (d *Decoder) Duration(n *Node, field string) (time.Duration, bool) {
 // Value decodes n into v, the value of field (sf its struct field: tags
 // `range`, `enum` and `noun` apply), and reports whether it did; a value
 // that did not keeps what it held (the default). The codec's types decode
-// themselves; a slice is a list; a string, bool, float64 or integer is a
+// themselves; a slice is a list; a struct a mapping of its fields; a
+// string, bool, float64 or integer is a
 // scalar of that kind (an integer needs a range tag unless it is unsigned).
 func (d *Decoder) Value(n *Node, v reflect.Value, field string, sf reflect.StructField) bool {
 	if dec, ok := d.codec.types[v.Type()]; ok {
@@ -364,6 +365,8 @@ func (d *Decoder) Value(n *Node, v reflect.Value, field string, sf reflect.Struc
 	switch t := v.Type(); t.Kind() {
 	case reflect.Slice:
 		return d.List(n, v, field, sf)
+	case reflect.Struct:
+		return d.Struct(n, v, field) // a list's entries: {prefix: …, rate: …}
 	case reflect.String:
 		if words, has := sf.Tag.Lookup("enum"); has {
 			x, ok = d.Enum(n, field, strings.Split(words, ","))

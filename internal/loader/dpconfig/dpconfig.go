@@ -75,6 +75,38 @@ type PortPolicy struct {
 	// SYNs the port dropped) while DropProbability > 0, without a draw
 	// (adaptive.PortDecision.ShedRetransmits).
 	ShedRetransmits bool `yaml:"-"`
+	// Fair sheds the heaviest sources first: while DropProbability > 0 the
+	// drop probability a source meets grows with its share of the port's
+	// new work above a fair share, the port's total staying
+	// DropProbability (bpf/fair.h; docs/datapath.md, "Fair shedding").
+	// Default off: one address behind a NAT or a proxy is many users.
+	Fair bool `yaml:"fair"`
+	// FairPrefix4 (1..32) and FairPrefix6 (1..128) are the source prefix
+	// lengths fairness counts by; 0 takes 32 and 64.
+	FairPrefix4 int `yaml:"fair_prefix4" range:"[1, 32]"`
+	FairPrefix6 int `yaml:"fair_prefix6" range:"[1, 128]"`
+	// Caps are the port's static caps (rules.Port.StaticCaps in olcd.yaml,
+	// ports[].caps), the zero value none.
+	Caps PortCaps `yaml:"-"`
+}
+
+// PortCaps are a port's static caps, enforced in the datapath beside the
+// adaptive law, the stricter winning (bpf/fair.h).
+type PortCaps struct {
+	// Rate is the most new connections (and gated request starts) per
+	// second the port admits, all CPUs and sources together; 0: no cap.
+	Rate float64
+	// Burst is how many above Rate may come at once; 0 takes a tenth of a
+	// second's worth (at least 1).
+	Burst int
+	// InFlight is the most requests in flight the port may have (the
+	// response timer's count, all CPUs); 0: no ceiling. The datapath
+	// cannot sum it per packet: the daemon compares it between ticks and
+	// closes the port (Datapath.SetCapClosed) while it is at the ceiling.
+	InFlight int
+	// Closed refuses all new work: set by SetCapClosed while the port's
+	// requests in flight are at InFlight.
+	Closed bool
 }
 
 // Reject is the reject action's rate limit, a token bucket per CPU.

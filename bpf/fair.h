@@ -1,0 +1,283 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * Fair shedding and static caps (docs/datapath.md, "Fair shedding").
+ *
+ * Fair shedding. While a fair port sheds (drop_prob p > 0), each new
+ * connection (SYN, UDP request, gated request start) is counted in a
+ * count-min sketch (Cormode and Muthukrishnan, 2005) by its source prefix,
+ * and so is the port's total: m is the source's estimated count, T the
+ * port's, both halved once per epoch (2^epoch_shift ns), so that they count
+ * the last two epochs or so. The source's share is m / T. It is shed with
+ * probability
+ *
+ *	p_src = max(0, 1 - fair / (m / T))
+ *
+ * the law of approximate fair dropping (AFD; R. Pan, L. Breslau, B.
+ * Prabhakar, S. Shenker, "Approximate fairness through differential
+ * dropping", CCR 2003): a source above the fair share keeps exactly the
+ * fair share, one below it keeps everything. The fair share "fair" is the
+ * level at which the port's total shed is the controller's p: here it is
+ * found by the datapath itself, per port and CPU, with a stochastic
+ * approximation step per new connection (fair grows by fair * (1 - p) /
+ * 2^STEP_SHIFT on a drop and shrinks by fair * p / 2^STEP_SHIFT on a pass,
+ * which is still on average exactly when the drops are a share p of the
+ * arrivals). With even demand every source's share is the same and fair
+ * settles at (1 - p) times it: every source meets p, today's law. A
+ * spoofed-source flood (every SYN from a new random address) is even
+ * demand too: every count is the sketch's noise, about alike, and the
+ * shed stays p.
+ *
+ * Static caps. A port may have a token bucket of its own (new work per
+ * second) and its source prefixes buckets each; a port whose requests in
+ * flight reached its ceiling is closed by the loader (OLCD_CAP_CLOSED).
+ * What a cap refuses is shed whatever p is, with the port's action, and
+ * counted as capped; the rest meets the adaptive law: the stricter wins.
+ *
+ * Included by olcd.c after olcd_draw, olcd_heartbeat_fresh and struct
+ * olcd_src.
+ */
+#ifndef OLCD_FAIR_H
+#define OLCD_FAIR_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "olcd.h"
+
+/* The knobs, written by the loader (a .bss global like olcd_ctl). */
+struct olcd_fair_conf olcd_fair;
+
+/* The sketch: OLCD_FAIR_DEPTH rows of width counters, per CPU, in lines
+ * of OLCD_FAIR_LINE (one cache line each, and one per-CPU pointer per line
+ * rather than per counter). The max_entries is a placeholder: the loader
+ * sets DEPTH * width / LINE. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2 * 4096 / OLCD_FAIR_LINE);
+	__type(key, __u32);
+	__type(value, struct olcd_fair_line);
+} olcd_fair_cm SEC(".maps");
+
+/* Per stats slot and CPU: the fair share, the port's total, capped. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1025);
+	__type(key, __u32);
+	__type(value, struct olcd_fair_slot);
+} olcd_fair_slots SEC(".maps");
+
+/* Static caps: [stats slot] the port's, [max_ports + 1 ..] the source
+ * prefixes' (olcd_cap_src values). Shared by the CPUs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1025 + 1024);
+	__type(key, __u32);
+	__type(value, struct olcd_cap);
+} olcd_caps SEC(".maps");
+
+/* Source prefix caps: (slot, prefix) -> index into olcd_caps. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 1024);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct olcd_cap_key);
+	__type(value, __u32);
+} olcd_cap_src SEC(".maps");
+
+/* The largest count a counter holds. */
+#define OLCD_FAIR_COUNT_MAX ((1U << (32 - OLCD_FAIR_EPOCH_BITS)) - 1)
+#define OLCD_FAIR_EPOCH_MASK ((1U << OLCD_FAIR_EPOCH_BITS) - 1)
+
+/* The epoch now (its low OLCD_FAIR_EPOCH_BITS), from the clock of the
+ * heartbeat verdict (olcd_control.fresh_ns), which the caller brought up to
+ * date: no helper call. */
+static __always_inline __u32 olcd_fair_epoch(const struct olcd_control *ctl)
+{
+	__u64 now = olcd_fair.test_now_ns;
+
+	if (!now)
+		now = ctl->fresh_ns;
+	return (__u32)(now >> (olcd_fair.epoch_shift & 63)) & OLCD_FAIR_EPOCH_MASK;
+}
+
+/* Bring a counter to epoch ep (halving it once per epoch since it was last
+ * touched), count one, and return the count. */
+static __always_inline __u32 olcd_fair_bump(__u32 *c, __u32 ep)
+{
+	__u32 v = *c;
+	__u32 d = (ep - v) & OLCD_FAIR_EPOCH_MASK;
+	__u32 n = v >> OLCD_FAIR_EPOCH_BITS;
+
+	n = d >= 32 - OLCD_FAIR_EPOCH_BITS ? 0 : n >> d;
+	n += n < OLCD_FAIR_COUNT_MAX;
+	*c = n << OLCD_FAIR_EPOCH_BITS | ep;
+	return n;
+}
+
+/* The network-order mask of the first bits of a 32-bit word, bits 0..32
+ * (as a signed count: below 0 is 0, above 32 is 32). */
+static __always_inline __u32 olcd_fair_mask(int bits)
+{
+	if (bits <= 0)
+		return 0;
+	if (bits >= 32)
+		return 0xffffffff;
+	return bpf_htonl(0xffffffffU << (32 - bits));
+}
+
+/*
+ * The sketch's hash of a source prefix on a port (slot): the address
+ * masked to the port's prefix length, as two 64-bit words, each multiplied
+ * by an odd constant after the seed (as olcd_syn_fp). Row 0 takes the high
+ * half, row 1 the high half of a second round.
+ */
+static __always_inline __u64 olcd_fair_hash(const struct olcd_src *src, __u32 slot,
+					    const struct olcd_policy *pol)
+{
+	__u32 w[4] = { 0, 0, 0, 0 };
+	__u64 x0, x1, seed = olcd_fair.seed;
+	int len;
+
+	if (src->ipv6) {
+		__builtin_memcpy(w, src->k6.addr, sizeof(w));
+		len = pol->fair_prefix6;
+		w[0] &= olcd_fair_mask(len);
+		w[1] &= olcd_fair_mask(len - 32);
+		w[2] &= olcd_fair_mask(len - 64);
+		w[3] &= olcd_fair_mask(len - 96);
+	} else {
+		__builtin_memcpy(w, src->k4.addr, sizeof(w[0]));
+		w[0] &= olcd_fair_mask(pol->fair_prefix4);
+	}
+	x0 = (__u64)w[0] | (__u64)w[1] << 32;
+	x1 = ((__u64)w[2] | (__u64)w[3] << 32) ^ ((__u64)slot << 1 | src->ipv6);
+	return ((x0 ^ seed) * 0x9e3779b97f4a7c15ULL) ^ ((x1 ^ seed) * 0xbf58476d1ce4e5b9ULL);
+}
+
+/*
+ * Whether fair shedding selects this new connection, 0 or 1, for a drop
+ * probability p > 0 of a fair port (slot *pi) whose source is src (valid),
+ * with the uniform draw u (olcd_draw). fs: the port's state on this CPU.
+ * Counts the source and the port first, then draws against p_src, then
+ * moves the fair share one step (see the top of this file).
+ */
+static __always_inline __u32 olcd_fair_select(const struct olcd_policy *pol, __u32 *pi, __u32 u,
+					      __u32 p, const struct olcd_src *src,
+					      struct olcd_fair_slot *fs)
+{
+	__u32 ep = olcd_fair_epoch(&olcd_ctl), mask = olcd_fair.width_mask;
+	__u64 h = olcd_fair_hash(src, *pi, pol), f, d, up, down, share;
+	__u32 i0, i1, k0, k1, m, m1, t, act;
+
+	struct olcd_fair_line *l0, *l1;
+
+	i0 = (__u32)(h >> 32) & mask;
+	h = (h ^ (h >> 29)) * 0x94d049bb133111ebULL;
+	i1 = ((__u32)(h >> 32) & mask) + mask + 1;
+	k0 = i0 / OLCD_FAIR_LINE;
+	k1 = i1 / OLCD_FAIR_LINE;
+	l0 = bpf_map_lookup_elem(&olcd_fair_cm, &k0);
+	if (!l0)
+		return 0;
+	l1 = bpf_map_lookup_elem(&olcd_fair_cm, &k1);
+	if (!l1)
+		return 0;
+	m = olcd_fair_bump(&l0->c[i0 & (OLCD_FAIR_LINE - 1)], ep);
+	m1 = olcd_fair_bump(&l1->c[i1 & (OLCD_FAIR_LINE - 1)], ep);
+	m = m < m1 ? m : m1;
+	t = olcd_fair_bump(&fs->total, ep);
+	share = fs->share;
+	if (!share)
+		share = 0xffffffff; /* a slot's first shed: everyone passes until it settles */
+
+	/* Drop when u / 2^32 < 1 - fair * T / m, i.e. u * m < (m - fair * T) * 2^32:
+	 * products below 2^56, no division. The borrow is the outcome, used
+	 * arithmetically (see olcd_select). */
+	f = (share * t) >> 32;
+	d = m > f ? m - f : 0;
+	d = ((__u64)u * m) - (d << 32);
+	barrier_var(d);
+	act = d >> 63;
+
+	/* The step: on a drop + share * (1 - p) / 2^K, on a pass - share * p / 2^K. */
+	up = (share * (__u32)~p) >> (32 + OLCD_FAIR_STEP_SHIFT);
+	down = (share * p) >> (32 + OLCD_FAIR_STEP_SHIFT);
+	share = share - down + act * (up + down + 1);
+	if (share > 0xffffffff)
+		share = 0xffffffff;
+	if (share < (1ULL << (32 - OLCD_FAIR_FLOOR_SHIFT)))
+		share = 1ULL << (32 - OLCD_FAIR_FLOOR_SHIFT);
+	fs->share = (__u32)share;
+	return act;
+}
+
+/*
+ * Take a token from a cap at the clock now (ns): 1 admitted, 0 refused.
+ * GCRA: refused while the theoretical arrival time is more than burst_ns
+ * ahead of now; an admission moves it to max(it, now) + ns_per_token with
+ * a compare-and-swap, tried twice, so that two CPUs never spend one token
+ * twice (a second lost race refuses: the other CPU took the token).
+ */
+static __always_inline __u32 olcd_cap_take(struct olcd_cap *c, __u64 now)
+{
+	__u64 per = c->ns_per_token, tat = c->tat_ns, next, old;
+
+	if (!per)
+		return 1;
+#pragma unroll
+	for (int i = 0; i < 2; i++) {
+		if ((__s64)(tat - now) > (__s64)c->burst_ns)
+			return 0;
+		next = ((__s64)(tat - now) < 0 ? now : tat) + per;
+		old = __sync_val_compare_and_swap(&c->tat_ns, tat, next);
+		if (old == tat)
+			return 1;
+		tat = old;
+	}
+	return 0;
+}
+
+/*
+ * Whether a static cap refuses this new work of port *pi from src, 0 or 1:
+ * the port closed (requests in flight), then the source's prefix bucket,
+ * then the port's. A source refused spends no port token; one the port
+ * refuses has spent its source's.
+ */
+static __always_inline __u32 olcd_capped(const struct olcd_policy *pol, __u32 *pi,
+					 const struct olcd_src *src, __u64 now)
+{
+	__u8 caps = pol->caps;
+	struct olcd_cap *c;
+
+	if (caps & OLCD_CAP_CLOSED)
+		return 1;
+	if ((caps & OLCD_CAP_SOURCES) && src->valid) {
+		struct olcd_cap_key k = {};
+		__u32 *idx;
+
+		k.prefixlen = 32 + 128;
+		k.slot = (__u16)*pi;
+		if (src->ipv6) {
+			__builtin_memcpy(k.addr, src->k6.addr, 16);
+		} else {
+			k.addr[10] = 0xff;
+			k.addr[11] = 0xff;
+			__builtin_memcpy(&k.addr[12], src->k4.addr, 4);
+		}
+		idx = bpf_map_lookup_elem(&olcd_cap_src, &k);
+		if (idx) {
+			c = bpf_map_lookup_elem(&olcd_caps, idx);
+			if (c && !olcd_cap_take(c, now))
+				return 1;
+		}
+	}
+	if (caps & OLCD_CAP_RATE) {
+		c = bpf_map_lookup_elem(&olcd_caps, pi);
+		if (c && !olcd_cap_take(c, now))
+			return 1;
+	}
+	return 0;
+}
+
+#endif /* OLCD_FAIR_H */
