@@ -37,7 +37,11 @@ func TestNamedPathsExist(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, m := range ref.FindAllString(string(b), -1) {
+		for _, at := range ref.FindAllStringIndex(string(b), -1) {
+			if at[0] > 0 && b[at[0]-1] == '/' {
+				continue // a path on the host (/etc/systemd/system/…), not in the repository
+			}
+			m := string(b[at[0]:at[1]])
 			p := strings.TrimRight(m, ".,:;)")
 			if !strings.Contains(filepath.Base(p), ".") && !strings.HasSuffix(m, "/") && !isDir(p) {
 				continue // a word like docs/ in prose, or a unit name
