@@ -51,14 +51,10 @@ type port struct {
 	// shed client stays out, away (seconds): a SYN retransmit timeout for
 	// a dropped SYN, none for a reset (reject, the request gate).
 	prevStarts, prevFirst, prevDt, away float64
-	// dropped are the SYNs dropped unanswered in the last ticks (newest
-	// first), retrying the share of them whose clients retransmit.
-	dropped    [maxStandingWindows]float64
-	retrying   float64
-	demand     float64 // unique new work per second in the last tick: the class split's weight
-	recorded   float64 // p at the last probability_change record
-	unmeasured float64 // how long (seconds) the port has had no counts
-	why        string  // the last reason, for the decision log
+	demand                              float64 // unique new work per second in the last tick: the class split's weight
+	recorded                            float64 // p at the last probability_change record
+	unmeasured                          float64 // how long (seconds) the port has had no counts
+	why                                 string  // the last reason, for the decision log
 }
 
 // standingSpan is the span over which the standing queue is the minimum of
@@ -73,7 +69,7 @@ const maxStandingWindows = 10
 
 // newPort returns an idle port.
 func newPort(pc PortConfig, cfg Config) port {
-	p := port{cfg: pc, pass: 1, away: SYNRetransmitTimeout, retrying: 1}
+	p := port{cfg: pc, pass: 1, away: SYNRetransmitTimeout}
 	p.cap.resize(cfg.Params, cfg.Interval)
 	return p
 }
@@ -97,25 +93,15 @@ type counts struct {
 	admitted float64 // starts not shed
 }
 
-// learnAway updates how long (seconds) the clients shed in a tick of dt
-// seconds stay out before they ask again: a SYN retransmit timeout for a
-// dropped SYN whose client retries, none for a reset (a rejected SYN, a
-// request the gate reset: the client learns at once) or for a client that
-// gives up (it does not come back). The share that retries is measured:
-// the retransmits of this tick over the SYNs dropped one timeout before.
-func (p *port) learnAway(st PortStats, dt float64) {
-	quiet := float64(st.Dropped - min(st.Rejected, st.Dropped))
-	k := max(1, int(math.Round(SYNRetransmitTimeout/dt)))
-	if k <= len(p.dropped) {
-		if then := p.dropped[k-1]; then > 0 {
-			p.retrying = math.Min(1, float64(st.Retransmits)/then)
-		}
+// awayOf is how long (seconds) the clients shed in a tick of st stay out:
+// a SYN retransmit timeout for a dropped SYN, none for a reset (a rejected
+// SYN, a request the gate reset); the previous figure when none was shed.
+func awayOf(st PortStats, prev float64) float64 {
+	shed := float64(st.Dropped) + float64(st.Resets)
+	if shed <= 0 {
+		return prev
 	}
-	copy(p.dropped[1:], p.dropped[:len(p.dropped)-1])
-	p.dropped[0] = quiet
-	if shed := float64(st.Dropped) + float64(st.Resets); shed > 0 {
-		p.away = SYNRetransmitTimeout * p.retrying * quiet / shed
-	}
+	return SYNRetransmitTimeout * float64(st.Dropped-min(st.Rejected, st.Dropped)) / shed
 }
 
 func countsOf(st PortStats) counts {
@@ -168,7 +154,7 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	r := sanitize(st.Response)
 	c := countsOf(st)
 	p.demand = c.first / dt
-	p.learnAway(st, dt)
+	p.away = awayOf(st, p.away)
 	// Saturated: requests waited through the tick, a standing queue of at
 	// least N* (of the last tick's μ̂ and target) at its end. Requests in
 	// flight alone are not enough: a pool of 8 workers with 3 of them busy
