@@ -2,13 +2,13 @@ package adaptive
 
 import (
 	"fmt"
-	"github.com/olcd/olcd/internal/trace"
 	"math"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/olcd/olcd/internal/olc"
+	"github.com/olcd/olcd/internal/trace"
 )
 
 // fuzzBytes hands out the bytes of a fuzz input; past the end it returns 0,
@@ -158,7 +158,6 @@ type fuzzChecker struct {
 	prevP      float64
 	overloaded bool
 	ticks      int
-	afterOnset bool // an onset drain may end at the next tick, beyond the steps
 }
 
 func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/olcd/olcd/internal/loader/dpconfig"
 	"math"
 	"math/bits"
 	"net/netip"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/olcd/olcd/internal/loader/dpconfig"
 	"github.com/olcd/olcd/internal/olc"
 )
 
