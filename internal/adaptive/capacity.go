@@ -17,13 +17,12 @@ import (
 // best lower bound the window holds; a capacity that fell is believed once
 // the window has passed, and sooner through the queue it builds.
 type capacity struct {
-	slots []capSlot
-	next  int
-	// lastSat is the newest saturated figure (answers/s) and satAge its
-	// age (seconds), kept once the window no longer holds it: what status
-	// tells after a quiet spell.
+	n     int       // the window's length in ticks
+	slots []capSlot // the window's ticks, oldest first, at most n
+	// lastSat is the newest saturated figure (answers/s; 0: none) and
+	// satAge its age (seconds), kept once the window no longer holds it:
+	// what status tells after a quiet spell.
 	lastSat, satAge float64
-	satOK           bool
 }
 
 // capSlot is one tick of the window.
@@ -32,41 +31,33 @@ type capSlot struct {
 	answers   float64 // answers (scaled by the sample rate)
 	admitted  float64 // admitted starts: new connections and request starts not shed
 	saturated bool
-	used      bool
 }
 
 // resize sets the window's length in ticks of interval, keeping the newest
 // slots.
 func (c *capacity) resize(prm Params, interval time.Duration) {
-	n := max(1, int(math.Ceil(prm.CapacityWindow.Seconds()/interval.Seconds()-1e-9)))
-	if n == len(c.slots) {
-		return
-	}
-	keep := make([]capSlot, 0, len(c.slots)) // oldest first
-	for i := range c.slots {
-		keep = append(keep, c.slots[(c.next+i)%len(c.slots)])
-	}
-	if len(keep) > n {
-		keep = keep[len(keep)-n:]
-	}
-	c.slots = make([]capSlot, n)
-	copy(c.slots, keep)
-	c.next = len(keep) % n
+	c.n = max(1, int(math.Ceil(prm.CapacityWindow.Seconds()/interval.Seconds()-1e-9)))
+	c.slots = c.slots[max(0, len(c.slots)-c.n):]
 }
 
-// tick adds one tick of dt seconds.
-func (c *capacity) tick(answers, admitted, dt float64, saturated bool) {
-	if len(c.slots) == 0 || dt <= 0 {
-		return
+// push appends x to q, dropping the oldest entries beyond n.
+func push[T any](q []T, x T, n int) []T {
+	if len(q) >= n {
+		q = append(q[:0], q[len(q)-n+1:]...)
 	}
-	c.slots[c.next] = capSlot{rate: answers / dt, answers: answers, admitted: admitted, saturated: saturated && answers > 0, used: true}
-	c.next = (c.next + 1) % len(c.slots)
+	return append(q, x)
+}
+
+// tick adds one tick of dt seconds (> 0).
+func (c *capacity) tick(answers, admitted, dt float64, saturated bool) {
+	saturated = saturated && answers > 0
+	c.slots = push(c.slots, capSlot{rate: answers / dt, answers: answers, admitted: admitted, saturated: saturated}, c.n)
 	c.satAge += dt
-	if saturated && answers > 0 {
+	if saturated {
 		c.satAge = 0
 	}
 	if best, ok := c.max(true); ok {
-		c.lastSat, c.satOK = best, true
+		c.lastSat = best
 	}
 }
 
@@ -75,7 +66,7 @@ func (c *capacity) tick(answers, admitted, dt float64, saturated bool) {
 func (c *capacity) max(sat bool) (float64, bool) {
 	best, ok := 0.0, false
 	for _, s := range c.slots {
-		if s.used && (s.saturated || !sat) && s.rate >= best {
+		if (s.saturated || !sat) && s.rate >= best {
 			best, ok = s.rate, true
 		}
 	}
@@ -92,7 +83,7 @@ func (c *capacity) mu() float64 {
 // measured returns the capacity measured while saturated (answers/s) and
 // its age (seconds); 0 when the port was never saturated.
 func (c *capacity) measured() (float64, float64) {
-	if !c.satOK {
+	if c.lastSat <= 0 {
 		return 0, 0
 	}
 	return c.lastSat, c.satAge
