@@ -80,6 +80,17 @@ func (c *capacity) mu() float64 {
 	return m
 }
 
+// now returns μ̂ as the law takes it after the newest tick (answers/s): a
+// saturated tick's answers are the capacity now; otherwise the window's
+// max, which a tick of fast answers sets, stands in for the ticks that
+// answered their demand.
+func (c *capacity) now() float64 {
+	if n := len(c.slots); n > 0 && c.slots[n-1].saturated {
+		return c.slots[n-1].rate
+	}
+	return c.mu()
+}
+
 // measured returns the capacity measured while saturated (answers/s) and
 // its age (seconds); 0 when the port was never saturated.
 func (c *capacity) measured() (float64, float64) {

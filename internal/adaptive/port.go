@@ -43,9 +43,7 @@ type port struct {
 	idle    bool
 	winLen  float64 // the onset windows' length (seconds; 0: none seen)
 	prevEnd float64 // requests in flight at the previous tick's end
-	// The last tick's measurements, which the onset windows between ticks
-	// reuse: μ̂ (answers/s) and the starts arriving per second.
-	lastMu, lastD float64
+	lastD   float64 // the starts arriving per second of the last tick, which its onset windows reuse
 	// prevStarts and prevFirst are the previous tick's starts and first
 	// attempts, prevDt its length: the demand is measured over the time a
 	// shed client stays out, away (seconds): a SYN retransmit timeout for
@@ -160,7 +158,7 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	// flight alone are not enough: a pool of 8 workers with 3 of them busy
 	// answers its demand, not its capacity.
 	standing := p.standing(r.Inflight)
-	saturated := r.Responses > 0 && p.prevEnd >= 1 && r.Inflight >= 1 && !p.idle && standing >= p.lastMu*p.target
+	saturated := r.Responses > 0 && p.prevEnd >= 1 && r.Inflight >= 1 && !p.idle && standing >= p.cap.now()*p.target
 	p.prevEnd, p.idle = r.Inflight, false
 	p.cap.tick(r.Responses, c.admitted, dt, saturated)
 	if !p.cfg.Target.On() {
@@ -172,19 +170,13 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	over := r.Available && r.P95 > p.target
 	if !p.active() && !over {
 		p.why = ""
-		p.lastMu, p.lastD = p.cap.mu(), p.demandOf(c, dt)
+		p.lastD = p.demandOf(c, dt)
 		p.prevStarts, p.prevFirst, p.prevDt = c.starts, c.first, dt
 		return ""
 	}
-	mu, a, d := p.cap.mu(), p.cap.perStart(), p.demandOf(c, dt)
+	mu, a, d := p.cap.now(), p.cap.perStart(), p.demandOf(c, dt)
 	p.prevStarts, p.prevFirst, p.prevDt = c.starts, c.first, dt
-	if saturated {
-		// A saturated tick's answers are the capacity now; the window's
-		// max, which a tick of fast answers sets, stands in for the ticks
-		// that answered their demand.
-		mu = r.Responses / dt
-	}
-	p.lastMu, p.lastD = mu, d
+	p.lastD = d
 	was := p.active()
 	head := fmt.Sprintf("response_time_p95 %.3gs, target %s", r.P95, p.targetName())
 	if !r.Available {
@@ -249,7 +241,7 @@ func (p *port) window(st PortStats, w, tick float64, prm *Params) string {
 	if !p.cfg.Target.On() || p.target <= 0 {
 		return ""
 	}
-	mu, d := p.lastMu, p.lastD
+	mu, d := p.cap.now(), p.lastD
 	if mu <= 0 && p.prevEnd >= 1 && r.Inflight >= 1 {
 		mu = r.Responses / w // a cold start: the window itself, saturated
 	}

@@ -90,7 +90,7 @@ func (c *Controller) Restore(s State, age time.Duration, at time.Time) {
 			// capacity as a saturated tick.
 			slot := capSlot{answers: st.PerStart, admitted: 1}
 			if fresh && st.Capacity > 0 {
-				slot.rate, slot.saturated, ps.lastMu = st.Capacity, true, st.Capacity
+				slot.rate, slot.saturated = st.Capacity, true
 			}
 			ps.cap.slots = []capSlot{slot}
 		}
