@@ -58,7 +58,10 @@ func (n *nodeLaw) step(d *Decision, prm *Params) string {
 	if !n.on {
 		if !over {
 			n.over = 0
-			return quietReason(d)
+			if !d.PressureAvailable {
+				return "no usable signal"
+			}
+			return describe(d) + ": below the target"
 		}
 		if n.over++; n.over < prm.ActivationTicks {
 			return fmt.Sprintf("%s over its threshold for %d of %d activation ticks", describe(d), n.over, prm.ActivationTicks)
@@ -97,20 +100,10 @@ func (n *nodeLaw) step(d *Decision, prm *Params) string {
 	return fmt.Sprintf("%s, pass rate %.3f", reason, n.pass)
 }
 
-// quietReason explains a tick in which the resource law does not shed.
-func quietReason(d *Decision) string {
-	if !d.PressureAvailable {
-		return "no usable signal"
-	}
-	return describe(d) + ": below the target"
-}
-
-// describe names the driving signal with its value and pressure, e.g.
-// "cpu_busy 0.98 (pressure 1.23, threshold 0.8)".
+// describe names the driving signal of d, whose pressure is available,
+// with its value and pressure, e.g. "cpu_busy 0.98 (pressure 1.23,
+// threshold 0.8)".
 func describe(d *Decision) string {
-	if !d.PressureAvailable {
-		return "no usable signal"
-	}
 	for _, st := range d.Signals {
 		if st.Signal == d.Driver {
 			return fmt.Sprintf("%s %.3g (pressure %.2f, threshold %.3g)", st.Signal, st.Value, st.Pressure, st.Threshold)
