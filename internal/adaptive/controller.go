@@ -24,7 +24,6 @@ type Controller struct {
 	over    overload // the overload as the decision log tells it
 
 	lastAt  time.Time // the last snapshot's time; zero before the first
-	dt      float64   // this tick's length, seconds
 	classP  [olc.NumClasses]float64
 	weights [olc.NumClasses]float64 // unique new work per class, the split's weights
 	last    Decision                // the last tick's signals, for Onset's decisions
@@ -123,9 +122,9 @@ func (c *Controller) Step(s olc.Snapshot, stats map[olc.PortKey]PortStats) Decis
 	if !stale {
 		c.lastAt = s.At
 	}
-	c.dt = s.Interval.Seconds()
-	if c.dt <= 0 {
-		c.dt = c.cfg.Interval.Seconds()
+	dt := s.Interval.Seconds()
+	if dt <= 0 {
+		dt = c.cfg.Interval.Seconds()
 	}
 	c.evaluate(&s, stale, &d)
 	nodeWhy := c.node.step(&d, &c.cfg.Params)
@@ -140,13 +139,13 @@ func (c *Controller) Step(s olc.Snapshot, stats map[olc.PortKey]PortStats) Decis
 		switch {
 		case ok && !stale:
 			ps.unmeasured = 0
-			if why := ps.step(st, c.dt, c.node.on, &c.cfg.Params); why != "" {
+			if why := ps.step(st, dt, c.node.on, &c.cfg.Params); why != "" {
 				reasons = append(reasons, fmt.Sprintf("%s: %s", ps.cfg.Key, why))
 			}
 		case !stale:
 			// Nothing measured for a capacity window: the law has
 			// nothing to hold its cut on, and lets go.
-			if ps.unmeasured += c.dt; ps.unmeasured >= c.cfg.Params.CapacityWindow.Seconds() && ps.active() {
+			if ps.unmeasured += dt; ps.unmeasured >= c.cfg.Params.CapacityWindow.Seconds() && ps.active() {
 				ps.pass = 1
 				reasons = append(reasons, fmt.Sprintf("%s: no counts for %s: pass rate 1", ps.cfg.Key, c.cfg.Params.CapacityWindow))
 			}

@@ -191,18 +191,14 @@ const (
 	EventProbabilityChange
 )
 
+var eventNames = [...]string{EventOverloadStart: "overload_start", EventOverloadContinue: "overload_continue",
+	EventOverloadEnd: "overload_end", EventProbabilityChange: "probability_change"}
+
 // String returns the stable name used in the decision log, e.g.
 // "overload_start".
 func (k EventKind) String() string {
-	switch k {
-	case EventOverloadStart:
-		return "overload_start"
-	case EventOverloadContinue:
-		return "overload_continue"
-	case EventOverloadEnd:
-		return "overload_end"
-	case EventProbabilityChange:
-		return "probability_change"
+	if k > 0 && int(k) < len(eventNames) {
+		return eventNames[k]
 	}
 	return fmt.Sprintf("event(%d)", uint8(k))
 }
