@@ -56,28 +56,21 @@ func (c *capacity) tick(answers, admitted, dt float64, saturated bool) {
 	if saturated {
 		c.satAge = 0
 	}
-	if best, ok := c.max(true); ok {
+	if best := c.max(true); best > 0 {
 		c.lastSat = best
 	}
 }
 
-// max returns the largest answer rate in the window, of saturated ticks only
-// when sat.
-func (c *capacity) max(sat bool) (float64, bool) {
-	best, ok := 0.0, false
+// max returns the largest answer rate in the window (0: none), of
+// saturated ticks only when sat.
+func (c *capacity) max(sat bool) float64 {
+	best := 0.0
 	for _, s := range c.slots {
-		if (s.saturated || !sat) && s.rate >= best {
-			best, ok = s.rate, true
+		if s.saturated || !sat {
+			best = math.Max(best, s.rate)
 		}
 	}
-	return best, ok
-}
-
-// mu returns μ̂ for the law (answers/s): the largest answer rate of the
-// window, 0 when it holds none.
-func (c *capacity) mu() float64 {
-	m, _ := c.max(false)
-	return m
+	return best
 }
 
 // now returns μ̂ as the law takes it after the newest tick (answers/s): a
@@ -88,7 +81,7 @@ func (c *capacity) now() float64 {
 	if n := len(c.slots); n > 0 && c.slots[n-1].saturated {
 		return c.slots[n-1].rate
 	}
-	return c.mu()
+	return c.max(false)
 }
 
 // measured returns the capacity measured while saturated (answers/s) and

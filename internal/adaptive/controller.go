@@ -90,19 +90,17 @@ func (c *Controller) Reconfigure(cfg Config) error {
 	ports := make([]port, len(cfg.Ports))
 	index := make(map[olc.PortKey]int, len(cfg.Ports))
 	for i, pc := range cfg.Ports {
-		ports[i] = newPort(pc, cfg)
+		p := &ports[i]
+		*p = port{pass: 1, prevEnd: -1, away: SYNRetransmitTimeout} // idle
 		if j, ok := c.index[pc.Key]; ok {
-			ports[i] = c.ports[j]
-			ports[i].cfg = pc
-			ports[i].cap.resize(cfg.Params, cfg.Interval)
+			*p = c.ports[j]
 		}
+		p.cfg, p.pass = pc, math.Min(1, math.Max(p.pass, cfg.Params.MinPassRate))
+		p.cap.resize(cfg.Params, cfg.Interval)
 		index[pc.Key] = i
 	}
 	c.cfg, c.signals, c.ports, c.index = cfg, signals, ports, index
 	c.node.bound(cfg.Params)
-	for i := range c.ports {
-		c.ports[i].bound(cfg.Params)
-	}
 	return nil
 }
 

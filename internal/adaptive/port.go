@@ -64,18 +64,8 @@ const standingSpan = 100 * time.Millisecond
 // shortest onset interval, 10 ms).
 const maxStandingWindows = 10
 
-// newPort returns an idle port.
-func newPort(pc PortConfig, cfg Config) port {
-	p := port{cfg: pc, pass: 1, prevEnd: -1, away: SYNRetransmitTimeout}
-	p.cap.resize(cfg.Params, cfg.Interval)
-	return p
-}
-
 // active reports whether the port's law sheds.
 func (p *port) active() bool { return p.pass < 1 }
-
-// bound clamps the pass rate to the parameters' floor.
-func (p *port) bound(prm Params) { p.pass = math.Min(1, math.Max(p.pass, prm.MinPassRate)) }
 
 // shedRetransmits reports whether the datapath sheds every retransmitted
 // SYN of the port (PortDecision.ShedRetransmits).
