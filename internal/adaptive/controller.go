@@ -128,9 +128,7 @@ func (c *Controller) Step(s olc.Snapshot, stats map[olc.PortKey]PortStats) Decis
 	nodeWhy := c.node.step(&d, &c.cfg.Params)
 
 	var reasons []string
-	for cl := range c.weights {
-		c.weights[cl] = 0
-	}
+	c.weights = [olc.NumClasses]float64{}
 	for i := range c.ports {
 		ps := &c.ports[i]
 		st, ok := stats[ps.cfg.Key]
@@ -184,9 +182,8 @@ func (c *Controller) Onset(at time.Time, window time.Duration, stats map[olc.Por
 	if len(reasons) == 0 {
 		return Decision{}, false
 	}
-	l := &c.last
-	d := Decision{At: at, Signals: l.Signals, Pressure: l.Pressure, PressureAvailable: l.PressureAvailable, Driver: l.Driver,
-		Reason: strings.Join(reasons, "; ")}
+	d := c.last
+	d.At, d.Reason = at, strings.Join(reasons, "; ")
 	c.finish(&d)
 	return d, true
 }
@@ -224,29 +221,22 @@ func (c *Controller) finish(d *Decision) {
 	}
 	c.over.track(d, active, prm.ContinueEvery)
 	for i := range c.ports {
-		ps, pd := &c.ports[i], &d.Ports[i]
-		if changed(ps.recorded, pd.DropProbability, prm.RecordChange) {
-			d.Events = append(d.Events, c.change(d, ps.cfg.Key, ps.cfg.Class, ps.recorded, pd.DropProbability))
-			ps.recorded = pd.DropProbability
-		}
+		ps := &c.ports[i]
+		c.record(d, &ps.recorded, ps.cfg.Key, ps.cfg.Class, d.Ports[i].DropProbability)
 	}
-	if changed(c.nodeRec, d.DropProbability, prm.RecordChange) {
-		d.Events = append(d.Events, c.change(d, olc.PortKey{}, 0, c.nodeRec, d.DropProbability))
-		c.nodeRec = d.DropProbability
-	}
+	c.record(d, &c.nodeRec, olc.PortKey{}, 0, d.DropProbability)
 }
 
-// change is a probability_change record of a port (the zero key: the node).
-func (c *Controller) change(d *Decision, key olc.PortKey, cl olc.Class, from, to float64) Event {
-	return Event{Kind: EventProbabilityChange, At: d.At, Port: key, Class: cl, From: from, To: to,
-		Pressure: d.Pressure, DropProbability: d.DropProbability, Signals: d.Signals,
-		OverloadSince: d.OverloadSince, Reason: d.Reason}
-}
-
-// changed reports whether p moved by more than step since recorded, or
-// reached 0.
-func changed(recorded, p, step float64) bool {
-	return math.Abs(p-recorded) > step || (p == 0 && recorded != 0)
+// record adds to d the probability_change event of a port (the zero key:
+// the node) whose p moved by more than RecordChange since *rec, its last
+// record, or reached 0.
+func (c *Controller) record(d *Decision, rec *float64, key olc.PortKey, cl olc.Class, p float64) {
+	if math.Abs(p-*rec) > c.cfg.Params.RecordChange || (p == 0 && *rec != 0) {
+		d.Events = append(d.Events, Event{Kind: EventProbabilityChange, At: d.At, Port: key, Class: cl, From: *rec, To: p,
+			Pressure: d.Pressure, DropProbability: d.DropProbability, Signals: d.Signals,
+			OverloadSince: d.OverloadSince, Reason: d.Reason})
+		*rec = p
+	}
 }
 
 // overload is the overload as the decision log tells it: from the first
