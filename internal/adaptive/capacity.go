@@ -6,16 +6,11 @@ import (
 )
 
 // capacity is a port's capacity filter over Params.CapacityWindow: each
-// tick's answer rate, and whether the port was saturated through it
-// (requests in flight at its start, at its end and at the end of every
-// onset window within it: the service never ran out of work).
-//
-// μ̂ is a windowed max, as BBR's bottleneck-bandwidth filter and go-zero's
-// shedder take theirs: overload is when capacity is best measured, a
-// saturated service answers as fast as it can whatever the demand, and an
-// answer rate is never above the capacity, so the max over a window is the
-// best lower bound the window holds; a capacity that fell is believed once
-// the window has passed, and sooner through the queue it builds.
+// tick's answer rate, and whether the port was saturated through it (the
+// service never ran out of work). μ̂ is a windowed max, as BBR's
+// bottleneck-bandwidth filter takes its own: an answer rate is never above
+// the capacity, so the max is the best lower bound the window holds
+// (docs/controller.md §1).
 type capacity struct {
 	n     int       // the window's length in ticks
 	slots []capSlot // the window's ticks, oldest first, at most n

@@ -49,22 +49,24 @@ type baseline struct {
 	quiet int // consecutive ticks in which no law shed
 }
 
-// The baseline's learning: fast down, slow up, and only after a few quiet
-// ticks (docs/controller.md §4).
+// The baseline's learning (docs/controller.md §2, §7): fast down, slow up,
+// after a few quiet ticks; a tick is steady within a tenth of its answers
+// and two requests.
 const (
-	baselineDown  = 0.5
-	baselineUp    = 0.05
-	baselineQuiet = 3
+	baselineDown   = 0.5
+	baselineUp     = 0.05
+	baselineQuiet  = 3
+	steadySlack    = 0.1
+	steadyRequests = 2
 )
 
 // steady reports whether the tick's queue did not grow: the requests in
 // flight at its end are at most those at the previous tick's end (prev;
-// −1: none, then requests against answers) plus
-// steadySlack of its answers and steadyRequests requests. In flight, not
+// −1: none, then requests against answers) plus the slack. In flight, not
 // requests against answers: on a protocol whose last message gets no
-// answer (MySQL's COM_QUIT, PostgreSQL's Terminate, then the close) every
-// tick starts more requests than it answers, while the datapath counts such
-// a request abandoned at the close, not in flight.
+// answer (MySQL's COM_QUIT, then the close) every tick starts more requests
+// than it answers, while the datapath counts such a request abandoned at
+// the close, not in flight.
 func steady(r PortResponse, prev float64) bool {
 	grew := r.Requests - r.Responses
 	if prev >= 0 {
@@ -73,20 +75,11 @@ func steady(r PortResponse, prev float64) bool {
 	return r.Responses > 0 && grew <= steadySlack*r.Responses+steadyRequests
 }
 
-// The slack of steady: a tenth of the tick's answers, and two requests (a
-// request started and not yet answered at the tick's end, on either side).
-const (
-	steadySlack    = 0.1
-	steadyRequests = 2
-)
-
 // learn updates the baseline from a tick of r, prev the requests in flight
-// at the previous tick's end (−1: none); busy is true while any law
-// sheds (such a tick answers requests that queued: Envoy's adaptive
-// concurrency filter learnt its minimum RTT from them and raised its own
-// target without end, envoyproxy/envoy#11579). The first steady quiet tick
-// teaches it whatever its p95 (a service that takes 200 ms is slow, not
-// overloaded); later ones within the target move it.
+// at the previous tick's end (−1: none); busy is true while any law sheds
+// (such a tick answers requests that queued, docs/controller.md §2). The
+// first steady quiet tick teaches it whatever its p95 (a service that takes
+// 200 ms is slow, not overloaded); later ones within the target move it.
 func (b *baseline) learn(r PortResponse, prev float64, busy bool, target float64) {
 	if busy {
 		b.quiet = 0
