@@ -192,10 +192,8 @@ func (c *Controller) Onset(at time.Time, window time.Duration, stats map[olc.Por
 // was measured (every port assumed to carry the same load), and all classes
 // alike without ports.
 func (c *Controller) fallbackWeights() {
-	for _, w := range c.weights {
-		if w > 0 {
-			return
-		}
+	if c.weights != ([olc.NumClasses]float64{}) {
+		return
 	}
 	for i := range c.ports {
 		c.weights[c.ports[i].cfg.Class]++

@@ -17,12 +17,9 @@ type PortResponse struct {
 	P95 float64
 	// Samples is the number of timed responses in the tick.
 	Samples uint64
-	// Requests is the number of requests that reached the server (scaled
-	// by the sample rate; 0 when not known).
-	Requests float64
-	// Responses is the number of requests answered (scaled by the sample
-	// rate; 0 when not known).
-	Responses float64
+	// Requests and Responses are the numbers of requests that reached the
+	// server and of those answered (scaled by the sample rate; 0: unknown).
+	Requests, Responses float64
 	// Inflight is the number of requests waiting or in service at the end
 	// (scaled by the sample rate).
 	Inflight float64
