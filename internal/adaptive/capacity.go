@@ -6,24 +6,18 @@ import (
 )
 
 // capacity is a port's capacity filter over Params.CapacityWindow: each
-// tick's answer rate, and whether the port was saturated through it
-// (requests in flight at its start, at its end and at the end of every
-// onset window within it: the service never ran out of work).
-//
-// μ̂ is a windowed max, as BBR's bottleneck-bandwidth filter and go-zero's
-// shedder take theirs: overload is when capacity is best measured, a
-// saturated service answers as fast as it can whatever the demand, and an
-// answer rate is never above the capacity, so the max over a window is the
-// best lower bound the window holds; a capacity that fell is believed once
-// the window has passed, and sooner through the queue it builds.
+// tick's answer rate, and whether the port was saturated through it (the
+// service never ran out of work). μ̂ is a windowed max, as BBR's
+// bottleneck-bandwidth filter takes its own: an answer rate is never above
+// the capacity, so the max is the best lower bound the window holds
+// (docs/controller.md §1).
 type capacity struct {
-	slots []capSlot
-	next  int
-	// lastSat is the newest saturated figure (answers/s) and satAge its
-	// age (seconds), kept once the window no longer holds it: what status
-	// tells after a quiet spell.
+	n     int       // the window's length in ticks
+	slots []capSlot // the window's ticks, oldest first, at most n
+	// lastSat is the newest saturated figure (answers/s; 0: none) and
+	// satAge its age (seconds), kept once the window no longer holds it:
+	// what status tells after a quiet spell.
 	lastSat, satAge float64
-	satOK           bool
 }
 
 // capSlot is one tick of the window.
@@ -32,67 +26,63 @@ type capSlot struct {
 	answers   float64 // answers (scaled by the sample rate)
 	admitted  float64 // admitted starts: new connections and request starts not shed
 	saturated bool
-	used      bool
 }
 
 // resize sets the window's length in ticks of interval, keeping the newest
 // slots.
 func (c *capacity) resize(prm Params, interval time.Duration) {
-	n := max(1, int(math.Ceil(prm.CapacityWindow.Seconds()/interval.Seconds()-1e-9)))
-	if n == len(c.slots) {
-		return
-	}
-	keep := make([]capSlot, 0, len(c.slots)) // oldest first
-	for i := range c.slots {
-		keep = append(keep, c.slots[(c.next+i)%len(c.slots)])
-	}
-	if len(keep) > n {
-		keep = keep[len(keep)-n:]
-	}
-	c.slots = make([]capSlot, n)
-	copy(c.slots, keep)
-	c.next = len(keep) % n
+	c.n = max(1, int(math.Ceil(prm.CapacityWindow.Seconds()/interval.Seconds()-1e-9)))
+	c.slots = c.slots[max(0, len(c.slots)-c.n):]
 }
 
-// tick adds one tick of dt seconds.
-func (c *capacity) tick(answers, admitted, dt float64, saturated bool) {
-	if len(c.slots) == 0 || dt <= 0 {
-		return
+// push appends x to q, dropping the oldest entries beyond n.
+func push[T any](q []T, x T, n int) []T {
+	if len(q) >= n {
+		q = append(q[:0], q[len(q)-n+1:]...)
 	}
-	c.slots[c.next] = capSlot{rate: answers / dt, answers: answers, admitted: admitted, saturated: saturated && answers > 0, used: true}
-	c.next = (c.next + 1) % len(c.slots)
+	return append(q, x)
+}
+
+// tick adds one tick of dt seconds (> 0).
+func (c *capacity) tick(answers, admitted, dt float64, saturated bool) {
+	saturated = saturated && answers > 0
+	c.slots = push(c.slots, capSlot{rate: answers / dt, answers: answers, admitted: admitted, saturated: saturated}, c.n)
 	c.satAge += dt
-	if saturated && answers > 0 {
+	if saturated {
 		c.satAge = 0
 	}
-	if best, ok := c.max(true); ok {
-		c.lastSat, c.satOK = best, true
+	if best := c.max(true); best > 0 {
+		c.lastSat = best
 	}
 }
 
-// max returns the largest answer rate in the window, of saturated ticks only
-// when sat.
-func (c *capacity) max(sat bool) (float64, bool) {
-	best, ok := 0.0, false
+// max returns the largest answer rate in the window (0: none), of
+// saturated ticks only when sat.
+func (c *capacity) max(sat bool) float64 {
+	best := 0.0
 	for _, s := range c.slots {
-		if s.used && (s.saturated || !sat) && s.rate >= best {
-			best, ok = s.rate, true
+		if s.saturated || !sat {
+			best = math.Max(best, s.rate)
 		}
 	}
-	return best, ok
+	return best
 }
 
-// mu returns μ̂ for the law (answers/s): the largest answer rate of the
-// window, 0 when it holds none.
-func (c *capacity) mu() float64 {
-	m, _ := c.max(false)
-	return m
+// now returns μ̂ as the law takes it after the newest tick (answers/s): a
+// saturated tick's answers are the capacity now; otherwise the window's
+// max, which a tick of fast answers sets, stands in for the ticks that
+// answered their demand.
+func (c *capacity) now() float64 {
+	if n := len(c.slots); n > 0 && c.slots[n-1].saturated {
+		return c.slots[n-1].rate
+	}
+	return c.max(false)
 }
 
 // measured returns the capacity measured while saturated (answers/s) and
 // its age (seconds); 0 when the port was never saturated.
 func (c *capacity) measured() (float64, float64) {
-	if !c.satOK {
+	if c.lastSat <= 0 {
 		return 0, 0
 	}
 	return c.lastSat, c.satAge

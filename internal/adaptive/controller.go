@@ -24,7 +24,6 @@ type Controller struct {
 	over    overload // the overload as the decision log tells it
 
 	lastAt  time.Time // the last snapshot's time; zero before the first
-	dt      float64   // this tick's length, seconds
 	classP  [olc.NumClasses]float64
 	weights [olc.NumClasses]float64 // unique new work per class, the split's weights
 	last    Decision                // the last tick's signals, for Onset's decisions
@@ -91,19 +90,17 @@ func (c *Controller) Reconfigure(cfg Config) error {
 	ports := make([]port, len(cfg.Ports))
 	index := make(map[olc.PortKey]int, len(cfg.Ports))
 	for i, pc := range cfg.Ports {
-		ports[i] = newPort(pc, cfg)
+		p := &ports[i]
+		*p = port{pass: 1, prevEnd: -1, away: SYNRetransmitTimeout} // idle
 		if j, ok := c.index[pc.Key]; ok {
-			ports[i] = c.ports[j]
-			ports[i].cfg = pc
-			ports[i].cap.resize(cfg.Params, cfg.Interval)
+			*p = c.ports[j]
 		}
+		p.cfg, p.pass = pc, math.Min(1, math.Max(p.pass, cfg.Params.MinPassRate))
+		p.cap.resize(cfg.Params, cfg.Interval)
 		index[pc.Key] = i
 	}
 	c.cfg, c.signals, c.ports, c.index = cfg, signals, ports, index
 	c.node.bound(cfg.Params)
-	for i := range c.ports {
-		c.ports[i].bound(cfg.Params)
-	}
 	return nil
 }
 
@@ -123,30 +120,28 @@ func (c *Controller) Step(s olc.Snapshot, stats map[olc.PortKey]PortStats) Decis
 	if !stale {
 		c.lastAt = s.At
 	}
-	c.dt = s.Interval.Seconds()
-	if c.dt <= 0 {
-		c.dt = c.cfg.Interval.Seconds()
+	dt := s.Interval.Seconds()
+	if dt <= 0 {
+		dt = c.cfg.Interval.Seconds()
 	}
 	c.evaluate(&s, stale, &d)
 	nodeWhy := c.node.step(&d, &c.cfg.Params)
 
 	var reasons []string
-	for cl := range c.weights {
-		c.weights[cl] = 0
-	}
+	c.weights = [olc.NumClasses]float64{}
 	for i := range c.ports {
 		ps := &c.ports[i]
 		st, ok := stats[ps.cfg.Key]
 		switch {
 		case ok && !stale:
 			ps.unmeasured = 0
-			if why := ps.step(st, c.dt, c.node.on, &c.cfg.Params); why != "" {
+			if why := ps.step(st, dt, c.node.on, &c.cfg.Params); why != "" {
 				reasons = append(reasons, fmt.Sprintf("%s: %s", ps.cfg.Key, why))
 			}
 		case !stale:
 			// Nothing measured for a capacity window: the law has
 			// nothing to hold its cut on, and lets go.
-			if ps.unmeasured += c.dt; ps.unmeasured >= c.cfg.Params.CapacityWindow.Seconds() && ps.active() {
+			if ps.unmeasured += dt; ps.unmeasured >= c.cfg.Params.CapacityWindow.Seconds() && ps.active() {
 				ps.pass = 1
 				reasons = append(reasons, fmt.Sprintf("%s: no counts for %s: pass rate 1", ps.cfg.Key, c.cfg.Params.CapacityWindow))
 			}
@@ -187,9 +182,8 @@ func (c *Controller) Onset(at time.Time, window time.Duration, stats map[olc.Por
 	if len(reasons) == 0 {
 		return Decision{}, false
 	}
-	l := &c.last
-	d := Decision{At: at, Signals: l.Signals, Pressure: l.Pressure, PressureAvailable: l.PressureAvailable, Driver: l.Driver,
-		Reason: strings.Join(reasons, "; ")}
+	d := c.last
+	d.At, d.Reason = at, strings.Join(reasons, "; ")
 	c.finish(&d)
 	return d, true
 }
@@ -198,10 +192,8 @@ func (c *Controller) Onset(at time.Time, window time.Duration, stats map[olc.Por
 // was measured (every port assumed to carry the same load), and all classes
 // alike without ports.
 func (c *Controller) fallbackWeights() {
-	for _, w := range c.weights {
-		if w > 0 {
-			return
-		}
+	if c.weights != ([olc.NumClasses]float64{}) {
+		return
 	}
 	for i := range c.ports {
 		c.weights[c.ports[i].cfg.Class]++
@@ -227,29 +219,22 @@ func (c *Controller) finish(d *Decision) {
 	}
 	c.over.track(d, active, prm.ContinueEvery)
 	for i := range c.ports {
-		ps, pd := &c.ports[i], &d.Ports[i]
-		if changed(ps.recorded, pd.DropProbability, prm.RecordChange) {
-			d.Events = append(d.Events, c.change(d, ps.cfg.Key, ps.cfg.Class, ps.recorded, pd.DropProbability))
-			ps.recorded = pd.DropProbability
-		}
+		ps := &c.ports[i]
+		c.record(d, &ps.recorded, ps.cfg.Key, ps.cfg.Class, d.Ports[i].DropProbability)
 	}
-	if changed(c.nodeRec, d.DropProbability, prm.RecordChange) {
-		d.Events = append(d.Events, c.change(d, olc.PortKey{}, 0, c.nodeRec, d.DropProbability))
-		c.nodeRec = d.DropProbability
-	}
+	c.record(d, &c.nodeRec, olc.PortKey{}, 0, d.DropProbability)
 }
 
-// change is a probability_change record of a port (the zero key: the node).
-func (c *Controller) change(d *Decision, key olc.PortKey, cl olc.Class, from, to float64) Event {
-	return Event{Kind: EventProbabilityChange, At: d.At, Port: key, Class: cl, From: from, To: to,
-		Pressure: d.Pressure, DropProbability: d.DropProbability, Signals: d.Signals,
-		OverloadSince: d.OverloadSince, Reason: d.Reason}
-}
-
-// changed reports whether p moved by more than step since recorded, or
-// reached 0.
-func changed(recorded, p, step float64) bool {
-	return math.Abs(p-recorded) > step || (p == 0 && recorded != 0)
+// record adds to d the probability_change event of a port (the zero key:
+// the node) whose p moved by more than RecordChange since *rec, its last
+// record, or reached 0.
+func (c *Controller) record(d *Decision, rec *float64, key olc.PortKey, cl olc.Class, p float64) {
+	if math.Abs(p-*rec) > c.cfg.Params.RecordChange || (p == 0 && *rec != 0) {
+		d.Events = append(d.Events, Event{Kind: EventProbabilityChange, At: d.At, Port: key, Class: cl, From: *rec, To: p,
+			Pressure: d.Pressure, DropProbability: d.DropProbability, Signals: d.Signals,
+			OverloadSince: d.OverloadSince, Reason: d.Reason})
+		*rec = p
+	}
 }
 
 // overload is the overload as the decision log tells it: from the first

@@ -53,7 +53,7 @@ func fuzzParams(f *fuzzBytes) Params {
 		CapacityWindow:     pick(f, 3*time.Second, time.Second, time.Minute),
 		ContinueEvery:      pick(f, 10*time.Second, time.Second),
 		RecordChange:       pick(f, 0.01, 1e-9, 1),
-		OnsetInterval:      pick(f, 50*time.Millisecond, 0, MinOnsetInterval, MaxOnsetInterval),
+		OnsetInterval:      pick(f, 50*time.Millisecond, 0, 10*time.Millisecond, time.Second),
 		TargetFactor:       pick(f, 3.0, 1.2, 20),
 		InitialTarget:      pick(f, 100*time.Millisecond, time.Millisecond, 30*time.Second),
 	}

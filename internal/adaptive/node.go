@@ -8,7 +8,7 @@ import (
 // nodeLaw is the node's resource law: the plain velocity-form PI law of
 // the OLC pass-rate controller on the node pressure (the largest
 // value ÷ threshold of the CPU, PSI, quota and load signals), with no
-// capacity model. Its pass rate caps every port's (docs/controller.md §2).
+// capacity model. Its pass rate caps every port's (docs/controller.md §3).
 type nodeLaw struct {
 	pass    float64 // MinPassRate..1
 	on      bool    // shedding: from ActivationTicks over ticks until pass is back at 1
@@ -16,15 +16,14 @@ type nodeLaw struct {
 	prevErr float64 // the error of the previous tick while on
 }
 
-// minError floors the law's error: e = −1 (pressure 0.5) already asks to
-// double the admitted work. Without the floor a tick at pressure 0 (an idle
-// PSI resource) gives e = −Inf.
-const minError = -1
-
-// recoverFrom is the smallest pass rate a recovery multiplies (a share of
-// new work): with min_pass_rate 0 the law may shed everything, and a
-// product of 0 would never recover.
-const recoverFrom = 0.01
+// The law's floors (docs/controller.md §7): minError, the error's (e = −1,
+// pressure 0.5, already asks to double the admitted work; pressure 0, an
+// idle PSI resource, would give −Inf), and recoverFrom, the smallest pass
+// rate a recovery multiplies (a product of 0 would never recover).
+const (
+	minError    = -1
+	recoverFrom = 0.01
+)
 
 // errorOf is the law's error for pressure P: e = 1 − 1/P, the share of the
 // admitted work above the target (0 at the target, P − 1 to first order),
@@ -58,7 +57,10 @@ func (n *nodeLaw) step(d *Decision, prm *Params) string {
 	if !n.on {
 		if !over {
 			n.over = 0
-			return quietReason(d)
+			if !d.PressureAvailable {
+				return "no usable signal"
+			}
+			return describe(d) + ": below the target"
 		}
 		if n.over++; n.over < prm.ActivationTicks {
 			return fmt.Sprintf("%s over its threshold for %d of %d activation ticks", describe(d), n.over, prm.ActivationTicks)
@@ -97,20 +99,10 @@ func (n *nodeLaw) step(d *Decision, prm *Params) string {
 	return fmt.Sprintf("%s, pass rate %.3f", reason, n.pass)
 }
 
-// quietReason explains a tick in which the resource law does not shed.
-func quietReason(d *Decision) string {
-	if !d.PressureAvailable {
-		return "no usable signal"
-	}
-	return describe(d) + ": below the target"
-}
-
-// describe names the driving signal with its value and pressure, e.g.
-// "cpu_busy 0.98 (pressure 1.23, threshold 0.8)".
+// describe names the driving signal of d, whose pressure is available,
+// with its value and pressure, e.g. "cpu_busy 0.98 (pressure 1.23,
+// threshold 0.8)".
 func describe(d *Decision) string {
-	if !d.PressureAvailable {
-		return "no usable signal"
-	}
 	for _, st := range d.Signals {
 		if st.Signal == d.Driver {
 			return fmt.Sprintf("%s %.3g (pressure %.2f, threshold %.3g)", st.Signal, st.Value, st.Pressure, st.Threshold)

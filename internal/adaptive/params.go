@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/ranges"
 )
 
@@ -87,12 +86,6 @@ var RetiredKeys = map[string]string{
 	"response_cooldown": "a port's pass rate returns to what its measured capacity admits in one tick",
 }
 
-// The range of Params.OnsetInterval when it is not 0.
-const (
-	MinOnsetInterval = 10 * time.Millisecond
-	MaxOnsetInterval = time.Second
-)
-
 // Bound returns the upper bound of every drop probability, 1 − MinPassRate.
 func (p Params) Bound() float64 { return 1 - p.MinPassRate }
 
@@ -105,53 +98,4 @@ func (p Params) Validate() error {
 		errs = append(errs, fmt.Errorf("%s: %s", pr.Key, pr.Msg))
 	}
 	return errors.Join(errs...)
-}
-
-// confirmThreshold is the reference a confirming signal is compared with
-// when it has no threshold of its own configured (see docs/controller.md):
-// a signal counts as confirming when its value is at least
-// CorroborationRatio × its threshold, or × this reference without one.
-func confirmThreshold(sig olc.Signal) float64 {
-	switch sig {
-	case olc.CPUBusy:
-		// 0.8 is the usual CPU target; half of it (40 % busy) is clearly
-		// a working CPU, not one whose load comes from tasks blocked on I/O.
-		return 0.8
-	case olc.PSICPUSomeAvg10, olc.PSICPUSome,
-		olc.CgroupPSICPUSomeAvg10, olc.CgroupPSICPUSome:
-		// Tasks waiting for a CPU 20 % of the time is real contention;
-		// half of it (10 %) already shows runnable work queueing.
-		return 0.2
-	case olc.CgroupCPUUsageOfQuota:
-		// A cgroup using 90 % of its quota is about to be throttled for
-		// good; at half of that (45 %) throttling is plausibly load, below
-		// it bursts of a few threads.
-		return 0.9
-	}
-	return 0
-}
-
-// cpuConfirmers confirm the load and run-queue signals; cgroupConfirmers
-// confirm the cgroup throttling signals.
-var (
-	cpuConfirmers    = []olc.Signal{olc.CPUBusy, olc.PSICPUSomeAvg10, olc.PSICPUSome}
-	cgroupConfirmers = []olc.Signal{olc.CgroupCPUUsageOfQuota, olc.CgroupPSICPUSomeAvg10, olc.CgroupPSICPUSome}
-)
-
-// needsCPUConfirmation reports whether sig counts only with CPU pressure:
-// the load average and the run queue include tasks in uninterruptible sleep
-// and grow on an idle CPU that waits on I/O.
-func needsCPUConfirmation(sig olc.Signal) bool {
-	switch sig {
-	case olc.Load1, olc.Load1PerCore, olc.Runnable, olc.RunqPerCore:
-		return true
-	}
-	return false
-}
-
-// needsCgroupConfirmation reports whether sig counts only with cgroup CPU
-// usage or cgroup CPU PSI: bursty multi-threaded programs are throttled in
-// many periods while using a small part of their quota.
-func needsCgroupConfirmation(sig olc.Signal) bool {
-	return sig == olc.CgroupThrottledRatio || sig == olc.CgroupThrottledS
 }

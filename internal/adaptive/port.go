@@ -17,12 +17,9 @@ type PortResponse struct {
 	P95 float64
 	// Samples is the number of timed responses in the tick.
 	Samples uint64
-	// Requests is the number of requests that reached the server (scaled
-	// by the sample rate; 0 when not known).
-	Requests float64
-	// Responses is the number of requests answered (scaled by the sample
-	// rate; 0 when not known).
-	Responses float64
+	// Requests and Responses are the numbers of requests that reached the
+	// server and of those answered (scaled by the sample rate; 0: unknown).
+	Requests, Responses float64
 	// Inflight is the number of requests waiting or in service at the end
 	// (scaled by the sample rate).
 	Inflight float64
@@ -36,25 +33,22 @@ type port struct {
 	base   baseline // the no-load p95 of an auto target
 	pass   float64  // the law's pass rate, MinPassRate..1
 	target float64  // the target in force (seconds; 0: none)
-	// The standing queue: the requests in flight at the end of the newest
-	// onset windows (a ring), and whether one of this tick's ended empty.
-	recent  [maxStandingWindows]float64
-	nRecent int
+	// recent holds the requests in flight at the end of the newest onset
+	// windows (oldest first), winLen their length (seconds; 0: none seen),
+	// idle whether one of this tick's ended empty.
+	recent  []float64
+	winLen  float64
 	idle    bool
-	winLen  float64 // the onset windows' length (seconds; 0: none seen)
-	prevEnd float64 // requests in flight at the previous tick's end
-	// The last tick's measurements, which the onset windows between ticks
-	// reuse: μ̂ (answers/s) and the starts arriving per second.
-	lastMu, lastD float64
-	// prevStarts and prevFirst are the previous tick's starts and first
-	// attempts, prevDt its length: the demand is measured over the time a
-	// shed client stays out, away (seconds): a SYN retransmit timeout for
-	// a dropped SYN, none for a reset (reject, the request gate).
-	prevStarts, prevFirst, prevDt, away float64
-	demand                              float64 // unique new work per second in the last tick: the class split's weight
-	recorded                            float64 // p at the last probability_change record
-	unmeasured                          float64 // how long (seconds) the port has had no counts
-	why                                 string  // the last reason, for the decision log
+	prevEnd float64 // requests in flight at the previous tick's end (−1: no tick yet)
+	prev    counts  // the previous tick's counts
+	lastD   float64 // the starts arriving per second of the last tick, which its onset windows reuse
+	// away is how long (seconds) a client shed in the last tick that shed
+	// stays out: a SYN retransmit timeout for a dropped SYN, none for a
+	// reset (reject, the request gate).
+	away       float64
+	demand     float64 // unique new work per second in the last tick: the class split's weight
+	recorded   float64 // p at the last probability_change record
+	unmeasured float64 // how long (seconds) the port has had no counts
 }
 
 // standingSpan is the span over which the standing queue is the minimum of
@@ -67,18 +61,8 @@ const standingSpan = 100 * time.Millisecond
 // shortest onset interval, 10 ms).
 const maxStandingWindows = 10
 
-// newPort returns an idle port.
-func newPort(pc PortConfig, cfg Config) port {
-	p := port{cfg: pc, pass: 1, away: SYNRetransmitTimeout}
-	p.cap.resize(cfg.Params, cfg.Interval)
-	return p
-}
-
 // active reports whether the port's law sheds.
 func (p *port) active() bool { return p.pass < 1 }
-
-// bound clamps the pass rate to the parameters' floor.
-func (p *port) bound(prm Params) { p.pass = math.Min(1, math.Max(p.pass, prm.MinPassRate)) }
 
 // shedRetransmits reports whether the datapath sheds every retransmitted
 // SYN of the port (PortDecision.ShedRetransmits).
@@ -91,32 +75,22 @@ type counts struct {
 	starts   float64 // new connections and request starts on open connections
 	first    float64 // starts less the SYN retransmits among them
 	admitted float64 // starts not shed
+	dt       float64 // the span counted (seconds; 0: none)
 }
 
-// awayOf is how long (seconds) the clients shed in a tick of st stay out:
-// a SYN retransmit timeout for a dropped SYN, none for a reset (a rejected
-// SYN, a request the gate reset); the previous figure when none was shed.
-func awayOf(st PortStats, prev float64) float64 {
-	shed := float64(st.Dropped) + float64(st.Resets)
-	if shed <= 0 {
-		return prev
-	}
-	return SYNRetransmitTimeout * float64(st.Dropped-min(st.Rejected, st.Dropped)) / shed
-}
-
-func countsOf(st PortStats) counts {
+func countsOf(st PortStats, dt float64) counts {
 	starts := float64(st.New) + float64(st.Reused)
 	shed := math.Min(float64(st.Dropped)+float64(st.Resets), starts)
-	return counts{starts: starts, first: starts - float64(min(st.Retransmits, st.New)), admitted: starts - shed}
+	return counts{starts: starts, first: starts - float64(min(st.Retransmits, st.New)), admitted: starts - shed, dt: dt}
 }
 
 // arriving is the demand the pass rate applies to, in starts per second:
 // every start, or only first attempts while retransmits are all shed.
-func (p *port) arriving(c counts, dt float64) float64 {
+func (p *port) arriving(c counts) float64 {
 	if p.shedRetransmits() {
-		return c.first / dt
+		return c.first / c.dt
 	}
-	return c.starts / dt
+	return c.starts / c.dt
 }
 
 // demandOf is the tick's demand measured over the time a shed client stays
@@ -124,13 +98,12 @@ func (p *port) arriving(c counts, dt float64) float64 {
 // one retransmit timeout later, so over that span every waiting client
 // counts once, and the wave of returning retransmits does not read as new
 // demand; a reset client returns at once.
-func (p *port) demandOf(c counts, dt float64) float64 {
-	if p.prevDt <= 0 || dt >= p.away {
-		return p.arriving(c, dt)
+func (p *port) demandOf(c counts) float64 {
+	if p.prev.dt <= 0 || c.dt >= p.away {
+		return p.arriving(c)
 	}
-	w := math.Min(p.prevDt, p.away-dt)
-	prev := p.arriving(counts{starts: p.prevStarts, first: p.prevFirst}, p.prevDt)
-	return (p.arriving(c, dt)*dt + prev*w) / (dt + w)
+	w := math.Min(p.prev.dt, p.away-c.dt)
+	return (p.arriving(c)*c.dt + p.arriving(p.prev)*w) / (c.dt + w)
 }
 
 // step advances the port's law by one tick of dt seconds; busy is true
@@ -138,76 +111,69 @@ func (p *port) demandOf(c counts, dt float64) float64 {
 // returns the reason for the decision log ("" while the port is quiet).
 //
 // The law (docs/controller.md §1): with μ̂ the capacity measured (answers
-// per second, capacity.mu), T the target, N* = μ̂ × T the requests in flight
-// Little's law allows at the target, N the standing queue and a the answers
-// per admitted start,
+// per second, capacity.now), T the target, N* = μ̂ × T the requests in
+// flight Little's law allows at the target, N the standing queue, a the
+// answers per admitted start and D the starts arriving per second,
 //
-//	admit A = μ̂ + (N* − N) ÷ dt answers per second,   pass = A ÷ (a × D)
+//	admit A = μ̂ + (N* − N) ÷ H answers per second,   pass = A ÷ (a × D)
 //
-// for D the starts arriving per second: feed-forward admission of the
-// capacity, trimmed by what drains the standing queue beyond N* over the
-// time a shed client stays out (or fills it up to N*). It starts when the p95 exceeds T and ends
+// feed-forward admission of the capacity, trimmed by what drains the
+// standing queue beyond N* (or fills it up to N*) over H, the time a shed
+// client stays out or the tick. It starts when the p95 exceeds T and ends
 // when the pass rate reaches 1; recomputed every tick, it returns to what
 // the capacity admits in one tick once the clients' demand falls (a closed
 // pool whose SYNs were shed sits in its retransmit) and needs no cooldown.
 func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	r := sanitize(st.Response)
-	c := countsOf(st)
+	c := countsOf(st, dt)
 	p.demand = c.first / dt
-	p.away = awayOf(st, p.away)
+	if shed := float64(st.Dropped) + float64(st.Resets); shed > 0 {
+		p.away = SYNRetransmitTimeout * float64(st.Dropped-min(st.Rejected, st.Dropped)) / shed
+	}
 	// Saturated: requests waited through the tick, a standing queue of at
 	// least N* (of the last tick's μ̂ and target) at its end. Requests in
 	// flight alone are not enough: a pool of 8 workers with 3 of them busy
 	// answers its demand, not its capacity.
 	standing := p.standing(r.Inflight)
-	saturated := r.Responses > 0 && p.prevEnd >= 1 && r.Inflight >= 1 && !p.idle && standing >= p.lastMu*p.target
+	saturated := r.Responses > 0 && p.prevEnd >= 1 && r.Inflight >= 1 && !p.idle && standing >= p.cap.now()*p.target
+	prevEnd := p.prevEnd
 	p.prevEnd, p.idle = r.Inflight, false
 	p.cap.tick(r.Responses, c.admitted, dt, saturated)
 	if !p.cfg.Target.On() {
-		p.pass, p.target, p.why = 1, 0, ""
+		p.pass, p.target = 1, 0
 		return ""
 	}
-	p.base.learn(r, p.active() || busy, p.target)
+	p.base.learn(r, prevEnd, p.active() || busy, p.target)
 	p.target = p.base.targetFor(p.cfg.Target, prm)
 	over := r.Available && r.P95 > p.target
+	d := p.demandOf(c)
+	p.prev, p.lastD = c, d
 	if !p.active() && !over {
-		p.why = ""
-		p.lastMu, p.lastD = p.cap.mu(), p.demandOf(c, dt)
-		p.prevStarts, p.prevFirst, p.prevDt = c.starts, c.first, dt
 		return ""
 	}
-	mu, a, d := p.cap.mu(), p.cap.perStart(), p.demandOf(c, dt)
-	p.prevStarts, p.prevFirst, p.prevDt = c.starts, c.first, dt
-	if saturated {
-		// A saturated tick's answers are the capacity now; the window's
-		// max, which a tick of fast answers sets, stands in for the ticks
-		// that answered their demand.
-		mu = r.Responses / dt
-	}
-	p.lastMu, p.lastD = mu, d
+	mu, a := p.cap.now(), p.cap.perStart()
 	was := p.active()
-	head := fmt.Sprintf("response_time_p95 %.3gs, target %s", r.P95, p.targetName())
+	why := fmt.Sprintf("response_time_p95 %.3gs, target %s", r.P95, p.targetName())
 	if !r.Available {
-		head = fmt.Sprintf("response time unavailable (%d samples), target %s", r.Samples, p.targetName())
+		why = fmt.Sprintf("response time unavailable (%d samples), target %s", r.Samples, p.targetName())
 	}
 	switch {
 	case d <= 0:
 		p.pass = 1
-		p.why = head + ": no new work arriving, pass rate 1"
+		why += ": no new work arriving, pass rate 1"
 	case mu <= 0 || a <= 0:
 		// Nothing answered within the window: nothing measured to size
 		// the admission by. Hold; a hung service stays cut.
-		p.why = fmt.Sprintf("%s: no answers in the capacity window, holding pass rate %.3f", head, p.pass)
+		why += fmt.Sprintf(": no answers in the capacity window, holding pass rate %.3f", p.pass)
 	default:
-		nStar := mu * p.target
 		p.pass = p.admit(mu, a, d, standing, math.Max(dt, p.away), prm)
-		p.why = fmt.Sprintf("%s: capacity %.0f answers/s, %.0f in flight standing where %.1f keep the target, %.0f starts/s arriving at %.2f answers each: pass rate %.3f",
-			head, mu, standing, nStar, d, a, p.pass)
+		why += fmt.Sprintf(": capacity %.0f answers/s, %.0f in flight standing where %.1f keep the target, %.0f starts/s arriving at %.2f answers each: pass rate %.3f",
+			mu, standing, mu*p.target, d, a, p.pass)
 	}
 	if was && !p.active() {
-		p.why += ", the port's overload is over"
+		why += ", the port's overload is over"
 	}
-	return p.why
+	return why
 }
 
 // admit returns the pass rate that admits μ̂ plus what fills the standing
@@ -237,30 +203,25 @@ func (p *port) admit(mu, a, d, n, horizon float64, prm *Params) float64 {
 func (p *port) window(st PortStats, w, tick float64, prm *Params) string {
 	r := sanitize(st.Response)
 	p.winLen = w
-	if p.nRecent == len(p.recent) {
-		copy(p.recent[:], p.recent[1:])
-		p.nRecent--
-	}
-	p.recent[p.nRecent] = r.Inflight
-	p.nRecent++
+	p.recent = push(p.recent, r.Inflight, maxStandingWindows)
 	if r.Inflight < 1 {
 		p.idle = true
 	}
 	if !p.cfg.Target.On() || p.target <= 0 {
 		return ""
 	}
-	mu, d := p.lastMu, p.lastD
+	mu, d := p.cap.now(), p.lastD
 	if mu <= 0 && p.prevEnd >= 1 && r.Inflight >= 1 {
 		mu = r.Responses / w // a cold start: the window itself, saturated
 	}
-	c := countsOf(st)
+	c := countsOf(st, w)
 	a := p.cap.perStart()
 	if a <= 0 && r.Requests > 0 && c.admitted > 0 {
 		a = r.Requests / c.admitted
 	}
 	surge := mu > 0 && r.Inflight-mu*p.target > mu*w && p.growing(mu*w)
 	if surge {
-		d = math.Max(d, p.arriving(c, w))
+		d = math.Max(d, p.arriving(c))
 	}
 	if mu <= 0 || a <= 0 || d <= 0 || (!p.active() && !surge) {
 		return ""
@@ -270,19 +231,18 @@ func (p *port) window(st PortStats, w, tick float64, prm *Params) string {
 		return ""
 	}
 	p.pass = pass
-	p.why = fmt.Sprintf("%.0f requests in flight where %.1f keep the target %s, capacity %.0f answers/s, %.0f starts/s: pass rate %.3f between ticks",
+	return fmt.Sprintf("%.0f requests in flight where %.1f keep the target %s, capacity %.0f answers/s, %.0f starts/s: pass rate %.3f between ticks",
 		r.Inflight, mu*p.target, p.targetName(), mu, d, p.pass)
-	return p.why
 }
 
 // growing reports whether the requests in flight grew by more than by in
 // each onset window of the last standingSpan.
 func (p *port) growing(by float64) bool {
-	k := p.spanWindows()
-	if p.nRecent < k+1 {
+	k, n := p.spanWindows(), len(p.recent)
+	if n < k+1 {
 		return false
 	}
-	for i := p.nRecent - k; i < p.nRecent; i++ {
+	for i := n - k; i < n; i++ {
 		if p.recent[i]-p.recent[i-1] <= by {
 			return false
 		}
@@ -304,7 +264,7 @@ func (p *port) spanWindows() int {
 // the tick's end (end alone without onset windows).
 func (p *port) standing(end float64) float64 {
 	m := end
-	for _, x := range p.recent[p.nRecent-min(p.nRecent, p.spanWindows()) : p.nRecent] {
+	for _, x := range p.recent[len(p.recent)-min(len(p.recent), p.spanWindows()):] {
 		m = math.Min(m, x)
 	}
 	return m

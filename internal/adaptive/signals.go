@@ -7,7 +7,7 @@ import (
 )
 
 // Signals → pressure: which samples are usable and which signals need
-// corroboration (docs/controller.md §1).
+// corroboration (docs/controller.md §3).
 
 // maxValidFraction is the largest value a fraction signal may take before the
 // sample is treated as invalid: accounting jitter pushes honest readings a
@@ -23,8 +23,26 @@ func validSample(sig olc.Signal, v float64) bool {
 	return !sig.IsFraction() || v <= maxValidFraction
 }
 
-// confirmed reports whether one of sigs shows at least ratio × its threshold
-// (or its confirmThreshold when it has none) in s.
+// confirmers lists the signals that confirm a signal that counts only when
+// confirmed: a CPU signal the load average and the run queue, which include
+// tasks in uninterruptible sleep and grow on an idle CPU that waits on I/O;
+// the cgroup's CPU usage or CPU PSI its throttling, which bursty
+// multi-threaded programs see in many periods while using a small part of
+// their quota.
+var confirmers = func() map[olc.Signal][]olc.Signal {
+	cpu := []olc.Signal{olc.CPUBusy, olc.PSICPUSomeAvg10, olc.PSICPUSome}
+	cgroup := []olc.Signal{olc.CgroupCPUUsageOfQuota, olc.CgroupPSICPUSomeAvg10, olc.CgroupPSICPUSome}
+	return map[olc.Signal][]olc.Signal{olc.Load1: cpu, olc.Load1PerCore: cpu, olc.Runnable: cpu, olc.RunqPerCore: cpu,
+		olc.CgroupThrottledRatio: cgroup, olc.CgroupThrottledS: cgroup}
+}()
+
+// confirmRef is the reference a confirming signal without a threshold of
+// its own is compared with (docs/controller.md §3).
+var confirmRef = map[olc.Signal]float64{olc.CPUBusy: 0.8, olc.CgroupCPUUsageOfQuota: 0.9,
+	olc.PSICPUSomeAvg10: 0.2, olc.PSICPUSome: 0.2, olc.CgroupPSICPUSomeAvg10: 0.2, olc.CgroupPSICPUSome: 0.2}
+
+// confirmed reports whether one of sigs shows at least CorroborationRatio ×
+// its threshold (or its confirmRef without one) in s.
 func (c *Controller) confirmed(s *olc.Snapshot, sigs []olc.Signal) bool {
 	for _, sig := range sigs {
 		v, ok := s.Get(sig)
@@ -33,7 +51,7 @@ func (c *Controller) confirmed(s *olc.Snapshot, sigs []olc.Signal) bool {
 		}
 		ref := c.cfg.Thresholds[sig]
 		if ref <= 0 {
-			ref = confirmThreshold(sig)
+			ref = confirmRef[sig]
 		}
 		if v >= c.cfg.Params.CorroborationRatio*ref {
 			return true
@@ -47,34 +65,19 @@ func (c *Controller) confirmed(s *olc.Snapshot, sigs []olc.Signal) bool {
 // stale snapshot makes every signal unavailable.
 func (c *Controller) evaluate(s *olc.Snapshot, stale bool, d *Decision) {
 	d.Signals = make([]SignalState, len(c.signals))
-	var cpuOK, cgroupOK, cpuDone, cgroupDone bool
 	for i, sig := range c.signals {
 		st := SignalState{Signal: sig, Threshold: c.cfg.Thresholds[sig]}
 		if v, ok := s.Get(sig); ok && !stale {
 			st.Value = v
-			// A value so large that its pressure overflows (1e308 from a
-			// corrupt source) is as invalid as +Inf: an infinite pressure
-			// would turn the smoothed pressure into NaN and freeze p.
+			// A value whose pressure overflows (1e308 from a corrupt
+			// source) is as invalid as +Inf.
 			if pr := v / st.Threshold; validSample(sig, v) && !math.IsInf(pr, 0) {
-				st.Available = true
-				st.Pressure = pr
+				st.Available, st.Pressure = true, pr
 			} else {
 				st.Invalid = true
 			}
 		}
-		st.Corroborated = st.Available
-		switch {
-		case st.Available && needsCPUConfirmation(sig):
-			if !cpuDone {
-				cpuOK, cpuDone = c.confirmed(s, cpuConfirmers), true
-			}
-			st.Corroborated = cpuOK
-		case st.Available && needsCgroupConfirmation(sig):
-			if !cgroupDone {
-				cgroupOK, cgroupDone = c.confirmed(s, cgroupConfirmers), true
-			}
-			st.Corroborated = cgroupOK
-		}
+		st.Corroborated = st.Available && (confirmers[sig] == nil || c.confirmed(s, confirmers[sig]))
 		if st.Corroborated && (!d.PressureAvailable || st.Pressure > d.Pressure) {
 			d.Pressure, d.Driver, d.PressureAvailable = st.Pressure, sig, true
 		}

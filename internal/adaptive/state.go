@@ -83,16 +83,16 @@ func (c *Controller) Restore(s State, age time.Duration, at time.Time) {
 		}
 		fresh := st.CapacityAge+age.Seconds() < prm.CapacityWindow.Seconds()
 		if st.Capacity > 0 {
-			ps.cap.lastSat, ps.cap.satAge, ps.cap.satOK = st.Capacity, st.CapacityAge+age.Seconds(), true
+			ps.cap.lastSat, ps.cap.satAge = st.Capacity, st.CapacityAge+age.Seconds()
 		}
-		if st.PerStart > 0 && len(ps.cap.slots) > 0 {
+		if st.PerStart > 0 {
 			// One slot carries the answers per start, and a fresh
 			// capacity as a saturated tick.
-			slot := capSlot{answers: st.PerStart, admitted: 1, used: true}
+			slot := capSlot{answers: st.PerStart, admitted: 1}
 			if fresh && st.Capacity > 0 {
-				slot.rate, slot.saturated, ps.lastMu = st.Capacity, true, st.Capacity
+				slot.rate, slot.saturated = st.Capacity, true
 			}
-			ps.cap.slots[0], ps.cap.next = slot, 1%len(ps.cap.slots)
+			ps.cap.slots = []capSlot{slot}
 		}
 		ps.recorded = 1 - ps.pass
 	}

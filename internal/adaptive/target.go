@@ -47,57 +47,45 @@ type baseline struct {
 	value float64 // seconds
 	ok    bool
 	quiet int // consecutive ticks in which no law shed
-	// inflight is the requests in flight at the previous tick's end
-	// (inflightOK: one was seen).
-	inflight   float64
-	inflightOK bool
 }
 
-// The baseline's learning: fast down, slow up, and only after a few quiet
-// ticks (docs/controller.md §4).
+// The baseline's learning (docs/controller.md §2, §7): fast down, slow up,
+// after a few quiet ticks; a tick is steady within a tenth of its answers
+// and two requests.
 const (
-	baselineDown  = 0.5
-	baselineUp    = 0.05
-	baselineQuiet = 3
-)
-
-// steady reports whether the tick's queue did not grow: the requests in
-// flight at its end are at most those at the previous tick's end plus
-// steadySlack of its answers and steadyRequests requests. In flight, not
-// requests against answers: on a protocol whose last message gets no
-// answer (MySQL's COM_QUIT, PostgreSQL's Terminate, then the close) every
-// tick starts more requests than it answers, while the datapath counts such
-// a request abandoned at the close, not in flight. Records the tick's in
-// flight.
-func (b *baseline) steady(r PortResponse) bool {
-	grew := r.Requests - r.Responses
-	if b.inflightOK {
-		grew = r.Inflight - b.inflight
-	}
-	b.inflight, b.inflightOK = r.Inflight, true
-	return r.Responses > 0 && grew <= steadySlack*r.Responses+steadyRequests
-}
-
-// The slack of steady: a tenth of the tick's answers, and two requests (a
-// request started and not yet answered at the tick's end, on either side).
-const (
+	baselineDown   = 0.5
+	baselineUp     = 0.05
+	baselineQuiet  = 3
 	steadySlack    = 0.1
 	steadyRequests = 2
 )
 
-// learn updates the baseline from a tick of r; busy is true while any law
-// sheds (such a tick answers requests that queued: Envoy's adaptive
-// concurrency filter learnt its minimum RTT from them and raised its own
-// target without end, envoyproxy/envoy#11579). The first steady quiet tick
-// teaches it whatever its p95 (a service that takes 200 ms is slow, not
-// overloaded); later ones within the target move it.
-func (b *baseline) learn(r PortResponse, busy bool, target float64) {
-	steady := b.steady(r)
+// steady reports whether the tick's queue did not grow: the requests in
+// flight at its end are at most those at the previous tick's end (prev;
+// −1: none, then requests against answers) plus the slack. In flight, not
+// requests against answers: on a protocol whose last message gets no
+// answer (MySQL's COM_QUIT, then the close) every tick starts more requests
+// than it answers, while the datapath counts such a request abandoned at
+// the close, not in flight.
+func steady(r PortResponse, prev float64) bool {
+	grew := r.Requests - r.Responses
+	if prev >= 0 {
+		grew = r.Inflight - prev
+	}
+	return r.Responses > 0 && grew <= steadySlack*r.Responses+steadyRequests
+}
+
+// learn updates the baseline from a tick of r, prev the requests in flight
+// at the previous tick's end (−1: none); busy is true while any law sheds
+// (such a tick answers requests that queued, docs/controller.md §2). The
+// first steady quiet tick teaches it whatever its p95 (a service that takes
+// 200 ms is slow, not overloaded); later ones within the target move it.
+func (b *baseline) learn(r PortResponse, prev float64, busy bool, target float64) {
 	if busy {
 		b.quiet = 0
 		return
 	}
-	if b.quiet++; (b.ok && b.quiet < baselineQuiet) || !r.Available || r.P95 <= 0 || !steady {
+	if b.quiet++; (b.ok && b.quiet < baselineQuiet) || !r.Available || r.P95 <= 0 || !steady(r, prev) {
 		return
 	}
 	m := r.P95

@@ -113,17 +113,13 @@ type PortDecision struct {
 	// ShedRetransmits asks the datapath to drop every retransmitted SYN
 	// (one found among the SYNs it dropped) while DropProbability > 0,
 	// instead of drawing it like a first attempt: set while the port's law
-	// sheds with a target below the first SYN retransmit timeout
-	// (SYNRetransmitTimeout). Such a client has already waited longer than
-	// the target; its answer is late whatever happens next, and the worker
-	// it takes is a first attempt's that would have been on time.
+	// sheds with a target below SYNRetransmitTimeout, as such a client's
+	// answer is late whatever happens next (docs/controller.md §1).
 	ShedRetransmits bool
-	// Capacity is the port's capacity μ̂ measured while it was saturated
-	// (requests in flight at the end of every onset window of a tick): the
-	// most requests per second it answered over the saturated ticks of the
-	// last Params.CapacityWindow, or the last such figure. 0 until the
-	// port, timed, has been saturated once. What an operator would
-	// otherwise get from a load test, measured live.
+	// Capacity is the port's capacity μ̂ measured while saturated: the most
+	// requests per second it answered over the saturated ticks of the last
+	// Params.CapacityWindow, or the last such figure; 0 until the timed port
+	// was saturated once. What an operator would get from a load test.
 	Capacity float64
 	// ConnCapacity is Capacity in new work (connections, or request
 	// starts) per second: Capacity over the answers per admitted start
@@ -191,18 +187,14 @@ const (
 	EventProbabilityChange
 )
 
+var eventNames = [...]string{EventOverloadStart: "overload_start", EventOverloadContinue: "overload_continue",
+	EventOverloadEnd: "overload_end", EventProbabilityChange: "probability_change"}
+
 // String returns the stable name used in the decision log, e.g.
 // "overload_start".
 func (k EventKind) String() string {
-	switch k {
-	case EventOverloadStart:
-		return "overload_start"
-	case EventOverloadContinue:
-		return "overload_continue"
-	case EventOverloadEnd:
-		return "overload_end"
-	case EventProbabilityChange:
-		return "probability_change"
+	if k > 0 && int(k) < len(eventNames) {
+		return eventNames[k]
 	}
 	return fmt.Sprintf("event(%d)", uint8(k))
 }
