@@ -39,11 +39,17 @@ func New(cfg Config) (*Controller, error) {
 	return c, nil
 }
 
+// minInterval is the shortest tick the controller takes: the shortest
+// onset window (10 ms), below which a tick holds no window of its own, and
+// a capacity window of at most 60 s / 10 ms = 6,000 ticks a port. The
+// daemon's config asks for 100 ms at least (rules.MinInterval).
+const minInterval = 10 * time.Millisecond
+
 // validate checks cfg and reports every problem at once.
 func validate(cfg Config) error {
 	var errs []error
-	if cfg.Interval <= 0 {
-		errs = append(errs, fmt.Errorf("interval %v: must be positive", cfg.Interval))
+	if cfg.Interval < minInterval {
+		errs = append(errs, fmt.Errorf("interval %v: must be at least %v", cfg.Interval, minInterval))
 	}
 	for s, t := range cfg.Thresholds {
 		if math.IsNaN(t) || math.IsInf(t, 0) || t < 0 {

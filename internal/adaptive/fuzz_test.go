@@ -62,7 +62,7 @@ func fuzzParams(f *fuzzBytes) Params {
 // fuzzConfig decodes a valid controller config: parameters, thresholds
 // (tiny and huge ones included) and 0, 1, 3, 16 or 1000 ports.
 func fuzzConfig(f *fuzzBytes) Config {
-	cfg := Config{Interval: pick(f, 500*time.Millisecond, time.Nanosecond, time.Hour), Params: fuzzParams(f)}
+	cfg := Config{Interval: pick(f, 500*time.Millisecond, minInterval, time.Hour), Params: fuzzParams(f)}
 	for _, s := range fuzzSignals {
 		cfg.Thresholds[s] = pick(f, 0, 0.8, 0.5, 1, 3, 1e-300, 1e300, math.SmallestNonzeroFloat64)
 	}

@@ -179,7 +179,7 @@ func TestOverload3x(t *testing.T) {
 		whole.GoodputRPS/c, whole.P99Ms, whole.P99Ms/base, base, settled.GoodputRPS/c, overload.SettleTime, settled.P99Ms)
 	// The lines, over the whole 3 C phase: the onset check on the
 	// measured queue cuts the step within about 150 ms (three 50 ms
-	// windows at twice the answers, docs/controller.md §0).
+	// windows at twice the answers, docs/controller.md §1).
 	// The goodput line is 0.9 × the capacity during the run: C, or less
 	// when the backend needed more CPU per request than at the knee of
 	// the calibration (the VM ran slower; at most MaxSlowdown), reported.
@@ -245,7 +245,7 @@ func checkSurgeStart(t *testing.T, r *overload.RunResult) {
 			continue
 		}
 		// With the queue measured, the onset check reads it between
-		// ticks (docs/controller.md §0); the tick's laws start what it
+		// ticks (docs/controller.md §1); the tick's laws start what it
 		// does not.
 		when := "at a tick"
 		if strings.Contains(rec.Reason, "before the tick") {
