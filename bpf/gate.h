@@ -56,6 +56,20 @@ static __always_inline void olcd_gate_csum(void *data, void *data_end, __u32 len
 		rt->check = ~olcd_fold16((__u64)sums->pseudo + sums->hdr) & 0xffff;
 }
 
+/*
+ * A reset the gate decided (resp.h counted it in resets) that the hook
+ * cannot make: the segment passes as it came, and the count is taken back,
+ * so that resets (which the controller reads as shed work) counts only
+ * connections reset. Never reached but on a failed helper.
+ */
+static __always_inline void olcd_gate_undo(const struct olcd_pkt *pkt)
+{
+	struct olcd_resp_hist *h = olcd_rhist_of(pkt->seg_slot);
+
+	if (h && h->resets)
+		h->resets -= 1;
+}
+
 /* XDP: the client's RST|ACK in place of the segment in ctx (XDP_TX); the
  * frame keeps its length, as reject.h's answer does (what follows the IP
  * length is padding to every receiver). */
@@ -71,8 +85,10 @@ static __always_inline int olcd_gate_xdp(struct xdp_md *ctx)
 		return XDP_PASS;
 	len = olcd_rst_build(data, data_end, &pkt, 1, pkt.seg_ack, pkt.seg_seq + pkt.seg_len,
 			     &sums);
-	if (!len)
+	if (!len) {
+		olcd_gate_undo(&pkt);
 		return XDP_PASS;
+	}
 	olcd_gate_csum(data, data_end, len, &sums);
 	return XDP_TX;
 }
@@ -83,15 +99,24 @@ static __always_inline int olcd_gate_xdp(struct xdp_md *ctx)
 /*
  * TC: the client's RST|ACK as a clone to the egress of the interface the
  * segment came in on, then the segment itself as the server's RST, passed
- * on to the stack (TC_ACT_UNSPEC). The request's bytes are cut off first
- * (bpf_skb_change_tail), so that a failure there passes the segment
- * untouched. The client's checksum is written as reject.h's (whole, or the
- * pseudo header's part for CHECKSUM_PARTIAL; a PARTIAL segment whose TCP
- * header moved gets no answer, only the server's reset). The server's is
- * written whole (a PARTIAL skb coming in is not verified), and a
- * CHECKSUM_COMPLETE skb's sum is brought up to the bytes that changed
- * since the cut (bpf_csum_update, an error otherwise), so that the stack
- * verifies it without a "hw csum failure".
+ * on to the stack (TC_ACT_UNSPEC). Every step that can fail comes before
+ * the segment changes, and a failure there passes it untouched
+ * (olcd_gate_undo): the headers pulled into the linear part, the bytes the
+ * checksum update starts from read, and the frame cut to the reset's
+ * length (bpf_skb_change_tail) at once, the TCP header's ports kept aside
+ * when it moves up (IPv4 options, IPv6 extension headers go). The kernel
+ * refuses that cut for a CHECKSUM_PARTIAL segment whose TCP header moves
+ * (its checksum start would lie past the end; the stack's own trim to the
+ * IP length would drop it as well): such a segment passes. After the cut
+ * nothing fails (the frame is linear, writable and long enough); the
+ * checks the verifier needs pass what the frame is then. The client's
+ * checksum is written as reject.h's (whole, or the pseudo header's part
+ * for CHECKSUM_PARTIAL); the server's is written whole (a PARTIAL skb
+ * coming in is not verified), and a CHECKSUM_COMPLETE skb's sum is brought
+ * up to the bytes that changed (bpf_csum_update, an error otherwise), so
+ * that the stack verifies it without a "hw csum failure". A failed clone
+ * (bpf_clone_redirect) leaves the client without its reset, which its next
+ * segment then draws from the server's closed socket.
  */
 static __always_inline int olcd_gate_tc(struct __sk_buff *skb)
 {
@@ -99,54 +124,73 @@ static __always_inline int olcd_gate_tc(struct __sk_buff *skb)
 	void *data_end = (void *)(long)skb->data_end;
 	__u32 before[OLCD_GATE_HDRS / 4], after[OLCD_GATE_HDRS / 4];
 	struct olcd_reject_sums sums;
-	__u32 len, l3, n, cut, coff, pseudo;
+	__u32 len, l3, l4, n, cut, coff, pseudo, ports;
 	struct olcd_pkt pkt;
-	int answer = 1;
+	int answer = 1, moved;
 
 	if (olcd_parse(data, data_end, skb, &pkt) != OLCD_P_SEGMENT)
 		return TC_ACT_UNSPEC;
 	l3 = pkt.l3off & 0x3f;
 	n = pkt.ipv6 ? OLCD_GATE_HDRS : OLCD_GATE_HDRS - 20;
 	len = l3 + n;
-	/* Cut the request off, keeping the segment's own TCP header (past
-	 * len when IPv4 options or IPv6 extension headers go), which the
-	 * build reads; the rest goes after it. */
+	l4 = len - sizeof(struct tcphdr); /* where the reset's TCP header goes */
+	/* The segment's own TCP header may lie past len. */
 	cut = pkt.l4off + sizeof(struct tcphdr) > len ? pkt.l4off + sizeof(struct tcphdr) : len;
-	if (skb->len > cut && bpf_skb_change_tail(skb, cut, 0))
-		return TC_ACT_UNSPEC;
-	if (bpf_skb_load_bytes(skb, l3, before, n))
-		return TC_ACT_UNSPEC;
-	/* From here on the request is cut: a failure drops what is left. */
-	data = (void *)(long)skb->data;
-	data_end = (void *)(long)skb->data_end;
 	if (data + cut > data_end) {
 		bpf_skb_pull_data(skb, cut);
 		data = (void *)(long)skb->data;
 		data_end = (void *)(long)skb->data_end;
+		if (data + cut > data_end)
+			goto pass;
+	}
+	{
+		__u32 *p = data + (pkt.l4off & OLCD_BLUR_MASK);
+
+		if ((void *)(p + 1) > data_end)
+			goto pass;
+		ports = *p; /* source and destination, as the header has them */
+	}
+	if (bpf_skb_load_bytes(skb, l3, before, n))
+		goto pass;
+	if (skb->len > len && bpf_skb_change_tail(skb, len, 0))
+		goto pass;
+
+	/* Cut: the segment is the reset from here on. */
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	moved = pkt.l4off != l4;
+	if (moved) {
+		__u32 *p = data + (l4 & 0x7f);
+
+		if ((void *)(p + 1) > data_end)
+			goto passed;
+		*p = ports;
+		pkt.l4off = l4;
 	}
 	len = olcd_rst_build(data, data_end, &pkt, 1, pkt.seg_ack, pkt.seg_seq + pkt.seg_len,
 			     &sums);
 	if (!len)
-		return TC_ACT_SHOT;
-	if (cut > len && bpf_skb_change_tail(skb, len, 0))
-		return TC_ACT_SHOT;
+		goto passed;
 	pseudo = sums.pseudo;
 	coff = len - sizeof(struct tcphdr) + 16; /* offsetof(struct tcphdr, check) */
 	if (bpf_l4_csum_replace(skb, coff, 0, sums.pseudo, BPF_F_PSEUDO_HDR))
-		return TC_ACT_SHOT;
-	if (pkt.l4off != len - sizeof(struct tcphdr)) {
+		goto passed;
+	if (moved) {
 		__u16 *c;
 
 		data = (void *)(long)skb->data;
 		data_end = (void *)(long)skb->data_end;
 		c = data + (coff & 0x7f);
 		if ((void *)(c + 1) > data_end)
-			return TC_ACT_SHOT;
-		answer = *c != sums.pseudo; /* PARTIAL: the device would sum the wrong bytes */
+			goto passed;
+		/* The field reads the pseudo sum itself only under PARTIAL,
+		 * whose device would sum from the old TCP header: no answer
+		 * then (the cut refuses that case; kept as reject.h has it). */
+		answer = *c != sums.pseudo;
 	}
 	if (answer) {
 		if (bpf_l4_csum_replace(skb, coff, 0, sums.hdr, 0))
-			return TC_ACT_SHOT;
+			goto passed;
 		bpf_clone_redirect(skb, skb->ifindex, 0);
 	}
 
@@ -154,15 +198,21 @@ static __always_inline int olcd_gate_tc(struct __sk_buff *skb)
 	 * server. */
 	data = (void *)(long)skb->data;
 	data_end = (void *)(long)skb->data_end;
-	pkt.l4off = len - sizeof(struct tcphdr);
 	len = olcd_rst_build(data, data_end, &pkt, 1, pkt.seg_seq, pkt.seg_ack, &sums);
 	if (!len)
-		return TC_ACT_SHOT;
+		goto passed;
 	olcd_gate_csum(data, data_end, len, &sums);
 	/* The first bpf_l4_csum_replace took the pseudo header's sum out of
 	 * a COMPLETE skb's: the seed puts it back. */
 	if (!bpf_skb_load_bytes(skb, l3, after, n))
 		bpf_csum_update(skb, bpf_csum_diff(before, n, after, n, pseudo));
+	return TC_ACT_UNSPEC;
+pass:
+	olcd_gate_undo(&pkt);
+	return TC_ACT_UNSPEC;
+passed:
+	/* Not reached (see above): the frame goes on as it is, no reset. */
+	olcd_gate_undo(&pkt);
 	return TC_ACT_UNSPEC;
 }
 

@@ -28,9 +28,8 @@ func (d *Datapath) exemptSlotList(s []uint16) []uint16 {
 }
 
 // releaseExemptSlots takes up to n slots (all with n < 0) from exception
-// ports, which go back to the shared entry: the index first, so that no
-// packet reaches a slot that changes owner, then the slots are freed. The
-// ports are taken in key order, so that which ones keep a slot is stable.
+// ports, which go back to the shared entry (dropExemptSlots). The ports are
+// taken in key order, so that which ones keep a slot is stable.
 func (d *Datapath) releaseExemptSlots(n int) error {
 	if n == 0 || len(d.eslots) == 0 {
 		return nil
@@ -39,6 +38,13 @@ func (d *Datapath) releaseExemptSlots(n int) error {
 	if n > 0 && n < len(keys) {
 		keys = keys[len(keys)-n:]
 	}
+	return d.dropExemptSlots(keys)
+}
+
+// dropExemptSlots sends the exception ports keys back to the shared entry:
+// the index first, so that no packet reaches a slot that changes owner,
+// then each slot is forgotten, freed and its policy entry cleared.
+func (d *Datapath) dropExemptSlots(keys []olc.PortKey) error {
 	slots := make([]uint16, 0, len(keys))
 	for _, k := range keys {
 		slots = append(slots, d.eslots[k])
@@ -68,20 +74,8 @@ func (d *Datapath) syncExemptSlots() error {
 		}
 	}
 	if len(gone) > 0 {
-		slots := make([]uint16, 0, len(gone))
-		for _, k := range gone {
-			slots = append(slots, d.eslots[k])
-			delete(d.eslots, k)
-		}
-		if err := d.writeIndex(); err != nil {
+		if err := d.dropExemptSlots(gone); err != nil {
 			return err
-		}
-		for _, slot := range slots {
-			d.stats.forget(slot)
-			d.free = append(d.free, slot)
-			if err := d.objs.OlcdPolicies.Update(uint32(slot), &olcdOlcdPolicy{}, ebpf.UpdateAny); err != nil {
-				return fmt.Errorf("clear exception port slot %d: %w", slot, err)
-			}
 		}
 	}
 	added := false

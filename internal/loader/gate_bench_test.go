@@ -1,7 +1,6 @@
 package loader
 
 import (
-	"bytes"
 	_ "embed"
 	"math/rand/v2"
 	"slices"
@@ -21,43 +20,23 @@ import (
 var pregateObject []byte
 
 // loadPregate loads the pre-gate object timing every flow of tcp/8080,
-// protected in enforce mode at p, with a fresh heartbeat: the control
-// record, both port indices, the response knobs, the policy and the sizes
-// of the maps it reads.
+// protected in enforce mode at p, with a fresh heartbeat (loadOld), and
+// the response knobs and the sizes of the maps it reads besides.
 func loadPregate(tb testing.TB, p float64) *ebpf.Collection {
 	tb.Helper()
-	spec, err := ebpf.LoadCollectionSpecFromReader(bytes.NewReader(pregateObject))
-	if err != nil {
-		tb.Fatalf("pre-gate spec: %v", err)
-	}
 	ncpu, err := ebpf.PossibleCPU()
 	must(tb, err)
 	const sets = 16
-	spec.Maps[olcdMapOlcdSyns].MaxEntries = synSets(olc.DefaultSYNTableSize)
-	spec.Maps[olcdMapOlcdFlows].MaxEntries = sets
-	spec.Maps[olcdMapOlcdRhist].MaxEntries = uint32(ncpu) * 2
-	coll, err := ebpf.NewCollection(spec)
-	if err != nil {
-		tb.Fatalf("load pre-gate object: %v", err)
-	}
-	tb.Cleanup(coll.Close)
-	now, err := monotonicNow()
-	must(tb, err)
-	ctl := olcdOlcdControl{HeartbeatNs: now, StaleAfterNs: uint64(time.Hour), SynSeed: rand.Uint64(),
-		SynSetsMask: synSets(olc.DefaultSYNTableSize) - 1, MarkDscp: uint8(olcdOlcdDscpOLCD_DSCP_KEEP), Mode: uint8(olc.ModeEnforce)}
-	must(tb, coll.Variables["olcd_ctl"].Set(&ctl))
-	idx := new(olcdOlcdPortIndex)
-	idx.Idx[0][8080] = 1
-	must(tb, coll.Variables["olcd_ports"].Set(idx))
+	coll := loadOld(tb, "pre-gate object", pregateObject, p, func(spec *ebpf.CollectionSpec) {
+		spec.Maps[olcdMapOlcdFlows].MaxEntries = sets
+		spec.Maps[olcdMapOlcdRhist].MaxEntries = uint32(ncpu) * 2
+	})
 	rp := new(olcdOlcdRespPorts)
 	rp.Slot[0][8080] = 1
 	must(tb, coll.Variables["olcd_rports"].Set(rp))
 	rctl := olcdOlcdRespCtl{Seed: rand.Uint64() | 1, SampleMax: sampleMax(1), SetsMask: sets - 1,
 		IdleUnits: uint32(DefaultFlowIdle.Nanoseconds() >> 20), HistSlots: 2}
 	must(tb, coll.Variables["olcd_rctl"].Set(&rctl))
-	pol := olcdOlcdPolicy{DropProb: ProbabilityToFixed(p), StatsSlot: 1, Flags: uint8(olcdOlcdPolicyFlagOLCD_POLICY_PROTECTED),
-		Mode: uint8(olc.ModeEnforce), Action: uint8(olc.ActionDrop)}
-	must(tb, coll.Maps["olcd_policies"].Update(uint32(1), &pol, ebpf.UpdateAny))
 	return coll
 }
 

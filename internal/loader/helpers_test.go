@@ -3,9 +3,14 @@ package loader
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
 	"github.com/olcd/olcd/internal/testutil"
 )
 
@@ -141,3 +146,46 @@ func ipv4Checksum(h []byte) uint16 {
 
 // must is testutil.Must, under the name this package's tests use.
 var must = testutil.Must
+
+// bpfFilters lists the bpf filters of the interface named ifname, in the
+// current netns, under each parent (netlink.HANDLE_MIN_INGRESS, _EGRESS);
+// an interface without a clsact qdisc has none (the kernel answers EINVAL).
+func bpfFilters(ifname string, parents ...uint32) ([]*netlink.BpfFilter, error) {
+	nl, err := netlink.NewHandle()
+	if err != nil {
+		return nil, err
+	}
+	defer nl.Close()
+	l, err := nl.LinkByName(ifname)
+	if err != nil {
+		return nil, err
+	}
+	var bfs []*netlink.BpfFilter
+	for _, parent := range parents {
+		fs, err := listFilters(nl, l, parent)
+		if err != nil && !errors.Is(err, unix.EINVAL) {
+			return nil, err
+		}
+		for _, f := range fs {
+			if bf, ok := f.(*netlink.BpfFilter); ok {
+				bfs = append(bfs, bf)
+			}
+		}
+	}
+	return bfs, nil
+}
+
+// olcdFilterLeft names a filter of olcd's (FilterPrefix) left on ifname's
+// ingress or egress, in the current netns; nil when there is none.
+func olcdFilterLeft(ifname string) error {
+	bfs, err := bpfFilters(ifname, netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS)
+	if err != nil {
+		return err
+	}
+	for _, bf := range bfs {
+		if strings.HasPrefix(bf.Name, FilterPrefix) {
+			return fmt.Errorf("%s still has filter %q", ifname, bf.Name)
+		}
+	}
+	return nil
+}

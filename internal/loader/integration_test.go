@@ -7,8 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -332,16 +330,8 @@ func nothingLeft(ifname string, ifindex int) error {
 	if x := l.Attrs().Xdp; x != nil && x.Attached {
 		return fmt.Errorf("%s still has XDP program id %d", ifname, x.ProgId)
 	}
-	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
-		fs, err := netlink.FilterList(l, parent)
-		if err != nil && !errors.Is(err, syscall.EINVAL) { // EINVAL: no clsact at all
-			return fmt.Errorf("list filters: %w", err)
-		}
-		for _, f := range fs {
-			if bf, ok := f.(*netlink.BpfFilter); ok && strings.HasPrefix(bf.Name, FilterPrefix) {
-				return fmt.Errorf("%s still has filter %q", ifname, bf.Name)
-			}
-		}
+	if err := olcdFilterLeft(ifname); err != nil {
+		return err
 	}
 	for _, at := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
 		res, err := link.QueryPrograms(link.QueryOptions{Target: ifindex, Attach: at})

@@ -325,18 +325,9 @@ func TestTakeOverClsact(t *testing.T) {
 	want := must1(t)(progID(d.objs.OlcdTc))
 	var ids []int
 	n.inServer(t, func() error {
-		nl, err := netlink.NewHandle()
-		if err != nil {
-			return err
-		}
-		defer nl.Close()
-		l, err := nl.LinkByIndex(a.Ifindex)
-		if err != nil {
-			return err
-		}
-		fs, err := listFilters(nl, l, netlink.HANDLE_MIN_INGRESS)
-		for _, f := range fs {
-			if bf, ok := f.(*netlink.BpfFilter); ok && bf.Handle != 0 {
+		bfs, err := bpfFilters(a.Interface, netlink.HANDLE_MIN_INGRESS)
+		for _, bf := range bfs {
+			if bf.Handle != 0 {
 				ids = append(ids, bf.Id)
 			}
 		}

@@ -23,18 +23,30 @@ import (
 var baseObject []byte
 
 // loadBase loads the baseline object with one protected port, tcp/8080, in
-// enforce mode at p, with a fresh heartbeat. Only what the benchmark needs
-// is set: the control record, the port index, the policy and its slot.
+// enforce mode at p, with a fresh heartbeat (loadOld).
 func loadBase(tb testing.TB, p float64) *ebpf.Collection {
 	tb.Helper()
-	spec, err := ebpf.LoadCollectionSpecFromReader(bytes.NewReader(baseObject))
+	return loadOld(tb, "baseline", baseObject, p, nil)
+}
+
+// loadOld loads an older datapath object (a benchmark's baseline, named
+// what) with one protected port, tcp/8080, in enforce mode at p, with a
+// fresh heartbeat. Only what the benchmarks need is set: the control
+// record, the port index, the policy and its slot; size, when set, sizes
+// the spec's maps further before the load.
+func loadOld(tb testing.TB, what string, obj []byte, p float64, size func(*ebpf.CollectionSpec)) *ebpf.Collection {
+	tb.Helper()
+	spec, err := ebpf.LoadCollectionSpecFromReader(bytes.NewReader(obj))
 	if err != nil {
-		tb.Fatalf("baseline spec: %v", err)
+		tb.Fatalf("%s spec: %v", what, err)
 	}
 	spec.Maps[olcdMapOlcdSyns].MaxEntries = synSets(olc.DefaultSYNTableSize)
+	if size != nil {
+		size(spec)
+	}
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
-		tb.Fatalf("load baseline: %v", err)
+		tb.Fatalf("load %s: %v", what, err)
 	}
 	tb.Cleanup(coll.Close)
 	now, err := monotonicNow()

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/vishvananda/netlink"
 
 	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/resptime"
@@ -649,26 +648,7 @@ func TestResponseTimingVeth(t *testing.T) {
 			}
 			t.Logf("p50 olcd %.6f s, client %.6f s (%d samples)", got, want, r.Responses)
 			n.inServer(t, d.Close)
-			n.inServer(t, func() error {
-				h, err := netlink.NewHandle()
-				if err != nil {
-					return err
-				}
-				defer h.Close()
-				l, err := h.LinkByName(n.NodeIf)
-				if err != nil {
-					return err
-				}
-				for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
-					fs, _ := h.FilterList(l, parent)
-					for _, f := range fs {
-						if bf, ok := f.(*netlink.BpfFilter); ok && strings.HasPrefix(bf.Name, FilterPrefix) {
-							return fmt.Errorf("filter %s left after Close", bf.Name)
-						}
-					}
-				}
-				return nil
-			})
+			n.inServer(t, func() error { return olcdFilterLeft(n.NodeIf) })
 		})
 	}
 }

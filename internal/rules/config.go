@@ -92,7 +92,7 @@ type Port struct {
 	HasAction bool `yaml:"-"`
 	// Target is the port's own response-time target when HasTarget (off
 	// included); else controller.response_target.
-	Target    adaptive.ResponseTarget `yaml:"response_target" has:"HasTarget" before:"request_gate"`
+	Target    adaptive.ResponseTarget `yaml:"response_target" has:"HasTarget"`
 	HasTarget bool                    `yaml:"-"`
 	// StaticCaps are the port's static caps (ports[].caps; caps.go): the
 	// rate and in-flight ceilings go to the loader with the port's policy

@@ -342,6 +342,10 @@ func TestPatch(t *testing.T) {
 		}, ""},
 		{"per-mille threshold", base, "signals:\n  cpu_busy:\n    threshold: 950\n", nil, "patch:3: signals.cpu_busy.threshold: threshold 950 is outside (0, 1]"},
 		{"unknown key", base, "controler: {ki: 1}", nil, `patch:1: controler: unknown key (did you mean "controller"?)`},
+		// A port's keys in declaration order: dpconfig.PortPolicy's
+		// (inlined), then rules.Port's own.
+		{"unknown port key lists the keys", base, "ports: [{port: 9000, xyz: 1}]", nil,
+			"patch:1: ports[0].xyz: unknown key (known keys: port, proto, class, mode, action, request_gate, fair, fair_prefix4, fair_prefix6, response_target, caps)"},
 		// A conflict names both places, each with its own file: "line 29"
 		// alone read as line 29 of the patch.
 		{"conflict with the file", base, "exceptions: {ports: [{port: 443, proto: tcp}]}", nil, "patch:1: exceptions.ports[0]: tcp/443 is both protected (ports[0], testdata/valid-full.yaml:41)"},

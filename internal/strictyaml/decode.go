@@ -428,8 +428,8 @@ func (d *Decoder) fields(n *Node, v reflect.Value, path string, s *Schema) bool 
 
 // Schema is a struct type's keys, in declaration order: its fields' yaml
 // tags, a dotted tag ("heartbeat.stale_after") or a struct field making a
-// nested mapping, an `inline` struct's keys at its own level (a `before`
-// tag places a key before another one of them).
+// nested mapping, an `inline` struct's keys at its own level (where the
+// inline field stands).
 type Schema struct {
 	Keys   []string
 	Fields map[string]Field
@@ -494,11 +494,7 @@ func (s *Schema) build(c *Codec, t reflect.Type, index []int, outer func(string)
 				fl.Sibling = sib
 			}
 		}
-		at := len(target.Keys)
-		if i := slices.Index(target.Keys, f.Tag.Get("before")); i >= 0 {
-			at = i
-		}
-		target.Keys = slices.Insert(target.Keys, at, name)
+		target.Keys = append(target.Keys, name)
 		if target.Fields == nil {
 			target.Fields = map[string]Field{}
 		}

@@ -16,7 +16,7 @@ type inner struct {
 type doc struct {
 	inner    `yaml:",inline"`
 	Wait     time.Duration `yaml:"wait"`
-	Share    float64       `yaml:"share" has:"HasShare" before:"gate"`
+	Share    float64       `yaml:"share" has:"HasShare"`
 	Beat     int           `yaml:"heart.beat" range:"[0, 5]"`
 	HasSet   bool          `yaml:"-"`
 	HasShare bool          `yaml:"-"`
@@ -43,22 +43,22 @@ func decode(t *testing.T, src string) (doc, string) {
 	return v, strings.Join((&ValidationError{Problems: probs}).ProblemLines(), "\n")
 }
 
-// TestDecode: the schema from the tags (inline, dotted, has, before,
-// range, noun, enum) and every problem at once, each at its line.
+// TestDecode: the schema from the tags (inline, dotted, has, range,
+// noun, enum) and every problem at once, each at its line.
 func TestDecode(t *testing.T) {
 	tests := []struct{ src, want string }{
 		{"port: 80\nwait: 2s\nshare: 0.5\nheart: {beat: 2}\nlist: [1, 2]\n", ""},
 		{"port: 70000\nlabel: yes\nwiat: 1s\nlist: [1, 10]\n", "t.yaml:1: port: port 70000 is out of range: must be 1..65535\n" +
 			"t.yaml:2: label: unknown value \"yes\" (did you mean \"a\"? want a or b)\nt.yaml:3: wiat: unknown key (did you mean \"wait\"?)\n" +
 			"t.yaml:4: list[1]: 10 is out of range: must be 0..9"},
-		{"xyz: 1\n", "t.yaml:1: xyz: unknown key (known keys: port, label, share, gate, wait, heart, list)"},
+		{"xyz: 1\n", "t.yaml:1: xyz: unknown key (known keys: port, label, gate, wait, share, heart, list)"},
 		{"wait: 5\nshare: \"0.5\"\n", "t.yaml:1: wait: duration 5 has no unit (write e.g. 5ms or 5s)\n" +
 			"t.yaml:2: share: must be a number, got the string \"0.5\" (remove the quotes: write 0.5)"},
 		{"[1]\n", "t.yaml:1: the document must be a mapping of keys (port:, …), got a list"},
 		{"a: &a [*a]\n", "t.yaml:1: alias *a refers to a node that contains it (an anchor cannot include itself)"},
 		{"port: 1\n---\nport: 2\n", "t.yaml:2: more than one YAML document: a config file holds exactly one (remove the '---' separator and merge the documents)"},
 		{"port: 1\n\tlabel: a\n", "t.yaml:2: yaml syntax: found a tab character that violates indentation (the line is indented with a tab: YAML indents with spaces only)"},
-		{"b: &b {port: 8}\n<<: *b\nport: 9\n", "t.yaml:1: b: unknown key (known keys: port, label, share, gate, wait, heart, list)"},
+		{"b: &b {port: 8}\n<<: *b\nport: 9\n", "t.yaml:1: b: unknown key (known keys: port, label, gate, wait, share, heart, list)"},
 	}
 	for _, tt := range tests {
 		if _, got := decode(t, tt.src); got != tt.want {

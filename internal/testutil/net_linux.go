@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,8 +28,29 @@ var DocRanges = []netip.Prefix{
 
 // FreeDocRange returns the first of DocRanges that no address or route (in
 // any routing table) of the calling thread's network namespace overlaps.
+// When none is free, the error names what holds each range: an interface
+// left by a killed test run (.ci/run removes ours before the tests) is the
+// usual one.
 func FreeDocRange() (netip.Prefix, error) {
-	var used []netip.Prefix
+	type use struct {
+		p  netip.Prefix
+		by string // "address 198.51.100.1/30 on olov0ed03h", "route … dev …"
+	}
+	var used []use
+	ifname := func(index int) string {
+		if l, err := netlink.LinkByIndex(index); err == nil {
+			return l.Attrs().Name
+		}
+		return fmt.Sprintf("ifindex %d", index)
+	}
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("list addresses: %w", err)
+	}
+	for _, a := range addrs {
+		p := ipNetPrefix(a.IPNet)
+		used = append(used, use{p, fmt.Sprintf("address %s on %s", p, ifname(a.LinkIndex))})
+	}
 	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V4,
 		&netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
 	if err != nil {
@@ -39,30 +61,25 @@ func FreeDocRange() (netip.Prefix, error) {
 		// says nothing about what is in use.
 		if r.Dst != nil {
 			if p := ipNetPrefix(r.Dst); p.Bits() > 0 {
-				used = append(used, p)
+				used = append(used, use{p, fmt.Sprintf("route %s dev %s (table %d)", p, ifname(r.LinkIndex), r.Table)})
 			}
 		}
 	}
-	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
-	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("list addresses: %w", err)
-	}
-	for _, a := range addrs {
-		used = append(used, ipNetPrefix(a.IPNet))
-	}
+	var taken []string
 	for _, r := range DocRanges {
-		free := true
+		holder := ""
 		for _, u := range used {
-			if u.IsValid() && u.Overlaps(r) {
-				free = false
+			if u.p.IsValid() && u.p.Overlaps(r) {
+				holder = u.by
 				break
 			}
 		}
-		if free {
+		if holder == "" {
 			return r, nil
 		}
+		taken = append(taken, fmt.Sprintf("%s by %s", r, holder))
 	}
-	return netip.Prefix{}, fmt.Errorf("every documentation range (%v) is in use on this host", DocRanges)
+	return netip.Prefix{}, fmt.Errorf("every documentation range is in use on this host: %s", strings.Join(taken, "; "))
 }
 
 func ipNetPrefix(n *net.IPNet) netip.Prefix {

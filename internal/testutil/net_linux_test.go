@@ -1,9 +1,12 @@
 package testutil
 
 import (
+	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,6 +39,40 @@ func TestFreeDocRange(t *testing.T) {
 			t.Fatalf("picked %s, but %s is on %d", p, a.IPNet, a.LinkIndex)
 		}
 	}
+}
+
+// TestFreeDocRangeTaken: in a namespace whose interface holds an address in
+// each documentation range, FreeDocRange fails naming the interface and
+// the address that holds each range.
+func TestFreeDocRangeTaken(t *testing.T) {
+	RequireRoot(t, "creates a network namespace")
+	ns, err := NewNetns()
+	Must(t, err)
+	defer ns.Close()
+	err = InNetns(ns, func() error {
+		// A veth pair: the kernel the tests run on may have no dummy.
+		l := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "holder0"}, PeerName: "holder1"}
+		if err := netlink.LinkAdd(l); err != nil {
+			return err
+		}
+		for _, r := range DocRanges {
+			a := &netlink.Addr{IPNet: &net.IPNet{IP: r.Addr().Next().AsSlice(), Mask: net.CIDRMask(30, 32)}}
+			if err := netlink.AddrAdd(l, a); err != nil {
+				return err
+			}
+		}
+		_, err := FreeDocRange()
+		if err == nil {
+			return errors.New("FreeDocRange found a free range")
+		}
+		for _, want := range []string{"198.51.100.0/24 by address 198.51.100.1/30 on holder0", "203.0.113.0/24 by address 203.0.113.1/30 on holder0"} {
+			if !strings.Contains(err.Error(), want) {
+				return fmt.Errorf("error %q does not say %q", err.Error(), want)
+			}
+		}
+		return nil
+	})
+	Must(t, err)
 }
 
 // TestNewNet: the peer reaches a listener on the node, and cleanup removes

@@ -176,7 +176,7 @@ func hasTargetLaw(olcd, dir string) bool {
 // state file, when it has them: the harness's runs each start from nothing,
 // and its kill measures the fail-open of a datapath that dies with the
 // process (the pinned one's, within stale_after, is tests/e2e's
-// TestFailOpenKill9 and TestRestartKeepsProtection).
+// TestFailOpenKill9 and TestRestart/KeepsProtection).
 func unpinned(bin string) []string {
 	out, _ := exec.Command(bin, "run", "-h").CombinedOutput()
 	if strings.Contains(string(out), "-pin-dir") {
