@@ -141,9 +141,11 @@ func (p phasePacer) total() time.Duration {
 //	start <unix ns>
 //	r <a|h> <start unix ns> <latency ns> <outcome>   a request (a: work, h: health)
 //	d <start unix ns> <duration ns> <ok|timeout|error>  a work connection's connect
+//	c <start unix ns> <duration ns> <ok|timeout|error>  a health check's connect
 //	end
 //
-// Every request opens its own connection (no keep-alive).
+// Every request opens its own connection unless cfg.KeepAlive; every
+// health check does.
 func RunAttack(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 	if len(cfg.Phases) == 0 || cfg.Timeout <= 0 {
 		return errors.New("attack: no phases or no timeout")
@@ -166,12 +168,15 @@ func RunAttack(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 	default:
 		return fmt.Errorf("attack: unknown clients %q (have open-giveup, open-retry, closed-pool)", cfg.Clients)
 	}
-	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		t0 := time.Now()
-		c, err := dialer.DialContext(ctx, network, addr)
-		lines.printf("d %d %d %s\n", t0.UnixNano(), time.Since(t0).Nanoseconds(), classifyErr(err))
-		return c, err
+	recorded := func(tag string, dialer *net.Dialer) func(context.Context, string, string) (net.Conn, error) {
+		return func(ctx context.Context, network, addr string) (net.Conn, error) {
+			t0 := time.Now()
+			c, err := dialer.DialContext(ctx, network, addr)
+			lines.printf("%s %d %d %s\n", tag, t0.UnixNano(), time.Since(t0).Nanoseconds(), classifyErr(err))
+			return c, err
+		}
 	}
+	dial := recorded("d", dialer)
 	newAttacker := func(dial func(context.Context, string, string) (net.Conn, error), keepAlive bool) *vegeta.Attacker {
 		tr := &http.Transport{DialContext: dial, DisableKeepAlives: true, MaxIdleConnsPerHost: -1}
 		if keepAlive {
@@ -183,7 +188,7 @@ func RunAttack(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 	}
 	work := newAttacker(dial, cfg.KeepAlive)
 	// Health checks are what a load balancer sends: a 1 s budget.
-	health := newAttacker((&net.Dialer{Timeout: cfg.Timeout}).DialContext, false)
+	health := newAttacker(recorded("c", &net.Dialer{Timeout: cfg.Timeout}), false)
 
 	start := time.Now()
 	lines.printf("start %d\n", start.UnixNano())

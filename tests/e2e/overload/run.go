@@ -398,8 +398,11 @@ type records struct {
 	phases   []Phase
 	requests []request
 	dials    []dial
-	samples  []sample
-	killedAt time.Duration // 0: olcd not killed
+	// healthDials are the health checks' connects: one per check, spread
+	// over the run.
+	healthDials []dial
+	samples     []sample
+	killedAt    time.Duration // 0: olcd not killed
 	// restartedAt is when olcd got SIGTERM for a restart (0: none).
 	restartedAt time.Duration
 	quota       []QuotaChange
@@ -763,6 +766,10 @@ func readAttack(out io.Reader, log io.Writer, rec *records, mu *sync.Mutex, star
 			st, _ := strconv.ParseInt(f[1], 10, 64)
 			du, _ := strconv.ParseInt(f[2], 10, 64)
 			rec.dials = append(rec.dials, dial{start: time.Unix(0, st).Sub(rec.start), dur: time.Duration(du), outcome: f[3]})
+		case len(f) == 4 && f[0] == "c":
+			st, _ := strconv.ParseInt(f[1], 10, 64)
+			du, _ := strconv.ParseInt(f[2], 10, 64)
+			rec.healthDials = append(rec.healthDials, dial{start: time.Unix(0, st).Sub(rec.start), dur: time.Duration(du), outcome: f[3]})
 		}
 		mu.Unlock()
 	}
