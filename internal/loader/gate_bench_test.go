@@ -34,9 +34,10 @@ func loadPregate(tb testing.TB, p float64) *ebpf.Collection {
 	rp := new(olcdOlcdRespPorts)
 	rp.Slot[0][8080] = 1
 	must(tb, coll.Variables["olcd_rports"].Set(rp))
-	rctl := olcdOlcdRespCtl{Seed: rand.Uint64() | 1, SampleMax: sampleMax(1), SetsMask: sets - 1,
-		IdleUnits: uint32(DefaultFlowIdle.Nanoseconds() >> 20), HistSlots: 2}
-	must(tb, coll.Variables["olcd_rctl"].Set(&rctl))
+	// rctl is written by name as the object's BTF lays it out (loadOld).
+	rctl := map[string]uint64{"seed": rand.Uint64() | 1, "sample_max": uint64(sampleMax(1)), "sets_mask": sets - 1,
+		"idle_units": uint64(DefaultFlowIdle.Nanoseconds() >> 20), "hist_slots": 2}
+	setOldVar(tb, coll, "olcd_rctl", rctl)
 	return coll
 }
 

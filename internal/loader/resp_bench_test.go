@@ -3,13 +3,16 @@ package loader
 import (
 	"bytes"
 	_ "embed"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
 	"golang.org/x/sys/unix"
 
 	"github.com/olcd/olcd/internal/olc"
@@ -51,16 +54,56 @@ func loadOld(tb testing.TB, what string, obj []byte, p float64, size func(*ebpf.
 	tb.Cleanup(coll.Close)
 	now, err := monotonicNow()
 	must(tb, err)
-	ctl := olcdOlcdControl{HeartbeatNs: now, StaleAfterNs: uint64(time.Hour), SynSeed: rand.Uint64(),
-		SynSetsMask: synSets(olc.DefaultSYNTableSize) - 1, MarkDscp: uint8(olcdOlcdDscpOLCD_DSCP_KEEP), Mode: uint8(olc.ModeEnforce)}
-	must(tb, coll.Variables["olcd_ctl"].Set(&ctl))
+	// The old objects' records are laid out as their own BTF says: the
+	// current generated structs have grown since (fair, caps), so the
+	// fields are written by name.
+	setOldVar(tb, coll, "olcd_ctl", map[string]uint64{"heartbeat_ns": now, "stale_after_ns": uint64(time.Hour),
+		"syn_seed": rand.Uint64(), "syn_sets_mask": uint64(synSets(olc.DefaultSYNTableSize) - 1),
+		"mark_dscp": uint64(olcdOlcdDscpOLCD_DSCP_KEEP), "mode": uint64(olc.ModeEnforce)})
 	idx := new(olcdOlcdPortIndex)
 	idx.Idx[0][8080] = 1
 	must(tb, coll.Variables["olcd_ports"].Set(idx))
-	pol := olcdOlcdPolicy{DropProb: ProbabilityToFixed(p), StatsSlot: 1, Flags: uint8(olcdOlcdPolicyFlagOLCD_POLICY_PROTECTED),
-		Mode: uint8(olc.ModeEnforce), Action: uint8(olc.ActionDrop)}
-	must(tb, coll.Maps["olcd_policies"].Update(uint32(1), &pol, ebpf.UpdateAny))
+	pol := oldRecord(tb, spec.Maps["olcd_policies"].Value, map[string]uint64{"drop_prob": uint64(ProbabilityToFixed(p)), "stats_slot": 1,
+		"flags": uint64(olcdOlcdPolicyFlagOLCD_POLICY_PROTECTED), "mode": uint64(olc.ModeEnforce), "action": uint64(olc.ActionDrop)})
+	must(tb, coll.Maps["olcd_policies"].Update(uint32(1), pol, ebpf.UpdateAny))
 	return coll
+}
+
+// setOldVar writes the named fields of an old object's global variable
+// name (its other bytes zero), laid out by the object's BTF.
+func setOldVar(tb testing.TB, coll *ebpf.Collection, name string, fields map[string]uint64) {
+	tb.Helper()
+	v, ok := coll.Variables[name]
+	if !ok || v.Type() == nil {
+		tb.Fatalf("old object: no variable %s with BTF", name)
+	}
+	must(tb, v.Set(oldRecord(tb, v.Type().Type, fields)))
+}
+
+// oldRecord returns the bytes of the struct t with the named scalar fields
+// set (little endian, as bpfel) and the rest zero: an old object's record
+// whatever the generated struct of today looks like. A field t lacks fails
+// the benchmark.
+func oldRecord(tb testing.TB, t btf.Type, fields map[string]uint64) []byte {
+	tb.Helper()
+	st, ok := btf.UnderlyingType(t).(*btf.Struct)
+	if !ok {
+		tb.Fatalf("old object: %v is not a struct", t)
+	}
+	b := make([]byte, st.Size)
+	for name, v := range fields {
+		i := slices.IndexFunc(st.Members, func(m btf.Member) bool { return m.Name == name })
+		if i < 0 {
+			tb.Fatalf("old object: struct %s has no field %s", st.Name, name)
+		}
+		m := st.Members[i]
+		size, err := btf.Sizeof(m.Type)
+		must(tb, err)
+		var le [8]byte
+		binary.LittleEndian.PutUint64(le[:], v)
+		copy(b[m.Offset.Bytes():m.Offset.Bytes()+uint32(size)], le[:size])
+	}
+	return b
 }
 
 // emptyTC is the floor of the egress program: returns TC_ACT_UNSPEC.
