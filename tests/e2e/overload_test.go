@@ -526,7 +526,10 @@ func TestOverloadRestart(t *testing.T) {
 	const runs, span = 3, 10
 	var ratios []float64
 	for i := range runs {
-		r, err := h.Run(context.Background(), sc, overload.VariantEnforce, overload.RunOptions{RestartOlcdAt: 15 * time.Second})
+		// Each run in a directory of its own (restart-1-enforce, ...).
+		rs := sc
+		rs.Name = fmt.Sprintf("%s-%d", sc.Name, i+1)
+		r, err := h.Run(context.Background(), rs, overload.VariantEnforce, overload.RunOptions{RestartOlcdAt: 15 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
