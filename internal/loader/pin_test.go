@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -483,5 +485,33 @@ func TestTakeOverKeepsInflight(t *testing.T) {
 		if got := int64(counts[tcp8080].Inflight()); got != st.want {
 			t.Errorf("step %d: the onset check's counts: %d in flight, want %d", i+1, got, st.want)
 		}
+	}
+}
+
+// threadNice is the calling OS thread's nice value (/proc/thread-self/stat,
+// field 19).
+func threadNice(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/thread-self/stat")
+	must(t, err)
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	n, err := strconv.Atoi(f[16]) // field 19, counted from field 3 (state)
+	must(t, err)
+	return n
+}
+
+// TestTakeOverPriority: a take-over's load runs at takeOverNice on a thread
+// of its own; the caller's priority is left as it was.
+func TestTakeOverPriority(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	before := threadNice(t)
+	var in int
+	must(t, atTakeOverPriority(nil, func() error { in = threadNice(t); return nil }))
+	if in != takeOverNice {
+		t.Errorf("the load ran at nice %d, want %d", in, takeOverNice)
+	}
+	if after := threadNice(t); after != before {
+		t.Errorf("the caller's nice went from %d to %d", before, after)
 	}
 }
