@@ -122,21 +122,44 @@ func (d *Daemon) restoreState(adopted []loader.PortPolicy) ([]statefile.Override
 	if st != nil {
 		e.ctrl.Restore(*st, age, now)
 	}
-	return overrides, st != nil && st.DropProbability > 0
+	return overrides, st != nil && sheds(st)
+}
+
+// sheds reports whether a restored State has a law shedding: the node's
+// resource law or a port's own law (most overloads are a port's alone, the
+// node's p 0).
+func sheds(st *adaptive.State) bool {
+	if st.DropProbability > 0 {
+		return true
+	}
+	for _, p := range st.Ports {
+		if p.QueueOverload && p.DropProbability > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // firstTick runs the start's first tick at once, unless drop probabilities
 // were restored: a first tick has no rates yet (the sampler's signals are
-// deltas between two reads, so they are all unavailable), and a controller
-// without a usable signal releases its p. Then the sampler takes its first
-// read now, the heartbeat keeps the restored probabilities in force, and
-// the first tick is the loop's, one interval later, on real deltas.
+// deltas between two reads, so they are all unavailable), and its port
+// counts span the few milliseconds since the datapath was loaded or taken
+// over, which a port's law would read as a tick's (a demand of almost
+// nothing: pass rate 1). Then the sampler and the datapath's counts take
+// their first read now, the heartbeat keeps the restored probabilities in
+// force, and the first tick is the loop's, one interval later, on real
+// deltas over the same interval.
 func (d *Daemon) firstTick(restored bool) {
 	if !restored {
 		d.tick()
 		return
 	}
 	d.eng.smp.Sample()
+	if st, err := d.eng.dp.Stats(); err == nil {
+		d.eng.prev = st
+	} else {
+		d.log.Warn("read datapath statistics", "err", err)
+	}
 	if err := d.eng.dp.Heartbeat(); err != nil {
 		d.log.Warn("heartbeat", "err", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/loader"
@@ -88,5 +89,39 @@ func TestAdoptedSeedsController(t *testing.T) {
 	st := d.eng.ctrl.Export()
 	if st.DropProbability != 0.25 || !st.Overloaded {
 		t.Fatalf("controller after seeding: %+v, want p 0.25 overloaded", st)
+	}
+}
+
+// TestRestoredPortLawWaits: a state file whose node law was not shedding
+// but a port's law was (the common overload) counts as restored drop
+// probabilities, so the first tick waits for an interval (firstTick) and
+// counts from the datapath's read at that moment: not from the take-over a
+// few milliseconds before, which the port's law would read as a tick of
+// almost no demand and release (issue 27).
+func TestRestoredPortLawWaits(t *testing.T) {
+	dir := t.TempDir()
+	d, dp := goldenDaemon(t)
+	d.opts.StateDir = dir
+	d.eng.ctrl, _ = adaptive.New(d.eng.cfg.ControllerConfig(controllerPorts(d.eng.ports)))
+	k := d.eng.ports[0].Key
+	st := adaptive.State{Ports: []adaptive.PortState{{Key: k, DropProbability: 0.4, QueueOverload: true, Target: 0.05}}}
+	if err := statefile.Write(dir, statefile.File{Node: nodeName(), ConfigHash: d.configHash(), WrittenAt: time.Now(), Controller: st}); err != nil {
+		t.Fatal(err)
+	}
+	if _, restored := d.restoreState(nil); !restored {
+		t.Fatal("a port's law shedding in the state file: restoreState reports nothing restored")
+	}
+	at := goldenStats(3) // the taken-over datapath's counts, as a new daemon first reads them
+	dp.stats, d.eng.prev = at, loader.Stats{}
+	ticks := d.eng.ticks
+	d.firstTick(true)
+	if d.eng.ticks != ticks {
+		t.Fatal("the first tick ran at once with drop probabilities restored")
+	}
+	dp.stats = goldenStats(4) // one more interval's counts
+	d.tick()
+	want := goldenStats(4).Ports[k].NewConns - at.Ports[k].NewConns
+	if got := d.eng.last.deltas[k].NewConns; got != want {
+		t.Errorf("the first tick counted %d new connections of %s, want the interval's %d", got, k, want)
 	}
 }

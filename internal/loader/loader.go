@@ -350,10 +350,15 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 		opts = &ebpf.CollectionOptions{MapReplacements: pinned.adopted}
 	}
 	stopBridge := func() {}
+	load := func() error { return spec.LoadAndAssign(&d.objs, opts) }
 	if pinned != nil && pinned.adopted != nil {
 		stopBridge = pinned.bridge(spec, log)
+		// The pinned datapath protects meanwhile: the verifier need
+		// not take the CPU of the service it protects.
+		err = atTakeOverPriority(log, load)
+	} else {
+		err = load()
 	}
-	err = spec.LoadAndAssign(&d.objs, opts)
 	stopBridge()
 	if err != nil {
 		return nil, loadError(err)

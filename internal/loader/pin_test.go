@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -420,3 +422,87 @@ func binaryRead(b []byte, v *olcdOlcdControl) error {
 }
 
 func slogDiscard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// TestTakeOverKeepsInflight: the requests in flight when a datapath is
+// taken over stay in flight in the new Datapath's response counts (issue
+// 27): one request waits across the take-over, a second starts after it,
+// and the first is answered: the counts read 1 in flight, 2, then 1, the
+// requests started since the take-over plus the one waiting at it.
+func TestTakeOverKeepsInflight(t *testing.T) {
+	dir := pinTestDir(t)
+	cfg := Config{PinDir: dir, MaxPorts: 16, StaleAfter: time.Hour, ResponseSample: 1, FlowTableSize: 64}
+	d := loadPinned(t, cfg)
+	must(t, d.SetPolicies([]PortPolicy{{Key: tcp8080, Mode: olc.ModeEnforce, Action: olc.ActionDrop}}))
+	must(t, d.SetMode(olc.ModeEnforce))
+	must(t, d.Heartbeat())
+	other := func(seq, ack uint32, flags uint8, n int, toServer bool) []byte {
+		if toServer {
+			return tcpData{client4, server4, cport + 1, sport, seq, ack, flags, n}.frame()
+		}
+		return tcpData{server4, client4, sport, cport + 1, seq, ack, flags, n}.frame()
+	}
+	runSteps(t, d, hookTC, []step{in(0, c(cseq0, sseq0, psh, 100))})
+	inflight := func(d *Datapath) int64 {
+		s := stats(t, d)
+		defer d.ReleaseStats(s)
+		return s.Response[tcp8080].Outstanding()
+	}
+	if got := inflight(d); got != 1 {
+		t.Fatalf("before the take-over: %d in flight, want 1", got)
+	}
+	must(t, d.Release())
+	d = loadPinned(t, cfg)
+	if !d.Adopted() {
+		t.Fatal("the pinned datapath was not taken over")
+	}
+	counts := make(map[olc.PortKey]RespCount)
+	for i, st := range []struct {
+		step step
+		want int64
+	}{
+		{in(5*ms, other(cseq0, sseq0, psh, 100, true)), 2},
+		{out(20*ms, s(sseq0, cseq0+100, psh, 200)), 1},
+	} {
+		if i == 0 {
+			if got := inflight(d); got != 1 {
+				t.Fatalf("after the take-over: %d in flight, want 1 (the request waiting at it)", got)
+			}
+		}
+		runSteps(t, d, hookTC, []step{st.step})
+		if got := inflight(d); got != st.want {
+			t.Errorf("step %d: %d in flight, want %d", i+1, got, st.want)
+		}
+		must(t, d.ResponseCounts(counts))
+		if got := int64(counts[tcp8080].Inflight()); got != st.want {
+			t.Errorf("step %d: the onset check's counts: %d in flight, want %d", i+1, got, st.want)
+		}
+	}
+}
+
+// threadNice is the calling OS thread's nice value (/proc/thread-self/stat,
+// field 19).
+func threadNice(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/thread-self/stat")
+	must(t, err)
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	n, err := strconv.Atoi(f[16]) // field 19, counted from field 3 (state)
+	must(t, err)
+	return n
+}
+
+// TestTakeOverPriority: a take-over's load runs at takeOverNice on a thread
+// of its own; the caller's priority is left as it was.
+func TestTakeOverPriority(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	before := threadNice(t)
+	var in int
+	must(t, atTakeOverPriority(nil, func() error { in = threadNice(t); return nil }))
+	if in != takeOverNice {
+		t.Errorf("the load ran at nice %d, want %d", in, takeOverNice)
+	}
+	if after := threadNice(t); after != before {
+		t.Errorf("the caller's nice went from %d to %d", before, after)
+	}
+}

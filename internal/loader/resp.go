@@ -29,7 +29,9 @@ const (
 const HistBuckets = int(olcdOlcdRespGeometryOLCD_HIST_BUCKETS)
 
 // Response is the cumulative response timing of one port, summed over CPUs,
-// since the port got its slot. Only sampled flows are counted.
+// since the port got its slot (a Datapath that took a pinned one over: since
+// the take-over, its Requests starting from the requests in flight then).
+// Only sampled flows are counted.
 type Response struct {
 	// Requests counts timers started: the first request byte on a flow with
 	// no request outstanding.
@@ -621,13 +623,21 @@ func (d *Datapath) FlowTableOccupancy() (FlowTable, error) {
 	return ft, nil
 }
 
-// baseline is statsFolder.baseline for the response histograms.
+// baseline is statsFolder.baseline for the response histograms, but for
+// the requests in flight at the take-over: they count as requests this
+// Datapath saw start, so that Response.Outstanding (requests less answers
+// less abandoned) stays the number in flight. Zeroed, a request started
+// before the take-over and answered after it would take one off every
+// later reading: the queue standing at a restart would read as none for
+// the rest of the daemon's life (issue 27).
 func (f *respFolder) baseline(slots []uint16) error {
 	if err := f.fold(slots); err != nil {
 		return err
 	}
 	for _, st := range f.slots {
-		st.total = [respCounts]uint64{}
+		t := &st.total
+		inflight := uint64(max(int64(t[0])-int64(t[1])-int64(t[2]), 0))
+		st.total = [respCounts]uint64{0: inflight}
 		clear(st.buckets)
 		st.last, st.stale = Response{}, true
 		st.spare, st.moved, st.movedFull = nil, nil, false

@@ -1,6 +1,7 @@
 package plant
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"time"
@@ -27,6 +28,23 @@ type DriveTick struct {
 // port's drop probability goes back into the plant. each, when not nil,
 // sees every tick.
 func Drive(c *adaptive.Controller, sc Scenario, key olc.PortKey, minSamples int, each func(DriveTick)) (Result, error) {
+	return DriveRestart(c, sc, key, minSamples, Restart{}, each)
+}
+
+// Restart is a restart of the daemon in a driven run: at At (seconds) the
+// controller's State is exported (as the daemon's SIGTERM writes its state
+// file) and the daemon is gone for Gap seconds, in which the datapath holds
+// the drop probability last written and nothing sees the ticks and windows;
+// then a new controller of the same config restores the State (Restore, age
+// Gap) and gets the ticks and windows from there on. At 0: no restart.
+type Restart struct {
+	At, Gap float64
+	// Restored, when not nil, sees the new controller once it restored.
+	Restored func(*adaptive.Controller)
+}
+
+// DriveRestart is Drive with the daemon restarted as r says.
+func DriveRestart(c *adaptive.Controller, sc Scenario, key olc.PortKey, minSamples int, r Restart, each func(DriveTick)) (Result, error) {
 	idx := -1
 	for i, pc := range c.Config().Ports {
 		if pc.Key == key {
@@ -49,12 +67,48 @@ func Drive(c *adaptive.Controller, sc Scenario, key olc.PortKey, minSamples int,
 		}
 		return p
 	}
+	// gone reports whether the daemon is down at t (the datapath holds
+	// its p), and replaces c by the restored controller once the gap is
+	// over.
+	var saved *adaptive.State
+	restarted, held := false, 0.0
+	gone := func(t float64) (bool, error) {
+		if r.At <= 0 {
+			return false, nil
+		}
+		if saved == nil && t > r.At {
+			s := c.Export()
+			saved = &s
+		}
+		switch {
+		case saved == nil:
+			return false, nil
+		case t <= r.At+r.Gap:
+			return true, nil
+		case !restarted:
+			nc, err := adaptive.New(c.Config())
+			if err != nil {
+				return false, err
+			}
+			nc.Restore(*saved, time.Duration(r.Gap*float64(time.Second)), at(t))
+			c, restarted = nc, true
+			if r.Restored != nil {
+				r.Restored(nc)
+			}
+		}
+		return false, nil
+	}
+	var failed error
 	// The daemon's onset check between ticks: the window's counts and
 	// measured queue, handed to Controller.Onset.
 	var between func(Observation) (float64, bool)
 	if sc.Window > 0 {
 		between = func(o Observation) (float64, bool) {
-			at := trace.Origin.Add(time.Duration(o.T * float64(time.Second)))
+			if down, err := gone(o.T); down || err != nil {
+				failed = cmp.Or(failed, err)
+				return 0, false
+			}
+			at := at(o.T)
 			d, ok := c.Onset(at, sc.Window, map[olc.PortKey]adaptive.PortStats{key: {
 				New: o.New, Retransmits: o.Retransmits, Dropped: o.Dropped,
 				Response: adaptive.PortResponse{Samples: uint64(o.Responses), Requests: float64(o.Requests),
@@ -66,11 +120,16 @@ func Drive(c *adaptive.Controller, sc Scenario, key olc.PortKey, minSamples int,
 				each(DriveTick{Observation: o, Port: d.Ports[idx], Decision: d})
 			}
 			shedRetx = d.Ports[idx].ShedRetransmits
+			held = d.Ports[idx].DropProbability
 			return d.Ports[idx].DropProbability, true
 		}
 	}
 	res := RunWindows(sc, func(o Observation) float64 {
-		s := olc.Snapshot{At: trace.Origin.Add(time.Duration(o.T * float64(time.Second))), Interval: sc.Tick}
+		if down, err := gone(o.T); down || err != nil {
+			failed = cmp.Or(failed, err)
+			return held
+		}
+		s := olc.Snapshot{At: at(o.T), Interval: sc.Tick}
 		s.Set(olc.CPUBusy, o.CPUBusy)
 		r := adaptive.PortResponse{Samples: uint64(o.Responses), Requests: float64(o.Requests),
 			Responses: float64(o.Responses), Inflight: float64(o.Inflight)}
@@ -84,10 +143,14 @@ func Drive(c *adaptive.Controller, sc Scenario, key olc.PortKey, minSamples int,
 		if each != nil {
 			each(DriveTick{Observation: o, Port: pd, Decision: d})
 		}
+		held = pd.DropProbability
 		return pd.DropProbability
 	}, between)
-	return res, nil
+	return res, failed
 }
+
+// at is the time of a plant's t seconds.
+func at(t float64) time.Time { return trace.Origin.Add(time.Duration(t * float64(time.Second))) }
 
 // Loads are the harness's load shapes, as multiples of C over time.
 var Loads = map[string]func(t float64) float64{

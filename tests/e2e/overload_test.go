@@ -526,7 +526,10 @@ func TestOverloadRestart(t *testing.T) {
 	const runs, span = 3, 10
 	var ratios []float64
 	for i := range runs {
-		r, err := h.Run(context.Background(), sc, overload.VariantEnforce, overload.RunOptions{RestartOlcdAt: 15 * time.Second})
+		// Each run in a directory of its own (restart-1-enforce, ...).
+		rs := sc
+		rs.Name = fmt.Sprintf("%s-%d", sc.Name, i+1)
+		r, err := h.Run(context.Background(), rs, overload.VariantEnforce, overload.RunOptions{RestartOlcdAt: 15 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -542,11 +545,17 @@ func TestOverloadRestart(t *testing.T) {
 	}
 	s := slices.Sorted(slices.Values(ratios))
 	t.Logf("goodput after / before the restart over %d runs: min %.3f, median %.3f, max %.3f", runs, s[0], s[len(s)/2], s[len(s)-1])
-	// The issue's line is 0.95 (issue 27); with the one law the restart
-	// measured 0.34/0.63/0.87 (docs/measurements.md §17), a miss logged
-	// here. The floor: a restart must not open the hole of a dead daemon
-	// (0 in the seconds after it), so the median keeps a fifth of before.
-	goal(t, "median goodput in the 10 s after a restart over the 10 s before", s[len(s)/2], 0.95, 0.2, true)
+	// The issue's line is 0.95 (issue 27), logged as GOAL MISSED below it.
+	// The floor, 0.8: the restart's faults read 0.34/0.63/0.87 with the one
+	// law in the CI check and 0.02-0.06 on a busy machine (the first tick
+	// on a few milliseconds of counts, the in-flight count zeroed by the
+	// take-over); with their fixes 0.91/0.94/1.49 on a busy machine and
+	// 1.07/1.14/1.23 with the take-over's load at nice 10
+	// (docs/measurements.md §17). The before window holds the overload's
+	// onset, so a restart that costs what an onset costs reads about 1; a
+	// median below 0.8 is a restart that lost a fifth of the 10 s after,
+	// beyond what this shared 2-vCPU machine's noise moved a run (0.91).
+	goal(t, "median goodput in the 10 s after a restart over the 10 s before", s[len(s)/2], 0.95, 0.8, true)
 }
 
 // checkDrops fails t when the run's drop counters show a reason its action

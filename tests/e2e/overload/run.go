@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -352,7 +353,18 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, v Variant, ro RunOptions
 				return nil, err
 			}
 			defer detachRunPins(h.opt.Olcd, set.PinDir)
-			ro.restart = func() (*olcdProc, error) { return h.startOlcd(ctx, dir, set) }
+			ro.restart = func() (*olcdProc, error) {
+				// The stopped olcd's log and decision log are kept
+				// beside the new one's: the restart's evidence is
+				// the ticks on both sides of it.
+				for _, f := range []string{"olcd.log", "decisions.jsonl"} {
+					old := filepath.Join(dir, f)
+					if err := os.Rename(old, strings.TrimSuffix(old, filepath.Ext(old))+"-before-restart"+filepath.Ext(old)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+						return nil, err
+					}
+				}
+				return h.startOlcd(ctx, dir, set)
+			}
 		}
 		od, err = h.startOlcd(ctx, dir, set)
 		if err != nil {
