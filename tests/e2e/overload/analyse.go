@@ -59,6 +59,13 @@ type PhaseResult struct {
 	// OfferedRPS and GoodputRPS (Scenario.Light; 0 without).
 	LightOfferedRPS float64 `json:"light_offered_rps,omitempty"`
 	LightGoodputRPS float64 `json:"light_goodput_rps,omitempty"`
+	// LightConnects and LightConnected count the light clients' connects
+	// and those that succeeded (their SYNs admitted); Connects and
+	// Connected every work connect's.
+	LightConnects  int `json:"light_connects,omitempty"`
+	LightConnected int `json:"light_connected,omitempty"`
+	Connects       int `json:"connects"`
+	Connected      int `json:"connected"`
 	// Settled is the same phase without its first SettleTime, when the
 	// phase is at least twice as long: what holds once a protection has
 	// reacted to the change that started the phase.
@@ -426,6 +433,16 @@ func phaseResult(rec *records, name string, from, to, slo time.Duration, v Varia
 		}
 		connSum += d.dur
 		connN++
+		pr.Connects++
+		if d.light {
+			pr.LightConnects++
+		}
+		if d.outcome == outcomeOK {
+			pr.Connected++
+			if d.light {
+				pr.LightConnected++
+			}
+		}
 		switch d.outcome {
 		case outcomeTimeout:
 			pr.ConnectTimeouts++

@@ -156,7 +156,7 @@ func (p phasePacer) total() time.Duration {
 //
 //	start <unix ns>
 //	r <a|l|h> <start unix ns> <latency ns> <outcome>   a request (a: work, l: a light client's work, h: health)
-//	d <start unix ns> <duration ns> <ok|timeout|error>  a work connection's connect
+//	d <start unix ns> <duration ns> <ok|timeout|error> [l]  a work connection's connect (l: a light client's)
 //	c <start unix ns> <duration ns> <ok|timeout|error>  a health check's connect
 //	end
 //
@@ -223,7 +223,7 @@ func RunAttack(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 			d := dialers[(next.Add(1)-1)%uint64(len(dialers))]
 			t0 := time.Now()
 			c, err := d.DialContext(ctx, network, addr)
-			lines.printf("d %d %d %s\n", t0.UnixNano(), time.Since(t0).Nanoseconds(), classifyErr(err))
+			lines.printf("d %d %d %s l\n", t0.UnixNano(), time.Since(t0).Nanoseconds(), classifyErr(err))
 			return c, err
 		}, cfg.KeepAlive)
 	}

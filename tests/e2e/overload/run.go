@@ -476,6 +476,7 @@ type request struct {
 type dial struct {
 	start, dur time.Duration
 	outcome    string
+	light      bool // a light client's (AttackConfig.Light)
 }
 
 // sample is one look at the backend and the protection, every 500 ms.
@@ -818,10 +819,10 @@ func readAttack(out io.Reader, log io.Writer, rec *records, mu *sync.Mutex, star
 			st, _ := strconv.ParseInt(f[2], 10, 64)
 			lat, _ := strconv.ParseInt(f[3], 10, 64)
 			rec.requests = append(rec.requests, request{health: f[1] == "h", light: f[1] == "l", start: time.Unix(0, st).Sub(rec.start), latency: time.Duration(lat), outcome: f[4]})
-		case len(f) == 4 && f[0] == "d":
+		case (len(f) == 4 || len(f) == 5 && f[4] == "l") && f[0] == "d":
 			st, _ := strconv.ParseInt(f[1], 10, 64)
 			du, _ := strconv.ParseInt(f[2], 10, 64)
-			rec.dials = append(rec.dials, dial{start: time.Unix(0, st).Sub(rec.start), dur: time.Duration(du), outcome: f[3]})
+			rec.dials = append(rec.dials, dial{start: time.Unix(0, st).Sub(rec.start), dur: time.Duration(du), outcome: f[3], light: len(f) == 5})
 		case len(f) == 4 && f[0] == "c":
 			st, _ := strconv.ParseInt(f[1], 10, 64)
 			du, _ := strconv.ParseInt(f[2], 10, 64)
