@@ -164,8 +164,11 @@ static __always_inline __u64 olcd_fair_hash(const struct olcd_src *src, __u32 sl
 	}
 	__u32 a;
 
+	/* The prefix mask without a branch: the loader keeps fair_prefix4
+	 * in 1..32, and (2^64 - 2^32) >> len has len ones at the top of its
+	 * low word. */
 	__builtin_memcpy(&a, src->k4.addr, sizeof(a));
-	a &= olcd_fair_mask(pol->fair_prefix4);
+	a &= bpf_htonl((__u32)(0xffffffff00000000ULL >> (pol->fair_prefix4 & 63)));
 	return (((__u64)slot << 33 | a) ^ seed) * 0x9e3779b97f4a7c15ULL;
 }
 

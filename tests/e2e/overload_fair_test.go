@@ -72,7 +72,7 @@ func TestOverloadFair(t *testing.T) {
 	if e.light == 0 || f.light == 0 {
 		t.Fatalf("no light clients' requests in the 3x phase (fair %.3f, even %.3f)", f.light, e.light)
 	}
-	goal(t, "fair shedding at 3 C: light clients' connects admitted", f.lightConn, 1, 0.7, true)
+	goal(t, "fair shedding at 3 C: light clients' connects admitted", f.lightConn, 0.99, 0.7, true)
 	goal(t, "fair shedding at 3 C: light clients' goodput as a share of what they offered", f.light, 0.9, 0.5, true)
 	if f.light < e.light+0.1 {
 		t.Errorf("fair shedding at 3 C: light clients' goodput share %.3f, even shedding's %.3f: want at least 0.1 more", f.light, e.light)
