@@ -45,12 +45,16 @@
 
 #include "olcd.h"
 
+/* olcd_fair_select keeps both rows of a source in one line, half each. */
+_Static_assert(OLCD_FAIR_DEPTH == 2, "the sketch line holds two rows");
+
 /* The knobs, written by the loader (a .bss global like olcd_ctl). */
 struct olcd_fair_conf olcd_fair;
 
 /* The sketch: OLCD_FAIR_DEPTH rows of width counters, per CPU, in lines
  * of OLCD_FAIR_LINE (one cache line each, and one per-CPU pointer per line
- * rather than per counter). The max_entries is a placeholder: the loader
+ * rather than per counter), each line half of one row and half of the
+ * other (olcd_fair_select). The max_entries is a placeholder: the loader
  * sets DEPTH * width / LINE. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -128,31 +132,44 @@ static __always_inline __u32 olcd_fair_mask(int bits)
 
 /*
  * The sketch's hash of a source prefix on a port (slot): the address
- * masked to the port's prefix length, as two 64-bit words, each multiplied
- * by an odd constant after the seed (as olcd_syn_fp). Row 0 takes the high
- * half, row 1 the high half of a second round.
+ * masked to the port's prefix length and the slot, xored with the seed and
+ * multiplied by an odd constant (Knuth's multiplicative hashing, as
+ * olcd_syn_fp); an IPv6 prefix is two 64-bit words, each with its own
+ * constant. An IPv4 source fits one word with its slot: one multiply. Only
+ * the high half is used (olcd_fair_select): each of its bits depends on
+ * every bit of the key below it, so every bit of the address is in the
+ * key's low 32.
  */
 static __always_inline __u64 olcd_fair_hash(const struct olcd_src *src, __u32 slot,
 					    const struct olcd_policy *pol)
 {
-	__u32 w[4] = { 0, 0, 0, 0 };
-	__u64 x0, x1, seed = olcd_fair.seed;
-	int len;
+	__u64 seed = olcd_fair.seed;
 
 	if (src->ipv6) {
+		__u32 w[4];
+		__u64 x0, x1;
+		int len = pol->fair_prefix6;
+
 		__builtin_memcpy(w, src->k6.addr, sizeof(w));
-		len = pol->fair_prefix6;
 		w[0] &= olcd_fair_mask(len);
 		w[1] &= olcd_fair_mask(len - 32);
 		w[2] &= olcd_fair_mask(len - 64);
 		w[3] &= olcd_fair_mask(len - 96);
-	} else {
-		__builtin_memcpy(w, src->k4.addr, sizeof(w[0]));
-		w[0] &= olcd_fair_mask(pol->fair_prefix4);
+		/* Each word's high half folded into its low one: a bit of
+		 * the product depends only on the key's bits at or below it,
+		 * and the line is picked by bits from 32. */
+		x0 = (__u64)(w[0] ^ w[1]) | (__u64)w[1] << 32;
+		x1 = ((__u64)(w[2] ^ w[3]) | (__u64)w[3] << 32) ^ ((__u64)slot << 33 | 1);
+		return ((x0 ^ seed) * 0x9e3779b97f4a7c15ULL) ^ ((x1 ^ seed) * 0xbf58476d1ce4e5b9ULL);
 	}
-	x0 = (__u64)w[0] | (__u64)w[1] << 32;
-	x1 = ((__u64)w[2] | (__u64)w[3] << 32) ^ ((__u64)slot << 1 | src->ipv6);
-	return ((x0 ^ seed) * 0x9e3779b97f4a7c15ULL) ^ ((x1 ^ seed) * 0xbf58476d1ce4e5b9ULL);
+	__u32 a;
+
+	/* The prefix mask without a branch: the loader keeps fair_prefix4
+	 * in 1..32, and (2^64 - 2^32) >> len has len ones at the top of its
+	 * low word. */
+	__builtin_memcpy(&a, src->k4.addr, sizeof(a));
+	a &= bpf_htonl((__u32)(0xffffffff00000000ULL >> (pol->fair_prefix4 & 63)));
+	return (((__u64)slot << 33 | a) ^ seed) * 0x9e3779b97f4a7c15ULL;
 }
 
 /*
@@ -161,30 +178,30 @@ static __always_inline __u64 olcd_fair_hash(const struct olcd_src *src, __u32 sl
  * with the uniform draw u (olcd_draw). fs: the port's state on this CPU.
  * Counts the source and the port first, then draws against p_src, then
  * moves the fair share one step (see the top of this file).
+ *
+ * The source's two counters share one line (one lookup, one cache line):
+ * the line is picked by the hash's bits 32 and up, one counter in each
+ * half of it by bits 61..63 and 58..60. Each half of every line together
+ * is a row of the count-min sketch (width counters), and the two indices
+ * of a source come from disjoint bits of the hash whatever the width
+ * (at most 2^20: line bits 32..48).
  */
 static __always_inline __u32 olcd_fair_select(const struct olcd_policy *pol, __u32 *pi, __u32 u,
 					      __u32 p, const struct olcd_src *src,
 					      struct olcd_fair_slot *fs)
 {
-	__u32 ep = olcd_fair_epoch(&olcd_ctl), mask = olcd_fair.width_mask;
-	__u64 h = olcd_fair_hash(src, *pi, pol), f, d, up, down, share;
-	__u32 i0, i1, k0, k1, m, m1, t, act;
+	__u32 ep = olcd_fair_epoch(&olcd_ctl);
+	__u64 h = olcd_fair_hash(src, *pi, pol), f, d, share;
+	__u32 k, m, m1, t, act;
+	struct olcd_fair_line *l;
 
-	struct olcd_fair_line *l0, *l1;
-
-	i0 = (__u32)(h >> 32) & mask;
-	h = (h ^ (h >> 29)) * 0x94d049bb133111ebULL;
-	i1 = ((__u32)(h >> 32) & mask) + mask + 1;
-	k0 = i0 / OLCD_FAIR_LINE;
-	k1 = i1 / OLCD_FAIR_LINE;
-	l0 = bpf_map_lookup_elem(&olcd_fair_cm, &k0);
-	if (!l0)
+	/* Lines: DEPTH * width / LINE = (width_mask + 1) / (LINE / 2). */
+	k = (__u32)(h >> 32) & (olcd_fair.width_mask / (OLCD_FAIR_LINE / 2));
+	l = bpf_map_lookup_elem(&olcd_fair_cm, &k);
+	if (!l)
 		return 0;
-	l1 = bpf_map_lookup_elem(&olcd_fair_cm, &k1);
-	if (!l1)
-		return 0;
-	m = olcd_fair_bump(&l0->c[i0 & (OLCD_FAIR_LINE - 1)], ep);
-	m1 = olcd_fair_bump(&l1->c[i1 & (OLCD_FAIR_LINE - 1)], ep);
+	m = olcd_fair_bump(&l->c[h >> 61], ep);
+	m1 = olcd_fair_bump(&l->c[OLCD_FAIR_LINE / 2 + ((h >> 58) & (OLCD_FAIR_LINE / 2 - 1))], ep);
 	m = m < m1 ? m : m1;
 	t = olcd_fair_bump(&fs->total, ep);
 	share = fs->share;
@@ -200,10 +217,10 @@ static __always_inline __u32 olcd_fair_select(const struct olcd_policy *pol, __u
 	barrier_var(d);
 	act = d >> 63;
 
-	/* The step: on a drop + share * (1 - p) / 2^K, on a pass - share * p / 2^K. */
-	up = (share * (__u32)~p) >> (32 + OLCD_FAIR_STEP_SHIFT);
-	down = (share * p) >> (32 + OLCD_FAIR_STEP_SHIFT);
-	share = share - down + act * (up + down + 1);
+	/* The step: on a drop + share * (1 - p) / 2^K, on a pass - share * p / 2^K,
+	 * as share - share * p / 2^K + act * (share / 2^K + 1). */
+	share = share - ((share * p) >> (32 + OLCD_FAIR_STEP_SHIFT)) +
+		act * ((share >> OLCD_FAIR_STEP_SHIFT) + 1);
 	if (share > 0xffffffff)
 		share = 0xffffffff;
 	if (share < (1ULL << (32 - OLCD_FAIR_FLOOR_SHIFT)))

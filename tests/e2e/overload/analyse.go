@@ -55,6 +55,17 @@ type PhaseResult struct {
 	// HealthOK and HealthTotal count the health checks of the phase.
 	HealthOK    int `json:"health_ok"`
 	HealthTotal int `json:"health_total"`
+	// LightOfferedRPS and LightGoodputRPS are the light clients' share of
+	// OfferedRPS and GoodputRPS (Scenario.Light; 0 without).
+	LightOfferedRPS float64 `json:"light_offered_rps,omitempty"`
+	LightGoodputRPS float64 `json:"light_goodput_rps,omitempty"`
+	// LightConnects and LightConnected count the light clients' connects
+	// and those that succeeded (their SYNs admitted); Connects and
+	// Connected every work connect's.
+	LightConnects  int `json:"light_connects,omitempty"`
+	LightConnected int `json:"light_connected,omitempty"`
+	Connects       int `json:"connects"`
+	Connected      int `json:"connected"`
 	// Settled is the same phase without its first SettleTime, when the
 	// phase is at least twice as long: what holds once a protection has
 	// reacted to the change that started the phase.
@@ -379,7 +390,7 @@ func phaseResults(rec *records, slo time.Duration, v Variant, settled string) []
 func phaseResult(rec *records, name string, from, to, slo time.Duration, v Variant) PhaseResult {
 	pr := PhaseResult{Name: name}
 	var lat []float64
-	var good int
+	var good, light, lightGood int
 	for _, r := range rec.requests {
 		if r.start < from || r.start >= to {
 			continue
@@ -392,12 +403,18 @@ func phaseResult(rec *records, name string, from, to, slo time.Duration, v Varia
 			continue
 		}
 		pr.Requests++
+		if r.light {
+			light++
+		}
 		switch {
 		case r.outcome == outcomeOK:
 			pr.Successes++
 			lat = append(lat, float64(r.latency)/float64(time.Millisecond))
 			if r.latency <= slo {
 				good++
+				if r.light {
+					lightGood++
+				}
 			}
 		case r.outcome == outcomeTimeout:
 			pr.Timeouts++
@@ -416,6 +433,16 @@ func phaseResult(rec *records, name string, from, to, slo time.Duration, v Varia
 		}
 		connSum += d.dur
 		connN++
+		pr.Connects++
+		if d.light {
+			pr.LightConnects++
+		}
+		if d.outcome == outcomeOK {
+			pr.Connected++
+			if d.light {
+				pr.LightConnected++
+			}
+		}
 		switch d.outcome {
 		case outcomeTimeout:
 			pr.ConnectTimeouts++
@@ -430,6 +457,7 @@ func phaseResult(rec *records, name string, from, to, slo time.Duration, v Varia
 	pr.DurationS = secs
 	pr.OfferedRPS = float64(pr.Requests) / secs
 	pr.GoodputRPS = float64(good) / secs
+	pr.LightOfferedRPS, pr.LightGoodputRPS = float64(light)/secs, float64(lightGood)/secs
 	slices.Sort(lat)
 	pr.P50Ms, pr.P99Ms = percentile(lat, 0.50), percentile(lat, 0.99)
 

@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -58,6 +59,21 @@ type AttackConfig struct {
 	// checks: a latency is then one round trip and the server's time);
 	// otherwise every request is its own connection.
 	KeepAlive bool
+	// Light, when set, are light clients beside Phases' (which then come
+	// from the namespace's own address, as one heavy client): open-loop
+	// work requests at Light.Rate for the whole attack, each connecting
+	// from the next of Light.Addrs in turn (the fairness test, issue 29).
+	Light *LightClients `json:",omitempty"`
+}
+
+// LightClients are clients of their own source addresses beside the
+// attack's main clients (AttackConfig.Light).
+type LightClients struct {
+	// Addrs are the source addresses, one a client, in the client
+	// namespace (Net.SourceAddrs).
+	Addrs []string
+	// Rate is their requests per second together, spread evenly.
+	Rate float64
 }
 
 // Outcomes of a request.
@@ -139,8 +155,8 @@ func (p phasePacer) total() time.Duration {
 // them, and writes one line per event to w as it happens:
 //
 //	start <unix ns>
-//	r <a|h> <start unix ns> <latency ns> <outcome>   a request (a: work, h: health)
-//	d <start unix ns> <duration ns> <ok|timeout|error>  a work connection's connect
+//	r <a|l|h> <start unix ns> <latency ns> <outcome>   a request (a: work, l: a light client's work, h: health)
+//	d <start unix ns> <duration ns> <ok|timeout|error> [l]  a work connection's connect (l: a light client's)
 //	c <start unix ns> <duration ns> <ok|timeout|error>  a health check's connect
 //	end
 //
@@ -187,6 +203,30 @@ func RunAttack(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 			vegeta.Workers(64), vegeta.MaxWorkers(20000), vegeta.Redirects(vegeta.NoFollow))
 	}
 	work := newAttacker(dial, cfg.KeepAlive)
+	var light *vegeta.Attacker
+	if cfg.Light != nil && cfg.Light.Rate > 0 {
+		if len(cfg.Light.Addrs) == 0 {
+			return errors.New("attack: light clients without addresses")
+		}
+		dialers := make([]*net.Dialer, len(cfg.Light.Addrs))
+		for i, a := range cfg.Light.Addrs {
+			ip := net.ParseIP(a)
+			if ip == nil {
+				return fmt.Errorf("attack: light client address %q", a)
+			}
+			d := *dialer
+			d.LocalAddr = &net.TCPAddr{IP: ip}
+			dialers[i] = &d
+		}
+		var next atomic.Uint64
+		light = newAttacker(func(ctx context.Context, network, addr string) (net.Conn, error) {
+			d := dialers[(next.Add(1)-1)%uint64(len(dialers))]
+			t0 := time.Now()
+			c, err := d.DialContext(ctx, network, addr)
+			lines.printf("d %d %d %s l\n", t0.UnixNano(), time.Since(t0).Nanoseconds(), classifyErr(err))
+			return c, err
+		}, cfg.KeepAlive)
+	}
 	// Health checks are what a load balancer sends: a 1 s budget.
 	health := newAttacker(recorded("c", &net.Dialer{Timeout: cfg.Timeout}), false)
 
@@ -197,6 +237,9 @@ func RunAttack(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 		<-ctx.Done()
 		work.Stop()
 		health.Stop()
+		if light != nil {
+			light.Stop()
+		}
 	}()
 	var attacks sync.WaitGroup
 	attack := func(atk *vegeta.Attacker, url string, p vegeta.Pacer, kind string) {
@@ -208,6 +251,10 @@ func RunAttack(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 	}
 	attacks.Add(1)
 	go attack(work, cfg.Target, pacer, "a")
+	if light != nil {
+		attacks.Add(1)
+		go attack(light, cfg.Target, phasePacer{{Name: "light", Rate: cfg.Light.Rate, Duration: total}}, "l")
+	}
 	if cfg.HealthRate > 0 {
 		attacks.Add(1)
 		go attack(health, cfg.Health, vegeta.ConstantPacer{Freq: int(math.Round(cfg.HealthRate)), Per: time.Second}, "h")

@@ -185,3 +185,45 @@ func fullListener(t *testing.T) (string, error) {
 	}
 	return "", errors.New("the accept queue did not fill")
 }
+
+// TestAttackLight: the light clients (AttackConfig.Light) connect from
+// their addresses in turn, beside the main clients from the default one,
+// and their requests are reported as "r l"; a heavy phase at rate 0 sends
+// nothing.
+func TestAttackLight(t *testing.T) {
+	var mu sync.Mutex
+	from := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		mu.Lock()
+		from[host]++
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	var out bytes.Buffer
+	cfg := AttackConfig{Target: srv.URL, Timeout: time.Second,
+		Phases: []Phase{{Name: "silent", Rate: 0, Duration: 300 * time.Millisecond}, {Name: "heavy", Rate: 40, Duration: 500 * time.Millisecond}},
+		Light:  &LightClients{Addrs: []string{"127.0.0.2", "127.0.0.3"}, Rate: 20}}
+	if err := RunAttack(context.Background(), cfg, &out); err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	for _, l := range strings.Split(out.String(), "\n") {
+		if f := strings.Fields(l); len(f) == 5 && f[0] == "r" && f[4] == outcomeOK {
+			kinds[f[1]]++
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// 40/s for 0.5 s and 20/s for 0.8 s, within a request of pacing.
+	if kinds["a"] < 18 || kinds["a"] > 21 || kinds["l"] < 14 || kinds["l"] > 17 {
+		t.Errorf("requests answered by kind %v, want about 20 a and 16 l", kinds)
+	}
+	if from["127.0.0.1"] != kinds["a"] || from["127.0.0.2"]+from["127.0.0.3"] != kinds["l"] || from["127.0.0.2"] < 7 || from["127.0.0.3"] < 7 {
+		t.Errorf("requests by source %v, kinds %v: want the light ones from 127.0.0.2 and .3 in turn", from, kinds)
+	}
+	cfg.Light.Addrs = nil
+	if err := RunAttack(context.Background(), cfg, &bytes.Buffer{}); err == nil {
+		t.Error("light clients without addresses: no error")
+	}
+}

@@ -61,13 +61,15 @@ type Net struct {
 	rig *testutil.Net // what newNet created; nil for a Net that only names ends
 }
 
-// newNet creates the namespace and the veth pair (testutil's rig, a /30 of
-// a free documentation range, the host end in the host namespace) and tunes
+// newNet creates the namespace and the veth pair (testutil's rig, a /27 of
+// a free documentation range, the host end in the host namespace: .1 the
+// host, .2 the client, .3 to .30 for the client's extra source addresses,
+// SourceAddrs) and tunes
 // the client's ephemeral ports so that an open-loop attack of a few
 // thousand new connections per second never runs out of them. id must be
 // short: interface names have at most 15 bytes.
 func newNet(id string) (n *Net, err error) {
-	rig, err := testutil.Create(testutil.NetOptions{Named: true, NodeHere: true, Bits: 30,
+	rig, err := testutil.Create(testutil.NetOptions{Named: true, NodeHere: true, Bits: sourceBits,
 		Peer: namePrefix + "-" + id, NodeIf: namePrefix + id + "h", PeerIf: namePrefix + id + "c"})
 	if err != nil {
 		return nil, err
@@ -85,6 +87,42 @@ func newNet(id string) (n *Net, err error) {
 		}
 	}
 	return n, nil
+}
+
+// sourceBits is the prefix length of the harness's network: room for
+// maxSources source addresses of the client beside the two ends.
+const (
+	sourceBits = 27
+	maxSources = 1<<(32-sourceBits) - 4 // less the network, the broadcast and the two ends
+)
+
+// SourceAddrs returns k source addresses of the client namespace beyond
+// ClientIP (ClientIP + 1, + 2, ...), adding the ones not yet on ClientIf:
+// clients of their own addresses (the fairness test). They are in the
+// network's /27, so the host end's connected route answers them.
+func (n *Net) SourceAddrs(k int) ([]netip.Addr, error) {
+	if k > maxSources {
+		return nil, fmt.Errorf("%d source addresses: the client network has room for %d", k, maxSources)
+	}
+	var out []netip.Addr
+	a := n.ClientIP
+	for range k {
+		a = a.Next()
+		out = append(out, a)
+	}
+	have, err := exec.Command("ip", "-n", n.Netns, "-o", "addr", "show", "dev", n.ClientIf).Output()
+	if err != nil {
+		return nil, fmt.Errorf("list the client's addresses: %w", err)
+	}
+	for _, ad := range out {
+		if strings.Contains(string(have), " "+ad.String()+"/") {
+			continue
+		}
+		if err := run("ip", "-n", n.Netns, "addr", "add", ad.String()+"/32", "dev", n.ClientIf); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // Close removes the namespace and the veth pair.

@@ -39,7 +39,7 @@ controller:
   {{.}}
 {{- end}}
 ports:
-  - {port: {{.Port}}, proto: tcp, class: normal{{if .RequestGate}}, request_gate: true{{end}}}
+  - {port: {{.Port}}, proto: tcp, class: normal{{if .RequestGate}}, request_gate: true{{end}}{{if .Fair}}, fair: true{{end}}}
 exceptions:
   ports: [{port: {{.HealthPort}}, proto: tcp}]
 {{- if .Action}}
@@ -92,6 +92,9 @@ type olcdConfigData struct {
 	Agent string
 	// RequestGate is the work port's ports[].request_gate.
 	RequestGate bool
+	// Fair is the work port's ports[].fair (the heaviest sources shed
+	// first).
+	Fair bool
 	// PinDir is olcd's --pin-dir ("": unpinned); not in the file.
 	PinDir string
 }
@@ -115,6 +118,8 @@ type olcdSettings struct {
 	Action string
 	// RequestGate turns the work port's request gate on.
 	RequestGate bool
+	// Fair turns the work port's fair shedding on.
+	Fair bool
 	// PinDir pins the datapath there ("": olcd runs unpinned).
 	PinDir string
 }
@@ -202,7 +207,7 @@ func (h *Harness) startOlcd(ctx context.Context, dir string, set olcdSettings) (
 	return launchOlcd(ctx, h.opt.Olcd, dir, "", "", olcdConfigData{
 		By: "the overload harness", Mode: set.Mode, Iface: h.net.HostIf, Interval: h.opt.OlcdInterval, Selection: h.opt.Selection,
 		Signals: set.Signals, Action: set.Action, Cgroup: h.cg.Name, Controller: append(append([]string{}, h.opt.OlcdController...), set.Controller...),
-		Port: WorkPort, HealthPort: HealthPort, RequestGate: set.RequestGate, PinDir: set.PinDir,
+		Port: WorkPort, HealthPort: HealthPort, RequestGate: set.RequestGate, Fair: set.Fair, PinDir: set.PinDir,
 	})
 }
 

@@ -189,6 +189,21 @@ type Scenario struct {
 	// (ports[].request_gate) in the olcd variants: a stateless HTTP
 	// service whose clients keep their connections open.
 	RequestGate bool
+	// Fair turns the work port's fair shedding on (ports[].fair) in the
+	// olcd variants.
+	Fair bool
+	// Light, when set, adds light clients of their own source addresses
+	// beside the phases' clients, which then are one heavy client of the
+	// namespace's own address.
+	Light *LightLoad
+}
+
+// LightLoad are a scenario's light clients: Sources clients of an
+// address each (Net.SourceAddrs), Load × C together, for the whole run,
+// open loop as ClientsOpenGiveUp.
+type LightLoad struct {
+	Sources int
+	Load    float64
 }
 
 // backend returns the scenario's backend, cpu by default.
@@ -277,6 +292,29 @@ var ColdStart = Scenario{
 	},
 }
 
+// FairHeavy and EvenHeavy are issue 29's must-show 2 on the cpu backend:
+// 20 light clients of an address each at 0.5 C together for the whole run
+// (FairLightSources, 0.025 C each) and one heavy client of the namespace's
+// own address, silent for 4 s (0.5 C, the light clients alone: the port's
+// baseline) and then at 2.5 C for 20 s (3 C together), all open loop,
+// giving up after 1 s. FairHeavy has the work port's fair shedding on,
+// EvenHeavy is the same load under today's even shedding.
+var (
+	FairHeavy = fairHeavy("cpu-fair-heavy", true)
+	EvenHeavy = fairHeavy("cpu-even-heavy", false)
+)
+
+// FairLightSources is the number of FairHeavy's light clients.
+const FairLightSources = 20
+
+func fairHeavy(name string, fair bool) Scenario {
+	return Scenario{Name: name, Fair: fair, Light: &LightLoad{Sources: FairLightSources, Load: 0.5},
+		Phases: []ScenarioPhase{
+			{Name: "0.5x", Load: 0, Duration: 4 * time.Second},
+			{Name: "3x", Load: 2.5, Duration: 20 * time.Second},
+		}}
+}
+
 // CapacityHalved is scenario 2: 1.5 C throughout while the backend's quota
 // halves after 20 s, so 1.5 C becomes 3 × the new capacity; the 30 s after
 // the change show where each protection settles.
@@ -301,6 +339,8 @@ type RunOptions struct {
 	RestartOlcdAt time.Duration
 	// restart starts the new olcd of RestartOlcdAt (set by Run).
 	restart func() (*olcdProc, error)
+	// light are the scenario's light clients (set by Run).
+	light *LightClients
 	// KeepAlive makes the attacker reuse its work connections.
 	KeepAlive bool
 	// Realtime runs the attacker at a real-time priority (chrt -f 10,
@@ -343,6 +383,7 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, v Variant, ro RunOptions
 		var err error
 		set := h.olcdSettingsFor(v, cal)
 		set.RequestGate = sc.RequestGate
+		set.Fair = sc.Fair
 		if ro.RestartOlcdAt > 0 {
 			// Each run starts from nothing: the previous run's state
 			// file (same directory) would hand it what that one learnt.
@@ -388,6 +429,19 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, v Variant, ro RunOptions
 		phases[i] = Phase{Name: p.Name, Rate: p.Load * cal.CapacityRPS, Duration: p.Duration}
 	}
 	label := fmt.Sprintf("%s/%s", sc.Name, v)
+	if sc.Light != nil {
+		if sc.clients() != ClientsOpenGiveUp || sc.backend() == BackendDB {
+			return nil, fmt.Errorf("run %s: light clients beside open-giveup clients over HTTP only", sc.Name)
+		}
+		addrs, err := h.net.SourceAddrs(sc.Light.Sources)
+		if err != nil {
+			return nil, err
+		}
+		ro.light = &LightClients{Rate: sc.Light.Load * cal.CapacityRPS}
+		for _, a := range addrs {
+			ro.light.Addrs = append(ro.light.Addrs, a.String())
+		}
+	}
 	rec, err := h.attack(ctx, dir, label, sc.clients(), phases, sc.Quota, od, nft, ro)
 	if err != nil {
 		return nil, err
@@ -424,6 +478,7 @@ type records struct {
 // request is one request of the attacker.
 type request struct {
 	health  bool
+	light   bool          // a light client's (AttackConfig.Light)
 	start   time.Duration // since the start of the load
 	latency time.Duration
 	outcome string
@@ -433,6 +488,7 @@ type request struct {
 type dial struct {
 	start, dur time.Duration
 	outcome    string
+	light      bool // a light client's (AttackConfig.Light)
 }
 
 // sample is one look at the backend and the protection, every 500 ms.
@@ -470,6 +526,7 @@ func (h *Harness) attack(ctx context.Context, dir, label string, clients Clients
 		Clients:    clients,
 		Phases:     phases,
 		KeepAlive:  ro.KeepAlive,
+		Light:      ro.light,
 	}
 	switch clients {
 	case ClientsOpenRetry:
@@ -773,11 +830,11 @@ func readAttack(out io.Reader, log io.Writer, rec *records, mu *sync.Mutex, star
 		case len(f) == 5 && f[0] == "r":
 			st, _ := strconv.ParseInt(f[2], 10, 64)
 			lat, _ := strconv.ParseInt(f[3], 10, 64)
-			rec.requests = append(rec.requests, request{health: f[1] == "h", start: time.Unix(0, st).Sub(rec.start), latency: time.Duration(lat), outcome: f[4]})
-		case len(f) == 4 && f[0] == "d":
+			rec.requests = append(rec.requests, request{health: f[1] == "h", light: f[1] == "l", start: time.Unix(0, st).Sub(rec.start), latency: time.Duration(lat), outcome: f[4]})
+		case (len(f) == 4 || len(f) == 5 && f[4] == "l") && f[0] == "d":
 			st, _ := strconv.ParseInt(f[1], 10, 64)
 			du, _ := strconv.ParseInt(f[2], 10, 64)
-			rec.dials = append(rec.dials, dial{start: time.Unix(0, st).Sub(rec.start), dur: time.Duration(du), outcome: f[3]})
+			rec.dials = append(rec.dials, dial{start: time.Unix(0, st).Sub(rec.start), dur: time.Duration(du), outcome: f[3], light: len(f) == 5})
 		case len(f) == 4 && f[0] == "c":
 			st, _ := strconv.ParseInt(f[1], 10, 64)
 			du, _ := strconv.ParseInt(f[2], 10, 64)
