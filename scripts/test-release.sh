@@ -114,7 +114,12 @@ for l in lo rel0 rel1; do ip -n "$ns" link set "$l" up; done
 mount -t proc proc "$root/proc"
 nsenter --net="/run/netns/$ns" mount -t sysfs sysfs "$root/sys"
 mount -t bpf bpf "$root/sys/fs/bpf"
-inroot() { nsenter --net="/run/netns/$ns" chroot "$root" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 "$@"; }
+# inroot CMD...: CMD in the chroot and its namespace. A background job is
+# started as "${inroot[@]}" CMD... &, not through the function, so that $!
+# is CMD's pid (each program of the chain execs the next) and not a
+# subshell's.
+inroot=(nsenter --net="/run/netns/$ns" chroot "$root" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8)
+inroot() { "${inroot[@]}" "$@"; }
 # What the system holds, but /proc, dpkg's own database and logs, and
 # /run/systemd (systemd-analyze and systemctl write state there when run).
 snapshot() {
@@ -160,7 +165,7 @@ mkdir -p "$root/var/log/olcd" && echo '{}' >"$root/var/log/olcd/decisions.jsonl"
 # it leaves its socket, its attach locks, its pins and its state file).
 run_daemon() {
 	mkdir -p "$root/run/olcd" "$root/var/lib/olcd"
-	inroot /usr/bin/olcd run --config /etc/olcd/olcd.yaml >>"$out/daemon.log" 2>&1 &
+	"${inroot[@]}" /usr/bin/olcd run --config /etc/olcd/olcd.yaml >>"$out/daemon.log" 2>&1 &
 	daemon_pid=$!
 	for _ in $(seq 150); do
 		kill -0 "$daemon_pid" 2>/dev/null || { tail -20 "$out/daemon.log" >&2; fail "olcd run exited"; }
@@ -168,6 +173,8 @@ run_daemon() {
 		sleep 0.2
 	done
 	[ -f "$root/var/lib/olcd/state.json" ] || { tail -20 "$out/daemon.log" >&2; fail "olcd run: no answer or no state file within 30 s"; }
+	[ "$(readlink "/proc/$daemon_pid/exe")" = "$root/usr/bin/olcd" ] ||
+		fail "the background job's pid $daemon_pid is not the daemon's: $(readlink "/proc/$daemon_pid/exe")"
 	kill -KILL "$daemon_pid"
 	wait "$daemon_pid" 2>/dev/null || true
 	daemon_pid=
@@ -215,7 +222,7 @@ say "dpkg -P: the system is as before the install"
 inroot dpkg -i /tmp/olcd.deb >"$out/dpkg-i-2.log" 2>&1 || { cat "$out/dpkg-i-2.log" >&2; fail "dpkg -i (again)"; }
 other=/run/olcd/attach-1-7.lock
 mkdir -p "$root/run/olcd"
-inroot bash -c "exec 9>$other && flock -n 9 && exec sleep 600" &
+"${inroot[@]}" bash -c "exec 9>$other && flock -n 9 && exec sleep 600" &
 holder_pid=$!
 for _ in $(seq 50); do [ -e "$root$other" ] && break; sleep 0.1; done
 inroot dpkg -P olcd >"$out/dpkg-P-2.log" 2>&1 || { cat "$out/dpkg-P-2.log" >&2; fail "dpkg -P (another olcd running)"; }
