@@ -196,7 +196,7 @@ say "upgrade to $v2: edited /etc/olcd/olcd.yaml kept"
 # state file are the package's to remove (the prerm's olcd detach, the
 # postrm).
 run_daemon
-say "olcd ran (pid gone): $(cd "$root" && ls -d run/olcd/* sys/fs/bpf/olcd/* var/lib/olcd/* | tr '\n' ' ')"
+say "olcd ran and was killed; it left: $(cd "$root" && ls -d run/olcd/* sys/fs/bpf/olcd/* var/lib/olcd/* | tr '\n' ' ')"
 inroot dpkg -r olcd >"$out/dpkg-r.log" 2>&1 || { cat "$out/dpkg-r.log" >&2; fail "dpkg -r"; }
 [ -e "$root/sys/fs/bpf/olcd" ] && fail "dpkg -r left the pins: $(find "$root/sys/fs/bpf/olcd" | tr '\n' ' ')"
 snapshot >"$out/after-r"

@@ -443,7 +443,7 @@ func TestRemovePinnedLockDir(t *testing.T) {
 	n.inServer(t, func() error { ns = currentNetns(); return nil })
 	// Another namespace's olcd, running: its lock is held.
 	other := lockOf(t)(lock.TryExclusive(lockPathIn(lockDir, ns+1, 2)))
-	defer other.Release()
+	defer func() { _ = other.Release() }()
 	// A killed olcd's lock of an interface gone since: a file, not held.
 	staleLock := lockPathIn(lockDir, ns, 9999)
 	must(t, os.WriteFile(staleLock, nil, 0o644))
