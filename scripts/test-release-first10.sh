@@ -186,7 +186,9 @@ check_after() {
 	"sudo ./scripts/uninstall.sh"*)
 		echo '[ ! -e /usr/local/bin/olcd ] || { echo "check: uninstall.sh left /usr/local/bin/olcd" >&2; exit 1; }'
 		echo '! sudo systemctl is-active olcd >/dev/null || { echo "check: olcd still runs after uninstall.sh" >&2; exit 1; }'
-		echo 'echo "check: uninstall.sh removed olcd and stopped it"'
+		echo '[ ! -e /sys/fs/bpf/olcd ] || { echo "check: uninstall.sh left the pinned datapath: $(sudo find /sys/fs/bpf/olcd)" >&2; exit 1; }'
+		echo '[ ! -e /run/olcd ] || { echo "check: uninstall.sh left /run/olcd: $(sudo ls -A /run/olcd)" >&2; exit 1; }'
+		echo 'echo "check: uninstall.sh removed olcd, stopped it, detached its datapath and removed /run/olcd"'
 		echo "echo uninstall >>$checks_done" ;;
 	"sudo systemctl reload olcd"*)
 		echo 'walk_port tcp/443 enforce; walk_port tcp/80 observe; echo "check: after the reload tcp/443 enforces and tcp/80 observes"'

@@ -8,10 +8,13 @@
 # 2. on a fresh Debian 12 chroot (debootstrap minbase + systemd, cached as a
 #    tarball so reruns take seconds) with nothing but the .deb: dpkg -i,
 #    olcd check-config, systemd-analyze verify, the files in place and the
-#    unit disabled; an edited config kept across an upgrade; dpkg -r leaves
-#    only the conffiles (the edited config among them) and the decision log;
-#    dpkg -P leaves nothing; then the tarball's scripts/install.sh as the
-#    README says, and its uninstall.sh leaves nothing;
+#    unit disabled; an edited config kept across an upgrade; the installed
+#    olcd run and killed (in a network namespace of the chroot's own, with a
+#    bpffs of its own), then dpkg -r leaves only the conffiles (the edited
+#    config among them) and the decision log: no socket, lock, pin or state
+#    file; dpkg -P leaves nothing; a purge leaves another namespace's olcd's
+#    lock; then the tarball's scripts/install.sh as the README says, and
+#    its uninstall.sh leaves nothing;
 # 3. reads the images back with go-containerregistry (tools/release TestImage).
 #
 # 4. walks the README's install and first-ten-minutes commands as written
@@ -88,9 +91,35 @@ cache=$(scripts/debian12-chroot.sh) || fail "the Debian 12 chroot"
 root=$out/chroot
 mkdir -p "$root"
 tar -C "$root" -xf "$cache"
+# The chroot runs in a network namespace of its own with a veth pair, made
+# here and removed at exit: the package's olcd (run below, and the prerm's
+# `olcd detach`, which deletes olcd's filters on every interface of its
+# namespace) touches nothing of the host's. Its /sys is that namespace's
+# sysfs, with a bpffs of its own on /sys/fs/bpf for the pins.
+ns=olcd-release-$$
+daemon_pid=
+cleanup() {
+	[ -n "$daemon_pid" ] && kill -KILL "$daemon_pid" 2>/dev/null
+	[ -n "${holder_pid:-}" ] && kill -KILL "$holder_pid" 2>/dev/null
+	umount "$root/sys/fs/bpf" 2>/dev/null
+	umount "$root/sys" 2>/dev/null
+	umount "$root/proc" 2>/dev/null
+	ip netns del "$ns" 2>/dev/null
+	true
+}
+trap cleanup EXIT
+ip netns add "$ns"
+ip -n "$ns" link add rel0 type veth peer name rel1
+for l in lo rel0 rel1; do ip -n "$ns" link set "$l" up; done
 mount -t proc proc "$root/proc"
-trap 'umount "$root/proc" 2>/dev/null || true' EXIT
-inroot() { chroot "$root" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 "$@"; }
+nsenter --net="/run/netns/$ns" mount -t sysfs sysfs "$root/sys"
+mount -t bpf bpf "$root/sys/fs/bpf"
+# inroot CMD...: CMD in the chroot and its namespace. A background job is
+# started as "${inroot[@]}" CMD... &, not through the function, so that $!
+# is CMD's pid (each program of the chain execs the next) and not a
+# subshell's.
+inroot=(nsenter --net="/run/netns/$ns" chroot "$root" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8)
+inroot() { "${inroot[@]}" "$@"; }
 # What the system holds, but /proc, dpkg's own database and logs, and
 # /run/systemd (systemd-analyze and systemctl write state there when run).
 snapshot() {
@@ -130,6 +159,30 @@ printf '\n# edited by test-release\n' >>"$root/etc/olcd/olcd.yaml"
 edited=$(sha256sum <"$root/etc/olcd/olcd.yaml")
 mkdir -p "$root/var/log/olcd" && echo '{}' >"$root/var/log/olcd/decisions.jsonl"
 
+# run_daemon: the installed olcd as the unit runs it (systemd is not PID 1
+# in a chroot: the unit's directories are made as systemd would), until it
+# answers and has written its state file; then killed (SIGKILL, a crash:
+# it leaves its socket, its attach locks, its pins and its state file).
+run_daemon() {
+	mkdir -p "$root/run/olcd" "$root/var/lib/olcd"
+	"${inroot[@]}" /usr/bin/olcd run --config /etc/olcd/olcd.yaml >>"$out/daemon.log" 2>&1 &
+	daemon_pid=$!
+	for _ in $(seq 150); do
+		kill -0 "$daemon_pid" 2>/dev/null || { tail -20 "$out/daemon.log" >&2; fail "olcd run exited"; }
+		inroot olcd status >/dev/null 2>&1 && [ -f "$root/var/lib/olcd/state.json" ] && break
+		sleep 0.2
+	done
+	[ -f "$root/var/lib/olcd/state.json" ] || { tail -20 "$out/daemon.log" >&2; fail "olcd run: no answer or no state file within 30 s"; }
+	[ "$(readlink "/proc/$daemon_pid/exe")" = "$root/usr/bin/olcd" ] ||
+		fail "the background job's pid $daemon_pid is not the daemon's: $(readlink "/proc/$daemon_pid/exe")"
+	kill -KILL "$daemon_pid"
+	wait "$daemon_pid" 2>/dev/null || true
+	daemon_pid=
+	[ -S "$root/run/olcd/olcd.sock" ] || fail "the killed olcd left no admin socket (the test needs one)"
+	ls "$root"/run/olcd/attach-*.lock >/dev/null 2>&1 || fail "the killed olcd left no attach lock (the test needs one)"
+	ls "$root"/sys/fs/bpf/olcd/*/olcd_layout >/dev/null 2>&1 || fail "the killed olcd left no pinned datapath (the test needs one)"
+}
+
 # Upgrade: the edited config is kept.
 go -C tools/release run . -root "$repo" -out "$out/dist2" -version "$v2" -allow-untagged -arch amd64 -only deb
 cp "$out"/dist2/olcd_*_amd64.deb "$root/tmp/olcd2.deb"
@@ -139,7 +192,13 @@ inroot olcd version | grep -qF "olcd $v2 " || fail "after the upgrade: $(inroot 
 say "upgrade to $v2: edited /etc/olcd/olcd.yaml kept"
 
 # Remove: the conffiles (the edited config) and the log stay; nothing else.
+# The package's olcd ran and crashed first: its socket, locks, pins and
+# state file are the package's to remove (the prerm's olcd detach, the
+# postrm).
+run_daemon
+say "olcd ran and was killed; it left: $(cd "$root" && ls -d run/olcd/* sys/fs/bpf/olcd/* var/lib/olcd/* | tr '\n' ' ')"
 inroot dpkg -r olcd >"$out/dpkg-r.log" 2>&1 || { cat "$out/dpkg-r.log" >&2; fail "dpkg -r"; }
+[ -e "$root/sys/fs/bpf/olcd" ] && fail "dpkg -r left the pins: $(find "$root/sys/fs/bpf/olcd" | tr '\n' ' ')"
 snapshot >"$out/after-r"
 comm -13 "$out/before" "$out/after-r" >"$out/left-r"
 comm -23 "$out/before" "$out/after-r" >"$out/lost-r"
@@ -156,6 +215,26 @@ inroot dpkg -P olcd >"$out/dpkg-P.log" 2>&1 || { cat "$out/dpkg-P.log" >&2; fail
 snapshot >"$out/after-P"
 diff -u "$out/before" "$out/after-P" || fail "dpkg -P left a difference"
 say "dpkg -P: the system is as before the install"
+
+# Another olcd (of another network namespace) runs: its attach lock in
+# /run/olcd is never removed, with /run/olcd, by a removal or a purge of
+# the package.
+inroot dpkg -i /tmp/olcd.deb >"$out/dpkg-i-2.log" 2>&1 || { cat "$out/dpkg-i-2.log" >&2; fail "dpkg -i (again)"; }
+other=/run/olcd/attach-1-7.lock
+mkdir -p "$root/run/olcd"
+"${inroot[@]}" bash -c "exec 9>$other && flock -n 9 && exec sleep 600" &
+holder_pid=$!
+for _ in $(seq 50); do [ -e "$root$other" ] && break; sleep 0.1; done
+inroot dpkg -P olcd >"$out/dpkg-P-2.log" 2>&1 || { cat "$out/dpkg-P-2.log" >&2; fail "dpkg -P (another olcd running)"; }
+[ -e "$root$other" ] || fail "dpkg -P removed the attach lock of another namespace's olcd"
+inroot flock -n "$other" true && fail "the other olcd's lock is no longer held (the test's holder)"
+kill "$holder_pid"
+wait "$holder_pid" 2>/dev/null || true
+holder_pid=
+rm -f "$root$other" # as the other olcd does at its exit
+rmdir "$root/run/olcd"
+diff -u "$out/before" <(snapshot) || fail "dpkg -i, then -P with another olcd running, left a difference"
+say "dpkg -P with another namespace's olcd running: its lock and /run/olcd kept"
 # The README's tarball install, as written, on the same clean system:
 # install.sh from the unpacked tarball, then uninstall.sh leaves nothing.
 tar -xzf "$dist/olcd_${v1}_linux_amd64.tar.gz" -C "$root/tmp"
@@ -167,7 +246,7 @@ inroot bash -c "cd /tmp/olcd_${v1}_linux_amd64 && ./scripts/uninstall.sh" >"$out
 snapshot >"$out/after-tarball"
 diff -u "$out/before" "$out/after-tarball" || fail "the tarball's uninstall.sh left a difference"
 say "tarball: scripts/install.sh installs (olcd version, check-config, the unit); uninstall.sh leaves nothing"
-umount "$root/proc"
+cleanup
 trap - EXIT
 rm -rf "$root"
 say "passed in $((SECONDS - start)) s"

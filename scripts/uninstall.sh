@@ -27,6 +27,13 @@ config="$DESTDIR/etc/olcd/olcd.yaml"
 if [ -z "$DESTDIR" ] && [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
 	systemctl disable --now olcd.service 2>/dev/null || true
 fi
+# A stop leaves the datapath pinned for the next olcd; an uninstall has
+# none: `olcd detach` removes it, a stale admin socket, this namespace's
+# attach locks, and /run/olcd and /sys/fs/bpf/olcd once empty (the locks and
+# pins of olcds in other network namespaces stay), as the .deb's prerm does.
+if [ -z "$DESTDIR" ] && [ -x "$PREFIX/bin/olcd" ]; then
+	"$PREFIX/bin/olcd" detach >/dev/null 2>&1 || echo "uninstall: olcd detach failed; run it by hand ('$PREFIX/bin/olcd detach') to remove the datapath" >&2
+fi
 if [ ! -f "$manifest" ]; then
 	echo "uninstall: no install manifest at $manifest: nothing to remove"
 	exit 0
@@ -54,6 +61,9 @@ for p in "${paths[@]}"; do
 done
 if [ -z "$DESTDIR" ]; then
 	systemctl daemon-reload 2>/dev/null || true
-	rm -rf /run/olcd
+	# The state file a restart reads: the datapath it described is
+	# detached. /run/olcd only when empty: never another olcd's locks.
+	rm -f /var/lib/olcd/state.json /var/lib/olcd/.state.json.*
+	rmdir /var/lib/olcd /run/olcd 2>/dev/null || true
 fi
 echo "uninstall: olcd removed from ${DESTDIR:-/}"

@@ -6,6 +6,7 @@ import (
 
 	"github.com/olcd/olcd/internal/cli"
 	"github.com/olcd/olcd/internal/daemon"
+	"github.com/olcd/olcd/internal/rules"
 )
 
 // cmdDetach removes the datapath a stopped olcd left attached and pinned
@@ -13,9 +14,12 @@ import (
 func cmdDetach(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("detach", stderr)
 	pinDir := fs.String("pin-dir", "", "bpffs `directory` the datapath is pinned in (default "+daemon.PinRoot+"/<netns inode>, as olcd run's)")
+	socket := fs.String("socket", rules.DefaultAdminSocket, "the stopped olcd's admin socket `path`: removed when no olcd listens on it (a killed olcd's)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: olcd detach [--pin-dir DIR]\n\nRemoves the datapath a stopped olcd left attached and pinned in this network namespace:\n"+
-			"its links, its clsact filters and its maps. Refused while an olcd runs here (stop it first).\n\n")
+		fmt.Fprintf(stderr, "Usage: olcd detach [--pin-dir DIR] [--socket PATH]\n\nRemoves the datapath a stopped olcd left attached and pinned in this network namespace:\n"+
+			"its links, its clsact filters and its maps; a stale admin socket; its attach locks, and\n"+
+			"the directories they leave empty (/run/olcd, "+daemon.PinRoot+"). Refused while an olcd\n"+
+			"runs here (stop it first). Another namespace's olcd keeps its locks and pins.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := cli.ParseFlags(fs, args); err != nil {
@@ -24,7 +28,7 @@ func cmdDetach(args []string, stdout, stderr io.Writer) error {
 	if err := cli.NoArgs(fs, stderr); err != nil {
 		return err
 	}
-	done, err := daemon.Detach(*pinDir, nil)
+	done, err := daemon.Detach(*pinDir, *socket, nil)
 	for _, line := range done {
 		fmt.Fprintln(stdout, line)
 	}

@@ -4,14 +4,18 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/loader"
 	"github.com/olcd/olcd/internal/olc"
+	"github.com/olcd/olcd/internal/rules"
 	"github.com/olcd/olcd/internal/statefile"
 )
 
@@ -215,12 +219,51 @@ const (
 )
 
 // Detach removes a pinned datapath no olcd runs any more (`olcd detach`):
-// pinDir "" is the calling network namespace's default. It returns what it
-// removed, one line each. Errors: an olcd still runs here (stop it first),
-// or a removal failed (the others are still done).
-func Detach(pinDir string, log *slog.Logger) ([]string, error) {
+// pinDir "" is the calling network namespace's default. A stale admin
+// socket at socket ("" is the default, /run/olcd/olcd.sock), one no olcd
+// listens on (a killed olcd's), goes too, before the attach locks: the
+// lock directory is removed when nothing is left in it
+// (loader.RemovePinned). It returns what it removed, one line each.
+// Errors: an olcd still runs here (stop it first), or a removal failed
+// (the others are still done).
+func Detach(pinDir, socket string, log *slog.Logger) ([]string, error) {
 	if pinDir == "" {
 		pinDir = loader.DefaultPinDir()
 	}
-	return loader.RemovePinned(pinDir, log)
+	if socket == "" {
+		socket = rules.DefaultAdminSocket
+	}
+	var done []string
+	removed, err := removeStaleSocket(socket)
+	if err != nil {
+		return nil, fmt.Errorf("detach: %w", err)
+	}
+	if removed {
+		done = append(done, "removed the stale admin socket "+socket)
+	}
+	more, err := loader.RemovePinned(pinDir, log)
+	return append(done, more...), err
+}
+
+// removeStaleSocket removes the unix socket at path when no one listens on
+// it (connect answers ECONNREFUSED), as olcd run does before it listens. A
+// socket someone listens on (an olcd of another network namespace with the
+// same admin.socket), a path that is not a socket, or no file: left alone.
+func removeStaleSocket(path string) (bool, error) {
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Mode()&os.ModeSocket == 0 {
+		return false, nil
+	}
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err == nil {
+		c.Close()
+		return false, nil
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return false, nil
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false, fmt.Errorf("remove stale admin socket %s: %w", path, err)
+	}
+	return true, nil
 }

@@ -1,6 +1,9 @@
 package daemon
 
 import (
+	"errors"
+	"net"
+	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -123,5 +126,42 @@ func TestRestoredPortLawWaits(t *testing.T) {
 	want := goldenStats(4).Ports[k].NewConns - at.Ports[k].NewConns
 	if got := d.eng.last.deltas[k].NewConns; got != want {
 		t.Errorf("the first tick counted %d new connections of %s, want the interval's %d", got, k, want)
+	}
+}
+
+// TestRemoveStaleSocket: olcd detach removes an admin socket no one listens
+// on (a killed olcd's) and leaves a live one (another namespace's olcd with
+// the same path) and a path that is not a socket.
+func TestRemoveStaleSocket(t *testing.T) {
+	dir := t.TempDir()
+	stale := filepath.Join(dir, "stale.sock")
+	ln, err := net.Listen("unix", stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false) // as a killed olcd leaves it
+	ln.Close()
+	live := filepath.Join(dir, "live.sock")
+	lln, err := net.Listen("unix", live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lln.Close()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		path    string
+		removed bool
+	}{{stale, true}, {live, false}, {file, false}, {filepath.Join(dir, "none"), false}} {
+		removed, err := removeStaleSocket(c.path)
+		if err != nil || removed != c.removed {
+			t.Errorf("%s: removed %v, %v; want %v", filepath.Base(c.path), removed, err, c.removed)
+		}
+		_, err = os.Lstat(c.path)
+		if gone := errors.Is(err, os.ErrNotExist); gone != (c.removed || filepath.Base(c.path) == "none") {
+			t.Errorf("%s: after removeStaleSocket: %v", filepath.Base(c.path), err)
+		}
 	}
 }

@@ -491,7 +491,16 @@ func (d *Datapath) lockInterface(nl *netlink.Handle, l netlink.Link, netns uint6
 // attachLockPath is the lock file of the interface ifindex in the network
 // namespace with inode netns.
 func attachLockPath(netns uint64, ifindex int) string {
-	return filepath.Join(LockDir, fmt.Sprintf("attach-%d-%d.lock", netns, ifindex))
+	return lockPathIn(LockDir, netns, ifindex)
+}
+
+// lockPathIn is attachLockPath in the directory dir; ifindex -1 gives the
+// glob pattern of every interface's lock of the namespace.
+func lockPathIn(dir string, netns uint64, ifindex int) string {
+	if ifindex < 0 {
+		return filepath.Join(dir, fmt.Sprintf("attach-%d-*.lock", netns))
+	}
+	return filepath.Join(dir, fmt.Sprintf("attach-%d-%d.lock", netns, ifindex))
 }
 
 // removeLeftovers deletes cls_bpf ingress filters named with FilterPrefix

@@ -752,10 +752,22 @@ func (a *attachment) release() error {
 // interface of the calling thread's network namespace, and unpins the maps
 // and the layout. It returns what it removed, one line each.
 //
+// It leaves nothing of its own behind: the attach locks it took to make
+// sure no olcd runs here go when it releases them, with those a killed olcd
+// of this namespace left (of interfaces gone since too); LockDir, which
+// taking them creates, is removed when no lock is left in it, and PinRoot
+// when no namespace's pins are left in it. Locks of other network
+// namespaces are never touched: their olcds may be running.
+//
 // Errors: an olcd still runs on one of the interfaces (it holds the
 // interface's lock: stop it first), or an unpin or filter deletion failed
 // (the others are still done).
 func RemovePinned(dir string, log *slog.Logger) ([]string, error) {
+	return removePinned(dir, LockDir, log)
+}
+
+// removePinned is RemovePinned with the attach locks in lockDir.
+func removePinned(dir, lockDir string, log *slog.Logger) (done []string, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -774,15 +786,39 @@ func RemovePinned(dir string, log *slog.Logger) ([]string, error) {
 		for _, l := range locks {
 			l.release()
 		}
+		// Taking the locks made lockDir if it was missing: with no lock
+		// (nor socket) left in it, it goes. Only an empty one: Remove
+		// refuses a directory where another namespace's olcd keeps its
+		// lock.
+		_ = os.Remove(lockDir)
+		if filepath.Dir(filepath.Clean(dir)) == PinRoot {
+			_ = os.Remove(PinRoot) // empty: no namespace's pins left
+		}
 	}()
+	held := map[string]bool{}
 	for _, l := range links {
-		lk, err := lockTry(attachLockPath(ns, l.Attrs().Index))
+		path := lockPathIn(lockDir, ns, l.Attrs().Index)
+		lk, err := lockTry(path)
 		if err != nil {
 			return nil, fmt.Errorf("detach: %s: %w", l.Attrs().Name, err)
 		}
 		locks = append(locks, lk)
+		held[path] = true
 	}
-	var done []string
+	// The lock files a killed olcd of this namespace left for interfaces
+	// that are gone: taken like the others (a held one means an olcd still
+	// runs here), then released, which removes them.
+	stale, _ := filepath.Glob(lockPathIn(lockDir, ns, -1))
+	for _, path := range stale {
+		if held[path] {
+			continue
+		}
+		lk, err := lockTry(path)
+		if err != nil {
+			return nil, fmt.Errorf("detach: %w", err)
+		}
+		locks = append(locks, lk)
+	}
 	var errs []error
 	ents, err := os.ReadDir(dir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {

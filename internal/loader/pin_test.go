@@ -19,6 +19,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/olcd/olcd/internal/lock"
 	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/testutil"
 )
@@ -504,5 +505,56 @@ func TestTakeOverPriority(t *testing.T) {
 	}
 	if after := threadNice(t); after != before {
 		t.Errorf("the caller's nice went from %d to %d", before, after)
+	}
+}
+
+// TestRemovePinnedLockDir: the explicit detach leaves no lock of its
+// namespace behind (those of interfaces gone since, a killed olcd's, too),
+// never touches another namespace's, refuses while one of its namespace's
+// is held, and removes the lock directory only once it is empty.
+func TestRemovePinnedLockDir(t *testing.T) {
+	dir := pinTestDir(t)
+	n := newTestNet(t)
+	lockDir := filepath.Join(t.TempDir(), "run-olcd")
+	var ns uint64
+	n.inServer(t, func() error { ns = currentNetns(); return nil })
+	// Another namespace's olcd, running: its lock is held.
+	other := lockOf(t)(lock.TryExclusive(lockPathIn(lockDir, ns+1, 2)))
+	defer func() { _ = other.Release() }()
+	// A killed olcd's lock of an interface gone since: a file, not held.
+	staleLock := lockPathIn(lockDir, ns, 9999)
+	must(t, os.WriteFile(staleLock, nil, 0o644))
+	// Held: an olcd of this namespace still runs on an interface gone
+	// since (it has not noticed yet). Refused, and nothing removed.
+	held := lockOf(t)(lock.TryExclusive(lockPathIn(lockDir, ns, 9998)))
+	if err := n.InNode(func() error { _, err := removePinned(dir, lockDir, nil); return err }); err == nil || !strings.Contains(err.Error(), "stop it first") {
+		t.Fatalf("removePinned with a lock of this namespace held: %v, want a refusal", err)
+	}
+	must(t, held.Release())
+	n.inServer(t, func() error { _, err := removePinned(dir, lockDir, nil); return err })
+	left, err := os.ReadDir(lockDir)
+	must(t, err)
+	if len(left) != 1 || left[0].Name() != filepath.Base(other.Path()) {
+		t.Fatalf("lock directory after removePinned: %v, want only the other namespace's %s", left, other.Path())
+	}
+	// The other namespace's olcd stops (its lock file goes): the next
+	// detach removes the empty directory, and none is made by a detach
+	// when there was none.
+	must(t, other.Release())
+	n.inServer(t, func() error { _, err := removePinned(dir, lockDir, nil); return err })
+	if _, err := os.Stat(lockDir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("lock directory after the last detach: %v, want removed", err)
+	}
+	n.inServer(t, func() error { _, err := removePinned(dir, lockDir, nil); return err })
+	if _, err := os.Stat(lockDir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("lock directory after a detach with nothing to remove: %v, want none", err)
+	}
+}
+
+func lockOf(t *testing.T) func(*lock.File, error) *lock.File {
+	return func(f *lock.File, err error) *lock.File {
+		t.Helper()
+		must(t, err)
+		return f
 	}
 }

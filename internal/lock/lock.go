@@ -24,7 +24,9 @@ type File struct {
 }
 
 // TryExclusive takes an exclusive lock on the file at path without waiting,
-// creating the file (mode 0644) and its directory (0755) if needed. Errors:
+// creating the file (mode 0644) and its directory (0755) if needed (again
+// if the directory is removed meanwhile, as `olcd detach` removes an empty
+// one). Errors:
 // ErrLocked (wrapped, with the path) when the lock is held elsewhere; the
 // directory or file cannot be created or opened.
 //
@@ -33,11 +35,16 @@ type File struct {
 // sees, so after locking TryExclusive checks that path still names the file
 // it locked and starts again when it does not.
 func TryExclusive(path string) (*File, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	for {
+	for tries := 0; ; tries++ {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
 		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+		if errors.Is(err, os.ErrNotExist) && tries < 3 {
+			// The directory went between MkdirAll and the open: `olcd
+			// detach` removes it when the last lock is gone.
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
