@@ -64,11 +64,13 @@ const (
 	reattach
 )
 
-// TestRestart runs the conn-disrupt cases, each for a restart, an upgrade
-// (and downgrade) with an earlier build, and a config reload that
-// re-attaches:
+// TestRestart runs the conn-disrupt cases, each through restarts, an
+// upgrade and downgrade with an earlier build (Upgrade…), config reloads
+// that attach and detach (Reload…) and restarts that move the attach mode
+// (Reattach…):
 //   - KeepsProtection: a node sheds every new connection (p = 1) while the
-//     flows send: every probing SYN is dropped (protection has no gap), the
+//     flows send: every probing SYN is dropped (protection has no gap; but
+//     in Reattach, which has one of one attach and counts the SYNs), the
 //     drop probability in the pinned policies map never reads 0, and after
 //     each restart the attached program uses the policies map the pins hold
 //     (map IDs compared).
@@ -265,9 +267,9 @@ func addSecondLink(t *testing.T, env *netEnv) string {
 	return name
 }
 
-// reloadInterfaces rewrites the config with extra listed (odd rounds) or not (even
-// rounds), sends SIGHUP, waits until the reload is counted, and checks that
-// extra is attached or detached, with one program on it or none.
+// reloadInterfaces rewrites the config with extra listed (odd rounds) or
+// not (even rounds), sends SIGHUP, waits until the reload is counted, and
+// checks that extra is attached or detached, one program on it or none.
 func reloadInterfaces(t *testing.T, env *netEnv, d *olcd, cfg daemonConfig, extra string, round int) {
 	t.Helper()
 	ok0 := mustMetric(t, d.scrape(t), "olcd_config_reloads_total")
