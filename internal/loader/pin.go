@@ -550,18 +550,35 @@ func (d *Datapath) takeOver(hook, mode, iface string, ifindex int, prog *ebpf.Pr
 // unpinOthers removes the pinned ingress links of an interface that the
 // attach mode does not take over (a config that changed the hook): their
 // programs are detached before the new one is attached, so the two never
-// both shed.
+// both shed. Each is detached through its link before it is unpinned: the
+// kernel frees an unpinned link in a work item, later, and until then its
+// program stays attached, where the new attach's check for another olcd
+// finds it and refuses to start (a restart from tc to xdp on a busy node
+// did: "another olcd is attached (tcx program olcd_tc …)").
 func (d *Datapath) unpinOthers(ifindex int, keep [][2]string) error {
 	for _, hm := range ingressPins {
 		if slices.Contains(keep, hm) {
 			continue
 		}
 		path := linkPin(d.cfg.PinDir, hm[0], hm[1], ifindex)
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("unpin %s: %w", path, err)
-		} else if err == nil {
-			d.log.Info("removed a pinned attachment of another hook", "ifindex", ifindex, "hook", hm[0], "mode", hm[1])
+		lk, err := link.LoadPinnedLink(path, nil)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
 		}
+		if err == nil {
+			err = lk.Detach()
+			if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) {
+				err = nil // no BPF_LINK_DETACH: the close below frees it
+			}
+			if err == nil {
+				err = lk.Unpin()
+			}
+			err = errors.Join(err, lk.Close())
+		}
+		if err != nil {
+			return fmt.Errorf("unpin %s: %w", path, err)
+		}
+		d.log.Info("removed a pinned attachment of another hook", "ifindex", ifindex, "hook", hm[0], "mode", hm[1])
 	}
 	return nil
 }

@@ -251,6 +251,36 @@ func TestTakeOverFailedUpdate(t *testing.T) {
 	must(t, d.Close())
 }
 
+// TestTakeOverOtherHook: a take-over whose attach mode moved (tc → XDP
+// generic → tc, three times) detaches the other hook's pinned link before
+// Attach returns: the other program is gone at once, not when the kernel's
+// work item frees an unpinned link (until then the attach's check for
+// another olcd found it and refused the start, issue 27).
+func TestTakeOverOtherHook(t *testing.T) {
+	dir := pinTestDir(t)
+	n := newTestNet(t)
+	cfg := Config{PinDir: dir, MaxPorts: 16}
+	var ifindex int
+	for i, mode := range []olc.AttachMode{olc.AttachTC, olc.AttachXDPGeneric, olc.AttachTC, olc.AttachXDPGeneric, olc.AttachTC} {
+		d := loadPinned(t, cfg)
+		n.inServer(t, func() error { return d.Attach(n.NodeIf, mode) })
+		ifindex = d.Attachments()[0].Ifindex
+		hook, other := "tc", "xdp"
+		if mode == olc.AttachXDPGeneric {
+			hook, other = "xdp", "tc"
+		}
+		if got := ingressProgram(t, n, hook, ifindex); got == 0 {
+			t.Fatalf("step %d (%s): no program on %s", i, mode, hook)
+		}
+		if got := ingressProgram(t, n, other, ifindex); got != 0 {
+			t.Fatalf("step %d (%s): program %d still on %s when Attach returned", i, mode, got, other)
+		}
+		must(t, d.Release())
+	}
+	d := loadPinned(t, cfg)
+	must(t, d.Close())
+}
+
 // TestPinnedIncompatible: a datapath pinned with other map sizes, or whose
 // layout fingerprint differs, is refused with an error naming the map and
 // the difference, and left as it was.

@@ -87,6 +87,9 @@ type olcd struct {
 	// allowDrops are reasons it allows beyond the drop action's.
 	guard      *dropGuard
 	allowDrops []string
+	// bin is the olcd binary start runs: this build's (bins.olcd) when
+	// empty, an earlier one in the upgrade tests.
+	bin string
 }
 
 // startDaemon renders cfg, starts `olcd run` in env's node namespace and
@@ -143,8 +146,12 @@ func (d *olcd) start(t *testing.T) {
 			dumpFile(t, "decision log", d.decPath)
 		}
 	})
+	bin := d.bin
+	if bin == "" {
+		bin = bins.olcd
+	}
 	d.proc = startProc(t, d.logPath, "ip", "netns", "exec", d.env.Node,
-		bins.olcd, "run", "--config", d.cfgPath, "--log-level", "debug", "--pin-dir", d.pinDir, "--state-dir", d.stateDir)
+		bin, "run", "--config", d.cfgPath, "--log-level", "debug", "--pin-dir", d.pinDir, "--state-dir", d.stateDir)
 	d.waitReady(t)
 	if d.guard == nil {
 		// One guard per daemon, across its restarts (a new process's

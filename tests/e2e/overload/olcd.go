@@ -122,6 +122,9 @@ type olcdSettings struct {
 	Fair bool
 	// PinDir pins the datapath there ("": olcd runs unpinned).
 	PinDir string
+	// Bin is the olcd binary ("": Options.Olcd); an upgrade run starts
+	// an earlier build first (RunOptions.OlcdBeforeRestart).
+	Bin string
 }
 
 // olcdSettingsFor returns the olcd settings of variant v under cal.
@@ -204,7 +207,11 @@ type olcdProc struct {
 // startOlcd writes the config into dir, starts olcd and waits until it has
 // attached and ticked twice.
 func (h *Harness) startOlcd(ctx context.Context, dir string, set olcdSettings) (*olcdProc, error) {
-	return launchOlcd(ctx, h.opt.Olcd, dir, "", "", olcdConfigData{
+	bin := set.Bin
+	if bin == "" {
+		bin = h.opt.Olcd
+	}
+	return launchOlcd(ctx, bin, dir, "", "", olcdConfigData{
 		By: "the overload harness", Mode: set.Mode, Iface: h.net.HostIf, Interval: h.opt.OlcdInterval, Selection: h.opt.Selection,
 		Signals: set.Signals, Action: set.Action, Cgroup: h.cg.Name, Controller: append(append([]string{}, h.opt.OlcdController...), set.Controller...),
 		Port: WorkPort, HealthPort: HealthPort, RequestGate: set.RequestGate, Fair: set.Fair, PinDir: set.PinDir,

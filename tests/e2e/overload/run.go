@@ -337,6 +337,10 @@ type RunOptions struct {
 	// The run's olcd then pins its datapath (in a bpffs of the run's own)
 	// so that the new one takes it over (docs/datapath.md, "Restarts").
 	RestartOlcdAt time.Duration
+	// OlcdBeforeRestart, with RestartOlcdAt, is the olcd binary the run
+	// starts with, an earlier build of the same pinned layout: the
+	// restart is then an upgrade to Options.Olcd.
+	OlcdBeforeRestart string
 	// restart starts the new olcd of RestartOlcdAt (set by Run).
 	restart func() (*olcdProc, error)
 	// light are the scenario's light clients (set by Run).
@@ -407,7 +411,12 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, v Variant, ro RunOptions
 				return h.startOlcd(ctx, dir, set)
 			}
 		}
-		od, err = h.startOlcd(ctx, dir, set)
+		first := set
+		first.Bin = ro.OlcdBeforeRestart
+		if first.Bin != "" && ro.RestartOlcdAt <= 0 {
+			return nil, fmt.Errorf("run %s: OlcdBeforeRestart without RestartOlcdAt", sc.Name)
+		}
+		od, err = h.startOlcd(ctx, dir, first)
 		if err != nil {
 			return nil, err
 		}
