@@ -160,7 +160,8 @@ static __always_inline __u64 olcd_fair_hash(const struct olcd_src *src, __u32 sl
 		 * and the line is picked by bits from 32. */
 		x0 = (__u64)(w[0] ^ w[1]) | (__u64)w[1] << 32;
 		x1 = ((__u64)(w[2] ^ w[3]) | (__u64)w[3] << 32) ^ ((__u64)slot << 33 | 1);
-		return ((x0 ^ seed) * 0x9e3779b97f4a7c15ULL) ^ ((x1 ^ seed) * 0xbf58476d1ce4e5b9ULL);
+		return ((x0 ^ seed) * 0x9e3779b97f4a7c15ULL) ^
+		       ((x1 ^ seed) * 0xbf58476d1ce4e5b9ULL);
 	}
 	__u32 a;
 
