@@ -25,10 +25,10 @@ const overloadEnv = "OLCD_OVERLOAD"
 // The suite's harness and calibration, shared by its tests (TestMain closes
 // it), and the runs later tests compare with.
 var ov struct {
-	once sync.Once
-	h    *overload.Harness
-	err  error
-	out  string
+	hmu sync.Mutex // guards h, err and out
+	h   *overload.Harness
+	err error
+	out string
 
 	mu      sync.Mutex
 	runs    map[string]*overload.RunResult
@@ -43,29 +43,39 @@ func overloadHarness(t *testing.T) *overload.Harness {
 	if os.Getenv(overloadEnv) == "" {
 		t.Skipf("overload suite: set %s=1 (make test does, running it alone after the other packages: it measures latency and capacity and must not share the CPUs with other tests)", overloadEnv)
 	}
-	ov.once.Do(func() {
+	ov.hmu.Lock()
+	defer ov.hmu.Unlock()
+	if ov.h == nil && ov.err == nil {
 		ov.out = os.Getenv("OLCD_OVERLOAD_OUT")
 		if ov.out == "" {
 			ov.out = filepath.Join(os.TempDir(), fmt.Sprintf("olcd-overload-%d", os.Getpid()))
 		}
-		ov.h, ov.err = overload.New(context.Background(), overload.Options{Olcd: bins.olcd, Self: bins.overload, OutDir: ov.out, Progress: os.Stdout})
-		if ov.err != nil {
-			return
+		h, err := overload.New(context.Background(), overload.Options{Olcd: bins.olcd, Self: bins.overload, OutDir: ov.out, Progress: os.Stdout})
+		if err == nil {
+			_, err = h.Calibrate(context.Background())
 		}
-		_, ov.err = ov.h.Calibrate(context.Background())
-		ov.runs = map[string]*overload.RunResult{}
-		ov.reports = ov.h.NewReport()
-	})
+		ov.h, ov.err = h, err
+		if err == nil && ov.runs == nil {
+			ov.runs = map[string]*overload.RunResult{}
+			ov.reports = h.NewReport()
+		}
+	}
 	if ov.err != nil {
 		t.Fatalf("overload harness: %v", ov.err)
 	}
 	return ov.h
 }
 
-// closeOverload removes the harness (from TestMain).
+// closeOverload removes the shared harness (from TestMain, and before a
+// test that needs the machine's harness lock for a harness of its own, as
+// TestOverloadLB's two nodes do): the next test that asks makes it again,
+// calibrated anew, and keeps the runs recorded so far.
 func closeOverload() {
+	ov.hmu.Lock()
+	defer ov.hmu.Unlock()
 	if ov.h != nil {
 		ov.h.Close()
+		ov.h = nil
 	}
 }
 
