@@ -10,7 +10,7 @@ import (
 // (The file is named to sort after overload_test.go: the suite's tests run in
 // file order, and after TestOverloadLB this one finds the shared harness
 // made, not given up and made again.)
-//
+
 // TestOverloadFair is issue 29's must-show 2 with real traffic and the
 // controller on: one heavy client at 2.5 C from one address and 20 light
 // clients at 0.5 C together from 20 others (0.025 C each), against the cpu
