@@ -184,15 +184,18 @@ func RunAttack(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 	default:
 		return fmt.Errorf("attack: unknown clients %q (have open-giveup, open-retry, closed-pool)", cfg.Clients)
 	}
-	recorded := func(tag string, dialer *net.Dialer) func(context.Context, string, string) (net.Conn, error) {
+	// recorded dials with next()'s dialer and writes the connect as line
+	// (start, duration, outcome).
+	recorded := func(line string, next func() *net.Dialer) func(context.Context, string, string) (net.Conn, error) {
 		return func(ctx context.Context, network, addr string) (net.Conn, error) {
 			t0 := time.Now()
-			c, err := dialer.DialContext(ctx, network, addr)
-			lines.printf("%s %d %d %s\n", tag, t0.UnixNano(), time.Since(t0).Nanoseconds(), classifyErr(err))
+			c, err := next().DialContext(ctx, network, addr)
+			lines.printf(line, t0.UnixNano(), time.Since(t0).Nanoseconds(), classifyErr(err))
 			return c, err
 		}
 	}
-	dial := recorded("d", dialer)
+	one := func(d *net.Dialer) func() *net.Dialer { return func() *net.Dialer { return d } }
+	dial := recorded("d %d %d %s\n", one(dialer))
 	newAttacker := func(dial func(context.Context, string, string) (net.Conn, error), keepAlive bool) *vegeta.Attacker {
 		tr := &http.Transport{DialContext: dial, DisableKeepAlives: true, MaxIdleConnsPerHost: -1}
 		if keepAlive {
@@ -219,16 +222,12 @@ func RunAttack(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 			dialers[i] = &d
 		}
 		var next atomic.Uint64
-		light = newAttacker(func(ctx context.Context, network, addr string) (net.Conn, error) {
-			d := dialers[(next.Add(1)-1)%uint64(len(dialers))]
-			t0 := time.Now()
-			c, err := d.DialContext(ctx, network, addr)
-			lines.printf("d %d %d %s l\n", t0.UnixNano(), time.Since(t0).Nanoseconds(), classifyErr(err))
-			return c, err
-		}, cfg.KeepAlive)
+		light = newAttacker(recorded("d %d %d %s l\n", func() *net.Dialer {
+			return dialers[(next.Add(1)-1)%uint64(len(dialers))]
+		}), cfg.KeepAlive)
 	}
 	// Health checks are what a load balancer sends: a 1 s budget.
-	health := newAttacker(recorded("c", &net.Dialer{Timeout: cfg.Timeout}), false)
+	health := newAttacker(recorded("c %d %d %s\n", one(&net.Dialer{Timeout: cfg.Timeout})), false)
 
 	start := time.Now()
 	lines.printf("start %d\n", start.UnixNano())
