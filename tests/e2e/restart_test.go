@@ -456,16 +456,7 @@ func checkMapsShared(t *testing.T, pinDir string, prog ebpf.ProgramID) {
 		t.Fatal(err)
 	}
 	want, _ := info.ID()
-	p, err := ebpf.NewProgramFromID(prog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	pinfo, err := p.Info()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids, _ := pinfo.MapIDs()
+	ids, _ := progInfo(t, prog).MapIDs()
 	if !slices.Contains(ids, want) {
 		t.Fatalf("attached program %d uses maps %v, not the pinned policies map %d", prog, ids, want)
 	}

@@ -137,6 +137,12 @@ func buildAt(want string) *earlierBuild {
 // progTag is the tag (a hash of the instructions) of the program id.
 func progTag(t *testing.T, id ebpf.ProgramID) string {
 	t.Helper()
+	return progInfo(t, id).Tag
+}
+
+// progInfo is the kernel's info on the program id.
+func progInfo(t *testing.T, id ebpf.ProgramID) *ebpf.ProgramInfo {
+	t.Helper()
 	p, err := ebpf.NewProgramFromID(id)
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +152,7 @@ func progTag(t *testing.T, id ebpf.ProgramID) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return info.Tag
+	return info
 }
 
 // TestUpgradeAcrossLayout starts each build on the other's pinned datapath
