@@ -494,13 +494,15 @@ func attachLockPath(netns uint64, ifindex int) string {
 	return lockPathIn(LockDir, netns, ifindex)
 }
 
-// lockPathIn is attachLockPath in the directory dir; ifindex -1 gives the
-// glob pattern of every interface's lock of the namespace.
+// lockPathIn is attachLockPath in the directory dir.
 func lockPathIn(dir string, netns uint64, ifindex int) string {
-	if ifindex < 0 {
-		return filepath.Join(dir, fmt.Sprintf("attach-%d-*.lock", netns))
-	}
 	return filepath.Join(dir, fmt.Sprintf("attach-%d-%d.lock", netns, ifindex))
+}
+
+// lockGlobIn is the glob pattern of every interface's lock of the
+// namespace netns in the directory dir.
+func lockGlobIn(dir string, netns uint64) string {
+	return filepath.Join(dir, fmt.Sprintf("attach-%d-*.lock", netns))
 }
 
 // removeLeftovers deletes cls_bpf ingress filters named with FilterPrefix

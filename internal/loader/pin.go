@@ -825,7 +825,7 @@ func removePinned(dir, lockDir string, log *slog.Logger) (done []string, err err
 	// The lock files a killed olcd of this namespace left for interfaces
 	// that are gone: taken like the others (a held one means an olcd still
 	// runs here), then released, which removes them.
-	stale, _ := filepath.Glob(lockPathIn(lockDir, ns, -1))
+	stale, _ := filepath.Glob(lockGlobIn(lockDir, ns))
 	for _, path := range stale {
 		if held[path] {
 			continue

@@ -636,7 +636,7 @@ func (f *respFolder) baseline(slots []uint16) error {
 	}
 	for _, st := range f.slots {
 		t := &st.total
-		inflight := uint64(max(int64(t[0])-int64(t[1])-int64(t[2]), 0))
+		inflight := uint64(Response{Requests: t[0], Responses: t[1], Abandoned: t[2]}.Outstanding())
 		st.total = [respCounts]uint64{0: inflight}
 		clear(st.buckets)
 		st.last, st.stale = Response{}, true
