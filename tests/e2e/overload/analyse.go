@@ -426,32 +426,29 @@ func phaseResult(rec *records, name string, from, to, slo time.Duration, v Varia
 		}
 	}
 	var connSum time.Duration
-	var connN int
 	for _, d := range rec.dials {
 		if d.start < from || d.start >= to {
 			continue
 		}
 		connSum += d.dur
-		connN++
 		pr.Connects++
 		if d.light {
 			pr.LightConnects++
 		}
-		if d.outcome == outcomeOK {
+		switch d.outcome {
+		case outcomeOK:
 			pr.Connected++
 			if d.light {
 				pr.LightConnected++
 			}
-		}
-		switch d.outcome {
 		case outcomeTimeout:
 			pr.ConnectTimeouts++
 		case outcomeRefused:
 			pr.ConnectRefused++
 		}
 	}
-	if connN > 0 {
-		pr.MeanConnectMs = connSum.Seconds() * 1e3 / float64(connN)
+	if pr.Connects > 0 {
+		pr.MeanConnectMs = connSum.Seconds() * 1e3 / float64(pr.Connects)
 	}
 	secs := (to - from).Seconds()
 	pr.DurationS = secs

@@ -493,6 +493,14 @@ type request struct {
 	outcome string
 }
 
+// parseDial reads a "d" or "c" line's fields (attack.go): start, duration,
+// outcome and, on a light client's "d", the l.
+func (rec *records) parseDial(f []string) dial {
+	st, _ := strconv.ParseInt(f[1], 10, 64)
+	du, _ := strconv.ParseInt(f[2], 10, 64)
+	return dial{start: time.Unix(0, st).Sub(rec.start), dur: time.Duration(du), outcome: f[3], light: len(f) == 5}
+}
+
 // dial is one connect of a work request.
 type dial struct {
 	start, dur time.Duration
@@ -841,13 +849,9 @@ func readAttack(out io.Reader, log io.Writer, rec *records, mu *sync.Mutex, star
 			lat, _ := strconv.ParseInt(f[3], 10, 64)
 			rec.requests = append(rec.requests, request{health: f[1] == "h", light: f[1] == "l", start: time.Unix(0, st).Sub(rec.start), latency: time.Duration(lat), outcome: f[4]})
 		case (len(f) == 4 || len(f) == 5 && f[4] == "l") && f[0] == "d":
-			st, _ := strconv.ParseInt(f[1], 10, 64)
-			du, _ := strconv.ParseInt(f[2], 10, 64)
-			rec.dials = append(rec.dials, dial{start: time.Unix(0, st).Sub(rec.start), dur: time.Duration(du), outcome: f[3], light: len(f) == 5})
+			rec.dials = append(rec.dials, rec.parseDial(f))
 		case len(f) == 4 && f[0] == "c":
-			st, _ := strconv.ParseInt(f[1], 10, 64)
-			du, _ := strconv.ParseInt(f[2], 10, 64)
-			rec.healthDials = append(rec.healthDials, dial{start: time.Unix(0, st).Sub(rec.start), dur: time.Duration(du), outcome: f[3]})
+			rec.healthDials = append(rec.healthDials, rec.parseDial(f))
 		}
 		mu.Unlock()
 	}
