@@ -94,12 +94,9 @@ func TestRestart(t *testing.T) {
 		kind   stepKind
 	}{{"", restart}, {"Upgrade", upgrade}, {"Reload", reload}, {"Reattach", reattach}} {
 		for _, rc := range []restartCase{
-			{name: "KeepsProtection", threshold: thresholdAlways, shed: true, beside: probeShedding, restarted: keeps},
+			{name: "KeepsProtection", threshold: thresholdAlways, shed: true, beside: probeShedding(how.kind == reattach), restarted: keeps},
 			{name: "NoFailedConnections", threshold: thresholdNever, beside: connectEvery20ms, restarted: ticks},
 		} {
-			if how.kind == reattach && rc.shed {
-				rc.beside = probeSheddingGap
-			}
 			rc.how = how.kind
 			t.Run(how.prefix+rc.name, rc.run)
 		}
@@ -293,16 +290,13 @@ func reloadInterfaces(t *testing.T, env *netEnv, d *olcd, cfg daemonConfig, extr
 
 // probeShedding sends probing SYNs back to back, each waited for
 // synTimeout, and samples the pinned policies map's drop probability every
-// 5 ms: the check fails if a SYN got through or p read 0.
-func probeShedding(env *netEnv, d *olcd, stop <-chan struct{}, wg *sync.WaitGroup) (func() string, func(*testing.T)) {
-	return probeSheddingFor(env, d, stop, wg, false)
-}
-
-// probeSheddingGap is probeShedding for restarts with a known gap of one
-// attach (reattach): SYNs that pass are counted, not failed on; p must
-// still never read 0.
-func probeSheddingGap(env *netEnv, d *olcd, stop <-chan struct{}, wg *sync.WaitGroup) (func() string, func(*testing.T)) {
-	return probeSheddingFor(env, d, stop, wg, true)
+// 5 ms: the check fails if a SYN got through or p read 0. With gap (the
+// restarts that move the hook, reattach, have a known gap of one attach)
+// SYNs that pass are counted, not failed on; p must still never read 0.
+func probeShedding(gap bool) func(env *netEnv, d *olcd, stop <-chan struct{}, wg *sync.WaitGroup) (func() string, func(*testing.T)) {
+	return func(env *netEnv, d *olcd, stop <-chan struct{}, wg *sync.WaitGroup) (func() string, func(*testing.T)) {
+		return probeSheddingFor(env, d, stop, wg, gap)
+	}
 }
 
 func probeSheddingFor(env *netEnv, d *olcd, stop <-chan struct{}, wg *sync.WaitGroup, gap bool) (func() string, func(*testing.T)) {
