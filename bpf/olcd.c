@@ -422,9 +422,11 @@ static __always_inline int olcd_decide(const struct olcd_policy *pol, __u32 *pi,
 			seen = olcd_syn_seen(set, fp, olcd_syn_clock(ctl));
 			st->syn_retransmits += seen;
 			prob = pol->drop_prob;
+			if (!seen && pol->shed_retransmits == OLCD_RETX_LAST)
+				prob = 0; /* retransmits last: first attempts pass */
 			if (prob == 0 && !capped)
 				return OLCD_V_PASS;
-			if (seen && pol->shed_retransmits)
+			if (seen && pol->shed_retransmits == OLCD_RETX_SHED)
 				act = 1;
 			else
 				act = olcd_pick(st->new_conns, pi, prob, pol, src, fs, capped);
@@ -444,6 +446,8 @@ static __always_inline int olcd_decide(const struct olcd_policy *pol, __u32 *pi,
 		}
 	}
 	prob = pol->drop_prob;
+	if (pol->shed_retransmits == OLCD_RETX_LAST)
+		prob = 0; /* no retransmits told apart here: all first attempts */
 	if (prob == 0 && !capped)
 		return OLCD_V_PASS;
 	act = olcd_pick(st->new_conns, pi, prob, pol, src, fs, capped);
@@ -489,8 +493,8 @@ static __always_inline int olcd_gate(const struct olcd_seg *sg, void *data, void
 		return OLCD_GATE_PASS;
 	mode = ctl->mode < pol->mode ? ctl->mode : pol->mode;
 	prob = pol->drop_prob;
-	if (mode == OLCD_MODE_OFF || prob == 0)
-		return OLCD_GATE_PASS;
+	if (mode == OLCD_MODE_OFF || prob == 0 || pol->shed_retransmits == OLCD_RETX_LAST)
+		return OLCD_GATE_PASS; /* a request start is a first attempt */
 	if (__builtin_expect(*(__u64 *)&ctl->prefixes4 != 0, 0)) {
 		struct olcd_src src;
 

@@ -80,9 +80,8 @@ struct olcd_policy {
 	__u8 mode;        /* enum olcd_mode */
 	__u8 action;      /* enum olcd_action */
 	__u8 class;       /* enum olcd_class */
-	/* Non-zero: while drop_prob != 0, a SYN found in the dropped-SYN table
-	 * is dropped without a draw (its client already waited a retransmit
-	 * timeout). */
+	/* enum olcd_retx: what drop_prob applies to, as a SYN found in the
+	 * dropped-SYN table (a retransmit) is told from a first attempt. */
 	__u8 shed_retransmits;
 	/* Non-zero: the request gate (olcd_gate in olcd.c) sheds, with the
 	 * same draw, a request that starts on an established connection with
@@ -102,6 +101,13 @@ struct olcd_policy {
 	 * 1..128 (fair.h). */
 	__u8 fair_prefix4;
 	__u8 fair_prefix6;
+};
+
+/* olcd_policy.shed_retransmits (olc.Retransmits) */
+enum olcd_retx {
+	OLCD_RETX_AS_FIRST = 0, /* a retransmit meets drop_prob like a first attempt */
+	OLCD_RETX_SHED = 1,     /* while drop_prob != 0, every retransmit is dropped without a draw */
+	OLCD_RETX_LAST = 2,     /* every first attempt passes; retransmits meet drop_prob */
 };
 
 /* olcd_policy.caps */

@@ -25,6 +25,7 @@ type capSlot struct {
 	rate      float64 // answers per second
 	answers   float64 // answers (scaled by the sample rate)
 	admitted  float64 // admitted starts: new connections and request starts not shed
+	queued    float64 // the requests in flight gained over the tick (lost, if negative)
 	saturated bool
 }
 
@@ -43,10 +44,11 @@ func push[T any](q []T, x T, n int) []T {
 	return append(q, x)
 }
 
-// tick adds one tick of dt seconds (> 0).
-func (c *capacity) tick(answers, admitted, dt float64, saturated bool) {
+// tick adds one tick of dt seconds (> 0) in which queued requests were
+// added to those in flight.
+func (c *capacity) tick(answers, admitted, queued, dt float64, saturated bool) {
 	saturated = saturated && answers > 0
-	c.slots = push(c.slots, capSlot{rate: answers / dt, answers: answers, admitted: admitted, saturated: saturated}, c.n)
+	c.slots = push(c.slots, capSlot{rate: answers / dt, answers: answers, admitted: admitted, queued: queued, saturated: saturated}, c.n)
 	c.satAge += dt
 	if saturated {
 		c.satAge = 0
@@ -93,11 +95,14 @@ func (c *capacity) measured() (float64, float64) {
 // without the request gate: the requests a connection carries; MySQL's
 // connect-per-query: 2, the greeting's handshake and the query), 0 when
 // unknown. It converts μ̂, counted in answers, into the starts the pass rate
-// applies to.
+// applies to. The requests the window's starts left in flight count as the
+// answers they will be: answers alone read low while a queue grows (a law
+// that believed them would admit more, and grow it further) and high while
+// one drains.
 func (c *capacity) perStart() float64 {
 	var answers, admitted float64
 	for _, s := range c.slots {
-		answers += s.answers
+		answers += s.answers + s.queued
 		admitted += s.admitted
 	}
 	if answers <= 0 || admitted <= 0 {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/olcd/olcd/internal/olc"
 )
 
 // PortResponse is a port's measured queue over one tick or onset window,
@@ -29,10 +31,11 @@ type PortResponse struct {
 // (docs/controller.md §1), and what that law learnt.
 type port struct {
 	cfg    PortConfig
-	cap    capacity // μ̂ and the answers per start
-	base   baseline // the no-load p95 of an auto target
-	pass   float64  // the law's pass rate, MinPassRate..1
-	target float64  // the target in force (seconds; 0: none)
+	cap    capacity        // μ̂ and the answers per start
+	base   baseline        // the no-load p95 of an auto target
+	pass   float64         // the law's pass rate, MinPassRate..1
+	retx   olc.Retransmits // what the pass rate applies to while pass < 1
+	target float64         // the target in force (seconds; 0: none)
 	// recent holds the requests in flight at the end of the newest onset
 	// windows (oldest first), winLen their length (seconds; 0: none seen),
 	// idle whether one of this tick's ended empty.
@@ -40,8 +43,7 @@ type port struct {
 	winLen  float64
 	idle    bool
 	prevEnd float64 // requests in flight at the previous tick's end (−1: no tick yet)
-	prev    counts  // the previous tick's counts
-	lastD   float64 // the starts arriving per second of the last tick, which its onset windows reuse
+	dem     demand  // the recent arrivals, D's source
 	// away is how long (seconds) a client shed in the last tick that shed
 	// stays out: a SYN retransmit timeout for a dropped SYN, none for a
 	// reset (reject, the request gate).
@@ -57,6 +59,12 @@ type port struct {
 // queue that stands is seen within a tick.
 const standingSpan = 100 * time.Millisecond
 
+// longQueue is the standing queue, in N*, past which the demand a window
+// measures counts at once (demand.of): at 2 × N* the wait beyond the target
+// is as long as the target itself, an overload building, not the noise of
+// a closed pool's arrivals about N*.
+const longQueue = 2.0
+
 // maxStandingWindows bounds the windows standingSpan covers (10 at the
 // shortest onset interval, 10 ms).
 const maxStandingWindows = 10
@@ -64,10 +72,20 @@ const maxStandingWindows = 10
 // active reports whether the port's law sheds.
 func (p *port) active() bool { return p.pass < 1 }
 
-// shedRetransmits reports whether the datapath sheds every retransmitted
-// SYN of the port (PortDecision.ShedRetransmits).
-func (p *port) shedRetransmits() bool {
-	return p.active() && p.target > 0 && p.target < SYNRetransmitTimeout
+// retransmits returns the datapath's rule for retransmitted SYNs
+// (PortDecision.Retransmits).
+func (p *port) retransmits() olc.Retransmits {
+	if !p.active() {
+		return olc.RetransmitsAsFirst
+	}
+	return p.retx
+}
+
+// ranksRetransmits reports whether the law ranks retransmits apart from
+// first attempts: with a target below the SYN retransmit timeout, a client
+// that retransmits is late whatever follows.
+func (p *port) ranksRetransmits() bool {
+	return p.target > 0 && p.target < SYNRetransmitTimeout
 }
 
 // counts are one tick's or window's counts in the law's units.
@@ -84,28 +102,6 @@ func countsOf(st PortStats, dt float64) counts {
 	return counts{starts: starts, first: starts - float64(min(st.Retransmits, st.New)), admitted: starts - shed, dt: dt}
 }
 
-// arriving is the demand the pass rate applies to, in starts per second:
-// every start, or only first attempts while retransmits are all shed.
-func (p *port) arriving(c counts) float64 {
-	if p.shedRetransmits() {
-		return c.first / c.dt
-	}
-	return c.starts / c.dt
-}
-
-// demandOf is the tick's demand measured over the time a shed client stays
-// out (this tick and the previous one within it): a SYN dropped now returns
-// one retransmit timeout later, so over that span every waiting client
-// counts once, and the wave of returning retransmits does not read as new
-// demand; a reset client returns at once.
-func (p *port) demandOf(c counts) float64 {
-	if p.prev.dt <= 0 || c.dt >= p.away {
-		return p.arriving(c)
-	}
-	w := math.Min(p.prev.dt, p.away-c.dt)
-	return (p.arriving(c)*c.dt + p.arriving(p.prev)*w) / (c.dt + w)
-}
-
 // step advances the port's law by one tick of dt seconds; busy is true
 // while the node's resource law sheds (no baseline is learnt then). It
 // returns the reason for the decision log ("" while the port is quiet).
@@ -119,9 +115,10 @@ func (p *port) demandOf(c counts) float64 {
 //
 // feed-forward admission of the capacity, trimmed by what drains the
 // standing queue beyond N* (or fills it up to N*) over H, the time a shed
-// client stays out or the tick. It starts when the p95 exceeds T and ends
-// when the pass rate reaches 1; recomputed every tick, it returns to what
-// the capacity admits in one tick once the clients' demand falls (a closed
+// client stays out or the tick; with retransmits ranked (law), first
+// attempts first. It starts when the p95 exceeds T and ends when
+// everything arriving fits; recomputed every tick, it returns to what the
+// capacity admits in one tick once the clients' demand falls (a closed
 // pool whose SYNs were shed sits in its retransmit) and needs no cooldown.
 func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	r := sanitize(st.Response)
@@ -138,7 +135,8 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	saturated := r.Responses > 0 && p.prevEnd >= 1 && r.Inflight >= 1 && !p.idle && standing >= p.cap.now()*p.target
 	prevEnd := p.prevEnd
 	p.prevEnd, p.idle = r.Inflight, false
-	p.cap.tick(r.Responses, c.admitted, dt, saturated)
+	p.cap.tick(r.Responses, c.admitted, r.Inflight-math.Max(prevEnd, 0), dt, saturated)
+	p.dem.tick(c)
 	if !p.cfg.Target.On() {
 		p.pass, p.target = 1, 0
 		return ""
@@ -146,19 +144,18 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	p.base.learn(r, prevEnd, p.active() || busy, p.target)
 	p.target = p.base.targetFor(p.cfg.Target, prm)
 	over := r.Available && r.P95 > p.target
-	d := p.demandOf(c)
-	p.prev, p.lastD = c, d
 	if !p.active() && !over {
 		return ""
 	}
 	mu, a := p.cap.now(), p.cap.perStart()
+	d := p.dem.of(math.Max(p.away, dt), standing > longQueue*mu*p.target)
 	was := p.active()
 	why := fmt.Sprintf("response_time_p95 %.3gs, target %s", r.P95, p.targetName())
 	if !r.Available {
 		why = fmt.Sprintf("response time unavailable (%d samples), target %s", r.Samples, p.targetName())
 	}
 	switch {
-	case d <= 0:
+	case d.all <= 0:
 		p.pass = 1
 		why += ": no new work arriving, pass rate 1"
 	case mu <= 0 || a <= 0:
@@ -166,9 +163,9 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 		// the admission by. Hold; a hung service stays cut.
 		why += fmt.Sprintf(": no answers in the capacity window, holding pass rate %.3f", p.pass)
 	default:
-		p.pass = p.admit(mu, a, d, standing, math.Max(dt, p.away), prm)
-		why += fmt.Sprintf(": capacity %.0f answers/s, %.0f in flight standing where %.1f keep the target, %.0f starts/s arriving at %.2f answers each: pass rate %.3f",
-			mu, standing, mu*p.target, d, a, p.pass)
+		p.law(p.admit(mu, a, d.all, standing, math.Max(dt, p.away)), a, d, prm)
+		why += fmt.Sprintf(": capacity %.0f answers/s, %.0f in flight standing where %.1f keep the target, %.0f starts/s arriving (%.0f retransmits) at %.2f answers each: %s",
+			mu, standing, mu*p.target, d.all, d.retx(), a, p.passName())
 	}
 	if was && !p.active() {
 		why += ", the port's overload is over"
@@ -176,11 +173,11 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	return why
 }
 
-// admit returns the pass rate that admits μ̂ plus what fills the standing
-// queue N up to N* = μ̂ × T within horizon seconds, or, with N beyond N*,
-// the lesser of μ̂ and what arrives less what drains N down to N*; against
-// d starts per second of a answers each.
-func (p *port) admit(mu, a, d, n, horizon float64, prm *Params) float64 {
+// admit returns A, the answers per second to admit: μ̂ plus what fills the
+// standing queue N up to N* = μ̂ × T within horizon seconds, or, with N
+// beyond N*, the lesser of μ̂ and what arrives (d starts per second of a
+// answers each) less what drains N down to N*.
+func (p *port) admit(mu, a, d, n, horizon float64) float64 {
 	base := mu
 	if nStar := mu * p.target; n > nStar {
 		// A queue stands: what drains it comes off what arrives, when
@@ -188,7 +185,47 @@ func (p *port) admit(mu, a, d, n, horizon float64, prm *Params) float64 {
 		// clients all wait inside the service sends little).
 		base = math.Min(mu, a*d)
 	}
-	return math.Min(1, math.Max(prm.MinPassRate, (base+(mu*p.target-n)/horizon)/(a*d)))
+	return base + (mu*p.target-n)/horizon
+}
+
+// law sets the pass rate and the retransmit rule that admit A answers per
+// second of the demand d (starts of a answers each). With retransmits
+// ranked (ranksRetransmits), first attempts come first: while they alone
+// exceed A every retransmit is shed and they meet the pass rate
+// (RetransmitsShed); once they fit, they all pass and the retransmits get
+// what is left (RetransmitsLast), so that the clients an overload left
+// retrying neither crowd out the new ones nor find the service idle; the
+// law ends when everything arriving fits.
+func (p *port) law(A, a float64, d rates, prm *Params) {
+	share := func(x, y float64) float64 {
+		if y <= 0 || x <= 0 {
+			return prm.MinPassRate
+		}
+		return math.Min(1, math.Max(prm.MinPassRate, x/y))
+	}
+	switch {
+	case !p.ranksRetransmits():
+		p.retx, p.pass = olc.RetransmitsAsFirst, share(A, a*d.all)
+	case a*d.first >= A:
+		p.retx, p.pass = olc.RetransmitsShed, share(A, a*d.first)
+	case a*d.all > A:
+		// No floor: min_pass_rate keeps new work passing, and every
+		// first attempt does.
+		p.retx, p.pass = olc.RetransmitsLast, math.Max(0, math.Min(1, (A-a*d.first)/(a*d.retx())))
+	default:
+		p.retx, p.pass = olc.RetransmitsAsFirst, 1
+	}
+}
+
+// passName renders the pass rate and what it applies to, for a reason.
+func (p *port) passName() string {
+	switch p.retransmits() {
+	case olc.RetransmitsShed:
+		return fmt.Sprintf("pass rate %.3f, retransmits shed", p.pass)
+	case olc.RetransmitsLast:
+		return fmt.Sprintf("first attempts pass, retransmits at pass rate %.3f", p.pass)
+	}
+	return fmt.Sprintf("pass rate %.3f", p.pass)
 }
 
 // window takes one onset window of w seconds between ticks of tick
@@ -202,37 +239,36 @@ func (p *port) admit(mu, a, d, n, horizon float64, prm *Params) float64 {
 // arrivals if they are the larger.
 func (p *port) window(st PortStats, w, tick float64, prm *Params) string {
 	r := sanitize(st.Response)
+	c := countsOf(st, w)
 	p.winLen = w
 	p.recent = push(p.recent, r.Inflight, maxStandingWindows)
+	p.dem.window(c)
 	if r.Inflight < 1 {
 		p.idle = true
 	}
 	if !p.cfg.Target.On() || p.target <= 0 {
 		return ""
 	}
-	mu, d := p.cap.now(), p.lastD
+	mu := p.cap.now()
 	if mu <= 0 && p.prevEnd >= 1 && r.Inflight >= 1 {
 		mu = r.Responses / w // a cold start: the window itself, saturated
 	}
-	c := countsOf(st, w)
 	a := p.cap.perStart()
 	if a <= 0 && r.Requests > 0 && c.admitted > 0 {
 		a = r.Requests / c.admitted
 	}
 	surge := mu > 0 && r.Inflight-mu*p.target > mu*w && p.growing(mu*w)
-	if surge {
-		d = math.Max(d, p.arriving(c))
-	}
-	if mu <= 0 || a <= 0 || d <= 0 || (!p.active() && !surge) {
+	d := p.dem.of(math.Max(p.away, tick), p.standing(r.Inflight) > longQueue*mu*p.target)
+	if mu <= 0 || a <= 0 || d.all <= 0 || (!p.active() && !surge) {
 		return ""
 	}
-	pass := p.admit(mu, a, d, r.Inflight, math.Max(tick, p.away), prm)
-	if math.Abs(pass-p.pass) < 1e-9 {
+	pass, retx := p.pass, p.retransmits()
+	p.law(p.admit(mu, a, d.all, r.Inflight, math.Max(tick, p.away)), a, d, prm)
+	if math.Abs(pass-p.pass) < 1e-9 && retx == p.retransmits() {
 		return ""
 	}
-	p.pass = pass
-	return fmt.Sprintf("%.0f requests in flight where %.1f keep the target %s, capacity %.0f answers/s, %.0f starts/s: pass rate %.3f between ticks",
-		r.Inflight, mu*p.target, p.targetName(), mu, d, p.pass)
+	return fmt.Sprintf("%.0f requests in flight where %.1f keep the target %s, capacity %.0f answers/s, %.0f starts/s (%.0f retransmits): %s between ticks",
+		r.Inflight, mu*p.target, p.targetName(), mu, d.all, d.retx(), p.passName())
 }
 
 // growing reports whether the requests in flight grew by more than by in
@@ -285,9 +321,18 @@ func (p *port) targetName() string {
 // decision returns the port's decision, its p the larger of its own law's
 // and classP, its class's share of the node's resource law.
 func (p *port) decision(classP float64, prm *Params) PortDecision {
-	q := 1 - p.pass
-	pd := PortDecision{Key: p.cfg.Key, Class: p.cfg.Class, DropProbability: math.Min(prm.Bound(), math.Max(q, classP)),
-		Demand: p.demand, ResponseTarget: p.target, QueueP: q, ShedRetransmits: p.shedRetransmits()}
+	q, retx := 1-p.pass, p.retransmits()
+	drop := math.Min(prm.Bound(), math.Max(q, classP))
+	switch {
+	case retx == olc.RetransmitsLast && classP > 0:
+		// The node's cap sheds first attempts too; retransmits stay
+		// behind them.
+		drop, retx = math.Min(prm.Bound(), classP), olc.RetransmitsShed
+	case retx == olc.RetransmitsLast:
+		drop = q // first attempts all pass: the bound holds
+	}
+	pd := PortDecision{Key: p.cfg.Key, Class: p.cfg.Class, DropProbability: drop,
+		Demand: p.demand, ResponseTarget: p.target, QueueP: q, Retransmits: retx}
 	if p.cfg.Target.Auto && p.base.ok {
 		pd.Baseline = p.base.value
 	}

@@ -29,6 +29,10 @@ type PortState struct {
 	QueueOverload   bool    `json:"queue_overload"`
 	Target          float64 `json:"target_s"`
 	Baseline        float64 `json:"baseline_s"`
+	// Retransmits is what DropProbability applies to
+	// (PortDecision.Retransmits); absent in a state of an earlier build,
+	// which ranked none apart: as-first.
+	Retransmits olc.Retransmits `json:"retransmits,omitzero"`
 	// Capacity is μ̂, the answers per second measured while saturated (0:
 	// not measured), CapacityAge the seconds since its newest saturated
 	// tick at export, and PerStart the answers per admitted start.
@@ -45,7 +49,7 @@ func (c *Controller) Export() State {
 	for i := range c.ports {
 		ps := &c.ports[i]
 		st := PortState{Key: ps.cfg.Key, DropProbability: 1 - ps.pass, QueueOverload: ps.active(), Target: ps.target,
-			Demand: ps.demand, PerStart: ps.cap.perStart()}
+			Demand: ps.demand, PerStart: ps.cap.perStart(), Retransmits: ps.retransmits()}
 		if ps.base.ok {
 			st.Baseline = ps.base.value
 		}
@@ -74,7 +78,7 @@ func (c *Controller) Restore(s State, age time.Duration, at time.Time) {
 			continue
 		}
 		ps := &c.ports[i]
-		ps.pass, ps.target, ps.demand = 1-clamp(st.DropProbability), st.Target, st.Demand
+		ps.pass, ps.target, ps.demand, ps.retx = 1-clamp(st.DropProbability), st.Target, st.Demand, st.Retransmits
 		if !st.QueueOverload {
 			ps.pass = 1
 		}
@@ -93,6 +97,11 @@ func (c *Controller) Restore(s State, age time.Duration, at time.Time) {
 				slot.rate, slot.saturated = st.Capacity, true
 			}
 			ps.cap.slots = []capSlot{slot}
+		}
+		if st.Demand > 0 {
+			// The demand the law last divided by, as one span of a
+			// retransmit timeout, until the windows measure it again.
+			ps.dem.spans = []counts{{starts: st.Demand, first: st.Demand, dt: SYNRetransmitTimeout}}
 		}
 		ps.recorded = 1 - ps.pass
 	}

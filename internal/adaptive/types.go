@@ -110,12 +110,13 @@ type PortDecision struct {
 	// QueueP is the drop probability the port's own law asks for (0..1 −
 	// MinPassRate).
 	QueueP float64
-	// ShedRetransmits asks the datapath to drop every retransmitted SYN
-	// (one found among the SYNs it dropped) while DropProbability > 0,
-	// instead of drawing it like a first attempt: set while the port's law
-	// sheds with a target below SYNRetransmitTimeout, as such a client's
-	// answer is late whatever happens next (docs/controller.md §1).
-	ShedRetransmits bool
+	// Retransmits is what DropProbability applies to, as the datapath
+	// treats a retransmitted SYN (one whose earlier copy it dropped): like
+	// a first attempt; shed, every one, while first attempts meet the
+	// probability; or last, first attempts passing and retransmits meeting
+	// it. The port's law ranks them while its target is below
+	// SYNRetransmitTimeout (docs/controller.md §1).
+	Retransmits olc.Retransmits
 	// Capacity is the port's capacity μ̂ measured while saturated: the most
 	// requests per second it answered over the saturated ticks of the last
 	// Params.CapacityWindow, or the last such figure; 0 until the timed port
@@ -128,6 +129,16 @@ type PortDecision struct {
 	// CapacityAge is how long ago (seconds) the port was last saturated:
 	// Capacity is a figure of that moment. Meaningful when Capacity > 0.
 	CapacityAge float64
+}
+
+// FirstP returns the drop probability a first attempt meets (0..1): a new
+// client's chance of being shed, DropProbability but under retransmits
+// last, where first attempts all pass.
+func (d PortDecision) FirstP() float64 {
+	if d.Retransmits == olc.RetransmitsLast {
+		return 0
+	}
+	return d.DropProbability
 }
 
 // SYNRetransmitTimeout is the delay of a dropped SYN's first retransmit

@@ -170,6 +170,12 @@ type PortStatus struct {
 	Source string `json:"source"`
 	// DropProbability is the probability written to the datapath (0..1).
 	DropProbability float64 `json:"drop_probability"`
+	// Retransmits is what DropProbability applies to
+	// (adaptive.PortDecision.Retransmits): "as-first" (every new
+	// connection alike), "shed" (retransmits of dropped SYNs all shed, first
+	// attempts at DropProbability) or "last" (first attempts all pass,
+	// retransmits at DropProbability).
+	Retransmits string `json:"retransmits"`
 	// NewPerS is new connections (or UDP requests) per second, retransmitted
 	// SYNs included.
 	NewPerS float64 `json:"new_per_s"`

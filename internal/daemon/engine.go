@@ -69,7 +69,7 @@ type datapath interface {
 	Attachments() []loader.Attachment
 	SetPolicies(policies []loader.PortPolicy) error
 	SetDropProbabilities(m map[olc.PortKey]float64) error
-	SetRetransmitShedding(m map[olc.PortKey]bool) error
+	SetRetransmits(m map[olc.PortKey]olc.Retransmits) error
 	SetExceptions(ports []olc.PortKey, sources []netip.Prefix) error
 	SetMode(m olc.Mode) error
 	SetRejectLimit(rate, burst int) error
@@ -229,7 +229,7 @@ func (e *engine) program() error {
 	pol := slices.Clone(e.ports)
 	for i, p := range pol {
 		if cfg.Mode != olc.ModeOff {
-			pol[i].DropProbability, pol[i].ShedRetransmits = current[p.Key].DropProbability, current[p.Key].ShedRetransmits
+			pol[i].DropProbability, pol[i].Retransmits = current[p.Key].DropProbability, current[p.Key].Retransmits
 		}
 	}
 	// The global datapath mode only caps the ports' modes; a port's own

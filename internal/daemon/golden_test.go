@@ -86,7 +86,7 @@ func (f *fakeDatapath) SetDropProbabilities(m map[olc.PortKey]float64) error {
 	return nil
 }
 
-func (f *fakeDatapath) SetRetransmitShedding(map[olc.PortKey]bool) error { return nil }
+func (f *fakeDatapath) SetRetransmits(map[olc.PortKey]olc.Retransmits) error { return nil }
 
 func (f *fakeDatapath) SetExceptions(ports []olc.PortKey, sources []netip.Prefix) error {
 	for _, k := range ports {

@@ -139,20 +139,20 @@ func (e *engine) onsetCheck() bool {
 // datapath (all 0 in mode off) and returns them.
 func (e *engine) writeProbabilities(dec adaptive.Decision) map[olc.PortKey]float64 {
 	probs := make(map[olc.PortKey]float64, len(dec.Ports))
-	shed := make(map[olc.PortKey]bool, len(dec.Ports))
+	retx := make(map[olc.PortKey]olc.Retransmits, len(dec.Ports))
 	for _, pd := range dec.Ports {
 		p := pd.DropProbability
 		if e.cfg.Mode == olc.ModeOff {
 			p = 0
 		}
 		probs[pd.Key] = p
-		shed[pd.Key] = pd.ShedRetransmits
+		retx[pd.Key] = pd.Retransmits
 	}
 	if err := e.dp.SetDropProbabilities(probs); err != nil {
 		e.log.Error("write drop probabilities", "err", err)
 	}
-	if err := e.dp.SetRetransmitShedding(shed); err != nil {
-		e.log.Error("write retransmit shedding", "err", err)
+	if err := e.dp.SetRetransmits(retx); err != nil {
+		e.log.Error("write retransmit rules", "err", err)
 	}
 	return probs
 }

@@ -74,7 +74,7 @@ func nodeName() string {
 func (e *engine) adoptPolicies(pol []loader.PortPolicy) {
 	for _, p := range pol {
 		e.last.decision.Ports = append(e.last.decision.Ports, adaptive.PortDecision{Key: p.Key, Class: p.Class,
-			DropProbability: p.DropProbability, ShedRetransmits: p.ShedRetransmits})
+			DropProbability: p.DropProbability, Retransmits: p.Retransmits})
 	}
 }
 

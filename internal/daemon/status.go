@@ -203,6 +203,7 @@ func portStatus(p loader.PortPolicy, source string, r tickResult, ctrlPorts []ad
 		Proto: p.Key.Proto.String(), Port: p.Key.Port, Class: p.Class.String(),
 		Mode: p.Mode.String(), Action: p.Action.String(), Source: source,
 		DropProbability: r.probs[p.Key],
+		Retransmits:     olc.RetransmitsAsFirst.String(),
 		NewPerS:         rate(dl.NewConns),
 		UniquePerS:      rate(dl.NewConns - min(dl.SYNRetransmits, dl.NewConns)),
 		RetransmitsPerS: rate(dl.SYNRetransmits),
@@ -233,7 +234,7 @@ func portStatus(p loader.PortPolicy, source string, r tickResult, ctrlPorts []ad
 		if pd.Key != p.Key {
 			continue
 		}
-		ps.QueueDropProbability = pd.QueueP
+		ps.QueueDropProbability, ps.Retransmits = pd.QueueP, pd.Retransmits.String()
 		if pd.ResponseTarget > 0 {
 			tgt := pd.ResponseTarget
 			ps.ResponseTarget = &tgt

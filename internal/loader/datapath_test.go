@@ -581,10 +581,12 @@ func TestSYNRetransmits(t *testing.T) {
 	}
 }
 
-// TestShedRetransmits: with ShedRetransmits a retransmit of a dropped SYN is
-// dropped whatever the draw while p > 0, a first attempt is drawn as usual,
-// and at p = 0 everything passes; without it the retransmit is drawn.
-func TestShedRetransmits(t *testing.T) {
+// TestRetransmitRules: with the rule "shed" a retransmit of a dropped SYN
+// is dropped whatever the draw while p > 0, a first attempt is drawn as
+// usual, and at p = 0 everything passes; "as-first" draws the retransmit;
+// "last" passes every first attempt and draws retransmits; a UDP request,
+// which has no retransmits, passes under "last".
+func TestRetransmitRules(t *testing.T) {
 	for _, h := range hooks {
 		t.Run(string(h), func(t *testing.T) {
 			d := setup(t, Config{StaleAfter: time.Hour}, olc.ActionDrop, 1)
@@ -593,23 +595,30 @@ func TestShedRetransmits(t *testing.T) {
 			for _, tc := range []struct {
 				name string
 				p    float64
-				shed bool
+				rule olc.Retransmits
 				isn  uint32
 				want verdict
 			}{
-				{"retransmit, shedding", tiny, true, 1, verdictDrop},
-				{"first attempt, shedding", tiny, true, 2, verdictPass},
-				{"retransmit, not shedding", tiny, false, 1, verdictPass},
-				{"retransmit, shedding at p = 0", 0, true, 1, verdictPass},
+				{"retransmit, shed", tiny, olc.RetransmitsShed, 1, verdictDrop},
+				{"first attempt, shed", tiny, olc.RetransmitsShed, 2, verdictPass},
+				{"retransmit, as-first", tiny, olc.RetransmitsAsFirst, 1, verdictPass},
+				{"retransmit, shed at p = 0", 0, olc.RetransmitsShed, 1, verdictPass},
+				{"retransmit, last at p = 1", 1, olc.RetransmitsLast, 1, verdictDrop},
+				{"first attempt, last at p = 1", 1, olc.RetransmitsLast, 3, verdictPass},
+				{"retransmit, last, a draw that passes", tiny, olc.RetransmitsLast, 1, verdictPass},
+				{"first attempt, as-first at p = 1", 1, olc.RetransmitsAsFirst, 4, verdictDrop},
 			} {
 				must(t, d.SetDropProbabilities(map[olc.PortKey]float64{tcp8080: tc.p}))
-				must(t, d.SetRetransmitShedding(map[olc.PortKey]bool{tcp8080: tc.shed}))
+				must(t, d.SetRetransmits(map[olc.PortKey]olc.Retransmits{tcp8080: tc.rule}))
 				if v, _ := run(t, d, h, syn4(8080, tc.isn)); v != tc.want {
 					t.Errorf("%s: verdict %s, want %s %+v", tc.name, v, tc.want, stats(t, d).Ports[tcp8080])
 				}
 			}
-			if err := d.SetRetransmitShedding(map[olc.PortKey]bool{{Proto: olc.ProtoTCP, Port: 1}: true}); err == nil {
+			if err := d.SetRetransmits(map[olc.PortKey]olc.Retransmits{{Proto: olc.ProtoTCP, Port: 1}: olc.RetransmitsShed}); err == nil {
 				t.Error("a port without a policy: no error")
+			}
+			if err := d.SetRetransmits(map[olc.PortKey]olc.Retransmits{tcp8080: 3}); err == nil {
+				t.Error("an invalid rule: no error")
 			}
 		})
 	}

@@ -443,7 +443,7 @@ func (d *Datapath) adoptPorts(fresh bool) error {
 				p = 0
 			}
 			d.policies[k] = PortPolicy{Key: k, Mode: olc.Mode(v.Mode), Action: olc.Action(v.Action), Class: olc.Class(v.Class),
-				DropProbability: p, ShedRetransmits: v.ShedRetransmits != 0, RequestGate: v.RequestGate != 0}
+				DropProbability: p, Retransmits: pinnedRetransmits(v.ShedRetransmits), RequestGate: v.RequestGate != 0}
 			if v.Flags&uint8(olcdOlcdPolicyFlagOLCD_POLICY_EXEMPT) != 0 {
 				d.exempt[k] = true
 			}
@@ -994,4 +994,14 @@ func atTakeOverPriority(log *slog.Logger, f func() error) error {
 		done <- f()
 	}()
 	return <-done
+}
+
+// pinnedRetransmits reads a pinned policy's retransmit rule: an earlier
+// build wrote 1 for "shed" and nothing else; a value no rule has reads as
+// as-first, which sheds nothing the drop probability does not.
+func pinnedRetransmits(v uint8) olc.Retransmits {
+	if r := olc.Retransmits(v); r.Valid() {
+		return r
+	}
+	return olc.RetransmitsAsFirst
 }

@@ -226,38 +226,41 @@ func (d *Datapath) SetDropProbabilities(m map[olc.PortKey]float64) error {
 	return nil
 }
 
-// SetRetransmitShedding sets whether each port in m drops its retransmitted
-// SYNs without a draw while its drop probability is above 0
-// (PortPolicy.ShedRetransmits); ports not in m keep theirs. Like
+// SetRetransmits sets what each port in m applies its drop probability to,
+// as its retransmitted SYNs are told from first attempts
+// (PortPolicy.Retransmits); ports not in m keep theirs. Like
 // SetDropProbabilities it is a per-tick call and writes only the entries
 // that change.
 //
-// Errors: a port without a policy, a closed datapath, or a failed map
-// write. Nothing is changed when validation fails.
-func (d *Datapath) SetRetransmitShedding(m map[olc.PortKey]bool) error {
+// Errors: a port without a policy, an invalid rule, a closed datapath, or a
+// failed map write. Nothing is changed when validation fails.
+func (d *Datapath) SetRetransmits(m map[olc.PortKey]olc.Retransmits) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.checkOpen(); err != nil {
-		return fmt.Errorf("set retransmit shedding: %w", err)
+		return fmt.Errorf("set retransmits: %w", err)
 	}
 	var errs []error
-	for k := range m {
+	for k, r := range m {
 		if _, ok := d.policies[k]; !ok {
 			errs = append(errs, fmt.Errorf("port %s has no policy", k))
 		}
+		if !r.Valid() {
+			errs = append(errs, fmt.Errorf("port %s: invalid retransmit rule %d", k, uint8(r)))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("set retransmit shedding: %w", err)
+		return fmt.Errorf("set retransmits: %w", err)
 	}
-	for k, on := range m {
+	for k, r := range m {
 		pol := d.policies[k]
-		if pol.ShedRetransmits == on {
+		if pol.Retransmits == r {
 			continue
 		}
-		pol.ShedRetransmits = on
+		pol.Retransmits = r
 		d.policies[k] = pol
 		if err := d.writePolicy(k); err != nil {
-			return fmt.Errorf("set retransmit shedding: %w", err)
+			return fmt.Errorf("set retransmits: %w", err)
 		}
 	}
 	return nil
@@ -490,7 +493,7 @@ func (d *Datapath) writePolicy(k olc.PortKey) error {
 		DropProb:        ProbabilityToFixed(p.DropProbability),
 		StatsSlot:       slot,
 		Flags:           flags,
-		ShedRetransmits: b2u8(p.ShedRetransmits),
+		ShedRetransmits: uint8(p.Retransmits),
 		RequestGate:     b2u8(p.RequestGate && k.Proto == olc.ProtoTCP),
 		Mode:            cMode(p.Mode),
 		Action:          cAction(p.Action),

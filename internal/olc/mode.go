@@ -189,3 +189,65 @@ func (m *AttachMode) UnmarshalText(text []byte) error {
 	*m = v
 	return nil
 }
+
+// Retransmits is how a protected port's datapath treats a retransmitted
+// SYN, one whose earlier copy it dropped (its SYN table knows them): 0..2,
+// the values of policy field shed_retransmits. The controller sets it with
+// each drop probability (docs/controller.md §1).
+type Retransmits uint8
+
+// The retransmit rules.
+const (
+	// RetransmitsAsFirst: a retransmit meets the drop probability like a
+	// first attempt.
+	RetransmitsAsFirst Retransmits = iota
+	// RetransmitsShed: every retransmit is dropped, first attempts meet
+	// the drop probability. While a port sheds with a target below the
+	// SYN retransmit timeout, a client that retransmits has waited a
+	// second already: its answer is late whatever follows, and the worker
+	// it would take is a first attempt's that would be on time.
+	RetransmitsShed
+	// RetransmitsLast: every first attempt passes, retransmits meet the
+	// drop probability: after an overload the clients still retrying get
+	// the capacity that new clients leave, and new clients are not shed
+	// behind them.
+	RetransmitsLast
+)
+
+var retransmitNames = []string{"as-first", "shed", "last"}
+
+// Valid reports whether r is one of the rules above.
+func (r Retransmits) Valid() bool { return int(r) < len(retransmitNames) }
+
+// String returns "as-first", "shed" or "last" (or "retransmits(N)").
+func (r Retransmits) String() string {
+	if r.Valid() {
+		return retransmitNames[r]
+	}
+	return "retransmits(" + itoa(uint64(r)) + ")"
+}
+
+// ParseRetransmits parses "as-first", "shed" or "last". Errors: any other
+// text, named with the accepted ones.
+func ParseRetransmits(s string) (Retransmits, error) {
+	i, err := parseName("retransmit rule", s, retransmitNames)
+	return Retransmits(i), err
+}
+
+// MarshalText returns the rule's name; an invalid rule is an error.
+func (r Retransmits) MarshalText() ([]byte, error) {
+	if !r.Valid() {
+		return nil, invalid("retransmit rule", uint8(r))
+	}
+	return []byte(r.String()), nil
+}
+
+// UnmarshalText parses the text as ParseRetransmits does.
+func (r *Retransmits) UnmarshalText(text []byte) error {
+	v, err := ParseRetransmits(string(text))
+	if err != nil {
+		return err
+	}
+	*r = v
+	return nil
+}

@@ -27,6 +27,9 @@ func TestTextRoundTrip(t *testing.T) {
 	for _, a := range []Action{ActionDrop, ActionMark, ActionReject} {
 		all = append(all, a)
 	}
+	for _, r := range []Retransmits{RetransmitsAsFirst, RetransmitsShed, RetransmitsLast} {
+		all = append(all, r)
+	}
 	for _, m := range AttachModes() {
 		all = append(all, m)
 	}
@@ -61,6 +64,9 @@ func TestTextRoundTrip(t *testing.T) {
 			err, back = json.Unmarshal(js, &x), x
 		case Action:
 			var x Action
+			err, back = json.Unmarshal(js, &x), x
+		case Retransmits:
+			var x Retransmits
 			err, back = json.Unmarshal(js, &x), x
 		case AttachMode:
 			var x AttachMode
@@ -99,6 +105,7 @@ func TestTextStrict(t *testing.T) {
 		{"mode", new(Mode), "on", []string{`unknown mode "on"`, "want off, observe or enforce"}},
 		{"mode case", new(Mode), "Enforce", []string{`"Enforce"`}},
 		{"action", new(Action), "refuse", []string{`unknown action "refuse"`, "want drop, mark or reject"}},
+		{"retransmits", new(Retransmits), "drop", []string{`unknown retransmit rule "drop"`, "want as-first, shed or last"}},
 		{"attach", new(AttachMode), "tcx", []string{`unknown attach mode "tcx"`, "want auto, tc, xdp, xdp-native or xdp-generic"}},
 		{"attach empty", new(AttachMode), "", []string{`unknown attach mode ""`}},
 		{"proto", new(Proto), "sctp", []string{`unknown protocol "sctp"`, "want tcp or udp"}},
@@ -121,7 +128,7 @@ func TestTextStrict(t *testing.T) {
 			}
 		}
 	}
-	for _, v := range []encoding.TextMarshaler{Mode(3), Action(3), AttachMode(""), AttachMode("tcx"), Proto(1), Class(3), NumSignals, Unit(9),
+	for _, v := range []encoding.TextMarshaler{Mode(3), Action(3), Retransmits(3), AttachMode(""), AttachMode("tcx"), Proto(1), Class(3), NumSignals, Unit(9),
 		PortKey{}, PortKey{Proto: 1, Port: 80}} {
 		if text, err := v.MarshalText(); err == nil {
 			t.Errorf("%T %v: MarshalText = %q, want an error", v, v, text)

@@ -54,16 +54,26 @@ func DriveRestart(c *adaptive.Controller, sc Scenario, key olc.PortKey, minSampl
 	if idx < 0 {
 		return Result{}, fmt.Errorf("drive plant: the controller does not protect %s", key)
 	}
-	// The datapath sheds every retransmitted SYN while the decision asks
-	// it to (PortDecision.ShedRetransmits) and p > 0.
-	shedRetx := false
-	retxP := sc.RetransmitP
+	// The datapath treats a retransmitted SYN as the decision's
+	// PortDecision.Retransmits asks: every one shed while p > 0, or, with
+	// retransmits last, first attempts passing and retransmits at p.
+	rule := olc.RetransmitsAsFirst
+	retxP, firstP := sc.RetransmitP, sc.FirstP
 	sc.RetransmitP = func(p float64) float64 {
 		switch {
-		case shedRetx && p > 0:
+		case rule == olc.RetransmitsShed && p > 0:
 			return 1
 		case retxP != nil:
 			return retxP(p)
+		}
+		return p
+	}
+	sc.FirstP = func(p float64) float64 {
+		switch {
+		case rule == olc.RetransmitsLast:
+			return 0
+		case firstP != nil:
+			return firstP(p)
 		}
 		return p
 	}
@@ -119,7 +129,7 @@ func DriveRestart(c *adaptive.Controller, sc Scenario, key olc.PortKey, minSampl
 			if each != nil {
 				each(DriveTick{Observation: o, Port: d.Ports[idx], Decision: d})
 			}
-			shedRetx = d.Ports[idx].ShedRetransmits
+			rule = d.Ports[idx].Retransmits
 			held = d.Ports[idx].DropProbability
 			return d.Ports[idx].DropProbability, true
 		}
@@ -139,7 +149,7 @@ func DriveRestart(c *adaptive.Controller, sc Scenario, key olc.PortKey, minSampl
 		d := c.Step(s, map[olc.PortKey]adaptive.PortStats{key: {
 			New: o.New, Retransmits: o.Retransmits, Dropped: o.Dropped, Response: r}})
 		pd := d.Ports[idx]
-		shedRetx = pd.ShedRetransmits
+		rule = pd.Retransmits
 		if each != nil {
 			each(DriveTick{Observation: o, Port: pd, Decision: d})
 		}

@@ -159,6 +159,9 @@ type Scenario struct {
 	// retransmitted SYNs as a function of the port's p (a selection that
 	// prefers older demand); nil applies p to every SYN.
 	RetransmitP func(p float64) float64
+	// FirstP, when set, is the drop probability applied to first
+	// attempts as a function of the port's p; nil applies p.
+	FirstP func(p float64) float64
 	// Noise is the relative standard deviation of cpu_busy's measurement.
 	Noise float64
 	// Window is the period of the check between ticks (RunWindows); 0
@@ -223,8 +226,9 @@ type Result struct {
 // Tick is one tick of a Result.
 type Tick struct {
 	Observation
-	// P is the drop probability decided at the end of the tick.
-	P float64
+	// P is the drop probability decided at the end of the tick, PFirst
+	// the one a first attempt meets (Scenario.FirstP).
+	P, PFirst float64
 }
 
 // request is a connection in the server.
@@ -353,8 +357,11 @@ func RunWindows(sc Scenario, decide func(Observation) float64, between func(Obse
 				win.Retransmits++
 			}
 			dp := p
-			if a.retrans && sc.RetransmitP != nil {
+			switch {
+			case a.retrans && sc.RetransmitP != nil:
 				dp = sc.RetransmitP(p)
+			case !a.retrans && sc.FirstP != nil:
+				dp = sc.FirstP(p)
 			}
 			shed := rng.Float64() < dp
 			if sc.Limit > 0 {
@@ -477,7 +484,11 @@ func RunWindows(sc Scenario, decide func(Observation) float64, between func(Obse
 		obs.Goodput = float64(good) / dt
 		obs.Offered = float64(offered) / dt
 		p = decide(obs)
-		res.Ticks = append(res.Ticks, Tick{Observation: obs, P: p})
+		pf := p
+		if sc.FirstP != nil {
+			pf = sc.FirstP(p)
+		}
+		res.Ticks = append(res.Ticks, Tick{Observation: obs, P: p, PFirst: pf})
 		obs, latencies, busySum, good, offered = Observation{}, latencies[:0], 0, 0, 0
 	}
 	return res
@@ -526,7 +537,7 @@ func poisson(rng *rand.Rand, lambda float64) int {
 }
 
 // Windows summarises a run over 1 s windows from t0 to t1: each window's
-// mean drop probability and goodput (requests/s).
+// mean drop probability a first attempt met and goodput (requests/s).
 func (r Result) Windows(t0, t1 float64) (p, goodput []float64) {
 	for w := t0; w+1 <= t1+1e-9; w++ {
 		var sp float64
@@ -534,7 +545,7 @@ func (r Result) Windows(t0, t1 float64) (p, goodput []float64) {
 		var g float64
 		for _, tk := range r.Ticks {
 			if tk.T > w+1e-9 && tk.T <= w+1+1e-9 {
-				sp += tk.P
+				sp += tk.PFirst
 				n++
 			}
 		}

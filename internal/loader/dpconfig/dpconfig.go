@@ -71,10 +71,10 @@ type PortPolicy struct {
 	// (set by the controller; see loader.ProbabilityToFixed for how it is
 	// rounded).
 	DropProbability float64 `yaml:"-"`
-	// ShedRetransmits drops every retransmitted SYN (one found among the
-	// SYNs the port dropped) while DropProbability > 0, without a draw
-	// (adaptive.PortDecision.ShedRetransmits).
-	ShedRetransmits bool `yaml:"-"`
+	// Retransmits is what DropProbability applies to, as a retransmitted
+	// SYN (one found among the SYNs the port dropped) is told from a first
+	// attempt (adaptive.PortDecision.Retransmits; set by the controller).
+	Retransmits olc.Retransmits `yaml:"-"`
 	// Fair sheds the heaviest sources first: while DropProbability > 0 the
 	// drop probability a source meets grows with its share of the port's
 	// new work above a fair share, the port's total staying
