@@ -144,15 +144,17 @@ func printStatus(w io.Writer, st *api.Status, all bool, now time.Time) {
 	if len(st.Ports) == 0 {
 		fmt.Fprintln(w, "no protected ports (ports: auto protects TCP ports listening on non-loopback addresses)")
 	} else {
-		fmt.Fprintln(tw, "PORT\tCLASS\tMODE\tACTION\tSOURCE\tP\tNEW/S\tUNIQUE/S\tRETX/S\tDROP%\tREJECT/S\tWOULD-DROP%\tMARK%\tEXEMPT/S\tSTALE/S\tACCEPTQ")
+		fmt.Fprintln(tw, "PORT\tCLASS\tMODE\tACTION\tSOURCE\tP\tP APPLIES TO\tNEW/S\tUNIQUE/S\tRETX/S\tDROP%\tREJECT/S\tWOULD-DROP%\tMARK%\tEXEMPT/S\tSTALE/S\tACCEPTQ")
 		for _, p := range st.Ports {
-			fmt.Fprintf(tw, "%s/%d\t%s\t%s\t%s\t%s\t%.3f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\n",
-				p.Proto, p.Port, p.Class, p.Mode, p.Action, p.Source, p.DropProbability, p.NewPerS, p.UniquePerS,
+			fmt.Fprintf(tw, "%s/%d\t%s\t%s\t%s\t%s\t%.3f\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\n",
+				p.Proto, p.Port, p.Class, p.Mode, p.Action, p.Source, p.DropProbability, appliesTo(p.Retransmits), p.NewPerS, p.UniquePerS,
 				p.RetransmitsPerS, 100*p.DropShare, p.RejectedPerS+p.WouldRejectPerS, 100*p.WouldDropShare, 100*p.MarkedShare,
 				p.ExemptPerS, p.StalePerS, fmtPtr(p.AcceptQueueFill, 2))
 		}
 		tw.Flush()
 		fmt.Fprintln(w, "(per second and % over the last tick; NEW/S counts SYN retransmits too, UNIQUE/S does not;")
+		fmt.Fprintln(w, " P APPLIES TO: all new work, or first attempts with every retransmit of a dropped SYN shed,")
+		fmt.Fprintln(w, " or retransmits alone with every first attempt passing (docs/controller.md, retransmits last);")
 		fmt.Fprintln(w, " DROP%, WOULD-DROP% and MARK% are shares of NEW/S; REJECT/S: dropped SYNs answered with a reset")
 		fmt.Fprintln(w, " (in observe mode: would be); ACCEPTQ is the accept-queue fill)")
 		if st.RejectLimited > 0 {
@@ -441,4 +443,16 @@ func portsByMode(ports []api.PortStatus) (enforcing, observing []string) {
 		}
 	}
 	return enforcing, observing
+}
+
+// appliesTo renders a port's retransmit rule (api.PortStatus.Retransmits)
+// as what its drop probability applies to.
+func appliesTo(rule string) string {
+	switch rule {
+	case "shed":
+		return "first attempts (retransmits shed)"
+	case "last":
+		return "retransmits (first attempts pass)"
+	}
+	return "all new work"
 }

@@ -381,3 +381,13 @@ type LBStatus struct {
 	// ("node", "port", "unknown", "overflow").
 	AgentAnswers map[string]uint64 `json:"agent_answers"`
 }
+
+// FirstP returns the drop probability a first attempt meets (0..1): a new
+// client's chance of being shed. It is DropProbability but under
+// Retransmits "last", where first attempts all pass.
+func (p PortStatus) FirstP() float64 {
+	if p.Retransmits == "last" {
+		return 0
+	}
+	return p.DropProbability
+}

@@ -124,7 +124,8 @@ var (
 	descOverload = prometheus.NewDesc("olcd_overload_active", "1 while the node is overloaded (shedding, or would shed in observe mode).", nil, nil)
 	descNodeP    = prometheus.NewDesc("olcd_drop_probability_ratio", "Node-level share of new work to shed (0..1).", nil, nil)
 	descClassP   = prometheus.NewDesc("olcd_class_drop_probability_ratio", "Drop probability of a priority class (0..1).", []string{"class"}, nil)
-	descPortP    = prometheus.NewDesc("olcd_port_drop_probability_ratio", "Drop probability written to the datapath for a port (0..1).", portLabels, nil)
+	descPortP    = prometheus.NewDesc("olcd_port_drop_probability_ratio", "Drop probability written to the datapath for a port (0..1); olcd_port_retransmit_rule says what it applies to.", portLabels, nil)
+	descRetxRule = prometheus.NewDesc("olcd_port_retransmit_rule", "What a port's drop probability applies to, one series per rule, 1 for the rule in force: as-first (all new work), shed (first attempts; retransmits of dropped SYNs all shed), last (retransmits; first attempts all pass).", append(slices.Clone(portLabels), "rule"), nil)
 	descNew      = prometheus.NewDesc("olcd_port_new_connections_total", "New connections (TCP SYN without ACK) or UDP requests seen by the datapath, SYN retransmits included.", portLabels, nil)
 	descRetrans  = prometheus.NewDesc("olcd_port_syn_retransmits_total", "Retransmitted SYNs of SYNs the datapath dropped (also in new_connections).", portLabels, nil)
 	descPassed   = prometheus.NewDesc("olcd_port_passed_total", "New connections passed (including exempt, marked, would-drop and stale).", portLabels, nil)
@@ -214,7 +215,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d.threshold
 	}
 	for _, d := range []*prometheus.Desc{descMode, descSigPress, descSigAvail,
-		descSigCorr, descPressure, descOverload, descNodeP, descClassP, descPortP, descNew, descRetrans,
+		descSigCorr, descPressure, descOverload, descNodeP, descClassP, descPortP, descRetxRule, descNew, descRetrans,
 		descPassed, descDropped, descCapped, descMarked, descWould, descRejected, descWouldRej, descRejLimit, descExempt, descStale, descOtherNew, descOtherEx, descExcPort,
 		descUncl, descAttach, descOverride, descLastTick, descDPErr, descRTHist, descRTQuant, descRTTarget, descRTBase, descQueueP, descRTReq,
 		descRTAband, descReused, descResets, descWouldRst, descRTInfl, descSampleR, descCapacity, descCapAge, descFlowCap, descFlowUsed, descFlowEvent} {
@@ -305,6 +306,13 @@ func collectPort(ch chan<- prometheus.Metric, p api.PortStatus, stats loader.Sta
 	gauge, counter := emit(ch).gauge, emit(ch).counter
 	labels := []string{p.Proto, strconv.Itoa(int(p.Port)), p.Class}
 	gauge(descPortP, p.DropProbability, labels...)
+	for _, r := range []olc.Retransmits{olc.RetransmitsAsFirst, olc.RetransmitsShed, olc.RetransmitsLast} {
+		in := 0.0
+		if r.String() == p.Retransmits {
+			in = 1
+		}
+		gauge(descRetxRule, in, append(slices.Clone(labels), r.String())...)
+	}
 	cn, ok := stats.Ports[k]
 	if !ok {
 		return

@@ -621,7 +621,7 @@ func (l *LBHarness) Run(ctx context.Context, v LBVariant) (*LBRunResult, error) 
 				if st, err := od.status(ctx); err == nil {
 					for _, p := range st.Ports {
 						if p.Port == WorkPort {
-							s.olcd, s.p, s.newConns, s.dropped = true, p.DropProbability, p.Totals.NewConns, p.Totals.Dropped
+							s.olcd, s.p, s.newConns, s.dropped = true, p.FirstP(), p.Totals.NewConns, p.Totals.Dropped
 						}
 					}
 				}

@@ -60,7 +60,7 @@ func writePlot(path string, r *RunResult) error {
 		add(rates, "offered", get(func(p SecondPoint) float64 { return p.Offered }), blue, true),
 		add(rates, "admitted (connected)", get(func(p SecondPoint) float64 { return p.Admitted }), orange, false),
 		add(rates, "goodput (200 within SLO)", get(func(p SecondPoint) float64 { return p.Goodput }), green, false),
-		add(fracs, "olcd drop probability", get(func(p SecondPoint) float64 { return p.P }), red, false),
+		add(fracs, "olcd drop probability (first attempts)", get(func(p SecondPoint) float64 { return p.P }), red, false),
 		add(fracs, "backend CPU / quota", get(func(p SecondPoint) float64 { return p.CPU }), purple, false),
 	} {
 		if e != nil {

@@ -153,7 +153,7 @@ func relPath(p string) string {
 // of the matrix.
 func (r *Report) PrintMatrix(w io.Writer) {
 	fmt.Fprintf(w, "\nmatrix: each scenario's overload phase (the highest offered load); goodput/C over the whole phase and from +%.0fs;\n"+
-		"   p sd = drop probability std-dev over 1 s windows from +%.0fs; steady = share of those windows with goodput ≥ %.1f × their mean;\n"+
+		"   p sd = std-dev of the drop probability a first attempt meets, over 1 s windows from +%.0fs; steady = share of those windows with goodput ≥ %.1f × their mean;\n"+
 		"   C = the capacity in force (capacity-halved: C' after the halving); connect = mean ms in connect(); health = health checks answered over the run\n", SettleTime.Seconds(), SettleTime.Seconds(), windowOKShare)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tvariant\tC/s\tgoodput/C\t+5s\tp99 ms\tp sd\tsteady\tconnect\trefused\ttimeouts\thealth\t")

@@ -592,7 +592,7 @@ func (h *Harness) attack(ctx context.Context, dir, label string, clients Clients
 				}{s.t.Seconds(), st})
 				for _, p := range st.Ports {
 					if p.Port == WorkPort && p.Proto == "tcp" {
-						s.olcd, s.p = true, p.DropProbability
+						s.olcd, s.p = true, p.FirstP()
 						s.newConns, s.dropped, s.rejected, s.would = p.Totals.NewConns, p.Totals.Dropped, p.Totals.Rejected, p.Totals.WouldDrop
 					}
 				}

@@ -1,0 +1,55 @@
+package adaptive
+
+import (
+	"math"
+	"testing"
+
+	"github.com/olcd/olcd/internal/olc"
+)
+
+// TestLawRanksRetransmits: with a target below the SYN retransmit timeout
+// the law admits A answers per second first to first attempts: while they
+// alone exceed A every retransmit is shed and they meet the pass rate;
+// once they fit they all pass and the retransmits get what is left, with
+// no floor (min_pass_rate bounds the shedding of new work, and all of it
+// passes); everything fitting ends the law. A target of a second or more
+// ranks none apart. The decision carries the rule, and the node's class
+// share, when it sheds, sheds first attempts with every retransmit gone.
+func TestLawRanksRetransmits(t *testing.T) {
+	prm := DefaultParams()
+	prm.MinPassRate = 0.05
+	tests := []struct {
+		name        string
+		target      float64
+		A, first    float64 // answers/s admitted, first attempts/s (a = 1)
+		retx        float64 // retransmits/s
+		classP      float64
+		wantRule    olc.Retransmits // the decision's
+		wantPass    float64 // the law's pass rate
+		wantDropP   float64 // the decision's drop probability
+		wantFirstsP float64 // the drop probability a first attempt meets
+	}{
+		{"first attempts alone exceed A", 0.05, 100, 400, 300, 0, olc.RetransmitsShed, 0.25, 0.75, 0.75},
+		{"first attempts fit, retransmits share what is left", 0.05, 100, 60, 400, 0, olc.RetransmitsLast, 0.1, 0.9, 0},
+		{"retransmits past the bound: no floor", 0.05, 100, 99, 1000, 0, olc.RetransmitsLast, 0.001, 0.999, 0},
+		{"everything fits", 0.05, 100, 60, 30, 0, olc.RetransmitsAsFirst, 1, 0, 0},
+		{"a drained queue asks to shed all: the floor holds", 0.05, -50, 100, 0, 0, olc.RetransmitsShed, 0.05, 0.95, 0.95},
+		{"target of 1 s: retransmits as first attempts", 1, 100, 60, 40, 0, olc.RetransmitsAsFirst, 1, 0, 0},
+		{"target of 1 s, over", 1, 100, 150, 50, 0, olc.RetransmitsAsFirst, 0.5, 0.5, 0.5},
+		{"the node's cap under last", 0.05, 100, 60, 400, 0.3, olc.RetransmitsShed, 0.1, 0.3, 0.3},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := port{cfg: PortConfig{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 80}}, pass: 1, target: tc.target}
+			p.law(tc.A, 1, rates{all: tc.first + tc.retx, first: tc.first}, &prm)
+			if math.Abs(p.pass-tc.wantPass) > 1e-9 {
+				t.Errorf("law: pass rate %.4f (%s), want %.4f", p.pass, p.retransmits(), tc.wantPass)
+			}
+			d := p.decision(tc.classP, &prm)
+			if d.Retransmits != tc.wantRule || math.Abs(d.DropProbability-tc.wantDropP) > 1e-9 || math.Abs(d.FirstP()-tc.wantFirstsP) > 1e-9 {
+				t.Errorf("decision: rule %s p %.4f first attempts' p %.4f, want %s %.4f %.4f",
+					d.Retransmits, d.DropProbability, d.FirstP(), tc.wantRule, tc.wantDropP, tc.wantFirstsP)
+			}
+		})
+	}
+}
