@@ -36,14 +36,9 @@ type port struct {
 	pass   float64         // the law's pass rate, MinPassRate..1
 	retx   olc.Retransmits // what the pass rate applies to while pass < 1
 	target float64         // the target in force (seconds; 0: none)
-	// recent holds the requests in flight at the end of the newest onset
-	// windows (oldest first), winLen their length (seconds; 0: none seen),
-	// idle whether one of this tick's ended empty.
-	recent  []float64
-	winLen  float64
-	idle    bool
+	hist    history // the recent windows: D and the standing queue
+	idle    bool    // an onset window of this tick ended empty
 	prevEnd float64 // requests in flight at the previous tick's end (−1: no tick yet)
-	dem     demand  // the recent arrivals, D's source
 	// away is how long (seconds) a client shed in the last tick that shed
 	// stays out: a SYN retransmit timeout for a dropped SYN, none for a
 	// reset (reject, the request gate).
@@ -64,10 +59,6 @@ const standingSpan = 100 * time.Millisecond
 // is as long as the target itself, an overload building, not the noise of
 // a closed pool's arrivals about N*.
 const longQueue = 2.0
-
-// maxStandingWindows bounds the windows standingSpan covers (10 at the
-// shortest onset interval, 10 ms).
-const maxStandingWindows = 10
 
 // active reports whether the port's law sheds.
 func (p *port) active() bool { return p.pass < 1 }
@@ -131,12 +122,12 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	// least N* (of the last tick's μ̂ and target) at its end. Requests in
 	// flight alone are not enough: a pool of 8 workers with 3 of them busy
 	// answers its demand, not its capacity.
-	standing := p.standing(r.Inflight)
+	standing := p.hist.standing(r.Inflight)
 	saturated := r.Responses > 0 && p.prevEnd >= 1 && r.Inflight >= 1 && !p.idle && standing >= p.cap.now()*p.target
 	prevEnd := p.prevEnd
 	p.prevEnd, p.idle = r.Inflight, false
 	p.cap.tick(r.Responses, c.admitted, r.Inflight-math.Max(prevEnd, 0), dt, saturated)
-	p.dem.tick(c)
+	p.hist.tick(c, r.Inflight)
 	if !p.cfg.Target.On() {
 		p.pass, p.target = 1, 0
 		return ""
@@ -148,7 +139,7 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 		return ""
 	}
 	mu, a := p.cap.now(), p.cap.perStart()
-	d := p.dem.of(math.Max(p.away, dt), standing > longQueue*mu*p.target)
+	d := p.hist.of(math.Max(p.away, dt), standing > longQueue*mu*p.target)
 	was := p.active()
 	why := fmt.Sprintf("response_time_p95 %.3gs, target %s", r.P95, p.targetName())
 	if !r.Available {
@@ -240,9 +231,7 @@ func (p *port) passName() string {
 func (p *port) window(st PortStats, w, tick float64, prm *Params) string {
 	r := sanitize(st.Response)
 	c := countsOf(st, w)
-	p.winLen = w
-	p.recent = push(p.recent, r.Inflight, maxStandingWindows)
-	p.dem.window(c)
+	p.hist.window(c, r.Inflight)
 	if r.Inflight < 1 {
 		p.idle = true
 	}
@@ -257,8 +246,8 @@ func (p *port) window(st PortStats, w, tick float64, prm *Params) string {
 	if a <= 0 && r.Requests > 0 && c.admitted > 0 {
 		a = r.Requests / c.admitted
 	}
-	surge := mu > 0 && r.Inflight-mu*p.target > mu*w && p.growing(mu*w)
-	d := p.dem.of(math.Max(p.away, tick), p.standing(r.Inflight) > longQueue*mu*p.target)
+	surge := mu > 0 && r.Inflight-mu*p.target > mu*w && p.hist.growing(mu*w)
+	d := p.hist.of(math.Max(p.away, tick), p.hist.standing(r.Inflight) > longQueue*mu*p.target)
 	if mu <= 0 || a <= 0 || d.all <= 0 || (!p.active() && !surge) {
 		return ""
 	}
@@ -269,41 +258,6 @@ func (p *port) window(st PortStats, w, tick float64, prm *Params) string {
 	}
 	return fmt.Sprintf("%.0f requests in flight where %.1f keep the target %s, capacity %.0f answers/s, %.0f starts/s (%.0f retransmits): %s between ticks",
 		r.Inflight, mu*p.target, p.targetName(), mu, d.all, d.retx(), p.passName())
-}
-
-// growing reports whether the requests in flight grew by more than by in
-// each onset window of the last standingSpan.
-func (p *port) growing(by float64) bool {
-	k, n := p.spanWindows(), len(p.recent)
-	if n < k+1 {
-		return false
-	}
-	for i := n - k; i < n; i++ {
-		if p.recent[i]-p.recent[i-1] <= by {
-			return false
-		}
-	}
-	return true
-}
-
-// spanWindows is how many onset windows standingSpan covers (1 without
-// windows).
-func (p *port) spanWindows() int {
-	if p.winLen <= 0 {
-		return 1
-	}
-	return min(maxStandingWindows-1, max(1, int(math.Ceil(standingSpan.Seconds()/p.winLen-1e-9))))
-}
-
-// standing returns the standing queue at a tick's end: the fewest requests
-// in flight at the end of the onset windows of the last standingSpan and at
-// the tick's end (end alone without onset windows).
-func (p *port) standing(end float64) float64 {
-	m := end
-	for _, x := range p.recent[len(p.recent)-min(len(p.recent), p.spanWindows()):] {
-		m = math.Min(m, x)
-	}
-	return m
 }
 
 // targetName renders the target for a reason: "auto from no-load p95 5ms",

@@ -101,7 +101,7 @@ func (c *Controller) Restore(s State, age time.Duration, at time.Time) {
 		if st.Demand > 0 {
 			// The demand the law last divided by, as one span of a
 			// retransmit timeout, until the windows measure it again.
-			ps.dem.spans = []counts{{starts: st.Demand, first: st.Demand, dt: SYNRetransmitTimeout}}
+			ps.hist.spans = []span{{counts: counts{starts: st.Demand, first: st.Demand, dt: SYNRetransmitTimeout}}}
 		}
 		ps.recorded = 1 - ps.pass
 	}
