@@ -25,9 +25,9 @@ func TestLawRanksRetransmits(t *testing.T) {
 		retx        float64 // retransmits/s
 		classP      float64
 		wantRule    olc.Retransmits // the decision's
-		wantPass    float64 // the law's pass rate
-		wantDropP   float64 // the decision's drop probability
-		wantFirstsP float64 // the drop probability a first attempt meets
+		wantPass    float64         // the law's pass rate
+		wantDropP   float64         // the decision's drop probability
+		wantFirstsP float64         // the drop probability a first attempt meets
 	}{
 		{"first attempts alone exceed A", 0.05, 100, 400, 300, 0, olc.RetransmitsShed, 0.25, 0.75, 0.75},
 		{"first attempts fit, retransmits share what is left", 0.05, 100, 60, 400, 0, olc.RetransmitsLast, 0.1, 0.9, 0},

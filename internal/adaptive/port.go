@@ -30,15 +30,15 @@ type PortResponse struct {
 // port is one protected port: its law on its measured capacity and queue
 // (docs/controller.md §1), and what that law learnt.
 type port struct {
-	cfg    PortConfig
-	cap    capacity        // μ̂ and the answers per start
-	base   baseline        // the no-load p95 of an auto target
-	pass   float64         // the law's pass rate, MinPassRate..1
-	retx   olc.Retransmits // what the pass rate applies to while pass < 1
-	target float64         // the target in force (seconds; 0: none)
-	hist    history // the recent windows: D and the standing queue
-	idle    bool    // an onset window of this tick ended empty
-	prevEnd float64 // requests in flight at the previous tick's end (−1: no tick yet)
+	cfg     PortConfig
+	cap     capacity        // μ̂ and the answers per start
+	base    baseline        // the no-load p95 of an auto target
+	pass    float64         // the law's pass rate, MinPassRate..1
+	retx    olc.Retransmits // what the pass rate applies to while pass < 1
+	target  float64         // the target in force (seconds; 0: none)
+	hist    history         // the recent windows: D and the standing queue
+	idle    bool            // an onset window of this tick ended empty
+	prevEnd float64         // requests in flight at the previous tick's end (−1: no tick yet)
 	// away is how long (seconds) a client shed in the last tick that shed
 	// stays out: a SYN retransmit timeout for a dropped SYN, none for a
 	// reset (reject, the request gate).
