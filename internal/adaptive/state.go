@@ -98,11 +98,6 @@ func (c *Controller) Restore(s State, age time.Duration, at time.Time) {
 			}
 			ps.cap.slots = []capSlot{slot}
 		}
-		if st.Demand > 0 {
-			// The demand the law last divided by, as one span of a
-			// retransmit timeout, until the windows measure it again.
-			ps.hist.spans = []span{{counts: counts{starts: st.Demand, first: st.Demand, dt: SYNRetransmitTimeout}}}
-		}
 		ps.recorded = 1 - ps.pass
 	}
 	c.nodeRec = 1 - c.node.pass

@@ -154,9 +154,12 @@ func relPath(p string) string {
 func (r *Report) PrintMatrix(w io.Writer) {
 	fmt.Fprintf(w, "\nmatrix: each scenario's overload phase (the highest offered load); goodput/C over the whole phase and from +%.0fs;\n"+
 		"   p sd = std-dev of the drop probability a first attempt meets, over 1 s windows from +%.0fs; steady = share of those windows with goodput ≥ %.1f × their mean;\n"+
-		"   C = the capacity in force (capacity-halved: C' after the halving); connect = mean ms in connect(); health = health checks answered over the run\n", SettleTime.Seconds(), SettleTime.Seconds(), windowOKShare)
+		"   p95, p99 = of the successes over the whole phase and from +%.0fs; target = olcd's response target from +%.0fs;\n"+
+		"   after = share of the next phase's requests (the step down) answered within the SLO from +%.0fs;\n"+
+		"   C = the capacity in force (capacity-halved: C' after the halving); connect = mean ms in connect(); health = health checks answered over the run\n",
+		SettleTime.Seconds(), SettleTime.Seconds(), windowOKShare, SettleTime.Seconds(), SettleTime.Seconds(), AfterSettle.Seconds())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tvariant\tC/s\tgoodput/C\t+5s\tp99 ms\tp sd\tsteady\tconnect\trefused\ttimeouts\thealth\t")
+	fmt.Fprintln(tw, "scenario\tvariant\tC/s\tgoodput/C\t+5s\tp95 ms\t+5s\tp99 ms\t+5s\ttarget\tp sd\tsteady\tafter\tconnect\trefused\ttimeouts\thealth\t")
 	for _, s := range r.Scenarios {
 		m := s.Summary
 		if m == nil {
@@ -166,12 +169,19 @@ func (r *Report) PrintMatrix(w io.Writer) {
 		if m.PStdDev != nil {
 			sd = fmt.Sprintf("%.3f", *m.PStdDev)
 		}
-		p99 := "-"
-		if m.P99Ms > 0 {
-			p99 = fmt.Sprintf("%.0f", m.P99Ms)
+		ms := func(x float64) string {
+			if x <= 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.0f", x)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.2f\t%.2f\t%s\t%s\t%.2f\t%.0f\t%d\t%d\t%d/%d\t\n", s.Name, s.Variant, m.CapacityRPS,
-			m.GoodputC, m.SettledGoodputC, p99, sd, m.WindowsOK, m.MeanConnectMs, m.ConnectRefused, m.Timeouts, m.HealthOK, m.HealthTotal)
+		after := "-"
+		if m.AfterServed != nil {
+			after = fmt.Sprintf("%.2f", *m.AfterServed)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s\t%.0f\t%d\t%d\t%d/%d\t\n", s.Name, s.Variant, m.CapacityRPS,
+			m.GoodputC, m.SettledGoodputC, ms(m.P95Ms), ms(m.SettledP95Ms), ms(m.P99Ms), ms(m.SettledP99Ms), ms(m.TargetMs), sd, m.WindowsOK, after,
+			m.MeanConnectMs, m.ConnectRefused, m.Timeouts, m.HealthOK, m.HealthTotal)
 	}
 	tw.Flush()
 }

@@ -514,7 +514,8 @@ type sample struct {
 	usage    time.Duration // cgroup CPU time, cumulative
 	quota    float64       // CPUs
 	olcd     bool          // the olcd fields are valid
-	p        float64       // olcd's drop probability of the work port
+	p        float64       // the drop probability a first attempt meets at the work port
+	target   float64       // the work port's response target (seconds; 0: none)
 	newConns uint64        // cumulative datapath counters of the work port
 	dropped  uint64
 	rejected uint64
@@ -593,6 +594,9 @@ func (h *Harness) attack(ctx context.Context, dir, label string, clients Clients
 				for _, p := range st.Ports {
 					if p.Port == WorkPort && p.Proto == "tcp" {
 						s.olcd, s.p = true, p.FirstP()
+						if p.ResponseTarget != nil {
+							s.target = *p.ResponseTarget
+						}
 						s.newConns, s.dropped, s.rejected, s.would = p.Totals.NewConns, p.Totals.Dropped, p.Totals.Rejected, p.Totals.WouldDrop
 					}
 				}

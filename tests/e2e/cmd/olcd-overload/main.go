@@ -9,6 +9,7 @@
 // Results go to <out>/results.json, a PNG time series per run beside it.
 //
 //	olcd-overload [demo] [-set headline|full|classic] [-olcd bin/olcd] [-out out/demo] [-scenarios a,b] [-variants x,y]
+//	olcd-overload repeats out/run1 out/run2 ...   (each cell's min / median / max over runs of the same matrix)
 //	olcd-overload backend ...   (started by the harness, inside the backend's cgroup)
 //	olcd-overload attack -config attack.json   (started by the harness, in the client netns)
 //
@@ -46,12 +47,14 @@ func main() {
 		err = demo(ctx, args)
 	case "backend":
 		err = backend(ctx, args)
+	case "repeats":
+		err = repeats(args)
 	case "attack":
 		err = attack(ctx, args, overload.RunAttack)
 	case string(overload.ClientsClosedPool):
 		err = attack(ctx, args, overload.RunClosedPool)
 	default:
-		err = fmt.Errorf("unknown command %q: want demo, backend, attack or closed-pool", cmd)
+		err = fmt.Errorf("unknown command %q: want demo, repeats, backend, attack or closed-pool", cmd)
 	}
 	switch {
 	case err == nil:
@@ -455,4 +458,26 @@ func splitList(s, sep string) []string {
 		}
 	}
 	return out
+}
+
+// repeats prints each cell of the runs in the given output directories
+// (or results.json files) as min / median / max over the runs.
+func repeats(args []string) error {
+	if len(args) == 0 {
+		return errors.New("repeats: name the output directories (or results.json files) of the runs")
+	}
+	var reps []*overload.Report
+	for _, a := range args {
+		path := a
+		if st, err := os.Stat(a); err == nil && st.IsDir() {
+			path = filepath.Join(a, "results.json")
+		}
+		r, err := overload.ReadReport(path)
+		if err != nil {
+			return fmt.Errorf("repeats: %w", err)
+		}
+		reps = append(reps, r)
+	}
+	overload.PrintRepeats(os.Stdout, reps)
+	return nil
 }
