@@ -11,7 +11,7 @@ import (
 // 0.9 μ̂, is logged where missed; the test fails below 0.5): with
 // blocking clients that retransmit a shed SYN (64 closed-loop clients, the
 // kernel's SYN timeouts), the requests admitted in the second after every
-// cut (a tick whose drop probability rose by 0.1 or more) reach 0.9 of the
+// cut (a tick whose drop probability for first attempts rose by 0.1 or more) reach 0.9 of the
 // capacity measured: a cut does not leave the service idle while its
 // clients wait out a retransmit.
 func TestCutKeepsServiceBusy(t *testing.T) {
@@ -29,7 +29,7 @@ func TestCutKeepsServiceBusy(t *testing.T) {
 			for i := 1; i+2 < len(ticks); i++ {
 				mu := ticks[i].Port.Capacity
 				// Cuts of the 3 C phase whose next second is in it too.
-				if ticks[i].T < 10 || ticks[i].T > 39 || ticks[i].Port.DropProbability-ticks[i-1].Port.DropProbability < 0.1 || mu <= 0 {
+				if ticks[i].T < 10 || ticks[i].T > 39 || ticks[i].Port.FirstP()-ticks[i-1].Port.FirstP() < 0.1 || mu <= 0 {
 					continue
 				}
 				cuts++
