@@ -184,6 +184,14 @@ type Summary struct {
 	// TargetMs is the mean response target olcd held the work port at
 	// over the phase from +SettleTime (0: none, or no olcd).
 	TargetMs float64 `json:"target_ms,omitempty"`
+	// AfterCut is the fewest connections admitted in the second after a
+	// cut (a sample whose drop probability for first attempts rose by 0.1
+	// or more, from +1 s of the phase on) over the capacity in connections
+	// per second olcd measured at the cut; Cuts counts them (issue 24: a
+	// cut must not leave the service idle while its clients wait out a
+	// SYN retransmit, ≥ 0.9). Absent without cuts.
+	AfterCut *float64 `json:"after_cut,omitempty"`
+	Cuts     int      `json:"cuts,omitempty"`
 	// AfterServed is the share of the requests of the phase that follows
 	// (the step down), started from +AfterSettle, answered within the SLO;
 	// absent when no phase follows.
@@ -224,6 +232,7 @@ func (r *RunResult) summarise(name string, c float64) *Summary {
 		s.SettledGoodputC, s.SettledP95Ms, s.SettledP99Ms = p.Settled.GoodputRPS/c, p.Settled.P95Ms, p.Settled.P99Ms
 	}
 	s.AfterServed = r.afterServed(to)
+	s.Cuts, s.AfterCut = r.afterCuts(from+time.Second, to-time.Second)
 	for _, ph := range r.Phases {
 		s.HealthOK += ph.HealthOK
 		s.HealthTotal += ph.HealthTotal
@@ -277,6 +286,35 @@ func (r *RunResult) afterServed(from time.Duration) *float64 {
 		return &share
 	}
 	return nil
+}
+
+// afterCuts returns the cuts in [from, to) and the fewest connections
+// admitted in the second after one over the capacity olcd measured then
+// (Summary.AfterCut).
+func (r *RunResult) afterCuts(from, to time.Duration) (int, *float64) {
+	if r.rec == nil {
+		return 0, nil
+	}
+	n, worst := 0, math.Inf(1)
+	ss := r.rec.samples
+	for i := 1; i < len(ss); i++ {
+		s0, s1 := ss[i-1], ss[i]
+		if !s0.olcd || !s1.olcd || s1.t < from || s1.t >= to || s1.connCap <= 0 || s1.p-s0.p < 0.1 {
+			continue
+		}
+		var admitted float64
+		for _, d := range r.rec.dials {
+			if end := d.start + d.dur; d.outcome == outcomeOK && end > s1.t && end <= s1.t+time.Second {
+				admitted++
+			}
+		}
+		n++
+		worst = math.Min(worst, admitted/s1.connCap)
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	return n, &worst
 }
 
 // mean is the mean of xs (NaN when empty).

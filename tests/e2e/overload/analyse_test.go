@@ -215,3 +215,35 @@ func TestDropViolations(t *testing.T) {
 		})
 	}
 }
+
+// TestAfterCuts: a cut is a sample whose drop probability for first
+// attempts rose by 0.1 or more; what counts is the connects that completed
+// in the second after it over the capacity measured at it, the fewest of
+// the cuts in the span.
+func TestAfterCuts(t *testing.T) {
+	rec := &records{samples: []sample{
+		{t: 10 * time.Second, olcd: true, p: 0.1, connCap: 200},
+		{t: 10500 * time.Millisecond, olcd: true, p: 0.5, connCap: 200}, // a cut
+		{t: 11 * time.Second, olcd: true, p: 0.55, connCap: 200},
+		{t: 20 * time.Second, olcd: true, p: 0.2, connCap: 200},
+		{t: 20500 * time.Millisecond, olcd: true, p: 0.4, connCap: 100}, // a cut
+		{t: 40 * time.Second, olcd: true, p: 0, connCap: 100},
+		{t: 40500 * time.Millisecond, olcd: true, p: 0.9, connCap: 100}, // out of the span
+	}}
+	add := func(at time.Duration, n int) {
+		for i := range n {
+			rec.dials = append(rec.dials, dial{start: at + time.Duration(i)*time.Millisecond, dur: time.Millisecond, outcome: outcomeOK})
+		}
+	}
+	add(10600*time.Millisecond, 190) // 0.95 of 200
+	add(20600*time.Millisecond, 60)  // 0.6 of 100
+	rec.dials = append(rec.dials, dial{start: 20600 * time.Millisecond, dur: time.Millisecond, outcome: outcomeTimeout})
+	r := &RunResult{rec: rec}
+	n, worst := r.afterCuts(5*time.Second, 35*time.Second)
+	if n != 2 || worst == nil || math.Abs(*worst-0.6) > 1e-9 {
+		t.Errorf("cuts %d, worst %v; want 2 and 0.6", n, worst)
+	}
+	if n, worst := r.afterCuts(0, 5*time.Second); n != 0 || worst != nil {
+		t.Errorf("no cut in the span: %d %v", n, worst)
+	}
+}

@@ -43,7 +43,7 @@ func PrintRepeats(w io.Writer, reports []*Report) {
 	}
 	fmt.Fprintf(w, "each cell over the runs that have it, min/median/max (n runs); the columns as in the matrix\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tvariant\tn\tC/s\tgoodput/C\t+5s\tp95 ms +5s\tp99 ms\tp99 ms +5s\ttarget ms\tp sd\tsteady\tafter\thealth")
+	fmt.Fprintln(tw, "scenario\tvariant\tn\tC/s\tgoodput/C\t+5s\tp95 ms +5s\tp99 ms\tp99 ms +5s\ttarget ms\tp sd\tsteady\tafter\tafter cut\thealth")
 	for _, k := range order {
 		ss := runs[k]
 		f := func(get func(*Summary) float64, prec int) string {
@@ -71,13 +71,13 @@ func PrintRepeats(w io.Writer, reports []*Report) {
 			health += s.HealthOK
 			total += s.HealthTotal
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\n", k.scenario, k.variant, len(ss),
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\n", k.scenario, k.variant, len(ss),
 			f(func(s *Summary) float64 { return s.CapacityRPS }, 0),
 			f(func(s *Summary) float64 { return s.GoodputC }, 2), f(func(s *Summary) float64 { return s.SettledGoodputC }, 2),
 			f(func(s *Summary) float64 { return s.SettledP95Ms }, 0), f(func(s *Summary) float64 { return s.P99Ms }, 0),
 			f(func(s *Summary) float64 { return s.SettledP99Ms }, 0), f(func(s *Summary) float64 { return s.TargetMs }, 0),
 			f(func(s *Summary) float64 { return nan(s.PStdDev) }, 3), f(func(s *Summary) float64 { return s.WindowsOK }, 2),
-			f(func(s *Summary) float64 { return nan(s.AfterServed) }, 2), health, total)
+			f(func(s *Summary) float64 { return nan(s.AfterServed) }, 2), f(func(s *Summary) float64 { return nan(s.AfterCut) }, 2), health, total)
 	}
 	tw.Flush()
 }

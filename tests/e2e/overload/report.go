@@ -156,10 +156,11 @@ func (r *Report) PrintMatrix(w io.Writer) {
 		"   p sd = std-dev of the drop probability a first attempt meets, over 1 s windows from +%.0fs; steady = share of those windows with goodput ≥ %.1f × their mean;\n"+
 		"   p95, p99 = of the successes over the whole phase and from +%.0fs; target = olcd's response target from +%.0fs;\n"+
 		"   after = share of the next phase's requests (the step down) answered within the SLO from +%.0fs;\n"+
+		"   after cut = fewest connections admitted in the second after a cut (p rose by 0.1) over olcd's measured capacity;\n"+
 		"   C = the capacity in force (capacity-halved: C' after the halving); connect = mean ms in connect(); health = health checks answered over the run\n",
 		SettleTime.Seconds(), SettleTime.Seconds(), windowOKShare, SettleTime.Seconds(), SettleTime.Seconds(), AfterSettle.Seconds())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tvariant\tC/s\tgoodput/C\t+5s\tp95 ms\t+5s\tp99 ms\t+5s\ttarget\tp sd\tsteady\tafter\tconnect\trefused\ttimeouts\thealth\t")
+	fmt.Fprintln(tw, "scenario\tvariant\tC/s\tgoodput/C\t+5s\tp95 ms\t+5s\tp99 ms\t+5s\ttarget\tp sd\tsteady\tafter\tafter cut\tconnect\trefused\ttimeouts\thealth\t")
 	for _, s := range r.Scenarios {
 		m := s.Summary
 		if m == nil {
@@ -175,12 +176,15 @@ func (r *Report) PrintMatrix(w io.Writer) {
 			}
 			return fmt.Sprintf("%.0f", x)
 		}
-		after := "-"
+		after, cut := "-", "-"
 		if m.AfterServed != nil {
 			after = fmt.Sprintf("%.2f", *m.AfterServed)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s\t%.0f\t%d\t%d\t%d/%d\t\n", s.Name, s.Variant, m.CapacityRPS,
-			m.GoodputC, m.SettledGoodputC, ms(m.P95Ms), ms(m.SettledP95Ms), ms(m.P99Ms), ms(m.SettledP99Ms), ms(m.TargetMs), sd, m.WindowsOK, after,
+		if m.AfterCut != nil {
+			cut = fmt.Sprintf("%.2f (%d)", *m.AfterCut, m.Cuts)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s\t%s\t%.0f\t%d\t%d\t%d/%d\t\n", s.Name, s.Variant, m.CapacityRPS,
+			m.GoodputC, m.SettledGoodputC, ms(m.P95Ms), ms(m.SettledP95Ms), ms(m.P99Ms), ms(m.SettledP99Ms), ms(m.TargetMs), sd, m.WindowsOK, after, cut,
 			m.MeanConnectMs, m.ConnectRefused, m.Timeouts, m.HealthOK, m.HealthTotal)
 	}
 	tw.Flush()

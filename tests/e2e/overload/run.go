@@ -516,6 +516,7 @@ type sample struct {
 	olcd     bool          // the olcd fields are valid
 	p        float64       // the drop probability a first attempt meets at the work port
 	target   float64       // the work port's response target (seconds; 0: none)
+	connCap  float64       // the work port's measured capacity in new connections/s (0: none)
 	newConns uint64        // cumulative datapath counters of the work port
 	dropped  uint64
 	rejected uint64
@@ -596,6 +597,9 @@ func (h *Harness) attack(ctx context.Context, dir, label string, clients Clients
 						s.olcd, s.p = true, p.FirstP()
 						if p.ResponseTarget != nil {
 							s.target = *p.ResponseTarget
+						}
+						if p.Capacity != nil {
+							s.connCap = p.Capacity.ConnectionsPerS
 						}
 						s.newConns, s.dropped, s.rejected, s.would = p.Totals.NewConns, p.Totals.Dropped, p.Totals.Rejected, p.Totals.WouldDrop
 					}
