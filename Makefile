@@ -28,7 +28,8 @@ help:
 	@echo "make demo-full       the whole matrix: backends cpu, pool, php x clients open-giveup, open-retry,"
 	@echo "                     closed-pool, cpu and php x 600 keep-alive clients, MariaDB x"
 	@echo "                     connect-per-query clients, cold start,"
-	@echo "                     capacity-halved (root, ~50 min; out/demo-full)"
+	@echo "                     capacity-halved (root, ~50 min; out/demo-full); REPEAT=3 runs it three"
+	@echo "                     times and prints each cell's min / median / max"
 	@echo "make demo-default    olcd on its embedded default config against a netns+veth node (~1 min)"
 	@echo "make deps-test       install the system packages make test needs (deps-run: make demo,"
 	@echo "                     deps-build: make generate; scripts/deps.sh says which)"
@@ -126,12 +127,20 @@ test-short:
 # The demos' php backend is Debian's nginx + php-fpm: deps.sh demo lists
 # them beside the run group (and installs nothing that is there); the whole
 # matrix's db backend is MariaDB, in the test group.
+# REPEAT=3 runs the set three times (out/$@, out/$@-2, out/$@-3; the later
+# runs take the first one's calibration) and prints each cell's min /
+# median / max over the runs (olcd-overload repeats).
+REPEAT ?= 1
 demo demo-full:
 	@[ "$$(id -u)" = 0 ] || { echo "make $@ needs root (network namespace, veth, cgroup, nftables, BPF): run 'sudo make $@'" >&2; exit 1; }
 	scripts/deps.sh $(if $(filter demo-full,$@),test,demo)
 	$(MAKE) build
 	$(GO) build -o bin/olcd-overload ./tests/e2e/cmd/olcd-overload
 	bin/olcd-overload demo -set $(if $(filter demo-full,$@),full,headline) -olcd $(BIN) -out out/$@
+	@for i in $$(seq 2 $(REPEAT)); do \
+		bin/olcd-overload demo -set $(if $(filter demo-full,$@),full,headline) -olcd $(BIN) -calibration out/$@/results.json -out out/$@-$$i || exit 1; \
+	done
+	@[ "$(REPEAT)" = 1 ] || bin/olcd-overload repeats out/$@ $$(seq -f 'out/$@-%g' 2 $(REPEAT))
 
 demo-default: build
 	scripts/demo.sh

@@ -614,6 +614,12 @@ func TestRetransmitRules(t *testing.T) {
 					t.Errorf("%s: verdict %s, want %s %+v", tc.name, v, tc.want, stats(t, d).Ports[tcp8080])
 				}
 			}
+			udp53 := olc.PortKey{Proto: olc.ProtoUDP, Port: 53}
+			must(t, d.SetDropProbabilities(map[olc.PortKey]float64{udp53: 1}))
+			must(t, d.SetRetransmits(map[olc.PortKey]olc.Retransmits{udp53: olc.RetransmitsLast}))
+			if v, _ := run(t, d, h, udp4(53)); v != verdictPass {
+				t.Errorf("a UDP request (no retransmits told apart), last at p = 1: verdict %s, want pass", v)
+			}
 			if err := d.SetRetransmits(map[olc.PortKey]olc.Retransmits{{Proto: olc.ProtoTCP, Port: 1}: olc.RetransmitsShed}); err == nil {
 				t.Error("a port without a policy: no error")
 			}

@@ -104,6 +104,9 @@ type gateCase struct {
 	observe bool // the port's mode observe (default enforce)
 	noGate  bool // the port's RequestGate off
 	exempt  bool // the client's address is an exception source
+	// retxLast puts the port under "retransmits last": a request start is
+	// a first attempt, and passes whatever p.
+	retxLast bool
 	// Counters the last segment moves: request starts on existing
 	// connections, observe-mode selections.
 	reused, wouldReset uint64
@@ -123,6 +126,7 @@ func nextRequest(f gateFamily) []byte { return f.cli(cseq0+100, sseq0+200, psh, 
 
 var gateCases = []gateCase{
 	{name: "request start on an idle keep-alive connection", setup: idle, last: nextRequest, reset: true, reused: 1},
+	{name: "request start under retransmits last", setup: idle, last: nextRequest, retxLast: true, reused: 1},
 	{name: "continuation of a request", setup: func(f gateFamily) []step {
 		return append(idle(f), in(3*ms, f.cli(cseq0+100, sseq0+200, tcpACK, 1448)))
 	}, last: func(f gateFamily) []byte { return f.cli(cseq0+1548, sseq0+200, psh, 100) }},
@@ -222,6 +226,9 @@ func TestRequestGate(t *testing.T) {
 					var outFrame, clone []byte
 					runSteps(t, d, h, tc.setup(f))
 					must(t, d.SetDropProbabilities(map[olc.PortKey]float64{tcp8080: 1, {Proto: olc.ProtoUDP, Port: 8080}: 1}))
+					if tc.retxLast {
+						must(t, d.SetRetransmits(map[olc.PortKey]olc.Retransmits{tcp8080: olc.RetransmitsLast}))
+					}
 					last := tc.last(f)
 					r0 := stats(t, d).Response[tcp8080]
 					if h == hookXDP {
