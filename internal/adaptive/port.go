@@ -95,7 +95,7 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	prevEnd := p.prevEnd
 	p.prevEnd, p.idle = r.Inflight, false
 	p.cap.tick(r.Responses, c.admitted, r.Inflight-math.Max(prevEnd, 0), dt, saturated)
-	p.hist.tick(c, r.Inflight)
+	p.hist.add(c, r.Inflight, false)
 	if !p.cfg.Target.On() {
 		p.pass, p.target = 1, 0
 		return ""
@@ -179,7 +179,7 @@ func (p *port) passName() string {
 func (p *port) window(st PortStats, w, tick float64, prm *Params) string {
 	r := sanitize(st.Response)
 	c := countsOf(st, w)
-	p.hist.window(c, r.Inflight)
+	p.hist.add(c, r.Inflight, true)
 	if r.Inflight < 1 {
 		p.idle = true
 	}
