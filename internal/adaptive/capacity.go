@@ -73,15 +73,6 @@ func (c *capacity) now() float64 {
 	return c.max(false)
 }
 
-// measured returns the capacity measured while saturated (answers/s) and
-// its age (seconds); 0 when the port was never saturated.
-func (c *capacity) measured() (float64, float64) {
-	if c.lastSat <= 0 {
-		return 0, 0
-	}
-	return c.lastSat, c.satAge
-}
-
 // perStart returns a, the answers per admitted start over the window (0:
 // unknown), the requests left in flight counted as the answers they will be
 // (docs/controller.md §1, "Units").

@@ -104,7 +104,10 @@ func (c *Controller) Reconfigure(cfg Config) error {
 		index[pc.Key] = i
 	}
 	c.cfg, c.signals, c.ports, c.index = cfg, signals, ports, index
-	c.node.bound(cfg.Params)
+	if c.node.pass == 0 && !c.node.on { // a new controller
+		c.node.pass = 1
+	}
+	c.node.pass = math.Max(c.node.pass, cfg.Params.MinPassRate)
 	return nil
 }
 

@@ -29,14 +29,6 @@ func errorOf(pressure float64) float64 {
 	return 1 - 1/pressure
 }
 
-// bound clamps the pass rate to the parameters' floor.
-func (n *nodeLaw) bound(prm Params) {
-	if n.pass == 0 && !n.on {
-		n.pass = 1
-	}
-	n.pass = math.Max(n.pass, prm.MinPassRate)
-}
-
 // step advances the law by one tick of d's signals and returns its reason:
 // a tick over the target lowers the pass rate, one in the hysteresis band
 // below it holds it, one below the band or without a usable signal raises it.

@@ -14,16 +14,14 @@ type PortResponse struct {
 	// Available is true when the tick had the minimum of timed responses;
 	// P95 is meaningless otherwise (never 0 for "no data").
 	Available bool
-	// P95 is the 95th percentile of the response times answered in the
-	// tick (seconds).
+	// P95 is the 95th percentile of the tick's response times (seconds).
 	P95 float64
 	// Samples is the number of timed responses in the tick.
 	Samples uint64
 	// Requests and Responses are the numbers of requests that reached the
 	// server and of those answered (scaled by the sample rate; 0: unknown).
 	Requests, Responses float64
-	// Inflight is the number of requests waiting or in service at the end
-	// (scaled by the sample rate).
+	// Inflight is the requests waiting or in service at the end, scaled by the sample rate.
 	Inflight float64
 }
 
@@ -227,8 +225,7 @@ func (p *port) decision(classP float64, prm *Params) PortDecision {
 	drop := math.Min(prm.Bound(), math.Max(q, classP))
 	switch {
 	case retx == olc.RetransmitsLast && classP > 0:
-		// The node's cap sheds first attempts too; retransmits stay
-		// behind them.
+		// The node's cap sheds first attempts too; retransmits stay behind.
 		drop, retx = math.Min(prm.Bound(), classP), olc.RetransmitsShed
 	case retx == olc.RetransmitsLast:
 		drop = q // first attempts all pass: the bound holds
@@ -238,8 +235,8 @@ func (p *port) decision(classP float64, prm *Params) PortDecision {
 	if p.cfg.Target.Auto && p.base.ok {
 		pd.Baseline = p.base.value
 	}
-	if mu, age := p.cap.measured(); mu > 0 {
-		pd.Capacity, pd.CapacityAge = mu, age
+	if mu := p.cap.lastSat; mu > 0 {
+		pd.Capacity, pd.CapacityAge = mu, p.cap.satAge
 		if a := p.cap.perStart(); a > 0 {
 			pd.ConnCapacity = mu / a
 		}

@@ -53,7 +53,9 @@ func (c *Controller) Export() State {
 		if ps.base.ok {
 			st.Baseline = ps.base.value
 		}
-		st.Capacity, st.CapacityAge = ps.cap.measured()
+		if ps.cap.lastSat > 0 {
+			st.Capacity, st.CapacityAge = ps.cap.lastSat, ps.cap.satAge
+		}
 		s.Ports = append(s.Ports, st)
 	}
 	return s
