@@ -10,11 +10,9 @@ import (
 	"github.com/olcd/olcd/internal/olc"
 )
 
-// Controller turns snapshots and port counts into drop probabilities: one
-// law per port on its measured capacity and queue (port.go), capped by the
-// node's resource law (node.go) split over the classes (classes.go). It is
-// not safe for concurrent use; the daemon calls Step and Onset from its tick
-// loop only.
+// Controller turns snapshots and port counts into drop probabilities
+// (docs/controller.md). It is not safe for concurrent use; the daemon calls
+// Step and Onset from its tick loop only.
 type Controller struct {
 	cfg     Config
 	signals []olc.Signal // signals with a threshold, canonical order
