@@ -7,7 +7,7 @@ import (
 )
 
 // Signals → pressure: which samples are usable and which signals need
-// corroboration (docs/controller.md §3, signals.md).
+// corroboration (docs/controller.md §3, docs/signals.md).
 
 // maxValidFraction is the largest fraction a usable sample takes (docs/controller.md §7).
 const maxValidFraction = 1.05
