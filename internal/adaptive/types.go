@@ -50,8 +50,8 @@ type PortConfig struct {
 // Config is everything the controller needs. Build it with
 // rules.Config.ControllerConfig in the daemon, or by hand in tests.
 type Config struct {
-	// Interval is the nominal tick interval (> 0). Demand rates use the
-	// snapshot's measured Interval and fall back to this on the first tick.
+	// Interval is the nominal tick interval (> 0). Rates use the snapshot's
+	// measured Interval, and this when a snapshot has none.
 	Interval time.Duration
 	// Thresholds holds each signal's target in its canonical unit (pressure
 	// 1); 0: the signal does not drive shedding.
