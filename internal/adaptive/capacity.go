@@ -5,18 +5,13 @@ import (
 	"time"
 )
 
-// capacity is a port's capacity filter over Params.CapacityWindow: each
-// tick's answer rate, and whether the port was saturated through it (the
-// service never ran out of work). μ̂ is a windowed max, as BBR's
-// bottleneck-bandwidth filter takes its own: an answer rate is never above
-// the capacity, so the max is the best lower bound the window holds
-// (docs/controller.md §1).
+// capacity is a port's capacity filter over Params.CapacityWindow: μ̂ is
+// the windowed max of the ticks' answer rates (docs/controller.md §1).
 type capacity struct {
 	n     int       // the window's length in ticks
 	slots []capSlot // the window's ticks, oldest first, at most n
-	// lastSat is the newest saturated figure (answers/s; 0: none) and
-	// satAge its age (seconds), kept once the window no longer holds it:
-	// what status tells after a quiet spell.
+	// lastSat is the newest saturated figure (answers/s; 0: none) and satAge
+	// its age (seconds), kept for status once the window no longer holds it.
 	lastSat, satAge float64
 }
 
@@ -29,8 +24,7 @@ type capSlot struct {
 	saturated bool
 }
 
-// resize sets the window's length in ticks of interval, keeping the newest
-// slots.
+// resize sets the window's length in ticks of interval, keeping the newest.
 func (c *capacity) resize(prm Params, interval time.Duration) {
 	c.n = max(1, int(math.Ceil(prm.CapacityWindow.Seconds()/interval.Seconds()-1e-9)))
 	c.slots = c.slots[max(0, len(c.slots)-c.n):]
@@ -70,10 +64,8 @@ func (c *capacity) max(sat bool) float64 {
 	return best
 }
 
-// now returns μ̂ as the law takes it after the newest tick (answers/s): a
-// saturated tick's answers are the capacity now; otherwise the window's
-// max, which a tick of fast answers sets, stands in for the ticks that
-// answered their demand.
+// now returns μ̂ for the law (answers/s): a saturated newest tick's rate,
+// otherwise the window's max.
 func (c *capacity) now() float64 {
 	if n := len(c.slots); n > 0 && c.slots[n-1].saturated {
 		return c.slots[n-1].rate
@@ -81,24 +73,9 @@ func (c *capacity) now() float64 {
 	return c.max(false)
 }
 
-// measured returns the capacity measured while saturated (answers/s) and
-// its age (seconds); 0 when the port was never saturated.
-func (c *capacity) measured() (float64, float64) {
-	if c.lastSat <= 0 {
-		return 0, 0
-	}
-	return c.lastSat, c.satAge
-}
-
-// perStart returns the answers per admitted start over the window (a
-// request-response protocol on fresh connections: 1; HTTP keep-alive
-// without the request gate: the requests a connection carries; MySQL's
-// connect-per-query: 2, the greeting's handshake and the query), 0 when
-// unknown. It converts μ̂, counted in answers, into the starts the pass rate
-// applies to. The requests the window's starts left in flight count as the
-// answers they will be: answers alone read low while a queue grows (a law
-// that believed them would admit more, and grow it further) and high while
-// one drains.
+// perStart returns a, the answers per admitted start over the window (0:
+// unknown), the requests left in flight counted as the answers they will be
+// (docs/controller.md §1, "Units").
 func (c *capacity) perStart() float64 {
 	var answers, admitted float64
 	for _, s := range c.slots {

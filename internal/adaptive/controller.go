@@ -10,11 +10,9 @@ import (
 	"github.com/olcd/olcd/internal/olc"
 )
 
-// Controller turns snapshots and port counts into drop probabilities: one
-// law per port on its measured capacity and queue (port.go), capped by the
-// node's resource law (node.go) split over the classes (classes.go). It is
-// not safe for concurrent use; the daemon calls Step and Onset from its tick
-// loop only.
+// Controller turns snapshots and port counts into drop probabilities
+// (docs/controller.md). It is not safe for concurrent use; the daemon calls
+// Step and Onset from its tick loop only.
 type Controller struct {
 	cfg     Config
 	signals []olc.Signal // signals with a threshold, canonical order
@@ -39,10 +37,8 @@ func New(cfg Config) (*Controller, error) {
 	return c, nil
 }
 
-// minInterval is the shortest tick the controller takes: the shortest
-// onset window (10 ms), below which a tick holds no window of its own, and
-// a capacity window of at most 60 s / 10 ms = 6,000 ticks a port. The
-// daemon's config asks for 100 ms at least (rules.MinInterval).
+// minInterval is the shortest tick (docs/controller.md §7); the daemon's
+// config asks for 100 ms at least (rules.MinInterval).
 const minInterval = 10 * time.Millisecond
 
 // validate checks cfg and reports every problem at once.
@@ -106,7 +102,10 @@ func (c *Controller) Reconfigure(cfg Config) error {
 		index[pc.Key] = i
 	}
 	c.cfg, c.signals, c.ports, c.index = cfg, signals, ports, index
-	c.node.bound(cfg.Params)
+	if c.node.pass == 0 && !c.node.on { // a new controller
+		c.node.pass = 1
+	}
+	c.node.pass = math.Max(c.node.pass, cfg.Params.MinPassRate)
 	return nil
 }
 
@@ -154,7 +153,15 @@ func (c *Controller) Step(s olc.Snapshot, stats map[olc.PortKey]PortStats) Decis
 		}
 		c.weights[ps.cfg.Class] += ps.demand
 	}
-	c.fallbackWeights()
+	if c.weights == ([olc.NumClasses]float64{}) {
+		// No demand measured: each port weighs the same, each class without ports.
+		for i := range c.ports {
+			c.weights[c.ports[i].cfg.Class]++
+		}
+		if len(c.ports) == 0 {
+			c.weights = [olc.NumClasses]float64{1, 1, 1}
+		}
+	}
 	reasons = append(reasons, nodeWhy)
 	d.Reason = strings.Join(reasons, "; ")
 	c.finish(&d)
@@ -162,14 +169,10 @@ func (c *Controller) Step(s olc.Snapshot, stats map[olc.PortKey]PortStats) Decis
 	return d
 }
 
-// Onset runs between ticks, every Params.OnsetInterval: stats are the
-// datapath's counts of the window of length window that ends at at, with
-// each timed port's queue (the requests started and answered in the window,
-// the requests in flight at its end; no p95). Each window's in flight feeds
-// the port's standing queue; a port whose queue outgrew what its capacity
-// drains within a tick is cut at once (port.window). It reports whether a
-// port's pass rate changed, and the decision to write then (the signals are
-// the last tick's: no sample was taken).
+// Onset runs between ticks, every Params.OnsetInterval, on the datapath's
+// counts of the window of length window that ends at at (each timed port's
+// queue, no p95; docs/controller.md §1). It reports whether a port's pass
+// rate changed, and the decision to write then, with the last tick's signals.
 func (c *Controller) Onset(at time.Time, window time.Duration, stats map[olc.PortKey]PortStats) (Decision, bool) {
 	prm := &c.cfg.Params
 	w := window.Seconds()
@@ -192,21 +195,6 @@ func (c *Controller) Onset(at time.Time, window time.Duration, stats map[olc.Por
 	d.At, d.Reason = at, strings.Join(reasons, "; ")
 	c.finish(&d)
 	return d, true
-}
-
-// fallbackWeights weighs each class by its number of ports when no demand
-// was measured (every port assumed to carry the same load), and all classes
-// alike without ports.
-func (c *Controller) fallbackWeights() {
-	if c.weights != ([olc.NumClasses]float64{}) {
-		return
-	}
-	for i := range c.ports {
-		c.weights[c.ports[i].cfg.Class]++
-	}
-	if len(c.ports) == 0 {
-		c.weights = [olc.NumClasses]float64{1, 1, 1}
-	}
 }
 
 // finish fills d from the state: the class split of the node's p, each
@@ -253,15 +241,14 @@ type overload struct {
 
 // track adds the overload events of a decision whose laws are active or not.
 func (o *overload) track(d *Decision, active bool, every time.Duration) {
-	ev := Event{At: d.At, Pressure: d.Pressure, DropProbability: d.DropProbability, Signals: d.Signals}
+	ev := Event{At: d.At, Pressure: d.Pressure, DropProbability: d.DropProbability, Signals: d.Signals, OverloadSince: o.since}
 	switch {
 	case active && !o.on:
-		o.on, o.since, o.lastEvent = true, d.At, d.At
+		o.on, o.since, o.lastEvent, ev.OverloadSince = true, d.At, d.At, d.At
 		ev.Kind, ev.Reason = EventOverloadStart, d.Reason
 	case !active && o.on:
 		ev.Kind = EventOverloadEnd
 		ev.Reason = fmt.Sprintf("%s: every law back to pass rate 1 after %s", d.Reason, d.At.Sub(o.since).Round(time.Millisecond))
-		ev.OverloadSince = o.since
 		o.on, o.since = false, time.Time{}
 	case active && d.At.Sub(o.lastEvent) >= every:
 		o.lastEvent = d.At
@@ -270,9 +257,6 @@ func (o *overload) track(d *Decision, active bool, every time.Duration) {
 	}
 	d.Overloaded, d.OverloadSince = o.on, o.since
 	if ev.Kind != 0 {
-		if ev.OverloadSince.IsZero() {
-			ev.OverloadSince = o.since
-		}
 		d.Events = append(d.Events, ev)
 	}
 }

@@ -2,15 +2,12 @@ package adaptive
 
 import "math"
 
-// history is a port's recent past as the law reads it: the onset windows'
-// counts and the requests in flight at each window's end (every 50 ms), or
-// the ticks' counts when no windows run. D, the demand (of), and the
-// standing queue (standing) come from it.
+// history is a port's recent windows (the ticks when no windows run): their
+// counts and the requests in flight at their ends, which D (of) and the
+// standing queue (standing) read.
 type history struct {
-	spans []span // oldest first, at most maxSpans
-	// windowed is true when an onset window came since the last tick:
-	// the windows cover the tick, which then adds nothing.
-	windowed bool
+	spans    []span // oldest first, at most maxSpans
+	windowed bool   // an onset window came since the last tick, so the windows cover it
 }
 
 // span is one window's or tick's record.
@@ -20,23 +17,15 @@ type span struct {
 	window   bool    // an onset window, not a tick
 }
 
-// maxSpans bounds the spans kept: a SYN retransmit timeout of the shortest
-// onset interval or tick (10 ms), which covers the demand span (the longer
-// of a retransmit timeout and a tick: one tick, if longer).
+// maxSpans is a retransmit timeout of the shortest windows (docs/controller.md §7).
 const maxSpans = int(SYNRetransmitTimeout / 0.010)
 
-// window adds one onset window.
-func (h *history) window(c counts, inflight float64) {
-	h.spans = push(h.spans, span{counts: c, inflight: inflight, window: true}, maxSpans)
-	h.windowed = true
-}
-
-// tick adds one tick's counts unless onset windows covered it.
-func (h *history) tick(c counts, inflight float64) {
-	if !h.windowed {
-		h.spans = push(h.spans, span{counts: c, inflight: inflight}, maxSpans)
+// add records an onset window, or a tick unless windows covered it.
+func (h *history) add(c counts, inflight float64, window bool) {
+	if window || !h.windowed {
+		h.spans = push(h.spans, span{counts: c, inflight: inflight, window: window}, maxSpans)
 	}
-	h.windowed = false
+	h.windowed = window
 }
 
 // rates are a demand in starts per second: all of them, and the first
@@ -63,15 +52,10 @@ func (h *history) rate(span float64) rates {
 	return rates{all: all / dt, first: first / dt}
 }
 
-// of returns D for the law: the starts arriving per second over span
-// seconds, the time a shed client stays out (a SYN dropped now returns
-// one retransmit timeout later, so over that span each waiting client
-// counts once and a wave of returning retransmits is not read as new
-// demand); or, while a long queue stands (queued), the larger of that and
-// the rate over the last standingSpan. Then admitting less than arrives
-// costs nothing, as the service has queued work to answer, while
-// admitting more grows the queue: a step up in demand is taken within a
-// window rather than a span.
+// of returns D (docs/controller.md §1): the starts per second over span
+// seconds, the time a shed client stays out, so that each waiting client
+// counts once; while a long queue stands (queued), at least the rate over
+// the last standingSpan, so that a step up is taken within a window.
 func (h *history) of(span float64, queued bool) rates {
 	r := h.rate(span)
 	if queued {

@@ -41,7 +41,8 @@ func TestLawRanksRetransmits(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			p := port{cfg: PortConfig{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 80}}, pass: 1, target: tc.target}
-			p.law(tc.A, 1, rates{all: tc.first + tc.retx, first: tc.first}, &prm)
+			// μ̂ = A with the queue at N*: no trim.
+			p.law(tc.A, 1, tc.A*tc.target, 1, rates{all: tc.first + tc.retx, first: tc.first}, &prm)
 			if math.Abs(p.pass-tc.wantPass) > 1e-9 {
 				t.Errorf("law: pass rate %.4f (%s), want %.4f", p.pass, p.retransmits(), tc.wantPass)
 			}

@@ -5,10 +5,8 @@ import (
 	"math"
 )
 
-// nodeLaw is the node's resource law: the plain velocity-form PI law of
-// the OLC pass-rate controller on the node pressure (the largest
-// value ÷ threshold of the CPU, PSI, quota and load signals), with no
-// capacity model. Its pass rate caps every port's (docs/controller.md §3).
+// nodeLaw is the node's resource law (docs/controller.md §3): a PI law in
+// velocity form on the node pressure, whose pass rate caps every port's.
 type nodeLaw struct {
 	pass    float64 // MinPassRate..1
 	on      bool    // shedding: from ActivationTicks over ticks until pass is back at 1
@@ -16,18 +14,14 @@ type nodeLaw struct {
 	prevErr float64 // the error of the previous tick while on
 }
 
-// The law's floors (docs/controller.md §7): minError, the error's (e = −1,
-// pressure 0.5, already asks to double the admitted work; pressure 0, an
-// idle PSI resource, would give −Inf), and recoverFrom, the smallest pass
-// rate a recovery multiplies (a product of 0 would never recover).
+// The law's floors (docs/controller.md §7): pressure 0, an idle PSI
+// resource, would give e = −Inf, and a pass rate of 0 would never recover.
 const (
 	minError    = -1
 	recoverFrom = 0.01
 )
 
-// errorOf is the law's error for pressure P: e = 1 − 1/P, the share of the
-// admitted work above the target (0 at the target, P − 1 to first order),
-// floored at minError.
+// errorOf is the law's error for pressure P: e = 1 − 1/P, floored at minError.
 func errorOf(pressure float64) float64 {
 	if pressure <= 0.5 {
 		return minError
@@ -35,23 +29,9 @@ func errorOf(pressure float64) float64 {
 	return 1 - 1/pressure
 }
 
-// bound clamps the pass rate to the parameters' floor.
-func (n *nodeLaw) bound(prm Params) {
-	if n.pass == 0 && !n.on {
-		n.pass = 1
-	}
-	n.pass = math.Max(n.pass, prm.MinPassRate)
-}
-
-// step advances the law by one tick of d's signals and returns its reason.
-// A tick over the target (pressure > 1) lowers the pass rate; one in the
-// hysteresis band [1 − Hysteresis, 1] holds it; one below the band, or
-// without a usable signal, raises it:
-//
-//	pass ← pass × (1 − Ki × e − Kp × (e − e_prev)),   e = 1 − 1 ÷ pressure
-//
-// which is the OLC law (pass × (1 + Kp × (target − measured) + Ki × ∫…))
-// in velocity form, p itself the state (no windup).
+// step advances the law by one tick of d's signals and returns its reason:
+// a tick over the target lowers the pass rate, one in the hysteresis band
+// below it holds it, one below the band or without a usable signal raises it.
 func (n *nodeLaw) step(d *Decision, prm *Params) string {
 	over := d.PressureAvailable && d.Pressure > 1
 	if !n.on {

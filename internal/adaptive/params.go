@@ -28,10 +28,9 @@ type Params struct {
 	// Hysteresis is the width of the band below a signal's threshold, as a
 	// share of it (0..0.5), in which the resource law holds its pass rate.
 	Hysteresis float64 `yaml:"hysteresis" range:"[0, 0.5]"`
-	// MinPassRate is the share of new work always admitted (0..1): no law
-	// sheds more than 1 − MinPassRate, so a faulty measurement can never
-	// silence a service, and a port is held at its capacity up to an
-	// offered load of about 1 ÷ MinPassRate times it.
+	// MinPassRate is the share of new work always admitted (0..1), so that
+	// a faulty measurement can never silence a service; a port is held at
+	// its capacity up to an offered load of about 1 ÷ MinPassRate times it.
 	MinPassRate float64 `yaml:"min_pass_rate" range:"[0, 1]" suggest:"percent"`
 	// CorroborationRatio is the share of its threshold (0 < x ≤ 1) a
 	// confirming signal must show for a signal that needs corroboration
@@ -48,10 +47,8 @@ type Params struct {
 	// (1 ms..30 s).
 	InitialTarget time.Duration `yaml:"initial_target" range:"[1ms, 30s]" hint:"100ms is the default"`
 	// OnsetInterval is the length of the onset windows in which the daemon
-	// reads each timed port's counts between ticks (Controller.Onset): the
-	// standing queue is their minimum, and a queue growing faster than it
-	// drains is cut at once. 0 turns the windows off; otherwise 10 ms..1 s,
-	// and off too at or above the tick interval.
+	// reads each timed port's counts between ticks (Controller.Onset): 0
+	// turns them off; otherwise 10 ms..1 s, and off at or above the tick.
 	OnsetInterval time.Duration `yaml:"onset_interval" range:"[10ms, 1s]" off:"0" hint:"0 turns the onset windows off; 50ms is the default"`
 	// ContinueEvery is the period of overload_continue events (≥ 1 s).
 	ContinueEvery time.Duration `yaml:"continue_every" range:"[1s, ∞)" hint:"overload_continue is meant for people reading the log; 10s is the default"`

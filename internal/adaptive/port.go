@@ -14,51 +14,41 @@ type PortResponse struct {
 	// Available is true when the tick had the minimum of timed responses;
 	// P95 is meaningless otherwise (never 0 for "no data").
 	Available bool
-	// P95 is the 95th percentile of the response times answered in the
-	// tick (seconds).
+	// P95 is the 95th percentile of the tick's response times (seconds).
 	P95 float64
 	// Samples is the number of timed responses in the tick.
 	Samples uint64
 	// Requests and Responses are the numbers of requests that reached the
 	// server and of those answered (scaled by the sample rate; 0: unknown).
 	Requests, Responses float64
-	// Inflight is the number of requests waiting or in service at the end
-	// (scaled by the sample rate).
+	// Inflight is the requests waiting or in service at the end, scaled by the sample rate.
 	Inflight float64
 }
 
 // port is one protected port: its law on its measured capacity and queue
 // (docs/controller.md §1), and what that law learnt.
 type port struct {
-	cfg     PortConfig
-	cap     capacity        // μ̂ and the answers per start
-	base    baseline        // the no-load p95 of an auto target
-	pass    float64         // the law's pass rate, MinPassRate..1
-	retx    olc.Retransmits // what the pass rate applies to while pass < 1
-	target  float64         // the target in force (seconds; 0: none)
-	hist    history         // the recent windows: D and the standing queue
-	idle    bool            // an onset window of this tick ended empty
-	prevEnd float64         // requests in flight at the previous tick's end (−1: no tick yet)
-	// away is how long (seconds) a client shed in the last tick that shed
-	// stays out: a SYN retransmit timeout for a dropped SYN, none for a
-	// reset (reject, the request gate).
-	away       float64
-	demand     float64 // unique new work per second in the last tick: the class split's weight
-	recorded   float64 // p at the last probability_change record
-	unmeasured float64 // how long (seconds) the port has had no counts
+	cfg        PortConfig
+	cap        capacity        // μ̂ and the answers per start
+	base       baseline        // the no-load p95 of an auto target
+	pass       float64         // the law's pass rate, MinPassRate..1 (0..1 for retransmits last)
+	retx       olc.Retransmits // what the pass rate applies to while pass < 1
+	target     float64         // the target in force (seconds; 0: none)
+	hist       history         // the recent windows: D and the standing queue
+	idle       bool            // an onset window of this tick ended empty
+	prevEnd    float64         // requests in flight at the previous tick's end (−1: no tick yet)
+	away       float64         // how long (seconds) a client shed in the last shedding tick stays out: 0 after a reset
+	demand     float64         // unique new work per second in the last tick: the class split's weight
+	recorded   float64         // p at the last probability_change record
+	unmeasured float64         // how long (seconds) the port has had no counts
 }
 
-// standingSpan is the span over which the standing queue is the minimum of
-// the requests in flight: CoDel's interval (RFC 8289 §4.3, 100 ms), long
-// enough that a burst's queue drains within it and short enough that a
-// queue that stands is seen within a tick.
-const standingSpan = 100 * time.Millisecond
-
-// longQueue is the standing queue, in N*, past which the demand a window
-// measures counts at once (demand.of): at 2 × N* the wait beyond the target
-// is as long as the target itself, an overload building, not the noise of
-// a closed pool's arrivals about N*.
-const longQueue = 2.0
+// The standing queue's span, and the standing queue, in N*, past which the
+// demand counts at once (docs/controller.md §7).
+const (
+	standingSpan = 100 * time.Millisecond
+	longQueue    = 2.0
+)
 
 // active reports whether the port's law sheds.
 func (p *port) active() bool { return p.pass < 1 }
@@ -70,13 +60,6 @@ func (p *port) retransmits() olc.Retransmits {
 		return olc.RetransmitsAsFirst
 	}
 	return p.retx
-}
-
-// ranksRetransmits reports whether the law ranks retransmits apart from
-// first attempts: with a target below the SYN retransmit timeout, a client
-// that retransmits is late whatever follows.
-func (p *port) ranksRetransmits() bool {
-	return p.target > 0 && p.target < SYNRetransmitTimeout
 }
 
 // counts are one tick's or window's counts in the law's units.
@@ -93,24 +76,9 @@ func countsOf(st PortStats, dt float64) counts {
 	return counts{starts: starts, first: starts - float64(min(st.Retransmits, st.New)), admitted: starts - shed, dt: dt}
 }
 
-// step advances the port's law by one tick of dt seconds; busy is true
-// while the node's resource law sheds (no baseline is learnt then). It
-// returns the reason for the decision log ("" while the port is quiet).
-//
-// The law (docs/controller.md §1): with μ̂ the capacity measured (answers
-// per second, capacity.now), T the target, N* = μ̂ × T the requests in
-// flight Little's law allows at the target, N the standing queue, a the
-// answers per admitted start and D the starts arriving per second,
-//
-//	admit A = μ̂ + (N* − N) ÷ H answers per second,   pass = A ÷ (a × D)
-//
-// feed-forward admission of the capacity, trimmed by what drains the
-// standing queue beyond N* (or fills it up to N*) over H, the time a shed
-// client stays out or the tick; with retransmits ranked (law), first
-// attempts first. It starts when the p95 exceeds T and ends when
-// everything arriving fits; recomputed every tick, it returns to what the
-// capacity admits in one tick once the clients' demand falls (a closed
-// pool whose SYNs were shed sits in its retransmit) and needs no cooldown.
+// step advances the port's law (docs/controller.md §1) by one tick of dt
+// seconds; busy is true while the node's resource law sheds (no baseline is
+// learnt then). It returns the reason for the decision log ("": quiet).
 func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	r := sanitize(st.Response)
 	c := countsOf(st, dt)
@@ -118,16 +86,14 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	if shed := float64(st.Dropped) + float64(st.Resets); shed > 0 {
 		p.away = SYNRetransmitTimeout * float64(st.Dropped-min(st.Rejected, st.Dropped)) / shed
 	}
-	// Saturated: requests waited through the tick, a standing queue of at
-	// least N* (of the last tick's μ̂ and target) at its end. Requests in
-	// flight alone are not enough: a pool of 8 workers with 3 of them busy
-	// answers its demand, not its capacity.
+	// Saturated: requests waited through the tick and N* of them stand at
+	// its end; a pool of 8 workers with 3 busy answers its demand, not μ̂.
 	standing := p.hist.standing(r.Inflight)
 	saturated := r.Responses > 0 && p.prevEnd >= 1 && r.Inflight >= 1 && !p.idle && standing >= p.cap.now()*p.target
 	prevEnd := p.prevEnd
 	p.prevEnd, p.idle = r.Inflight, false
 	p.cap.tick(r.Responses, c.admitted, r.Inflight-math.Max(prevEnd, 0), dt, saturated)
-	p.hist.tick(c, r.Inflight)
+	p.hist.add(c, r.Inflight, false)
 	if !p.cfg.Target.On() {
 		p.pass, p.target = 1, 0
 		return ""
@@ -138,8 +104,8 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	if !p.active() && !over {
 		return ""
 	}
-	mu, a := p.cap.now(), p.cap.perStart()
-	d := p.hist.of(math.Max(p.away, dt), standing > longQueue*mu*p.target)
+	mu, a, h := p.cap.now(), p.cap.perStart(), math.Max(p.away, dt)
+	d := p.hist.of(h, standing > longQueue*mu*p.target)
 	was := p.active()
 	why := fmt.Sprintf("response_time_p95 %.3gs, target %s", r.P95, p.targetName())
 	if !r.Available {
@@ -150,11 +116,10 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 		p.pass = 1
 		why += ": no new work arriving, pass rate 1"
 	case mu <= 0 || a <= 0:
-		// Nothing answered within the window: nothing measured to size
-		// the admission by. Hold; a hung service stays cut.
+		// Nothing measured to size the admission by: a hung service stays cut.
 		why += fmt.Sprintf(": no answers in the capacity window, holding pass rate %.3f", p.pass)
 	default:
-		p.law(p.admit(mu, a, d.all, standing, math.Max(dt, p.away)), a, d, prm)
+		p.law(mu, a, standing, h, d, prm)
 		why += fmt.Sprintf(": capacity %.0f answers/s, %.0f in flight standing where %.1f keep the target, %.0f starts/s arriving (%.0f retransmits) at %.2f answers each: %s",
 			mu, standing, mu*p.target, d.all, d.retx(), a, p.passName())
 	}
@@ -164,30 +129,17 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	return why
 }
 
-// admit returns A, the answers per second to admit: μ̂ plus what fills the
-// standing queue N up to N* = μ̂ × T within horizon seconds, or, with N
-// beyond N*, the lesser of μ̂ and what arrives (d starts per second of a
-// answers each) less what drains N down to N*.
-func (p *port) admit(mu, a, d, n, horizon float64) float64 {
-	base := mu
-	if nStar := mu * p.target; n > nStar {
-		// A queue stands: what drains it comes off what arrives, when
-		// less arrives than the capacity answers (a closed pool whose
-		// clients all wait inside the service sends little).
-		base = math.Min(mu, a*d)
+// law sets the pass rate and the retransmit rule that admit A = μ̂ + (N* −
+// n) ÷ h answers per second of the demand d (starts of a answers each), n
+// the queue; with retransmits ranked, first attempts first.
+func (p *port) law(mu, a, n, h float64, d rates, prm *Params) {
+	nStar, base := mu*p.target, mu
+	if n > nStar {
+		// What drains a queue comes off what arrives, when that is less
+		// than μ̂ (a closed pool whose clients all wait inside sends little).
+		base = math.Min(mu, a*d.all)
 	}
-	return base + (mu*p.target-n)/horizon
-}
-
-// law sets the pass rate and the retransmit rule that admit A answers per
-// second of the demand d (starts of a answers each). With retransmits
-// ranked (ranksRetransmits), first attempts come first: while they alone
-// exceed A every retransmit is shed and they meet the pass rate
-// (RetransmitsShed); once they fit, they all pass and the retransmits get
-// what is left (RetransmitsLast), so that the clients an overload left
-// retrying neither crowd out the new ones nor find the service idle; the
-// law ends when everything arriving fits.
-func (p *port) law(A, a float64, d rates, prm *Params) {
+	A := base + (nStar-n)/h
 	share := func(x, y float64) float64 {
 		if y <= 0 || x <= 0 {
 			return prm.MinPassRate
@@ -195,7 +147,7 @@ func (p *port) law(A, a float64, d rates, prm *Params) {
 		return math.Min(1, math.Max(prm.MinPassRate, x/y))
 	}
 	switch {
-	case !p.ranksRetransmits():
+	case !(p.target > 0 && p.target < SYNRetransmitTimeout): // a retransmit is not late yet
 		p.retx, p.pass = olc.RetransmitsAsFirst, share(A, a*d.all)
 	case a*d.first >= A:
 		p.retx, p.pass = olc.RetransmitsShed, share(A, a*d.first)
@@ -220,18 +172,12 @@ func (p *port) passName() string {
 }
 
 // window takes one onset window of w seconds between ticks of tick
-// seconds. Its requests in flight feed the standing queue; while the port's
-// law sheds, the law runs on them with the last tick's capacity and demand,
-// so that the queue is held within a window rather than a tick. A port not
-// shedding starts between ticks when its queue beyond N* grew by more than
-// a window's work of μ̂ in every window of the last standingSpan (an
-// open-loop surge, which the tick would see up to a tick late; a closed
-// pool's burst fills the queue once and stops), against the window's own
-// arrivals if they are the larger.
+// seconds (docs/controller.md §1, "Between ticks"): it feeds the history,
+// and runs the law on the window's in flight while the port sheds or surges.
 func (p *port) window(st PortStats, w, tick float64, prm *Params) string {
 	r := sanitize(st.Response)
 	c := countsOf(st, w)
-	p.hist.window(c, r.Inflight)
+	p.hist.add(c, r.Inflight, true)
 	if r.Inflight < 1 {
 		p.idle = true
 	}
@@ -247,12 +193,13 @@ func (p *port) window(st PortStats, w, tick float64, prm *Params) string {
 		a = r.Requests / c.admitted
 	}
 	surge := mu > 0 && r.Inflight-mu*p.target > mu*w && p.hist.growing(mu*w)
-	d := p.hist.of(math.Max(p.away, tick), p.hist.standing(r.Inflight) > longQueue*mu*p.target)
+	h := math.Max(p.away, tick)
+	d := p.hist.of(h, p.hist.standing(r.Inflight) > longQueue*mu*p.target)
 	if mu <= 0 || a <= 0 || d.all <= 0 || (!p.active() && !surge) {
 		return ""
 	}
 	pass, retx := p.pass, p.retransmits()
-	p.law(p.admit(mu, a, d.all, r.Inflight, math.Max(tick, p.away)), a, d, prm)
+	p.law(mu, a, r.Inflight, h, d, prm)
 	if math.Abs(pass-p.pass) < 1e-9 && retx == p.retransmits() {
 		return ""
 	}
@@ -260,8 +207,7 @@ func (p *port) window(st PortStats, w, tick float64, prm *Params) string {
 		r.Inflight, mu*p.target, p.targetName(), mu, d.all, d.retx(), p.passName())
 }
 
-// targetName renders the target for a reason: "auto from no-load p95 5ms",
-// "50ms".
+// targetName renders the target for a reason.
 func (p *port) targetName() string {
 	switch {
 	case !p.cfg.Target.Auto:
@@ -279,8 +225,7 @@ func (p *port) decision(classP float64, prm *Params) PortDecision {
 	drop := math.Min(prm.Bound(), math.Max(q, classP))
 	switch {
 	case retx == olc.RetransmitsLast && classP > 0:
-		// The node's cap sheds first attempts too; retransmits stay
-		// behind them.
+		// The node's cap sheds first attempts too; retransmits stay behind.
 		drop, retx = math.Min(prm.Bound(), classP), olc.RetransmitsShed
 	case retx == olc.RetransmitsLast:
 		drop = q // first attempts all pass: the bound holds
@@ -290,8 +235,8 @@ func (p *port) decision(classP float64, prm *Params) PortDecision {
 	if p.cfg.Target.Auto && p.base.ok {
 		pd.Baseline = p.base.value
 	}
-	if mu, age := p.cap.measured(); mu > 0 {
-		pd.Capacity, pd.CapacityAge = mu, age
+	if mu := p.cap.lastSat; mu > 0 {
+		pd.Capacity, pd.CapacityAge = mu, p.cap.satAge
 		if a := p.cap.perStart(); a > 0 {
 			pd.ConnCapacity = mu / a
 		}

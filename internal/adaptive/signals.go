@@ -7,11 +7,9 @@ import (
 )
 
 // Signals → pressure: which samples are usable and which signals need
-// corroboration (docs/controller.md §3).
+// corroboration (docs/controller.md §3, docs/signals.md).
 
-// maxValidFraction is the largest value a fraction signal may take before the
-// sample is treated as invalid: accounting jitter pushes honest readings a
-// few percent above 1, anything beyond is a broken source.
+// maxValidFraction is the largest fraction a usable sample takes (docs/controller.md §7).
 const maxValidFraction = 1.05
 
 // validSample reports whether v is a usable value of sig: finite, not
@@ -23,12 +21,10 @@ func validSample(sig olc.Signal, v float64) bool {
 	return !sig.IsFraction() || v <= maxValidFraction
 }
 
-// confirmers lists the signals that confirm a signal that counts only when
-// confirmed: a CPU signal the load average and the run queue, which include
-// tasks in uninterruptible sleep and grow on an idle CPU that waits on I/O;
-// the cgroup's CPU usage or CPU PSI its throttling, which bursty
-// multi-threaded programs see in many periods while using a small part of
-// their quota.
+// confirmers lists the signals that confirm one that counts only when
+// confirmed: a CPU signal the load and the run queue, which grow on an idle
+// CPU waiting on I/O; the cgroup's CPU usage or PSI its throttling, which
+// bursty threads see while using a small part of their quota.
 var confirmers = func() map[olc.Signal][]olc.Signal {
 	cpu := []olc.Signal{olc.CPUBusy, olc.PSICPUSomeAvg10, olc.PSICPUSome}
 	cgroup := []olc.Signal{olc.CgroupCPUUsageOfQuota, olc.CgroupPSICPUSomeAvg10, olc.CgroupPSICPUSome}

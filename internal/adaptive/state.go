@@ -53,7 +53,9 @@ func (c *Controller) Export() State {
 		if ps.base.ok {
 			st.Baseline = ps.base.value
 		}
-		st.Capacity, st.CapacityAge = ps.cap.measured()
+		if ps.cap.lastSat > 0 {
+			st.Capacity, st.CapacityAge = ps.cap.lastSat, ps.cap.satAge
+		}
 		s.Ports = append(s.Ports, st)
 	}
 	return s
@@ -85,15 +87,13 @@ func (c *Controller) Restore(s State, age time.Duration, at time.Time) {
 		if st.Baseline > 0 {
 			ps.base.value, ps.base.ok = st.Baseline, true
 		}
-		fresh := st.CapacityAge+age.Seconds() < prm.CapacityWindow.Seconds()
 		if st.Capacity > 0 {
 			ps.cap.lastSat, ps.cap.satAge = st.Capacity, st.CapacityAge+age.Seconds()
 		}
 		if st.PerStart > 0 {
-			// One slot carries the answers per start, and a fresh
-			// capacity as a saturated tick.
+			// One slot carries the answers per start, and a fresh capacity as a saturated tick.
 			slot := capSlot{answers: st.PerStart, admitted: 1}
-			if fresh && st.Capacity > 0 {
+			if st.Capacity > 0 && ps.cap.satAge < prm.CapacityWindow.Seconds() {
 				slot.rate, slot.saturated = st.Capacity, true
 			}
 			ps.cap.slots = []capSlot{slot}

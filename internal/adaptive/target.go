@@ -31,13 +31,11 @@ func (t ResponseTarget) String() string {
 	return "off"
 }
 
-// Limits of the response-time targets.
+// Limits of the response-time targets (docs/controller.md §7).
 const (
-	// MinAutoTarget floors an auto target (seconds): below a millisecond
-	// the scheduler's own wake-up jitter moves a p95 by its size.
+	// MinAutoTarget floors an auto target (seconds).
 	MinAutoTarget = 0.001
-	// MaxResponseTarget bounds any target (seconds): the datapath's
-	// histogram reaches 30 s.
+	// MaxResponseTarget bounds any target (seconds).
 	MaxResponseTarget = 30.0
 )
 
@@ -49,9 +47,7 @@ type baseline struct {
 	quiet int // consecutive ticks in which no law shed
 }
 
-// The baseline's learning (docs/controller.md §2, §7): fast down, slow up,
-// after a few quiet ticks; a tick is steady within a tenth of its answers
-// and two requests.
+// The baseline's learning (docs/controller.md §2, §7).
 const (
 	baselineDown   = 0.5
 	baselineUp     = 0.05
@@ -60,13 +56,9 @@ const (
 	steadyRequests = 2
 )
 
-// steady reports whether the tick's queue did not grow: the requests in
-// flight at its end are at most those at the previous tick's end (prev;
-// −1: none, then requests against answers) plus the slack. In flight, not
-// requests against answers: on a protocol whose last message gets no
-// answer (MySQL's COM_QUIT, then the close) every tick starts more requests
-// than it answers, while the datapath counts such a request abandoned at
-// the close, not in flight.
+// steady reports whether the tick's queue did not grow beyond the slack:
+// its end's in flight against prev, the previous tick's (−1: none, then
+// requests against answers; docs/controller.md §2 says why in flight).
 func steady(r PortResponse, prev float64) bool {
 	grew := r.Requests - r.Responses
 	if prev >= 0 {
@@ -76,10 +68,9 @@ func steady(r PortResponse, prev float64) bool {
 }
 
 // learn updates the baseline from a tick of r, prev the requests in flight
-// at the previous tick's end (−1: none); busy is true while any law sheds
-// (such a tick answers requests that queued, docs/controller.md §2). The
-// first steady quiet tick teaches it whatever its p95 (a service that takes
-// 200 ms is slow, not overloaded); later ones within the target move it.
+// at the previous tick's end (−1: none); busy is true while any law sheds.
+// The first steady quiet tick teaches it whatever its p95 (a service that
+// takes 200 ms is slow, not overloaded); later ones within the target move it.
 func (b *baseline) learn(r PortResponse, prev float64, busy bool, target float64) {
 	if busy {
 		b.quiet = 0

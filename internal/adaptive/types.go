@@ -20,8 +20,7 @@ type PortStats struct {
 	// seen this tick, retransmitted SYNs included, dropped ones included.
 	New uint64
 	// Reused counts the requests started on open connections (the request
-	// gate's request starts, scaled by the timing sample rate); with New
-	// they are the port's demand in starts (docs/controller.md).
+	// gate's request starts, scaled by the timing sample rate).
 	Reused uint64
 	// Resets counts the request starts the request gate shed.
 	Resets uint64
@@ -51,12 +50,11 @@ type PortConfig struct {
 // Config is everything the controller needs. Build it with
 // rules.Config.ControllerConfig in the daemon, or by hand in tests.
 type Config struct {
-	// Interval is the nominal tick interval (> 0). Demand rates use the
-	// snapshot's measured Interval and fall back to this on the first tick.
+	// Interval is the nominal tick interval (> 0). Rates use the snapshot's
+	// measured Interval, and this when a snapshot has none.
 	Interval time.Duration
-	// Thresholds holds each signal's target in its canonical unit; 0 means
-	// the signal does not drive shedding. Pressure = value ÷ threshold, so
-	// 1.0 is "at the target".
+	// Thresholds holds each signal's target in its canonical unit (pressure
+	// 1); 0: the signal does not drive shedding.
 	Thresholds [olc.NumSignals]float64
 	// Params are the law's parameters; start from DefaultParams.
 	Params Params
@@ -81,8 +79,7 @@ type SignalState struct {
 	// Pressure is Value ÷ Threshold; 0 when not Available.
 	Pressure float64
 	// Corroborated is false when a corroboration rule discounted the signal
-	// this tick (load without CPU pressure, cgroup throttling without quota
-	// usage or cgroup PSI). Uncorroborated signals do not count.
+	// this tick (docs/controller.md §3): then it does not count.
 	Corroborated bool
 }
 
@@ -92,10 +89,9 @@ type PortDecision struct {
 	Key olc.PortKey
 	// Class is the port's priority class.
 	Class olc.Class
-	// DropProbability is the share of the port's new work (SYNs, and
-	// request starts on a port with the request gate) to shed, 0..1 −
-	// MinPassRate: the larger of QueueP and the class share of the node's
-	// resource law.
+	// DropProbability is the share of the port's new work (SYNs, request
+	// starts with the request gate) to shed, 0..1 − MinPassRate: the larger
+	// of QueueP and the class share of the node's resource law.
 	DropProbability float64
 	// Demand is the port's unique new work per second (new connections
 	// without SYN retransmits, plus request starts on open connections):
@@ -110,17 +106,14 @@ type PortDecision struct {
 	// QueueP is the drop probability the port's own law asks for (0..1 −
 	// MinPassRate).
 	QueueP float64
-	// Retransmits is what DropProbability applies to, as the datapath
-	// treats a retransmitted SYN (one whose earlier copy it dropped): like
-	// a first attempt; shed, every one, while first attempts meet the
-	// probability; or last, first attempts passing and retransmits meeting
-	// it. The port's law ranks them while its target is below
-	// SYNRetransmitTimeout (docs/controller.md §1).
+	// Retransmits is what DropProbability applies to, as the datapath treats
+	// a SYN retransmitted after a drop: as a first attempt; shed, while first
+	// attempts meet the probability; or last, first attempts all passing and
+	// retransmits meeting it (docs/controller.md §1).
 	Retransmits olc.Retransmits
 	// Capacity is the port's capacity μ̂ measured while saturated: the most
 	// requests per second it answered over the saturated ticks of the last
-	// Params.CapacityWindow, or the last such figure; 0 until the timed port
-	// was saturated once. What an operator would get from a load test.
+	// Params.CapacityWindow, or the last such figure; 0 until saturated once.
 	Capacity float64
 	// ConnCapacity is Capacity in new work (connections, or request
 	// starts) per second: Capacity over the answers per admitted start
@@ -142,19 +135,17 @@ func (d PortDecision) FirstP() float64 {
 }
 
 // SYNRetransmitTimeout is the delay of a dropped SYN's first retransmit
-// (seconds): TCP's initial retransmission timeout, 1 s (RFC 6298 §2.1;
-// Linux TCP_TIMEOUT_INIT).
+// (seconds; docs/controller.md §7).
 const SYNRetransmitTimeout = 1.0
 
-// Decision is the outcome of one Step.
+// Decision is the outcome of one Step (or Onset).
 type Decision struct {
 	// At is the snapshot's time.
 	At time.Time
 	// Signals lists every signal that has a threshold, in canonical order.
 	Signals []SignalState
-	// Pressure is this tick's node pressure: the largest pressure among the
-	// available, corroborated signals (1 = at the target). 0 when
-	// PressureAvailable is false.
+	// Pressure is this tick's node pressure: the largest of the available,
+	// corroborated signals (1 = at the target; 0 when not PressureAvailable).
 	Pressure float64
 	// PressureAvailable is false when no signal with a threshold had a
 	// usable, corroborated value this tick; the node's p then decays.
