@@ -12,7 +12,7 @@ import (
 )
 
 // plantCSVHeader is the first line of `olcd-sim simulate --plant`'s CSV.
-const plantCSVHeader = "t_s,new,retransmits,dropped,responses,response_time_p95_s,inflight_requests,cpu_busy,goodput_per_s,response_target_s,queue_p,drop_probability"
+const plantCSVHeader = "t_s,new,retransmits,dropped,responses,response_time_p95_s,inflight_requests,cpu_busy,goodput_per_s,response_target_s,queue_p,drop_probability,retransmit_rule"
 
 // plantPort is the port a plant run protects: the config's first port, or
 // tcp/18080 (the harness's) under ports: auto.
@@ -46,8 +46,8 @@ func simulatePlant(cfg *rules.Config, name string, seed uint64, out, summary io.
 		if t.Responses >= cfg.Datapath.ResponseMinSamples && t.Responses > 0 {
 			p95 = num(t.P95)
 		}
-		fmt.Fprintf(bw, "%s,%d,%d,%d,%d,%s,%d,%s,%s,%s,%s,%s\n", num(t.T), t.New, t.Retransmits, t.Dropped, t.Responses, p95,
-			t.Inflight, num(t.CPUBusy), num(t.Goodput), num(t.Port.ResponseTarget), num(t.Port.QueueP), num(t.Port.DropProbability))
+		fmt.Fprintf(bw, "%s,%d,%d,%d,%d,%s,%d,%s,%s,%s,%s,%s,%s\n", num(t.T), t.New, t.Retransmits, t.Dropped, t.Responses, p95,
+			t.Inflight, num(t.CPUBusy), num(t.Goodput), num(t.Port.ResponseTarget), num(t.Port.QueueP), num(t.Port.DropProbability), t.Port.Retransmits)
 		for _, ev := range t.Decision.Events {
 			if ev.Kind != adaptive.EventProbabilityChange {
 				events = append(events, fmt.Sprintf("t=%gs %s: %s", t.T, ev.Kind, ev.Reason))

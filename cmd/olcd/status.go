@@ -152,11 +152,7 @@ func printStatus(w io.Writer, st *api.Status, all bool, now time.Time) {
 				p.ExemptPerS, p.StalePerS, fmtPtr(p.AcceptQueueFill, 2))
 		}
 		tw.Flush()
-		fmt.Fprintln(w, "(per second and % over the last tick; NEW/S counts SYN retransmits too, UNIQUE/S does not;")
-		fmt.Fprintln(w, " P APPLIES TO: all new work, or first attempts with every retransmit of a dropped SYN shed,")
-		fmt.Fprintln(w, " or retransmits alone with every first attempt passing (docs/controller.md, retransmits last);")
-		fmt.Fprintln(w, " DROP%, WOULD-DROP% and MARK% are shares of NEW/S; REJECT/S: dropped SYNs answered with a reset")
-		fmt.Fprintln(w, " (in observe mode: would be); ACCEPTQ is the accept-queue fill)")
+		fmt.Fprint(w, portsLegend)
 		if st.RejectLimited > 0 {
 			fmt.Fprintf(w, "reject: %d SYNs dropped unanswered over action.reject_rate since start\n", st.RejectLimited)
 		}
@@ -456,3 +452,11 @@ func appliesTo(rule string) string {
 	}
 	return "all new work"
 }
+
+// portsLegend explains the ports table of printStatus.
+const portsLegend = `(per second and % over the last tick; NEW/S counts SYN retransmits too, UNIQUE/S does not;
+ P APPLIES TO: all new work, or first attempts with every retransmit of a dropped SYN shed,
+ or retransmits alone with every first attempt passing (docs/controller.md, retransmits last);
+ DROP%, WOULD-DROP% and MARK% are shares of NEW/S; REJECT/S: dropped SYNs answered with a reset
+ (in observe mode: would be); ACCEPTQ is the accept-queue fill)
+`

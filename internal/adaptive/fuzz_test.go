@@ -214,10 +214,24 @@ func (k *fuzzChecker) checkDecision(d Decision, c *Controller, onset bool) {
 		t.Fatalf("%s: %d port decisions for %d ports", where, len(d.Ports), len(k.cfg.Ports))
 	}
 	for i, pd := range d.Ports {
-		if !finite(pd.QueueP) || pd.QueueP < 0 || pd.QueueP > bound+eps || !finite(pd.ResponseTarget) || pd.ResponseTarget < 0 {
+		// Under retransmits last the p applies to retransmits alone, every
+		// first attempt passing: the bound holds for new work, not for it.
+		last := pd.Retransmits == olc.RetransmitsLast
+		qb := bound
+		if last {
+			qb = 1
+		}
+		if !finite(pd.QueueP) || pd.QueueP < 0 || pd.QueueP > qb+eps || !finite(pd.ResponseTarget) || pd.ResponseTarget < 0 {
 			t.Fatalf("%s: port %d queue law %+v", where, i, pd)
 		}
-		if pd.Key != k.cfg.Ports[i].Key || pd.DropProbability != math.Min(bound, math.Max(d.Classes[pd.Class], pd.QueueP)) || !finite(pd.Demand) || pd.Demand < 0 {
+		want := math.Min(bound, math.Max(d.Classes[pd.Class], pd.QueueP))
+		if last {
+			want = pd.QueueP
+			if d.Classes[pd.Class] > 0 {
+				t.Fatalf("%s: port %d retransmits last while its class sheds %v", where, i, d.Classes[pd.Class])
+			}
+		}
+		if pd.Key != k.cfg.Ports[i].Key || pd.DropProbability != want || !finite(pd.Demand) || pd.Demand < 0 {
 			t.Fatalf("%s: port %d decision %+v (classes %s)", where, i, pd, classSummary(d.Classes))
 		}
 	}

@@ -225,8 +225,9 @@ func (p *port) decision(classP float64, prm *Params) PortDecision {
 	drop := math.Min(prm.Bound(), math.Max(q, classP))
 	switch {
 	case retx == olc.RetransmitsLast && classP > 0:
-		// The node's cap sheds first attempts too; retransmits stay behind.
-		drop, retx = math.Min(prm.Bound(), classP), olc.RetransmitsShed
+		// The node's cap sheds first attempts too; retransmits stay behind,
+		// and the port's own law asks nothing of first attempts.
+		drop, retx, q = math.Min(prm.Bound(), classP), olc.RetransmitsShed, 0
 	case retx == olc.RetransmitsLast:
 		drop = q // first attempts all pass: the bound holds
 	}

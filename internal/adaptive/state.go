@@ -64,9 +64,11 @@ func (c *Controller) Export() State {
 // Restore puts back a State exported age ago by a controller of the same
 // config, at time at. Ports of s that are not configured are ignored;
 // configured ports missing from s keep their fresh state. A capacity
-// younger than the capacity window seeds the window as one saturated tick;
-// an older one is only reported. Probabilities are clamped to
-// 0..Params.Bound.
+// younger than the capacity window (with its answers per start) seeds the
+// window as one saturated tick; an older one is only reported.
+// Probabilities are clamped to 0..Params.Bound, a port's under retransmits
+// last to 0..1 (every first attempt passes), an unknown rule read as
+// as-first.
 func (c *Controller) Restore(s State, age time.Duration, at time.Time) {
 	prm := c.cfg.Params
 	clamp := func(p float64) float64 { return min(max(p, 0), prm.Bound()) }
@@ -80,7 +82,14 @@ func (c *Controller) Restore(s State, age time.Duration, at time.Time) {
 			continue
 		}
 		ps := &c.ports[i]
-		ps.pass, ps.target, ps.demand, ps.retx = 1-clamp(st.DropProbability), st.Target, st.Demand, st.Retransmits
+		ps.retx = st.Retransmits
+		if !ps.retx.Valid() {
+			ps.retx = olc.RetransmitsAsFirst
+		}
+		ps.pass, ps.target, ps.demand = 1-clamp(st.DropProbability), st.Target, st.Demand
+		if ps.retx == olc.RetransmitsLast {
+			ps.pass = 1 - min(max(st.DropProbability, 0), 1)
+		}
 		if !st.QueueOverload {
 			ps.pass = 1
 		}

@@ -37,3 +37,29 @@ func TestStateRoundTrip(t *testing.T) {
 		t.Errorf("capacity age %v after 1 s, exported %v", got.Ports[0].CapacityAge, s.Ports[0].CapacityAge)
 	}
 }
+
+// TestRestoreRetransmitRule: a port restored under retransmits last keeps
+// its p past the bound (it applies to retransmits alone) and its rule; one
+// under shed is clamped to the bound; a rule no build writes reads as
+// as-first.
+func TestRestoreRetransmitRule(t *testing.T) {
+	key := olc.PortKey{Proto: olc.ProtoTCP, Port: 80}
+	cfg := cfgWith()
+	cfg.Ports = []PortConfig{{Key: key, Class: olc.ClassNormal, Target: ResponseTarget{Seconds: 0.05}}}
+	for _, tc := range []struct {
+		rule     olc.Retransmits
+		p, wantP float64
+		wantRule olc.Retransmits
+	}{
+		{olc.RetransmitsLast, 0.99, 0.99, olc.RetransmitsLast},
+		{olc.RetransmitsShed, 0.99, cfg.Params.Bound(), olc.RetransmitsShed},
+		{7, 0.5, 0.5, olc.RetransmitsAsFirst},
+	} {
+		c := mustNew(t, cfg)
+		c.Restore(State{Ports: []PortState{{Key: key, DropProbability: tc.p, QueueOverload: true, Target: 0.05, Retransmits: tc.rule}}}, time.Second, snap(0).At)
+		got := c.Export().Ports[0]
+		if math.Abs(got.DropProbability-tc.wantP) > 1e-9 || got.Retransmits != tc.wantRule {
+			t.Errorf("restored %s at %.2f: %s at %.3f, want %s at %.3f", tc.rule, tc.p, got.Retransmits, got.DropProbability, tc.wantRule, tc.wantP)
+		}
+	}
+}

@@ -91,7 +91,9 @@ type PortDecision struct {
 	Class olc.Class
 	// DropProbability is the share of the port's new work (SYNs, request
 	// starts with the request gate) to shed, 0..1 − MinPassRate: the larger
-	// of QueueP and the class share of the node's resource law.
+	// of QueueP and the class share of the node's resource law. Under
+	// RetransmitsLast it is QueueP, 0..1, and applies to retransmits alone:
+	// every first attempt passes, so MinPassRate holds.
 	DropProbability float64
 	// Demand is the port's unique new work per second (new connections
 	// without SYN retransmits, plus request starts on open connections):
@@ -104,7 +106,7 @@ type PortDecision struct {
 	// or without an auto target).
 	Baseline float64
 	// QueueP is the drop probability the port's own law asks for (0..1 −
-	// MinPassRate).
+	// MinPassRate; 0..1 under RetransmitsLast).
 	QueueP float64
 	// Retransmits is what DropProbability applies to, as the datapath treats
 	// a SYN retransmitted after a drop: as a first attempt; shed, while first
