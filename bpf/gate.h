@@ -125,7 +125,6 @@ static __always_inline int olcd_gate_tc(struct __sk_buff *skb)
 	struct olcd_reject_sums sums;
 	__u32 len, l3, l4, n, cut, coff, pseudo, ports;
 	struct olcd_pkt pkt;
-	int answer = 1, moved;
 
 	if (olcd_parse(data, data_end, skb, &pkt) != OLCD_P_SEGMENT)
 		return TC_ACT_UNSPEC;
@@ -157,8 +156,7 @@ static __always_inline int olcd_gate_tc(struct __sk_buff *skb)
 	/* Cut: the segment is the reset from here on. */
 	data = (void *)(long)skb->data;
 	data_end = (void *)(long)skb->data_end;
-	moved = pkt.l4off != l4;
-	if (moved) {
+	if (pkt.l4off != l4) {
 		__u32 *p = data + (l4 & 0x7f);
 
 		if ((void *)(p + 1) > data_end)
@@ -172,26 +170,13 @@ static __always_inline int olcd_gate_tc(struct __sk_buff *skb)
 		return TC_ACT_UNSPEC;
 	pseudo = sums.pseudo;
 	coff = len - sizeof(struct tcphdr) + 16; /* offsetof(struct tcphdr, check) */
-	if (bpf_l4_csum_replace(skb, coff, 0, sums.pseudo, BPF_F_PSEUDO_HDR))
+	/* Unlike reject.h's SYN, no PARTIAL segment gets here with its TCP
+	 * header moved (the cut refused it): the device sums from the
+	 * reset's own header. */
+	if (bpf_l4_csum_replace(skb, coff, 0, sums.pseudo, BPF_F_PSEUDO_HDR) ||
+	    bpf_l4_csum_replace(skb, coff, 0, sums.hdr, 0))
 		return TC_ACT_UNSPEC;
-	if (moved) {
-		__u16 *c;
-
-		data = (void *)(long)skb->data;
-		data_end = (void *)(long)skb->data_end;
-		c = data + (coff & 0x7f);
-		if ((void *)(c + 1) > data_end)
-			return TC_ACT_UNSPEC;
-		/* The field reads the pseudo sum itself only under PARTIAL,
-		 * whose device would sum from the old TCP header: no answer
-		 * then (the cut refuses that case; kept as reject.h has it). */
-		answer = *c != sums.pseudo;
-	}
-	if (answer) {
-		if (bpf_l4_csum_replace(skb, coff, 0, sums.hdr, 0))
-			return TC_ACT_UNSPEC;
-		bpf_clone_redirect(skb, skb->ifindex, 0);
-	}
+	bpf_clone_redirect(skb, skb->ifindex, 0);
 
 	/* The frame is the client's reset now: turn it back toward the
 	 * server. */
