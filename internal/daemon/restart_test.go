@@ -129,9 +129,11 @@ func TestRestoredPortLawWaits(t *testing.T) {
 	}
 }
 
-// TestRemoveStaleSocket: olcd detach removes an admin socket no one listens
-// on (a killed olcd's) and leaves a live one (another namespace's olcd with
-// the same path) and a path that is not a socket.
+// TestRemoveStaleSocket: removeStaleSocket, which olcd run and olcd
+// detach share, removes an admin socket no one listens on (a killed
+// olcd's) and leaves a live one (another namespace's olcd with the same
+// path), one the probe cannot tell (an error), a path that is not a
+// socket, and no file.
 func TestRemoveStaleSocket(t *testing.T) {
 	dir := t.TempDir()
 	stale := filepath.Join(dir, "stale.sock")
@@ -147,20 +149,28 @@ func TestRemoveStaleSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lln.Close()
+	// A datagram socket: a stream connect answers EPROTOTYPE, neither
+	// live nor dead.
+	dgram := filepath.Join(dir, "dgram.sock")
+	dln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: dgram, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dln.Close()
 	file := filepath.Join(dir, "file")
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
-		path    string
-		removed bool
-	}{{stale, true}, {live, false}, {file, false}, {filepath.Join(dir, "none"), false}} {
-		removed, err := removeStaleSocket(c.path)
-		if err != nil || removed != c.removed {
-			t.Errorf("%s: removed %v, %v; want %v", filepath.Base(c.path), removed, err, c.removed)
+		path  string
+		found socketFound
+	}{{stale, socketStale}, {live, socketLive}, {dgram, socketUnknown}, {file, socketOther}, {filepath.Join(dir, "none"), socketNone}} {
+		found, _, err := removeStaleSocket(c.path)
+		if found != c.found || (err != nil) != (c.found == socketUnknown) {
+			t.Errorf("%s: found %d, %v; want %d", filepath.Base(c.path), found, err, c.found)
 		}
 		_, err = os.Lstat(c.path)
-		if gone := errors.Is(err, os.ErrNotExist); gone != (c.removed || filepath.Base(c.path) == "none") {
+		if gone := errors.Is(err, os.ErrNotExist); gone != (c.found == socketStale || c.found == socketNone) {
 			t.Errorf("%s: after removeStaleSocket: %v", filepath.Base(c.path), err)
 		}
 	}
