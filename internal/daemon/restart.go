@@ -124,22 +124,7 @@ func (d *Daemon) restoreState(adopted []loader.PortPolicy) ([]statefile.Override
 	if st != nil {
 		e.ctrl.Restore(*st, age, now)
 	}
-	return overrides, st != nil && sheds(st)
-}
-
-// sheds reports whether a restored State has a law shedding: the node's
-// resource law or a port's own law (most overloads are a port's alone, the
-// node's p 0).
-func sheds(st *adaptive.State) bool {
-	if st.DropProbability > 0 {
-		return true
-	}
-	for _, p := range st.Ports {
-		if p.QueueOverload && p.DropProbability > 0 {
-			return true
-		}
-	}
-	return false
+	return overrides, st != nil && e.ctrl.Shedding()
 }
 
 // firstTick runs the start's first tick at once, unless drop probabilities

@@ -129,6 +129,29 @@ func TestRestoredPortLawWaits(t *testing.T) {
 	}
 }
 
+// TestRestoredUnconfiguredPortRuns: a state file whose only shedding law
+// is a port's the config no longer has restores nothing that sheds (the
+// controller ignores the port), so the first tick need not wait.
+func TestRestoredUnconfiguredPortRuns(t *testing.T) {
+	dir := t.TempDir()
+	d, _ := goldenDaemon(t)
+	d.opts.StateDir = dir
+	d.eng.ctrl, _ = adaptive.New(d.eng.cfg.ControllerConfig(controllerPorts(d.eng.ports)))
+	gone := olc.PortKey{Proto: olc.ProtoTCP, Port: 1}
+	for _, p := range d.eng.ports {
+		if p.Key == gone {
+			t.Fatalf("%s is configured in the golden config", gone)
+		}
+	}
+	st := adaptive.State{Ports: []adaptive.PortState{{Key: gone, DropProbability: 0.4, QueueOverload: true}}}
+	if err := statefile.Write(dir, statefile.File{Node: nodeName(), ConfigHash: d.configHash(), WrittenAt: time.Now(), Controller: st}); err != nil {
+		t.Fatal(err)
+	}
+	if _, restored := d.restoreState(nil); restored {
+		t.Error("a port no longer configured: restoreState reports drop probabilities restored (the first tick would wait)")
+	}
+}
+
 // TestRemoveStaleSocket: removeStaleSocket, which olcd run and olcd
 // detach share, removes an admin socket no one listens on (a killed
 // olcd's) and leaves a live one (another namespace's olcd with the same
