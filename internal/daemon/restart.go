@@ -141,11 +141,8 @@ func (d *Daemon) firstTick(restored bool) {
 		d.tick()
 		return
 	}
-	d.eng.smp.Sample()
-	if st, err := d.eng.dp.Stats(); err == nil {
-		d.eng.prev = st
-	} else {
-		d.log.Warn("read datapath statistics", "err", err)
+	if _, st, ok := d.eng.read(); ok {
+		d.eng.keep(st)
 	}
 	if err := d.eng.dp.Heartbeat(); err != nil {
 		d.log.Warn("heartbeat", "err", err)

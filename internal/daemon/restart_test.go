@@ -129,6 +129,25 @@ func TestRestoredPortLawWaits(t *testing.T) {
 	}
 }
 
+// TestFirstTickReadsAsTicks: with drop probabilities restored, the start's
+// first read (firstTick) is a tick's: a source the sampler could not read
+// is counted in the sample errors, and the read it replaces goes back to
+// the datapath (ReleaseStats).
+func TestFirstTickReadsAsTicks(t *testing.T) {
+	d, dp := goldenDaemon(t)
+	d.eng.smp = &fakeSampler{snaps: []olc.Snapshot{{Errors: []olc.SourceError{{Source: "psi_cpu", Err: errors.New("gone")}}}}}
+	d.eng.prev = goldenStats(1) // a read held, with response histograms
+	errs := d.eng.metrics.sampleErrors.WithLabelValues("psi_cpu")
+	before, released := counterValue(t, errs), dp.released
+	d.firstTick(true)
+	if got := counterValue(t, errs) - before; got != 1 {
+		t.Errorf("sample errors of psi_cpu +%g, want 1", got)
+	}
+	if dp.released != released+1 {
+		t.Errorf("released %d reads, want the one replaced", dp.released-released)
+	}
+}
+
 // TestRestoredUnconfiguredPortRuns: a state file whose only shedding law
 // is a port's the config no longer has restores nothing that sheds (the
 // controller ignores the port), so the first tick need not wait.
