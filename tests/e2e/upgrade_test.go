@@ -195,12 +195,7 @@ func TestUpgradeAcrossLayout(t *testing.T) {
 
 		// The other build refuses the pins and exits.
 		logPath := d.logPath + ".refused"
-		bin := step.refused
-		if bin == "" {
-			bin = bins.olcd
-		}
-		p := startProc(t, logPath, "ip", "netns", "exec", env.Node,
-			bin, "run", "--config", d.cfgPath, "--pin-dir", d.pinDir, "--state-dir", d.stateDir)
+		p := d.run(t, step.refused, logPath)
 		if !p.wait(30 * time.Second) {
 			p.kill()
 			t.Fatalf("%s: olcd still running 30s after it found pins of another layout", step.name)
