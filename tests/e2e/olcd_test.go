@@ -167,6 +167,18 @@ func (d *olcd) run(t *testing.T, bin, logPath string) *proc {
 		bin, "run", "--config", d.cfgPath, "--log-level", "debug", "--pin-dir", d.pinDir, "--state-dir", d.stateDir)
 }
 
+// stop sends olcd SIGTERM and waits up to 10 s for it to exit; what names
+// the step in the failure.
+func (d *olcd) stop(t *testing.T, what string) {
+	t.Helper()
+	if err := d.signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if !d.wait(10 * time.Second) {
+		t.Fatalf("%s: olcd did not stop within 10s of SIGTERM", what)
+	}
+}
+
 // mountPins mounts a bpffs for one daemon's pins under dir and returns the
 // pin directory in it. At the end of the test (after the daemon is killed)
 // `olcd detach` removes what it left in env's node namespace and the bpffs

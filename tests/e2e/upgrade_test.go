@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -185,12 +184,7 @@ func TestUpgradeAcrossLayout(t *testing.T) {
 		if len(pinned) != 1 {
 			t.Fatalf("%s: programs %+v, want one", step.name, pinned)
 		}
-		if err := d.signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		if !d.wait(10 * time.Second) {
-			t.Fatalf("%s: olcd did not stop within 10s of SIGTERM", step.name)
-		}
+		d.stop(t, step.name)
 		stopped := time.Now()
 
 		// The other build refuses the pins and exits.
