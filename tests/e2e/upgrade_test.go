@@ -18,10 +18,10 @@ import (
 
 // upgradeFrom is the earlier build the upgrade rows of TestRestart run
 // beside this one (OLCD_UPGRADE_FROM overrides it): 08fad7e, the parent of
-// 7f9a997, the last commit that changed the BPF programs (bpf/gate.h, the
-// request gate's TC failure paths). Its maps have the layout this build
-// pins (LayoutVersion 1, the same map fingerprints: no commit since has
-// touched a map), so an upgrade to this build and a downgrade back to it
+// 7f9a997, which changed the BPF programs (bpf/gate.h, the request gate's
+// TC failure paths; later commits changed them again). Its maps have the
+// layout this build pins (LayoutVersion 1, the same map fingerprints: no
+// commit since has touched a map), so an upgrade to this build and a downgrade back to it
 // are take-overs, each a link.Update to a program of other instructions
 // (the attached programs' tags are compared). It also predates the
 // take-over verifying at nice 10 (29e246c): the two loaders differ too.
