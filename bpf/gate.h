@@ -57,17 +57,16 @@ static __always_inline void olcd_gate_csum(void *data, void *data_end, __u32 len
 }
 
 /*
- * A reset the gate decided (resp.h counted it in resets) that the hook
- * cannot make: the segment passes as it came, and the count is taken back,
- * so that resets (which the controller reads as shed work) counts only
- * connections reset. Never reached but on a failed helper.
+ * Count a reset the hook made: resets (which the controller reads as shed
+ * work) counts connections reset, not resets decided, so a segment the
+ * hook cannot turn into one passes uncounted.
  */
-static __always_inline void olcd_gate_undo(const struct olcd_pkt *pkt)
+static __always_inline void olcd_gate_count(const struct olcd_pkt *pkt)
 {
 	struct olcd_resp_hist *h = olcd_rhist_of(pkt->seg_slot);
 
-	if (h && h->resets)
-		h->resets -= 1;
+	if (h)
+		h->resets += 1;
 }
 
 /* XDP: the client's RST|ACK in place of the segment in ctx (XDP_TX); the
@@ -85,11 +84,10 @@ static __always_inline int olcd_gate_xdp(struct xdp_md *ctx)
 		return XDP_PASS;
 	len = olcd_rst_build(data, data_end, &pkt, 1, pkt.seg_ack, pkt.seg_seq + pkt.seg_len,
 			     &sums);
-	if (!len) {
-		olcd_gate_undo(&pkt);
+	if (!len)
 		return XDP_PASS;
-	}
 	olcd_gate_csum(data, data_end, len, &sums);
+	olcd_gate_count(&pkt);
 	return XDP_TX;
 }
 
@@ -99,24 +97,25 @@ static __always_inline int olcd_gate_xdp(struct xdp_md *ctx)
 /*
  * TC: the client's RST|ACK as a clone to the egress of the interface the
  * segment came in on, then the segment itself as the server's RST, passed
- * on to the stack (TC_ACT_UNSPEC). Every step that can fail comes before
- * the segment changes, and a failure there passes it untouched
- * (olcd_gate_undo): the headers pulled into the linear part, the bytes the
- * checksum update starts from read, and the frame cut to the reset's
+ * on to the stack (TC_ACT_UNSPEC), and counted (olcd_gate_count). Every
+ * step that can fail comes before the segment changes, and a failure there
+ * passes it untouched: the headers pulled into the linear part, the bytes
+ * the checksum update starts from read, and the frame cut to the reset's
  * length (bpf_skb_change_tail) at once, the TCP header's ports kept aside
  * when it moves up (IPv4 options, IPv6 extension headers go). The kernel
  * refuses that cut for a CHECKSUM_PARTIAL segment whose TCP header moves
  * (its checksum start would lie past the end; the stack's own trim to the
  * IP length would drop it as well): such a segment passes. After the cut
  * nothing fails (the frame is linear, writable and long enough); the
- * checks the verifier needs pass what the frame is then. The client's
- * checksum is written as reject.h's (whole, or the pseudo header's part
- * for CHECKSUM_PARTIAL); the server's is written whole (a PARTIAL skb
- * coming in is not verified), and a CHECKSUM_COMPLETE skb's sum is brought
- * up to the bytes that changed (bpf_csum_update, an error otherwise), so
- * that the stack verifies it without a "hw csum failure". A failed clone
- * (bpf_clone_redirect) leaves the client without its reset, which its next
- * segment then draws from the server's closed socket.
+ * checks the verifier needs pass what the frame is then, uncounted. The
+ * client's checksum is written as reject.h's (whole, or the pseudo
+ * header's part for CHECKSUM_PARTIAL); the server's is written whole (a
+ * PARTIAL skb coming in is not verified), and a CHECKSUM_COMPLETE skb's
+ * sum is brought up to the bytes that changed (bpf_csum_update, an error
+ * otherwise), so that the stack verifies it without a "hw csum failure".
+ * A failed clone (bpf_clone_redirect) leaves the client without its
+ * reset, which its next segment then draws from the server's closed
+ * socket.
  */
 static __always_inline int olcd_gate_tc(struct __sk_buff *skb)
 {
@@ -126,7 +125,6 @@ static __always_inline int olcd_gate_tc(struct __sk_buff *skb)
 	struct olcd_reject_sums sums;
 	__u32 len, l3, l4, n, cut, coff, pseudo, ports;
 	struct olcd_pkt pkt;
-	int answer = 1, moved;
 
 	if (olcd_parse(data, data_end, skb, &pkt) != OLCD_P_SEGMENT)
 		return TC_ACT_UNSPEC;
@@ -141,58 +139,44 @@ static __always_inline int olcd_gate_tc(struct __sk_buff *skb)
 		data = (void *)(long)skb->data;
 		data_end = (void *)(long)skb->data_end;
 		if (data + cut > data_end)
-			goto pass;
+			return TC_ACT_UNSPEC;
 	}
 	{
 		__u32 *p = data + (pkt.l4off & OLCD_BLUR_MASK);
 
 		if ((void *)(p + 1) > data_end)
-			goto pass;
+			return TC_ACT_UNSPEC;
 		ports = *p; /* source and destination, as the header has them */
 	}
 	if (bpf_skb_load_bytes(skb, l3, before, n))
-		goto pass;
+		return TC_ACT_UNSPEC;
 	if (skb->len > len && bpf_skb_change_tail(skb, len, 0))
-		goto pass;
+		return TC_ACT_UNSPEC;
 
 	/* Cut: the segment is the reset from here on. */
 	data = (void *)(long)skb->data;
 	data_end = (void *)(long)skb->data_end;
-	moved = pkt.l4off != l4;
-	if (moved) {
+	if (pkt.l4off != l4) {
 		__u32 *p = data + (l4 & 0x7f);
 
 		if ((void *)(p + 1) > data_end)
-			goto passed;
+			return TC_ACT_UNSPEC;
 		*p = ports;
 		pkt.l4off = l4;
 	}
 	len = olcd_rst_build(data, data_end, &pkt, 1, pkt.seg_ack, pkt.seg_seq + pkt.seg_len,
 			     &sums);
 	if (!len)
-		goto passed;
+		return TC_ACT_UNSPEC;
 	pseudo = sums.pseudo;
 	coff = len - sizeof(struct tcphdr) + 16; /* offsetof(struct tcphdr, check) */
-	if (bpf_l4_csum_replace(skb, coff, 0, sums.pseudo, BPF_F_PSEUDO_HDR))
-		goto passed;
-	if (moved) {
-		__u16 *c;
-
-		data = (void *)(long)skb->data;
-		data_end = (void *)(long)skb->data_end;
-		c = data + (coff & 0x7f);
-		if ((void *)(c + 1) > data_end)
-			goto passed;
-		/* The field reads the pseudo sum itself only under PARTIAL,
-		 * whose device would sum from the old TCP header: no answer
-		 * then (the cut refuses that case; kept as reject.h has it). */
-		answer = *c != sums.pseudo;
-	}
-	if (answer) {
-		if (bpf_l4_csum_replace(skb, coff, 0, sums.hdr, 0))
-			goto passed;
-		bpf_clone_redirect(skb, skb->ifindex, 0);
-	}
+	/* Unlike reject.h's SYN, no PARTIAL segment gets here with its TCP
+	 * header moved (the cut refused it): the device sums from the
+	 * reset's own header. */
+	if (bpf_l4_csum_replace(skb, coff, 0, sums.pseudo, BPF_F_PSEUDO_HDR) ||
+	    bpf_l4_csum_replace(skb, coff, 0, sums.hdr, 0))
+		return TC_ACT_UNSPEC;
+	bpf_clone_redirect(skb, skb->ifindex, 0);
 
 	/* The frame is the client's reset now: turn it back toward the
 	 * server. */
@@ -200,19 +184,13 @@ static __always_inline int olcd_gate_tc(struct __sk_buff *skb)
 	data_end = (void *)(long)skb->data_end;
 	len = olcd_rst_build(data, data_end, &pkt, 1, pkt.seg_seq, pkt.seg_ack, &sums);
 	if (!len)
-		goto passed;
+		return TC_ACT_UNSPEC;
 	olcd_gate_csum(data, data_end, len, &sums);
 	/* The first bpf_l4_csum_replace took the pseudo header's sum out of
 	 * a COMPLETE skb's: the seed puts it back. */
 	if (!bpf_skb_load_bytes(skb, l3, after, n))
 		bpf_csum_update(skb, bpf_csum_diff(before, n, after, n, pseudo));
-	return TC_ACT_UNSPEC;
-pass:
-	olcd_gate_undo(&pkt);
-	return TC_ACT_UNSPEC;
-passed:
-	/* Not reached (see above): the frame goes on as it is, no reset. */
-	olcd_gate_undo(&pkt);
+	olcd_gate_count(&pkt);
 	return TC_ACT_UNSPEC;
 }
 

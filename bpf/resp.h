@@ -334,7 +334,6 @@ static __noinline int olcd_resp_in(const struct olcd_seg *sg, __u32 proto_idx, v
 				h->reused += 1;
 				if (sg->seq == set->srack[w] && sg->ack == set->sack[w] &&
 				    olcd_gate(sg, data, data_end, h) == OLCD_GATE_RESET) {
-					h->resets += 1;
 					olcd_flow_forget(set, w);
 					return OLCD_GATE_RESET;
 				}

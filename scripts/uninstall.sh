@@ -61,9 +61,10 @@ for p in "${paths[@]}"; do
 done
 if [ -z "$DESTDIR" ]; then
 	systemctl daemon-reload 2>/dev/null || true
-	# The state file a restart reads: the datapath it described is
+	# The state directory (the unit's StateDirectory), which holds only
+	# the state file a restart reads: the datapath it described is
 	# detached. /run/olcd only when empty: never another olcd's locks.
-	rm -f /var/lib/olcd/state.json /var/lib/olcd/.state.json.*
-	rmdir /var/lib/olcd /run/olcd 2>/dev/null || true
+	rm -rf /var/lib/olcd
+	rmdir /run/olcd 2>/dev/null || true
 fi
 echo "uninstall: olcd removed from ${DESTDIR:-/}"

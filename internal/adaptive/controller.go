@@ -115,6 +115,20 @@ func (c *Controller) Config() Config { return c.cfg }
 // DropProbability returns the node's resource law's p after the last Step.
 func (c *Controller) DropProbability() float64 { return 1 - c.node.pass }
 
+// Shedding reports whether a law sheds now: the node's resource law or a
+// port's own (most overloads are a port's alone, the node's p 0).
+func (c *Controller) Shedding() bool {
+	if c.node.pass < 1 {
+		return true
+	}
+	for i := range c.ports {
+		if c.ports[i].active() {
+			return true
+		}
+	}
+	return false
+}
+
 // Step runs one tick on snapshot s and the ports' counts since the previous
 // tick (a port missing from stats holds its law). Time comes only from s.At;
 // a snapshot not later than the previous one is stale: its signals count as

@@ -132,25 +132,14 @@ func listenAdmin(path string) (net.Listener, error) {
 	if err := checkSocketDir(filepath.Dir(path)); err != nil {
 		return nil, err
 	}
-	if fi, err := os.Lstat(path); err == nil {
-		// connect(2) answers ECONNREFUSED for a regular file too: only a
-		// socket may be taken for a dead daemon's and removed, never a
-		// file or directory the path names by mistake (admin.socket set
-		// to the config file deleted it).
-		if fi.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("admin socket %s exists and is not a socket (%s): not removed; choose another admin.socket", path, fileKind(fi.Mode()))
-		}
-		c, err := net.DialTimeout("unix", path, time.Second)
-		if err == nil {
-			c.Close()
-			return nil, fmt.Errorf("admin socket %s: another olcd is running", path)
-		}
-		if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.ENOENT) {
-			return nil, fmt.Errorf("probe admin socket %s: %w", path, err)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("remove stale admin socket %s: %w", path, err)
-		}
+	found, mode, err := removeStaleSocket(path)
+	switch {
+	case err != nil:
+		return nil, err
+	case found == socketOther:
+		return nil, fmt.Errorf("admin socket %s exists and is not a socket (%s): not removed; choose another admin.socket", path, fileKind(mode))
+	case found == socketLive:
+		return nil, fmt.Errorf("admin socket %s: another olcd is running", path)
 	}
 	// The umask makes the socket 0600 from its creation: a chmod after
 	// bind would leave a window in which any local user could connect.
@@ -161,6 +150,48 @@ func listenAdmin(path string) (net.Listener, error) {
 		return nil, fmt.Errorf("listen on admin socket %s: %w", path, err)
 	}
 	return ln, nil
+}
+
+// socketFound is what removeStaleSocket found at an admin socket's path.
+type socketFound int
+
+const (
+	socketNone    socketFound = iota // no file, or it went while probed
+	socketStale                      // a socket no one listens on (a dead olcd's): removed
+	socketLive                       // a socket someone answers on: left
+	socketOther                      // not a socket: left
+	socketUnknown                    // a socket the probe could not tell: left
+)
+
+// removeStaleSocket removes the unix socket at path when no one listens on
+// it (connect answers ECONNREFUSED: a dead olcd's), and says what it found,
+// with the file's mode when there was one. Only a socket is probed: connect
+// answers ECONNREFUSED for a regular file too, and a file or directory the
+// path names by mistake (admin.socket set to the config file) must never be
+// taken for a dead daemon's and deleted. Errors: the probe failed otherwise
+// (socketUnknown), or the removal (socketStale).
+func removeStaleSocket(path string) (socketFound, os.FileMode, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return socketNone, 0, nil
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return socketOther, fi.Mode(), nil
+	}
+	c, err := net.DialTimeout("unix", path, time.Second)
+	switch {
+	case err == nil:
+		c.Close()
+		return socketLive, fi.Mode(), nil
+	case errors.Is(err, syscall.ENOENT):
+		return socketNone, fi.Mode(), nil
+	case !errors.Is(err, syscall.ECONNREFUSED):
+		return socketUnknown, fi.Mode(), fmt.Errorf("probe admin socket %s: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return socketStale, fi.Mode(), fmt.Errorf("remove stale admin socket %s: %w", path, err)
+	}
+	return socketStale, fi.Mode(), nil
 }
 
 // fileKind names what a path is, for errors.

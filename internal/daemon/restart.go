@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"net"
 	"os"
-	"syscall"
 	"time"
 
 	"github.com/olcd/olcd/internal/adaptive"
@@ -126,22 +124,7 @@ func (d *Daemon) restoreState(adopted []loader.PortPolicy) ([]statefile.Override
 	if st != nil {
 		e.ctrl.Restore(*st, age, now)
 	}
-	return overrides, st != nil && sheds(st)
-}
-
-// sheds reports whether a restored State has a law shedding: the node's
-// resource law or a port's own law (most overloads are a port's alone, the
-// node's p 0).
-func sheds(st *adaptive.State) bool {
-	if st.DropProbability > 0 {
-		return true
-	}
-	for _, p := range st.Ports {
-		if p.QueueOverload && p.DropProbability > 0 {
-			return true
-		}
-	}
-	return false
+	return overrides, st != nil && e.ctrl.Shedding()
 }
 
 // firstTick runs the start's first tick at once, unless drop probabilities
@@ -158,11 +141,8 @@ func (d *Daemon) firstTick(restored bool) {
 		d.tick()
 		return
 	}
-	d.eng.smp.Sample()
-	if st, err := d.eng.dp.Stats(); err == nil {
-		d.eng.prev = st
-	} else {
-		d.log.Warn("read datapath statistics", "err", err)
+	if _, st, ok := d.eng.read(); ok {
+		d.eng.keep(st)
 	}
 	if err := d.eng.dp.Heartbeat(); err != nil {
 		d.log.Warn("heartbeat", "err", err)
@@ -234,36 +214,15 @@ func Detach(pinDir, socket string, log *slog.Logger) ([]string, error) {
 		socket = rules.DefaultAdminSocket
 	}
 	var done []string
-	removed, err := removeStaleSocket(socket)
-	if err != nil {
-		return nil, fmt.Errorf("detach: %w", err)
-	}
-	if removed {
+	// A socket someone answers on (an olcd of another network namespace
+	// with the same admin.socket), or one the probe cannot tell, is left:
+	// the attach locks say whether an olcd runs here.
+	if found, _, err := removeStaleSocket(socket); found == socketStale {
+		if err != nil {
+			return nil, fmt.Errorf("detach: %w", err)
+		}
 		done = append(done, "removed the stale admin socket "+socket)
 	}
 	more, err := loader.RemovePinned(pinDir, log)
 	return append(done, more...), err
-}
-
-// removeStaleSocket removes the unix socket at path when no one listens on
-// it (connect answers ECONNREFUSED), as olcd run does before it listens. A
-// socket someone listens on (an olcd of another network namespace with the
-// same admin.socket), a path that is not a socket, or no file: left alone.
-func removeStaleSocket(path string) (bool, error) {
-	fi, err := os.Lstat(path)
-	if err != nil || fi.Mode()&os.ModeSocket == 0 {
-		return false, nil
-	}
-	c, err := net.DialTimeout("unix", path, time.Second)
-	if err == nil {
-		c.Close()
-		return false, nil
-	}
-	if !errors.Is(err, syscall.ECONNREFUSED) {
-		return false, nil
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return false, fmt.Errorf("remove stale admin socket %s: %w", path, err)
-	}
-	return true, nil
 }

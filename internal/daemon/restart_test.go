@@ -129,9 +129,53 @@ func TestRestoredPortLawWaits(t *testing.T) {
 	}
 }
 
-// TestRemoveStaleSocket: olcd detach removes an admin socket no one listens
-// on (a killed olcd's) and leaves a live one (another namespace's olcd with
-// the same path) and a path that is not a socket.
+// TestFirstTickReadsAsTicks: with drop probabilities restored, the start's
+// first read (firstTick) is a tick's: a source the sampler could not read
+// is counted in the sample errors, and the read it replaces goes back to
+// the datapath (ReleaseStats).
+func TestFirstTickReadsAsTicks(t *testing.T) {
+	d, dp := goldenDaemon(t)
+	d.eng.smp = &fakeSampler{snaps: []olc.Snapshot{{Errors: []olc.SourceError{{Source: "psi_cpu", Err: errors.New("gone")}}}}}
+	d.eng.prev = goldenStats(1) // a read held, with response histograms
+	errs := d.eng.metrics.sampleErrors.WithLabelValues("psi_cpu")
+	before, released := counterValue(t, errs), dp.released
+	d.firstTick(true)
+	if got := counterValue(t, errs) - before; got != 1 {
+		t.Errorf("sample errors of psi_cpu +%g, want 1", got)
+	}
+	if dp.released != released+1 {
+		t.Errorf("released %d reads, want the one replaced", dp.released-released)
+	}
+}
+
+// TestRestoredUnconfiguredPortRuns: a state file whose only shedding law
+// is a port's the config no longer has restores nothing that sheds (the
+// controller ignores the port), so the first tick need not wait.
+func TestRestoredUnconfiguredPortRuns(t *testing.T) {
+	dir := t.TempDir()
+	d, _ := goldenDaemon(t)
+	d.opts.StateDir = dir
+	d.eng.ctrl, _ = adaptive.New(d.eng.cfg.ControllerConfig(controllerPorts(d.eng.ports)))
+	gone := olc.PortKey{Proto: olc.ProtoTCP, Port: 1}
+	for _, p := range d.eng.ports {
+		if p.Key == gone {
+			t.Fatalf("%s is configured in the golden config", gone)
+		}
+	}
+	st := adaptive.State{Ports: []adaptive.PortState{{Key: gone, DropProbability: 0.4, QueueOverload: true}}}
+	if err := statefile.Write(dir, statefile.File{Node: nodeName(), ConfigHash: d.configHash(), WrittenAt: time.Now(), Controller: st}); err != nil {
+		t.Fatal(err)
+	}
+	if _, restored := d.restoreState(nil); restored {
+		t.Error("a port no longer configured: restoreState reports drop probabilities restored (the first tick would wait)")
+	}
+}
+
+// TestRemoveStaleSocket: removeStaleSocket, which olcd run and olcd
+// detach share, removes an admin socket no one listens on (a killed
+// olcd's) and leaves a live one (another namespace's olcd with the same
+// path), one the probe cannot tell (an error), a path that is not a
+// socket, and no file.
 func TestRemoveStaleSocket(t *testing.T) {
 	dir := t.TempDir()
 	stale := filepath.Join(dir, "stale.sock")
@@ -147,20 +191,28 @@ func TestRemoveStaleSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lln.Close()
+	// A datagram socket: a stream connect answers EPROTOTYPE, neither
+	// live nor dead.
+	dgram := filepath.Join(dir, "dgram.sock")
+	dln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: dgram, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dln.Close()
 	file := filepath.Join(dir, "file")
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
-		path    string
-		removed bool
-	}{{stale, true}, {live, false}, {file, false}, {filepath.Join(dir, "none"), false}} {
-		removed, err := removeStaleSocket(c.path)
-		if err != nil || removed != c.removed {
-			t.Errorf("%s: removed %v, %v; want %v", filepath.Base(c.path), removed, err, c.removed)
+		path  string
+		found socketFound
+	}{{stale, socketStale}, {live, socketLive}, {dgram, socketUnknown}, {file, socketOther}, {filepath.Join(dir, "none"), socketNone}} {
+		found, _, err := removeStaleSocket(c.path)
+		if found != c.found || (err != nil) != (c.found == socketUnknown) {
+			t.Errorf("%s: found %d, %v; want %d", filepath.Base(c.path), found, err, c.found)
 		}
 		_, err = os.Lstat(c.path)
-		if gone := errors.Is(err, os.ErrNotExist); gone != (c.removed || filepath.Base(c.path) == "none") {
+		if gone := errors.Is(err, os.ErrNotExist); gone != (c.found == socketStale || c.found == socketNone) {
 			t.Errorf("%s: after removeStaleSocket: %v", filepath.Base(c.path), err)
 		}
 	}

@@ -27,25 +27,42 @@ type tickResult struct {
 	keepAlive map[olc.PortKey]keepAliveTick
 }
 
-// tick runs sample → stats → controller → maps → heartbeat once.
-func (e *engine) tick() {
-	start := time.Now()
-	snap := e.smp.Sample()
+// read takes a tick's reads: the sampler's snapshot and the datapath's
+// counters, each source that failed counted in the sample errors; ok is
+// false when the counters could not be read.
+func (e *engine) read() (snap olc.Snapshot, st loader.Stats, ok bool) {
+	snap = e.smp.Sample()
 	for _, se := range snap.Errors {
 		e.metrics.sampleErrors.WithLabelValues(se.Source).Inc()
 	}
-
 	st, err := e.dp.Stats()
 	if err != nil {
 		e.log.Error("read datapath statistics", "err", err)
 		e.metrics.sampleErrors.WithLabelValues(sourceDatapathStats).Inc()
+		return snap, loader.Stats{}, false
 	}
+	return snap, st, true
+}
+
+// keep makes st the read the next tick's deltas start from, and hands the
+// one it replaces back to the datapath for reuse: its only holders were
+// e.prev and e.last, which holds st's tick by now (before the first tick,
+// no read).
+func (e *engine) keep(st loader.Stats) {
+	prev := e.prev
+	e.prev = st
+	e.dp.ReleaseStats(prev)
+}
+
+// tick runs sample → stats → controller → maps → heartbeat once.
+func (e *engine) tick() {
+	start := time.Now()
+	snap, st, ok := e.read()
 	deltas := make(map[olc.PortKey]loader.Counters, len(e.ports))
 	stats := make(map[olc.PortKey]adaptive.PortStats, len(e.ports))
 	var resp map[olc.PortKey]resptime.Port
 	var keepAlive map[olc.PortKey]keepAliveTick
-	var prev loader.Stats
-	if err == nil {
+	if ok {
 		keys := make([]olc.PortKey, 0, len(e.ports))
 		for _, p := range e.ports {
 			keys = append(keys, p.Key)
@@ -68,10 +85,6 @@ func (e *engine) tick() {
 			}
 			stats[p.Key] = ps
 		}
-		// The previous read is released below, once e.last no longer
-		// holds it either.
-		prev = e.prev
-		e.prev = st
 	}
 
 	dec := e.ctrl.Step(snap, stats)
@@ -89,9 +102,9 @@ func (e *engine) tick() {
 	}
 	e.last = tickResult{at: snap.At, interval: interval, snap: snap, decision: dec, stats: st, deltas: deltas, probs: probs, resp: resp,
 		keepAlive: keepAlive}
-	// Nothing holds the previous read now (e.prev and e.last were its
-	// only holders): its histograms go back to the datapath for reuse.
-	e.dp.ReleaseStats(prev)
+	if ok {
+		e.keep(st)
+	}
 	e.ticks++
 	e.metrics.ticks.Inc()
 	e.metrics.tickSeconds.Observe(time.Since(start).Seconds())

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/testutil"
 )
@@ -178,7 +180,9 @@ func (r *gateRig) waitShed(t *testing.T, before Stats) {
 //   - a POST on a reused connection is not retried by net/http: the client
 //     gets the error and the server never saw the request;
 //   - keep-alive requests on a port without a policy all pass on one
-//     connection.
+//     connection;
+//   - requests whose segments carry IPv4 options are reset, but for a
+//     partial checksum at TC (gateIPOptions).
 func TestRequestGateRealTraffic(t *testing.T) {
 	curl, curlErr := exec.LookPath("curl")
 	modes := []struct {
@@ -218,6 +222,7 @@ func TestRequestGateRealTraffic(t *testing.T) {
 				gateCurlRetry(t, r, curl)
 			})
 			t.Run("unprotected port untouched", func(t *testing.T) { gateUngated(t, r) })
+			t.Run("IPv4 options", func(t *testing.T) { gateIPOptions(t, r, tc) })
 		})
 	}
 }
@@ -421,4 +426,81 @@ func gateUngated(t *testing.T, r *gateRig) {
 	if got := stats(t, r.d).Response[r.k].Resets - before.Response[r.k].Resets; got != 0 {
 		t.Errorf("resets +%d on the gated port while only the unprotected one had traffic", got)
 	}
+}
+
+// gateIPOptions: requests on a connection whose segments carry IPv4
+// options (IP_OPTIONS on the client's socket: a 24-byte IP header), so
+// that the reset's TCP header sits 4 bytes before the segment's. Over the
+// veth a client segment is CHECKSUM_PARTIAL, and at TC the kernel refuses
+// the cut to the reset's length when the TCP header moves (its checksum
+// start would lie past the end, gate.h): such a request passes, is
+// answered and is not counted as a reset. With the client's checksum
+// offload off (a whole checksum), and at XDP, the request is reset and
+// counted once.
+func gateIPOptions(t *testing.T, r *gateRig, tc bool) {
+	once := func(path string, wantReset bool) {
+		t.Helper()
+		r.setP(t, 0)
+		c, err := r.n.dial(portShed, 3*time.Second)
+		if err != nil {
+			t.Fatalf("connect at p=0: %v", err)
+		}
+		defer c.Close()
+		must(t, c.SetDeadline(time.Now().Add(3*time.Second)))
+		sc, err := c.(*net.TCPConn).SyscallConn()
+		must(t, err)
+		var serr error
+		must(t, sc.Control(func(fd uintptr) {
+			// NOP, NOP, NOP, end of options.
+			serr = unix.SetsockoptString(int(fd), unix.IPPROTO_IP, unix.IP_OPTIONS, "\x01\x01\x01\x00")
+		}))
+		must(t, serr)
+		br := bufio.NewReader(c)
+		req := func(p string) {
+			if _, err := io.WriteString(c, "GET "+p+" HTTP/1.1\r\nHost: olcd-test\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		req("/options-first")
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("first request: %v", err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		before := stats(t, r.d)
+		r.setP(t, 1)
+		req(path)
+		resp, err = http.ReadResponse(br, nil)
+		r.setP(t, 0)
+		if resp != nil {
+			resp.Body.Close()
+		}
+		after := stats(t, r.d).Response[r.k]
+		if reused := after.Reused - before.Response[r.k].Reused; reused != 1 {
+			t.Errorf("%s: request starts on open connections +%d, want 1 (the gate saw it)", path, reused)
+		}
+		resets := after.Resets - before.Response[r.k].Resets
+		if wantReset {
+			if !errors.Is(err, syscall.ECONNRESET) || resets != 1 || r.shed.count("GET "+path) != 0 {
+				t.Errorf("%s at p=1: %v, resets +%d, the server read it %d times; want ECONNRESET, +1, 0",
+					path, err, resets, r.shed.count("GET "+path))
+			}
+			return
+		}
+		if err != nil || resets != 0 || r.shed.count("GET "+path) != 1 {
+			t.Errorf("%s at p=1: %v, resets +%d, the server read it %d times; want answered, +0, once",
+				path, err, resets, r.shed.count("GET "+path))
+		}
+	}
+	if !tc {
+		once("/options-xdp", true)
+		return
+	}
+	once("/options-partial", false)
+	if err := r.n.InPeer(func() error { return setTxChecksum(r.n.PeerIf, false) }); err != nil {
+		t.Fatalf("turn off checksum offload on %s: %v", r.n.PeerIf, err)
+	}
+	defer func() { must(t, r.n.InPeer(func() error { return setTxChecksum(r.n.PeerIf, true) })) }()
+	once("/options-whole", true)
 }

@@ -312,12 +312,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 			}
 		}},
 		{"SIGTERM exits cleanly and keeps the datapath pinned; olcd detach removes it", func(t *testing.T) {
-			if err := d.signal(syscall.SIGTERM); err != nil {
-				t.Fatal(err)
-			}
-			if !d.wait(10 * time.Second) {
-				t.Fatal("olcd did not stop within 10s of SIGTERM")
-			}
+			d.stop(t, "clean stop")
 			if d.err != nil {
 				t.Fatalf("olcd exited with %v after SIGTERM, want status 0", d.err)
 			}

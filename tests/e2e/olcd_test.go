@@ -146,17 +146,36 @@ func (d *olcd) start(t *testing.T) {
 			dumpFile(t, "decision log", d.decPath)
 		}
 	})
-	bin := d.bin
-	if bin == "" {
-		bin = bins.olcd
-	}
-	d.proc = startProc(t, d.logPath, "ip", "netns", "exec", d.env.Node,
-		bin, "run", "--config", d.cfgPath, "--log-level", "debug", "--pin-dir", d.pinDir, "--state-dir", d.stateDir)
+	d.proc = d.run(t, d.bin, d.logPath)
 	d.waitReady(t)
 	if d.guard == nil {
 		// One guard per daemon, across its restarts (a new process's
 		// counters start a new chain).
 		d.guard = d.guardDrops(t, d.allowDrops...)
+	}
+}
+
+// run starts bin (this build's when empty) as `olcd run` on d's config,
+// pin and state directories in the node namespace, its output to logPath;
+// it waits for nothing.
+func (d *olcd) run(t *testing.T, bin, logPath string) *proc {
+	t.Helper()
+	if bin == "" {
+		bin = bins.olcd
+	}
+	return startProc(t, logPath, "ip", "netns", "exec", d.env.Node,
+		bin, "run", "--config", d.cfgPath, "--log-level", "debug", "--pin-dir", d.pinDir, "--state-dir", d.stateDir)
+}
+
+// stop sends olcd SIGTERM and waits up to 10 s for it to exit; what names
+// the step in the failure.
+func (d *olcd) stop(t *testing.T, what string) {
+	t.Helper()
+	if err := d.signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if !d.wait(10 * time.Second) {
+		t.Fatalf("%s: olcd did not stop within 10s of SIGTERM", what)
 	}
 }
 

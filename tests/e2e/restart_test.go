@@ -185,12 +185,7 @@ func (rc restartCase) run(t *testing.T) {
 			}
 			continue
 		}
-		if err := d.signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		if !d.wait(10 * time.Second) {
-			t.Fatalf("round %d: olcd did not stop within 10s of SIGTERM", round)
-		}
+		d.stop(t, fmt.Sprintf("round %d", round))
 		d.logPath = fmt.Sprintf("%s.%d", d.logPath, round)
 		wantHook := "tcx"
 		if rc.how == reattach {

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,10 +18,10 @@ import (
 
 // upgradeFrom is the earlier build the upgrade rows of TestRestart run
 // beside this one (OLCD_UPGRADE_FROM overrides it): 08fad7e, the parent of
-// 7f9a997, the last commit that changed the BPF programs (bpf/gate.h, the
-// request gate's TC failure paths). Its maps have the layout this build
-// pins (LayoutVersion 1, the same map fingerprints: no commit since has
-// touched a map), so an upgrade to this build and a downgrade back to it
+// 7f9a997, which changed the BPF programs (bpf/gate.h, the request gate's
+// TC failure paths; later commits changed them again). Its maps have the
+// layout this build pins (LayoutVersion 1, the same map fingerprints: no
+// commit since has touched a map), so an upgrade to this build and a downgrade back to it
 // are take-overs, each a link.Update to a program of other instructions
 // (the attached programs' tags are compared). It also predates the
 // take-over verifying at nice 10 (29e246c): the two loaders differ too.
@@ -185,22 +184,12 @@ func TestUpgradeAcrossLayout(t *testing.T) {
 		if len(pinned) != 1 {
 			t.Fatalf("%s: programs %+v, want one", step.name, pinned)
 		}
-		if err := d.signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		if !d.wait(10 * time.Second) {
-			t.Fatalf("%s: olcd did not stop within 10s of SIGTERM", step.name)
-		}
+		d.stop(t, step.name)
 		stopped := time.Now()
 
 		// The other build refuses the pins and exits.
 		logPath := d.logPath + ".refused"
-		bin := step.refused
-		if bin == "" {
-			bin = bins.olcd
-		}
-		p := startProc(t, logPath, "ip", "netns", "exec", env.Node,
-			bin, "run", "--config", d.cfgPath, "--pin-dir", d.pinDir, "--state-dir", d.stateDir)
+		p := d.run(t, step.refused, logPath)
 		if !p.wait(30 * time.Second) {
 			p.kill()
 			t.Fatalf("%s: olcd still running 30s after it found pins of another layout", step.name)

@@ -97,9 +97,10 @@ const (
 )
 
 // SourceAddrs returns k source addresses of the client namespace beyond
-// ClientIP (ClientIP + 1, + 2, ...), adding the ones not yet on ClientIf:
-// clients of their own addresses (the fairness test). They are in the
-// network's /27, so the host end's connected route answers them.
+// ClientIP (ClientIP + 1, + 2, ...), each put on ClientIf unless it is
+// there (ip addr replace): clients of their own addresses (the fairness
+// test). They are in the network's /27, so the host end's connected route
+// answers them.
 func (n *Net) SourceAddrs(k int) ([]netip.Addr, error) {
 	if k > maxSources {
 		return nil, fmt.Errorf("%d source addresses: the client network has room for %d", k, maxSources)
@@ -108,19 +109,10 @@ func (n *Net) SourceAddrs(k int) ([]netip.Addr, error) {
 	a := n.ClientIP
 	for range k {
 		a = a.Next()
-		out = append(out, a)
-	}
-	have, err := exec.Command("ip", "-n", n.Netns, "-o", "addr", "show", "dev", n.ClientIf).Output()
-	if err != nil {
-		return nil, fmt.Errorf("list the client's addresses: %w", err)
-	}
-	for _, ad := range out {
-		if strings.Contains(string(have), " "+ad.String()+"/") {
-			continue
-		}
-		if err := run("ip", "-n", n.Netns, "addr", "add", ad.String()+"/32", "dev", n.ClientIf); err != nil {
+		if err := run("ip", "-n", n.Netns, "addr", "replace", a.String()+"/32", "dev", n.ClientIf); err != nil {
 			return nil, err
 		}
+		out = append(out, a)
 	}
 	return out, nil
 }

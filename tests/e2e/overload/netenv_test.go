@@ -4,8 +4,12 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 
@@ -14,7 +18,8 @@ import (
 
 // TestNewNet: the harness's network has its host end in the host namespace
 // and the client namespace under the name leftovers are swept by; a client
-// reaches a listener on the host end, and Close leaves neither behind.
+// reaches a listener on the host end, from its own address and from the
+// source addresses the fairness test adds, and Close leaves neither behind.
 func TestNewNet(t *testing.T) {
 	testutil.RequireRoot(t, "creates a network namespace and a veth pair in the host namespace")
 	id := newID()
@@ -36,12 +41,48 @@ func TestNewNet(t *testing.T) {
 	defer ln.Close()
 	port := ln.Addr().(*net.TCPAddr).Port
 	go func() {
-		if c, err := ln.Accept(); err == nil {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
 			c.Close()
 		}
 	}()
 	if out, err := n.Command("bash", "-c", "exec 3<>/dev/tcp/"+n.HostIP.String()+"/"+strconv.Itoa(port)).CombinedOutput(); err != nil {
 		t.Fatalf("client to %s:%d: %v: %s", n.HostIP, port, err, out)
+	}
+
+	// Source addresses: on the client's end once each however often
+	// asked for, and a client reaches the host from the last.
+	addrs, err := n.SourceAddrs(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := n.SourceAddrs(3); err != nil || !slices.Equal(again, addrs) {
+		t.Fatalf("asked again: %v, %v; want %v", again, err, addrs)
+	}
+	have, err := exec.Command("ip", "-n", n.Netns, "-o", "addr", "show", "dev", n.ClientIf).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range addrs {
+		if want := n.ClientIP.Next(); i == 0 && a != want {
+			t.Errorf("first source address %s, want %s", a, want)
+		}
+		if k := strings.Count(string(have), " "+a.String()+"/32 "); k != 1 {
+			t.Errorf("%s on %s %d times, want once:\n%s", a, n.ClientIf, k, have)
+		}
+	}
+	src := &net.TCPAddr{IP: addrs[2].AsSlice()}
+	if err := n.rig.InPeer(func() error {
+		c, err := (&net.Dialer{LocalAddr: src, Timeout: 5 * time.Second}).Dial("tcp4", netip.AddrPortFrom(n.HostIP, uint16(port)).String())
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("client from %s: %v", src.IP, err)
 	}
 	n.Close()
 	if _, err := netlink.LinkByName(n.HostIf); err == nil {
