@@ -59,10 +59,19 @@ type Options struct {
 	// Selection is olcd's datapath.selection, "random" or "even" ["":
 	// the embedded default].
 	Selection string
+	// Config is the recommended config every olcd of the harness starts
+	// from, relative to the repository [ConfigBareMetal]; RunOptions.Config
+	// overrides it for a run.
+	Config string
 	// CPUGuard keeps the cgroup's CPU at the calibrated threshold as a
 	// guard beside the queue law in the enforce variants [false: the
-	// embedded default's signals; docs/tuning.md §0 measures both].
+	// recommended config's guards; docs/tuning.md §0 measures both].
 	CPUGuard bool
+	// Signals, when not nil, are the enforce variants' signals in place of
+	// the recommended config's guards, "name: {threshold: x}" each: a
+	// comparison (docs/measurements.md §20 measures the default guards
+	// against the file's less one) [nil].
+	Signals []string
 	// Progress receives one line every few seconds while a run goes on
 	// (nil: silent).
 	Progress io.Writer
@@ -97,6 +106,9 @@ func (o *Options) defaults() {
 	}
 	if o.OlcdController == nil {
 		o.OlcdController = DefaultController
+	}
+	if o.Config == "" {
+		o.Config = ConfigBareMetal
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
