@@ -300,21 +300,17 @@ func (l *LBHarness) Calibrate(ctx context.Context) error {
 	return nil
 }
 
-// lbController are the controller keys of the load-balancer test's olcd:
-// the overload matrix's (DefaultController).
-var lbController = DefaultController
-
 // startOlcd starts olcd in the node's namespace and waits until it has
 // attached and ticked twice. Its config is the recommended one behind
-// HAProxy (ConfigHAProxy) enforcing, with lbController, the node's veth,
+// HAProxy (ConfigHAProxy) enforcing, with the node's veth,
 // work and health ports, metrics on the node's address and the agent
 // there (agent) or off.
 func (n *lbNode) startOlcd(ctx context.Context, dir string, agent bool) (*olcdProc, error) {
 	cfg := olcdConfigData{By: "the load-balancer test", Base: ConfigHAProxy, Mode: "enforce", Iface: n.dev, Interval: n.h.opt.OlcdInterval,
-		Controller: lbController, Port: WorkPort, HealthPort: HealthPort,
+		Port: WorkPort, HealthPort: HealthPort,
 		Metrics: net.JoinHostPort(n.ip.String(), strconv.Itoa(lbMetricsPort)), RequestGate: n.requestGate}
 	if n.responseTarget != "" && n.responseTarget != "auto" {
-		cfg.Controller = append(append([]string{}, lbController...), "response_target: "+n.responseTarget)
+		cfg.Controller = []string{"response_target: " + n.responseTarget}
 	}
 	if agent {
 		cfg.Agent = net.JoinHostPort(n.ip.String(), strconv.Itoa(lbAgentPort))

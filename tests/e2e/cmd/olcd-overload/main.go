@@ -167,7 +167,7 @@ func demo(ctx context.Context, args []string) error {
 	work := fs.Duration("work", 5*time.Millisecond, "CPU time per request")
 	slo := fs.Duration("slo", 200*time.Millisecond, "latency within which a success is goodput")
 	interval := fs.Duration("olcd-interval", 500*time.Millisecond, "olcd's tick")
-	ctl := fs.String("olcd-controller", strings.Join(overload.DefaultController, ";"), "olcd controller settings, \"key: value\" separated by ;")
+	ctl := fs.String("olcd-controller", "", "olcd controller settings over the recommended config's, \"key: value\" separated by ; (a comparison; default: the file's)")
 	factor := fs.Float64("threshold-factor", overload.ThresholdFactor, "olcd's threshold as a share of the knee's CPU")
 	gomaxprocs := fs.Int("gomaxprocs", 1, "the backend's GOMAXPROCS (-1: the Go runtime's choice)")
 	selection := fs.String("selection", "", "olcd's datapath.selection: random or even (default: olcd's)")
