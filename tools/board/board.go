@@ -64,8 +64,9 @@ type Panel struct {
 	// is not a line.
 	Thresholds []float64
 	// Mappings are value mappings (state-timeline): a value's text and
-	// color.
-	Mappings map[string]Mapping
+	// color; RefMappings a target's own (an override matching its refId).
+	Mappings    map[string]Mapping
+	RefMappings map[string]map[string]Mapping
 	// LegendCalcs are options.legend.calcs (lastNotNull, max, mean, min).
 	LegendCalcs []string
 	// Targets are the panel's queries.
@@ -187,13 +188,10 @@ type rawPanel struct {
 	} `yaml:"targets"`
 	FieldConfig struct {
 		Defaults struct {
-			Unit     string   `yaml:"unit"`
-			Min      *float64 `yaml:"min"`
-			Max      *float64 `yaml:"max"`
-			Mappings []struct {
-				Type    string             `yaml:"type"`
-				Options map[string]Mapping `yaml:"options"`
-			} `yaml:"mappings"`
+			Unit       string       `yaml:"unit"`
+			Min        *float64     `yaml:"min"`
+			Max        *float64     `yaml:"max"`
+			Mappings   []rawMapping `yaml:"mappings"`
 			Thresholds *struct {
 				Steps []struct {
 					Value *float64 `yaml:"value"`
@@ -206,12 +204,28 @@ type rawPanel struct {
 				} `yaml:"thresholdsStyle"`
 			} `yaml:"custom"`
 		} `yaml:"defaults"`
+		Overrides []struct {
+			Matcher struct {
+				ID      string `yaml:"id"`
+				Options string `yaml:"options"`
+			} `yaml:"matcher"`
+			Properties []struct {
+				ID    string       `yaml:"id"`
+				Value []rawMapping `yaml:"value"`
+			} `yaml:"properties"`
+		} `yaml:"overrides"`
 	} `yaml:"fieldConfig"`
 	Options struct {
 		Legend struct {
 			Calcs []string `yaml:"calcs"`
 		} `yaml:"legend"`
 	} `yaml:"options"`
+}
+
+// rawMapping is a value mapping as the file has it.
+type rawMapping struct {
+	Type    string             `yaml:"type"`
+	Options map[string]Mapping `yaml:"options"`
 }
 
 // legendCalcs are the legend calculations the renderer computes.
@@ -261,16 +275,22 @@ func (p *parser) panels(seq *yaml.Node, field string) {
 				}
 			}
 		}
-		for _, m := range r.FieldConfig.Defaults.Mappings {
-			if m.Type != "value" {
-				p.errf(n, "%s.fieldConfig.defaults.mappings: type %q is not drawn (want value)", where, m.Type)
+		pn.Mappings = p.mappings(n, where+".fieldConfig.defaults.mappings", r.FieldConfig.Defaults.Mappings)
+		for i, o := range r.FieldConfig.Overrides {
+			at := fmt.Sprintf("%s.fieldConfig.overrides[%d]", where, i)
+			if o.Matcher.ID != "byFrameRefID" {
+				p.errf(n, "%s.matcher.id: %q is not drawn (want byFrameRefID)", at, o.Matcher.ID)
 				continue
 			}
-			if pn.Mappings == nil {
-				pn.Mappings = map[string]Mapping{}
-			}
-			for k, v := range m.Options {
-				pn.Mappings[k] = v
+			for j, pr := range o.Properties {
+				if pr.ID != "mappings" {
+					p.errf(n, "%s.properties[%d].id: %q is not drawn (want mappings)", at, j, pr.ID)
+					continue
+				}
+				if pn.RefMappings == nil {
+					pn.RefMappings = map[string]map[string]Mapping{}
+				}
+				pn.RefMappings[o.Matcher.Options] = p.mappings(n, fmt.Sprintf("%s.properties[%d].value", at, j), pr.Value)
 			}
 		}
 		for _, t := range r.Targets {
@@ -287,6 +307,24 @@ func (p *parser) panels(seq *yaml.Node, field string) {
 			p.panels(nested, where+".panels")
 		}
 	}
+}
+
+// mappings merges value mappings; other kinds are refused.
+func (p *parser) mappings(n *yaml.Node, where string, ms []rawMapping) map[string]Mapping {
+	var out map[string]Mapping
+	for _, m := range ms {
+		if m.Type != "value" {
+			p.errf(n, "%s: type %q is not drawn (want value)", where, m.Type)
+			continue
+		}
+		if out == nil {
+			out = map[string]Mapping{}
+		}
+		for k, v := range m.Options {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func (p *parser) variables(list *yaml.Node) {

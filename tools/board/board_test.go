@@ -56,6 +56,15 @@ func TestLoadShippedBoard(t *testing.T) {
 	if len(d.Annotations) != 1 || !strings.Contains(d.Annotations[0].Expr, "olcd_overload_active") {
 		t.Errorf("annotations %+v, want the overload one", d.Annotations)
 	}
+	// The overload timeline's mode lane has mappings of its own: the
+	// panel's say "overload" for 1.
+	for _, p := range d.Panels {
+		if p.Type == "state-timeline" {
+			if p.Mappings["1"].Text != "overload" || p.RefMappings["B"]["1"].Text != "on" {
+				t.Errorf("%q: mappings %v, target B's %v", p.Title, p.Mappings, p.RefMappings)
+			}
+		}
+	}
 }
 
 // TestParseErrors: what the renderer would draw wrongly is refused with
@@ -86,6 +95,9 @@ func TestParseErrors(t *testing.T) {
 			`b.json:4: panels[1] ("c").options.legend.calcs: "p95" is not computed`},
 		{"no query", panel(`{"type": "timeseries", "title": "q", "gridPos": {"x": 12, "y": 0, "w": 12, "h": 8}, "targets": [{"expr": " "}]}`),
 			`b.json:3: panels[1] ("q").targets: no query`},
+		{"an override not drawn", panel(`{"type": "state-timeline", "title": "s", "gridPos": {"x": 12, "y": 0, "w": 12, "h": 8},
+  "fieldConfig": {"overrides": [{"matcher": {"id": "byName", "options": "x"}, "properties": []}]}, "targets": [{"expr": "up"}]}`),
+			`b.json:3: panels[1] ("s").fieldConfig.overrides[0].matcher.id: "byName" is not drawn`},
 		{"broken JSON", "{\"title\": \"b\",\n \"panels\": [}", "b.json: yaml: line 1: did not find expected node content"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -32,6 +32,10 @@ type Style struct {
 	DPI int
 }
 
+// headroom is the share of a panel's value range left free above its
+// highest value.
+const headroom = 0.08
+
 // DefaultStyle is a board 1600 pixels wide in Grafana's grid.
 var DefaultStyle = Style{Width: 1600, RowHeight: 30, Gap: 8, Header: 48, DPI: 96}
 
@@ -261,6 +265,9 @@ func (r *renderer) panel(c draw.Canvas, p Panel, series []Series) {
 	if lo >= 0 {
 		pl.Y.Min = 0
 	}
+	// Headroom above the highest value, as Grafana's soft max leaves: a
+	// line at the maximum is not drawn on the frame.
+	pl.Y.Max += (pl.Y.Max - pl.Y.Min) * headroom
 	if p.Min != nil {
 		pl.Y.Min = *p.Min
 	}
@@ -397,25 +404,37 @@ func segments(s Series, step time.Duration) []plotter.XYs {
 	return out
 }
 
-// timeline draws a state-timeline: one lane per series, each run of equal
-// values a box in its mapping's color with its text.
+// timeline draws a state-timeline: one lane per series, its name on the
+// left, each run of equal values a box in its mapping's color with its
+// text (a target's own mappings, from an override, before the panel's).
 func (r *renderer) timeline(body draw.Canvas, p Panel, series []Series) {
-	pl := r.newPlot()
-	names := make([]string, len(series))
-	for i, s := range series {
-		names[len(series)-1-i] = s.Name
+	st := r.font(8, false)
+	st.XAlign, st.YAlign = draw.XRight, draw.YCenter
+	var w vg.Length
+	for _, s := range series {
+		w = max(w, st.Width(s.Name))
 	}
-	pl.NominalY(names...)
-	pl.Y.Tick.Label = r.font(8, false)
+	w = min(w, (body.Max.X-body.Min.X)/4) + r.px(8)
+	area := body
+	area.Min.X += w
+	pl := r.newPlot()
+	pl.HideY()
 	pl.Y.Min, pl.Y.Max = -0.5, float64(len(series))-0.5
-	pl.Add(lanes{series: series, mappings: p.Mappings, step: r.data.Step.Seconds(), text: r.font(8, false)})
-	pl.Draw(body)
+	l := lanes{series: series, mappings: p.Mappings, byRef: p.RefMappings, step: r.data.Step.Seconds(), text: r.font(8, false)}
+	pl.Add(l)
+	pl.Draw(area)
+	dc := pl.DataCanvas(area)
+	_, ty := pl.Transforms(&dc)
+	for i, s := range series {
+		body.FillText(st, vg.Point{X: dc.Min.X - r.px(6), Y: ty(float64(len(series) - 1 - i))}, fitText(st, s.Name, dc.Min.X-body.Min.X-r.px(6)))
+	}
 }
 
 // lanes is the state-timeline's plotter.
 type lanes struct {
 	series   []Series
 	mappings map[string]Mapping
+	byRef    map[string]map[string]Mapping
 	step     float64
 	text     text.Style
 }
@@ -426,19 +445,21 @@ func (l lanes) Plot(c draw.Canvas, pl *plot.Plot) {
 	n := len(l.series)
 	for i, s := range l.series {
 		lane := float64(n - 1 - i)
+		maps := l.mappings
+		if m, ok := l.byRef[s.RefID]; ok {
+			maps = m
+		}
 		for a := 0; a < len(s.T); {
 			b := a + 1
 			for b < len(s.T) && s.V[b] == s.V[a] && s.T[b]-s.T[b-1] <= 1.5*l.step {
 				b++
 			}
 			key := strconv.FormatFloat(s.V[a], 'f', -1, 64)
-			m, ok := l.mappings[key]
-			clr := palette[i%len(palette)]
-			label := key
-			if ok {
-				clr, label = named[m.Color], m.Text
-				if clr == (color.RGBA{}) {
-					clr = palette[i%len(palette)]
+			clr, label := palette[i%len(palette)], key
+			if m, ok := maps[key]; ok {
+				label = m.Text
+				if c, ok := named[m.Color]; ok {
+					clr = c
 				}
 			}
 			x0, x1 := tx(s.T[a]), tx(s.T[b-1]+l.step)

@@ -64,8 +64,9 @@ func (r Range) Variables() map[string]string {
 
 // Series is one series of a target over the range.
 type Series struct {
-	// Name is the target's legend with the series' labels.
-	Name string
+	// Name is the target's legend with the series' labels; RefID the
+	// target's.
+	Name, RefID string
 	// T are unix seconds, V the values at them (a scrape that returned
 	// nothing leaves a gap in T).
 	T, V []float64
@@ -101,6 +102,9 @@ func Fetch(ctx context.Context, q Querier, d *Dashboard, r Range) (*Data, error)
 			series, err := query(ctx, q, t.Expr, vars, rng, t.Legend)
 			if err != nil {
 				return nil, fmt.Errorf("%s:%d: panel %q, target %s: %w", d.Path, p.Line, p.Title, t.RefID, err)
+			}
+			for k := range series {
+				series[k].RefID = t.RefID
 			}
 			if len(series) == 0 {
 				data.Empty = append(data.Empty, where)
