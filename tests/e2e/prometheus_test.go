@@ -101,13 +101,15 @@ func TestPrometheus(t *testing.T) {
 	// board's response-time panels have answers to show.
 	const rrPort = serverPort + 1
 	env.lineServer(t, rrPort)
+	// The ports' target at 1 ms, under the line server's 2 ms a request:
+	// the request the closed-loop client below always has waiting is a
+	// standing queue beyond what the target allows (N* = μ̂ × 1 ms ≈ 0.5),
+	// so the port is saturated and its capacity measured, which the
+	// board's capacity series needs (absent until then).
 	d := startDaemon(t, env, daemonConfig{Mode: "observe", Attach: "tc", Threshold: thresholdAlways,
-		Ports: []int{serverPort, rrPort}, MinSamples: 1})
+		Ports: []int{serverPort, rrPort}, MinSamples: 1, ResponseTarget: "1ms"})
 	traffic := env.trickle(t, 200*time.Millisecond)
 	env.requestLoop(t, netip.AddrPortFrom(env.NodeIP, rrPort).String(), 20*time.Millisecond)
-	// A client that asks again as soon as it has its answer keeps a
-	// request in flight at every tick's edges: the port is saturated, and
-	// the board's capacity series (absent until then) is there.
 	env.requestLoop(t, netip.AddrPortFrom(env.NodeIP, rrPort).String(), 0)
 
 	// --- olcd's exposition, as Prometheus reads it.
