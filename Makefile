@@ -41,6 +41,8 @@ help:
 	@echo "make install         install olcd and olcd-sim, unit and /etc/olcd/olcd.yaml, enable the service"
 	@echo "make uninstall       remove everything make install added"
 	@echo "make release VERSION=vX.Y.Z  dist/: tarballs, .debs, OCI image, SHA256SUMS (from that tag)"
+	@echo "make docs-board      docs/img/board.png: the Grafana board drawn from Prometheus scraping olcd"
+	@echo "                     through a real overload (root, ~4 min; out/board)"
 	@echo "make test-release    the release on a fresh Debian 12 chroot, sums, image read back, and"
 	@echo "                     the README's install and first-ten-minutes commands walked (root, ~2 min)"
 
@@ -162,7 +164,7 @@ uninstall:
 COMMIT  ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 LDFLAGS += -X main.commit=$(COMMIT)
 
-.PHONY: release test-release deps-demo docs-img
+.PHONY: release test-release deps-demo docs-img docs-board
 
 release:
 	$(GO) -C tools/release run . -root $(CURDIR) -out $(CURDIR)/dist \
@@ -183,3 +185,16 @@ docs-img: build
 	$(GO) run ./tools/demoplot -none out/docs-img/none.csv -olcd out/docs-img/olcd.csv -out docs/img/demo.png \
 		-title "cpu backend (C = 1000/s), open-loop clients giving up after 1 s: plant model"
 	dot -Tpng -Gdpi=96 docs/img/loop.dot -o docs/img/loop.png
+
+# The README's picture of the Grafana board (root, ~4 min): an overload of
+# the cpu backend with olcd enforcing on deploy/examples/bare-metal.yaml,
+# scraped every second by Debian's Prometheus with olcd's rules, every
+# panel of deploy/grafana/olcd.json drawn from it by tools/board
+# (docs/development.md, "The board's picture"). Prometheus's data stays in
+# out/board/prometheus; tools/boardplot draws again from it.
+docs-board:
+	@[ "$$(id -u)" = 0 ] || { echo "make $@ needs root (network namespace, veth, cgroup, BPF): run 'sudo make $@'" >&2; exit 1; }
+	scripts/deps.sh test
+	$(MAKE) build
+	$(GO) build -o bin/olcd-overload ./tests/e2e/cmd/olcd-overload
+	bin/olcd-overload board -olcd $(BIN) -out out/board -png docs/img/board.png

@@ -200,7 +200,7 @@ const (
 // has no `signals` section (docs/config.md).
 func DefaultThresholds() [olc.NumSignals]float64 {
 	var t [olc.NumSignals]float64
-	t[olc.PSICPUSome], t[olc.PSIMemoryFull], t[olc.AcceptQueueFill] = 0.5, 0.1, 0.9
+	t[olc.PSIMemoryFull], t[olc.AcceptQueueFill] = 0.1, 0.9
 	return t
 }
 

@@ -70,12 +70,12 @@ func TestTraps(t *testing.T) {
 		})
 	}
 	// A patch's signals change the running list; off removes one.
-	p, _, err := Default().Patch([]byte("signals: {cpu_busy: {threshold: 0.7}, psi_cpu_some: off}"), "")
+	p, _, err := Default().Patch([]byte("signals: {cpu_busy: {threshold: 0.7}, psi_memory_full: off}"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := DefaultThresholds()
-	want[olc.CPUBusy], want[olc.PSICPUSome] = 0.7, 0
+	want[olc.CPUBusy], want[olc.PSIMemoryFull] = 0.7, 0
 	if p.Thresholds != want {
 		t.Errorf("patched thresholds %v, want %v", p.Thresholds, want)
 	}
@@ -104,7 +104,7 @@ func TestSettings(t *testing.T) {
 		{"controller.kp", "0.1", "default"},
 		{"controller.response_target", "auto", "default"},
 		{"signals.cpu_busy.threshold", "0.8", "live patch:2"},
-		{"signals.psi_cpu_some.threshold", "0.5", "default"},
+		{"signals.psi_memory_full.threshold", "0.1", "default"},
 		{"action.dscp", "unset", "default"},
 		{"exceptions.management", "[tcp/22]", "default"},
 		{"metrics.address", "127.0.0.1:9477", "default"},

@@ -10,10 +10,12 @@ package deploy
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/rules"
 )
 
@@ -72,5 +74,25 @@ func TestShippedConfigsOneStory(t *testing.T) {
 				t.Errorf("thresholds %v differ from the default guards %v: a shipped config keeps the default signals", cfg.Thresholds, def.Thresholds)
 			}
 		})
+	}
+}
+
+// TestDefaultGuards: the default guards are the node's memory stall and the
+// protected ports' accept queues, and no CPU signal. CPU contention that
+// hurts a port shows in the port's own measured queue, which its law reads;
+// the node's CPU pressure also reads every neighbour's work: the earlier
+// default psi_cpu_some 0.5 held a service at 0.5 C, its p95 within its
+// target, at the bound (90-95 % of its SYNs shed) whenever other work on
+// the node pushed the pressure past 0.5 (docs/measurements.md §20).
+func TestDefaultGuards(t *testing.T) {
+	th := rules.DefaultThresholds()
+	var got []string
+	for s, v := range th {
+		if v != 0 {
+			got = append(got, olc.Signal(s).String())
+		}
+	}
+	if want := []string{"psi_memory_full", "accept_queue_fill"}; !slices.Equal(got, want) {
+		t.Errorf("default guards %v, want %v", got, want)
 	}
 }

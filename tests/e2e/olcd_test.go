@@ -56,6 +56,9 @@ type daemonConfig struct {
 	MinSamples int
 	// ResponseP95 is a response_time_p95 threshold ("" for none), e.g. "1ms".
 	ResponseP95 string
+	// ResponseTarget is controller.response_target ("": the default,
+	// auto), e.g. "1ms".
+	ResponseTarget string
 	// AutoPorts writes ports: auto (every listener of the node namespace)
 	// instead of the Ports list.
 	AutoPorts bool

@@ -64,8 +64,8 @@ func overloadLB(t *testing.T, name string, keepAlive bool) {
 	out = filepath.Join(out, "lb", name)
 	ctx := context.Background()
 	// OLCD_LB_RESPONSE_TARGET sets the nodes' controller.response_target
-	// (default "off", the resource law alone: LBOptions.ResponseTarget
-	// says why), e.g. auto to measure the law on the measured queue.
+	// over haproxy.yaml's (auto, the default), e.g. off to measure the
+	// resource law alone (a comparison: checkConfigFile then fails).
 	rt := os.Getenv("OLCD_LB_RESPONSE_TARGET")
 	if rt != "" {
 		t.Logf("nodes' controller.response_target: %s (OLCD_LB_RESPONSE_TARGET)", rt)
@@ -90,6 +90,15 @@ func overloadLB(t *testing.T, name string, keepAlive bool) {
 			t.Fatalf("%s: %v", v, err)
 		}
 		runs = append(runs, r)
+		if v != overload.LBNone {
+			nodes, _ := filepath.Glob(filepath.Join(r.Dir, "olcd-*.yaml"))
+			if len(nodes) != 2 {
+				t.Errorf("%s: %d node configs in %s, want 2", v, len(nodes), r.Dir)
+			}
+			for _, f := range nodes {
+				checkConfigFile(t, f, overload.ConfigHAProxy)
+			}
+		}
 		for _, p := range r.Phases {
 			rows := []overload.PhaseResult{p.PhaseResult}
 			if p.Settled != nil {

@@ -230,6 +230,41 @@ func TestOverload3x(t *testing.T) {
 	goal(t, fmt.Sprintf("5 s after the overload: mean p (%d timeouts)", after.Timeouts), after.MeanP, 0, 0.1, false)
 	checkHealth(t, enforce)
 	checkSurgeStart(t, enforce)
+	checkConfig(t, enforce, overload.ConfigBareMetal)
+}
+
+// runKeys are the keys a run sets in the recommended config it runs
+// (docs/config.md, "The recommended configs in the suite"): where it is
+// (the veth, its ports, the health check's port), its own files and
+// listeners, and enforce.
+var runKeys = map[string]bool{"mode": true, "interfaces": true, "ports": true, "exceptions.ports": true,
+	"metrics.address": true, "admin.socket": true, "decision_log": true, "lb.agent.address": true}
+
+// checkConfig: the run's olcd ran the recommended config base, setting
+// only runKeys: the suite runs the files users start from, their guards,
+// law and bound included.
+func checkConfig(t *testing.T, r *overload.RunResult, base string) {
+	t.Helper()
+	checkConfigFile(t, r.OlcdConfig, base)
+}
+
+// checkConfigFile is checkConfig on the config file at path.
+func checkConfigFile(t *testing.T, path, base string) {
+	t.Helper()
+	head, err := overload.ConfigHead(path)
+	if err != nil {
+		t.Fatalf("the run's olcd config: %v", err)
+	}
+	from, set, ok := strings.Cut(head, "; the run sets ")
+	if !ok || !strings.HasSuffix(from, " from "+base) {
+		t.Errorf("%s: %q, want olcd on %s", path, head, base)
+	}
+	for _, k := range strings.Split(set, ", ") {
+		if !runKeys[k] {
+			t.Errorf("%s: the run sets %s, which is the recommended config's to say (%s)", path, k, head)
+		}
+	}
+	t.Logf("olcd's config %s: %s", filepath.Base(path), head)
 }
 
 // checkSurgeStart: the enforce run's 3 C step started an overload (its
@@ -524,12 +559,14 @@ func TestOverloadClosedPoolReject(t *testing.T) {
 
 // TestOverloadRestart is issue 27's restart under load: 3 C with olcd
 // enforcing, and olcd restarted (SIGTERM, a new olcd at once, as systemctl
-// restart does) at +10 s. The new olcd takes the pinned datapath over and
-// restores what the controller learnt from the state file, so the goodput
-// in the 10 s after the restart must be at least 0.95 × the goodput in the
-// 10 s before. Three runs; min / median / max logged.
+// restart and a DaemonSet's rolling update do) at +15 s. The new olcd takes
+// the pinned datapath over and restores what the controller learnt from
+// the state file, so the goodput in the 10 s after the restart must be at
+// least 0.95 × the goodput in the 10 s before. Three runs; min / median /
+// max logged. olcd runs the Kubernetes ConfigMap's config
+// (overload.ConfigKubernetes, enforce as shipped): the suite's run of it.
 func TestOverloadRestart(t *testing.T) {
-	overloadRestarts(t, overloadHarness(t), "restart", 3, "")
+	overloadRestarts(t, overloadHarness(t), "restart", 3, "", overload.ConfigKubernetes)
 }
 
 // TestOverloadUpgrade is TestOverloadRestart with an upgrade: the olcd
@@ -549,13 +586,14 @@ func TestOverloadUpgrade(t *testing.T) {
 		}
 		runs = n
 	}
-	overloadRestarts(t, h, "upgrade", runs, old)
+	overloadRestarts(t, h, "upgrade", runs, old, "")
 }
 
 // overloadRestarts plays the restart scenario runs times, each restarting
-// olcd at +15 s (firstBin, when not "", is the first olcd's binary), and
-// checks the median of goodput after / before.
-func overloadRestarts(t *testing.T, h *overload.Harness, name string, runs int, firstBin string) {
+// olcd at +15 s (firstBin, when not "", is the first olcd's binary; config,
+// when not "", the recommended config both run), and checks the median of
+// goodput after / before.
+func overloadRestarts(t *testing.T, h *overload.Harness, name string, runs int, firstBin, config string) {
 	t.Helper()
 	sc := overload.Scenario{Name: name, Phases: []overload.ScenarioPhase{
 		{Name: "0.5x", Load: 0.5, Duration: 5 * time.Second},
@@ -567,11 +605,15 @@ func overloadRestarts(t *testing.T, h *overload.Harness, name string, runs int, 
 		// Each run in a directory of its own (restart-1-enforce, ...).
 		rs := sc
 		rs.Name = fmt.Sprintf("%s-%d", sc.Name, i+1)
-		r, err := h.Run(context.Background(), rs, overload.VariantEnforce, overload.RunOptions{RestartOlcdAt: 15 * time.Second, OlcdBeforeRestart: firstBin})
+		r, err := h.Run(context.Background(), rs, overload.VariantEnforce, overload.RunOptions{RestartOlcdAt: 15 * time.Second, OlcdBeforeRestart: firstBin, Config: config})
 		if err != nil {
 			t.Fatal(err)
 		}
 		checkDrops(t, r)
+		if config == "" {
+			config = overload.ConfigBareMetal
+		}
+		checkConfig(t, r, config)
 		before, after, ok := r.AroundRestart(span)
 		if !ok {
 			t.Fatalf("run %d: no restart in the series (restarted at %v, %d s)", i+1, r.RestartedAt, len(r.Series))

@@ -3,13 +3,14 @@
 // fixed rate and reports how many succeeded. Every run is bounded in time and
 // in count.
 //
-//	loadgen serve   -addr 10.0.0.1:8080 [-ports 1] [-work 2ms] [-duration 5m]
-//	loadgen connect -target 10.0.0.1:8080 -rate 100 -duration 10s [-ports 1] [-timeout 1.5s] [-json]
+//	loadgen serve   -addr 10.0.0.1:8080 [-ports 1] [-work 2ms] [-workers N [-max-wait 1s]] [-request] [-duration 5m]
+//	loadgen connect -target 10.0.0.1:8080 -rate 100 -duration 10s [-ports 1] [-timeout 1.5s] [-request] [-json]
 //	loadgen burn    -duration 20s [-threads N]
 //	loadgen hold    -target 127.0.0.1:9477 -conns 20000 -duration 1m [-user nobody]
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -70,10 +71,17 @@ func serve(args []string) error {
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address (the first port with -ports)")
 	ports := fs.Int("ports", 1, "number of consecutive ports to listen on (1..1000)")
 	work := fs.Duration("work", 2*time.Millisecond, "CPU time spent per connection")
+	workers := fs.Int("workers", 0, "at most this many connections worked on at once, the others wait for one (a worker pool: capacity workers / work per second); 0: no limit")
+	request := fs.Bool("request", false, "read a request line before the work (request and answer, which olcd times); default: the server speaks first")
+	maxWait := fs.Duration("max-wait", 0, "with -workers: a connection that waited longer for a worker is closed without an answer, as a server's queue timeout does (0: it waits)")
 	duration := fs.Duration("duration", 10*time.Minute, "stop after this long (at most 1h)")
 	_ = fs.Parse(args) // ExitOnError: a mistake exits 2
-	if *ports < 1 || *ports > 1000 || *duration <= 0 || *duration > time.Hour {
-		return errors.New("ports must be in [1, 1000] and duration in (0, 1h]")
+	if *ports < 1 || *ports > 1000 || *duration <= 0 || *duration > time.Hour || *workers < 0 {
+		return errors.New("ports must be in [1, 1000], duration in (0, 1h] and workers not negative")
+	}
+	var pool chan struct{}
+	if *workers > 0 {
+		pool = make(chan struct{}, *workers)
 	}
 	host, portStr, err := net.SplitHostPort(*addr)
 	if err != nil {
@@ -92,7 +100,9 @@ func serve(args []string) error {
 			return err
 		}
 		go func() { <-ctx.Done(); ln.Close() }()
-		go func() { errc <- acceptLoop(ctx, ln, *work) }()
+		go func() {
+			errc <- acceptLoop(ctx, ln, server{work: *work, pool: pool, maxWait: *maxWait, request: *request})
+		}()
 	}
 	fmt.Fprintf(os.Stderr, "loadgen: serving on %s (%d port(s)), %s of CPU per connection\n", *addr, *ports, *work)
 	for range *ports {
@@ -103,8 +113,19 @@ func serve(args []string) error {
 	return nil
 }
 
+// server is what serve does with each connection.
+type server struct {
+	// work is the CPU spent on it; pool, when not nil, the workers' semaphore
+	// it waits for first, at most maxWait (0: no limit).
+	work    time.Duration
+	pool    chan struct{}
+	maxWait time.Duration
+	// request: read the client's request line before anything else.
+	request bool
+}
+
 // acceptLoop serves ln until ctx ends.
-func acceptLoop(ctx context.Context, ln net.Listener, work time.Duration) error {
+func acceptLoop(ctx context.Context, ln net.Listener, sv server) error {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -113,13 +134,36 @@ func acceptLoop(ctx context.Context, ln net.Listener, work time.Duration) error 
 			}
 			return err
 		}
-		go func() {
-			defer c.Close()
-			spin(work)
-			_ = c.SetWriteDeadline(time.Now().Add(2 * time.Second))
-			_, _ = io.WriteString(c, "ok\n")
-		}()
+		go sv.handle(c)
 	}
+}
+
+// handle serves one connection: the request line, a worker, the work, "ok".
+func (sv server) handle(c net.Conn) {
+	defer c.Close()
+	if sv.request {
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+			return
+		}
+	}
+	if sv.pool != nil {
+		var timeout <-chan time.Time
+		if sv.maxWait > 0 {
+			t := time.NewTimer(sv.maxWait)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case sv.pool <- struct{}{}:
+		case <-timeout:
+			return // waited too long for a worker: closed unanswered
+		}
+		defer func() { <-sv.pool }()
+	}
+	spin(sv.work)
+	_ = c.SetWriteDeadline(time.Now().Add(2 * time.Second))
+	_, _ = io.WriteString(c, "ok\n")
 }
 
 // spin burns CPU for d (thread CPU, not wall time, would be more exact, but
@@ -165,6 +209,7 @@ func connect(args []string) error {
 	maxInflight := fs.Int("max-inflight", 2000, "bound on concurrent connection attempts")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	reply := fs.Bool("reply", true, `wait for the "ok" of loadgen serve; false: a completed handshake is a success`)
+	request := fs.Bool("request", false, "send a request line first (loadgen serve -request)")
 	ports := fs.Int("ports", 1, "spread the connections round-robin over this many consecutive ports from the one in -target (1..1000)")
 	_ = fs.Parse(args) // ExitOnError: a mistake exits 2
 	targets, err := spread(*target, *ports)
@@ -197,7 +242,7 @@ func connect(args []string) error {
 			defer wg.Done()
 			defer func() { <-sem }()
 			t0 := time.Now()
-			switch err := once(targets[i%int64(len(targets))], *timeout, *reply); {
+			switch err := once(targets[i%int64(len(targets))], *timeout, *reply, *request); {
 			case err == nil:
 			case errors.Is(err, syscall.ECONNREFUSED):
 				refused.Add(1)
@@ -257,7 +302,7 @@ func spread(target string, n int) ([]string, error) {
 // errNoReply is a connection that was accepted but answered nothing.
 var errNoReply = errors.New("no reply")
 
-func once(target string, timeout time.Duration, reply bool) error {
+func once(target string, timeout time.Duration, reply, request bool) error {
 	c, err := net.DialTimeout("tcp", target, timeout)
 	if err != nil {
 		return err
@@ -265,6 +310,12 @@ func once(target string, timeout time.Duration, reply bool) error {
 	defer c.Close()
 	if !reply {
 		return nil
+	}
+	if request {
+		_ = c.SetWriteDeadline(time.Now().Add(timeout))
+		if _, err := io.WriteString(c, "q\n"); err != nil {
+			return fmt.Errorf("%w: %w", errNoReply, err)
+		}
 	}
 	_ = c.SetReadDeadline(time.Now().Add(timeout))
 	buf := make([]byte, 3)

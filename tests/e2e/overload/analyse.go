@@ -119,9 +119,10 @@ type RunResult struct {
 	RestartedAt time.Duration `json:"-"`
 	// Dials are the work connects, for the fail-open check.
 	Dials []DialRecord `json:"-"`
-	// Plot, OlcdLog and DecisionLog are files of the run.
+	// Plot, OlcdLog, OlcdConfig and DecisionLog are files of the run.
 	Plot        string `json:"plot"`
 	OlcdLog     string `json:"olcd_log,omitempty"`
+	OlcdConfig  string `json:"olcd_config,omitempty"`
 	DecisionLog string `json:"decision_log,omitempty"`
 
 	rec *records // the run's requests, for CapacityDips and P99Excluding

@@ -53,16 +53,26 @@ type Options struct {
 	GOMAXPROCS int
 	// OlcdInterval is olcd's tick [500ms].
 	OlcdInterval time.Duration
-	// OlcdController are the controller keys of olcd's config, one
-	// "key: value" each [DefaultController].
+	// OlcdController are controller keys set over the recommended
+	// config's, one "key: value" each: a comparison [none: the file's,
+	// whose bound min_pass_rate 0.1 holds 3 C; docs/measurements.md §20].
 	OlcdController []string
 	// Selection is olcd's datapath.selection, "random" or "even" ["":
 	// the embedded default].
 	Selection string
+	// Config is the recommended config every olcd of the harness starts
+	// from, relative to the repository [ConfigBareMetal]; RunOptions.Config
+	// overrides it for a run.
+	Config string
 	// CPUGuard keeps the cgroup's CPU at the calibrated threshold as a
 	// guard beside the queue law in the enforce variants [false: the
-	// embedded default's signals; docs/tuning.md §0 measures both].
+	// recommended config's guards; docs/tuning.md §0 measures both].
 	CPUGuard bool
+	// Signals, when not nil, are the enforce variants' signals in place of
+	// the recommended config's guards, "name: {threshold: x}" each: a
+	// comparison (docs/measurements.md §20 measures the default guards
+	// against the file's less one) [nil].
+	Signals []string
 	// Progress receives one line every few seconds while a run goes on
 	// (nil: silent).
 	Progress io.Writer
@@ -95,18 +105,13 @@ func (o *Options) defaults() {
 	if o.OlcdInterval == 0 {
 		o.OlcdInterval = 500 * time.Millisecond
 	}
-	if o.OlcdController == nil {
-		o.OlcdController = DefaultController
+	if o.Config == "" {
+		o.Config = ConfigBareMetal
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
 }
-
-// DefaultController are the controller settings of the harness's olcd
-// config; every other key is olcd's default: min_pass_rate 0.05, because at
-// 3 C the default bound 0.7 cannot hold the target (docs/tuning.md §2).
-var DefaultController = []string{"min_pass_rate: 0.05"}
 
 // Harness owns the client namespace, the veth pair, the backend's cgroup and
 // the backend process. It runs one thing at a time; Close removes it all.

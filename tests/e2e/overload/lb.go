@@ -34,7 +34,7 @@ import (
 //
 // Each node reuses the overload harness (Harness with backendNetns set):
 // its backend, cgroup and calibration, its olcd config and launcher
-// (olcdConfig, launchOlcd); a run its attacker (startAttacker) and phase
+// (renderConfig, launchOlcd); a run its attacker (startAttacker) and phase
 // summary (phaseResults).
 
 // LB test ports: HAProxy's frontend in the lb namespace, olcd's metrics
@@ -85,10 +85,11 @@ type LBOptions struct {
 	// as request starts on HAProxy's pool.
 	ServerKeepAlive bool
 	// ResponseTarget is the nodes' controller.response_target ["auto",
-	// olcd's default: each port's law on its measured capacity, capped by
-	// the resource law on the quota]. The nodes are CFS-quota cgroups:
-	// while throttled their p95 holds the throttle gap, which the law's
-	// standing queue (a minimum over 100 ms) does not read as a queue.
+	// haproxy.yaml's, olcd's default: each port's law on its measured
+	// capacity, the default guards beside it; another value is a
+	// comparison]. The nodes are CFS-quota cgroups: while throttled their
+	// p95 holds the throttle gap, which the law's standing queue (a
+	// minimum over 100 ms) does not read as a queue.
 	ResponseTarget string
 }
 
@@ -299,22 +300,17 @@ func (l *LBHarness) Calibrate(ctx context.Context) error {
 	return nil
 }
 
-// lbController are the controller keys of the load-balancer test's olcd:
-// the overload matrix's (DefaultController), olcd's defaults but for
-// min_pass_rate.
-var lbController = DefaultController
-
 // startOlcd starts olcd in the node's namespace and waits until it has
-// attached and ticked twice. Its config is the overload harness's template
-// (olcdConfig) enforcing on the cgroup's CPU at threshold with
-// lbController, metrics and (with agent) lb on the node's address.
-func (n *lbNode) startOlcd(ctx context.Context, dir string, threshold float64, agent bool) (*olcdProc, error) {
-	cfg := olcdConfigData{By: "the load-balancer test", Mode: "enforce", Iface: n.dev, Interval: n.h.opt.OlcdInterval,
-		Signals: []string{cpuSignal(threshold)}, Cgroup: n.h.cg.Name, Controller: lbController,
-		Port: WorkPort, HealthPort: HealthPort, Metrics: net.JoinHostPort(n.ip.String(), strconv.Itoa(lbMetricsPort)), Selection: "even",
-		RequestGate: n.requestGate}
-	if n.responseTarget != "" {
-		cfg.Controller = append(append([]string{}, lbController...), "response_target: "+n.responseTarget)
+// attached and ticked twice. Its config is the recommended one behind
+// HAProxy (ConfigHAProxy) enforcing, with the node's veth,
+// work and health ports, metrics on the node's address and the agent
+// there (agent) or off.
+func (n *lbNode) startOlcd(ctx context.Context, dir string, agent bool) (*olcdProc, error) {
+	cfg := olcdConfigData{By: "the load-balancer test", Base: ConfigHAProxy, Mode: "enforce", Iface: n.dev, Interval: n.h.opt.OlcdInterval,
+		Port: WorkPort, HealthPort: HealthPort,
+		Metrics: net.JoinHostPort(n.ip.String(), strconv.Itoa(lbMetricsPort)), RequestGate: n.requestGate}
+	if n.responseTarget != "" && n.responseTarget != "auto" {
+		cfg.Controller = []string{"response_target: " + n.responseTarget}
 	}
 	if agent {
 		cfg.Agent = net.JoinHostPort(n.ip.String(), strconv.Itoa(lbAgentPort))
@@ -582,7 +578,7 @@ func (l *LBHarness) Run(ctx context.Context, v LBVariant) (*LBRunResult, error) 
 	ods := make([]*olcdProc, len(l.nodes))
 	if v != LBNone {
 		for i, n := range l.nodes {
-			od, err := n.startOlcd(ctx, dir, l.CalA.Threshold, v == LBAgent)
+			od, err := n.startOlcd(ctx, dir, v == LBAgent)
 			if err != nil {
 				return nil, err
 			}

@@ -8,96 +8,11 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-	"text/template"
 	"time"
 
 	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/testutil"
 )
-
-// olcdConfig is the daemon's config, one template for every olcd a
-// harness starts: the single-node harness's (Harness.startOlcd) and each
-// load-balancer node's (lbNode.startOlcd, lb.go). It is the embedded
-// default plus the interface, the ports, the cgroup, the signals and the
-// controller keys of the run, and, where set, the action, the metrics
-// address, the datapath selection and the lb agent. attach: tc because XDP
-// on a veth needs a program on its peer too.
-var olcdConfig = template.Must(template.New("olcd.yaml").Parse(`# written by {{.By}}
-mode: {{.Mode}}
-interfaces: [{{.Iface}}]
-attach: tc
-interval: {{.Interval}}
-{{- if .Signals}}
-signals:
-{{- range .Signals}}
-  {{.}}
-{{- end}}
-{{- end}}
-cgroup: {{.Cgroup}}
-controller:
-{{- range .Controller}}
-  {{.}}
-{{- end}}
-ports:
-  - {port: {{.Port}}, proto: tcp, class: normal{{if .RequestGate}}, request_gate: true{{end}}{{if .Fair}}, fair: true{{end}}}
-exceptions:
-  ports: [{port: {{.HealthPort}}, proto: tcp}]
-{{- if .Action}}
-action:
-  kind: {{.Action}}
-{{- end}}
-metrics:
-  address: "{{.Metrics}}"
-admin:
-  socket: {{.Socket}}
-decision_log: {{.DecisionLog}}
-{{- if .Selection}}
-datapath:
-  selection: {{.Selection}}
-{{- end}}
-{{- if .Agent}}
-lb:
-  agent:
-    address: "{{.Agent}}"
-{{- end}}
-`))
-
-// olcdConfigData is what olcdConfig fills in.
-type olcdConfigData struct {
-	// By names the harness that wrote the file, on its first line.
-	By string
-	// Mode is "observe" or "enforce".
-	Mode string
-	// Iface is the interface olcd attaches to.
-	Iface string
-	// Interval is olcd's tick.
-	Interval time.Duration
-	// Signals are the signals section's lines (nil: the embedded
-	// default's); Controller the controller section's, "key: value" each.
-	Signals, Controller []string
-	// Cgroup is the backend's cgroup.
-	Cgroup string
-	// Port is the protected port, HealthPort the exception.
-	Port, HealthPort int
-	// Action is action.kind ("": the default, drop).
-	Action string
-	// Metrics is metrics.address ("": none).
-	Metrics string
-	// Socket is admin.socket, DecisionLog decision_log; launchOlcd sets
-	// both.
-	Socket, DecisionLog string
-	// Selection is datapath.selection ("": the embedded default).
-	Selection string
-	// Agent is lb.agent.address ("": no lb section).
-	Agent string
-	// RequestGate is the work port's ports[].request_gate.
-	RequestGate bool
-	// Fair is the work port's ports[].fair (the heaviest sources shed
-	// first).
-	Fair bool
-	// PinDir is olcd's --pin-dir ("": unpinned); not in the file.
-	PinDir string
-}
 
 // cpuSignal is the signals line of the cgroup's CPU at threshold (a share
 // of the quota).
@@ -107,10 +22,13 @@ func cpuSignal(threshold float64) string {
 
 // olcdSettings are what a run's olcd config varies in.
 type olcdSettings struct {
+	// Config is the recommended config the run starts from ("":
+	// Options.Config).
+	Config string
 	// Mode is "observe" or "enforce".
 	Mode string
 	// Signals are the lines of the signals section, "name: {threshold: x}";
-	// nil keeps the embedded default's signals.
+	// nil keeps the recommended config's (the default guards).
 	Signals []string
 	// Controller are controller keys beyond Options.OlcdController.
 	Controller []string
@@ -125,19 +43,21 @@ type olcdSettings struct {
 	// Bin is the olcd binary ("": Options.Olcd); an upgrade run starts
 	// an earlier build first (RunOptions.OlcdBeforeRestart).
 	Bin string
+	// Metrics is olcd's metrics.address ("": off).
+	Metrics string
 }
 
 // olcdSettingsFor returns the olcd settings of variant v under cal.
-// enforce controls on the work port's measured response time with the law
-// on the measured queue (controller.response_target, h.targetLaw) at its
-// default target (auto) or, with Options.ResponseTarget "knee", at the
-// knee's latency limit, the embedded default's signals its guards (with
-// Options.CPUGuard the cgroup's CPU at the calibrated threshold instead);
-// without the law through a response_time_p95 threshold at the knee's
-// latency limit. enforce-cpu watches the CPU alone (response_target: off).
+// enforce is the recommended config enforcing: the law on the work port's
+// measured queue (controller.response_target, h.targetLaw) at its default
+// target (auto) or, with Options.ResponseTarget "knee", at the knee's
+// latency limit, the file's guards beside it (with Options.CPUGuard the
+// cgroup's CPU at the calibrated threshold instead); an olcd without the
+// law gets a response_time_p95 threshold at the knee's latency limit.
+// enforce-cpu, a comparison, watches the CPU alone (response_target: off).
 func (h *Harness) olcdSettingsFor(v Variant, cal *Calibration) olcdSettings {
 	cpu := cpuSignal(cal.Threshold)
-	set := olcdSettings{Mode: "enforce", Signals: quietGuards}
+	set := olcdSettings{Mode: "enforce", Signals: h.opt.Signals}
 	if h.opt.CPUGuard || !h.targetLaw {
 		set.Signals = []string{cpu}
 	}
@@ -161,13 +81,6 @@ func (h *Harness) olcdSettingsFor(v Variant, cal *Calibration) olcdSettings {
 	}
 	return set
 }
-
-// quietGuards are the enforce variants' signals beside the queue law: the
-// embedded default's, less psi_cpu_some. That is the node's CPU pressure,
-// and on the shared test machine it reads the other sessions' work and
-// the load generator's: at 0.5 it shed the service to 5 % of its SYNs while
-// its queue was at the target (docs/tuning.md §0).
-var quietGuards = []string{"psi_memory_full: {threshold: 0.1}", "accept_queue_fill: {threshold: 0.9}"}
 
 // hasTargetLaw reports whether the olcd binary accepts
 // controller.response_target (the law on the measured queue).
@@ -193,6 +106,18 @@ func unpinned(bin string) []string {
 	return nil
 }
 
+// ConfigHead is the first line of the config a run's olcd ran
+// (RunResult.OlcdConfig): the recommended file it came from and the keys
+// the run set.
+func ConfigHead(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	head, _, _ := strings.Cut(string(b), "\n")
+	return head, nil
+}
+
 // olcdProc is a running `olcd run`.
 type olcdProc struct {
 	cmd         *exec.Cmd
@@ -200,6 +125,7 @@ type olcdProc struct {
 	client      *api.Client
 	socket      string
 	logPath     string
+	config      string // the config file it runs
 	decisionLog string
 	killed      bool
 }
@@ -211,10 +137,14 @@ func (h *Harness) startOlcd(ctx context.Context, dir string, set olcdSettings) (
 	if bin == "" {
 		bin = h.opt.Olcd
 	}
+	base := set.Config
+	if base == "" {
+		base = h.opt.Config
+	}
 	return launchOlcd(ctx, bin, dir, "", "", olcdConfigData{
-		By: "the overload harness", Mode: set.Mode, Iface: h.net.HostIf, Interval: h.opt.OlcdInterval, Selection: h.opt.Selection,
+		By: "the overload harness", Base: base, Mode: set.Mode, Iface: h.net.HostIf, Interval: h.opt.OlcdInterval, Selection: h.opt.Selection,
 		Signals: set.Signals, Action: set.Action, Cgroup: h.cg.Name, Controller: append(append([]string{}, h.opt.OlcdController...), set.Controller...),
-		Port: WorkPort, HealthPort: HealthPort, RequestGate: set.RequestGate, Fair: set.Fair, PinDir: set.PinDir,
+		Port: WorkPort, HealthPort: HealthPort, RequestGate: set.RequestGate, Fair: set.Fair, Metrics: set.Metrics, PinDir: set.PinDir,
 	})
 }
 
@@ -237,7 +167,7 @@ func detachRunPins(bin, pinDir string) {
 	_ = syscall.Unmount(filepath.Dir(pinDir), syscall.MNT_DETACH)
 }
 
-// launchOlcd writes cfg into dir, starts bin's `olcd run` on it (inside
+// launchOlcd writes cfg (renderConfig) into dir, starts bin's `olcd run` on it (inside
 // network namespace netns, unless "") and waits until it has attached and
 // ticked twice. node, unless "", names the files (olcd-<node>.yaml,
 // olcd-<node>.log, olcd-<node>.sock, decisions-<node>.jsonl; else
@@ -253,13 +183,12 @@ func launchOlcd(ctx context.Context, bin, dir, node, netns string, cfg olcdConfi
 	_ = os.Remove(o.decisionLog)
 	cfg.Socket, cfg.DecisionLog = o.socket, o.decisionLog
 	cfgPath := filepath.Join(dir, "olcd"+suffix+".yaml")
-	f, err := os.Create(cfgPath)
+	o.config = cfgPath
+	text, err := renderConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	err = olcdConfig.Execute(f, cfg)
-	f.Close()
-	if err != nil {
+	if err := os.WriteFile(cfgPath, text, 0o644); err != nil {
 		return nil, err
 	}
 	logf, err := os.Create(o.logPath)

@@ -101,11 +101,7 @@ func (h *Harness) RunResponse(ctx context.Context, rc ResponseCheck) (*ResponseR
 	}
 	defer h.stopBackend()
 	h.waitIdle(5 * time.Second)
-	threshold := 1.0
-	if h.Calibration != nil {
-		threshold = h.Calibration.Threshold
-	}
-	od, err := h.startOlcd(ctx, dir, olcdSettings{Mode: "observe", Signals: []string{cpuSignal(threshold)}})
+	od, err := h.startOlcd(ctx, dir, olcdSettings{Mode: "observe"})
 	if err != nil {
 		return nil, err
 	}

@@ -341,6 +341,12 @@ type RunOptions struct {
 	// starts with, an earlier build of the same pinned layout: the
 	// restart is then an upgrade to Options.Olcd.
 	OlcdBeforeRestart string
+	// Config is the recommended config of the run's olcd ("":
+	// Options.Config), e.g. ConfigKubernetes.
+	Config string
+	// OlcdMetrics is the run's olcd's metrics.address ("": none), for a
+	// Prometheus that scrapes it (the board's picture).
+	OlcdMetrics string
 	// restart starts the new olcd of RestartOlcdAt (set by Run).
 	restart func() (*olcdProc, error)
 	// light are the scenario's light clients (set by Run).
@@ -388,6 +394,7 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, v Variant, ro RunOptions
 		set := h.olcdSettingsFor(v, cal)
 		set.RequestGate = sc.RequestGate
 		set.Fair = sc.Fair
+		set.Config, set.Metrics = ro.Config, ro.OlcdMetrics
 		if ro.RestartOlcdAt > 0 {
 			// Each run starts from nothing: the previous run's state
 			// file (same directory) would hand it what that one learnt.
@@ -458,6 +465,7 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, v Variant, ro RunOptions
 	res := analyse(rec, sc, v, h.opt, cal)
 	if od != nil {
 		res.OlcdLog = od.logPath
+		res.OlcdConfig = od.config
 		res.DecisionLog = od.decisionLog
 	}
 	if err := writePlot(filepath.Join(dir, "timeseries.png"), res); err != nil {

@@ -10,6 +10,7 @@
 //
 //	olcd-overload [demo] [-set headline|full|classic] [-olcd bin/olcd] [-out out/demo] [-scenarios a,b] [-variants x,y]
 //	olcd-overload repeats out/run1 out/run2 ...   (each cell's min / median / max over runs of the same matrix)
+//	olcd-overload board [-olcd bin/olcd] [-out out/board] [-png docs/img/board.png]   (make docs-board: the README's board, boardRun)
 //	olcd-overload backend ...   (started by the harness, inside the backend's cgroup)
 //	olcd-overload attack -config attack.json   (started by the harness, in the client netns)
 //
@@ -45,6 +46,8 @@ func main() {
 	switch cmd {
 	case "demo":
 		err = demo(ctx, args)
+	case "board":
+		err = boardRun(ctx, args)
 	case "backend":
 		err = backend(ctx, args)
 	case "repeats":
@@ -54,7 +57,7 @@ func main() {
 	case string(overload.ClientsClosedPool):
 		err = attack(ctx, args, overload.RunClosedPool)
 	default:
-		err = fmt.Errorf("unknown command %q: want demo, repeats, backend, attack or closed-pool", cmd)
+		err = fmt.Errorf("unknown command %q: want demo, repeats, board, backend, attack or closed-pool", cmd)
 	}
 	switch {
 	case err == nil:
@@ -167,11 +170,13 @@ func demo(ctx context.Context, args []string) error {
 	work := fs.Duration("work", 5*time.Millisecond, "CPU time per request")
 	slo := fs.Duration("slo", 200*time.Millisecond, "latency within which a success is goodput")
 	interval := fs.Duration("olcd-interval", 500*time.Millisecond, "olcd's tick")
-	ctl := fs.String("olcd-controller", strings.Join(overload.DefaultController, ";"), "olcd controller settings, \"key: value\" separated by ;")
+	ctl := fs.String("olcd-controller", "", "olcd controller settings over the recommended config's, \"key: value\" separated by ; (a comparison; default: the file's)")
 	factor := fs.Float64("threshold-factor", overload.ThresholdFactor, "olcd's threshold as a share of the knee's CPU")
 	gomaxprocs := fs.Int("gomaxprocs", 1, "the backend's GOMAXPROCS (-1: the Go runtime's choice)")
 	selection := fs.String("selection", "", "olcd's datapath.selection: random or even (default: olcd's)")
-	cpuGuard := fs.Bool("cpu-guard", false, "enforce with the cgroup's CPU threshold as a guard beside the queue law (default: the embedded default's signals)")
+	cpuGuard := fs.Bool("cpu-guard", false, "enforce with the cgroup's CPU threshold as a guard beside the queue law (default: the recommended config's guards)")
+	signals := fs.String("signals", "", "enforce's signals in place of the recommended config's guards, \"name: {threshold: x}\" separated by ; (a comparison; default: the file's)")
+	config := fs.String("config", overload.ConfigBareMetal, "the recommended config olcd runs, relative to the repository ("+overload.ConfigBareMetal+", "+overload.ConfigHAProxy+", "+overload.ConfigKubernetes+")")
 	reuse := fs.String("calibration", "", "reuse the calibrations of an earlier results.json instead of calibrating")
 	resume := fs.Bool("resume", false, "continue the results.json in -out: reuse its calibrations, skip the runs it has")
 	target := fs.String("response-target", "", "enforce's response-time target with olcd's law on the measured queue: \"\" (olcd's default, auto) or knee (the calibration's latency limit)")
@@ -278,7 +283,8 @@ func demo(ctx context.Context, args []string) error {
 	fmt.Printf("olcd overload demo (%s): %d scenario(s), %d runs (~%.0f min in all, calibration included); results in %s\n",
 		*set, len(runs), nRuns, total.Minutes(), *out)
 	h, err := overload.New(ctx, overload.Options{Olcd: olcdAbs, Self: self, OutDir: outAbs, Work: *work, SLO: *slo, Progress: os.Stdout,
-		OlcdInterval: *interval, GOMAXPROCS: *gomaxprocs, Selection: *selection, CPUGuard: *cpuGuard, OlcdController: splitList(*ctl, ";"), ResponseTarget: *target})
+		OlcdInterval: *interval, GOMAXPROCS: *gomaxprocs, Selection: *selection, CPUGuard: *cpuGuard, OlcdController: splitList(*ctl, ";"), ResponseTarget: *target,
+		Config: *config, Signals: guards(*signals)})
 	if err != nil {
 		return err
 	}
@@ -450,6 +456,15 @@ func attack(ctx context.Context, args []string, run func(context.Context, overlo
 }
 
 // splitList splits s at sep and drops empty items.
+// guards are the -signals lines: nil for none given (the recommended
+// config's guards stand).
+func guards(s string) []string {
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
+	return splitList(s, ";")
+}
+
 func splitList(s, sep string) []string {
 	out := []string{}
 	for _, x := range strings.Split(s, sep) {
