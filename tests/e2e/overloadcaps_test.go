@@ -35,26 +35,29 @@ const capsTolerance = 0.05
 // together throughout. Over each phase without its first
 // overload.CapsSettle:
 //   - port-cap (1.4 C offered, a port cap at 0.6 C): the connects admitted,
-//     all sources together, within 5 % of the cap;
+//     all sources together, within 5 % of the cap, and the law leaving the
+//     port to the cap (mean p ≤ 0.05: the backend has no queue);
 //   - prefix-cap (the same load, a cap of 0.4 C on the heavy client's
 //     address): its connects admitted within 5 % of its cap, the light
-//     clients' all admitted (≥ 0.99);
+//     clients' all admitted (≥ 0.99), the law as in port-cap;
 //   - cap-above (3 C offered, a port cap at 2 C): the adaptive law sheds
 //     (at least 30 % of the SYNs), the cap refuses at most 1 % of them
-//     over the whole phase, and the goodput from +5 s is ≥ 0.9 C (a goal;
-//     the floor is TestOverload3x's 0.7 C);
+//     over the whole phase (what arrives before the law's first cut), and
+//     the goodput from +5 s is ≥ 0.9 × the capacity during the run (a
+//     goal; the floor is TestOverload3x's 0.7);
 //   - in-flight-cap (2 C offered, caps.in_flight at 0.1 s of work at C,
 //     the port's response target at 0.5 s): the requests in flight held at
 //     the ceiling (inFlightHeld).
 //
 // The cap shows as its own reason: the status's capped total moves in the
-// capping phases, olcd_port_capped_total at the end of the load is the
-// status's capped total and within olcd_port_dropped_total, and the
-// decision log has a "cap" record (reason "cap") in the port-cap and
-// in-flight-cap phases and a "cap_ended" in cap-above, where the law does
-// the shedding. One run in make test (about 40 s);
-// OLCD_OVERLOAD_CAPS_RUNS=3 gives the min / median / max of
-// docs/measurements.md §18.
+// capping phases, olcd_port_capped_total at the end of the load is at
+// least the status's capped total at its last sample and within
+// olcd_port_dropped_total, and the decision log has a "cap" record
+// (reason "cap") in the port-cap and in-flight-cap phases and a
+// "cap_ended" in cap-above, where the law does the shedding. One run in
+// make test (26 s of load, about 35 s with olcd's and the backend's
+// starts); OLCD_OVERLOAD_CAPS_RUNS=3 gives the min / median / max of
+// docs/measurements.md §18 against one calibration.
 func TestOverloadCaps(t *testing.T) {
 	h := overloadHarness(t)
 	c := h.Calibration.CapacityRPS
@@ -125,6 +128,18 @@ func checkCapsRun(t *testing.T, r *overload.RunResult, cal *overload.Calibration
 			t.Errorf("%s: %.1f/s admitted, the cap %.1f/s: %+.1f %%, want within %.0f %%", what, got, want, 100*(got/want-1), 100*capsTolerance)
 		}
 	}
+	// Under a cap at 0.6 C the backend has no queue: the law leaves the
+	// port to the cap. A law that sheds there read the capped starts as
+	// demand (portStats), or the backend was starved: its answers slowed
+	// while it used less than its quota, the CPU other work on this
+	// shared VM took (the run then says nothing about caps).
+	lawQuiet := func(ph string, p overload.PhaseResult) {
+		t.Helper()
+		if p.MeanP > 0.05 {
+			t.Errorf("%s: the law shed (mean p %.2f) under a cap at %.1f C admitted, the backend at %.2f of its CPU quota with a p99 of %.0f ms: want the port left to the cap (p ≤ 0.05)",
+				ph, p.MeanP, float64(p.Connected)/p.DurationS/c, p.CPUBusy, p.P99Ms)
+		}
+	}
 
 	// The port cap: every source's connects share the port's bucket.
 	pc := r.PhaseFrom("port-cap", overload.CapsSettle)
@@ -132,6 +147,7 @@ func checkCapsRun(t *testing.T, r *overload.RunResult, cal *overload.Calibration
 	t.Logf("port-cap from +%s: offered %.0f/s, connects admitted %.1f/s, the cap %.1f/s (%.3f ×); capped %.1f %% of the SYNs, dropped %.1f %%, mean p %.3f, goodput %.0f/s, p99 %.0f ms",
 		overload.CapsSettle, pc.OfferedRPS, adm, want, adm/want, 100*pc.CappedRatio, 100*pc.SYNDropRatio, pc.MeanP, pc.GoodputRPS, pc.P99Ms)
 	within("port cap", adm, want)
+	lawQuiet("port-cap", pc)
 	figs["port cap: admitted ÷ cap"] = adm / want
 
 	// The prefix cap: the heavy client's connects alone meet it.
@@ -141,6 +157,7 @@ func checkCapsRun(t *testing.T, r *overload.RunResult, cal *overload.Calibration
 	t.Logf("prefix-cap from +%s: heavy client offered %.0f/s, connects admitted %.1f/s, its cap %.1f/s (%.3f ×); light clients %d of %d connects admitted (%.3f), goodput %.1f/s of %.1f/s offered; capped %.1f %% of the SYNs, mean p %.3f",
 		overload.CapsSettle, pp.OfferedRPS-pp.LightOfferedRPS, adm, want, adm/want, pp.LightConnected, pp.LightConnects, light, pp.LightGoodputRPS, pp.LightOfferedRPS, 100*pp.CappedRatio, pp.MeanP)
 	within("the heavy client's prefix cap", adm, want)
+	lawQuiet("prefix-cap", pp)
 	if light < 0.99 {
 		t.Errorf("prefix-cap: the light clients' connects admitted %.3f, want ≥ 0.99 (their addresses have no cap)", light)
 	}
@@ -188,8 +205,10 @@ func checkCapsRun(t *testing.T, r *overload.RunResult, cal *overload.Calibration
 // offered rate λ less the served rate μ, so it overshoots n by at most
 // (λ − μ) × check; while closed it falls by at most μ × check. The lines,
 // over the phase from +2 s: the clients' mean in flight within
-// [n − μ × check, n + (λ − μ) × check], their p99 at most one more
-// request above that, and the cap refusing (capped > 0). A phase whose
+// [n − μ × check, n + (λ − μ) × check], their p99 at most
+// n + (λ − μ) × 2 checks (one check late: the daemon's goroutine shares
+// this 2-CPU VM with the load; without the ceiling the law would hold
+// 5 n), and the cap refusing (capped > 0). A phase whose
 // backend served all it was offered had no queue to hold: the calibration
 // read C low, and the lines fail as such.
 func inFlightHeld(t *testing.T, r *overload.RunResult, n int) float64 {
@@ -200,8 +219,9 @@ func inFlightHeld(t *testing.T, r *overload.RunResult, n int) float64 {
 	mean, p99 := r.ClientInflight("in-flight-cap", 2*overload.CapsSettle)
 	lambda, mu := pf.OfferedRPS, float64(pf.Connected)/pf.DurationS
 	lo, hi := float64(n)-mu*check.Seconds(), float64(n)+max(0, lambda-mu)*check.Seconds()
+	top := float64(n) + max(0, lambda-mu)*2*check.Seconds()
 	t.Logf("in-flight-cap from +%s (ceiling %d, %.0f ms of work at C): in flight as the clients saw it mean %.1f, p99 %.0f (the lines: mean in [%.1f, %.1f], p99 ≤ %.0f); olcd's count at its ticks mean %.1f, max %.0f; offered %.0f/s, admitted %.0f/s, goodput %.0f/s (%.2f C), p99 %.0f ms; capped %.1f %% of the SYNs, dropped %.1f %%, mean p %.3f; %d timeouts (%d at connect)",
-		2*overload.CapsSettle, n, 1000*float64(n)/c, mean, p99, lo, hi, hi+1, pf.Inflight, pf.MaxInflight, lambda, mu,
+		2*overload.CapsSettle, n, 1000*float64(n)/c, mean, p99, lo, hi, top, pf.Inflight, pf.MaxInflight, lambda, mu,
 		pf.GoodputRPS, pf.GoodputRPS/c, pf.P99Ms, 100*pf.CappedRatio, 100*pf.SYNDropRatio, pf.MeanP, pf.Timeouts, pf.ConnectTimeouts)
 	if mu >= 0.99*lambda {
 		t.Errorf("in-flight-cap: the backend served %.0f/s of the %.0f/s offered at \"2 C\": no queue for the ceiling to hold; the calibration's C = %.0f/s is below what the backend serves", mu, lambda, c)
@@ -209,8 +229,8 @@ func inFlightHeld(t *testing.T, r *overload.RunResult, n int) float64 {
 	if mean < lo || mean > hi {
 		t.Errorf("in-flight-cap: %.1f requests in flight on average, want the ceiling %d within [−μ, +(λ − μ)] × %s = [%.1f, %.1f]", mean, n, check, lo, hi)
 	}
-	if p99 > hi+1 {
-		t.Errorf("in-flight-cap: p99 of the requests in flight %.0f, want at most the ceiling %d + (λ − μ) × %s + 1 = %.0f", p99, n, check, hi+1)
+	if p99 > top {
+		t.Errorf("in-flight-cap: p99 of the requests in flight %.0f, want at most the ceiling %d + (λ − μ) × 2 × %s = %.0f", p99, n, check, top)
 	}
 	if pf.CappedRatio == 0 {
 		t.Errorf("in-flight-cap: the ceiling refused nothing (capped 0): the law held the queue, not the cap")
