@@ -55,8 +55,8 @@ const capsTolerance = 0.05
 // olcd_port_dropped_total, and the decision log has a "cap" record
 // (reason "cap") in the port-cap and in-flight-cap phases and a
 // "cap_ended" in cap-above, where the law does the shedding. One run in
-// make test (26 s of load, about 35 s with olcd's and the backend's
-// starts); OLCD_OVERLOAD_CAPS_RUNS=3 gives the min / median / max of
+// make test (26 s of load, 29 s with olcd's start and the analysis);
+// OLCD_OVERLOAD_CAPS_RUNS=3 gives the min / median / max of
 // docs/measurements.md §18 against one calibration.
 func TestOverloadCaps(t *testing.T) {
 	h := overloadHarness(t)
