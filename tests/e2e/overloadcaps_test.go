@@ -41,10 +41,10 @@ const capsTolerance = 0.05
 //     address): its connects admitted within 5 % of its cap, the light
 //     clients' all admitted (≥ 0.99), the law as in port-cap;
 //   - cap-above (3 C offered, a port cap at 2 C): the adaptive law sheds
-//     (at least 30 % of the SYNs), the cap refuses at most 1 % of them
-//     over the whole phase (what arrives before the law's first cut), and
-//     the goodput from +5 s is ≥ 0.9 × the capacity during the run (a
-//     goal; the floor is TestOverload3x's 0.7);
+//     (at least 30 % of the SYNs), the cap refuses at most 0.1 % of them
+//     from +1 s (before the law's first cut it refuses the excess over
+//     2 C), and the goodput from +5 s is ≥ 0.9 × the capacity during the
+//     run (a goal; the floor is TestOverload3x's 0.7);
 //   - in-flight-cap (2 C offered, caps.in_flight at 0.1 s of work at C,
 //     the port's response target at 0.5 s): the requests in flight held at
 //     the ceiling (inFlightHeld).
@@ -177,8 +177,12 @@ func checkCapsRun(t *testing.T, r *overload.RunResult, cal *overload.Calibration
 		t.Errorf("cap-above: %.1f %% of the SYNs dropped at \"3 C\" (mean p %.2f): no overload for the law to shed; the calibration's C = %.0f/s is below what the backend served (%.0f/s)",
 			100*pa.SYNDropRatio, pa.MeanP, c, pa.GoodputRPS)
 	}
-	if pa.CappedRatio > 0.01 {
-		t.Errorf("cap-above: the cap above capacity refused %.2f %% of the SYNs, want ≤ 1 %% (the law's shedding leaves it below its rate)", 100*pa.CappedRatio)
+	// Before the law's first cut 3 C meets the 2 C bucket alone: the
+	// cap refuses the excess for that moment (0.5–0.7 % of the phase's
+	// SYNs, logged). From then on the law admits about C and the cap
+	// nothing.
+	if cut := r.PhaseFrom("cap-above", overload.CapsSettle); cut.CappedRatio > 0.001 {
+		t.Errorf("cap-above from +%s: the cap above capacity refused %.2f %% of the SYNs, want ≤ 0.1 %% (the law's shedding leaves it below its rate)", overload.CapsSettle, 100*cut.CappedRatio)
 	}
 	// The goodput line is against the capacity during the run: C, or
 	// less when the backend needed more CPU per request than at the knee
