@@ -30,8 +30,10 @@
  * Static caps. A port may have a token bucket of its own (new work per
  * second) and its source prefixes buckets each; a port whose requests in
  * flight reached its ceiling is closed by the loader (OLCD_CAP_CLOSED).
- * What a cap refuses is shed whatever p is, with the port's action, and
- * counted as capped; the rest meets the adaptive law: the stricter wins.
+ * The caps are asked for what the adaptive law's draw passes (olcd_pick in
+ * olcd.c), so that their tokens go to admitted work only: the stricter of
+ * the two wins. What a cap refuses is shed whatever p is (p = 0 too), with
+ * the port's action, and counted as capped.
  *
  * Included by olcd.c after olcd_draw, olcd_heartbeat_fresh and struct
  * olcd_src.

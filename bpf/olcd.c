@@ -320,25 +320,36 @@ static __always_inline __u32 olcd_select(__u32 n, __u32 *slot, __u32 p, __u8 sel
 }
 
 /*
- * The selection of olcd_decide: what a static cap refused is
- * selected; a fair port with a source draws against the source's own
- * probability (fair.h); the rest meet olcd_select. src is NULL (a
+ * The selection of olcd_decide: the draw first, a fair port with a source
+ * against the source's own probability (fair.h), the rest olcd_select;
+ * then, on a port with static caps, what the draw passed meets them. A cap
+ * spends its tokens only on work the adaptive law admits, so the stricter
+ * of the two wins: a cap above what p admits refuses nothing, one below it
+ * refuses the difference. What a cap refuses is counted capped in fs
+ * (not with a stale heartbeat, which refuses nothing). src is NULL (a
  * constant) on the path of ports without fairness or caps, which this then
  * leaves as it was. n: the draw's input (olcd_draw).
  */
 static __always_inline __u32 olcd_pick(__u32 n, __u32 *pi, __u32 p, const struct olcd_policy *pol,
 				       const struct olcd_src *src, struct olcd_fair_slot *fs,
-				       __u32 capped)
+				       __u32 mode)
 {
-	if (src) {
-		if (capped)
-			return 1;
-		if (p == 0)
-			return 0;
+	__u32 act = 0, capped;
+
+	if (!src)
+		return olcd_select(n, pi, p, olcd_ctl.selection);
+	if (p != 0) {
 		if (pol->fair && src->valid && p != 0xffffffff)
-			return olcd_fair_select(pol, pi, olcd_draw(n), p, src, fs);
+			act = olcd_fair_select(pol, pi, olcd_draw(n), p, src, fs);
+		else
+			act = olcd_select(n, pi, p, olcd_ctl.selection);
 	}
-	return olcd_select(n, pi, p, olcd_ctl.selection);
+	if (act || !pol->caps)
+		return act;
+	capped = olcd_capped(pol, pi, src, olcd_ctl.fresh_ns);
+	if (mode != OLCD_MODE_STALE)
+		fs->capped += capped;
+	return capped;
 }
 
 /* What a selected packet becomes outside enforce mode: counted, passed.
@@ -368,8 +379,9 @@ static __always_inline int olcd_not_enforced(struct olcd_counters *st, __u32 mod
  * The heartbeat verdict is taken first only because its (rare) clock read
  * is a helper call, cheapest while only the policy and fp are kept.
  * src (the source address) is NULL but for a port with fairness or a cap
- * (fair.h): then the caps are asked after the count, what they refuse is
- * selected whatever p is (counted capped), and the draw is the source's.
+ * (fair.h): then the draw is the source's, and a port with caps asks them
+ * whatever p is (p = 0 too) for what the draw passed (olcd_pick): what
+ * they refuse is selected and counted capped.
  */
 static __always_inline int olcd_decide(const struct olcd_policy *pol, __u32 *pi, __u64 fp,
 				       struct olcd_mark *mark, const struct olcd_src *src)
@@ -378,7 +390,7 @@ static __always_inline int olcd_decide(const struct olcd_policy *pol, __u32 *pi,
 	struct olcd_fair_slot *fs = NULL;
 	struct olcd_syn_set *set;
 	struct olcd_counters *st;
-	__u32 sidx, act, prob, seen, mode, capped = 0;
+	__u32 sidx, act, prob, seen, mode, caps = 0;
 
 	mode = ctl->mode < pol->mode ? ctl->mode : pol->mode;
 	if (src) {
@@ -405,11 +417,7 @@ static __always_inline int olcd_decide(const struct olcd_policy *pol, __u32 *pi,
 		fs = bpf_map_lookup_elem(&olcd_fair_slots, pi);
 		if (!fs)
 			return OLCD_V_PASS;
-		if (pol->caps) {
-			capped = olcd_capped(pol, pi, src, ctl->fresh_ns);
-			if (mode != OLCD_MODE_STALE)
-				fs->capped += capped;
-		}
+		caps = pol->caps;
 	}
 
 	if (fp) {
@@ -424,12 +432,12 @@ static __always_inline int olcd_decide(const struct olcd_policy *pol, __u32 *pi,
 			prob = pol->drop_prob;
 			if (!seen && pol->shed_retransmits == OLCD_RETX_LAST)
 				prob = 0; /* retransmits last: first attempts pass */
-			if (prob == 0 && !capped)
+			if (prob == 0 && !caps)
 				return OLCD_V_PASS;
 			if (seen && pol->shed_retransmits == OLCD_RETX_SHED)
 				act = 1;
 			else
-				act = olcd_pick(st->new_conns, pi, prob, pol, src, fs, capped);
+				act = olcd_pick(st->new_conns, pi, prob, pol, src, fs, mode);
 			if (__builtin_expect(mode != OLCD_MODE_ENFORCE, 0))
 				return olcd_not_enforced(st, mode, act, mark->reject);
 			st->dropped += act;
@@ -448,9 +456,9 @@ static __always_inline int olcd_decide(const struct olcd_policy *pol, __u32 *pi,
 	prob = pol->drop_prob;
 	if (pol->shed_retransmits == OLCD_RETX_LAST)
 		prob = 0; /* no retransmits told apart here: all first attempts */
-	if (prob == 0 && !capped)
+	if (prob == 0 && !caps)
 		return OLCD_V_PASS;
-	act = olcd_pick(st->new_conns, pi, prob, pol, src, fs, capped);
+	act = olcd_pick(st->new_conns, pi, prob, pol, src, fs, mode);
 	if (__builtin_expect(mode != OLCD_MODE_ENFORCE, 0))
 		return olcd_not_enforced(st, mode, act, 0);
 	if (pol->action == OLCD_ACTION_MARK) {

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/loader"
 	"github.com/olcd/olcd/internal/olc"
 	"github.com/olcd/olcd/internal/rules"
@@ -67,6 +68,34 @@ func TestCloseAtInFlight(t *testing.T) {
 			if f.closed[k] != v {
 				t.Errorf("%s: %s closed %v, want %v", tt.name, k, f.closed[k], v)
 			}
+		}
+	}
+}
+
+// TestPortStatsLeaveCappedOut: what a static cap refused and the datapath
+// dropped is neither demand nor shed for the law; capped starts that
+// passed (observe mode, the mark action) stay demand.
+func TestPortStatsLeaveCappedOut(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		dl   loader.Counters
+		want adaptive.PortStats
+	}{
+		{"enforce, drop", loader.Counters{NewConns: 300, Dropped: 200, Capped: 150, SYNRetransmits: 10},
+			adaptive.PortStats{New: 150, Dropped: 50, Retransmits: 10}},
+		{"enforce, reject", loader.Counters{NewConns: 300, Dropped: 200, Rejected: 200, Capped: 150},
+			adaptive.PortStats{New: 150, Dropped: 50, Rejected: 50}},
+		{"the cap alone", loader.Counters{NewConns: 300, Dropped: 150, Capped: 150},
+			adaptive.PortStats{New: 150}},
+		{"observe", loader.Counters{NewConns: 300, WouldDrop: 200, Capped: 150},
+			adaptive.PortStats{New: 300}},
+		{"mark", loader.Counters{NewConns: 300, Marked: 200, Capped: 150},
+			adaptive.PortStats{New: 300}},
+		{"no cap", loader.Counters{NewConns: 300, Dropped: 200, Rejected: 20, SYNRetransmits: 10},
+			adaptive.PortStats{New: 300, Dropped: 200, Rejected: 20, Retransmits: 10}},
+	} {
+		if got := portStats(tt.dl); got != tt.want {
+			t.Errorf("%s: %+v, want %+v", tt.name, got, tt.want)
 		}
 	}
 }

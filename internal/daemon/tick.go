@@ -140,8 +140,22 @@ func (e *engine) recordCaps(deltas map[olc.PortKey]loader.Counters) {
 
 // portStats is what the controller reads of a port's counter delta, for
 // the ticks and the onset check alike.
+//
+// New work a static cap refused and the datapath dropped (rejected) is left
+// out of both its new connections and its drops: the caps are the
+// operator's ceiling in front of the law, and what they refuse is no
+// demand for the law to admit or shed. Counted in, a cap below capacity
+// made the law's demand the whole offered load against a capacity that
+// the cap itself had held down (the answers of the capped load, read
+// while a noisy queue passed for saturation): the law shed at the cap's
+// pass rate on top of the cap and stayed there while the backend idled
+// (TestOverloadCaps: p 0.46 with a source cap, the light clients' connects
+// cut to 0.56 at 0.6 C). A capped start that passed (observe mode, the
+// mark action, a stale heartbeat) is demand the backend sees, and stays.
 func portStats(dl loader.Counters) adaptive.PortStats {
-	return adaptive.PortStats{New: dl.NewConns, Retransmits: dl.SYNRetransmits, Dropped: dl.Dropped, Rejected: dl.Rejected}
+	capped := min(dl.Capped, dl.Dropped)
+	dropped := dl.Dropped - capped
+	return adaptive.PortStats{New: dl.NewConns - min(capped, dl.NewConns), Retransmits: dl.SYNRetransmits, Dropped: dropped, Rejected: min(dl.Rejected, dropped)}
 }
 
 // gateDelta is a gated port's request starts on open connections and the

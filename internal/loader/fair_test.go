@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -247,6 +248,68 @@ func TestFairCaps(t *testing.T) {
 		t.Errorf("capped %d, dropped %d, want both %d", c.Capped, c.Dropped, 80-heavyPass-otherPass)
 	}
 	t.Logf("caps: prefix passed %d, others %d, capped %d", heavyPass, otherPass, c.Capped)
+}
+
+// TestFairCapAfterDraw: a cap takes its tokens from what the adaptive law's
+// draw passes, not from every arrival, so the stricter of the two wins. At
+// p = 0.5 (seeded draw, one CPU, the clock standing still within a jiffy)
+// 40 SYNs meet the draw; a port bucket of 30 tokens, more than the draw
+// passes, refuses none and the draw's verdicts are those of the port
+// without a cap; one of 8 tokens, fewer than the draw passes, admits
+// exactly 8 and refuses (capped) the rest of what the draw passed. A cap
+// asked before the draw would spend its tokens on arrivals the draw then
+// sheds: 30 tokens for 40 arrivals refuse the last 10 whatever p does, 8
+// tokens admit about 4.
+func TestFairCapAfterDraw(t *testing.T) {
+	const n, p = 40, 0.5
+	run := func(caps PortCaps) (passed []bool, c Counters) {
+		d := loadTest(t, Config{StaleAfter: time.Hour, DrawSeed: 3})
+		must(t, d.SetPolicies([]PortPolicy{{Key: tcp8080, Mode: olc.ModeEnforce, Action: olc.ActionDrop, DropProbability: p, Caps: caps}}))
+		must(t, d.SetMode(olc.ModeEnforce))
+		must(t, d.Heartbeat())
+		var err error
+		onOneCPU(t, func() {
+			for i := range n {
+				frame := ipv4Frame(client4, server4, 6, 0, tcpSeg{uint16(20000 + i), 8080, uint32(i + 1), tcpSYN}.bytes())
+				var ret uint32
+				if ret, err = d.prog(hookXDP).Run(&ebpf.RunOptions{Data: frame}); err != nil {
+					return
+				}
+				passed = append(passed, ret == xdpPass)
+			}
+		})
+		must(t, err)
+		return passed, stats(t, d).Ports[tcp8080]
+	}
+	count := func(b []bool) (k int) {
+		for _, x := range b {
+			if x {
+				k++
+			}
+		}
+		return k
+	}
+	draw, _ := run(PortCaps{})
+	byDraw := count(draw)
+	if byDraw < 12 || byDraw > 28 {
+		t.Fatalf("the draw at p = %.1f passed %d of %d", p, byDraw, n)
+	}
+	// A 1/s bucket gains no token within the test's few milliseconds,
+	// whether or not the jiffy turns.
+	wide, cw := run(PortCaps{Rate: 1, Burst: 30})
+	if !slices.Equal(wide, draw) || cw.Capped != 0 {
+		t.Errorf("a 30-token cap above the draw's %d passes: %d passed, capped %d; want the draw's verdicts and none capped", byDraw, count(wide), cw.Capped)
+	}
+	narrow, cn := run(PortCaps{Rate: 1, Burst: 8})
+	if got := count(narrow); got != 8 || cn.Capped != uint64(byDraw-8) || cn.Dropped != uint64(n-8) {
+		t.Errorf("an 8-token cap under the draw's %d passes: %d passed, capped %d, dropped %d; want 8, %d, %d", byDraw, got, cn.Capped, cn.Dropped, byDraw-8, n-8)
+	}
+	for i, ok := range narrow {
+		if ok && !draw[i] {
+			t.Errorf("SYN %d passed the cap but not the draw", i)
+		}
+	}
+	t.Logf("p = %.1f: the draw passed %d of %d; a 30-token cap capped %d, an 8-token cap passed %d and capped %d", p, byDraw, n, cw.Capped, count(narrow), cn.Capped)
 }
 
 // TestFairIPv6Prefix: IPv6 sources counted by the port's prefix length. The

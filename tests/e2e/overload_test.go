@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -578,15 +577,7 @@ func TestOverloadRestart(t *testing.T) {
 func TestOverloadUpgrade(t *testing.T) {
 	h := overloadHarness(t)
 	old, _ := oldOlcd(t)
-	runs := 1
-	if v := os.Getenv("OLCD_OVERLOAD_UPGRADE_RUNS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("OLCD_OVERLOAD_UPGRADE_RUNS=%q: want a count of runs", v)
-		}
-		runs = n
-	}
-	overloadRestarts(t, h, "upgrade", runs, old, "")
+	overloadRestarts(t, h, "upgrade", overloadRuns(t, "OLCD_OVERLOAD_UPGRADE_RUNS"), old, "")
 }
 
 // overloadRestarts plays the restart scenario runs times, each restarting

@@ -51,6 +51,14 @@ type PhaseResult struct {
 	MeanConnectMs float64 `json:"mean_connect_ms"`
 	// WouldDropRatio is olcd's would-drop ÷ SYNs seen (observe mode).
 	WouldDropRatio float64 `json:"would_drop_ratio"`
+	// CappedRatio is what olcd's static caps refused ÷ SYNs seen (part
+	// of SYNDropRatio, or WouldDropRatio in observe mode).
+	CappedRatio float64 `json:"capped_ratio,omitempty"`
+	// Inflight and MaxInflight are the mean and the largest of olcd's
+	// count of the work port's requests in flight at the samples (at its
+	// last tick; 0 where not timed).
+	Inflight    float64 `json:"inflight,omitempty"`
+	MaxInflight float64 `json:"max_inflight,omitempty"`
 	// MeanP is olcd's mean drop probability over the phase.
 	MeanP float64 `json:"mean_drop_probability"`
 	// HealthOK and HealthTotal count the health checks of the phase.
@@ -119,13 +127,24 @@ type RunResult struct {
 	RestartedAt time.Duration `json:"-"`
 	// Dials are the work connects, for the fail-open check.
 	Dials []DialRecord `json:"-"`
-	// Plot, OlcdLog, OlcdConfig and DecisionLog are files of the run.
+	// Plot, OlcdLog, OlcdConfig and DecisionLog are files of the run;
+	// Metrics, olcd's /metrics at the end of the load (RunOptions.OlcdMetrics).
 	Plot        string `json:"plot"`
 	OlcdLog     string `json:"olcd_log,omitempty"`
 	OlcdConfig  string `json:"olcd_config,omitempty"`
 	DecisionLog string `json:"decision_log,omitempty"`
+	Metrics     string `json:"metrics,omitempty"`
+	// StatusLog is olcd's status at every sample, one JSON document a
+	// line (olcd variants).
+	StatusLog string `json:"status_log,omitempty"`
+	// Start is when the load began: the origin of the run's times.
+	Start time.Time `json:"-"`
+	// Caps are the patches of the work port's caps (ScenarioPhase.Caps).
+	Caps []CapsChange `json:"-"`
 
 	rec *records // the run's requests, for CapacityDips and P99Excluding
+	// slo is the run's SLO (Options.SLO), for PhaseFrom.
+	slo time.Duration
 }
 
 // DialRecord is one work connect.
@@ -148,13 +167,14 @@ func (r *RunResult) Phase(name string) PhaseResult {
 
 // analyse turns a run's records into its results.
 func analyse(rec *records, sc Scenario, v Variant, opt Options, cal *Calibration) *RunResult {
-	res := &RunResult{Scenario: sc.Name, Variant: v, KilledAt: rec.killedAt, RestartedAt: rec.restartedAt, Backend: sc.backend(), Clients: sc.clients(), CapacityRPS: cal.CapacityRPS}
+	res := &RunResult{Scenario: sc.Name, Variant: v, KilledAt: rec.killedAt, RestartedAt: rec.restartedAt, Backend: sc.backend(), Clients: sc.clients(), CapacityRPS: cal.CapacityRPS,
+		Start: rec.start}
 	for _, d := range rec.dials {
 		res.Dials = append(res.Dials, DialRecord{Start: d.start, Duration: d.dur, Outcome: d.outcome})
 	}
 	res.Phases = phaseResults(rec, opt.SLO, v, " settled")
 	res.Series = series(rec, phasePacer(rec.phases).total(), opt.SLO)
-	res.rec = rec
+	res.rec, res.slo = rec, opt.SLO
 	name := sc.OverloadPhase()
 	c := cal.CapacityRPS
 	if from, _, ok := res.phaseSpan(name); ok && sc.quotaShareAt(from) < 1 {
@@ -564,14 +584,15 @@ func phaseResult(rec *records, name string, from, to, slo time.Duration, v Varia
 			n := float64(b.newConns - a.newConns)
 			pr.SYNDropRatio = float64(b.dropped-a.dropped) / n
 			pr.WouldDropRatio = float64(b.would-a.would) / n
+			pr.CappedRatio = float64(b.capped-a.capped) / n
 		}
 	case v == VariantStatic || v == VariantStaticReject:
 		if b.nftSeen > a.nftSeen {
 			pr.SYNDropRatio = float64(b.nftDrop-a.nftDrop) / float64(b.nftSeen-a.nftSeen)
 		}
 	}
-	var busy, pSum float64
-	var nBusy, nP int
+	var busy, pSum, inSum float64
+	var nBusy, nP, nIn int
 	for i := 1; i < len(rec.samples); i++ {
 		s0, s1 := rec.samples[i-1], rec.samples[i]
 		// The CPU is the interval's, p the moment's: a cut made just
@@ -580,6 +601,11 @@ func phaseResult(rec *records, name string, from, to, slo time.Duration, v Varia
 		if s1.olcd && s1.t >= from && s1.t < to {
 			pSum += s1.p
 			nP++
+			if !math.IsNaN(s1.inflight) {
+				inSum += s1.inflight
+				nIn++
+				pr.MaxInflight = max(pr.MaxInflight, s1.inflight)
+			}
 		}
 		mid := (s0.t + s1.t) / 2
 		if mid < from || mid >= to {
@@ -596,7 +622,56 @@ func phaseResult(rec *records, name string, from, to, slo time.Duration, v Varia
 	if nP > 0 {
 		pr.MeanP = pSum / float64(nP)
 	}
+	if nIn > 0 {
+		pr.Inflight = inSum / float64(nIn)
+	}
 	return pr
+}
+
+// PhaseFrom is phase name's result without its first skip (the reaction
+// to what started it), or the zero PhaseResult without such a phase.
+func (r *RunResult) PhaseFrom(name string, skip time.Duration) PhaseResult {
+	from, to, ok := r.phaseSpan(name)
+	if !ok || r.rec == nil || from+skip >= to {
+		return PhaseResult{}
+	}
+	return phaseResult(r.rec, name, from+skip, to, r.slo, r.Variant)
+}
+
+// ClientInflight is the work requests in flight as the clients saw them,
+// over phase name without its first skip: at every millisecond, the
+// answered requests started and not yet answered (a request's connect
+// included); the mean and the 99th percentile of those counts. Requests
+// not answered within the clients' timeout are not in it
+// (PhaseResult.Timeouts less ConnectTimeouts counts those admitted).
+func (r *RunResult) ClientInflight(name string, skip time.Duration) (mean, p99 float64) {
+	from, to, ok := r.phaseSpan(name)
+	from += skip
+	if !ok || r.rec == nil || from >= to {
+		return 0, 0
+	}
+	n := int((to - from) / time.Millisecond)
+	delta := make([]int, n+1) // requests starting (+1) and ending (-1) at each millisecond
+	for _, q := range r.rec.requests {
+		if q.health || q.outcome != outcomeOK {
+			continue
+		}
+		a, b := int((q.start-from)/time.Millisecond), int((q.start+q.latency-from)/time.Millisecond)
+		if b < 0 || a >= n {
+			continue
+		}
+		delta[max(a, 0)]++
+		delta[min(b, n)]--
+	}
+	counts := make([]float64, n)
+	cur, sum := 0, 0
+	for i := range n {
+		cur += delta[i]
+		counts[i] = float64(cur)
+		sum += cur
+	}
+	slices.Sort(counts)
+	return float64(sum) / float64(n), percentile(counts, 0.99)
 }
 
 // busyBetween is the backend's CPU between two samples as a share of the
@@ -817,8 +892,11 @@ func (r *RunResult) DropViolations() []string {
 			chain = nil // a new olcd's counters
 		}
 		chain = append(chain, s)
-		if n := len(chain); n >= 3 && chain[n-3].p == 0 && chain[n-2].p == 0 && s.p == 0 && s.dropped > chain[n-2].dropped {
-			out = append(out, fmt.Sprintf("%d drops from %.1f s to %.1f s while olcd's p was 0", s.dropped-chain[n-2].dropped, chain[n-2].t.Seconds(), s.t.Seconds()))
+		// A static cap refuses whatever p is: its drops are counted
+		// apart (capped), and only the rest is the law's.
+		if n := len(chain); n >= 3 && chain[n-3].p == 0 && chain[n-2].p == 0 && s.p == 0 && s.dropped-s.capped > chain[n-2].dropped-chain[n-2].capped {
+			out = append(out, fmt.Sprintf("%d drops (none of them a cap's) from %.1f s to %.1f s while olcd's p was 0",
+				s.dropped-s.capped-(chain[n-2].dropped-chain[n-2].capped), chain[n-2].t.Seconds(), s.t.Seconds()))
 		}
 		if len(chain) > 3 {
 			chain = chain[1:]

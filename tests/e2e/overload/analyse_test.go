@@ -194,6 +194,7 @@ func TestDropViolations(t *testing.T) {
 	at := func(s float64, p float64, dropped, rejected uint64) sample {
 		return sample{t: time.Duration(s * float64(time.Second)), olcd: true, p: p, dropped: dropped, rejected: rejected}
 	}
+	capped := func(s sample, n uint64) sample { s.capped = n; return s }
 	cases := []struct {
 		name    string
 		variant Variant
@@ -205,6 +206,8 @@ func TestDropViolations(t *testing.T) {
 		{"rejected under the drop action", VariantEnforce, []sample{at(0, 0.5, 2, 1)}, 1},
 		{"rejected under the reject action", VariantEnforceReject, []sample{at(0, 0.5, 2, 1)}, 0},
 		{"a new olcd's counters", VariantEnforce, []sample{at(0, 0, 50, 0), at(0.5, 0, 50, 0), at(1, 0, 0, 0), at(1.5, 0, 0, 0)}, 0},
+		{"a static cap's drops with p 0", VariantEnforce, []sample{capped(at(0, 0, 0, 0), 0), capped(at(0.5, 0, 40, 0), 40), capped(at(1, 0, 90, 0), 90)}, 0},
+		{"more drops than the cap's with p 0", VariantEnforce, []sample{capped(at(0, 0, 0, 0), 0), capped(at(0.5, 0, 40, 0), 40), capped(at(1, 0, 95, 0), 90)}, 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -245,5 +248,42 @@ func TestAfterCuts(t *testing.T) {
 	}
 	if n, worst := r.afterCuts(0, 5*time.Second); n != 0 || worst != nil {
 		t.Errorf("no cut in the span: %d %v", n, worst)
+	}
+}
+
+// TestPhaseFromAndClientInflight: a phase without its first second, and
+// the requests in flight as the clients saw them: 100 requests a second of
+// 50 ms each keep 5 in flight; timed-out, health and other phases'
+// requests are not counted.
+func TestPhaseFromAndClientInflight(t *testing.T) {
+	rec := &records{phases: []Phase{{Name: "a", Duration: 2 * time.Second}, {Name: "b", Duration: 4 * time.Second}}}
+	for i := range 600 {
+		start := time.Duration(i) * 10 * time.Millisecond // 0 … 6 s
+		rec.requests = append(rec.requests, request{start: start, latency: 50 * time.Millisecond, outcome: outcomeOK})
+		if i%10 == 0 {
+			rec.requests = append(rec.requests, request{start: start, latency: time.Second, outcome: outcomeTimeout},
+				request{health: true, start: start, latency: time.Second, outcome: outcomeOK})
+		}
+		rec.dials = append(rec.dials, dial{start: start, outcome: outcomeOK})
+	}
+	// Phase a's requests are 3 long: they must not count in b.
+	for i := range rec.requests {
+		if rec.requests[i].start < 2*time.Second && rec.requests[i].outcome == outcomeOK && !rec.requests[i].health {
+			rec.requests[i].latency = 150 * time.Millisecond
+		}
+	}
+	r := &RunResult{Variant: VariantEnforce, Phases: []PhaseResult{{Name: "a", DurationS: 2}, {Name: "b", DurationS: 4}}, rec: rec, slo: 200 * time.Millisecond}
+	p := r.PhaseFrom("b", time.Second)
+	if p.DurationS != 3 || p.Connected != 300 || p.Successes != 300 || p.Timeouts != 30 || p.HealthTotal != 30 {
+		t.Errorf("b from +1 s: %.1f s, %d connected, %d successes, %d timeouts, %d health checks; want 3 s, 300, 300, 30, 30", p.DurationS, p.Connected, p.Successes, p.Timeouts, p.HealthTotal)
+	}
+	if mean, p99 := r.ClientInflight("b", time.Second); math.Abs(mean-5) > 0.01 || p99 != 5 {
+		t.Errorf("b from +1 s: %.2f in flight on average, p99 %v; want 5 and 5", mean, p99)
+	}
+	if p := r.PhaseFrom("b", 4*time.Second); p.Name != "" {
+		t.Errorf("b from +4 s: %+v, want nothing", p)
+	}
+	if mean, _ := r.ClientInflight("none", 0); mean != 0 {
+		t.Errorf("a missing phase: %v in flight", mean)
 	}
 }

@@ -180,14 +180,7 @@ func renderConfig(cfg olcdConfigData) ([]byte, error) {
 		}
 		e.setYAML("controller."+strings.TrimSpace(k), strings.TrimSpace(v))
 	}
-	port := map[string]any{"port": cfg.Port, "proto": "tcp"}
-	if cfg.RequestGate {
-		port["request_gate"] = true
-	}
-	if cfg.Fair {
-		port["fair"] = true
-	}
-	e.set("ports", []any{port})
+	e.set("ports", []any{workPortEntry(cfg.Port, cfg.RequestGate, cfg.Fair)})
 	if cfg.HealthPort != 0 {
 		e.add("exceptions.ports", map[string]any{"port": cfg.HealthPort, "proto": "tcp"})
 	}
@@ -214,6 +207,19 @@ func renderConfig(cfg olcdConfigData) ([]byte, error) {
 		return nil, err
 	}
 	return b.Bytes(), nil
+}
+
+// workPortEntry is the work port's entry of ports: the config file's and
+// the one a phase's caps patch (capsPatch) puts in its place.
+func workPortEntry(port int, requestGate, fair bool) map[string]any {
+	e := map[string]any{"port": port, "proto": "tcp"}
+	if requestGate {
+		e["request_gate"] = true
+	}
+	if fair {
+		e["fair"] = true
+	}
+	return e
 }
 
 // editor sets keys in a YAML mapping and records those it changed.

@@ -2,13 +2,20 @@ package overload
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/testutil"
@@ -127,7 +134,9 @@ type olcdProc struct {
 	logPath     string
 	config      string // the config file it runs
 	decisionLog string
-	killed      bool
+	// metrics is metrics.address ("": none).
+	metrics string
+	killed  bool
 }
 
 // startOlcd writes the config into dir, starts olcd and waits until it has
@@ -146,6 +155,25 @@ func (h *Harness) startOlcd(ctx context.Context, dir string, set olcdSettings) (
 		Signals: set.Signals, Action: set.Action, Cgroup: h.cg.Name, Controller: append(append([]string{}, h.opt.OlcdController...), set.Controller...),
 		Port: WorkPort, HealthPort: HealthPort, RequestGate: set.RequestGate, Fair: set.Fair, Metrics: set.Metrics, PinDir: set.PinDir,
 	})
+}
+
+// capsPatch is the `olcd set patch` document that gives the work port of
+// an olcd started with set the caps pc (rates × c, the calibrated
+// capacity; heavy is the heavy client's address): the port's entry as the
+// config file has it (workPortEntry), with the caps. A patch replaces the
+// ports list whole, so a phase without caps (pc zero) removes the previous
+// phase's.
+func capsPatch(set olcdSettings, pc PhaseCaps, c float64, heavy netip.Addr) ([]byte, error) {
+	entry := workPortEntry(WorkPort, set.RequestGate, set.Fair)
+	maps.Copy(entry, pc.keys(c, heavy))
+	var n yaml.Node
+	if err := n.Encode(map[string]any{"ports": []any{entry}}); err != nil {
+		return nil, err
+	}
+	for _, c := range n.Content {
+		c.Style = flowStyle(c)
+	}
+	return yaml.Marshal(&n)
 }
 
 // mountRunPins mounts a bpffs under dir for a run's pinned olcd and returns
@@ -178,7 +206,7 @@ func launchOlcd(ctx context.Context, bin, dir, node, netns string, cfg olcdConfi
 		suffix, who = "-"+node, "olcd on node "+node
 	}
 	o := &olcdProc{socket: filepath.Join(dir, "olcd"+suffix+".sock"), logPath: filepath.Join(dir, "olcd"+suffix+".log"),
-		decisionLog: filepath.Join(dir, "decisions"+suffix+".jsonl")}
+		decisionLog: filepath.Join(dir, "decisions"+suffix+".jsonl"), metrics: cfg.Metrics}
 	_ = os.Remove(o.socket)
 	_ = os.Remove(o.decisionLog)
 	cfg.Socket, cfg.DecisionLog = o.socket, o.decisionLog
@@ -237,6 +265,34 @@ func launchOlcd(ctx context.Context, bin, dir, node, netns string, cfg olcdConfi
 		return nil, fmt.Errorf("%s not attached and ticking: %w (see %s)", who, err, o.logPath)
 	}
 	return o, nil
+}
+
+// scrape writes olcd's /metrics (metrics.address, set) to dir/metrics.txt
+// and returns the file's path.
+func (o *olcdProc) scrape(ctx context.Context, dir string) (string, error) {
+	if o.metrics == "" {
+		return "", errors.New("scrape metrics: olcd has no metrics address")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+o.metrics+"/metrics", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("scrape metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("status %s", resp.Status)
+	}
+	if err != nil {
+		return "", fmt.Errorf("scrape metrics: %w", err)
+	}
+	path := filepath.Join(dir, "metrics.txt")
+	return path, os.WriteFile(path, body, 0o644)
 }
 
 // status asks the daemon for its status.

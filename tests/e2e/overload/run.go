@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -163,6 +165,58 @@ type ScenarioPhase struct {
 	Load float64
 	// Duration is the phase's length.
 	Duration time.Duration
+	// Caps, when set, are the work port's static caps from the phase's
+	// start on (olcd variants; patched into the running olcd, `olcd set
+	// patch`). Once a phase has set caps, every later phase's Caps is
+	// what is in force: nil there removes them.
+	Caps *PhaseCaps
+}
+
+// PhaseCaps are the work port's static caps (ports[].caps) in a phase,
+// rates as multiples of the calibrated capacity C. The zero value sets
+// none.
+type PhaseCaps struct {
+	// Rate is caps.rate, the port's new connections per second, × C.
+	Rate float64
+	// HeavyRate is a caps.sources entry for the heavy client (the client
+	// namespace's own address, /32), × C.
+	HeavyRate float64
+	// InFlight is caps.in_flight as the work it holds: InFlight × C
+	// requests, the queue that takes InFlight to serve at C.
+	InFlight time.Duration
+	// ResponseTarget is the port's response_target ("": the
+	// controller's).
+	ResponseTarget string
+}
+
+// InFlightOf is caps.in_flight at capacity c (0: none).
+func (pc PhaseCaps) InFlightOf(c float64) int {
+	if pc.InFlight <= 0 {
+		return 0
+	}
+	return max(1, int(math.Round(pc.InFlight.Seconds()*c)))
+}
+
+// keys are pc as keys of the work port's entry at capacity c, heavy
+// being the heavy client's address (none for the zero value).
+func (pc PhaseCaps) keys(c float64, heavy netip.Addr) map[string]any {
+	caps, out := map[string]any{}, map[string]any{}
+	if pc.Rate > 0 {
+		caps["rate"] = math.Round(10*pc.Rate*c) / 10
+	}
+	if n := pc.InFlightOf(c); n > 0 {
+		caps["in_flight"] = n
+	}
+	if pc.HeavyRate > 0 {
+		caps["sources"] = []any{map[string]any{"prefix": netip.PrefixFrom(heavy, heavy.BitLen()).String(), "rate": math.Round(10*pc.HeavyRate*c) / 10}}
+	}
+	if len(caps) > 0 {
+		out["caps"] = caps
+	}
+	if pc.ResponseTarget != "" {
+		out["response_target"] = pc.ResponseTarget
+	}
+	return out
 }
 
 // QuotaChange sets the backend's quota during a run.
@@ -315,6 +369,46 @@ func fairHeavy(name string, fair bool) Scenario {
 		}}
 }
 
+// StaticCaps is issue 29's must-show 3 on the cpu backend with olcd's
+// controller running: one run whose phases patch the work port's static
+// caps (PhaseCaps) while the heavy client (the namespace's own address)
+// offers each phase's load and CapsLightSources light clients of an address
+// each offer 0.2 C together throughout (open loop, giving up after 1 s):
+//
+//   - port-cap: 1.4 C offered, a port cap at 0.6 C: the cap, not the law,
+//     holds the admitted rate (the backend, at 0.6 C, has no queue);
+//   - prefix-cap: the same load, a cap of 0.4 C on the heavy client's
+//     address alone: it is held there, the light clients untouched;
+//   - cap-above: 3 C offered, a port cap at 2 C, above capacity: the
+//     adaptive law sheds to C and the cap refuses next to nothing;
+//   - in-flight-cap: 2 C offered, a ceiling of 0.1 s of work at C in
+//     flight (caps.in_flight) and the port's response target at 0.5 s, so
+//     that the law alone would hold five times that queue: the ceiling
+//     holds it.
+//
+// The phases are short (26 s in all: make test's budget): a cap's rate is
+// measured over the 4 s after the phase's first second (the patch, the new
+// bucket's burst, the law's reaction: CapsSettle), the in-flight ceiling
+// over the 4 s after its second second (the law's release of the 3 C
+// phase's p), cap-above's goodput from +SettleTime as the suite's other
+// 3 C phases'.
+var StaticCaps = Scenario{Name: "cpu-static-caps", Light: &LightLoad{Sources: CapsLightSources, Load: 0.2},
+	Phases: []ScenarioPhase{
+		{Name: "port-cap", Load: 1.2, Duration: 5 * time.Second, Caps: &PhaseCaps{Rate: 0.6}},
+		{Name: "prefix-cap", Load: 1.2, Duration: 5 * time.Second, Caps: &PhaseCaps{HeavyRate: 0.4}},
+		{Name: "cap-above", Load: 2.8, Duration: 2 * SettleTime, Caps: &PhaseCaps{Rate: 2}},
+		{Name: "in-flight-cap", Load: 1.8, Duration: 6 * time.Second, Caps: &PhaseCaps{InFlight: 100 * time.Millisecond, ResponseTarget: "500ms"}},
+	}}
+
+// CapsLightSources is the number of StaticCaps's light clients.
+const CapsLightSources = 20
+
+// CapsSettle is the start of a StaticCaps phase left out of its rates: the
+// patch lands within milliseconds, a new bucket's burst (a tenth of a
+// second of its rate) is spent at once, and the law answers a step within
+// a tick or two (docs/controller.md §1).
+const CapsSettle = time.Second
+
 // CapacityHalved is scenario 2: 1.5 C throughout while the backend's quota
 // halves after 20 s, so 1.5 C becomes 3 × the new capacity; the 30 s after
 // the change show where each protection settles.
@@ -345,12 +439,15 @@ type RunOptions struct {
 	// Options.Config), e.g. ConfigKubernetes.
 	Config string
 	// OlcdMetrics is the run's olcd's metrics.address ("": none), for a
-	// Prometheus that scrapes it (the board's picture).
+	// Prometheus that scrapes it (the board's picture); its /metrics at
+	// the end of the load is kept too (RunResult.Metrics).
 	OlcdMetrics string
 	// restart starts the new olcd of RestartOlcdAt (set by Run).
 	restart func() (*olcdProc, error)
 	// light are the scenario's light clients (set by Run).
 	light *LightClients
+	// caps are the scenario's phase caps as patches (set by Run).
+	caps []CapsChange
 	// KeepAlive makes the attacker reuse its work connections.
 	KeepAlive bool
 	// Realtime runs the attacker at a real-time priority (chrt -f 10,
@@ -423,11 +520,20 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, v Variant, ro RunOptions
 		if first.Bin != "" && ro.RestartOlcdAt <= 0 {
 			return nil, fmt.Errorf("run %s: OlcdBeforeRestart without RestartOlcdAt", sc.Name)
 		}
+		if ro.caps, err = capsChanges(sc, set, cal.CapacityRPS, h.net.ClientIP); err != nil {
+			return nil, err
+		}
 		od, err = h.startOlcd(ctx, dir, first)
 		if err != nil {
 			return nil, err
 		}
 		defer func() { od.stop() }()
+		// The first phase's caps are in force when the load starts.
+		if len(ro.caps) > 0 && ro.caps[0].At == 0 {
+			if err := od.client.Patch(ctx, ro.caps[0].Doc); err != nil {
+				return nil, fmt.Errorf("run %s: caps of phase %s: %w", sc.Name, ro.caps[0].Phase, err)
+			}
+		}
 	case VariantStatic, VariantStaticReject:
 		var err error
 		nft, err = h.addStaticLimit(cal.CapacityRPS, v == VariantStaticReject)
@@ -467,6 +573,13 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, v Variant, ro RunOptions
 		res.OlcdLog = od.logPath
 		res.OlcdConfig = od.config
 		res.DecisionLog = od.decisionLog
+		res.Caps = ro.caps
+		res.StatusLog = filepath.Join(dir, statusLogName)
+		if ro.OlcdMetrics != "" {
+			if res.Metrics, err = od.scrape(ctx, dir); err != nil {
+				return nil, fmt.Errorf("run %s: %w", sc.Name, err)
+			}
+		}
 	}
 	if err := writePlot(filepath.Join(dir, "timeseries.png"), res); err != nil {
 		return nil, fmt.Errorf("plot %s: %w", label, err)
@@ -474,6 +587,83 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, v Variant, ro RunOptions
 	res.Plot = filepath.Join(dir, "timeseries.png")
 	return res, nil
 }
+
+// CapsChange is a patch of the work port's caps as a phase starts
+// (ScenarioPhase.Caps).
+type CapsChange struct {
+	// Phase names the phase whose caps it sets; At is its start since
+	// the load began.
+	Phase string
+	At    time.Duration
+	// Doc is the patch (`olcd set patch`).
+	Doc []byte
+	// Applied is when olcd took it, since the load began (0 for a
+	// phase at 0: applied before the load).
+	Applied time.Duration
+}
+
+// capsChanges are the patches of sc's phase caps for an olcd started with
+// set, at capacity c, heavy being the heavy client's address: one at each
+// phase whose caps differ from those in force before it (none before the
+// first phase with caps).
+func capsChanges(sc Scenario, set olcdSettings, c float64, heavy netip.Addr) ([]CapsChange, error) {
+	var out []CapsChange
+	var at time.Duration
+	var cur *PhaseCaps
+	for _, p := range sc.Phases {
+		next := p.Caps
+		if next == nil && cur != nil {
+			next = &PhaseCaps{}
+		}
+		if next != nil && (cur == nil || *next != *cur) {
+			doc, err := capsPatch(set, *next, c, heavy)
+			if err != nil {
+				return nil, fmt.Errorf("caps of phase %s: %w", p.Name, err)
+			}
+			out = append(out, CapsChange{Phase: p.Name, At: at, Doc: doc})
+			cur = next
+		}
+		at += p.Duration
+	}
+	return out, nil
+}
+
+// patchCaps applies each change of changes whose At is after the start at
+// that time since the load began (a's clock), through od's admin socket,
+// and notes when in its Applied. It returns at once; the channel answers
+// the first error (or nil) once every change is applied, or stop is
+// closed or ctx ends.
+func patchCaps(ctx context.Context, a *attacker, od *olcdProc, changes []CapsChange, stop <-chan struct{}) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		for i := range changes {
+			ch := &changes[i]
+			if ch.At == 0 {
+				continue
+			}
+			select {
+			case <-time.After(ch.At - a.since()):
+			case <-stop:
+				done <- nil
+				return
+			case <-ctx.Done():
+				done <- ctx.Err()
+				return
+			}
+			if err := od.client.Patch(ctx, ch.Doc); err != nil {
+				done <- fmt.Errorf("caps of phase %s: %w", ch.Phase, err)
+				return
+			}
+			ch.Applied = a.since()
+		}
+		done <- nil
+	}()
+	return done
+}
+
+// statusLogName is the file in a run's directory that has olcd's status
+// at every sample (RunResult.StatusLog).
+const statusLogName = "status.jsonl"
 
 // records is everything a run observed.
 type records struct {
@@ -529,6 +719,10 @@ type sample struct {
 	dropped  uint64
 	rejected uint64
 	would    uint64
+	capped   uint64 // of dropped (or would): refused by a static cap
+	// inflight is olcd's count of the work port's requests in flight at
+	// its last tick (NaN: not timed).
+	inflight float64
 	nftSeen  uint64 // nftables counters (static)
 	nftDrop  uint64
 }
@@ -571,7 +765,7 @@ func (h *Harness) attack(ctx context.Context, dir, label string, clients Clients
 	// `olcd status --json` prints): the per-tick view of a run.
 	var statusLog *json.Encoder
 	if od != nil {
-		f, err := os.Create(filepath.Join(dir, "status.jsonl"))
+		f, err := os.Create(filepath.Join(dir, statusLogName))
 		if err != nil {
 			return nil, err
 		}
@@ -589,10 +783,12 @@ func (h *Harness) attack(ctx context.Context, dir, label string, clients Clients
 		return nil, err
 	}
 
+	stopPatches := make(chan struct{})
+	patched := patchCaps(ctx, a, od, ro.caps, stopPatches)
 	total := phasePacer(phases).total()
 	nextQuota, curQuota := 0, h.opt.Quota
 	take := func() {
-		s := sample{t: a.since(), quota: curQuota}
+		s := sample{t: a.since(), quota: curQuota, inflight: math.NaN()}
 		s.usage, _ = h.cg.Usage()
 		if od != nil && !od.killed {
 			if st, err := od.status(ctx); err == nil {
@@ -610,6 +806,10 @@ func (h *Harness) attack(ctx context.Context, dir, label string, clients Clients
 							s.connCap = p.Capacity.ConnectionsPerS
 						}
 						s.newConns, s.dropped, s.rejected, s.would = p.Totals.NewConns, p.Totals.Dropped, p.Totals.Rejected, p.Totals.WouldDrop
+						s.capped = p.Totals.Capped
+						if p.InflightRequests != nil {
+							s.inflight = *p.InflightRequests
+						}
 					}
 				}
 			}
@@ -660,6 +860,8 @@ func (h *Harness) attack(ctx context.Context, dir, label string, clients Clients
 		}
 		return nil
 	})
+	close(stopPatches)
+	err = errors.Join(err, <-patched)
 	if err != nil {
 		return nil, err
 	}
