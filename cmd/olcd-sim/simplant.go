@@ -42,17 +42,20 @@ func simulatePlant(cfg *rules.Config, name string, seed uint64, out, summary io.
 	fmt.Fprintln(bw, plantCSVHeader)
 	var events []string
 	res, err := plant.Drive(c, sc, key, cfg.Datapath.ResponseMinSamples, func(t plant.DriveTick) {
+		for _, ev := range t.Decision.Events {
+			if ev.Kind != adaptive.EventProbabilityChange {
+				events = append(events, fmt.Sprintf("t=%gs %s: %s", t.T, ev.Kind, ev.Reason))
+			}
+		}
+		if t.Window {
+			return // one row a tick; a window's p is in force until the next row's
+		}
 		p95 := ""
 		if t.Responses >= cfg.Datapath.ResponseMinSamples && t.Responses > 0 {
 			p95 = num(t.P95)
 		}
 		fmt.Fprintf(bw, "%s,%d,%d,%d,%d,%s,%d,%s,%s,%s,%s,%s,%s\n", num(t.T), t.New, t.Retransmits, t.Dropped, t.Responses, p95,
 			t.Inflight, num(t.CPUBusy), num(t.Goodput), num(t.Port.ResponseTarget), num(t.Port.QueueP), num(t.Port.DropProbability), t.Port.Retransmits)
-		for _, ev := range t.Decision.Events {
-			if ev.Kind != adaptive.EventProbabilityChange {
-				events = append(events, fmt.Sprintf("t=%gs %s: %s", t.T, ev.Kind, ev.Reason))
-			}
-		}
 	})
 	if err != nil {
 		return err

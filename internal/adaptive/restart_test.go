@@ -31,8 +31,7 @@ func TestRestartKeepsLaw(t *testing.T) {
 			}
 			const at, gap, span = 25.0, 1.0, 10.0
 			ref := map[float64]float64{}
-			// The ticks' decisions (a window's ends between ticks).
-			tick := func(d plant.DriveTick) bool { return !strings.Contains(d.Decision.Reason, "between ticks") }
+			tick := func(d plant.DriveTick) bool { return !d.Window }
 			base := drive(t, plantController(t, nil), sc, func(d plant.DriveTick) {
 				if tick(d) {
 					ref[d.T] = d.Port.FirstP()

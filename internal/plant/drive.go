@@ -19,6 +19,9 @@ type DriveTick struct {
 	Port adaptive.PortDecision
 	// Decision is the whole decision (its reason, events, node p).
 	Decision adaptive.Decision
+	// Window is true for an onset window's decision between ticks (its
+	// counts are the window's), false for a tick's.
+	Window bool
 }
 
 // Drive runs sc under controller c, which must protect key: each tick's
@@ -127,7 +130,7 @@ func DriveRestart(c *adaptive.Controller, sc Scenario, key olc.PortKey, minSampl
 				return 0, false
 			}
 			if each != nil {
-				each(DriveTick{Observation: o, Port: d.Ports[idx], Decision: d})
+				each(DriveTick{Observation: o, Port: d.Ports[idx], Decision: d, Window: true})
 			}
 			rule = d.Ports[idx].Retransmits
 			held = d.Ports[idx].DropProbability
