@@ -106,8 +106,8 @@ struct olcd_policy {
 /* olcd_policy.shed_retransmits (olc.Retransmits) */
 enum olcd_retx {
 	OLCD_RETX_AS_FIRST = 0, /* a retransmit meets drop_prob like a first attempt */
-	OLCD_RETX_SHED = 1,     /* while drop_prob != 0, every retransmit is dropped without a draw */
-	OLCD_RETX_LAST = 2,     /* every first attempt passes; retransmits meet drop_prob */
+	OLCD_RETX_SHED = 1, /* while drop_prob != 0, every retransmit is dropped without a draw */
+	OLCD_RETX_LAST = 2, /* every first attempt passes; retransmits meet drop_prob */
 };
 
 /* olcd_policy.caps */
