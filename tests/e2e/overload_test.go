@@ -360,48 +360,16 @@ func TestOverloadFailOpen(t *testing.T) {
 	}
 }
 
-// TestOverloadComparisons sets olcd beside what users run today: a static
-// nftables SYN limit at the calibrated C and the aegis BBR limiter in the
-// application. Scenario 1: olcd's goodput once it has reacted is at least
-// the in-app limiter's and close to the static limit's (over the same
-// window). Scenario 2 (the quota halves under 1.5 C): olcd follows the new
-// capacity while the static limit, set for the old capacity, admits twice
-// what the backend can serve and its latency shows it. Where the issue's
-// goals are stricter than what is measured, the test says GOAL MISSED and
-// holds a lower line (docs/tuning.md §5).
-func TestOverloadComparisons(t *testing.T) {
-	h := overloadHarness(t)
-	c := h.Calibration.CapacityRPS
-	enforce := runOnce(t, h, overload.Overload3x, overload.VariantEnforce)
-	static := runOnce(t, h, overload.Overload3x, overload.VariantStatic)
-	inapp := runOnce(t, h, overload.Overload3x, overload.VariantInApp)
-	e := enforce.Phase("3x").Settled
-	x := inapp.Phase("3x").Settled
-	t.Logf("3 C from +%s: enforce %.2f C (p99 %.0f ms), inapp %.2f C (p99 %.0f ms)", overload.SettleTime, e.GoodputRPS/c, e.P99Ms, x.GoodputRPS/c, x.P99Ms)
-	if e.GoodputRPS < x.GoodputRPS {
-		t.Errorf("3 C from +%s: enforce goodput %.0f/s below the in-app limiter's %.0f/s", overload.SettleTime, e.GoodputRPS, x.GoodputRPS)
-	}
-	// Against a static limit set at the C measured minutes earlier on the
-	// same machine (the best case of a static limit: it is told the
-	// answer), issue 16's line: enforce ≥ static over the whole 3 C phase.
-	st := static.Phase("3x").Settled
-	t.Logf("3 C from +%s: enforce %.2f C (p99 %.0f ms), static %.2f C (p99 %.0f ms)", overload.SettleTime, e.GoodputRPS/c, e.P99Ms, st.GoodputRPS/c, st.P99Ms)
-	// The two runs are minutes apart on a VM whose speed drifts: each
-	// one's CPU per request against the knee's says how fast it ran.
-	_, se, _ := enforce.CapacityAtRun("3x", h.Calibration)
-	_, ss, _ := static.CapacityAtRun("3x", h.Calibration)
-	t.Logf("CPU per request against the knee of the calibration: enforce run %+.1f %%, static run %+.1f %%", 100*se, 100*ss)
-	ew, sw := enforce.Phase("3x"), static.Phase("3x")
-	goal(t, fmt.Sprintf("3 C over the whole phase: enforce goodput %.0f/s (%.2f C) as a share of the static limit's %.0f/s (%.2f C)", ew.GoodputRPS, ew.GoodputRPS/c, sw.GoodputRPS, sw.GoodputRPS/c),
-		ew.GoodputRPS/max(sw.GoodputRPS, 1), 1, 0.7, true)
-	checkHealth(t, enforce)
-}
-
-// TestOverloadComparisonsQuotaHalved is the comparisons' scenario 2 on its
-// own (-run TestOverloadComparisons runs both): the backend's quota halves
-// under 1.5 C; olcd follows the new capacity while the static limit, set
-// for the old capacity, admits twice what the backend can serve.
-func TestOverloadComparisonsQuotaHalved(t *testing.T) {
+// TestOverloadQuotaHalved is scenario 2 (suiteHalved): the backend's
+// quota halves under 1.5 C, and olcd enforcing must follow the new
+// capacity C', measured by a second step load at the half quota: goodput
+// from +5 s of the halved phase ≥ 0.9 C' (issue 24's line is from +2 s in
+// make demo-full; a goal here, the test holding 0.6 C'), every health check
+// answered. make demo-full runs the scenario beside no olcd and the static
+// limit, which, set for the old capacity, admits twice what the backend
+// can serve (and `olcd-overload demo -set classic` beside the in-app
+// limiter).
+func TestOverloadQuotaHalved(t *testing.T) {
 	h := overloadHarness(t)
 	c := h.Calibration.CapacityRPS
 	// The new capacity is measured, not assumed: a half quota throttles
@@ -412,15 +380,14 @@ func TestOverloadComparisonsQuotaHalved(t *testing.T) {
 		}
 	}
 	ch := h.Calibration.HalvedCapacityRPS()
-	e2 := runOnce(t, h, overload.CapacityHalved, overload.VariantEnforce)
-	s2 := runOnce(t, h, overload.CapacityHalved, overload.VariantStatic)
-	whole2, eh, sh := e2.Phase("1.5x-quota-halved"), e2.Phase("1.5x-quota-halved").Settled, s2.Phase("1.5x-quota-halved").Settled
-	t.Logf("quota halved under 1.5 C (new capacity C' = %.0f/s measured = %.2f × C/2): enforce goodput %.2f C' over the phase, %.0f/s = %.2f C' from +%s, p99 %.0f ms; static goodput %.0f/s, p99 %.0f ms",
-		ch, ch/(c/2), whole2.GoodputRPS/ch, eh.GoodputRPS, eh.GoodputRPS/ch, overload.SettleTime, eh.P99Ms, sh.GoodputRPS, sh.P99Ms)
+	e := runOnce(t, h, suiteHalved, overload.VariantEnforce)
+	whole, eh := e.Phase("1.5x-quota-halved"), e.Phase("1.5x-quota-halved").Settled
+	t.Logf("quota halved under 1.5 C (new capacity C' = %.0f/s measured = %.2f × C/2): enforce goodput %.2f C' over the phase, %.0f/s = %.2f C' from +%s, p99 %.0f ms",
+		ch, ch/(c/2), whole.GoodputRPS/ch, eh.GoodputRPS, eh.GoodputRPS/ch, overload.SettleTime, eh.P99Ms)
 	// The VM's speed drifts between the calibration and the run: the
 	// capacity during the run, from the CPU per request against the halved
 	// calibration's knee, is logged beside the calibrated C'.
-	if cr, slow, ok := e2.CapacityAtRun("1.5x-quota-halved", h.Calibration.QuotaHalved); ok || slow != 0 {
+	if cr, slow, ok := e.CapacityAtRun("1.5x-quota-halved", h.Calibration.QuotaHalved); ok || slow != 0 {
 		t.Logf("quota halved: CPU per request %+.1f %% against the knee of the halved calibration: capacity during the run %.0f/s, enforce goodput from +%s %.2f × that", 100*slow, cr, overload.SettleTime, eh.GoodputRPS/cr)
 	}
 	// Issue 16's goal: ≥ 0.9 × the new capacity from +5 s (issue 6's was
@@ -429,11 +396,23 @@ func TestOverloadComparisonsQuotaHalved(t *testing.T) {
 	// the goal with goal().
 	goal(t, fmt.Sprintf("quota halved: enforce goodput %.0f/s from +%s, as a share of the new capacity %.0f/s", eh.GoodputRPS, overload.SettleTime, ch),
 		eh.GoodputRPS/ch, 0.9, 0.6, true)
-	if !(sh.P99Ms > eh.P99Ms) && !(sh.GoodputRPS < eh.GoodputRPS) {
-		t.Errorf("quota halved: the static limit (p99 %.0f ms, goodput %.0f/s) is not worse than enforce (p99 %.0f ms, goodput %.0f/s)",
-			sh.P99Ms, sh.GoodputRPS, eh.P99Ms, eh.GoodputRPS)
-	}
-	checkHealth(t, e2)
+	checkHealth(t, e)
+}
+
+// suiteHalved is scenario 2 as the suite runs it: 1.5 C for 10 s, then
+// the quota halved under it for 20 s (make demo-full's
+// overload.CapacityHalved: 20 s and 30 s). olcd sheds steadily from +5 s
+// of the first phase, so the halving meets the law at work after 10 s as
+// after 20; the halved phase's goodput from +5 s is a mean of 15 one-second
+// windows instead of 25, within a few per cent of it (docs/development.md,
+// "What the suite runs and why").
+var suiteHalved = overload.Scenario{
+	Name: overload.CapacityHalved.Name,
+	Phases: []overload.ScenarioPhase{
+		{Name: "1.5x", Load: 1.5, Duration: 10 * time.Second},
+		{Name: "1.5x-quota-halved", Load: 1.5, Duration: 20 * time.Second},
+	},
+	Quota: []overload.QuotaChange{{At: 10 * time.Second, CPUs: 0.5}},
 }
 
 // suite3x is a matrix scenario as the suite runs it: 4 s at 0.5 C, 20 s at
