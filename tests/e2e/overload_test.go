@@ -478,37 +478,30 @@ func TestOverloadColdStart(t *testing.T) {
 // (make demo-full runs all of it): the pool backend (8 workers each holding
 // a request 25 ms without CPU) under 64 blocking clients, and Debian's nginx
 // + php-fpm under vegeta clients that give up after 1 s, each at 3 C
-// against olcd enforcing on the measured response time, a static nftables
-// SYN limit at C and olcd on the CPU alone. Issue 16's lines: open-loop
-// clients enforce ≥ 0.9 × static and ≥ 0.85 C; closed-pool enforce ≥ static
-// and ≥ 0.65 C; no limit cycle in the steady part; every health check
-// answered. The CPU-only olcd's figures are reported: with a bottleneck
-// that is not CPU it has nothing to see.
+// against olcd enforcing on the measured response time. Issue 16's lines:
+// open-loop clients ≥ 0.85 C, closed-pool ≥ 0.65 C (goals; the test holds
+// 0.15 C below them); no limit cycle in the steady part; every health
+// check answered. make demo-full runs every cell also against a static
+// nftables SYN limit at C (issue 16's other line, enforce ≥ 0.9 × static
+// for open-loop clients and ≥ static for the closed pool, is read there)
+// and against olcd on the CPU alone, which has nothing to see where the
+// bottleneck is not CPU.
 func TestOverloadMatrix(t *testing.T) {
 	h := overloadHarness(t)
 	for _, tc := range []struct {
-		b             overload.Backend
-		c             overload.Clients
-		vsStatic, vsC float64
+		b   overload.Backend
+		c   overload.Clients
+		vsC float64
 	}{
-		{overload.BackendPool, overload.ClientsClosedPool, 1, 0.65},
-		{overload.BackendPHP, overload.ClientsOpenGiveUp, 0.9, 0.85},
+		{overload.BackendPool, overload.ClientsClosedPool, 0.65},
+		{overload.BackendPHP, overload.ClientsOpenGiveUp, 0.85},
 	} {
 		sc := suite3x(tc.b, tc.c)
 		t.Run(sc.Name, func(t *testing.T) {
 			calibrated(t, h, tc.b)
 			enforce := runOnce(t, h, sc, overload.VariantEnforce)
-			static := runOnce(t, h, sc, overload.VariantStatic)
-			cpuOnly := runOnce(t, h, sc, overload.VariantEnforceCPU)
-			for _, r := range []*overload.RunResult{enforce, static, cpuOnly} {
-				logSummary(t, r)
-			}
-			e, s, x := enforce.Summary, static.Summary, cpuOnly.Summary
-			t.Logf("CPU-threshold-only olcd: goodput %.2f C, %.1f %% of SYNs shed, p99 %.0f ms (response-time olcd: %.2f C)",
-				x.GoodputC, 100*cpuOnly.Phase(x.Phase).SYNDropRatio, x.P99Ms, e.GoodputC)
-			goal(t, fmt.Sprintf("enforce goodput %.0f/s (%.2f C) as a share of the static limit's %.0f/s (%.2f C)", e.GoodputRPS, e.GoodputC, s.GoodputRPS, s.GoodputC),
-				e.GoodputRPS/max(s.GoodputRPS, 1), tc.vsStatic, 0.8*tc.vsStatic, true)
-			goal(t, "enforce goodput as a share of C", e.GoodputC, tc.vsC, tc.vsC-0.15, true)
+			logSummary(t, enforce)
+			goal(t, "enforce goodput as a share of C", enforce.Summary.GoodputC, tc.vsC, tc.vsC-0.15, true)
 			checkSteady(t, enforce)
 			checkHealth(t, enforce)
 		})
