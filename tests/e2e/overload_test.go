@@ -415,12 +415,26 @@ var suiteHalved = overload.Scenario{
 	Quota: []overload.QuotaChange{{At: 10 * time.Second, CPUs: 0.5}},
 }
 
-// suite3x is a matrix scenario as the suite runs it: 4 s at 0.5 C, 20 s at
-// 3 C, 6 s at 0.5 C (make test's time budget; the steady part from +5 s is
-// 15 s of 1 s windows). make demo-full runs them 25 s at 3 C.
+// suite3x is a matrix scenario as the suite runs it: 4 s at 0.5 C, then
+// 20 s at 3 C (make test's time budget; the steady part from +5 s is 15 s
+// of 1 s windows). make demo-full runs them 25 s at 3 C and then 6 s at
+// 0.5 C, over which it reads the recovery (Summary.AfterServed, issue
+// 24); no line of the suite reads a phase after a matrix cell's overload
+// (TestOverload3x holds the recovery's), so the suite runs none.
 func suite3x(b overload.Backend, c overload.Clients) overload.Scenario {
-	return overload.Matrix3x(b, c, 4*time.Second, 20*time.Second, 6*time.Second)
+	sc := overload.Matrix3x(b, c, 4*time.Second, 20*time.Second, 6*time.Second)
+	sc.Phases = sc.Phases[:2:2]
+	return sc
 }
+
+// suiteColdStart is the cold start as the suite runs it: overload.ColdStart
+// (make demo's) without the 5 s at 0.5 C after the 1.5 C phase, which no
+// line of TestOverloadColdStart reads.
+var suiteColdStart = func() overload.Scenario {
+	sc := overload.ColdStart
+	sc.Phases = sc.Phases[:1:1]
+	return sc
+}()
 
 // calibrated calibrates backend b once per test binary.
 func calibrated(t *testing.T, h *overload.Harness, b overload.Backend) *overload.Calibration {
@@ -468,7 +482,7 @@ func logSummary(t *testing.T, r *overload.RunResult) {
 // check is answered.
 func TestOverloadColdStart(t *testing.T) {
 	h := overloadHarness(t)
-	r := runOnce(t, h, overload.ColdStart, overload.VariantEnforce)
+	r := runOnce(t, h, suiteColdStart, overload.VariantEnforce)
 	logSummary(t, r)
 	goal(t, "cold start: enforce goodput over the whole 1.5 C phase, as a share of C", r.Summary.GoodputC, 0.9, 0.7, true)
 	checkHealth(t, r)
