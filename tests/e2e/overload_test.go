@@ -399,20 +399,19 @@ func TestOverloadQuotaHalved(t *testing.T) {
 	checkHealth(t, e)
 }
 
-// suiteHalved is scenario 2 as the suite runs it: 1.5 C for 10 s, then
-// the quota halved under it for 20 s (make demo-full's
-// overload.CapacityHalved: 20 s and 30 s). olcd sheds steadily from +5 s
-// of the first phase, so the halving meets the law at work after 10 s as
-// after 20; the halved phase's goodput from +5 s is a mean of 15 one-second
-// windows instead of 25, within a few per cent of it (docs/development.md,
-// "What the suite runs and why").
+// suiteHalved is scenario 2 as the suite runs it: 1.5 C for 20 s from an
+// idle backend, which is the cold start too (TestOverloadColdStart reads
+// it), then the quota halved under it for 20 s (make demo-full's
+// overload.CapacityHalved: 30 s). The halved phase's goodput from +5 s is a
+// mean of 15 one-second windows instead of 25, within a few per cent of it
+// (docs/development.md, "What the overload suite runs and why").
 var suiteHalved = overload.Scenario{
 	Name: overload.CapacityHalved.Name,
 	Phases: []overload.ScenarioPhase{
-		{Name: "1.5x", Load: 1.5, Duration: 10 * time.Second},
+		{Name: "1.5x", Load: 1.5, Duration: 20 * time.Second},
 		{Name: "1.5x-quota-halved", Load: 1.5, Duration: 20 * time.Second},
 	},
-	Quota: []overload.QuotaChange{{At: 10 * time.Second, CPUs: 0.5}},
+	Quota: []overload.QuotaChange{{At: 20 * time.Second, CPUs: 0.5}},
 }
 
 // suite3x is a matrix scenario as the suite runs it: 4 s at 0.5 C, then
@@ -426,15 +425,6 @@ func suite3x(b overload.Backend, c overload.Clients) overload.Scenario {
 	sc.Phases = sc.Phases[:2:2]
 	return sc
 }
-
-// suiteColdStart is the cold start as the suite runs it: overload.ColdStart
-// (make demo's) without the 5 s at 0.5 C after the 1.5 C phase, which no
-// line of TestOverloadColdStart reads.
-var suiteColdStart = func() overload.Scenario {
-	sc := overload.ColdStart
-	sc.Phases = sc.Phases[:1:1]
-	return sc
-}()
 
 // calibrated calibrates backend b once per test binary.
 func calibrated(t *testing.T, h *overload.Harness, b overload.Backend) *overload.Calibration {
@@ -476,15 +466,22 @@ func logSummary(t *testing.T, r *overload.RunResult) {
 		r.Scenario, r.Variant, r.CapacityRPS, m.GoodputC, m.SettledGoodputC, m.P99Ms, sd, m.WindowsOK, m.MeanConnectMs, m.ConnectRefused, m.Timeouts, m.HealthOK, m.HealthTotal)
 }
 
-// TestOverloadColdStart: 1.5 C from an idle backend, olcd enforcing: the
-// goodput over the whole phase is at least 0.9 C (issue 16, must show 4:
-// 0.68–0.73 C before the response time was measured) and every health
-// check is answered.
+// TestOverloadColdStart: 20 s at 1.5 C from an idle backend, olcd
+// enforcing: the goodput over the whole phase is at least 0.9 C (issue 16,
+// must show 4: 0.68–0.73 C before the response time was measured; issue
+// 24) and every health check is answered. The phase is the first of
+// scenario 2's run (suiteHalved, TestOverloadQuotaHalved), which starts
+// from an idle backend as make demo's cpu-open-giveup-coldstart does; the
+// quota's halving at its end reaches only the requests still queued then,
+// tens of milliseconds of work, answered within the SLO at half the speed.
 func TestOverloadColdStart(t *testing.T) {
 	h := overloadHarness(t)
-	r := runOnce(t, h, suiteColdStart, overload.VariantEnforce)
-	logSummary(t, r)
-	goal(t, "cold start: enforce goodput over the whole 1.5 C phase, as a share of C", r.Summary.GoodputC, 0.9, 0.7, true)
+	c := h.Calibration.CapacityRPS
+	r := runOnce(t, h, suiteHalved, overload.VariantEnforce)
+	p := r.Phase("1.5x")
+	t.Logf("cold start, the first %.0f s of %s/%s: 1.5 C from an idle backend, goodput %.0f/s = %.2f C (from +%s %.2f C), p99 %.0f ms, %d timeouts, SYN drop %.1f %%",
+		p.DurationS, r.Scenario, r.Variant, p.GoodputRPS, p.GoodputRPS/c, overload.SettleTime, p.Settled.GoodputRPS/c, p.P99Ms, p.Timeouts, 100*p.SYNDropRatio)
+	goal(t, "cold start: enforce goodput over the whole 1.5 C phase, as a share of C", p.GoodputRPS/c, 0.9, 0.7, true)
 	checkHealth(t, r)
 }
 
