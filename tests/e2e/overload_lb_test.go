@@ -36,7 +36,7 @@ import (
 // they carry no line, so the suite (make test-overload) leaves them out.
 //
 // It is part of the OLCD_OVERLOAD suite (make test-overload, which make
-// test runs; ~2.5 min) and runs alone with make test-lb (~6 min). Its
+// test runs; ~2 min) and runs alone with make test-lb (~5 min). Its
 // file sorts before overload_test.go, so it runs before the suite's shared
 // harness takes the host lock.
 func TestOverloadLB(t *testing.T) {
