@@ -16,12 +16,12 @@ help:
 	@echo "make build           build bin/olcd (the daemon and its CLI) and bin/olcd-sim (simulate,"
 	@echo "                     plots; no root, any OS); no clang needed: BPF objects are committed"
 	@echo "make test            vet + every test (root runs the BPF, netns and cgroup tests, then"
-	@echo "                     the overload suite alone: make test-overload, ~15 min)"
+	@echo "                     the overload suite alone: make test-overload, ~12 min)"
 	@echo "make test-lb         the load-balancer test alone: two nodes behind Debian's HAProxy, with and"
-	@echo "                     without olcd's agent, connection per request and server keep-alive"
-	@echo "                     (root, ~8 min; part of test-overload; out/test-lb)"
+	@echo "                     without olcd's agent and HAProxy alone, connection per request and server"
+	@echo "                     keep-alive (root, ~5 min; test-overload runs its agent line; out/test-lb)"
 	@echo "make test-short      go test -short: skips the end-to-end and overload tests"
-	@echo "make test-overload   the overload suite alone (root, ~15 min; results in out/test-overload)"
+	@echo "make test-overload   the overload suite alone (root, ~12 min; results in out/test-overload)"
 	@echo "make demo            overload demo, the headline of the matrix: a CPU-bound backend under vegeta"
 	@echo "                     and under 64 blocking clients, nginx + php-fpm under vegeta, the cold"
 	@echo "                     start; each with no olcd, olcd enforce, nftables limit (root, ~11 min)"
@@ -118,9 +118,10 @@ test-overload:
 	OLCD_OVERLOAD=1 OLCD_OVERLOAD_OUT=$(CURDIR)/out/test-overload \
 		$(GO) test -count=1 -v -timeout 30m -run 'TestOverload' ./tests/e2e/
 
-# The load-balancer test alone (it is also part of test-overload).
+# The load-balancer test alone, with its comparisons (olcd without the
+# agent, HAProxy alone); test-overload runs its line, the agent's, alone.
 test-lb:
-	OLCD_OVERLOAD=1 OLCD_OVERLOAD_OUT=$(CURDIR)/out/test-lb \
+	OLCD_OVERLOAD=1 OLCD_LB_COMPARISONS=1 OLCD_OVERLOAD_OUT=$(CURDIR)/out/test-lb \
 		$(GO) test -count=1 -v -timeout 15m -run 'TestOverloadLB' ./tests/e2e/
 
 test-short:

@@ -17,34 +17,29 @@ import (
 // a 0.5-CPU quota, own olcd with its own admin socket and metrics port)
 // behind Debian's HAProxy (round robin), HAProxy and the clients in a third
 // namespace. Offered 1.6 × one node's C; after 10 s node B's quota is
-// halved. Three variants in the same run: HAProxy alone, olcd on both
-// nodes without the agent, olcd with the agent. With the agent, the
-// goodput within the SLO over the halved phase must reach 0.9 × (C_A +
-// C_B'), the capacities scaled to the run when the VM ran slower than
-// during the calibration (LBHarness.CapacityAtRun, at most 15 %,
-// reported); all three are logged and written to lb-results.json.
+// halved. With olcd's agent, the goodput within the SLO over the halved
+// phase must reach 0.9 × (C_A + C_B'), the capacities scaled to the run
+// when the VM ran slower than during the calibration
+// (LBHarness.CapacityAtRun, at most 15 %, reported); the runs are logged
+// and written to lb-results.json.
 //
-// It runs twice: HAProxy opening a connection per request
+// Two cases: HAProxy opening a connection per request
 // (connection-per-request), and HAProxy sharing a pool of keep-alive
 // connections to the nodes (server-keep-alive: http-reuse always, the
 // nodes' request gate on; issue 26 must show 4), where the nodes' new work
-// arrives as request starts on open connections, not SYNs.
+// arrives as request starts on open connections, not SYNs. Both measure
+// against one calibration: it loads each node's backend directly, through
+// no HAProxy, the same in both cases.
+//
+// With OLCD_LB_COMPARISONS=1 (make test-lb) each case also runs HAProxy
+// alone and olcd on both nodes without the agent, the README's comparison;
+// they carry no line, so the suite (make test-overload) leaves them out.
 //
 // It is part of the OLCD_OVERLOAD suite (make test-overload, which make
-// test runs) and runs alone with make test-lb (~8 min, ~4 min a case). Its
+// test runs; ~2 min) and runs alone with make test-lb (~5 min). Its
 // file sorts before overload_test.go, so it runs before the suite's shared
 // harness takes the host lock.
 func TestOverloadLB(t *testing.T) {
-	for _, c := range []struct {
-		name      string
-		keepAlive bool
-	}{{"connection-per-request", false}, {"server-keep-alive", true}} {
-		t.Run(c.name, func(t *testing.T) { overloadLB(t, c.name, c.keepAlive) })
-	}
-}
-
-// overloadLB is one case of TestOverloadLB, its results under <out>/<name>.
-func overloadLB(t *testing.T, name string, keepAlive bool) {
 	requireRoot(t)
 	if os.Getenv(overloadEnv) == "" {
 		t.Skipf("load-balancer test: set %s=1 (make test-overload and make test-lb do): it measures goodput and must not share the CPUs with other tests", overloadEnv)
@@ -61,7 +56,7 @@ func overloadLB(t *testing.T, name string, keepAlive bool) {
 	if out == "" {
 		out = filepath.Join(os.TempDir(), fmt.Sprintf("olcd-overload-%d", os.Getpid()))
 	}
-	out = filepath.Join(out, "lb", name)
+	out = filepath.Join(out, "lb")
 	ctx := context.Background()
 	// OLCD_LB_RESPONSE_TARGET sets the nodes' controller.response_target
 	// over haproxy.yaml's (auto, the default), e.g. off to measure the
@@ -70,8 +65,7 @@ func overloadLB(t *testing.T, name string, keepAlive bool) {
 	if rt != "" {
 		t.Logf("nodes' controller.response_target: %s (OLCD_LB_RESPONSE_TARGET)", rt)
 	}
-	h, err := overload.NewLB(ctx, overload.LBOptions{Olcd: bins.olcd, Self: bins.overload, HAProxy: haproxy, OutDir: out, Progress: os.Stdout, ResponseTarget: rt,
-		ServerKeepAlive: keepAlive})
+	h, err := overload.NewLB(ctx, overload.LBOptions{Olcd: bins.olcd, Self: bins.overload, HAProxy: haproxy, OutDir: out, Progress: os.Stdout, ResponseTarget: rt})
 	if err != nil {
 		t.Fatalf("lb harness: %v", err)
 	}
@@ -79,17 +73,34 @@ func overloadLB(t *testing.T, name string, keepAlive bool) {
 	if err := h.Calibrate(ctx); err != nil {
 		t.Fatalf("calibrate: %v", err)
 	}
-	capacity := h.Capacity()
-
-	// The agent first, right after the calibration: this VM's speed
-	// drifts over minutes.
-	var runs []*overload.LBRunResult
-	for _, v := range []overload.LBVariant{overload.LBAgent, overload.LBOlcd, overload.LBNone} {
-		r, err := h.Run(ctx, v)
-		if err != nil {
-			t.Fatalf("%s: %v", v, err)
+	variants := []overload.LBVariant{overload.LBAgent}
+	if os.Getenv("OLCD_LB_COMPARISONS") != "" {
+		variants = append(variants, overload.LBOlcd, overload.LBNone)
+	}
+	cases := []overload.LBCase{overload.LBConnPerRequest, overload.LBServerKeepAlive}
+	// Every case's run with the agent first, right after the calibration:
+	// this VM's speed drifts over minutes.
+	runs := map[string][]*overload.LBRunResult{}
+	for _, v := range variants {
+		for _, c := range cases {
+			r, err := h.Run(ctx, c, v)
+			if err != nil {
+				t.Fatalf("%s/%s: %v", c.Name, v, err)
+			}
+			runs[c.Name] = append(runs[c.Name], r)
 		}
-		runs = append(runs, r)
+	}
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) { checkLB(t, h, filepath.Join(out, c.Name), runs[c.Name]) })
+	}
+}
+
+// checkLB logs one case's runs (the agent's first), writes them to
+// out/lb-results.json and checks the agent's line.
+func checkLB(t *testing.T, h *overload.LBHarness, out string, runs []*overload.LBRunResult) {
+	capacity := h.Capacity()
+	for _, r := range runs {
+		v := r.Variant
 		if v != overload.LBNone {
 			nodes, _ := filepath.Glob(filepath.Join(r.Dir, "olcd-*.yaml"))
 			if len(nodes) != 2 {

@@ -29,9 +29,10 @@ var ov struct {
 	err error
 	out string
 
-	mu      sync.Mutex
-	runs    map[string]*overload.RunResult
-	reports *overload.Report
+	mu        sync.Mutex
+	runs      map[string]*overload.RunResult
+	responses map[string]*overload.ResponseResult
+	reports   *overload.Report
 }
 
 // overloadHarness skips unless root and OLCD_OVERLOAD are given, then
@@ -56,6 +57,7 @@ func overloadHarness(t *testing.T) *overload.Harness {
 		ov.h, ov.err = h, err
 		if err == nil && ov.runs == nil {
 			ov.runs = map[string]*overload.RunResult{}
+			ov.responses = map[string]*overload.ResponseResult{}
 			ov.reports = h.NewReport()
 		}
 	}
@@ -101,6 +103,24 @@ func runOnce(t *testing.T, h *overload.Harness, sc overload.Scenario, v overload
 		t.Errorf("write results: %v", err)
 	}
 	logPhases(t, r, h.Calibration.CapacityRPS)
+	return r
+}
+
+// responseOnce runs the response check rc once per test binary
+// (TestOverload3x and TestOverloadResponseTime share the unprotected 3 C
+// one).
+func responseOnce(t *testing.T, h *overload.Harness, rc overload.ResponseCheck) *overload.ResponseResult {
+	t.Helper()
+	ov.mu.Lock()
+	defer ov.mu.Unlock()
+	if r, ok := ov.responses[rc.Name]; ok {
+		return r
+	}
+	r, err := h.RunResponse(context.Background(), rc)
+	if err != nil {
+		t.Fatalf("%s: %v", rc.Name, err)
+	}
+	ov.responses[rc.Name] = r
 	return r
 }
 
@@ -152,35 +172,38 @@ func checkHealth(t *testing.T, r *overload.RunResult) {
 }
 
 // TestOverload3x is scenario 1 with real TCP traffic: 0.5 C, 3 C for 30 s,
-// 0.5 C, without olcd, with olcd observing and with olcd enforcing. The
-// unprotected runs document the collapse; olcd enforcing must keep the
+// 0.5 C, with olcd enforcing, and 3 C without protection (olcd observing).
+// The unprotected run documents the collapse; olcd enforcing must keep the
 // goodput of the whole 3 C phase at 0.9 C or more (C scaled to the run
 // when the VM ran slower than during the calibration: CapacityAtRun,
 // reported), with a p99 of successes
 // within 3 × the one at 0.5 C (capacity dips of the VM reported and left
 // out), every health check answered, and the overload started by the onset
 // check. The phase without its first SettleTime is reported beside it.
+//
+// The unprotected run is TestOverloadResponseTime's work-3x-unprotected
+// (unprotected3x, made once for both): 10 s at 3 C of the same backend,
+// olcd observing, which must drop no SYN and count more than 0.3 of them
+// as what it would have dropped. The collapse shows within a second: 2 C
+// of excess fills the 200 ms SLO's worth of queue in a tenth of one.
+// make demo runs the scenario itself without olcd (none) and make
+// demo-full against the static limit; `olcd-overload demo -set classic`
+// runs it in observe too.
 func TestOverload3x(t *testing.T) {
 	h := overloadHarness(t)
 	c := h.Calibration.CapacityRPS
 
 	// Enforce first, right after the calibration: this VM's speed drifts
-	// over minutes, and the unprotected runs leave abandoned work behind.
+	// over minutes, and the unprotected run leaves abandoned work behind.
 	enforce := runOnce(t, h, overload.Overload3x, overload.VariantEnforce)
-	none := runOnce(t, h, overload.Overload3x, overload.VariantNone)
-	observe := runOnce(t, h, overload.Overload3x, overload.VariantObserve)
-
-	for _, r := range []*overload.RunResult{none, observe} {
-		p := r.Phase("3x")
-		t.Logf("%s at 3 C: goodput %.0f/s = %.2f C, p99 %.0f ms, %d timeouts: the collapse olcd prevents", r.Variant, p.GoodputRPS, p.GoodputRPS/c, p.P99Ms, p.Timeouts)
+	u := responseOnce(t, h, unprotected3x)
+	t.Logf("unprotected at 3 C (olcd observing, %s): goodput %.0f/s = %.2f C, client p50 %.0f ms, %d timeouts: the collapse olcd prevents",
+		u.Name, u.GoodputRPS, u.GoodputRPS/c, u.ClientP50Ms, u.Timeouts)
+	if u.Dropped != 0 {
+		t.Errorf("observe at 3 C: %d of %d SYNs dropped, want none", u.Dropped, u.NewConns)
 	}
-	for _, p := range observe.Phases {
-		if p.SYNDropRatio != 0 {
-			t.Errorf("observe %s: %.1f %% of SYNs dropped, want none", p.Name, 100*p.SYNDropRatio)
-		}
-	}
-	if w := observe.Phase("3x").WouldDropRatio; w < 0.3 {
-		t.Errorf("observe at 3 C: would-drop ratio %.2f, want the shedding it would have done (> 0.3)", w)
+	if w := u.WouldDropRatio(); w < 0.3 {
+		t.Errorf("observe at 3 C: would-drop ratio %.2f (%d of %d SYNs), want the shedding it would have done (> 0.3)", w, u.WouldDrop, u.NewConns)
 	}
 
 	base := enforce.Phase("0.5x").P99Ms
@@ -222,8 +245,8 @@ func TestOverload3x(t *testing.T) {
 	// whole-phase p99 is a goal; from +5 s it must be held.
 	goal(t, fmt.Sprintf("enforce at 3 C over the whole phase: p99 of successes %.1f ms, as a multiple of the %.1f ms at 0.5 C", p99, base), p99/base, 3, 1000/base, false)
 	goal(t, fmt.Sprintf("enforce at 3 C from +%s: p99 of successes %.1f ms, as a multiple of the %.1f ms at 0.5 C", overload.SettleTime, settled.P99Ms, base), settled.P99Ms/base, 3, 20, false)
-	if none3 := none.Phase("3x"); settled.GoodputRPS < 5*none3.GoodputRPS {
-		t.Errorf("enforce goodput %.0f/s is not far above the unprotected %.0f/s", settled.GoodputRPS, none3.GoodputRPS)
+	if settled.GoodputRPS < 5*u.GoodputRPS {
+		t.Errorf("enforce goodput %.0f/s is not far above the unprotected %.0f/s", settled.GoodputRPS, u.GoodputRPS)
 	}
 	after := enforce.Phase("0.5x-after").Settled
 	goal(t, fmt.Sprintf("5 s after the overload: mean p (%d timeouts)", after.Timeouts), after.MeanP, 0, 0.1, false)
@@ -337,48 +360,16 @@ func TestOverloadFailOpen(t *testing.T) {
 	}
 }
 
-// TestOverloadComparisons sets olcd beside what users run today: a static
-// nftables SYN limit at the calibrated C and the aegis BBR limiter in the
-// application. Scenario 1: olcd's goodput once it has reacted is at least
-// the in-app limiter's and close to the static limit's (over the same
-// window). Scenario 2 (the quota halves under 1.5 C): olcd follows the new
-// capacity while the static limit, set for the old capacity, admits twice
-// what the backend can serve and its latency shows it. Where the issue's
-// goals are stricter than what is measured, the test says GOAL MISSED and
-// holds a lower line (docs/tuning.md §5).
-func TestOverloadComparisons(t *testing.T) {
-	h := overloadHarness(t)
-	c := h.Calibration.CapacityRPS
-	enforce := runOnce(t, h, overload.Overload3x, overload.VariantEnforce)
-	static := runOnce(t, h, overload.Overload3x, overload.VariantStatic)
-	inapp := runOnce(t, h, overload.Overload3x, overload.VariantInApp)
-	e := enforce.Phase("3x").Settled
-	x := inapp.Phase("3x").Settled
-	t.Logf("3 C from +%s: enforce %.2f C (p99 %.0f ms), inapp %.2f C (p99 %.0f ms)", overload.SettleTime, e.GoodputRPS/c, e.P99Ms, x.GoodputRPS/c, x.P99Ms)
-	if e.GoodputRPS < x.GoodputRPS {
-		t.Errorf("3 C from +%s: enforce goodput %.0f/s below the in-app limiter's %.0f/s", overload.SettleTime, e.GoodputRPS, x.GoodputRPS)
-	}
-	// Against a static limit set at the C measured minutes earlier on the
-	// same machine (the best case of a static limit: it is told the
-	// answer), issue 16's line: enforce ≥ static over the whole 3 C phase.
-	st := static.Phase("3x").Settled
-	t.Logf("3 C from +%s: enforce %.2f C (p99 %.0f ms), static %.2f C (p99 %.0f ms)", overload.SettleTime, e.GoodputRPS/c, e.P99Ms, st.GoodputRPS/c, st.P99Ms)
-	// The two runs are minutes apart on a VM whose speed drifts: each
-	// one's CPU per request against the knee's says how fast it ran.
-	_, se, _ := enforce.CapacityAtRun("3x", h.Calibration)
-	_, ss, _ := static.CapacityAtRun("3x", h.Calibration)
-	t.Logf("CPU per request against the knee of the calibration: enforce run %+.1f %%, static run %+.1f %%", 100*se, 100*ss)
-	ew, sw := enforce.Phase("3x"), static.Phase("3x")
-	goal(t, fmt.Sprintf("3 C over the whole phase: enforce goodput %.0f/s (%.2f C) as a share of the static limit's %.0f/s (%.2f C)", ew.GoodputRPS, ew.GoodputRPS/c, sw.GoodputRPS, sw.GoodputRPS/c),
-		ew.GoodputRPS/max(sw.GoodputRPS, 1), 1, 0.7, true)
-	checkHealth(t, enforce)
-}
-
-// TestOverloadComparisonsQuotaHalved is the comparisons' scenario 2 on its
-// own (-run TestOverloadComparisons runs both): the backend's quota halves
-// under 1.5 C; olcd follows the new capacity while the static limit, set
-// for the old capacity, admits twice what the backend can serve.
-func TestOverloadComparisonsQuotaHalved(t *testing.T) {
+// TestOverloadQuotaHalved is scenario 2 (suiteHalved): the backend's
+// quota halves under 1.5 C, and olcd enforcing must follow the new
+// capacity C', measured by a second step load at the half quota: goodput
+// from +5 s of the halved phase ≥ 0.9 C' (issue 24's line is from +2 s in
+// make demo-full; a goal here, the test holding 0.6 C'), every health check
+// answered. make demo-full runs the scenario beside no olcd and the static
+// limit, which, set for the old capacity, admits twice what the backend
+// can serve (and `olcd-overload demo -set classic` beside the in-app
+// limiter).
+func TestOverloadQuotaHalved(t *testing.T) {
 	h := overloadHarness(t)
 	c := h.Calibration.CapacityRPS
 	// The new capacity is measured, not assumed: a half quota throttles
@@ -389,15 +380,14 @@ func TestOverloadComparisonsQuotaHalved(t *testing.T) {
 		}
 	}
 	ch := h.Calibration.HalvedCapacityRPS()
-	e2 := runOnce(t, h, overload.CapacityHalved, overload.VariantEnforce)
-	s2 := runOnce(t, h, overload.CapacityHalved, overload.VariantStatic)
-	whole2, eh, sh := e2.Phase("1.5x-quota-halved"), e2.Phase("1.5x-quota-halved").Settled, s2.Phase("1.5x-quota-halved").Settled
-	t.Logf("quota halved under 1.5 C (new capacity C' = %.0f/s measured = %.2f × C/2): enforce goodput %.2f C' over the phase, %.0f/s = %.2f C' from +%s, p99 %.0f ms; static goodput %.0f/s, p99 %.0f ms",
-		ch, ch/(c/2), whole2.GoodputRPS/ch, eh.GoodputRPS, eh.GoodputRPS/ch, overload.SettleTime, eh.P99Ms, sh.GoodputRPS, sh.P99Ms)
+	e := runOnce(t, h, suiteHalved, overload.VariantEnforce)
+	whole, eh := e.Phase("1.5x-quota-halved"), e.Phase("1.5x-quota-halved").Settled
+	t.Logf("quota halved under 1.5 C (new capacity C' = %.0f/s measured = %.2f × C/2): enforce goodput %.2f C' over the phase, %.0f/s = %.2f C' from +%s, p99 %.0f ms",
+		ch, ch/(c/2), whole.GoodputRPS/ch, eh.GoodputRPS, eh.GoodputRPS/ch, overload.SettleTime, eh.P99Ms)
 	// The VM's speed drifts between the calibration and the run: the
 	// capacity during the run, from the CPU per request against the halved
 	// calibration's knee, is logged beside the calibrated C'.
-	if cr, slow, ok := e2.CapacityAtRun("1.5x-quota-halved", h.Calibration.QuotaHalved); ok || slow != 0 {
+	if cr, slow, ok := e.CapacityAtRun("1.5x-quota-halved", h.Calibration.QuotaHalved); ok || slow != 0 {
 		t.Logf("quota halved: CPU per request %+.1f %% against the knee of the halved calibration: capacity during the run %.0f/s, enforce goodput from +%s %.2f × that", 100*slow, cr, overload.SettleTime, eh.GoodputRPS/cr)
 	}
 	// Issue 16's goal: ≥ 0.9 × the new capacity from +5 s (issue 6's was
@@ -406,18 +396,34 @@ func TestOverloadComparisonsQuotaHalved(t *testing.T) {
 	// the goal with goal().
 	goal(t, fmt.Sprintf("quota halved: enforce goodput %.0f/s from +%s, as a share of the new capacity %.0f/s", eh.GoodputRPS, overload.SettleTime, ch),
 		eh.GoodputRPS/ch, 0.9, 0.6, true)
-	if !(sh.P99Ms > eh.P99Ms) && !(sh.GoodputRPS < eh.GoodputRPS) {
-		t.Errorf("quota halved: the static limit (p99 %.0f ms, goodput %.0f/s) is not worse than enforce (p99 %.0f ms, goodput %.0f/s)",
-			sh.P99Ms, sh.GoodputRPS, eh.P99Ms, eh.GoodputRPS)
-	}
-	checkHealth(t, e2)
+	checkHealth(t, e)
 }
 
-// suite3x is a matrix scenario as the suite runs it: 4 s at 0.5 C, 20 s at
-// 3 C, 6 s at 0.5 C (make test's time budget; the steady part from +5 s is
-// 15 s of 1 s windows). make demo-full runs them 25 s at 3 C.
+// suiteHalved is scenario 2 as the suite runs it: 1.5 C for 20 s from an
+// idle backend, which is the cold start too (TestOverloadColdStart reads
+// it), then the quota halved under it for 20 s (make demo-full's
+// overload.CapacityHalved: 30 s). The halved phase's goodput from +5 s is a
+// mean of 15 one-second windows instead of 25, within a few per cent of it
+// (docs/development.md, "What the overload suite runs and why").
+var suiteHalved = overload.Scenario{
+	Name: overload.CapacityHalved.Name,
+	Phases: []overload.ScenarioPhase{
+		{Name: "1.5x", Load: 1.5, Duration: 20 * time.Second},
+		{Name: "1.5x-quota-halved", Load: 1.5, Duration: 20 * time.Second},
+	},
+	Quota: []overload.QuotaChange{{At: 20 * time.Second, CPUs: 0.5}},
+}
+
+// suite3x is a matrix scenario as the suite runs it: 4 s at 0.5 C, then
+// 20 s at 3 C (make test's time budget; the steady part from +5 s is 15 s
+// of 1 s windows). make demo-full runs them 25 s at 3 C and then 6 s at
+// 0.5 C, over which it reads the recovery (Summary.AfterServed, issue
+// 24); no line of the suite reads a phase after a matrix cell's overload
+// (TestOverload3x holds the recovery's), so the suite runs none.
 func suite3x(b overload.Backend, c overload.Clients) overload.Scenario {
-	return overload.Matrix3x(b, c, 4*time.Second, 20*time.Second, 6*time.Second)
+	sc := overload.Matrix3x(b, c, 4*time.Second, 20*time.Second, 6*time.Second)
+	sc.Phases = sc.Phases[:2:2]
+	return sc
 }
 
 // calibrated calibrates backend b once per test binary.
@@ -460,15 +466,22 @@ func logSummary(t *testing.T, r *overload.RunResult) {
 		r.Scenario, r.Variant, r.CapacityRPS, m.GoodputC, m.SettledGoodputC, m.P99Ms, sd, m.WindowsOK, m.MeanConnectMs, m.ConnectRefused, m.Timeouts, m.HealthOK, m.HealthTotal)
 }
 
-// TestOverloadColdStart: 1.5 C from an idle backend, olcd enforcing: the
-// goodput over the whole phase is at least 0.9 C (issue 16, must show 4:
-// 0.68–0.73 C before the response time was measured) and every health
-// check is answered.
+// TestOverloadColdStart: 20 s at 1.5 C from an idle backend, olcd
+// enforcing: the goodput over the whole phase is at least 0.9 C (issue 16,
+// must show 4: 0.68–0.73 C before the response time was measured; issue
+// 24) and every health check is answered. The phase is the first of
+// scenario 2's run (suiteHalved, TestOverloadQuotaHalved), which starts
+// from an idle backend as make demo's cpu-open-giveup-coldstart does; the
+// quota's halving at its end reaches only the requests still queued then,
+// tens of milliseconds of work, answered within the SLO at half the speed.
 func TestOverloadColdStart(t *testing.T) {
 	h := overloadHarness(t)
-	r := runOnce(t, h, overload.ColdStart, overload.VariantEnforce)
-	logSummary(t, r)
-	goal(t, "cold start: enforce goodput over the whole 1.5 C phase, as a share of C", r.Summary.GoodputC, 0.9, 0.7, true)
+	c := h.Calibration.CapacityRPS
+	r := runOnce(t, h, suiteHalved, overload.VariantEnforce)
+	p := r.Phase("1.5x")
+	t.Logf("cold start, the first %.0f s of %s/%s: 1.5 C from an idle backend, goodput %.0f/s = %.2f C (from +%s %.2f C), p99 %.0f ms, %d timeouts, SYN drop %.1f %%",
+		p.DurationS, r.Scenario, r.Variant, p.GoodputRPS, p.GoodputRPS/c, overload.SettleTime, p.Settled.GoodputRPS/c, p.P99Ms, p.Timeouts, 100*p.SYNDropRatio)
+	goal(t, "cold start: enforce goodput over the whole 1.5 C phase, as a share of C", p.GoodputRPS/c, 0.9, 0.7, true)
 	checkHealth(t, r)
 }
 
@@ -476,37 +489,30 @@ func TestOverloadColdStart(t *testing.T) {
 // (make demo-full runs all of it): the pool backend (8 workers each holding
 // a request 25 ms without CPU) under 64 blocking clients, and Debian's nginx
 // + php-fpm under vegeta clients that give up after 1 s, each at 3 C
-// against olcd enforcing on the measured response time, a static nftables
-// SYN limit at C and olcd on the CPU alone. Issue 16's lines: open-loop
-// clients enforce ≥ 0.9 × static and ≥ 0.85 C; closed-pool enforce ≥ static
-// and ≥ 0.65 C; no limit cycle in the steady part; every health check
-// answered. The CPU-only olcd's figures are reported: with a bottleneck
-// that is not CPU it has nothing to see.
+// against olcd enforcing on the measured response time. Issue 16's lines:
+// open-loop clients ≥ 0.85 C, closed-pool ≥ 0.65 C (goals; the test holds
+// 0.15 C below them); no limit cycle in the steady part; every health
+// check answered. make demo-full runs every cell also against a static
+// nftables SYN limit at C (issue 16's other line, enforce ≥ 0.9 × static
+// for open-loop clients and ≥ static for the closed pool, is read there)
+// and against olcd on the CPU alone, which has nothing to see where the
+// bottleneck is not CPU.
 func TestOverloadMatrix(t *testing.T) {
 	h := overloadHarness(t)
 	for _, tc := range []struct {
-		b             overload.Backend
-		c             overload.Clients
-		vsStatic, vsC float64
+		b   overload.Backend
+		c   overload.Clients
+		vsC float64
 	}{
-		{overload.BackendPool, overload.ClientsClosedPool, 1, 0.65},
-		{overload.BackendPHP, overload.ClientsOpenGiveUp, 0.9, 0.85},
+		{overload.BackendPool, overload.ClientsClosedPool, 0.65},
+		{overload.BackendPHP, overload.ClientsOpenGiveUp, 0.85},
 	} {
 		sc := suite3x(tc.b, tc.c)
 		t.Run(sc.Name, func(t *testing.T) {
 			calibrated(t, h, tc.b)
 			enforce := runOnce(t, h, sc, overload.VariantEnforce)
-			static := runOnce(t, h, sc, overload.VariantStatic)
-			cpuOnly := runOnce(t, h, sc, overload.VariantEnforceCPU)
-			for _, r := range []*overload.RunResult{enforce, static, cpuOnly} {
-				logSummary(t, r)
-			}
-			e, s, x := enforce.Summary, static.Summary, cpuOnly.Summary
-			t.Logf("CPU-threshold-only olcd: goodput %.2f C, %.1f %% of SYNs shed, p99 %.0f ms (response-time olcd: %.2f C)",
-				x.GoodputC, 100*cpuOnly.Phase(x.Phase).SYNDropRatio, x.P99Ms, e.GoodputC)
-			goal(t, fmt.Sprintf("enforce goodput %.0f/s (%.2f C) as a share of the static limit's %.0f/s (%.2f C)", e.GoodputRPS, e.GoodputC, s.GoodputRPS, s.GoodputC),
-				e.GoodputRPS/max(s.GoodputRPS, 1), tc.vsStatic, 0.8*tc.vsStatic, true)
-			goal(t, "enforce goodput as a share of C", e.GoodputC, tc.vsC, tc.vsC-0.15, true)
+			logSummary(t, enforce)
+			goal(t, "enforce goodput as a share of C", enforce.Summary.GoodputC, tc.vsC, tc.vsC-0.15, true)
 			checkSteady(t, enforce)
 			checkHealth(t, enforce)
 		})
@@ -572,7 +578,7 @@ func TestOverloadRestart(t *testing.T) {
 // before the restart is the earlier build of the upgrade rows of
 // TestRestart (upgradeFrom: the same pinned layout, other programs), the
 // one after it this build, which takes the pinned datapath over. One run
-// in make test (about 35 s), OLCD_OVERLOAD_UPGRADE_RUNS=3 for the
+// in make test (about 30 s), OLCD_OVERLOAD_UPGRADE_RUNS=3 for the
 // min / median / max docs/measurements.md §17 gives; the same lines.
 func TestOverloadUpgrade(t *testing.T) {
 	h := overloadHarness(t)
@@ -583,14 +589,17 @@ func TestOverloadUpgrade(t *testing.T) {
 // overloadRestarts plays the restart scenario runs times, each restarting
 // olcd at +15 s (firstBin, when not "", is the first olcd's binary; config,
 // when not "", the recommended config both run), and checks the median of
-// goodput after / before.
+// goodput after / before: the seconds [5 s, 15 s) and [15 s, 25 s) of the
+// load. The 3 C phase ends a second after the second span, the clients'
+// timeout: a request started in the span's last second has its answer
+// under the same load as the others.
 func overloadRestarts(t *testing.T, h *overload.Harness, name string, runs int, firstBin, config string) {
 	t.Helper()
+	const span = 10
 	sc := overload.Scenario{Name: name, Phases: []overload.ScenarioPhase{
 		{Name: "0.5x", Load: 0.5, Duration: 5 * time.Second},
-		{Name: "3x", Load: 3, Duration: 25 * time.Second},
+		{Name: "3x", Load: 3, Duration: (2*span + 1) * time.Second},
 	}}
-	const span = 10
 	var ratios []float64
 	for i := range runs {
 		// Each run in a directory of its own (restart-1-enforce, ...).

@@ -243,13 +243,20 @@ func (h *Harness) calibrate(ctx context.Context, label string, quota float64, st
 	// this quota, not of Options.Quota.
 	// The db backend speaks no HTTP: its own clients, whose pool of
 	// ClosedPoolClients is far from full below the knee (C × p99 ≪ 64).
-	clients := ClientsOpenGiveUp
+	clients, timeout := ClientsOpenGiveUp, h.opt.Timeout
 	if h.backend == BackendDB {
-		clients = ClientsClosedPool
+		clients, timeout = ClientsClosedPool, ClosedPoolTimeout
 	}
-	rec, err := h.attack(ctx, dir, label, clients, phases, []QuotaChange{{At: 0, CPUs: quota}}, nil, nil, RunOptions{})
+	past := -1 // the first step past capacity (stopPastCapacity)
+	stop := h.stopPastCapacity(phases, timeout, &past)
+	rec, err := h.attack(ctx, dir, label, clients, phases, []QuotaChange{{At: 0, CPUs: quota}}, nil, nil, RunOptions{stopLoad: stop})
 	if err != nil {
 		return nil, err
+	}
+	if past >= 0 && past+1 < len(phases) {
+		fmt.Fprintf(h.opt.Progress, "%s: step %.0f req/s answered under half within the SLO: past capacity, the %d steps above it not run\n",
+			label, phases[past].Rate, len(phases)-past-1)
+		phases = phases[:past+1]
 	}
 	cal := &Calibration{ThresholdFactor: ThresholdFactor}
 	var from time.Duration
@@ -278,6 +285,30 @@ func (h *Harness) calibrate(ctx context.Context, label string, quota float64, st
 			s.RateRPS, s.P50Ms, s.P99Ms, s.GoodputRPS, 100*s.SuccessRatio, s.CPUBusy, mark)
 	}
 	return cal, nil
+}
+
+// stopPastCapacity is the step load's stop rule: the load ends at the
+// first step that answered under half its rate within the SLO, as soon as
+// its last answers are in (its end plus the clients' timeout), its index
+// then in *past. Such a step is past capacity by more than the SLO's
+// worth of queue, and the backend carries that queue into the next step,
+// which offers more: no later step can be the knee (none was in the 24
+// step loads of the suite's and the demos' logs of 2026-12-06).
+func (h *Harness) stopPastCapacity(steps []Phase, timeout time.Duration, past *int) func(*records, time.Duration) bool {
+	next := 0 // the next step to look at
+	var from time.Duration
+	return func(rec *records, el time.Duration) bool {
+		for next < len(steps)-1 && el >= from+steps[next].Duration+timeout {
+			to := from + steps[next].Duration
+			pr := phaseResult(rec, steps[next].Name, from, to, h.opt.SLO, VariantNone)
+			if pr.GoodputRPS < 0.5*steps[next].Rate {
+				*past = next
+				return true
+			}
+			next, from = next+1, to
+		}
+		return false
+	}
 }
 
 // findKnee picks the capacity from the steps.

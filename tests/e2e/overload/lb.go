@@ -59,6 +59,27 @@ const (
 	LBAgent LBVariant = "olcd-agent"
 )
 
+// LBCase is how HAProxy reaches the nodes in a run.
+type LBCase struct {
+	// Name labels the case: its runs go to OutDir/<Name>/lb-<variant>.
+	Name string
+	// ServerKeepAlive makes HAProxy keep its connections to the nodes
+	// open and share them among clients (http-reuse always, retrying a
+	// request that a reused connection reset before any answer:
+	// retry-on conn-failure empty-response), the nodes' backends keep
+	// them, and olcd's request gate is on for the work port (issue 26):
+	// the nodes then see few new connections, and their new work arrives
+	// as request starts on HAProxy's pool.
+	ServerKeepAlive bool
+}
+
+// The two cases of the load-balancer test: HAProxy opening a connection
+// per request, and HAProxy's shared pool of keep-alive connections.
+var (
+	LBConnPerRequest  = LBCase{Name: "connection-per-request"}
+	LBServerKeepAlive = LBCase{Name: "server-keep-alive", ServerKeepAlive: true}
+)
+
 // LBOptions configure an LBHarness. Zero values take the defaults in
 // brackets.
 type LBOptions struct {
@@ -76,14 +97,6 @@ type LBOptions struct {
 	Before, After time.Duration
 	// Progress receives progress lines (nil: silent).
 	Progress io.Writer
-	// ServerKeepAlive makes HAProxy keep its connections to the nodes
-	// open and share them among clients (http-reuse always, retrying a
-	// request that a reused connection reset before any answer:
-	// retry-on conn-failure empty-response), the nodes' backends keep
-	// them, and olcd's request gate is on for the work port (issue 26):
-	// the nodes then see few new connections, and their new work arrives
-	// as request starts on HAProxy's pool.
-	ServerKeepAlive bool
 	// ResponseTarget is the nodes' controller.response_target ["auto",
 	// haproxy.yaml's, olcd's default: each port's law on its measured
 	// capacity, the default guards beside it; another value is a
@@ -147,9 +160,6 @@ type lbNode struct {
 	socket string
 	// responseTarget is LBOptions.ResponseTarget.
 	responseTarget string
-	// requestGate is LBOptions.ServerKeepAlive: the work port's request
-	// gate.
-	requestGate bool
 }
 
 // NewLB checks the prerequisites, takes the host lock and builds the lb
@@ -192,8 +202,7 @@ func (l *LBHarness) build() error {
 		lbIP := addrPlus(base, 4*i+1)
 		nodeIP := addrPlus(base, 4*i+2)
 		id := newID()
-		n := &lbNode{name: name, ns: namePrefix + "-" + id, ip: nodeIP, dev: namePrefix + id + "c", responseTarget: l.opt.ResponseTarget,
-			requestGate: l.opt.ServerKeepAlive}
+		n := &lbNode{name: name, ns: namePrefix + "-" + id, ip: nodeIP, dev: namePrefix + id + "c", responseTarget: l.opt.ResponseTarget}
 		l.nodes = append(l.nodes, n)
 		lbIf := namePrefix + id + "h"
 		for _, s := range [][]string{
@@ -303,12 +312,13 @@ func (l *LBHarness) Calibrate(ctx context.Context) error {
 // startOlcd starts olcd in the node's namespace and waits until it has
 // attached and ticked twice. Its config is the recommended one behind
 // HAProxy (ConfigHAProxy) enforcing, with the node's veth,
-// work and health ports, metrics on the node's address and the agent
-// there (agent) or off.
-func (n *lbNode) startOlcd(ctx context.Context, dir string, agent bool) (*olcdProc, error) {
+// work and health ports (the work port's request gate on with
+// requestGate), metrics on the node's address and the agent there
+// (agent) or off.
+func (n *lbNode) startOlcd(ctx context.Context, dir string, agent, requestGate bool) (*olcdProc, error) {
 	cfg := olcdConfigData{By: "the load-balancer test", Base: ConfigHAProxy, Mode: "enforce", Iface: n.dev, Interval: n.h.opt.OlcdInterval,
 		Port: WorkPort, HealthPort: HealthPort,
-		Metrics: net.JoinHostPort(n.ip.String(), strconv.Itoa(lbMetricsPort)), RequestGate: n.requestGate}
+		Metrics: net.JoinHostPort(n.ip.String(), strconv.Itoa(lbMetricsPort)), RequestGate: requestGate}
 	if n.responseTarget != "" && n.responseTarget != "auto" {
 		cfg.Controller = []string{"response_target: " + n.responseTarget}
 	}
@@ -356,7 +366,7 @@ func lbReport(ctx context.Context, socket string) (*lb.Report, error) {
 // request when a retransmit passes, and a drop probability p sheds only
 // p³ of the work while it delays the rest past every client's patience
 // (measured: node B at p 0.49 still CPU-bound, its weight stuck at 50).
-// With LBOptions.ServerKeepAlive the server connections are a shared pool
+// With LBCase.ServerKeepAlive the server connections are a shared pool
 // (http-reuse always), and a request that a node's request gate reset on
 // a reused connection, before any byte of answer, is sent again, to the
 // other node when redispatch picks it (retry-on empty-response: HAProxy's
@@ -399,9 +409,10 @@ type haproxyProc struct {
 	log    string
 }
 
-// startHAProxy starts HAProxy in the lb namespace and waits until both
-// servers are up.
-func (l *LBHarness) startHAProxy(dir string, agent bool) (*haproxyProc, error) {
+// startHAProxy starts HAProxy in the lb namespace, its server
+// connections kept alive with keepAlive (LBCase.ServerKeepAlive), and
+// waits until both servers are up.
+func (l *LBHarness) startHAProxy(dir string, agent, keepAlive bool) (*haproxyProc, error) {
 	p := &haproxyProc{socket: filepath.Join(dir, "haproxy.sock"), log: filepath.Join(dir, "haproxy.log")}
 	_ = os.Remove(p.socket)
 	type server struct{ Name, Addr string }
@@ -415,7 +426,7 @@ func (l *LBHarness) startHAProxy(dir string, agent bool) (*haproxyProc, error) {
 		return nil, err
 	}
 	err = haproxyConfig.Execute(f, map[string]any{"Socket": p.socket, "Port": lbFrontendPort, "Servers": servers,
-		"HealthPort": HealthPort, "Agent": agent, "AgentPort": lbAgentPort, "WorkPort": WorkPort, "KeepAlive": l.opt.ServerKeepAlive})
+		"HealthPort": HealthPort, "Agent": agent, "AgentPort": lbAgentPort, "WorkPort": WorkPort, "KeepAlive": keepAlive})
 	f.Close()
 	if err != nil {
 		return nil, err
@@ -527,6 +538,8 @@ type LBPhase struct {
 
 // LBRunResult is one run.
 type LBRunResult struct {
+	// Case is the LBCase's name.
+	Case    string    `json:"case"`
 	Variant LBVariant `json:"variant"`
 	Phases  []LBPhase `json:"phases"`
 	// Dir holds the run's logs and configs.
@@ -555,18 +568,21 @@ type haproxySample struct {
 	servers map[string]haproxyServer
 }
 
-// Run plays the scenario under v: offered Load × C_A through HAProxy for
-// Before, then node B's quota halved for After.
-func (l *LBHarness) Run(ctx context.Context, v LBVariant) (*LBRunResult, error) {
+// Run plays the scenario of case c under v: offered Load × C_A through
+// HAProxy for Before, then node B's quota halved for After. Every run
+// measures against the one calibration (Calibrate): the nodes' backends
+// are the same in both cases, only HAProxy's way to them differs.
+func (l *LBHarness) Run(ctx context.Context, c LBCase, v LBVariant) (*LBRunResult, error) {
 	if l.CalA == nil {
 		return nil, errors.New("lb run: calibrate first")
 	}
-	dir := filepath.Join(l.opt.OutDir, "lb-"+string(v))
+	dir := filepath.Join(l.opt.OutDir, c.Name, "lb-"+string(v))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	for _, n := range l.nodes {
-		n.h.keepAlive = l.opt.ServerKeepAlive
+		n.h.keepAlive = c.ServerKeepAlive
+		defer func() { n.h.keepAlive = false }()
 		if err := n.h.startBackend(""); err != nil {
 			return nil, err
 		}
@@ -578,7 +594,7 @@ func (l *LBHarness) Run(ctx context.Context, v LBVariant) (*LBRunResult, error) 
 	ods := make([]*olcdProc, len(l.nodes))
 	if v != LBNone {
 		for i, n := range l.nodes {
-			od, err := n.startOlcd(ctx, dir, v == LBAgent)
+			od, err := n.startOlcd(ctx, dir, v == LBAgent, c.ServerKeepAlive)
 			if err != nil {
 				return nil, err
 			}
@@ -586,7 +602,7 @@ func (l *LBHarness) Run(ctx context.Context, v LBVariant) (*LBRunResult, error) 
 			ods[i] = od
 		}
 	}
-	hp, err := l.startHAProxy(dir, v == LBAgent)
+	hp, err := l.startHAProxy(dir, v == LBAgent, c.ServerKeepAlive)
 	if err != nil {
 		return nil, err
 	}
@@ -653,7 +669,7 @@ func (l *LBHarness) Run(ctx context.Context, v LBVariant) (*LBRunResult, error) 
 	if err := writeLBSeries(filepath.Join(dir, "timeseries.csv"), l.nodes, nodeSamples, hps); err != nil {
 		return nil, err
 	}
-	res := &LBRunResult{Variant: v, Dir: dir}
+	res := &LBRunResult{Case: c.Name, Variant: v, Dir: dir}
 	clients := phaseResults(rec, l.opt.SLO, VariantNone, "-settled")
 	var from time.Duration
 	for j, ph := range phases {

@@ -53,6 +53,21 @@ type ResponseResult struct {
 	OlcdP95Ms   float64
 	// OlcdSamples is the number of responses olcd timed during the run.
 	OlcdSamples uint64
+	// GoodputRPS is the successes within Options.SLO per second of the
+	// run.
+	GoodputRPS float64
+	// NewConns, Dropped and WouldDrop are the work port's SYN counters
+	// over the run (olcd observes: it drops none and counts what it
+	// would have dropped).
+	NewConns, Dropped, WouldDrop uint64
+}
+
+// WouldDropRatio is WouldDrop ÷ NewConns (0 without new connections).
+func (r *ResponseResult) WouldDropRatio() float64 {
+	if r.NewConns == 0 {
+		return 0
+	}
+	return float64(r.WouldDrop) / float64(r.NewConns)
 }
 
 // Agree reports whether p50 and p95 agree within 5 % or 0.5 ms, whichever
@@ -144,17 +159,26 @@ func (h *Harness) RunResponse(ctx context.Context, rc ResponseCheck) (*ResponseR
 		case r.health:
 		case r.outcome == outcomeOK:
 			lat = append(lat, r.latency.Seconds()*1e3-res.RTTMs)
+			if r.latency <= h.opt.SLO {
+				res.GoodputRPS++
+			}
 		case r.outcome == outcomeTimeout:
 			res.Timeouts++
 		}
 	}
 	res.Successes = len(lat)
+	res.GoodputRPS /= rc.Duration.Seconds()
 	slices.Sort(lat)
 	res.ClientP50Ms, res.ClientP95Ms = rankQuantile(lat, 0.5), rankQuantile(lat, 0.95)
 	b, a := workPort(before), workPort(after)
 	if a == nil {
 		return nil, errors.New("olcd status has no work port")
 	}
+	var t0 api.PortTotals // the port's counters before the load (none: it was not listed yet)
+	if b != nil {
+		t0 = b.Totals
+	}
+	res.NewConns, res.Dropped, res.WouldDrop = a.Totals.NewConns-t0.NewConns, a.Totals.Dropped-t0.Dropped, a.Totals.WouldDrop-t0.WouldDrop
 	var p50, p95 float64
 	res.OlcdSamples, p50, p95 = HistogramQuantiles(b, a)
 	res.OlcdP50Ms, res.OlcdP95Ms = p50*1e3, p95*1e3

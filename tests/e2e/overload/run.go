@@ -454,6 +454,10 @@ type RunOptions struct {
 	// when chrt exists), so that its clock readings are not delayed by the
 	// CPU the backend burns: the response checks compare latencies.
 	Realtime bool
+	// stopLoad, when set, is asked with the records so far (a.mu held)
+	// at every sample; true ends the load there (the calibration's steps
+	// past capacity, stopPastCapacity).
+	stopLoad func(rec *records, el time.Duration) bool
 }
 
 // Run plays sc under v and returns its results. It needs the calibration
@@ -822,6 +826,14 @@ func (h *Harness) attack(ctx context.Context, dir, label string, clients Clients
 		a.mu.Unlock()
 	}
 	err = a.follow(ctx, take, func(el time.Duration) error {
+		if ro.stopLoad != nil {
+			a.mu.Lock()
+			stop := ro.stopLoad(rec, el)
+			a.mu.Unlock()
+			if stop {
+				return errStopLoad
+			}
+		}
 		for nextQuota < len(quota) && el >= quota[nextQuota].At {
 			curQuota = quota[nextQuota].CPUs
 			if err := h.cg.SetQuota(curQuota); err != nil {
@@ -943,6 +955,10 @@ func startAttacker(ctx context.Context, dir string, cfg AttackConfig, rec *recor
 	return a, nil
 }
 
+// errStopLoad is onTick's answer that ends the load early
+// (RunOptions.stopLoad).
+var errStopLoad = errors.New("load stopped")
+
 // since is the time since the load started.
 func (a *attacker) since() time.Duration {
 	a.mu.Lock()
@@ -952,7 +968,8 @@ func (a *attacker) since() time.Duration {
 
 // follow waits until the attacker ends or ctx does (then it kills it):
 // take samples at the start and at the end, onTick every 500 ms between,
-// with the time since the load started; an error of onTick ends follow.
+// with the time since the load started; an error of onTick ends follow,
+// errStopLoad with the attacker killed and no error.
 func (a *attacker) follow(ctx context.Context, take func(), onTick func(el time.Duration) error) error {
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
@@ -970,7 +987,12 @@ func (a *attacker) follow(ctx context.Context, take func(), onTick func(el time.
 			}
 			return nil
 		case <-tick.C:
-			if err := onTick(time.Since(a.rec.start)); err != nil {
+			if err := onTick(time.Since(a.rec.start)); errors.Is(err, errStopLoad) {
+				_ = a.cmd.Process.Kill()
+				<-a.finished
+				take()
+				return nil
+			} else if err != nil {
 				return err
 			}
 		}

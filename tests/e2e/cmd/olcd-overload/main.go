@@ -98,7 +98,9 @@ type plan struct {
 // Variants of the matrix: every scenario against no olcd, olcd enforcing
 // and a static nftables SYN limit at C; the backends whose bottleneck is
 // not CPU (pool, php; db's is) also against a CPU-threshold-only olcd; the closed-pool clients
-// also with shed SYNs answered with a reset (olcd and nftables).
+// also with shed SYNs answered with a reset (olcd and nftables); the cpu
+// backend under open-loop clients also against the in-app limiter (the
+// comparison the overload suite ran until it kept olcd's lines alone).
 var (
 	base3      = []overload.Variant{overload.VariantNone, overload.VariantEnforce, overload.VariantStatic}
 	withCPU    = []overload.Variant{overload.VariantEnforceCPU}
@@ -110,6 +112,9 @@ func matrixVariants(b overload.Backend, c overload.Clients, reject bool) []overl
 	v := append([]overload.Variant{}, base3...)
 	if b != overload.BackendCPU && b != overload.BackendDB {
 		v = append(v, withCPU...)
+	}
+	if b == overload.BackendCPU && c == overload.ClientsOpenGiveUp {
+		v = append(v, overload.VariantInApp)
 	}
 	if c == overload.ClientsClosedPool {
 		if reject {
