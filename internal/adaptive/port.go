@@ -213,7 +213,7 @@ func (p *port) targetName() string {
 	case !p.cfg.Target.Auto:
 		return p.cfg.Target.String()
 	case p.base.ok:
-		return fmt.Sprintf("%.3gs (auto: %g × no-load p95 %.3gs)", p.target, p.target/p.base.value, p.base.value)
+		return fmt.Sprintf("%.3gs (auto: %.3g × no-load p95 %.3gs)", p.target, p.target/p.base.value, p.base.value)
 	}
 	return fmt.Sprintf("%.3gs (auto, no-load p95 not learnt yet)", p.target)
 }

@@ -875,7 +875,8 @@ func (r *RunResult) AroundRestart(span int) (before, after float64, ok bool) {
 // no drop may be counted while olcd was not shedding — across three
 // samples in a row of the same olcd with p = 0, the counters did not move
 // between the last two (the first pair lets a SYN drawn under the previous
-// p be counted). It returns one line per violation (tests/e2e's drop guard
+// p be counted), unless olcd's decision log shows p above 0 within those
+// samples (an onset episode between two samples). It returns one line per violation (tests/e2e's drop guard
 // is the same check for the e2e daemons).
 func (r *RunResult) DropViolations() []string {
 	if r.rec == nil {
@@ -894,7 +895,8 @@ func (r *RunResult) DropViolations() []string {
 		chain = append(chain, s)
 		// A static cap refuses whatever p is: its drops are counted
 		// apart (capped), and only the rest is the law's.
-		if n := len(chain); n >= 3 && chain[n-3].p == 0 && chain[n-2].p == 0 && s.p == 0 && s.dropped-s.capped > chain[n-2].dropped-chain[n-2].capped {
+		if n := len(chain); n >= 3 && chain[n-3].p == 0 && chain[n-2].p == 0 && s.p == 0 && s.dropped-s.capped > chain[n-2].dropped-chain[n-2].capped &&
+			!shedDuring(r.rec.shed, chain[n-3].t, s.t) {
 			out = append(out, fmt.Sprintf("%d drops (none of them a cap's) from %.1f s to %.1f s while olcd's p was 0",
 				s.dropped-s.capped-(chain[n-2].dropped-chain[n-2].capped), chain[n-2].t.Seconds(), s.t.Seconds()))
 		}

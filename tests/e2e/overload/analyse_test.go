@@ -208,10 +208,13 @@ func TestDropViolations(t *testing.T) {
 		{"a new olcd's counters", VariantEnforce, []sample{at(0, 0, 50, 0), at(0.5, 0, 50, 0), at(1, 0, 0, 0), at(1.5, 0, 0, 0)}, 0},
 		{"a static cap's drops with p 0", VariantEnforce, []sample{capped(at(0, 0, 0, 0), 0), capped(at(0.5, 0, 40, 0), 40), capped(at(1, 0, 90, 0), 90)}, 0},
 		{"more drops than the cap's with p 0", VariantEnforce, []sample{capped(at(0, 0, 0, 0), 0), capped(at(0.5, 0, 40, 0), 40), capped(at(1, 0, 95, 0), 90)}, 1},
+		{"an onset episode between two samples", VariantEnforce, []sample{at(5, 0, 0, 0), at(5.5, 0, 0, 0), at(6, 0, 6, 0)}, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := &RunResult{Variant: tc.variant, rec: &records{samples: tc.samples}}
+			// The decision log's one episode: p above 0 from 5.55 s to 5.9 s.
+			shed := []span{{5550 * time.Millisecond, 5900 * time.Millisecond}}
+			r := &RunResult{Variant: tc.variant, rec: &records{samples: tc.samples, shed: shed}}
 			if got := r.DropViolations(); len(got) != tc.want {
 				t.Errorf("violations %q, want %d", got, tc.want)
 			}

@@ -572,6 +572,12 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, v Variant, ro RunOptions
 	if err != nil {
 		return nil, err
 	}
+	if od != nil {
+		logs := []string{od.decisionLog, strings.TrimSuffix(od.decisionLog, ".jsonl") + "-before-restart.jsonl"}
+		if rec.shed, err = shedSpans(logs, rec.start, fmt.Sprintf("tcp/%d", WorkPort)); err != nil {
+			return nil, fmt.Errorf("run %s: %w", sc.Name, err)
+		}
+	}
 	res := analyse(rec, sc, v, h.opt, cal)
 	if od != nil {
 		res.OlcdLog = od.logPath
@@ -684,6 +690,9 @@ type records struct {
 	restartedAt time.Duration
 	quota       []QuotaChange
 	baseQ       float64
+	// shed are the spans in which olcd's decision log shows the work
+	// port's p above 0 (shedSpans).
+	shed []span
 }
 
 // request is one request of the attacker.

@@ -1,0 +1,102 @@
+package overload
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"sort"
+	"time"
+)
+
+// span is an interval of the load's time.
+type span struct{ from, to time.Duration }
+
+// shedSpans reads olcd's decision logs (paths, in any order; a missing
+// file is none) and returns the spans of the load, since start, in which
+// the port's drop probability was above 0. The status the harness samples
+// every 500 ms shows the tick's p, but the law's onset windows act every
+// 50 ms between ticks: a whole episode of a few windows can start and end
+// between two samples, and only the decision log, which records every
+// change, shows it.
+func shedSpans(paths []string, start time.Time, port string) ([]span, error) {
+	type change struct {
+		at   time.Time
+		to   float64
+		peak float64 // the highest p in the record (folded ticks' range)
+	}
+	var changes []change
+	for _, path := range paths {
+		f, err := os.Open(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for line := 1; sc.Scan(); line++ {
+			var rec struct {
+				Msg   string    `json:"msg"`
+				At    time.Time `json:"at"`
+				Ports []struct {
+					To    float64     `json:"to"`
+					Range *[2]float64 `json:"range"`
+					Ports []string    `json:"ports"`
+				} `json:"ports"`
+			}
+			if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+				f.Close()
+				return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+			}
+			for _, g := range rec.Ports {
+				for _, p := range g.Ports {
+					if p != port {
+						continue
+					}
+					c := change{at: rec.At, to: g.To, peak: g.To}
+					if g.Range != nil {
+						c.peak = max(c.peak, g.Range[1])
+					}
+					changes = append(changes, c)
+				}
+			}
+		}
+		err = sc.Err()
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	sort.Slice(changes, func(i, j int) bool { return changes[i].at.Before(changes[j].at) })
+	var out []span
+	open := false
+	for _, c := range changes {
+		t := c.at.Sub(start)
+		if !open && c.peak > 0 {
+			out = append(out, span{from: t, to: -1})
+			open = true
+		}
+		if open && c.to == 0 {
+			out[len(out)-1].to = t
+			open = false
+		}
+	}
+	if open {
+		out[len(out)-1].to = time.Duration(1<<63 - 1)
+	}
+	return out, nil
+}
+
+// shedDuring reports whether any span overlaps [from, to].
+func shedDuring(spans []span, from, to time.Duration) bool {
+	for _, s := range spans {
+		if s.from <= to && s.to >= from {
+			return true
+		}
+	}
+	return false
+}
