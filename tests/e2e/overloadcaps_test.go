@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -325,32 +324,26 @@ type decisionRecord struct {
 // capRecords reads the cap and cap_ended records of a decision log.
 func capRecords(t *testing.T, path string) []decisionRecord {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatalf("decision log: %v", err)
-	}
-	defer f.Close()
 	var out []decisionRecord
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
-	for sc.Scan() {
+	err := overload.ReadJSONLines(path, func(b []byte) error {
 		var kind struct {
 			Msg string `json:"msg"`
 		}
-		if err := json.Unmarshal(sc.Bytes(), &kind); err != nil {
-			t.Fatalf("%s: %v: %s", path, err, sc.Text())
+		if err := json.Unmarshal(b, &kind); err != nil {
+			return err
 		}
 		if kind.Msg != "cap" && kind.Msg != "cap_ended" {
-			continue
+			return nil
 		}
 		var rec decisionRecord
-		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-			t.Fatalf("%s: %v: %s", path, err, sc.Text())
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return err
 		}
 		out = append(out, rec)
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatalf("%s: %v", path, err)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("decision log: %v", err)
 	}
 	return out
 }

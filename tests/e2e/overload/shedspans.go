@@ -29,18 +29,8 @@ func shedSpans(paths []string, start time.Time, port string) ([]span, error) {
 	}
 	var changes []change
 	for _, path := range paths {
-		f, err := os.Open(path)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for line := 1; sc.Scan(); line++ {
+		err := ReadJSONLines(path, func(b []byte) error {
 			var rec struct {
-				Msg   string    `json:"msg"`
 				At    time.Time `json:"at"`
 				Ports []struct {
 					To    float64     `json:"to"`
@@ -48,9 +38,8 @@ func shedSpans(paths []string, start time.Time, port string) ([]span, error) {
 					Ports []string    `json:"ports"`
 				} `json:"ports"`
 			}
-			if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-				f.Close()
-				return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+			if err := json.Unmarshal(b, &rec); err != nil {
+				return err
 			}
 			for _, g := range rec.Ports {
 				for _, p := range g.Ports {
@@ -64,11 +53,10 @@ func shedSpans(paths []string, start time.Time, port string) ([]span, error) {
 					changes = append(changes, c)
 				}
 			}
-		}
-		err = sc.Err()
-		f.Close()
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return nil
+		})
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
 		}
 	}
 	sort.Slice(changes, func(i, j int) bool { return changes[i].at.Before(changes[j].at) })
@@ -89,6 +77,29 @@ func shedSpans(paths []string, start time.Time, port string) ([]span, error) {
 		out[len(out)-1].to = time.Duration(1<<63 - 1)
 	}
 	return out, nil
+}
+
+// ReadJSONLines calls fn with each line of a JSON-lines file (olcd's
+// decision log, the harness's status log), up to 1 MiB a line. An error of
+// fn or of the read is returned with the file and line; a missing file is
+// fs.ErrNotExist.
+func ReadJSONLines(path string, fn func(line []byte) error) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		if err := fn(sc.Bytes()); err != nil {
+			return fmt.Errorf("%s:%d: %w", path, n, err)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
 }
 
 // shedDuring reports whether any span overlaps [from, to].
