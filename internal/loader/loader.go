@@ -430,6 +430,11 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 			return nil, errors.Join(err, removePinDir(cfg.PinDir, log), d.objs.close())
 		}
 	}
+	if pinned != nil && d.adopted && len(pinned.renewed) > 0 {
+		if err := d.pinRenewed(spec, pinned.renewed); err != nil {
+			return nil, errors.Join(fmt.Errorf("take over pinned datapath in %s: %w", cfg.PinDir, err), d.objs.close())
+		}
+	}
 	go d.foldLoop()
 	log.Debug("datapath loaded", "max_ports", cfg.MaxPorts, "syn_table", cfg.SYNTableSize,
 		"max_prefixes", cfg.MaxPrefixes, "stale_after", cfg.StaleAfter)

@@ -39,6 +39,30 @@ const PinRoot = "/sys/fs/bpf/olcd"
 // layout version is refused like one whose maps differ.
 const LayoutVersion = 1
 
+// FlowHashVersion is the version of the flow hash (olcd_flow_hash in
+// bpf/parse.h), which places a flow in the flow table and picks the
+// sampled flows: 1, the multiply-shift's high half (builds to 5587a68);
+// 2, the same ended with murmur3's fmix64. It is pinned in the layout map
+// under "flow_hash" (absent: 1). A take-over across a change starts the
+// response-timing maps afresh (flowGroup) instead of refusing: a flow the
+// old hash placed is never found by the new one, so each request in
+// flight at the take-over would stay counted as waiting for the rest of
+// the daemon's life (an upgrade from 08fad7e read 10 phantom requests in
+// flight, where the law keeps 2-3, and shed to its floor).
+const FlowHashVersion = 2
+
+// flowHashKey is the layout map's key of FlowHashVersion.
+const flowHashKey = "flow_hash"
+
+// flowGroup are the maps whose contents are the requests in flight, placed
+// and counted by the flow hash: the flow table, the response counts and
+// histograms (requests less answers less abandoned is the number in
+// flight only over the same flows) and the flow table's counters. They
+// are a cache of the traffic of the last moments, so they may start
+// afresh where the other maps (policies, drop probabilities, the
+// heartbeat) may not: it costs the timing of the requests in flight then.
+var flowGroup = []string{olcdMapOlcdFlows, olcdMapOlcdRhist, olcdMapOlcdFstats}
+
 // layoutMapName is the pinned map holding the layout: map name (NUL
 // padded, 16 bytes) → fingerprint, and "version" → LayoutVersion. bpffs
 // holds no regular files, so the version is a map too. It is pinned last:
@@ -169,6 +193,10 @@ func btfLayout(b *strings.Builder, t btf.Type, depth int) {
 type pins struct {
 	dir     string
 	adopted map[string]*ebpf.Map // map name → pinned map, nil when starting fresh
+	// renewed are the maps of a take-over that start afresh (flowGroup,
+	// when the pinned flow hash is another version): loaded new, then
+	// pinned over the old ones (pinRenewed).
+	renewed []string
 }
 
 func (p *pins) close() {
@@ -238,8 +266,20 @@ func openPins(dir string, spec *ebpf.CollectionSpec, log *slog.Logger) (*pins, e
 	if ver != LayoutVersion {
 		return nil, &IncompatibleError{Dir: dir, Map: layoutMapName, What: fmt.Sprintf("layout version %d, this build has %d", ver, LayoutVersion)}
 	}
+	hash := uint64(1)
+	if err := layout.Lookup(keyOf(flowHashKey), &hash); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return nil, fmt.Errorf("read pinned flow hash version in %s: %w", dir, err)
+	}
+	if hash != FlowHashVersion {
+		p.renewed = flowGroup
+		log.Info("the pinned flow table is placed by another flow hash: response timing starts afresh, the requests in flight now are not timed",
+			"pinned", hash, "this_build", FlowHashVersion, "maps", strings.Join(flowGroup, ","))
+	}
 	p.adopted = make(map[string]*ebpf.Map)
 	for _, name := range pinnedMaps(spec) {
+		if slices.Contains(p.renewed, name) {
+			continue
+		}
 		ms := loadSpec(spec.Maps[name])
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinName(name)), nil)
 		if err != nil {
@@ -270,18 +310,65 @@ func openPins(dir string, spec *ebpf.CollectionSpec, log *slog.Logger) (*pins, e
 // pinFresh pins every map of a freshly loaded datapath, then the layout map
 // that makes the directory complete.
 func (d *Datapath) pinFresh(spec *ebpf.CollectionSpec) error {
-	dir := d.cfg.PinDir
 	for _, name := range pinnedMaps(spec) {
-		m := d.objs.byName(name)
-		if m == nil {
-			return fmt.Errorf("pin map %s: not loaded", name)
-		}
-		if err := m.Pin(filepath.Join(dir, pinName(name))); err != nil {
-			return fmt.Errorf("pin map %s in %s: %w", name, dir, err)
+		if err := d.pinMap(name, false); err != nil {
+			return err
 		}
 	}
+	return pinLayout(d.cfg.PinDir, spec, false)
+}
+
+// pinRenewed pins the maps a take-over started afresh over the old ones,
+// then a layout map recording them over the old one. Each replacement is
+// a rename, so the directory is complete at every moment: a start that
+// dies between two finds either map, and the next take-over adopts what
+// is pinned (the old programs use the old maps until Attach replaces
+// them; the flow group is a cache either way).
+func (d *Datapath) pinRenewed(spec *ebpf.CollectionSpec, names []string) error {
+	for _, name := range names {
+		if err := d.pinMap(name, true); err != nil {
+			return err
+		}
+	}
+	return pinLayout(d.cfg.PinDir, spec, true)
+}
+
+// pinMap pins the map name of d; replace pins it beside the existing pin
+// and renames it over that one (bpffs refuses to pin over a name).
+func (d *Datapath) pinMap(name string, replace bool) error {
+	m := d.objs.byName(name)
+	if m == nil {
+		return fmt.Errorf("pin map %s: not loaded", name)
+	}
+	return pinAt(m, filepath.Join(d.cfg.PinDir, pinName(name)), replace)
+}
+
+// pinAt pins m at path; with replace through a temporary name renamed over
+// path (m's own record of its pin is then the temporary name: the loader
+// unpins by directory, removePinDir).
+func pinAt(m *ebpf.Map, path string, replace bool) error {
+	if !replace {
+		if err := m.Pin(path); err != nil {
+			return fmt.Errorf("pin %s: %w", path, err)
+		}
+		return nil
+	}
+	tmp := path + "_new"
+	_ = os.Remove(tmp) // a start that died here left it
+	if err := m.Pin(tmp); err != nil {
+		return fmt.Errorf("pin %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return errors.Join(fmt.Errorf("replace pin %s: %w", path, err), m.Unpin())
+	}
+	return nil
+}
+
+// pinLayout writes the layout of spec into a new layout map and pins it in
+// dir (replace: over the existing one).
+func pinLayout(dir string, spec *ebpf.CollectionSpec, replace bool) error {
 	layout, err := ebpf.NewMap(&ebpf.MapSpec{Name: layoutMapName, Type: ebpf.Hash, KeySize: 16, ValueSize: 8,
-		MaxEntries: uint32(len(spec.Maps) + 1)})
+		MaxEntries: uint32(len(spec.Maps) + 2)})
 	if err != nil {
 		return fmt.Errorf("create layout map: %w", err)
 	}
@@ -289,12 +376,15 @@ func (d *Datapath) pinFresh(spec *ebpf.CollectionSpec) error {
 	if err := layout.Update(keyOf("version"), uint64(LayoutVersion), ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write layout version: %w", err)
 	}
+	if err := layout.Update(keyOf(flowHashKey), uint64(FlowHashVersion), ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("write flow hash version: %w", err)
+	}
 	for _, name := range pinnedMaps(spec) {
 		if err := layout.Update(keyOf(name), fingerprint(loadSpec(spec.Maps[name])), ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("write layout of %s: %w", name, err)
 		}
 	}
-	if err := layout.Pin(filepath.Join(dir, layoutMapName)); err != nil {
+	if err := pinAt(layout, filepath.Join(dir, layoutMapName), replace); err != nil {
 		return fmt.Errorf("pin layout in %s: %w", dir, err)
 	}
 	return nil

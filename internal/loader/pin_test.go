@@ -510,6 +510,112 @@ func TestTakeOverKeepsInflight(t *testing.T) {
 	}
 }
 
+// TestTakeOverNewFlowHash: pins of a build whose flow hash is another
+// version (the layout without "flow_hash", as builds before the fmix64
+// finaliser pinned it) are taken over with the flow group started afresh:
+// the request waiting at the take-over is not counted in flight (its flow
+// is not found, so its answer would never take it off), its answer counts
+// nothing, a new request counts one; the fresh maps are pinned over the
+// old ones with the layout saying this build's version, and the next
+// take-over adopts them as they are.
+func TestTakeOverNewFlowHash(t *testing.T) {
+	dir := pinTestDir(t)
+	cfg := Config{PinDir: dir, MaxPorts: 16, StaleAfter: time.Hour, ResponseSample: 1, FlowTableSize: 64}
+	d := loadPinned(t, cfg)
+	must(t, d.SetPolicies([]PortPolicy{{Key: tcp8080, Mode: olc.ModeEnforce, Action: olc.ActionDrop}}))
+	must(t, d.SetMode(olc.ModeEnforce))
+	must(t, d.Heartbeat())
+	runSteps(t, d, hookTC, []step{in(0, c(cseq0, sseq0, psh, 100))})
+	// The counts without their histogram (a slice: not comparable).
+	type respCounts struct{ requests, responses, abandoned uint64 }
+	counts := func(d *Datapath) respCounts {
+		s := stats(t, d)
+		defer d.ReleaseStats(s)
+		r := s.Response[tcp8080]
+		return respCounts{r.Requests, r.Responses, r.Abandoned}
+	}
+	inflight := func(d *Datapath) int64 {
+		r := counts(d)
+		return Response{Requests: r.requests, Responses: r.responses, Abandoned: r.abandoned}.Outstanding()
+	}
+	if got := inflight(d); got != 1 {
+		t.Fatalf("before the take-over: %d in flight, want 1", got)
+	}
+	mapID := func(m *ebpf.Map) ebpf.MapID {
+		info, err := m.Info()
+		must(t, err)
+		id, _ := info.ID()
+		return id
+	}
+	pinnedID := func(name string) ebpf.MapID {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinName(name)), nil)
+		must(t, err)
+		defer m.Close()
+		return mapID(m)
+	}
+	old := map[string]ebpf.MapID{}
+	for _, name := range flowGroup {
+		old[name] = pinnedID(name)
+	}
+	policiesID := pinnedID(olcdMapOlcdPolicies)
+	must(t, d.Release())
+	layout, err := ebpf.LoadPinnedMap(filepath.Join(dir, layoutMapName), nil)
+	must(t, err)
+	must(t, layout.Delete(keyOf(flowHashKey)))
+	layout.Close()
+
+	d = loadPinned(t, cfg)
+	if !d.Adopted() {
+		t.Fatal("the pinned datapath was not taken over")
+	}
+	for _, name := range flowGroup {
+		if id := pinnedID(name); id == old[name] || id != mapID(d.objs.byName(name)) {
+			t.Errorf("%s: pinned map %d, before %d, this datapath's %d: want this datapath's, a new one", name, id, old[name], mapID(d.objs.byName(name)))
+		}
+	}
+	if id := pinnedID(olcdMapOlcdPolicies); id != policiesID {
+		t.Errorf("olcd_policies: pinned map %d, before %d: want it adopted", id, policiesID)
+	}
+	if p := d.policies[tcp8080]; p.Mode != olc.ModeEnforce {
+		t.Errorf("adopted policy of %s: %+v", tcp8080, p)
+	}
+	layout, err = ebpf.LoadPinnedMap(filepath.Join(dir, layoutMapName), nil)
+	must(t, err)
+	var ver uint64
+	must(t, layout.Lookup(keyOf(flowHashKey), &ver))
+	layout.Close()
+	if ver != FlowHashVersion {
+		t.Errorf("pinned flow hash version %d, want %d", ver, FlowHashVersion)
+	}
+	other := tcpData{client4, server4, cport + 1, sport, cseq0, sseq0, psh, 100}.frame()
+	for i, st := range []struct {
+		step step
+		want respCounts
+	}{
+		{out(20*ms, s(sseq0, cseq0+100, psh, 200)), respCounts{}},
+		{in(30*ms, other), respCounts{requests: 1}},
+	} {
+		if i == 0 {
+			if got := counts(d); got != (respCounts{}) {
+				t.Fatalf("after the take-over: counts %+v, want none (the request waiting at it is not timed)", got)
+			}
+		}
+		runSteps(t, d, hookTC, []step{st.step})
+		if got := counts(d); got != st.want {
+			t.Errorf("step %d: counts %+v, want %+v", i+1, got, st.want)
+		}
+	}
+	flows := mapID(d.objs.OlcdFlows)
+	must(t, d.Release())
+	d = loadPinned(t, cfg)
+	if id := mapID(d.objs.OlcdFlows); id != flows {
+		t.Errorf("a take-over of this build's pins: flow table %d, want the pinned %d", id, flows)
+	}
+	if got := inflight(d); got != 1 {
+		t.Errorf("a take-over of this build's pins: %d in flight, want 1 (the request waiting at it)", got)
+	}
+}
+
 // threadNice is the calling OS thread's nice value (/proc/thread-self/stat,
 // field 19).
 func threadNice(t *testing.T) int {
