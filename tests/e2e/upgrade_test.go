@@ -21,9 +21,11 @@ import (
 // 7f9a997, which changed the BPF programs (bpf/gate.h, the request gate's
 // TC failure paths; later commits changed them again). Its maps have the
 // layout this build pins (LayoutVersion 1, the same map fingerprints: no
-// commit since has touched a map), so an upgrade to this build and a downgrade back to it
-// are take-overs, each a link.Update to a program of other instructions
-// (the attached programs' tags are compared). It also predates the
+// commit since has touched a map), so an upgrade to this build and a
+// downgrade back to it are take-overs, each a link.Update to a program of
+// other instructions (the attached programs' tags are compared); its flow
+// hash is version 1, so the upgrade starts the flow group afresh
+// (loader.FlowHashVersion). It also predates the
 // take-over verifying at nice 10 (29e246c): the two loaders differ too.
 const upgradeFrom = "08fad7e33cbf42bb6a57f74f1bb094b2750d1cf3"
 
