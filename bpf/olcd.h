@@ -135,6 +135,13 @@ enum olcd_fair_geometry {
 	 * traffic (a source's share, 32-bit fixed point). */
 	OLCD_FAIR_FLOOR_SHIFT = 20,
 	OLCD_FAIR_LINE = 16, /* counters per map entry (a cache line) */
+	/* A fair port's shed on one CPU never falls more than DEBT_MAX new
+	 * connections behind p times its arrivals (olcd_fair_slot.debt, in
+	 * 2^-DEBT_SHIFT of one): about 2.5 sd of the fair verdicts' scatter
+	 * around p while the step holds them there (docs/datapath.md, "Fair
+	 * shedding"). */
+	OLCD_FAIR_DEBT_MAX = 8,
+	OLCD_FAIR_DEBT_SHIFT = 16,
 };
 
 /* One line of the sketch (olcd_fair_cm in fair.h). */
@@ -158,7 +165,9 @@ struct olcd_fair_slot {
 	__u32 share;
 	__u32 total;  /* the port's new work while shedding, counter format as the sketch */
 	__u32 capped; /* dropped (or would be) by a static cap, of dropped / would_drop */
-	__u32 pad;
+	/* The shed owed: p per arrival less one per drop, in 2^-DEBT_SHIFT
+	 * of a new connection, kept within +-DEBT_MAX of them. */
+	__s32 debt;
 };
 
 /*

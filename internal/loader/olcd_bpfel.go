@@ -104,6 +104,8 @@ const (
 	olcdOlcdFairGeometryOLCD_FAIR_STEP_SHIFT  olcdOlcdFairGeometry = 5
 	olcdOlcdFairGeometryOLCD_FAIR_FLOOR_SHIFT olcdOlcdFairGeometry = 20
 	olcdOlcdFairGeometryOLCD_FAIR_LINE        olcdOlcdFairGeometry = 16
+	olcdOlcdFairGeometryOLCD_FAIR_DEBT_MAX    olcdOlcdFairGeometry = 8
+	olcdOlcdFairGeometryOLCD_FAIR_DEBT_SHIFT  olcdOlcdFairGeometry = 16
 )
 
 type olcdOlcdFairLine struct {
@@ -116,7 +118,7 @@ type olcdOlcdFairSlot struct {
 	Share  uint32
 	Total  uint32
 	Capped uint32
-	Pad    uint32
+	Debt   int32
 }
 
 type olcdOlcdFlowCounters struct {

@@ -44,10 +44,10 @@ const LayoutVersion = 1
 // sampled flows: 1, the multiply-shift's high half (builds to 5587a68);
 // 2, the same ended with murmur3's fmix64. It is pinned in the layout map
 // under "flow_hash" (absent: 1). A take-over across a change starts the
-// response-timing maps afresh (flowGroup) instead of refusing: a flow the
-// old hash placed is never found by the new one, so each request in
-// flight at the take-over would stay counted as waiting for the rest of
-// the daemon's life (an upgrade from 08fad7e read 10 phantom requests in
+// response-timing maps afresh (flowGroup, renewable) instead of adopting
+// them: a flow the old hash placed is never found by the new one, so each
+// request in flight at the take-over would stay counted as waiting for the
+// rest of the daemon's life (an upgrade from 08fad7e read 10 phantom requests in
 // flight, where the law keeps 2-3, and shed to its floor).
 const FlowHashVersion = 2
 
@@ -57,11 +57,31 @@ const flowHashKey = "flow_hash"
 // flowGroup are the maps whose contents are the requests in flight, placed
 // and counted by the flow hash: the flow table, the response counts and
 // histograms (requests less answers less abandoned is the number in
-// flight only over the same flows) and the flow table's counters. They
-// are a cache of the traffic of the last moments, so they may start
-// afresh where the other maps (policies, drop probabilities, the
-// heartbeat) may not: it costs the timing of the requests in flight then.
+// flight only over the same flows) and the flow table's counters.
 var flowGroup = []string{olcdMapOlcdFlows, olcdMapOlcdRhist, olcdMapOlcdFstats}
+
+// fairGroup are fair shedding's sketch and per-port state (fair share,
+// total, debt, capped count): counts of the last epochs, read together.
+var fairGroup = []string{olcdMapOlcdFairCm, olcdMapOlcdFairSlots}
+
+// renewable are the map groups a take-over may start afresh where the
+// pinned ones differ (their layout, or for flowGroup the flow hash),
+// instead of refusing the start: they hold what the traffic of the last
+// seconds left, so a new group costs that much (the timing of the
+// requests in flight, the fair shares while they settle), where the other
+// maps (policies, drop probabilities, heartbeat, exceptions) carry what
+// the running daemon decided.
+var renewable = [][]string{flowGroup, fairGroup}
+
+// groupOf is the renewable group holding map name, nil when none does.
+func groupOf(name string) []string {
+	for _, g := range renewable {
+		if slices.Contains(g, name) {
+			return g
+		}
+	}
+	return nil
+}
 
 // layoutMapName is the pinned map holding the layout: map name (NUL
 // padded, 16 bytes) → fingerprint, and "version" → LayoutVersion. bpffs
@@ -193,9 +213,9 @@ func btfLayout(b *strings.Builder, t btf.Type, depth int) {
 type pins struct {
 	dir     string
 	adopted map[string]*ebpf.Map // map name → pinned map, nil when starting fresh
-	// renewed are the maps of a take-over that start afresh (flowGroup,
-	// when the pinned flow hash is another version): loaded new, then
-	// pinned over the old ones (pinRenewed).
+	// renewed are the maps of a take-over that start afresh (renewable
+	// groups that differ): loaded new, then pinned over the old ones
+	// (pinRenewed).
 	renewed []string
 }
 
@@ -271,7 +291,7 @@ func openPins(dir string, spec *ebpf.CollectionSpec, log *slog.Logger) (*pins, e
 		return nil, fmt.Errorf("read pinned flow hash version in %s: %w", dir, err)
 	}
 	if hash != FlowHashVersion {
-		p.renewed = flowGroup
+		p.renewed = append(p.renewed, flowGroup...)
 		log.Info("the pinned flow table is placed by another flow hash: response timing starts afresh, the requests in flight now are not timed",
 			"pinned", hash, "this_build", FlowHashVersion, "maps", strings.Join(flowGroup, ","))
 	}
@@ -280,31 +300,55 @@ func openPins(dir string, spec *ebpf.CollectionSpec, log *slog.Logger) (*pins, e
 		if slices.Contains(p.renewed, name) {
 			continue
 		}
-		ms := loadSpec(spec.Maps[name])
-		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinName(name)), nil)
+		m, err := openPinned(dir, layout, spec, name)
+		var inc *IncompatibleError
+		if g := groupOf(name); g != nil && errors.As(err, &inc) {
+			for _, n := range g {
+				if a := p.adopted[n]; a != nil {
+					a.Close()
+					delete(p.adopted, n)
+				}
+			}
+			p.renewed = append(p.renewed, g...)
+			log.Info("a pinned map differs from this build's and holds only recent traffic: its group starts afresh",
+				"map", name, "difference", inc.What, "maps", strings.Join(g, ","))
+			continue
+		}
 		if err != nil {
 			p.close()
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil, &IncompatibleError{Dir: dir, Map: name, What: "not pinned (a build without it pinned the datapath)"}
-			}
-			return nil, fmt.Errorf("open pinned map %s in %s: %w", name, dir, err)
+			return nil, err
 		}
 		p.adopted[name] = m
-		if err := ms.Compatible(m); err != nil {
-			p.close()
-			return nil, &IncompatibleError{Dir: dir, Map: name, What: strings.TrimSuffix(err.Error(), ": "+ebpf.ErrMapIncompatible.Error())}
-		}
-		var fp uint64
-		if err := layout.Lookup(keyOf(name), &fp); err != nil {
-			p.close()
-			return nil, &IncompatibleError{Dir: dir, Map: name, What: "no fingerprint in the layout"}
-		}
-		if want := fingerprint(ms); fp != want {
-			p.close()
-			return nil, &IncompatibleError{Dir: dir, Map: name, What: fmt.Sprintf("key or value layout differs (fingerprint %#x pinned, %#x in this build)", fp, want)}
-		}
 	}
 	return p, nil
+}
+
+// openPinned opens the pinned map name in dir and checks it against spec
+// and the fingerprint the layout map holds for it (*IncompatibleError
+// when it differs or is not pinned).
+func openPinned(dir string, layout *ebpf.Map, spec *ebpf.CollectionSpec, name string) (*ebpf.Map, error) {
+	ms := loadSpec(spec.Maps[name])
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinName(name)), nil)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, &IncompatibleError{Dir: dir, Map: name, What: "not pinned (a build without it pinned the datapath)"}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open pinned map %s in %s: %w", name, dir, err)
+	}
+	if err := ms.Compatible(m); err != nil {
+		m.Close()
+		return nil, &IncompatibleError{Dir: dir, Map: name, What: strings.TrimSuffix(err.Error(), ": "+ebpf.ErrMapIncompatible.Error())}
+	}
+	var fp uint64
+	if err := layout.Lookup(keyOf(name), &fp); err != nil {
+		m.Close()
+		return nil, &IncompatibleError{Dir: dir, Map: name, What: "no fingerprint in the layout"}
+	}
+	if want := fingerprint(ms); fp != want {
+		m.Close()
+		return nil, &IncompatibleError{Dir: dir, Map: name, What: fmt.Sprintf("key or value layout differs (fingerprint %#x pinned, %#x in this build)", fp, want)}
+	}
+	return m, nil
 }
 
 // pinFresh pins every map of a freshly loaded datapath, then the layout map
@@ -533,7 +577,8 @@ func (d *Datapath) adoptPorts(fresh bool) error {
 				p = 0
 			}
 			d.policies[k] = PortPolicy{Key: k, Mode: olc.Mode(v.Mode), Action: olc.Action(v.Action), Class: olc.Class(v.Class),
-				DropProbability: p, Retransmits: pinnedRetransmits(v.ShedRetransmits), RequestGate: v.RequestGate != 0}
+				DropProbability: p, Retransmits: pinnedRetransmits(v.ShedRetransmits), RequestGate: v.RequestGate != 0,
+				Fair: v.Fair != 0, FairPrefix4: int(v.FairPrefix4), FairPrefix6: int(v.FairPrefix6)}
 			if v.Flags&uint8(olcdOlcdPolicyFlagOLCD_POLICY_EXEMPT) != 0 {
 				d.exempt[k] = true
 			}

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"log/slog"
+	"math"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -613,6 +615,98 @@ func TestTakeOverNewFlowHash(t *testing.T) {
 	}
 	if got := inflight(d); got != 1 {
 		t.Errorf("a take-over of this build's pins: %d in flight, want 1 (the request waiting at it)", got)
+	}
+}
+
+// TestTakeOverRenewsFairGroup: pins whose fair shedding maps differ from
+// this build's (olcd_fair_slots's fingerprint, as when its struct gained
+// the debt) are taken over with the fair group started afresh, not
+// refused: the policies are adopted, the fair maps are new and pinned over
+// the old ones, and the fair port sheds on them.
+func TestTakeOverRenewsFairGroup(t *testing.T) {
+	dir := pinTestDir(t)
+	cfg := Config{PinDir: dir, MaxPorts: 16, StaleAfter: time.Hour, DrawSeed: 11}
+	d := loadPinned(t, cfg)
+	must(t, d.SetPolicies([]PortPolicy{{Key: tcp8080, Mode: olc.ModeEnforce, Action: olc.ActionDrop, DropProbability: 0.5, Fair: true}}))
+	must(t, d.SetMode(olc.ModeEnforce))
+	must(t, d.Heartbeat())
+	pinnedID := func(name string) ebpf.MapID {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinName(name)), nil)
+		must(t, err)
+		defer m.Close()
+		info, err := m.Info()
+		must(t, err)
+		id, _ := info.ID()
+		return id
+	}
+	old := map[string]ebpf.MapID{}
+	for _, name := range append(slices.Clone(fairGroup), olcdMapOlcdPolicies) {
+		old[name] = pinnedID(name)
+	}
+	must(t, d.Release())
+	layout, err := ebpf.LoadPinnedMap(filepath.Join(dir, layoutMapName), nil)
+	must(t, err)
+	must(t, layout.Update(keyOf(olcdMapOlcdFairSlots), uint64(1), ebpf.UpdateAny))
+	layout.Close()
+
+	d = loadPinned(t, cfg)
+	if !d.Adopted() {
+		t.Fatal("the pinned datapath was not taken over")
+	}
+	for _, name := range fairGroup {
+		info, err := d.objs.byName(name).Info()
+		must(t, err)
+		mine, _ := info.ID()
+		if id := pinnedID(name); id == old[name] || id != mine {
+			t.Errorf("%s: pinned map %d, before %d, this datapath's %d: want this datapath's, a new one", name, id, old[name], mine)
+		}
+	}
+	if id := pinnedID(olcdMapOlcdPolicies); id != old[olcdMapOlcdPolicies] {
+		t.Errorf("olcd_policies: pinned map %d, before %d: want it adopted", id, old[olcdMapOlcdPolicies])
+	}
+	if p := d.policies[tcp8080]; !p.Fair || p.DropProbability != 0.5 {
+		t.Errorf("adopted policy of %s: %+v, want fair at p 0.5", tcp8080, p)
+	}
+	must(t, d.setFairClock(1<<40))
+	const n = 400
+	passed := 0
+	onOneCPU(t, func() {
+		for k := range n {
+			src := netip.AddrFrom4([4]byte{198, 51, 100, byte(1 + k%3)})
+			seg := tcpSeg{uint16(10000 + k), 8080, uint32(k + 1), tcpSYN}.bytes()
+			ret, err := d.prog(hookTC).Run(&ebpf.RunOptions{Data: ipv4Frame(src, server4, 6, 0, seg)})
+			must(t, err)
+			if toVerdict(t, hookTC, ret) == verdictPass {
+				passed++
+			}
+		}
+	})
+	// The fair share settles from 1 - p over these (TestFairOnset): the
+	// port sheds, not as exactly as later.
+	if share := float64(passed) / n; math.Abs(share-0.5) > 0.2 {
+		t.Errorf("after the take-over the fair port passed %.3f of %d SYNs, want 0.5 within 0.2", share, n)
+	}
+}
+
+// TestTakeOverFlowTableSize: a restart that resizes the flow table
+// (flow_table_size) takes over with the flow group renewed at the new
+// size, where every other sizing setting is refused (TestPinnedIncompatible).
+func TestTakeOverFlowTableSize(t *testing.T) {
+	dir := pinTestDir(t)
+	cfg := Config{PinDir: dir, MaxPorts: 16, StaleAfter: time.Hour, ResponseSample: 1, FlowTableSize: 64}
+	d := loadPinned(t, cfg)
+	small := d.objs.OlcdFlows.MaxEntries()
+	must(t, d.Release())
+	cfg.FlowTableSize = 1024
+	d = loadPinned(t, cfg)
+	if !d.Adopted() {
+		t.Fatal("the pinned datapath was not taken over")
+	}
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinName(olcdMapOlcdFlows)), nil)
+	must(t, err)
+	defer m.Close()
+	if got := m.MaxEntries(); got <= small || got != d.objs.OlcdFlows.MaxEntries() {
+		t.Errorf("pinned flow table of %d sets (was %d, this datapath's %d): want this datapath's", got, small, d.objs.OlcdFlows.MaxEntries())
 	}
 }
 
