@@ -21,11 +21,13 @@
  * approximation step per new connection (fair grows by fair * (1 - p) /
  * 2^STEP_SHIFT on a drop and shrinks by fair * p / 2^STEP_SHIFT on a pass,
  * which is still on average exactly when the drops are a share p of the
- * arrivals). With even demand every source's share is the same and fair
- * settles at (1 - p) times it: every source meets p, today's law. A
- * spoofed-source flood (every SYN from a new random address) is even
- * demand too: every count is the sketch's noise, about alike, and the
- * shed stays p.
+ * arrivals), starting at 1 - p. With even demand every source's share is
+ * the same and fair settles at (1 - p) times it: every source meets p,
+ * today's law. A spoofed-source flood (every SYN from a new random
+ * address) is even demand too: every count is the sketch's noise, about
+ * alike, and the shed stays p. The port's shed never falls behind p by
+ * more than a few new connections, fair share settled or not (fs->debt):
+ * fairness moves which sources are shed, not how many.
  *
  * Static caps. A port may have a token bucket of its own (new work per
  * second) and its source prefixes buckets each; a port whose requests in
@@ -197,6 +199,7 @@ static __always_inline __u32 olcd_fair_select(const struct olcd_policy *pol, __u
 	__u64 h = olcd_fair_hash(src, *pi, pol), f, d, share;
 	__u32 k, m, m1, t, act;
 	struct olcd_fair_line *l;
+	__s32 debt;
 
 	/* Lines: DEPTH * width / LINE = (width_mask + 1) / (LINE / 2). */
 	k = (__u32)(h >> 32) & (olcd_fair.width_mask / (OLCD_FAIR_LINE / 2));
@@ -209,7 +212,7 @@ static __always_inline __u32 olcd_fair_select(const struct olcd_policy *pol, __u
 	t = olcd_fair_bump(&fs->total, ep);
 	share = fs->share;
 	if (!share)
-		share = 0xffffffff; /* a slot's first shed: everyone passes until it settles */
+		share = (__u32)~p; /* a slot's first shed: 1 - p, one source's fair share */
 
 	/* Drop when u / 2^32 < 1 - fair * T / m, i.e. u * m < (m - fair * T) * 2^32:
 	 * products below 2^56, no division. The borrow is the outcome, used
@@ -229,6 +232,20 @@ static __always_inline __u32 olcd_fair_select(const struct olcd_policy *pol, __u
 	if (share < (1ULL << (32 - OLCD_FAIR_FLOOR_SHIFT)))
 		share = 1ULL << (32 - OLCD_FAIR_FLOOR_SHIFT);
 	fs->share = (__u32)share;
+
+	/* Never less than the controller's shed: a pass while DEBT_MAX drops
+	 * are owed is dropped. The step above took the fair verdict, so it
+	 * settles where the fair verdicts alone shed p and this rarely acts;
+	 * until then (an onset, a new mix of sources) the port sheds p all
+	 * the same. A shed ahead of p is forgiven down to -DEBT_MAX, not
+	 * paid back with passes: those would go only to the sources above
+	 * the fair share, and the step corrects it anyway. */
+	debt = fs->debt + (__s32)(p >> OLCD_FAIR_DEBT_SHIFT);
+	act |= debt >= OLCD_FAIR_DEBT_MAX << OLCD_FAIR_DEBT_SHIFT;
+	debt -= (__s32)(act << OLCD_FAIR_DEBT_SHIFT);
+	if (debt < -(OLCD_FAIR_DEBT_MAX << OLCD_FAIR_DEBT_SHIFT))
+		debt = -(OLCD_FAIR_DEBT_MAX << OLCD_FAIR_DEBT_SHIFT);
+	fs->debt = debt;
 	return act;
 }
 

@@ -130,6 +130,66 @@ func TestFairHeavySource(t *testing.T) {
 	}
 }
 
+// TestFairOnset: a port's shed is p from its first SYN, while the fair
+// share is still far from where it settles: over the first 100 SYNs of
+// TestFairHeavySource's mix the port passes 1 - p within 0.1, and over the
+// first round (450) within 0.03. Without the debt (fs->debt) it passed
+// 0.77 and 0.63 (the fair share started at 1 - p: 0.91 and 0.66 from the
+// whole port), as the step takes about ln(f₀/f) · 2^STEP_SHIFT / p
+// arrivals to come down, and the onset admitted that much more.
+func TestFairOnset(t *testing.T) {
+	const p = 0.5
+	srcs := []fairSource{{netip.MustParseAddr("198.51.100.200"), 250}}
+	for i := range 50 {
+		srcs = append(srcs, fairSource{netip.AddrFrom4([4]byte{198, 51, 100, byte(i + 1)}), 4})
+	}
+	for _, h := range hooks {
+		t.Run(string(h), func(t *testing.T) {
+			var order []int
+			for i, s := range srcs {
+				for range s.perRnd {
+					order = append(order, i)
+				}
+			}
+			d := loadTest(t, Config{StaleAfter: time.Hour, DrawSeed: 11})
+			must(t, d.SetPolicies([]PortPolicy{{Key: tcp8080, Mode: olc.ModeEnforce, Action: olc.ActionDrop, DropProbability: p, Fair: true}}))
+			must(t, d.SetMode(olc.ModeEnforce))
+			must(t, d.Heartbeat())
+			must(t, d.setFairClock(1<<40))
+			rand.New(rand.NewPCG(5, 6)).Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+			passed := make([]bool, len(order))
+			var err error
+			onOneCPU(t, func() {
+				for k, i := range order {
+					seg := tcpSeg{uint16(10000 + k), 8080, uint32(k + 1), tcpSYN}.bytes()
+					var ret uint32
+					if ret, err = d.prog(h).Run(&ebpf.RunOptions{Data: ipv4Frame(srcs[i].addr, server4, 6, 0, seg)}); err != nil {
+						return
+					}
+					passed[k] = toVerdict(t, h, ret) == verdictPass
+				}
+			})
+			must(t, err)
+			for _, n := range []struct {
+				first int
+				tol   float64
+			}{{100, 0.1}, {len(order), 0.03}} {
+				got := 0
+				for _, ok := range passed[:n.first] {
+					if ok {
+						got++
+					}
+				}
+				share := float64(got) / float64(n.first)
+				t.Logf("the first %d SYNs of the first shed: passed %.3f", n.first, share)
+				if math.Abs(share-(1-p)) > n.tol {
+					t.Errorf("the first %d SYNs of the first shed: passed %.3f, want 1 - p = %.2f within %.2f", n.first, share, 1-p, n.tol)
+				}
+			}
+		})
+	}
+}
+
 // TestFairEvenDemand: with even demand fairness is today's law: every
 // source meets p. And a spoofed-source flood (every SYN from a new random
 // address) is shed evenly at p, never more.
