@@ -575,14 +575,15 @@ func TestOverloadRestart(t *testing.T) {
 }
 
 // TestOverloadUpgrade is TestOverloadRestart with an upgrade: the olcd
-// before the restart is the earlier build of the upgrade rows of
-// TestRestart (upgradeFrom: the same pinned layout, other programs), the
-// one after it this build, which takes the pinned datapath over. One run
+// before the restart is an earlier build (renewFrom: another flow hash and
+// fair slot, the rest of the pinned layout the same), the one after it
+// this build, which takes the pinned datapath over with those two map
+// groups renewed. One run
 // in make test (about 30 s), OLCD_OVERLOAD_UPGRADE_RUNS=3 for the
 // min / median / max docs/measurements.md §17 gives; the same lines.
 func TestOverloadUpgrade(t *testing.T) {
 	h := overloadHarness(t)
-	old, _ := oldOlcd(t)
+	old, _ := earlierOlcd(t, renewFrom)
 	overloadRestarts(t, h, "upgrade", overloadRuns(t, "OLCD_OVERLOAD_UPGRADE_RUNS"), old, "")
 }
 

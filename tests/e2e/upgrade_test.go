@@ -17,17 +17,25 @@ import (
 )
 
 // upgradeFrom is the earlier build the upgrade rows of TestRestart run
-// beside this one (OLCD_UPGRADE_FROM overrides it): 08fad7e, the parent of
-// 7f9a997, which changed the BPF programs (bpf/gate.h, the request gate's
-// TC failure paths; later commits changed them again). Its maps have the
-// layout this build pins (LayoutVersion 1, the same map fingerprints: no
-// commit since has touched a map), so an upgrade to this build and a
-// downgrade back to it are take-overs, each a link.Update to a program of
-// other instructions (the attached programs' tags are compared); its flow
-// hash is version 1, so the upgrade starts the flow group afresh
-// (loader.FlowHashVersion). It also predates the
-// take-over verifying at nice 10 (29e246c): the two loaders differ too.
-const upgradeFrom = "08fad7e33cbf42bb6a57f74f1bb094b2750d1cf3"
+// beside this one (OLCD_UPGRADE_FROM overrides it): bb84f84, the parent of
+// 6d97f1e, which changed the BPF programs (bpf/fair.h, the fair port's
+// debt). Its maps have the layout this build pins (LayoutVersion 1, the
+// same map fingerprints and flow hash: no commit since has touched a map),
+// so an upgrade to this build and a downgrade back to it are take-overs,
+// each a link.Update to a program of other instructions (the attached
+// programs' tags are compared). Builds before it pinned another
+// olcd_fair_slots: this build renews their fair group (renewFrom), they
+// refuse its pins.
+const upgradeFrom = "bb84f8410966cc398dd5c1b51848728e2abe3795"
+
+// renewFrom is the earlier build TestOverloadUpgrade starts before this
+// one takes over under load: 08fad7e, whose flow hash (version 1) and
+// olcd_fair_slots differ from this build's, so the take-over starts both
+// renewable groups afresh (loader.FlowHashVersion; docs/datapath.md,
+// "Take-over"); the rest of its layout is this build's. It also predates
+// the take-over verifying at nice 10 (29e246c): the two loaders differ
+// too.
+const renewFrom = "08fad7e33cbf42bb6a57f74f1bb094b2750d1cf3"
 
 // layoutFrom is an earlier build whose pinned layout differs from this
 // one's: 6bd6c3a, the trial branch just before the fair shedding was
