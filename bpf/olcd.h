@@ -137,10 +137,11 @@ enum olcd_fair_geometry {
 	OLCD_FAIR_LINE = 16, /* counters per map entry (a cache line) */
 	/* A fair port's shed on one CPU never falls more than DEBT_MAX new
 	 * connections behind p times its arrivals (olcd_fair_slot.debt, in
-	 * 2^-DEBT_SHIFT of one): about 2.5 sd of the fair verdicts' scatter
-	 * around p while the step holds them there (docs/datapath.md, "Fair
-	 * shedding"). */
-	OLCD_FAIR_DEBT_MAX = 8,
+	 * 2^-DEBT_SHIFT of one): what an onset lets through beyond p, at
+	 * most; about 5 sd of the fair verdicts' scatter around p once the
+	 * step holds them there, so that then it almost never acts
+	 * (docs/datapath.md, "Fair shedding"). */
+	OLCD_FAIR_DEBT_MAX = 16,
 	OLCD_FAIR_DEBT_SHIFT = 16,
 };
 

@@ -130,13 +130,13 @@ func TestFairHeavySource(t *testing.T) {
 	}
 }
 
-// TestFairOnset: a port's shed is p from its first SYN, while the fair
-// share is still far from where it settles: over the first 100 SYNs of
-// TestFairHeavySource's mix the port passes 1 - p within 0.1, and over the
-// first round (450) within 0.03. Without the debt (fs->debt) it passed
-// 0.77 and 0.63 (the fair share started at 1 - p: 0.91 and 0.66 from the
-// whole port), as the step takes about ln(f₀/f) · 2^STEP_SHIFT / p
-// arrivals to come down, and the onset admitted that much more.
+// TestFairOnset: a port's shed falls behind p by at most the debt's bound
+// while the fair share is still far from where it settles: over the first
+// 450 SYNs of TestFairHeavySource's mix (one CPU) the port passes at most
+// (1 - p)·450 + OLCD_FAIR_DEBT_MAX + 2 sd of the draw's scatter. Without
+// the debt it passed 0.631 of them, 59 beyond 1 - p (0.66 from "the whole
+// port"), as the step takes about ln(f₀/f) · 2^STEP_SHIFT / p arrivals to
+// come down, and the onset admitted that much more.
 func TestFairOnset(t *testing.T) {
 	const p = 0.5
 	srcs := []fairSource{{netip.MustParseAddr("198.51.100.200"), 250}}
@@ -170,21 +170,17 @@ func TestFairOnset(t *testing.T) {
 				}
 			})
 			must(t, err)
-			for _, n := range []struct {
-				first int
-				tol   float64
-			}{{100, 0.1}, {len(order), 0.03}} {
-				got := 0
-				for _, ok := range passed[:n.first] {
-					if ok {
-						got++
-					}
+			got := 0
+			for _, ok := range passed {
+				if ok {
+					got++
 				}
-				share := float64(got) / float64(n.first)
-				t.Logf("the first %d SYNs of the first shed: passed %.3f", n.first, share)
-				if math.Abs(share-(1-p)) > n.tol {
-					t.Errorf("the first %d SYNs of the first shed: passed %.3f, want 1 - p = %.2f within %.2f", n.first, share, 1-p, n.tol)
-				}
+			}
+			n := float64(len(passed))
+			limit := (1-p)*n + float64(olcdOlcdFairGeometryOLCD_FAIR_DEBT_MAX) + 2*math.Sqrt(n*p*(1-p))
+			t.Logf("the first %d SYNs of the first shed: passed %d (%.3f), 1 - p asks %.0f, at most %.0f", len(passed), got, float64(got)/n, (1-p)*n, limit)
+			if float64(got) > limit {
+				t.Errorf("the first %d SYNs of the first shed: passed %d, want at most %.0f: (1 - p)·n, the debt's bound and 2 sd", len(passed), got, limit)
 			}
 		})
 	}

@@ -104,7 +104,7 @@ const (
 	olcdOlcdFairGeometryOLCD_FAIR_STEP_SHIFT  olcdOlcdFairGeometry = 5
 	olcdOlcdFairGeometryOLCD_FAIR_FLOOR_SHIFT olcdOlcdFairGeometry = 20
 	olcdOlcdFairGeometryOLCD_FAIR_LINE        olcdOlcdFairGeometry = 16
-	olcdOlcdFairGeometryOLCD_FAIR_DEBT_MAX    olcdOlcdFairGeometry = 8
+	olcdOlcdFairGeometryOLCD_FAIR_DEBT_MAX    olcdOlcdFairGeometry = 16
 	olcdOlcdFairGeometryOLCD_FAIR_DEBT_SHIFT  olcdOlcdFairGeometry = 16
 )
 
