@@ -47,8 +47,8 @@ const LayoutVersion = 1
 // response-timing maps afresh (flowGroup, renewable) instead of adopting
 // them: a flow the old hash placed is never found by the new one, so each
 // request in flight at the take-over would stay counted as waiting for the
-// rest of the daemon's life (an upgrade from 08fad7e read 10 phantom requests in
-// flight, where the law keeps 2-3, and shed to its floor).
+// rest of the daemon's life (an upgrade from 08fad7e read 10 phantom
+// requests in flight, where the law keeps 2-3, and shed to its floor).
 const FlowHashVersion = 2
 
 // flowHashKey is the layout map's key of FlowHashVersion.
@@ -84,7 +84,8 @@ func groupOf(name string) []string {
 }
 
 // layoutMapName is the pinned map holding the layout: map name (NUL
-// padded, 16 bytes) → fingerprint, and "version" → LayoutVersion. bpffs
+// padded, 16 bytes) → fingerprint, "version" → LayoutVersion and
+// "flow_hash" → FlowHashVersion. bpffs
 // holds no regular files, so the version is a map too. It is pinned last:
 // a directory with it holds a complete datapath.
 const layoutMapName = "olcd_layout"
@@ -367,7 +368,7 @@ func (d *Datapath) pinFresh(spec *ebpf.CollectionSpec) error {
 // a rename, so the directory is complete at every moment: a start that
 // dies between two finds either map, and the next take-over adopts what
 // is pinned (the old programs use the old maps until Attach replaces
-// them; the flow group is a cache either way).
+// them; either group holds only recent traffic).
 func (d *Datapath) pinRenewed(spec *ebpf.CollectionSpec, names []string) error {
 	for _, name := range names {
 		if err := d.pinMap(name, true); err != nil {
