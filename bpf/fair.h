@@ -25,9 +25,10 @@
  * the same and fair settles at (1 - p) times it: every source meets p,
  * today's law. A spoofed-source flood (every SYN from a new random
  * address) is even demand too: every count is the sketch's noise, about
- * alike, and the shed stays p. The port's shed never falls behind p by
- * more than a few new connections, fair share settled or not (fs->debt):
- * fairness moves which sources are shed, not how many.
+ * alike, and the shed stays p. The port's shed on a CPU never falls
+ * behind p by more than OLCD_FAIR_DEBT_MAX new connections, fair share
+ * settled or not (fs->debt): fairness moves which sources are shed, not
+ * how many.
  *
  * Static caps. A port may have a token bucket of its own (new work per
  * second) and its source prefixes buckets each; a port whose requests in

@@ -43,7 +43,9 @@ const LayoutVersion = 1
 // bpf/parse.h), which places a flow in the flow table and picks the
 // sampled flows: 1, the multiply-shift's high half (builds to 5587a68);
 // 2, the same ended with murmur3's fmix64. It is pinned in the layout map
-// under "flow_hash" (absent: 1). A take-over across a change starts the
+// under "flow_hash"; absent, as builds before it pinned it (a8acccb to
+// 712d827 hashed with fmix64 already), it reads as 1, so a take-over from
+// those renews the group for nothing but the timing in flight. A take-over across a change starts the
 // response-timing maps afresh (flowGroup, renewable) instead of adopting
 // them: a flow the old hash placed is never found by the new one, so each
 // request in flight at the take-over would stay counted as waiting for the
@@ -280,6 +282,15 @@ func openPins(dir string, spec *ebpf.CollectionSpec, log *slog.Logger) (*pins, e
 		return nil, fmt.Errorf("open pinned layout in %s: %w", dir, err)
 	}
 	defer layout.Close()
+	// A start that died between pinning a renewed map and renaming it
+	// (pinAt) left it under its temporary name.
+	if stale, _ := filepath.Glob(filepath.Join(dir, "*"+renewSuffix)); len(stale) > 0 {
+		for _, path := range stale {
+			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return nil, fmt.Errorf("remove stale pin %s: %w", path, err)
+			}
+		}
+	}
 	var ver uint64
 	if err := layout.Lookup(keyOf("version"), &ver); err != nil {
 		return nil, &IncompatibleError{Dir: dir, Map: layoutMapName, What: fmt.Sprintf("no layout version (%v)", err)}
@@ -301,9 +312,14 @@ func openPins(dir string, spec *ebpf.CollectionSpec, log *slog.Logger) (*pins, e
 		if slices.Contains(p.renewed, name) {
 			continue
 		}
-		m, err := openPinned(dir, layout, spec, name)
+		m, resized, err := openPinned(dir, layout, spec, name)
 		var inc *IncompatibleError
-		if g := groupOf(name); g != nil && errors.As(err, &inc) {
+		// A group's size is set in the shared .bss too (hist_slots, the
+		// sketch's width), which the old programs read until Attach
+		// replaces them: a resized group stays a refusal, but for the
+		// flow table, whose set index past the old map only fails the
+		// old program's lookup (a flow untimed).
+		if g := groupOf(name); g != nil && errors.As(err, &inc) && (!resized || name == olcdMapOlcdFlows) {
 			for _, n := range g {
 				if a := p.adopted[n]; a != nil {
 					a.Close()
@@ -326,30 +342,31 @@ func openPins(dir string, spec *ebpf.CollectionSpec, log *slog.Logger) (*pins, e
 
 // openPinned opens the pinned map name in dir and checks it against spec
 // and the fingerprint the layout map holds for it (*IncompatibleError
-// when it differs or is not pinned).
-func openPinned(dir string, layout *ebpf.Map, spec *ebpf.CollectionSpec, name string) (*ebpf.Map, error) {
+// when it differs or is not pinned; resized when its max entries differ).
+func openPinned(dir string, layout *ebpf.Map, spec *ebpf.CollectionSpec, name string) (m *ebpf.Map, resized bool, err error) {
 	ms := loadSpec(spec.Maps[name])
-	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinName(name)), nil)
+	m, err = ebpf.LoadPinnedMap(filepath.Join(dir, pinName(name)), nil)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, &IncompatibleError{Dir: dir, Map: name, What: "not pinned (a build without it pinned the datapath)"}
+		return nil, false, &IncompatibleError{Dir: dir, Map: name, What: "not pinned (a build without it pinned the datapath)"}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open pinned map %s in %s: %w", name, dir, err)
+		return nil, false, fmt.Errorf("open pinned map %s in %s: %w", name, dir, err)
 	}
 	if err := ms.Compatible(m); err != nil {
+		resized = m.MaxEntries() != ms.MaxEntries
 		m.Close()
-		return nil, &IncompatibleError{Dir: dir, Map: name, What: strings.TrimSuffix(err.Error(), ": "+ebpf.ErrMapIncompatible.Error())}
+		return nil, resized, &IncompatibleError{Dir: dir, Map: name, What: strings.TrimSuffix(err.Error(), ": "+ebpf.ErrMapIncompatible.Error())}
 	}
 	var fp uint64
 	if err := layout.Lookup(keyOf(name), &fp); err != nil {
 		m.Close()
-		return nil, &IncompatibleError{Dir: dir, Map: name, What: "no fingerprint in the layout"}
+		return nil, false, &IncompatibleError{Dir: dir, Map: name, What: "no fingerprint in the layout"}
 	}
 	if want := fingerprint(ms); fp != want {
 		m.Close()
-		return nil, &IncompatibleError{Dir: dir, Map: name, What: fmt.Sprintf("key or value layout differs (fingerprint %#x pinned, %#x in this build)", fp, want)}
+		return nil, false, &IncompatibleError{Dir: dir, Map: name, What: fmt.Sprintf("key or value layout differs (fingerprint %#x pinned, %#x in this build)", fp, want)}
 	}
-	return m, nil
+	return m, false, nil
 }
 
 // pinFresh pins every map of a freshly loaded datapath, then the layout map
@@ -360,22 +377,27 @@ func (d *Datapath) pinFresh(spec *ebpf.CollectionSpec) error {
 			return err
 		}
 	}
-	return pinLayout(d.cfg.PinDir, spec, false)
+	return pinLayout(d.cfg.PinDir, spec, false, nil)
 }
 
-// pinRenewed pins the maps a take-over started afresh over the old ones,
-// then a layout map recording them over the old one. Each replacement is
-// a rename, so the directory is complete at every moment: a start that
-// dies between two finds either map, and the next take-over adopts what
-// is pinned (the old programs use the old maps until Attach replaces
-// them; either group holds only recent traffic).
+// pinRenewed pins the maps a take-over started afresh over the old ones.
+// Each replacement is a rename, so the directory is complete at every
+// moment, and the layout map is replaced twice around them: first without
+// the renewed maps' fingerprints, last with this build's. A start that
+// dies in between leaves maps the next one finds no fingerprint for, so it
+// renews them again rather than adopt a map of another layout under the
+// old fingerprint. (The old programs use the old maps until Attach
+// replaces them; either group holds only recent traffic.)
 func (d *Datapath) pinRenewed(spec *ebpf.CollectionSpec, names []string) error {
+	if err := pinLayout(d.cfg.PinDir, spec, true, names); err != nil {
+		return err
+	}
 	for _, name := range names {
 		if err := d.pinMap(name, true); err != nil {
 			return err
 		}
 	}
-	return pinLayout(d.cfg.PinDir, spec, true)
+	return pinLayout(d.cfg.PinDir, spec, true, nil)
 }
 
 // pinMap pins the map name of d; replace pins it beside the existing pin
@@ -388,6 +410,9 @@ func (d *Datapath) pinMap(name string, replace bool) error {
 	return pinAt(m, filepath.Join(d.cfg.PinDir, pinName(name)), replace)
 }
 
+// renewSuffix names a pin while it waits for its rename (pinAt).
+const renewSuffix = "_new"
+
 // pinAt pins m at path; with replace through a temporary name renamed over
 // path (m's own record of its pin is then the temporary name: the loader
 // unpins by directory, removePinDir).
@@ -398,7 +423,7 @@ func pinAt(m *ebpf.Map, path string, replace bool) error {
 		}
 		return nil
 	}
-	tmp := path + "_new"
+	tmp := path + renewSuffix
 	_ = os.Remove(tmp) // a start that died here left it
 	if err := m.Pin(tmp); err != nil {
 		return fmt.Errorf("pin %s: %w", tmp, err)
@@ -409,9 +434,10 @@ func pinAt(m *ebpf.Map, path string, replace bool) error {
 	return nil
 }
 
-// pinLayout writes the layout of spec into a new layout map and pins it in
-// dir (replace: over the existing one).
-func pinLayout(dir string, spec *ebpf.CollectionSpec, replace bool) error {
+// pinLayout writes the layout of spec, but the fingerprints of the maps in
+// without, into a new layout map and pins it in dir (replace: over the
+// existing one).
+func pinLayout(dir string, spec *ebpf.CollectionSpec, replace bool, without []string) error {
 	layout, err := ebpf.NewMap(&ebpf.MapSpec{Name: layoutMapName, Type: ebpf.Hash, KeySize: 16, ValueSize: 8,
 		MaxEntries: uint32(len(spec.Maps) + 2)})
 	if err != nil {
@@ -425,6 +451,9 @@ func pinLayout(dir string, spec *ebpf.CollectionSpec, replace bool) error {
 		return fmt.Errorf("write flow hash version: %w", err)
 	}
 	for _, name := range pinnedMaps(spec) {
+		if slices.Contains(without, name) {
+			continue
+		}
 		if err := layout.Update(keyOf(name), fingerprint(loadSpec(spec.Maps[name])), ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("write layout of %s: %w", name, err)
 		}
@@ -605,7 +634,7 @@ func (d *Datapath) adoptTimed() error {
 			if slot == 0 {
 				continue
 			}
-			if uint32(slot) > respSlots(d.cfg) || rused[slot] {
+			if uint32(slot) >= respSlots(d.cfg) || rused[slot] {
 				return fmt.Errorf("pinned timed-port index: slot %d out of range or shared", slot)
 			}
 			rused[slot] = true

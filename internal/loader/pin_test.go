@@ -684,6 +684,19 @@ func TestTakeOverRenewsFairGroup(t *testing.T) {
 	if share := float64(passed) / n; math.Abs(share-0.5) > 0.05 {
 		t.Errorf("after the take-over the fair port passed %.3f of %d SYNs, want 0.5 within 0.05 (its debt holds it at p from the first, TestFairOnset)", share, n)
 	}
+	// The layout says this build's fingerprints now: the next take-over
+	// adopts the group.
+	renewed := map[string]ebpf.MapID{}
+	for _, name := range fairGroup {
+		renewed[name] = pinnedID(name)
+	}
+	must(t, d.Release())
+	d = loadPinned(t, cfg)
+	for _, name := range fairGroup {
+		if id := pinnedID(name); id != renewed[name] {
+			t.Errorf("a take-over of this build's pins: %s pinned %d, want the adopted %d", name, id, renewed[name])
+		}
+	}
 }
 
 // TestTakeOverFlowTableSize: a restart that resizes the flow table
@@ -705,6 +718,84 @@ func TestTakeOverFlowTableSize(t *testing.T) {
 	defer m.Close()
 	if got := m.MaxEntries(); got <= small || got != d.objs.OlcdFlows.MaxEntries() {
 		t.Errorf("pinned flow table of %d sets (was %d, this datapath's %d): want this datapath's", got, small, d.objs.OlcdFlows.MaxEntries())
+	}
+	info, err := m.Info()
+	must(t, err)
+	id, _ := info.ID()
+	must(t, d.Release())
+	d = loadPinned(t, cfg)
+	info, err = d.objs.OlcdFlows.Info()
+	must(t, err)
+	if again, _ := info.ID(); again != id {
+		t.Errorf("a take-over of this build's pins: flow table %d, want the adopted %d", again, id)
+	}
+}
+
+// TestTakeOverRenewsUnfingerprinted: pins as a start that died inside
+// pinRenewed leaves them (the layout without the renewed maps'
+// fingerprints, the maps possibly of another layout) are taken over with
+// those groups renewed again, not adopted under an old fingerprint; a
+// stale temporary pin is removed.
+func TestTakeOverRenewsUnfingerprinted(t *testing.T) {
+	dir := pinTestDir(t)
+	cfg := Config{PinDir: dir, MaxPorts: 16, StaleAfter: time.Hour}
+	d := loadPinned(t, cfg)
+	info, err := d.objs.OlcdFairCm.Info()
+	must(t, err)
+	before, _ := info.ID()
+	must(t, d.objs.OlcdFairCm.Pin(filepath.Join(dir, pinName(olcdMapOlcdFairCm)+renewSuffix)))
+	must(t, d.Release())
+	layout, err := ebpf.LoadPinnedMap(filepath.Join(dir, layoutMapName), nil)
+	must(t, err)
+	must(t, layout.Delete(keyOf(olcdMapOlcdFairCm)))
+	layout.Close()
+
+	d = loadPinned(t, cfg)
+	if !d.Adopted() {
+		t.Fatal("the pinned datapath was not taken over")
+	}
+	info, err = d.objs.OlcdFairCm.Info()
+	must(t, err)
+	if after, _ := info.ID(); after == before {
+		t.Errorf("olcd_fair_cm without a fingerprint was adopted (map %d), want it renewed", after)
+	}
+	for _, name := range pinList(t, dir) {
+		if strings.HasSuffix(name, renewSuffix) {
+			t.Errorf("stale temporary pin %s left", name)
+		}
+	}
+}
+
+// TestTakeOverResizedGroupRefused: a renewable group whose size the shared
+// .bss carries too (response_ports: the histogram slots; fair_width: the
+// sketch's mask) is refused like any other resize, naming the map: the
+// old programs would read the new size from the adopted .bss until Attach
+// replaced them (a slot past their histograms, a sketch line past theirs).
+func TestTakeOverResizedGroupRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		changed func(*Config)
+		want    string
+	}{
+		{"response_ports", func(c *Config) { c.ResponsePorts = 2 }, olcdMapOlcdRhist},
+		{"fair_width", func(c *Config) { c.FairWidth = 8192 }, olcdMapOlcdFairCm},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := pinTestDir(t)
+			cfg := Config{PinDir: dir, MaxPorts: 16, StaleAfter: time.Hour, ResponseSample: 1, ResponsePorts: 4, FlowTableSize: 64}
+			d := loadPinned(t, cfg)
+			must(t, d.Release())
+			pins := pinList(t, dir)
+			tc.changed(&cfg)
+			_, err := Load(cfg, nil)
+			var ie *IncompatibleError
+			if !errors.As(err, &ie) || ie.Map != tc.want {
+				t.Fatalf("load with another %s: %v, want an IncompatibleError naming %s", tc.name, err, tc.want)
+			}
+			if !slices.Equal(pinList(t, dir), pins) {
+				t.Fatalf("a refused load changed the pins: %v, want %v", pinList(t, dir), pins)
+			}
+		})
 	}
 }
 
