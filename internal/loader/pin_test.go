@@ -512,6 +512,77 @@ func TestTakeOverKeepsInflight(t *testing.T) {
 	}
 }
 
+// mapID is the kernel's ID of m.
+func mapID(t *testing.T, m *ebpf.Map) ebpf.MapID {
+	t.Helper()
+	info, err := m.Info()
+	must(t, err)
+	id, _ := info.ID()
+	return id
+}
+
+// pinnedMapID is the ID of the map pinned in dir as map name.
+func pinnedMapID(t *testing.T, dir, name string) ebpf.MapID {
+	t.Helper()
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinName(name)), nil)
+	must(t, err)
+	defer m.Close()
+	return mapID(t, m)
+}
+
+// pinnedMapIDs are the IDs of the maps pinned in dir as names.
+func pinnedMapIDs(t *testing.T, dir string, names []string) map[string]ebpf.MapID {
+	t.Helper()
+	ids := make(map[string]ebpf.MapID, len(names))
+	for _, name := range names {
+		ids[name] = pinnedMapID(t, dir, name)
+	}
+	return ids
+}
+
+// editLayout changes the pinned layout map of dir with edit, as another
+// build's pins or a start that died would have it.
+func editLayout(t *testing.T, dir string, edit func(layout *ebpf.Map) error) {
+	t.Helper()
+	layout, err := ebpf.LoadPinnedMap(filepath.Join(dir, layoutMapName), nil)
+	must(t, err)
+	defer layout.Close()
+	must(t, edit(layout))
+}
+
+// takeOver loads cfg over the datapath pinned in cfg.PinDir; t fails
+// unless the load took it over.
+func takeOver(t *testing.T, cfg Config) *Datapath {
+	t.Helper()
+	d := loadPinned(t, cfg)
+	if !d.Adopted() {
+		t.Fatal("the pinned datapath was not taken over")
+	}
+	return d
+}
+
+// checkRenewed fails t unless each map of names is pinned in dir as d's
+// own, a new one (before: the IDs pinned before the take-over).
+func checkRenewed(t *testing.T, dir string, d *Datapath, names []string, before map[string]ebpf.MapID) {
+	t.Helper()
+	for _, name := range names {
+		mine := mapID(t, d.objs.byName(name))
+		if id := pinnedMapID(t, dir, name); id == before[name] || id != mine {
+			t.Errorf("%s: pinned map %d, before %d, this datapath's %d: want this datapath's, a new one", name, id, before[name], mine)
+		}
+	}
+}
+
+// checkAdopted fails t unless each map of names is still pinned as before.
+func checkAdopted(t *testing.T, dir string, names []string, before map[string]ebpf.MapID) {
+	t.Helper()
+	for _, name := range names {
+		if id := pinnedMapID(t, dir, name); id != before[name] {
+			t.Errorf("%s: pinned map %d, before %d: want it adopted", name, id, before[name])
+		}
+	}
+}
+
 // TestTakeOverNewFlowHash: pins of a build whose flow hash is another
 // version (the layout without "flow_hash", as builds before the fmix64
 // finaliser pinned it) are taken over with the flow group started afresh:
@@ -543,49 +614,18 @@ func TestTakeOverNewFlowHash(t *testing.T) {
 	if got := inflight(d); got != 1 {
 		t.Fatalf("before the take-over: %d in flight, want 1", got)
 	}
-	mapID := func(m *ebpf.Map) ebpf.MapID {
-		info, err := m.Info()
-		must(t, err)
-		id, _ := info.ID()
-		return id
-	}
-	pinnedID := func(name string) ebpf.MapID {
-		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinName(name)), nil)
-		must(t, err)
-		defer m.Close()
-		return mapID(m)
-	}
-	old := map[string]ebpf.MapID{}
-	for _, name := range flowGroup {
-		old[name] = pinnedID(name)
-	}
-	policiesID := pinnedID(olcdMapOlcdPolicies)
+	old := pinnedMapIDs(t, dir, append(slices.Clone(flowGroup), olcdMapOlcdPolicies))
 	must(t, d.Release())
-	layout, err := ebpf.LoadPinnedMap(filepath.Join(dir, layoutMapName), nil)
-	must(t, err)
-	must(t, layout.Delete(keyOf(flowHashKey)))
-	layout.Close()
+	editLayout(t, dir, func(layout *ebpf.Map) error { return layout.Delete(keyOf(flowHashKey)) })
 
-	d = loadPinned(t, cfg)
-	if !d.Adopted() {
-		t.Fatal("the pinned datapath was not taken over")
-	}
-	for _, name := range flowGroup {
-		if id := pinnedID(name); id == old[name] || id != mapID(d.objs.byName(name)) {
-			t.Errorf("%s: pinned map %d, before %d, this datapath's %d: want this datapath's, a new one", name, id, old[name], mapID(d.objs.byName(name)))
-		}
-	}
-	if id := pinnedID(olcdMapOlcdPolicies); id != policiesID {
-		t.Errorf("olcd_policies: pinned map %d, before %d: want it adopted", id, policiesID)
-	}
+	d = takeOver(t, cfg)
+	checkRenewed(t, dir, d, flowGroup, old)
+	checkAdopted(t, dir, []string{olcdMapOlcdPolicies}, old)
 	if p := d.policies[tcp8080]; p.Mode != olc.ModeEnforce {
 		t.Errorf("adopted policy of %s: %+v", tcp8080, p)
 	}
-	layout, err = ebpf.LoadPinnedMap(filepath.Join(dir, layoutMapName), nil)
-	must(t, err)
 	var ver uint64
-	must(t, layout.Lookup(keyOf(flowHashKey), &ver))
-	layout.Close()
+	editLayout(t, dir, func(layout *ebpf.Map) error { return layout.Lookup(keyOf(flowHashKey), &ver) })
 	if ver != FlowHashVersion {
 		t.Errorf("pinned flow hash version %d, want %d", ver, FlowHashVersion)
 	}
@@ -607,12 +647,10 @@ func TestTakeOverNewFlowHash(t *testing.T) {
 			t.Errorf("step %d: counts %+v, want %+v", i+1, got, st.want)
 		}
 	}
-	flows := mapID(d.objs.OlcdFlows)
+	renewed := pinnedMapIDs(t, dir, flowGroup)
 	must(t, d.Release())
-	d = loadPinned(t, cfg)
-	if id := mapID(d.objs.OlcdFlows); id != flows {
-		t.Errorf("a take-over of this build's pins: flow table %d, want the pinned %d", id, flows)
-	}
+	d = takeOver(t, cfg)
+	checkAdopted(t, dir, flowGroup, renewed)
 	if got := inflight(d); got != 1 {
 		t.Errorf("a take-over of this build's pins: %d in flight, want 1 (the request waiting at it)", got)
 	}
@@ -630,40 +668,15 @@ func TestTakeOverRenewsFairGroup(t *testing.T) {
 	must(t, d.SetPolicies([]PortPolicy{{Key: tcp8080, Mode: olc.ModeEnforce, Action: olc.ActionDrop, DropProbability: 0.5, Fair: true}}))
 	must(t, d.SetMode(olc.ModeEnforce))
 	must(t, d.Heartbeat())
-	pinnedID := func(name string) ebpf.MapID {
-		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinName(name)), nil)
-		must(t, err)
-		defer m.Close()
-		info, err := m.Info()
-		must(t, err)
-		id, _ := info.ID()
-		return id
-	}
-	old := map[string]ebpf.MapID{}
-	for _, name := range append(slices.Clone(fairGroup), olcdMapOlcdPolicies) {
-		old[name] = pinnedID(name)
-	}
+	old := pinnedMapIDs(t, dir, append(slices.Clone(fairGroup), olcdMapOlcdPolicies))
 	must(t, d.Release())
-	layout, err := ebpf.LoadPinnedMap(filepath.Join(dir, layoutMapName), nil)
-	must(t, err)
-	must(t, layout.Update(keyOf(olcdMapOlcdFairSlots), uint64(1), ebpf.UpdateAny))
-	layout.Close()
+	editLayout(t, dir, func(layout *ebpf.Map) error {
+		return layout.Update(keyOf(olcdMapOlcdFairSlots), uint64(1), ebpf.UpdateAny)
+	})
 
-	d = loadPinned(t, cfg)
-	if !d.Adopted() {
-		t.Fatal("the pinned datapath was not taken over")
-	}
-	for _, name := range fairGroup {
-		info, err := d.objs.byName(name).Info()
-		must(t, err)
-		mine, _ := info.ID()
-		if id := pinnedID(name); id == old[name] || id != mine {
-			t.Errorf("%s: pinned map %d, before %d, this datapath's %d: want this datapath's, a new one", name, id, old[name], mine)
-		}
-	}
-	if id := pinnedID(olcdMapOlcdPolicies); id != old[olcdMapOlcdPolicies] {
-		t.Errorf("olcd_policies: pinned map %d, before %d: want it adopted", id, old[olcdMapOlcdPolicies])
-	}
+	d = takeOver(t, cfg)
+	checkRenewed(t, dir, d, fairGroup, old)
+	checkAdopted(t, dir, []string{olcdMapOlcdPolicies}, old)
 	if p := d.policies[tcp8080]; !p.Fair || p.DropProbability != 0.5 {
 		t.Errorf("adopted policy of %s: %+v, want fair at p 0.5", tcp8080, p)
 	}
@@ -686,17 +699,10 @@ func TestTakeOverRenewsFairGroup(t *testing.T) {
 	}
 	// The layout says this build's fingerprints now: the next take-over
 	// adopts the group.
-	renewed := map[string]ebpf.MapID{}
-	for _, name := range fairGroup {
-		renewed[name] = pinnedID(name)
-	}
+	renewed := pinnedMapIDs(t, dir, fairGroup)
 	must(t, d.Release())
-	d = loadPinned(t, cfg)
-	for _, name := range fairGroup {
-		if id := pinnedID(name); id != renewed[name] {
-			t.Errorf("a take-over of this build's pins: %s pinned %d, want the adopted %d", name, id, renewed[name])
-		}
-	}
+	takeOver(t, cfg)
+	checkAdopted(t, dir, fairGroup, renewed)
 }
 
 // TestTakeOverFlowTableSize: a restart that resizes the flow table
@@ -707,28 +713,18 @@ func TestTakeOverFlowTableSize(t *testing.T) {
 	cfg := Config{PinDir: dir, MaxPorts: 16, StaleAfter: time.Hour, ResponseSample: 1, FlowTableSize: 64}
 	d := loadPinned(t, cfg)
 	small := d.objs.OlcdFlows.MaxEntries()
+	old := pinnedMapIDs(t, dir, flowGroup)
 	must(t, d.Release())
 	cfg.FlowTableSize = 1024
-	d = loadPinned(t, cfg)
-	if !d.Adopted() {
-		t.Fatal("the pinned datapath was not taken over")
+	d = takeOver(t, cfg)
+	checkRenewed(t, dir, d, flowGroup, old)
+	if got := d.objs.OlcdFlows.MaxEntries(); got <= small {
+		t.Errorf("flow table of %d sets, was %d: want it larger", got, small)
 	}
-	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinName(olcdMapOlcdFlows)), nil)
-	must(t, err)
-	defer m.Close()
-	if got := m.MaxEntries(); got <= small || got != d.objs.OlcdFlows.MaxEntries() {
-		t.Errorf("pinned flow table of %d sets (was %d, this datapath's %d): want this datapath's", got, small, d.objs.OlcdFlows.MaxEntries())
-	}
-	info, err := m.Info()
-	must(t, err)
-	id, _ := info.ID()
+	renewed := pinnedMapIDs(t, dir, flowGroup)
 	must(t, d.Release())
-	d = loadPinned(t, cfg)
-	info, err = d.objs.OlcdFlows.Info()
-	must(t, err)
-	if again, _ := info.ID(); again != id {
-		t.Errorf("a take-over of this build's pins: flow table %d, want the adopted %d", again, id)
-	}
+	takeOver(t, cfg)
+	checkAdopted(t, dir, flowGroup, renewed)
 }
 
 // TestTakeOverRenewsUnfingerprinted: pins as a start that died inside
@@ -740,25 +736,13 @@ func TestTakeOverRenewsUnfingerprinted(t *testing.T) {
 	dir := pinTestDir(t)
 	cfg := Config{PinDir: dir, MaxPorts: 16, StaleAfter: time.Hour}
 	d := loadPinned(t, cfg)
-	info, err := d.objs.OlcdFairCm.Info()
-	must(t, err)
-	before, _ := info.ID()
+	old := pinnedMapIDs(t, dir, fairGroup)
 	must(t, d.objs.OlcdFairCm.Pin(filepath.Join(dir, pinName(olcdMapOlcdFairCm)+renewSuffix)))
 	must(t, d.Release())
-	layout, err := ebpf.LoadPinnedMap(filepath.Join(dir, layoutMapName), nil)
-	must(t, err)
-	must(t, layout.Delete(keyOf(olcdMapOlcdFairCm)))
-	layout.Close()
+	editLayout(t, dir, func(layout *ebpf.Map) error { return layout.Delete(keyOf(olcdMapOlcdFairCm)) })
 
-	d = loadPinned(t, cfg)
-	if !d.Adopted() {
-		t.Fatal("the pinned datapath was not taken over")
-	}
-	info, err = d.objs.OlcdFairCm.Info()
-	must(t, err)
-	if after, _ := info.ID(); after == before {
-		t.Errorf("olcd_fair_cm without a fingerprint was adopted (map %d), want it renewed", after)
-	}
+	d = takeOver(t, cfg)
+	checkRenewed(t, dir, d, fairGroup, old)
 	for _, name := range pinList(t, dir) {
 		if strings.HasSuffix(name, renewSuffix) {
 			t.Errorf("stale temporary pin %s left", name)
