@@ -89,6 +89,16 @@ func share(passed, sent []int, from, to int) float64 {
 	return float64(p) / float64(s)
 }
 
+// heavyMix is TestFairHeavySource's sources, per round: a heavy one at
+// 250 SYNs (10 × the fair share at p = 0.5) and 50 light ones at 4.
+func heavyMix() []fairSource {
+	srcs := []fairSource{{netip.MustParseAddr("198.51.100.200"), 250}}
+	for i := range 50 {
+		srcs = append(srcs, fairSource{netip.AddrFrom4([4]byte{198, 51, 100, byte(i + 1)}), 4})
+	}
+	return srcs
+}
+
 // TestFairHeavySource is must-show 1 of issue 29: a heavy source at 10 ×
 // the fair share and 50 light ones, p = 0.5. The fair share f is where the
 // port keeps half its new work: 50 light sources at 0.16 f each (8 f) and
@@ -100,10 +110,7 @@ func share(passed, sent []int, from, to int) float64 {
 // shed must still be p.
 func TestFairHeavySource(t *testing.T) {
 	const p, rounds, warm = 0.5, 40, 5
-	srcs := []fairSource{{netip.MustParseAddr("198.51.100.200"), 250}}
-	for i := range 50 {
-		srcs = append(srcs, fairSource{netip.AddrFrom4([4]byte{198, 51, 100, byte(i + 1)}), 4})
-	}
+	srcs := heavyMix()
 	for _, h := range hooks {
 		t.Run(string(h), func(t *testing.T) {
 			sent, passed, _ := fairRun(t, h, true, p, srcs, rounds, warm)
@@ -139,48 +146,14 @@ func TestFairHeavySource(t *testing.T) {
 // come down, and the onset admitted that much more.
 func TestFairOnset(t *testing.T) {
 	const p = 0.5
-	srcs := []fairSource{{netip.MustParseAddr("198.51.100.200"), 250}}
-	for i := range 50 {
-		srcs = append(srcs, fairSource{netip.AddrFrom4([4]byte{198, 51, 100, byte(i + 1)}), 4})
-	}
 	for _, h := range hooks {
 		t.Run(string(h), func(t *testing.T) {
-			var order []int
-			for i, s := range srcs {
-				for range s.perRnd {
-					order = append(order, i)
-				}
-			}
-			d := loadTest(t, Config{StaleAfter: time.Hour, DrawSeed: 11})
-			must(t, d.SetPolicies([]PortPolicy{{Key: tcp8080, Mode: olc.ModeEnforce, Action: olc.ActionDrop, DropProbability: p, Fair: true}}))
-			must(t, d.SetMode(olc.ModeEnforce))
-			must(t, d.Heartbeat())
-			must(t, d.setFairClock(1<<40))
-			rand.New(rand.NewPCG(5, 6)).Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-			passed := make([]bool, len(order))
-			var err error
-			onOneCPU(t, func() {
-				for k, i := range order {
-					seg := tcpSeg{uint16(10000 + k), 8080, uint32(k + 1), tcpSYN}.bytes()
-					var ret uint32
-					if ret, err = d.prog(h).Run(&ebpf.RunOptions{Data: ipv4Frame(srcs[i].addr, server4, 6, 0, seg)}); err != nil {
-						return
-					}
-					passed[k] = toVerdict(t, h, ret) == verdictPass
-				}
-			})
-			must(t, err)
-			got := 0
-			for _, ok := range passed {
-				if ok {
-					got++
-				}
-			}
-			n := float64(len(passed))
+			sent, passed, _ := fairRun(t, h, true, p, heavyMix(), 1, 0)
+			got, n := float64(sum(passed)), float64(sum(sent))
 			limit := (1-p)*n + float64(olcdOlcdFairGeometryOLCD_FAIR_DEBT_MAX) + 2*math.Sqrt(n*p*(1-p))
-			t.Logf("the first %d SYNs of the first shed: passed %d (%.3f), 1 - p asks %.0f, at most %.0f", len(passed), got, float64(got)/n, (1-p)*n, limit)
-			if float64(got) > limit {
-				t.Errorf("the first %d SYNs of the first shed: passed %d, want at most %.0f: (1 - p)·n, the debt's bound and 2 sd", len(passed), got, limit)
+			t.Logf("the first %.0f SYNs of the first shed: passed %.0f (%.3f), 1 - p asks %.0f, at most %.0f", n, got, got/n, (1-p)*n, limit)
+			if got > limit {
+				t.Errorf("the first %.0f SYNs of the first shed: passed %.0f, want at most %.0f: (1 - p)·n, the debt's bound and 2 sd", n, got, limit)
 			}
 		})
 	}
