@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -29,6 +28,7 @@ import (
 	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/loader"
 	"github.com/olcd/olcd/internal/testutil"
+	"github.com/olcd/olcd/tests/e2e/overload"
 )
 
 // Thresholds for cpu_busy that decide the overload state without depending
@@ -564,23 +564,17 @@ func (c portCounters) sub(o portCounters) portCounters {
 // decisionRecords reads the decision log's JSON lines.
 func (d *olcd) decisionRecords(t *testing.T) []map[string]any {
 	t.Helper()
-	f, err := os.Open(d.decPath)
-	if err != nil {
-		t.Fatalf("open decision log: %v", err)
-	}
-	defer f.Close()
 	var out []map[string]any
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for line := 1; sc.Scan(); line++ {
+	err := overload.ReadJSONLines(d.decPath, func(b []byte) error {
 		var rec map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-			t.Fatalf("decision log line %d is not JSON: %v: %s", line, err, sc.Bytes())
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return fmt.Errorf("not JSON: %w: %s", err, b)
 		}
 		out = append(out, rec)
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatalf("read decision log: %v", err)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("decision log: %v", err)
 	}
 	return out
 }

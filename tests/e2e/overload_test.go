@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -297,32 +296,33 @@ func checkConfigFile(t *testing.T, path, base string) {
 // logged.
 func checkSurgeStart(t *testing.T, r *overload.RunResult) {
 	t.Helper()
-	f, err := os.Open(r.DecisionLog)
-	if err != nil {
-		t.Fatalf("decision log: %v", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
-	for sc.Scan() {
+	var reason string
+	found := false
+	err := overload.ReadJSONLines(r.DecisionLog, func(b []byte) error {
 		var rec struct {
 			Msg    string `json:"msg"`
 			Reason string `json:"reason"`
 		}
-		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil || rec.Msg != "overload_start" {
-			continue
+		if found || json.Unmarshal(b, &rec) != nil || rec.Msg != "overload_start" {
+			return nil
 		}
-		// With the queue measured, the onset check reads it between
-		// ticks (docs/controller.md §1); the tick's laws start what it
-		// does not.
-		when := "at a tick"
-		if strings.Contains(rec.Reason, "before the tick") {
-			when = "between ticks"
-		}
-		t.Logf("the 3 C step started the overload %s: %s", when, rec.Reason)
+		reason, found = rec.Reason, true
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("decision log: %v", err)
+	}
+	if !found {
+		t.Errorf("no overload_start in %s", r.DecisionLog)
 		return
 	}
-	t.Errorf("no overload_start in %s", r.DecisionLog)
+	// With the queue measured, the onset check reads it between ticks
+	// (docs/controller.md §1); the tick's laws start what it does not.
+	when := "at a tick"
+	if strings.Contains(reason, "before the tick") {
+		when = "between ticks"
+	}
+	t.Logf("the 3 C step started the overload %s: %s", when, reason)
 }
 
 // TestOverloadFailOpen kills olcd with SIGKILL in the middle of the 3 C
