@@ -344,9 +344,9 @@ static __always_inline __u32 olcd_pick(__u32 n, __u32 *pi, __u32 p, const struct
 		else
 			act = olcd_select(n, pi, p, olcd_ctl.selection);
 	}
-	/* Caps first, then act: a branch on act (a coin at p = 0.5) is
-	 * mispredicted on every other new connection, 9 ns on the fair
-	 * path's 18 (docs/datapath.md, "Fair shedding"). */
+	/* Caps first, then act: a branch on act (a coin at p = 0.5) would
+	 * be mispredicted on every other new connection (docs/datapath.md,
+	 * "Fair shedding", cost). */
 	if (!pol->caps)
 		return act;
 	if (act)

@@ -160,11 +160,12 @@ static __always_inline __u64 olcd_flow_addrs(const __u64 *addr, int v6)
  * (Dietzfelbinger, Hagerup, Katajainen, Penttonen, "A reliable randomized
  * algorithm for the closest-pair problem", 1997): times a random odd
  * multiplier (olcd_resp_ctl.seed), then murmur3's finaliser, of which the
- * sample compares the high half. IPv4: addresses and ports fit one word exactly, so flows that
- * differ there never share a key; IPv6: the ports are spread by a multiply
- * first, or the folded addresses and the ports would cancel out between
- * neighbours (::1 port p, ::2 port p ^ 1). The flow table's set and tag
- * come from olcd_flow_mix of it, computed for a sampled flow only (resp.h).
+ * sample compares the high half. IPv4: addresses and ports fit one word
+ * exactly, so flows that differ there never share a key; IPv6: the ports
+ * are spread by a multiply first, or the folded addresses and the ports
+ * would cancel out between neighbours (::1 port p, ::2 port p ^ 1). The
+ * flow table's set and tag come from olcd_flow_mix of it, computed for a
+ * sampled flow only (resp.h).
  */
 static __always_inline __u64 olcd_flow_hash(__u64 addrs, int v6, __u32 ports, __u64 seed)
 {

@@ -49,8 +49,7 @@ const LayoutVersion = 1
 // response-timing maps afresh (flowGroup, renewable) instead of adopting
 // them: a flow the old hash placed is never found by the new one, so each
 // request in flight at the take-over would stay counted as waiting for the
-// rest of the daemon's life (an upgrade from 08fad7e read 10 phantom
-// requests in flight, where the law keeps 2-3, and shed to its floor).
+// rest of the daemon's life (docs/datapath.md, "Take-over").
 const FlowHashVersion = 2
 
 // flowHashKey is the layout map's key of FlowHashVersion.
@@ -423,8 +422,7 @@ func pinAt(m *ebpf.Map, path string, replace bool) error {
 		}
 		return nil
 	}
-	tmp := path + renewSuffix
-	_ = os.Remove(tmp) // a start that died here left it
+	tmp := path + renewSuffix // openPins removed any a dead start left
 	if err := m.Pin(tmp); err != nil {
 		return fmt.Errorf("pin %s: %w", tmp, err)
 	}
