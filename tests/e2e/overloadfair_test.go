@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/olcd/olcd/tests/e2e/overload"
@@ -26,12 +27,25 @@ import (
 // total ≥ 0.6 × even shedding's (the controller's total shed is the same
 // law; docs/measurements.md §18 has the figures). A run whose even
 // shedding dropped under 30 % of the SYNs had no overload (a calibration
-// that read C low) and fails as such.
+// that read C low) and fails as such. OLCD_OVERLOAD_FAIR_CLIENTS=open-retry
+// makes the heavy client one that retransmits its SYNs (a 10 s connect
+// timeout) instead of giving up after 1 s; the light clients stay open
+// loop (the closed pool and keep-alive clients have no light clients
+// beside them in the harness).
 func TestOverloadFair(t *testing.T) {
 	h := overloadHarness(t)
 	c := h.Calibration.CapacityRPS
-	fair := runOnce(t, h, overload.FairHeavy, overload.VariantEnforce)
-	even := runOnce(t, h, overload.EvenHeavy, overload.VariantEnforce)
+	fairSc, evenSc := overload.FairHeavy, overload.EvenHeavy
+	switch k := overload.Clients(os.Getenv("OLCD_OVERLOAD_FAIR_CLIENTS")); k {
+	case "", overload.ClientsOpenGiveUp:
+	case overload.ClientsOpenRetry:
+		fairSc.Clients, evenSc.Clients = k, k
+		fairSc.Name, evenSc.Name = fairSc.Name+"-"+string(k), evenSc.Name+"-"+string(k)
+	default:
+		t.Fatalf("OLCD_OVERLOAD_FAIR_CLIENTS=%q: want %s or %s", k, overload.ClientsOpenGiveUp, overload.ClientsOpenRetry)
+	}
+	fair := runOnce(t, h, fairSc, overload.VariantEnforce)
+	even := runOnce(t, h, evenSc, overload.VariantEnforce)
 
 	type shares struct {
 		light, lightConn, heavy, total float64
