@@ -62,7 +62,8 @@ type AttackConfig struct {
 	// Light, when set, are light clients beside Phases' (which then come
 	// from the namespace's own address, as one heavy client): open-loop
 	// work requests at Light.Rate for the whole attack, each connecting
-	// from the next of Light.Addrs in turn (the fairness test, issue 29).
+	// from the next of Light.Addrs in turn and giving up after Timeout
+	// whatever Clients is (the fairness test, issue 29).
 	Light *LightClients `json:",omitempty"`
 }
 
@@ -196,7 +197,7 @@ func RunAttack(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 	}
 	one := func(d *net.Dialer) func() *net.Dialer { return func() *net.Dialer { return d } }
 	dial := recorded("d %d %d %s\n", one(dialer))
-	newAttacker := func(dial func(context.Context, string, string) (net.Conn, error), keepAlive bool) *vegeta.Attacker {
+	newAttacker := func(dial func(context.Context, string, string) (net.Conn, error), keepAlive bool, timeout time.Duration) *vegeta.Attacker {
 		tr := &http.Transport{DialContext: dial, DisableKeepAlives: true, MaxIdleConnsPerHost: -1}
 		if keepAlive {
 			tr = &http.Transport{DialContext: dial, MaxIdleConnsPerHost: 256}
@@ -205,7 +206,7 @@ func RunAttack(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 			vegeta.Client(&http.Client{Transport: tr, Timeout: timeout}),
 			vegeta.Workers(64), vegeta.MaxWorkers(20000), vegeta.Redirects(vegeta.NoFollow))
 	}
-	work := newAttacker(dial, cfg.KeepAlive)
+	work := newAttacker(dial, cfg.KeepAlive, timeout)
 	var light *vegeta.Attacker
 	if cfg.Light != nil && cfg.Light.Rate > 0 {
 		if len(cfg.Light.Addrs) == 0 {
@@ -217,17 +218,17 @@ func RunAttack(ctx context.Context, cfg AttackConfig, w io.Writer) error {
 			if ip == nil {
 				return fmt.Errorf("attack: light client address %q", a)
 			}
-			d := *dialer
-			d.LocalAddr = &net.TCPAddr{IP: ip}
-			dialers[i] = &d
+			// Open loop, giving up after Timeout, whatever the
+			// main clients do: the users fairness protects.
+			dialers[i] = &net.Dialer{Timeout: cfg.Timeout, LocalAddr: &net.TCPAddr{IP: ip}}
 		}
 		var next atomic.Uint64
 		light = newAttacker(recorded("d %d %d %s l\n", func() *net.Dialer {
 			return dialers[(next.Add(1)-1)%uint64(len(dialers))]
-		}), cfg.KeepAlive)
+		}), cfg.KeepAlive, cfg.Timeout)
 	}
 	// Health checks are what a load balancer sends: a 1 s budget.
-	health := newAttacker(recorded("c %d %d %s\n", one(&net.Dialer{Timeout: cfg.Timeout})), false)
+	health := newAttacker(recorded("c %d %d %s\n", one(&net.Dialer{Timeout: cfg.Timeout})), false, timeout)
 
 	start := time.Now()
 	lines.printf("start %d\n", start.UnixNano())

@@ -556,8 +556,8 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, v Variant, ro RunOptions
 	}
 	label := fmt.Sprintf("%s/%s", sc.Name, v)
 	if sc.Light != nil {
-		if sc.clients() != ClientsOpenGiveUp || sc.backend() == BackendDB {
-			return nil, fmt.Errorf("run %s: light clients beside open-giveup clients over HTTP only", sc.Name)
+		if (sc.clients() != ClientsOpenGiveUp && sc.clients() != ClientsOpenRetry) || sc.backend() == BackendDB {
+			return nil, fmt.Errorf("run %s: light clients beside open-loop clients over HTTP only", sc.Name)
 		}
 		addrs, err := h.net.SourceAddrs(sc.Light.Sources)
 		if err != nil {
