@@ -31,8 +31,9 @@
  * how many.
  *
  * Static caps. A port may have a token bucket of its own (new work per
- * second) and its source prefixes buckets each; a port whose requests in
- * flight reached its ceiling is closed by the loader (OLCD_CAP_CLOSED).
+ * second) and its source prefixes buckets each, and a ceiling on its
+ * requests in flight (the static cap's or the adaptive law's, the lower),
+ * read per arrival from the response timer's counts (olcd_inflight).
  * The caps are asked for what the adaptive law's draw passes (olcd_pick in
  * olcd.c), so that their tokens go to admitted work only: the stricter of
  * the two wins. What a cap refuses is shed whatever p is (p = 0 too), with
@@ -84,6 +85,20 @@ struct {
 	__type(key, __u32);
 	__type(value, struct olcd_cap);
 } olcd_caps SEC(".maps");
+
+/* olcd_capped's verdicts: refused by a static cap (counted capped, which
+ * the law reads as neither demand nor shed), or by the law's ceiling. */
+#define OLCD_CAPPED 1
+#define OLCD_CEILED 2
+
+/* The ceilings on requests in flight: [stats slot]. Its own map, not a
+ * field of olcd_cap: the daemon rewrites it while the law sheds. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1025);
+	__type(key, __u32);
+	__type(value, struct olcd_ceiling);
+} olcd_ceil SEC(".maps");
 
 /* Source prefix caps: (slot, prefix) -> index into olcd_caps. */
 struct {
@@ -277,8 +292,35 @@ static __always_inline __u32 olcd_cap_take(struct olcd_cap *c, __u64 now)
 }
 
 /*
- * Whether a static cap refuses this new work of port *pi from src, 0 or 1:
- * the port closed (requests in flight), then the source's prefix bucket,
+ * The requests in flight a ceiling counts: its slot's requests started less
+ * those answered and abandoned, over every CPU's row (a request started on
+ * one CPU may be answered on another: only the sum is meaningful). One
+ * array lookup per CPU, made only for new work on a port under a ceiling.
+ * A global function, verified once on its own: inlined, the verifier would
+ * follow the rest of the program from each of the loop's exits.
+ * key: the slot's row on CPU 0; stride: slots per CPU.
+ */
+__noinline __u32 olcd_inflight(__u32 key, __u32 cpus, __u32 stride)
+{
+	__u32 n = 0;
+
+	for (__u32 i = 0; i < OLCD_CEIL_MAX_CPUS; i++) {
+		struct olcd_resp_hist *h;
+
+		if (i >= cpus)
+			break;
+		h = bpf_map_lookup_elem(&olcd_rhist, &key);
+		if (h)
+			n += h->requests - h->responses - h->abandoned;
+		key += stride;
+	}
+	return (__s32)n > 0 ? n : 0;
+}
+
+/*
+ * Whether a cap refuses this new work of port *pi from src: 0, or
+ * OLCD_CAPPED (a static cap) or OLCD_CEILED (the adaptive law's ceiling).
+ * The ceiling on requests in flight first, then the source's prefix bucket,
  * then the port's. A source refused spends no port token; one the port
  * refuses has spent its source's.
  */
@@ -288,8 +330,12 @@ static __always_inline __u32 olcd_capped(const struct olcd_policy *pol, __u32 *p
 	__u8 caps = pol->caps;
 	struct olcd_cap *c;
 
-	if (caps & OLCD_CAP_CLOSED)
-		return 1;
+	if (caps & OLCD_CAP_INFLIGHT) {
+		const struct olcd_ceiling *ceil = bpf_map_lookup_elem(&olcd_ceil, pi);
+
+		if (ceil && ceil->max && olcd_inflight(ceil->hist_slot, ceil->cpus, olcd_rctl.hist_slots) >= ceil->max)
+			return ceil->law ? OLCD_CEILED : OLCD_CAPPED;
+	}
 	if ((caps & OLCD_CAP_SOURCES) && src->valid) {
 		struct olcd_cap_key k = {};
 		__u32 *idx;
@@ -307,13 +353,13 @@ static __always_inline __u32 olcd_capped(const struct olcd_policy *pol, __u32 *p
 		if (idx) {
 			c = bpf_map_lookup_elem(&olcd_caps, idx);
 			if (c && !olcd_cap_take(c, now))
-				return 1;
+				return OLCD_CAPPED;
 		}
 	}
 	if (caps & OLCD_CAP_RATE) {
 		c = bpf_map_lookup_elem(&olcd_caps, pi);
 		if (c && !olcd_cap_take(c, now))
-			return 1;
+			return OLCD_CAPPED;
 	}
 	return 0;
 }

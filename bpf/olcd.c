@@ -325,8 +325,9 @@ static __always_inline __u32 olcd_select(__u32 n, __u32 *slot, __u32 p, __u8 sel
  * then, on a port with static caps, what the draw passed meets them. A cap
  * spends its tokens only on work the adaptive law admits, so the stricter
  * of the two wins: a cap above what p admits refuses nothing, one below it
- * refuses the difference. What a cap refuses is counted capped in fs
- * (not with a stale heartbeat, which refuses nothing). src is NULL (a
+ * refuses the difference. What a static cap refuses is counted capped in
+ * fs (not with a stale heartbeat, which refuses nothing); what the law's
+ * ceiling on requests in flight refuses is the law's shed, as its draw's. src is NULL (a
  * constant) on the path of ports without fairness or caps, which this then
  * leaves as it was. n: the draw's input (olcd_draw).
  */
@@ -353,8 +354,8 @@ static __always_inline __u32 olcd_pick(__u32 n, __u32 *pi, __u32 p, const struct
 		return act;
 	capped = olcd_capped(pol, pi, src, olcd_ctl.fresh_ns);
 	if (mode != OLCD_MODE_STALE)
-		fs->capped += capped;
-	return capped;
+		fs->capped += capped & OLCD_CAPPED;
+	return capped != 0;
 }
 
 /* What a selected packet becomes outside enforce mode: counted, passed.
@@ -489,12 +490,17 @@ static __always_inline int olcd_decide(const struct olcd_policy *pol, __u32 *pi,
  * The draw's input is h->reused, which resp.h moves by one per request
  * start, offset per CPU by the flow hash seed so that CPUs draw apart; the
  * even selection shares the port's accumulator with its SYNs, so that the
- * share passed is even over both. Returns an olcd_gate_verdict.
+ * share passed is even over both. The adaptive law's ceiling on requests
+ * in flight (fair.h) meets what the draw passes, as a SYN's does, and
+ * counts its resets with the draw's (the law's shed); a static cap's
+ * ceiling does not (caps are for new connections). Returns an
+ * olcd_gate_verdict.
  */
 static __always_inline int olcd_gate(const struct olcd_seg *sg, void *data, void *data_end,
 				     struct olcd_resp_hist *h)
 {
 	struct olcd_control *ctl = &olcd_ctl;
+	const struct olcd_ceiling *ceil = NULL;
 	struct olcd_policy *pol;
 	__u32 pi, mode, prob, n;
 
@@ -506,8 +512,15 @@ static __always_inline int olcd_gate(const struct olcd_seg *sg, void *data, void
 		return OLCD_GATE_PASS;
 	mode = ctl->mode < pol->mode ? ctl->mode : pol->mode;
 	prob = pol->drop_prob;
-	if (mode == OLCD_MODE_OFF || prob == 0 || pol->shed_retransmits == OLCD_RETX_LAST)
-		return OLCD_GATE_PASS; /* a request start is a first attempt */
+	if (pol->shed_retransmits == OLCD_RETX_LAST)
+		prob = 0; /* a request start is a first attempt */
+	if (pol->caps & OLCD_CAP_INFLIGHT) {
+		ceil = bpf_map_lookup_elem(&olcd_ceil, &pi);
+		if (ceil && !(ceil->max && ceil->law))
+			ceil = NULL;
+	}
+	if (mode == OLCD_MODE_OFF || (prob == 0 && !ceil))
+		return OLCD_GATE_PASS;
 	if (__builtin_expect(*(__u64 *)&ctl->prefixes4 != 0, 0)) {
 		struct olcd_src src;
 
@@ -519,7 +532,8 @@ static __always_inline int olcd_gate(const struct olcd_seg *sg, void *data, void
 	if (mode == OLCD_MODE_ENFORCE && !olcd_heartbeat_fresh(ctl))
 		return OLCD_GATE_PASS;
 	n = h->reused + (__u32)(olcd_rctl.seed >> 32) * (bpf_get_smp_processor_id() + 1);
-	if (!olcd_select(n, &pi, prob, ctl->selection))
+	if (!(prob && olcd_select(n, &pi, prob, ctl->selection)) &&
+	    !(ceil && olcd_inflight(ceil->hist_slot, ceil->cpus, olcd_rctl.hist_slots) >= ceil->max))
 		return OLCD_GATE_PASS;
 	if (mode != OLCD_MODE_ENFORCE) {
 		h->would_reset += 1;

@@ -114,8 +114,29 @@ enum olcd_retx {
 enum olcd_cap_flag {
 	OLCD_CAP_RATE = 1,    /* the port's own token bucket: olcd_caps[stats slot] */
 	OLCD_CAP_SOURCES = 2, /* source prefixes with a bucket of their own (olcd_cap_src) */
-	OLCD_CAP_CLOSED = 4,  /* requests in flight at the port's ceiling: new work is capped */
+	/* 4 was a port closed at its static in-flight cap by the daemon
+	 * (until 6 December 2026): a build that still reads it must not
+	 * take a ceiling for it. */
+	OLCD_CAP_INFLIGHT = 8, /* a ceiling on requests in flight: olcd_ceil[stats slot] */
 };
+
+/*
+ * A port's ceiling on requests in flight (olcd_ceil, fair.h): new work is
+ * refused while the requests its response timer counts in flight, summed
+ * over the CPUs' rows of olcd_rhist, are at max or above.
+ */
+struct olcd_ceiling {
+	__u32 max;       /* requests in flight; 0: no ceiling */
+	__u16 hist_slot; /* the port's olcd_rhist slot (1..) */
+	__u16 cpus;      /* rows of olcd_rhist summed: the possible CPUs */
+	/* Non-zero: max is the adaptive law's, whose refusals are its shed
+	 * (counted dropped, as its draw's); zero: the static cap's, counted
+	 * capped as well. */
+	__u32 law;
+};
+
+/* The most CPUs a ceiling sums (the loader sets none on a larger node). */
+#define OLCD_CEIL_MAX_CPUS 1024
 
 /*
  * Fair shedding (fair.h): a count-min sketch per CPU of DEPTH rows of

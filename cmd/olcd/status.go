@@ -253,7 +253,7 @@ func printResponse(w io.Writer, st *api.Status) {
 		}
 		r := p.ResponseTime
 		fmt.Fprintf(tw, "%s/%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", p.Proto, p.Port, fmtSeconds(r.P50S), fmtSeconds(r.P95S),
-			fmtSeconds(r.P99S), r.Samples, fmtPtr(p.RequestsPerS, 1), fmtPtr(p.InflightRequests, 0), fmtCapacity(p.Capacity))
+			fmtSeconds(r.P99S), r.Samples, fmtPtr(p.RequestsPerS, 1), fmtInflight(p), fmtCapacity(p.Capacity))
 	}
 	tw.Flush()
 	node := map[string]*float64{}
@@ -300,6 +300,16 @@ func printKeepAlive(w io.Writer, st *api.Status) {
 	tw.Flush()
 	fmt.Fprintln(w, "(REUSED/S: requests started on connections already open, nothing outstanding; REUSED%: their share")
 	fmt.Fprintln(w, " of the port's demand, with UNIQUE/S; RESETS/S: those the request gate shed, resetting the connection)")
+}
+
+// fmtInflight renders a port's requests in flight, and the law's ceiling
+// on them while it holds one: "33 ≤ 40".
+func fmtInflight(p api.PortStatus) string {
+	s := fmtPtr(p.InflightRequests, 0)
+	if p.InFlightCeiling != nil {
+		s += fmt.Sprintf(" ≤ %d", *p.InFlightCeiling)
+	}
+	return s
 }
 
 // fmtCapacity renders a port's measured capacity: "780/s, 2.5s ago", or

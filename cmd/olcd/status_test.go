@@ -111,15 +111,17 @@ func TestPrintStatus(t *testing.T) {
 }
 
 // TestPrintStatusResponse: the response-time table and the node line, with
-// an unavailable quantile shown as "-", never 0.
+// an unavailable quantile shown as "-", never 0, and the law's ceiling on
+// requests in flight beside them while it holds one.
 func TestPrintStatusResponse(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	ceiling := 40
 	st := api.Status{Mode: "observe", UpdatedAt: now, StartedAt: now,
 		Signals: []api.SignalStatus{{Name: "response_time_p95", Unit: "seconds", Available: true, Value: f64(0.0213), Threshold: f64(0.05), Pressure: f64(0.43)}},
 		Ports: []api.PortStatus{
 			{Proto: "tcp", Port: 80, Class: "normal", Mode: "observe", Source: "config", Timed: true,
 				ResponseTime: &api.ResponseTime{P50S: f64(0.0204), P95S: f64(0.0213), P99S: f64(0.250), Samples: 812},
-				RequestsPerS: f64(1624), InflightRequests: f64(33)},
+				RequestsPerS: f64(1624), InflightRequests: f64(33), InFlightCeiling: &ceiling},
 			{Proto: "tcp", Port: 8080, Class: "normal", Mode: "observe", Source: "config", Timed: true,
 				ResponseTime: &api.ResponseTime{Samples: 2}, RequestsPerS: f64(4), InflightRequests: f64(0)},
 			{Proto: "tcp", Port: 9000, Class: "normal", Mode: "observe", Source: "config"},
@@ -129,7 +131,7 @@ func TestPrintStatusResponse(t *testing.T) {
 	var buf bytes.Buffer
 	printStatus(&buf, &st, false, now)
 	out := buf.String()
-	for _, w := range []string{"RESPONSE P50", "20.4ms", "21.3ms", "250ms", "812", "1624.0", "33", "not timed",
+	for _, w := range []string{"RESPONSE P50", "20.4ms", "21.3ms", "250ms", "812", "1624.0", "33 ≤ 40", "not timed",
 		"node (worst timed port): p50 -  p95 21.3ms  p99 -", "fewer than 5 samples", "flow table: 40 of 16384 flows"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("status lacks %q:\n%s", w, out)

@@ -161,7 +161,7 @@ func (c *Controller) Step(s olc.Snapshot, stats map[olc.PortKey]PortStats) Decis
 			// Nothing measured for a capacity window: the law has
 			// nothing to hold its cut on, and lets go.
 			if ps.unmeasured += dt; ps.unmeasured >= c.cfg.Params.CapacityWindow.Seconds() && ps.active() {
-				ps.pass = 1
+				ps.pass, ps.ceiled = 1, false
 				reasons = append(reasons, fmt.Sprintf("%s: no counts for %s: pass rate 1", ps.cfg.Key, c.cfg.Params.CapacityWindow))
 			}
 		}

@@ -32,6 +32,8 @@ type port struct {
 	cap        capacity        // μ̂ and the answers per start
 	base       baseline        // the no-load p95 of an auto target
 	pass       float64         // the law's pass rate, MinPassRate..1 (0..1 for retransmits last)
+	ceiled     bool            // the ceiling on requests in flight is in force (docs/controller.md §1)
+	ceil       float64         // the ceiling (requests in flight) while ceiled
 	retx       olc.Retransmits // what the pass rate applies to while pass < 1
 	target     float64         // the target in force (seconds; 0: none)
 	hist       history         // the recent windows: D and the standing queue
@@ -50,8 +52,19 @@ const (
 	longQueue    = 2.0
 )
 
-// active reports whether the port's law sheds.
-func (p *port) active() bool { return p.pass < 1 }
+// active reports whether the port's law sheds: its pass rate, or its
+// ceiling, which stays until a window in which the draw passed everything
+// refused nothing (the queue at N*, the arrivals do not fit).
+func (p *port) active() bool { return p.pass < 1 || p.ceiled }
+
+// settle updates the ceiling after the law ran on counts c: N* (nStar),
+// and above it the standing queue n less what the trim drains of it over
+// the span counted, so that the clients refused during a drain of h
+// seconds come back to a service still busy.
+func (p *port) settle(c counts, n, nStar, h float64) {
+	p.ceiled = p.pass < 1 || (p.ceiled && c.admitted < c.starts)
+	p.ceil = nStar + math.Max(0, n-nStar)*math.Max(0, 1-c.dt/h)
+}
 
 // retransmits returns the datapath's rule for retransmitted SYNs
 // (PortDecision.Retransmits).
@@ -95,7 +108,7 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	p.cap.tick(r.Responses, c.admitted, r.Inflight-math.Max(prevEnd, 0), dt, saturated)
 	p.hist.add(c, r.Inflight, false)
 	if !p.cfg.Target.On() {
-		p.pass, p.target = 1, 0
+		p.pass, p.target, p.ceiled = 1, 0, false
 		return ""
 	}
 	p.base.learn(r, prevEnd, p.active() || busy, p.target)
@@ -113,13 +126,14 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	}
 	switch {
 	case d.all <= 0:
-		p.pass = 1
+		p.pass, p.ceiled = 1, false
 		why += ": no new work arriving, pass rate 1"
 	case mu <= 0 || a <= 0:
 		// Nothing measured to size the admission by: a hung service stays cut.
 		why += fmt.Sprintf(": no answers in the capacity window, holding pass rate %.3f", p.pass)
 	default:
 		p.law(mu, a, standing, h, d, prm)
+		p.settle(c, standing, mu*p.target, h)
 		why += fmt.Sprintf(": capacity %.0f answers/s, %.0f in flight standing where %.1f keep the target, %.0f starts/s arriving (%.0f retransmits) at %.2f answers each: %s",
 			mu, standing, mu*p.target, d.all, d.retx(), a, p.passName())
 	}
@@ -198,9 +212,10 @@ func (p *port) window(st PortStats, w, tick float64, prm *Params) string {
 	if mu <= 0 || a <= 0 || d.all <= 0 || (!p.active() && !surge) {
 		return ""
 	}
-	pass, retx := p.pass, p.retransmits()
+	pass, retx, ceiled := p.pass, p.retransmits(), p.ceiled
 	p.law(mu, a, r.Inflight, h, d, prm)
-	if math.Abs(pass-p.pass) < 1e-9 && retx == p.retransmits() {
+	p.settle(c, p.hist.standing(r.Inflight), mu*p.target, h)
+	if math.Abs(pass-p.pass) < 1e-9 && retx == p.retransmits() && ceiled == p.ceiled {
 		return ""
 	}
 	return fmt.Sprintf("%.0f requests in flight where %.1f keep the target %s, capacity %.0f answers/s, %.0f starts/s (%.0f retransmits): %s between ticks",
@@ -235,6 +250,9 @@ func (p *port) decision(classP float64, prm *Params) PortDecision {
 		Demand: p.demand, ResponseTarget: p.target, QueueP: q, Retransmits: retx}
 	if p.cfg.Target.Auto && p.base.ok {
 		pd.Baseline = p.base.value
+	}
+	if p.ceiled && p.ceil > 0 {
+		pd.InFlightCeiling = int(math.Min(math.Ceil(p.ceil), 1<<30))
 	}
 	if mu := p.cap.lastSat; mu > 0 {
 		pd.Capacity, pd.CapacityAge = mu, p.cap.satAge

@@ -124,6 +124,11 @@ type PortDecision struct {
 	// CapacityAge is how long ago (seconds) the port was last saturated:
 	// Capacity is a figure of that moment. Meaningful when Capacity > 0.
 	CapacityAge float64
+	// InFlightCeiling is the most requests in flight the port's law lets
+	// the datapath admit new work at, read per arrival (docs/controller.md
+	// §1, "The ceiling"): N* = μ̂ × the target, rounded up, at least 1,
+	// while the law sheds; 0 (none) otherwise.
+	InFlightCeiling int
 }
 
 // FirstP returns the drop probability a first attempt meets (0..1): a new

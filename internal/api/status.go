@@ -237,6 +237,11 @@ type PortStatus struct {
 	// for (0..1); DropProbability is the larger of it and the resource
 	// law's class share.
 	QueueDropProbability float64 `json:"queue_drop_probability"`
+	// InFlightCeiling is the most requests in flight at which the law on
+	// the measured queue lets new work in while it sheds (N* = capacity ×
+	// target; the datapath reads it per arrival); absent when it holds
+	// none. A static caps.in_flight below it is what the datapath holds.
+	InFlightCeiling *int `json:"in_flight_ceiling,omitempty"`
 	// Capacity is the port's capacity measured while it was saturated
 	// (adaptive.PortDecision.Capacity): requests/s, connections/s and how
 	// long ago (seconds); absent until the timed port was saturated once.

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"log/slog"
 	"net/netip"
 	"testing"
 
@@ -14,12 +13,12 @@ import (
 // capFake is a datapath that takes caps (the loader's capSetter).
 type capFake struct {
 	datapath
-	src    map[olc.PortKey][]loader.SourceCap
-	closed map[olc.PortKey]bool
+	src  map[olc.PortKey][]loader.SourceCap
+	ceil map[olc.PortKey]int
 }
 
 func (f *capFake) SetSourceCaps(m map[olc.PortKey][]loader.SourceCap) error { f.src = m; return nil }
-func (f *capFake) SetCapClosed(m map[olc.PortKey]bool) error                { f.closed = m; return nil }
+func (f *capFake) SetInFlightCeilings(m map[olc.PortKey]int) error          { f.ceil = m; return nil }
 
 // TestPortPolicyFairAndCaps: a port's fairness and caps reach the loader's
 // policy, its source caps the loader's list.
@@ -39,36 +38,6 @@ func TestPortPolicyFairAndCaps(t *testing.T) {
 	k80 := olc.PortKey{Proto: olc.ProtoTCP, Port: 80}
 	if len(src) != 1 || len(src[k80]) != 1 || src[k80][0] != (loader.SourceCap{Prefix: netip.MustParsePrefix("198.51.100.0/24"), Rate: 3}) {
 		t.Errorf("source caps %v", src)
-	}
-}
-
-// TestCloseAtInFlight: a port with an in-flight ceiling is closed while its
-// requests in flight (scaled by the sample) are at it, open below it and
-// when not timed; a port without a ceiling is left alone.
-func TestCloseAtInFlight(t *testing.T) {
-	k1, k2, k3 := olc.PortKey{Proto: olc.ProtoTCP, Port: 80}, olc.PortKey{Proto: olc.ProtoTCP, Port: 81}, olc.PortKey{Proto: olc.ProtoTCP, Port: 82}
-	f := &capFake{}
-	e := &engine{dp: f, log: slog.New(slog.DiscardHandler), ports: []loader.PortPolicy{
-		{Key: k1, Caps: loader.PortCaps{InFlight: 10}}, {Key: k2, Caps: loader.PortCaps{InFlight: 10}}, {Key: k3}}}
-	tests := []struct {
-		name string
-		rc   map[olc.PortKey]loader.RespCount
-		want map[olc.PortKey]bool
-	}{
-		{"at the ceiling", map[olc.PortKey]loader.RespCount{k1: {Requests: 30, Responses: 24, Abandoned: 1}, k2: {Requests: 4}},
-			map[olc.PortKey]bool{k1: true, k2: false}},
-		{"below", map[olc.PortKey]loader.RespCount{k1: {Requests: 30, Responses: 26}}, map[olc.PortKey]bool{k1: false, k2: false}},
-	}
-	for _, tt := range tests {
-		e.closeAtInFlight(tt.rc, 2)
-		if len(f.closed) != len(tt.want) {
-			t.Errorf("%s: closed %v, want %v", tt.name, f.closed, tt.want)
-		}
-		for k, v := range tt.want {
-			if f.closed[k] != v {
-				t.Errorf("%s: %s closed %v, want %v", tt.name, k, f.closed[k], v)
-			}
-		}
 	}
 }
 

@@ -153,6 +153,7 @@ var (
 	descRTTarget  = prometheus.NewDesc("olcd_port_response_target_seconds", "The p95 response time the law on the measured queue holds the port at (fixed, or auto from the baseline); absent without a target.", portLabels, nil)
 	descRTBase    = prometheus.NewDesc("olcd_port_response_baseline_seconds", "The port's learnt baseline p95 (auto target); absent until learnt.", portLabels, nil)
 	descQueueP    = prometheus.NewDesc("olcd_port_queue_drop_probability_ratio", "Share of new connections the law on the measured queue asks to shed (0..1); the port's drop probability is the larger of it and its class share.", portLabels, nil)
+	descCeiling   = prometheus.NewDesc("olcd_port_inflight_ceiling_requests", "Requests in flight at which the law on the measured queue refuses new work while it sheds (capacity × target); absent while it holds none.", portLabels, nil)
 	descRTQuant   = prometheus.NewDesc("olcd_port_response_time_percentile_seconds", "Response-time percentile (50, 95, 99) over the last tick, the law's input; absent when the tick had too few samples (never 0). Not a summary: over any other window use histogram_quantile on olcd_port_response_time_seconds.", append(slices.Clone(portLabels), "percentile"), nil)
 	descRTReq     = prometheus.NewDesc("olcd_port_requests_timed_total", "Requests timed (sampled flows).", portLabels, nil)
 	descRTAband   = prometheus.NewDesc("olcd_port_requests_abandoned_total", "Timed requests forgotten unanswered: reset, closed, evicted or idle (sampled flows).", portLabels, nil)
@@ -217,7 +218,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMode, descSigPress, descSigAvail,
 		descSigCorr, descPressure, descOverload, descNodeP, descClassP, descPortP, descRetxRule, descNew, descRetrans,
 		descPassed, descDropped, descCapped, descMarked, descWould, descRejected, descWouldRej, descRejLimit, descExempt, descStale, descOtherNew, descOtherEx, descExcPort,
-		descUncl, descAttach, descOverride, descLastTick, descDPErr, descRTHist, descRTQuant, descRTTarget, descRTBase, descQueueP, descRTReq,
+		descUncl, descAttach, descOverride, descLastTick, descDPErr, descRTHist, descRTQuant, descRTTarget, descRTBase, descQueueP, descCeiling, descRTReq,
 		descRTAband, descReused, descResets, descWouldRst, descRTInfl, descSampleR, descCapacity, descCapAge, descFlowCap, descFlowUsed, descFlowEvent} {
 		ch <- d
 	}
@@ -349,6 +350,9 @@ func collectPort(ch chan<- prometheus.Metric, p api.PortStatus, stats loader.Sta
 		gauge(descRTBase, *p.BaselineS, labels...)
 	}
 	gauge(descQueueP, p.QueueDropProbability, labels...)
+	if p.InFlightCeiling != nil {
+		gauge(descCeiling, float64(*p.InFlightCeiling), labels...)
+	}
 	if p.Capacity != nil {
 		gauge(descCapacity, p.Capacity.RequestsPerS, labels...)
 		gauge(descCapAge, p.Capacity.AgeS, labels...)

@@ -104,7 +104,6 @@ func (e *engine) onsetCheck() bool {
 	stats := e.onset.stats
 	clear(stats)
 	sample := float64(max(e.dp.ResponseSample(), 1))
-	e.closeAtInFlight(rcur, sample)
 	for _, p := range e.ports {
 		cur, ok := cur[p.Key]
 		before, had := prev[p.Key]
@@ -135,18 +134,26 @@ func (e *engine) onsetCheck() bool {
 	return true
 }
 
-// writeProbabilities writes dec's per-port drop probabilities to the
-// datapath (all 0 in mode off) and returns them.
+// writeProbabilities writes dec's per-port drop probabilities and ceilings
+// on requests in flight to the datapath (none in mode off) and returns the
+// probabilities.
 func (e *engine) writeProbabilities(dec adaptive.Decision) map[olc.PortKey]float64 {
 	probs := make(map[olc.PortKey]float64, len(dec.Ports))
 	retx := make(map[olc.PortKey]olc.Retransmits, len(dec.Ports))
+	ceil := make(map[olc.PortKey]int, len(dec.Ports))
 	for _, pd := range dec.Ports {
-		p := pd.DropProbability
+		p, c := pd.DropProbability, pd.InFlightCeiling
 		if e.cfg.Mode == olc.ModeOff {
-			p = 0
+			p, c = 0, 0
 		}
 		probs[pd.Key] = p
 		retx[pd.Key] = pd.Retransmits
+		ceil[pd.Key] = c
+	}
+	if cs, ok := e.dp.(capSetter); ok {
+		if err := cs.SetInFlightCeilings(ceil); err != nil {
+			e.log.Error("write in-flight ceilings", "err", err)
+		}
 	}
 	if err := e.dp.SetDropProbabilities(probs); err != nil {
 		e.log.Error("write drop probabilities", "err", err)

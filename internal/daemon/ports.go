@@ -48,40 +48,12 @@ func sourceCaps(cfg *rules.Config) map[olc.PortKey][]loader.SourceCap {
 	return m
 }
 
-// capSetter is the part of the loader's datapath that takes source caps and
-// the in-flight ceiling's verdicts; a datapath without it (tests' fakes)
+// capSetter is the part of the loader's datapath that takes source caps
+// and ceilings on requests in flight; a datapath without it (tests' fakes)
 // enforces no such caps.
 type capSetter interface {
 	SetSourceCaps(m map[olc.PortKey][]loader.SourceCap) error
-	SetCapClosed(m map[olc.PortKey]bool) error
-}
-
-// closeAtInFlight closes (or opens again) every port with an in-flight
-// ceiling (ports[].caps.in_flight) whose requests in flight, from the
-// response counts rc scaled by sample, are at (below) it. Called by the
-// onset check, 20 times a second: the ceiling holds to within 50 ms.
-func (e *engine) closeAtInFlight(rc map[olc.PortKey]loader.RespCount, sample float64) {
-	cs, ok := e.dp.(capSetter)
-	if !ok {
-		return
-	}
-	var m map[olc.PortKey]bool
-	for _, p := range e.ports {
-		if p.Caps.InFlight <= 0 {
-			continue
-		}
-		if m == nil {
-			m = make(map[olc.PortKey]bool)
-		}
-		r, timed := rc[p.Key]
-		m[p.Key] = timed && float64(r.Inflight())*sample >= float64(p.Caps.InFlight)
-	}
-	if m == nil {
-		return
-	}
-	if err := cs.SetCapClosed(m); err != nil {
-		e.log.Error("write in-flight caps", "err", err)
-	}
+	SetInFlightCeilings(m map[olc.PortKey]int) error
 }
 
 // resolvePorts returns the ports cfg protects: the configured list, or under

@@ -235,6 +235,9 @@ func portStatus(p loader.PortPolicy, source string, r tickResult, ctrlPorts []ad
 			continue
 		}
 		ps.QueueDropProbability, ps.Retransmits = pd.QueueP, pd.Retransmits.String()
+		if n := pd.InFlightCeiling; n > 0 {
+			ps.InFlightCeiling = &n
+		}
 		if pd.ResponseTarget > 0 {
 			tgt := pd.ResponseTarget
 			ps.ResponseTarget = &tgt

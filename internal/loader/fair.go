@@ -129,6 +129,7 @@ func sizeFairMaps(spec *ebpf.CollectionSpec, cfg Config) {
 	spec.Maps[olcdMapOlcdFairSlots].MaxEntries = uint32(cfg.MaxPorts) + 1
 	spec.Maps[olcdMapOlcdCaps].MaxEntries = uint32(cfg.MaxPorts) + 1 + uint32(maxCapSources(cfg))
 	spec.Maps[olcdMapOlcdCapSrc].MaxEntries = uint32(maxCapSources(cfg))
+	spec.Maps[olcdMapOlcdCeil].MaxEntries = uint32(cfg.MaxPorts) + 1
 }
 
 // fairState is the loader's shadow of fair.h's caps.
@@ -144,6 +145,10 @@ type fairState struct {
 	free    []uint32
 	// capped folds the 32-bit per-CPU capped counters into 64-bit totals.
 	capped map[uint16]*cappedTotal
+	// law holds the adaptive law's ceilings on requests in flight
+	// (SetInFlightCeilings), ceil the ceilings written to olcd_ceil.
+	law  map[olc.PortKey]uint32
+	ceil map[olc.PortKey]olcdOlcdCeiling
 }
 
 type cappedTotal struct {
@@ -172,6 +177,8 @@ func (d *Datapath) initFair() error {
 		src:     make(map[olcdOlcdCapKey]uint32),
 		srcCaps: make(map[olc.PortKey][]SourceCap),
 		capped:  make(map[uint16]*cappedTotal),
+		law:     make(map[olc.PortKey]uint32),
+		ceil:    make(map[olc.PortKey]olcdOlcdCeiling),
 	}
 	base := uint32(d.cfg.MaxPorts) + 1
 	for i := maxCapSources(d.cfg) - 1; i >= 0; i-- {
@@ -196,8 +203,9 @@ func (d *Datapath) setFairClock(ns uint64) error {
 	return d.writeFairConf()
 }
 
-// fairFields fills the fair and caps fields of a policy entry.
-func fairFields(p PortPolicy, srcCaps []SourceCap, v *olcdOlcdPolicy) {
+// fairFields fills the fair and caps fields of a policy entry; ceiled: the
+// port has a ceiling on requests in flight in olcd_ceil.
+func fairFields(p PortPolicy, srcCaps []SourceCap, ceiled bool, v *olcdOlcdPolicy) {
 	v.Fair = b2u8(p.Fair)
 	v.FairPrefix4 = uint8(DefaultFairPrefix4)
 	if p.FairPrefix4 != 0 {
@@ -214,8 +222,8 @@ func fairFields(p PortPolicy, srcCaps []SourceCap, v *olcdOlcdPolicy) {
 	if len(srcCaps) > 0 {
 		caps |= uint8(olcdOlcdCapFlagOLCD_CAP_SOURCES)
 	}
-	if p.Caps.Closed {
-		caps |= uint8(olcdOlcdCapFlagOLCD_CAP_CLOSED)
+	if ceiled {
+		caps |= uint8(olcdOlcdCapFlagOLCD_CAP_INFLIGHT)
 	}
 	v.Caps = caps
 }
@@ -253,9 +261,10 @@ func (d *Datapath) writeCaps(k olc.PortKey, slot uint16, fresh bool) error {
 	return d.trackCapped(k, slot)
 }
 
-// trackCapped starts folding the capped count of a port with a cap.
+// trackCapped starts folding the capped count of a port with a cap or a
+// ceiling.
 func (d *Datapath) trackCapped(k olc.PortKey, slot uint16) error {
-	if anyCap(d.policies[k].Caps) || len(d.fair.srcCaps[k]) > 0 {
+	if anyCap(d.policies[k].Caps) || len(d.fair.srcCaps[k]) > 0 || d.fair.ceil[k].Max > 0 {
 		if d.fair.capped[slot] == nil {
 			n, err := ebpf.PossibleCPU()
 			if err != nil {
@@ -279,7 +288,7 @@ func (d *Datapath) trackCapped(k olc.PortKey, slot uint16) error {
 
 // anyCap reports whether a cap is set (their counts are then folded).
 func anyCap(c PortCaps) bool {
-	return c.Rate > 0 || c.InFlight > 0 || c.Closed
+	return c.Rate > 0 || c.InFlight > 0
 }
 
 // dropSourceCaps removes the source caps of slot not in keep.
@@ -305,8 +314,13 @@ func (d *Datapath) forgetCaps(k olc.PortKey, slot uint16) error {
 	delete(d.fair.caps, k)
 	delete(d.fair.srcCaps, k)
 	delete(d.fair.capped, slot)
+	delete(d.fair.law, k)
+	delete(d.fair.ceil, k)
 	if err := d.objs.OlcdCaps.Update(uint32(slot), &olcdOlcdCap{}, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("clear cap of port %s: %w", k, err)
+	}
+	if err := d.objs.OlcdCeil.Update(uint32(slot), &olcdOlcdCeiling{}, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("clear ceiling of port %s: %w", k, err)
 	}
 	return d.dropSourceCaps(slot, nil)
 }
@@ -337,36 +351,6 @@ func (d *Datapath) foldCapped() error {
 				t.total += uint64(vals[i].Capped - t.prev[i])
 				t.prev[i] = vals[i].Capped
 			}
-		}
-	}
-	return nil
-}
-
-// SetCapClosed closes (true) or opens each port of m to new work, the
-// requests-in-flight ceiling the daemon enforces per tick (PortCaps.Closed);
-// ports not in m keep theirs. Writes only the entries that change.
-// Errors: a port without a policy, a closed datapath, a failed map write.
-func (d *Datapath) SetCapClosed(m map[olc.PortKey]bool) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.checkOpen(); err != nil {
-		return fmt.Errorf("set cap closed: %w", err)
-	}
-	for k := range m {
-		if _, ok := d.policies[k]; !ok {
-			return fmt.Errorf("set cap closed: port %s has no policy", k)
-		}
-	}
-	for k, closed := range m {
-		pol := d.policies[k]
-		if pol.Caps.Closed == closed {
-			continue
-		}
-		pol.Caps.Closed = closed
-		d.policies[k] = pol
-		d.fair.caps[k] = pol.Caps // the buckets are unchanged
-		if err := d.writePolicy(k); err != nil {
-			return fmt.Errorf("set cap closed: %w", err)
 		}
 	}
 	return nil

@@ -18,6 +18,7 @@ import (
 const (
 	xdpDrop    = 1
 	xdpPass    = 2
+	xdpTx      = 3
 	tcActShot  = 2
 	tcActUnspc = 0xffffffff // TC_ACT_UNSPEC (-1): pass, let the next program run
 )

@@ -83,6 +83,7 @@ func estimateMapMemory(cfg Config, ncpu, prefixes4, prefixes6 int) ([]mapUsage, 
 		{"olcd_fair_cm", percpu(uint64(olcdOlcdFairGeometryOLCD_FAIR_DEPTH)*uint64(fairWidth(cfg))/uint64(olcdOlcdFairGeometryOLCD_FAIR_LINE), unsafe.Sizeof(olcdOlcdFairLine{}))},
 		{"olcd_fair_slots", percpu(ports+1, unsafe.Sizeof(olcdOlcdFairSlot{}))},
 		{"olcd_caps", array(ports+1+uint64(maxCapSources(cfg)), unsafe.Sizeof(olcdOlcdCap{}))},
+		{"olcd_ceil", array(ports+1, unsafe.Sizeof(olcdOlcdCeiling{}))},
 		{"olcd_cap_src", 0},
 	}, nil
 }

@@ -31,9 +31,9 @@ type olcdOlcdCap struct {
 type olcdOlcdCapFlag uint32
 
 const (
-	olcdOlcdCapFlagOLCD_CAP_RATE    olcdOlcdCapFlag = 1
-	olcdOlcdCapFlagOLCD_CAP_SOURCES olcdOlcdCapFlag = 2
-	olcdOlcdCapFlagOLCD_CAP_CLOSED  olcdOlcdCapFlag = 4
+	olcdOlcdCapFlagOLCD_CAP_RATE     olcdOlcdCapFlag = 1
+	olcdOlcdCapFlagOLCD_CAP_SOURCES  olcdOlcdCapFlag = 2
+	olcdOlcdCapFlagOLCD_CAP_INFLIGHT olcdOlcdCapFlag = 8
 )
 
 type olcdOlcdCapKey struct {
@@ -42,6 +42,14 @@ type olcdOlcdCapKey struct {
 	Slot      uint16
 	Zero      uint16
 	Addr      [16]uint8
+}
+
+type olcdOlcdCeiling struct {
+	_        structs.HostLayout
+	Max      uint32
+	HistSlot uint16
+	Cpus     uint16
+	Law      uint32
 }
 
 type olcdOlcdClass uint32
@@ -285,6 +293,7 @@ const (
 const (
 	olcdMapOlcdCapSrc          = "olcd_cap_src"
 	olcdMapOlcdCaps            = "olcd_caps"
+	olcdMapOlcdCeil            = "olcd_ceil"
 	olcdMapOlcdEven            = "olcd_even"
 	olcdMapOlcdExempt4         = "olcd_exempt4"
 	olcdMapOlcdExempt6         = "olcd_exempt6"
@@ -374,6 +383,7 @@ type olcdProgramSpecs struct {
 type olcdMapSpecs struct {
 	OlcdCapSrc    *ebpf.MapSpec `ebpf:"olcd_cap_src"`
 	OlcdCaps      *ebpf.MapSpec `ebpf:"olcd_caps"`
+	OlcdCeil      *ebpf.MapSpec `ebpf:"olcd_ceil"`
 	OlcdEven      *ebpf.MapSpec `ebpf:"olcd_even"`
 	OlcdExempt4   *ebpf.MapSpec `ebpf:"olcd_exempt4"`
 	OlcdExempt6   *ebpf.MapSpec `ebpf:"olcd_exempt6"`
@@ -435,6 +445,7 @@ func (o *olcdObjects) Close() error {
 type olcdMaps struct {
 	OlcdCapSrc    *ebpf.Map `ebpf:"olcd_cap_src"`
 	OlcdCaps      *ebpf.Map `ebpf:"olcd_caps"`
+	OlcdCeil      *ebpf.Map `ebpf:"olcd_ceil"`
 	OlcdEven      *ebpf.Map `ebpf:"olcd_even"`
 	OlcdExempt4   *ebpf.Map `ebpf:"olcd_exempt4"`
 	OlcdExempt6   *ebpf.Map `ebpf:"olcd_exempt6"`
@@ -454,6 +465,7 @@ func (m *olcdMaps) Close() error {
 	return _OlcdClose(
 		m.OlcdCapSrc,
 		m.OlcdCaps,
+		m.OlcdCeil,
 		m.OlcdEven,
 		m.OlcdExempt4,
 		m.OlcdExempt6,

@@ -65,6 +65,10 @@ var flowGroup = []string{olcdMapOlcdFlows, olcdMapOlcdRhist, olcdMapOlcdFstats}
 // total, debt, capped count): counts of the last epochs, read together.
 var fairGroup = []string{olcdMapOlcdFairCm, olcdMapOlcdFairSlots}
 
+// ceilGroup is the ceilings on requests in flight, which the daemon
+// rewrites every tick while a law sheds (and a build before them lacks).
+var ceilGroup = []string{olcdMapOlcdCeil}
+
 // renewable are the map groups a take-over may start afresh where the
 // pinned ones differ (their layout, or for flowGroup the flow hash),
 // instead of refusing the start: they hold what the traffic of the last
@@ -72,7 +76,7 @@ var fairGroup = []string{olcdMapOlcdFairCm, olcdMapOlcdFairSlots}
 // requests in flight, the fair shares while they settle), where the other
 // maps (policies, drop probabilities, heartbeat, exceptions) carry what
 // the running daemon decided.
-var renewable = [][]string{flowGroup, fairGroup}
+var renewable = [][]string{flowGroup, fairGroup, ceilGroup}
 
 // groupOf is the renewable group holding map name, nil when none does.
 func groupOf(name string) []string {

@@ -180,6 +180,10 @@ func (d *Datapath) SetPolicies(policies []PortPolicy) error {
 	if err := d.writeIndex(); err != nil {
 		return fmt.Errorf("set policies: %w", err)
 	}
+	// After the index: a new port's histogram slot is given there.
+	if err := d.writeCeilings(sortedKeys(d.policies)); err != nil {
+		return fmt.Errorf("set policies: %w", err)
+	}
 	if err := d.syncExemptSlots(); err != nil {
 		return fmt.Errorf("set policies: %w", err)
 	}
@@ -499,7 +503,7 @@ func (d *Datapath) writePolicy(k olc.PortKey) error {
 		Action:          cAction(p.Action),
 		Class:           cClass(p.Class),
 	}
-	fairFields(p, d.fair.srcCaps[k], &v)
+	fairFields(p, d.fair.srcCaps[k], d.fair.ceil[k].Max > 0, &v)
 	if err := d.stats.setKind(slot, policyKind(d.ctl.Mode, v.Mode, p.Action, k.Proto)); err != nil {
 		return fmt.Errorf("write policy of port %s: %w", k, err)
 	}

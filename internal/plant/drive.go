@@ -80,6 +80,10 @@ func DriveRestart(c *adaptive.Controller, sc Scenario, key olc.PortKey, minSampl
 		}
 		return p
 	}
+	// The datapath's ceiling on requests in flight: the last decision's,
+	// held while the daemon is down.
+	ceiling := 0
+	sc.Ceiling = func() int { return ceiling }
 	// gone reports whether the daemon is down at t (the datapath holds
 	// its p), and replaces c by the restored controller once the gap is
 	// over.
@@ -132,7 +136,7 @@ func DriveRestart(c *adaptive.Controller, sc Scenario, key olc.PortKey, minSampl
 			if each != nil {
 				each(DriveTick{Observation: o, Port: d.Ports[idx], Decision: d, Window: true})
 			}
-			rule = d.Ports[idx].Retransmits
+			rule, ceiling = d.Ports[idx].Retransmits, d.Ports[idx].InFlightCeiling
 			held = d.Ports[idx].DropProbability
 			return d.Ports[idx].DropProbability, true
 		}
@@ -152,7 +156,7 @@ func DriveRestart(c *adaptive.Controller, sc Scenario, key olc.PortKey, minSampl
 		d := c.Step(s, map[olc.PortKey]adaptive.PortStats{key: {
 			New: o.New, Retransmits: o.Retransmits, Dropped: o.Dropped, Response: r}})
 		pd := d.Ports[idx]
-		rule = pd.Retransmits
+		rule, ceiling = pd.Retransmits, pd.InFlightCeiling
 		if each != nil {
 			each(DriveTick{Observation: o, Port: pd, Decision: d})
 		}

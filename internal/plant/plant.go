@@ -162,6 +162,10 @@ type Scenario struct {
 	// FirstP, when set, is the drop probability applied to first
 	// attempts as a function of the port's p; nil applies p.
 	FirstP func(p float64) float64
+	// Ceiling, when set, is the ceiling on requests in flight the
+	// datapath holds (0: none): a SYN that finds that many in flight is
+	// shed, as bpf/fair.h refuses it per arrival.
+	Ceiling func() int
 	// Noise is the relative standard deviation of cpu_busy's measurement.
 	Noise float64
 	// Window is the period of the check between ticks (RunWindows); 0
@@ -364,6 +368,11 @@ func RunWindows(sc Scenario, decide func(Observation) float64, between func(Obse
 				dp = sc.FirstP(p)
 			}
 			shed := rng.Float64() < dp
+			if !shed && sc.Ceiling != nil {
+				if c := sc.Ceiling(); c > 0 && inflight(queue, workers, abandoned) >= c {
+					shed = true
+				}
+			}
 			if sc.Limit > 0 {
 				if tokens >= 1 {
 					tokens--
@@ -573,9 +582,9 @@ type Steady struct {
 	// GoodShare is the share of windows whose goodput is at least 0.8 ×
 	// GoodputMean.
 	GoodShare float64
-	// P99 is the 99th percentile of the successes' latency in the part
-	// (seconds, as the client saw it).
-	P99 float64
+	// P95 and P99 are the 95th and 99th percentiles of the successes'
+	// latency in the part (seconds, as the client saw it).
+	P95, P99 float64
 }
 
 // SteadyPart returns the figures of [t0, t1].
@@ -607,7 +616,7 @@ func (r Result) SteadyPart(t0, t1 float64) Steady {
 	}
 	if len(lat) > 0 {
 		slices.Sort(lat)
-		s.P99 = quantile(lat, 0.99)
+		s.P95, s.P99 = quantile(lat, 0.95), quantile(lat, 0.99)
 	}
 	return s
 }

@@ -100,13 +100,10 @@ type PortCaps struct {
 	// second's worth (at least 1).
 	Burst int
 	// InFlight is the most requests in flight the port may have (the
-	// response timer's count, all CPUs); 0: no ceiling. The datapath
-	// cannot sum it per packet: the daemon compares it between ticks and
-	// closes the port (Datapath.SetCapClosed) while it is at the ceiling.
+	// response timer's count, all CPUs, read per arrival: bpf/fair.h); 0:
+	// no ceiling. The adaptive law's ceiling (Datapath.SetInFlightCeilings)
+	// may be lower.
 	InFlight int
-	// Closed refuses all new work: set by SetCapClosed while the port's
-	// requests in flight are at InFlight.
-	Closed bool
 }
 
 // Reject is the reject action's rate limit, a token bucket per CPU.
