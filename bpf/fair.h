@@ -32,12 +32,13 @@
  *
  * Static caps. A port may have a token bucket of its own (new work per
  * second) and its source prefixes buckets each, and a ceiling on its
- * requests in flight (the static cap's or the adaptive law's, the lower),
- * read per arrival from the response timer's counts (olcd_inflight).
+ * requests in flight, read per arrival from the response timer's counts
+ * (olcd_inflight); the adaptive law sets a ceiling of its own there.
  * The caps are asked for what the adaptive law's draw passes (olcd_pick in
  * olcd.c), so that their tokens go to admitted work only: the stricter of
- * the two wins. What a cap refuses is shed whatever p is (p = 0 too), with
- * the port's action, and counted as capped.
+ * the two wins. What a static cap refuses is shed whatever p is (p = 0
+ * too), with the port's action, and counted as capped; what the law's
+ * ceiling refuses is counted ceiled (the law's shed).
  *
  * Included by olcd.c after olcd_draw, olcd_heartbeat_fresh and struct
  * olcd_src.
@@ -333,8 +334,14 @@ static __always_inline __u32 olcd_capped(const struct olcd_policy *pol, __u32 *p
 	if (caps & OLCD_CAP_INFLIGHT) {
 		const struct olcd_ceiling *ceil = bpf_map_lookup_elem(&olcd_ceil, pi);
 
-		if (ceil && ceil->max && olcd_inflight(ceil->hist_slot, ceil->cpus, olcd_rctl.hist_slots) >= ceil->max)
-			return ceil->law ? OLCD_CEILED : OLCD_CAPPED;
+		if (ceil && (ceil->cap | ceil->law)) {
+			__u32 n = olcd_inflight(ceil->hist_slot, ceil->cpus, olcd_rctl.hist_slots);
+
+			if (ceil->cap && n >= ceil->cap)
+				return OLCD_CAPPED;
+			if (ceil->law && n >= ceil->law && bpf_get_prandom_u32() >= ceil->floor)
+				return OLCD_CEILED;
+		}
 	}
 	if ((caps & OLCD_CAP_SOURCES) && src->valid) {
 		struct olcd_cap_key k = {};

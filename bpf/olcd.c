@@ -327,7 +327,8 @@ static __always_inline __u32 olcd_select(__u32 n, __u32 *slot, __u32 p, __u8 sel
  * of the two wins: a cap above what p admits refuses nothing, one below it
  * refuses the difference. What a static cap refuses is counted capped in
  * fs (not with a stale heartbeat, which refuses nothing); what the law's
- * ceiling on requests in flight refuses is the law's shed, as its draw's. src is NULL (a
+ * ceiling on requests in flight refuses is the law's shed, as its draw's,
+ * and counted ceiled in fs, so that the law knows when its ceiling acts. src is NULL (a
  * constant) on the path of ports without fairness or caps, which this then
  * leaves as it was. n: the draw's input (olcd_draw).
  */
@@ -353,8 +354,10 @@ static __always_inline __u32 olcd_pick(__u32 n, __u32 *pi, __u32 p, const struct
 	if (act)
 		return act;
 	capped = olcd_capped(pol, pi, src, olcd_ctl.fresh_ns);
-	if (mode != OLCD_MODE_STALE)
+	if (mode != OLCD_MODE_STALE) {
 		fs->capped += capped & OLCD_CAPPED;
+		fs->ceiled += capped >> 1; /* OLCD_CEILED */
+	}
 	return capped != 0;
 }
 
@@ -490,17 +493,14 @@ static __always_inline int olcd_decide(const struct olcd_policy *pol, __u32 *pi,
  * The draw's input is h->reused, which resp.h moves by one per request
  * start, offset per CPU by the flow hash seed so that CPUs draw apart; the
  * even selection shares the port's accumulator with its SYNs, so that the
- * share passed is even over both. The adaptive law's ceiling on requests
- * in flight (fair.h) meets what the draw passes, as a SYN's does, and
- * counts its resets with the draw's (the law's shed); a static cap's
- * ceiling does not (caps are for new connections). Returns an
- * olcd_gate_verdict.
+ * share passed is even over both. The ceilings on requests in flight
+ * (fair.h) are for new connections: a reset costs the client a new
+ * connection, which meets them. Returns an olcd_gate_verdict.
  */
 static __always_inline int olcd_gate(const struct olcd_seg *sg, void *data, void *data_end,
 				     struct olcd_resp_hist *h)
 {
 	struct olcd_control *ctl = &olcd_ctl;
-	const struct olcd_ceiling *ceil = NULL;
 	struct olcd_policy *pol;
 	__u32 pi, mode, prob, n;
 
@@ -512,15 +512,8 @@ static __always_inline int olcd_gate(const struct olcd_seg *sg, void *data, void
 		return OLCD_GATE_PASS;
 	mode = ctl->mode < pol->mode ? ctl->mode : pol->mode;
 	prob = pol->drop_prob;
-	if (pol->shed_retransmits == OLCD_RETX_LAST)
-		prob = 0; /* a request start is a first attempt */
-	if (pol->caps & OLCD_CAP_INFLIGHT) {
-		ceil = bpf_map_lookup_elem(&olcd_ceil, &pi);
-		if (ceil && !(ceil->max && ceil->law))
-			ceil = NULL;
-	}
-	if (mode == OLCD_MODE_OFF || (prob == 0 && !ceil))
-		return OLCD_GATE_PASS;
+	if (mode == OLCD_MODE_OFF || prob == 0 || pol->shed_retransmits == OLCD_RETX_LAST)
+		return OLCD_GATE_PASS; /* a request start is a first attempt */
 	if (__builtin_expect(*(__u64 *)&ctl->prefixes4 != 0, 0)) {
 		struct olcd_src src;
 
@@ -532,8 +525,7 @@ static __always_inline int olcd_gate(const struct olcd_seg *sg, void *data, void
 	if (mode == OLCD_MODE_ENFORCE && !olcd_heartbeat_fresh(ctl))
 		return OLCD_GATE_PASS;
 	n = h->reused + (__u32)(olcd_rctl.seed >> 32) * (bpf_get_smp_processor_id() + 1);
-	if (!(prob && olcd_select(n, &pi, prob, ctl->selection)) &&
-	    !(ceil && olcd_inflight(ceil->hist_slot, ceil->cpus, olcd_rctl.hist_slots) >= ceil->max))
+	if (!olcd_select(n, &pi, prob, ctl->selection))
 		return OLCD_GATE_PASS;
 	if (mode != OLCD_MODE_ENFORCE) {
 		h->would_reset += 1;

@@ -121,21 +121,24 @@ enum olcd_cap_flag {
 };
 
 /*
- * A port's ceiling on requests in flight (olcd_ceil, fair.h): new work is
+ * A port's ceilings on requests in flight (olcd_ceil, fair.h): new work is
  * refused while the requests its response timer counts in flight, summed
- * over the CPUs' rows of olcd_rhist, are at max or above.
+ * over the CPUs' rows of olcd_rhist, are at a ceiling or above. The static
+ * cap's refusals are counted capped; the adaptive law's are its shed, of
+ * which a share floor passes all the same, so that a count that went wrong
+ * never silences the port (the law's min_pass_rate).
  */
 struct olcd_ceiling {
-	__u32 max;       /* requests in flight; 0: no ceiling */
+	__u32 cap;       /* the static cap (caps.in_flight); 0: none */
+	__u32 law;       /* the adaptive law's ceiling; 0: none */
+	__u32 floor;     /* of what the law's refuses, the share passed (2^32 = all) */
 	__u16 hist_slot; /* the port's olcd_rhist slot (1..) */
 	__u16 cpus;      /* rows of olcd_rhist summed: the possible CPUs */
-	/* Non-zero: max is the adaptive law's, whose refusals are its shed
-	 * (counted dropped, as its draw's); zero: the static cap's, counted
-	 * capped as well. */
-	__u32 law;
 };
 
-/* The most CPUs a ceiling sums (the loader sets none on a larger node). */
+/* The most CPUs a ceiling sums (the loader sets none on a larger node;
+ * loader.maxCeilingCPUs: a macro, since an enum bpf2go could export needs
+ * a global in .bss, whose layout a take-over keeps). */
 #define OLCD_CEIL_MAX_CPUS 1024
 
 /*
@@ -190,6 +193,7 @@ struct olcd_fair_slot {
 	/* The shed owed: p per arrival less one per drop, in 2^-DEBT_SHIFT
 	 * of a new connection, kept within +-DEBT_MAX of them. */
 	__s32 debt;
+	__u32 ceiled; /* refused (or would be) by the law's ceiling on requests in flight */
 };
 
 /*

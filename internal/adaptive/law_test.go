@@ -79,7 +79,8 @@ func TestInFlightCeiling(t *testing.T) {
 		{"reject: at once", 0.4, counts{starts: 30, admitted: 12, dt: 0.05}, 60, 4, 0.05, true, 4},
 		{"a tick", 0.4, counts{starts: 300, admitted: 120, dt: 0.5}, 60, 4, 1, true, 32},
 		{"N* below one request", 0.5, counts{starts: 10, admitted: 5, dt: 0.05}, 0, 0.2, 1, true, 1},
-		{"the ceiling alone refusing", 1, counts{starts: 30, admitted: 20, dt: 0.05}, 7, 7, 1, true, 7},
+		{"the ceiling alone refusing", 1, counts{starts: 30, admitted: 20, ceiled: 10, dt: 0.05}, 7, 7, 1, true, 7},
+		{"the node's share refusing, the ceiling nothing", 1, counts{starts: 30, admitted: 20, dt: 0.05}, 7, 7, 1, false, 0},
 		{"nothing refused", 1, counts{starts: 30, admitted: 30, dt: 0.05}, 5, 7, 1, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -86,6 +86,12 @@ func matrix(seed uint64) []cell {
 				// clients beyond N* (docs/measurements.md §24).
 				c.pStdFloor, c.floor = 0.12, 0.68
 			}
+			if b == plant.PHP && k == plant.ClosedPool {
+				// Four children: the ceiling (N* about 8) refuses the
+				// returning wave's clients beyond it, and the waves show
+				// in p (docs/measurements.md §24).
+				c.pStdFloor = 0.1
+			}
 			cells = append(cells, c)
 		}
 	}

@@ -54,7 +54,8 @@ const (
 
 // active reports whether the port's law sheds: its pass rate, or its
 // ceiling, which stays until a window in which the draw passed everything
-// refused nothing (the queue at N*, the arrivals do not fit).
+// and the ceiling refused nothing (the queue at it: the arrivals do not
+// fit).
 func (p *port) active() bool { return p.pass < 1 || p.ceiled }
 
 // settle updates the ceiling after the law ran on counts c: N* (nStar),
@@ -62,7 +63,7 @@ func (p *port) active() bool { return p.pass < 1 || p.ceiled }
 // the span counted, so that the clients refused during a drain of h
 // seconds come back to a service still busy.
 func (p *port) settle(c counts, n, nStar, h float64) {
-	p.ceiled = p.pass < 1 || (p.ceiled && c.admitted < c.starts)
+	p.ceiled = p.pass < 1 || (p.ceiled && c.ceiled > 0)
 	p.ceil = nStar + math.Max(0, n-nStar)*math.Max(0, 1-c.dt/h)
 }
 
@@ -80,13 +81,15 @@ type counts struct {
 	starts   float64 // new connections and request starts on open connections
 	first    float64 // starts less the SYN retransmits among them
 	admitted float64 // starts not shed
+	ceiled   float64 // starts the ceiling refused (or would)
 	dt       float64 // the span counted (seconds; 0: none)
 }
 
 func countsOf(st PortStats, dt float64) counts {
 	starts := float64(st.New) + float64(st.Reused)
 	shed := math.Min(float64(st.Dropped)+float64(st.Resets), starts)
-	return counts{starts: starts, first: starts - float64(min(st.Retransmits, st.New)), admitted: starts - shed, dt: dt}
+	return counts{starts: starts, first: starts - float64(min(st.Retransmits, st.New)), admitted: starts - shed,
+		ceiled: float64(st.Ceiled), dt: dt}
 }
 
 // step advances the port's law (docs/controller.md §1) by one tick of dt
@@ -174,6 +177,14 @@ func (p *port) law(mu, a, n, h float64, d rates, prm *Params) {
 	}
 }
 
+// ceiling returns the ceiling on requests in flight in force (0: none).
+func (p *port) ceiling() int {
+	if !p.ceiled || p.ceil <= 0 {
+		return 0
+	}
+	return int(math.Min(math.Ceil(p.ceil), 1<<30))
+}
+
 // passName renders the pass rate and what it applies to, for a reason.
 func (p *port) passName() string {
 	switch p.retransmits() {
@@ -212,10 +223,10 @@ func (p *port) window(st PortStats, w, tick float64, prm *Params) string {
 	if mu <= 0 || a <= 0 || d.all <= 0 || (!p.active() && !surge) {
 		return ""
 	}
-	pass, retx, ceiled := p.pass, p.retransmits(), p.ceiled
+	pass, retx, ceiling := p.pass, p.retransmits(), p.ceiling()
 	p.law(mu, a, r.Inflight, h, d, prm)
 	p.settle(c, p.hist.standing(r.Inflight), mu*p.target, h)
-	if math.Abs(pass-p.pass) < 1e-9 && retx == p.retransmits() && ceiled == p.ceiled {
+	if math.Abs(pass-p.pass) < 1e-9 && retx == p.retransmits() && ceiling == p.ceiling() {
 		return ""
 	}
 	return fmt.Sprintf("%.0f requests in flight where %.1f keep the target %s, capacity %.0f answers/s, %.0f starts/s (%.0f retransmits): %s between ticks",
@@ -251,9 +262,7 @@ func (p *port) decision(classP float64, prm *Params) PortDecision {
 	if p.cfg.Target.Auto && p.base.ok {
 		pd.Baseline = p.base.value
 	}
-	if p.ceiled && p.ceil > 0 {
-		pd.InFlightCeiling = int(math.Min(math.Ceil(p.ceil), 1<<30))
-	}
+	pd.InFlightCeiling = p.ceiling()
 	if mu := p.cap.lastSat; mu > 0 {
 		pd.Capacity, pd.CapacityAge = mu, p.cap.satAge
 		if a := p.cap.perStart(); a > 0 {

@@ -44,7 +44,8 @@ const (
 type baseline struct {
 	value float64 // seconds
 	ok    bool
-	quiet int // consecutive ticks in which no law shed
+	quiet int  // consecutive ticks in which no law shed
+	shed  bool // a law has shed since the port was added
 }
 
 // The baseline's learning (docs/controller.md §2, §7).
@@ -71,12 +72,13 @@ func steady(r PortResponse, prev float64) bool {
 // at the previous tick's end (−1: none); busy is true while any law sheds.
 // The first steady quiet tick teaches it whatever its p95 (a service that
 // takes 200 ms is slow, not overloaded); later ones within the target move it.
+// Quiet: no law shed in the last baselineQuiet ticks, or ever, at a start.
 func (b *baseline) learn(r PortResponse, prev float64, busy bool, target float64) {
 	if busy {
-		b.quiet = 0
+		b.quiet, b.shed = 0, true
 		return
 	}
-	if b.quiet++; (b.ok && b.quiet < baselineQuiet) || !r.Available || r.P95 <= 0 || !steady(r, prev) {
+	if b.quiet++; ((b.ok || b.shed) && b.quiet < baselineQuiet) || !r.Available || r.P95 <= 0 || !steady(r, prev) {
 		return
 	}
 	m := r.P95

@@ -17,8 +17,8 @@ type capFake struct {
 	ceil map[olc.PortKey]int
 }
 
-func (f *capFake) SetSourceCaps(m map[olc.PortKey][]loader.SourceCap) error { f.src = m; return nil }
-func (f *capFake) SetInFlightCeilings(m map[olc.PortKey]int) error          { f.ceil = m; return nil }
+func (f *capFake) SetSourceCaps(m map[olc.PortKey][]loader.SourceCap) error   { f.src = m; return nil }
+func (f *capFake) SetInFlightCeilings(m map[olc.PortKey]int, _ float64) error { f.ceil = m; return nil }
 
 // TestPortPolicyFairAndCaps: a port's fairness and caps reach the loader's
 // policy, its source caps the loader's list.

@@ -151,7 +151,7 @@ func (e *engine) writeProbabilities(dec adaptive.Decision) map[olc.PortKey]float
 		ceil[pd.Key] = c
 	}
 	if cs, ok := e.dp.(capSetter); ok {
-		if err := cs.SetInFlightCeilings(ceil); err != nil {
+		if err := cs.SetInFlightCeilings(ceil, e.ctrl.Config().Params.MinPassRate); err != nil {
 			e.log.Error("write in-flight ceilings", "err", err)
 		}
 	}

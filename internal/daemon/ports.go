@@ -53,8 +53,12 @@ func sourceCaps(cfg *rules.Config) map[olc.PortKey][]loader.SourceCap {
 // enforces no such caps.
 type capSetter interface {
 	SetSourceCaps(m map[olc.PortKey][]loader.SourceCap) error
-	SetInFlightCeilings(m map[olc.PortKey]int) error
+	SetInFlightCeilings(m map[olc.PortKey]int, floor float64) error
 }
+
+// The loader's datapath is a capSetter: a signature that drifts must not
+// turn the caps off unnoticed.
+var _ capSetter = (*loader.Datapath)(nil)
 
 // resolvePorts returns the ports cfg protects: the configured list, or under
 // ports: auto every TCP port with a listener on a non-loopback address, minus

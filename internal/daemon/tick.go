@@ -155,7 +155,8 @@ func (e *engine) recordCaps(deltas map[olc.PortKey]loader.Counters) {
 func portStats(dl loader.Counters) adaptive.PortStats {
 	capped := min(dl.Capped, dl.Dropped)
 	dropped := dl.Dropped - capped
-	return adaptive.PortStats{New: dl.NewConns - min(capped, dl.NewConns), Retransmits: dl.SYNRetransmits, Dropped: dropped, Rejected: min(dl.Rejected, dropped)}
+	return adaptive.PortStats{New: dl.NewConns - min(capped, dl.NewConns), Retransmits: dl.SYNRetransmits, Dropped: dropped,
+		Rejected: min(dl.Rejected, dropped), Ceiled: dl.Ceiled}
 }
 
 // gateDelta is a gated port's request starts on open connections and the
@@ -201,6 +202,7 @@ func counterDelta(cur, prev loader.Counters) loader.Counters {
 		Rejected:       sub(cur.Rejected, prev.Rejected),
 		WouldReject:    sub(cur.WouldReject, prev.WouldReject),
 		Capped:         sub(cur.Capped, prev.Capped),
+		Ceiled:         sub(cur.Ceiled, prev.Ceiled),
 	}
 }
 

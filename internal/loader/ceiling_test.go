@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"math"
 	"runtime"
 	"testing"
 	"time"
@@ -61,9 +62,9 @@ func TestInFlightCeiling(t *testing.T) {
 				must(t, d.SetPolicies([]PortPolicy{{Key: tcp8080, Mode: olc.ModeEnforce, Action: olc.ActionDrop, Caps: PortCaps{InFlight: tt.static}}}))
 				must(t, d.SetMode(olc.ModeEnforce))
 				must(t, d.Heartbeat())
-				must(t, d.SetInFlightCeilings(map[olc.PortKey]int{tcp8080: tt.law}))
-				if got := d.InFlightCeiling(tcp8080); got != tt.want {
-					t.Fatalf("ceiling in force %d, want %d", got, tt.want)
+				must(t, d.SetInFlightCeilings(map[olc.PortKey]int{tcp8080: tt.law}, 0))
+				if s, l := d.InFlightCeiling(tcp8080); s != tt.static || l != tt.law {
+					t.Fatalf("ceilings in force %d, %d; want %d, %d", s, l, tt.static, tt.law)
 				}
 				run := func(p *ebpf.Program, frame []byte) uint32 {
 					t.Helper()
@@ -117,42 +118,117 @@ func TestInFlightCeiling(t *testing.T) {
 
 // TestInFlightCeilingNeedsTiming: a port that is not timed (response timing
 // off) has no ceiling, static or the law's: nothing counts its requests.
+// With one flow in 16 timed, the law's ceiling is of the sampled count
+// (divided by 16, at least 1), and the static cap is not set (it needs
+// every flow). Bad input is refused and changes nothing.
 func TestInFlightCeilingNeedsTiming(t *testing.T) {
 	d := loadTest(t, Config{StaleAfter: time.Hour})
 	must(t, d.SetPolicies([]PortPolicy{{Key: tcp8080, Mode: olc.ModeEnforce, Action: olc.ActionDrop, Caps: PortCaps{InFlight: 2}}}))
-	must(t, d.SetInFlightCeilings(map[olc.PortKey]int{tcp8080: 1}))
-	if got := d.InFlightCeiling(tcp8080); got != 0 {
-		t.Errorf("ceiling %d on an untimed port, want none", got)
+	must(t, d.SetInFlightCeilings(map[olc.PortKey]int{tcp8080: 1}, 0.1))
+	if s, l := d.InFlightCeiling(tcp8080); s != 0 || l != 0 {
+		t.Errorf("ceilings %d, %d on an untimed port, want none", s, l)
 	}
-	if err := d.SetInFlightCeilings(map[olc.PortKey]int{tcp8080: -1}); err == nil {
-		t.Error("a negative ceiling was taken")
+	sampled := loadTest(t, Config{StaleAfter: time.Hour, ResponseSample: 16})
+	must(t, sampled.SetPolicies([]PortPolicy{{Key: tcp8080, Mode: olc.ModeEnforce, Action: olc.ActionDrop, Caps: PortCaps{InFlight: 2}}}))
+	for _, tc := range []struct{ law, want int }{{40, 3}, {3, 1}} {
+		must(t, sampled.SetInFlightCeilings(map[olc.PortKey]int{tcp8080: tc.law}, 0.1))
+		if s, l := sampled.InFlightCeiling(tcp8080); s != 0 || l != tc.want {
+			t.Errorf("one flow in 16 timed, the law's ceiling %d: ceilings %d, %d; want 0, %d", tc.law, s, l, tc.want)
+		}
 	}
-	if err := d.SetInFlightCeilings(map[olc.PortKey]int{{Proto: olc.ProtoTCP, Port: 9}: 1}); err == nil {
-		t.Error("a ceiling for a port without a policy was taken")
+	for _, bad := range []struct {
+		m     map[olc.PortKey]int
+		floor float64
+	}{
+		{map[olc.PortKey]int{tcp8080: -1}, 0.1},
+		{map[olc.PortKey]int{{Proto: olc.ProtoTCP, Port: 9}: 1}, 0.1},
+		{map[olc.PortKey]int{tcp8080: 5}, 1.5},
+		{map[olc.PortKey]int{tcp8080: 5}, math.NaN()},
+	} {
+		if err := sampled.SetInFlightCeilings(bad.m, bad.floor); err == nil {
+			t.Errorf("ceilings %v with floor %v were taken", bad.m, bad.floor)
+		}
+		if _, l := sampled.InFlightCeiling(tcp8080); l != 1 {
+			t.Errorf("a refused call changed the ceiling to %d", l)
+		}
 	}
 }
 
-// TestInFlightCeilingGate: the law's ceiling meets a request start on an
-// idle keep-alive connection of a port with the request gate, at p = 0 too
-// (the draw passes it): two requests in flight on other connections, a
-// ceiling of 2, and the start is reset (XDP_TX, counted a reset); one
-// answered, and the next start passes. A static ceiling is for new
-// connections only: it lets the start pass.
+// TestInFlightCeilingFloor: of what the law's ceiling refuses, a share
+// floor passes all the same (a count gone wrong never silences the port),
+// and the heartbeat gone stale or observe mode refuse nothing: 400 SYNs at
+// a count stuck above the ceiling.
+func TestInFlightCeilingFloor(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		floor    float64
+		mode     olc.Mode
+		stale    bool
+		lo, hi   int // SYNs passed of 400
+		ceiledOK func(c Counters) bool
+	}{
+		{"floor 0.1", 0.1, olc.ModeEnforce, false, 20, 65, func(c Counters) bool { return c.Ceiled == c.Dropped && c.Ceiled > 300 }},
+		{"floor 0", 0, olc.ModeEnforce, false, 0, 0, func(c Counters) bool { return c.Ceiled == 400 && c.Dropped == 400 }},
+		{"observe", 0.1, olc.ModeObserve, false, 400, 400, func(c Counters) bool { return c.Dropped == 0 && c.WouldDrop == c.Ceiled && c.Ceiled > 300 }},
+		{"stale heartbeat", 0, olc.ModeEnforce, true, 400, 400, func(c Counters) bool { return c.Dropped == 0 && c.Ceiled == 0 }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := loadTest(t, Config{StaleAfter: time.Hour, ResponseSample: 1, FlowTableSize: 64})
+			must(t, d.SetPolicies([]PortPolicy{{Key: tcp8080, Mode: tt.mode, Action: olc.ActionDrop}}))
+			must(t, d.SetMode(olc.ModeEnforce))
+			must(t, d.Heartbeat())
+			must(t, d.SetInFlightCeilings(map[olc.PortKey]int{tcp8080: 1}, tt.floor))
+			if tt.stale {
+				d.mu.Lock()
+				d.ctl.HeartbeatNs = 1 // long before now: stale
+				err := d.writeControl()
+				d.mu.Unlock()
+				must(t, err)
+			}
+			passed := 0
+			onCPU(t, 0, func() {
+				// A request that is never answered: the count stays at 1.
+				if _, err := d.prog(hookXDP).Run(&ebpf.RunOptions{Data: tcpData{client4, server4, 40001, 8080, cseq0, 1, psh, 100}.frame()}); err != nil {
+					t.Error(err)
+					return
+				}
+				for i := range 400 {
+					ret, err := d.prog(hookXDP).Run(&ebpf.RunOptions{Data: ipv4Frame(client4, server4, 6, 0, tcpSeg{uint16(20000 + i), 8080, uint32(i + 1), tcpSYN}.bytes())})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if ret == xdpPass {
+						passed++
+					}
+				}
+			})
+			c := stats(t, d).Ports[tcp8080]
+			if passed < tt.lo || passed > tt.hi || !tt.ceiledOK(c) {
+				t.Errorf("passed %d of 400 (want %d..%d); dropped %d, would drop %d, ceiled %d", passed, tt.lo, tt.hi, c.Dropped, c.WouldDrop, c.Ceiled)
+			}
+		})
+	}
+}
+
+// TestInFlightCeilingGate: the ceilings are for new connections: a request
+// start on an idle keep-alive connection of a port with the request gate
+// passes at p = 0 with the port at its ceiling, the law's or the static
+// one (a reset would cost the client a new connection, which meets them).
 func TestInFlightCeilingGate(t *testing.T) {
 	for _, tt := range []struct {
 		name        string
 		static, law int
-		wantReset   bool
 	}{
-		{"the law's", 0, 2, true},
-		{"static", 2, 0, false},
+		{"the law's", 0, 2},
+		{"static", 2, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			d := loadTest(t, Config{StaleAfter: time.Hour, ResponseSample: 1, FlowTableSize: 64})
 			must(t, d.SetPolicies([]PortPolicy{{Key: tcp8080, Mode: olc.ModeEnforce, Action: olc.ActionDrop, RequestGate: true, Caps: PortCaps{InFlight: tt.static}}}))
 			must(t, d.SetMode(olc.ModeEnforce))
 			must(t, d.Heartbeat())
-			must(t, d.SetInFlightCeilings(map[olc.PortKey]int{tcp8080: tt.law}))
+			must(t, d.SetInFlightCeilings(map[olc.PortKey]int{tcp8080: tt.law}, 0))
 			run := func(p *ebpf.Program, frame []byte) uint32 {
 				t.Helper()
 				ret, err := p.Run(&ebpf.RunOptions{Data: frame})
@@ -166,31 +242,23 @@ func TestInFlightCeilingGate(t *testing.T) {
 				return tcpData{server4, client4, 8080, port, seq, ack, psh, n}.frame()
 			}
 			onCPU(t, 0, func() {
-				// Two idle keep-alive connections, each answered once.
-				for _, p := range []uint16{40010, 40011} {
-					run(d.prog(hookXDP), cli(p, cseq0, sseq0, 100))
-					run(d.objs.OlcdTcEgress, srv(p, sseq0, cseq0+100, 200))
-				}
-				// Two requests in flight on two others.
+				// An idle keep-alive connection, answered once, and two
+				// requests in flight on two others.
+				run(d.prog(hookXDP), cli(40010, cseq0, sseq0, 100))
+				run(d.objs.OlcdTcEgress, srv(40010, sseq0, cseq0+100, 200))
 				for _, p := range []uint16{40001, 40002} {
 					run(d.prog(hookXDP), cli(p, cseq0, sseq0, 100))
 				}
-				reset := run(d.prog(hookXDP), cli(40010, cseq0+100, sseq0+200, 100)) == xdpTx
-				if reset != tt.wantReset {
-					t.Errorf("a request start at 2 in flight under the ceiling: reset %v, want %v", reset, tt.wantReset)
+				if run(d.prog(hookXDP), cli(40010, cseq0+100, sseq0+200, 100)) != xdpPass {
+					t.Error("a request start at the ceiling was reset")
 				}
-				run(d.objs.OlcdTcEgress, srv(40001, sseq0, cseq0+100, 200))
-				if run(d.prog(hookXDP), cli(40011, cseq0+100, sseq0+200, 100)) != xdpPass {
-					t.Error("a request start at 1 in flight under a ceiling of 2 was reset")
+				// A new connection meets the ceiling.
+				if run(d.prog(hookXDP), ipv4Frame(client4, server4, 6, 0, tcpSeg{30000, 8080, 1, tcpSYN}.bytes())) != xdpDrop {
+					t.Error("a SYN at the ceiling passed")
 				}
 			})
-			r := stats(t, d).Response[tcp8080]
-			want := uint64(0)
-			if tt.wantReset {
-				want = 1
-			}
-			if r.Resets != want {
-				t.Errorf("resets %d, want %d", r.Resets, want)
+			if r := stats(t, d).Response[tcp8080]; r.Resets != 0 || r.Reused != 1 {
+				t.Errorf("resets %d, request starts %d; want 0, 1", r.Resets, r.Reused)
 			}
 		})
 	}

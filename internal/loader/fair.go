@@ -146,14 +146,18 @@ type fairState struct {
 	// capped folds the 32-bit per-CPU capped counters into 64-bit totals.
 	capped map[uint16]*cappedTotal
 	// law holds the adaptive law's ceilings on requests in flight
-	// (SetInFlightCeilings), ceil the ceilings written to olcd_ceil.
-	law  map[olc.PortKey]uint32
-	ceil map[olc.PortKey]olcdOlcdCeiling
+	// (SetInFlightCeilings) and floor the share of their refusals passed;
+	// ceil the entries written to olcd_ceil.
+	law         map[olc.PortKey]uint32
+	floor       uint32
+	ceil        map[olc.PortKey]olcdOlcdCeiling
+	tooManyCPUs bool // the warning that no ceiling is set was logged
 }
 
+// cappedTotal folds a slot's capped and ceiled counts ([0], [1]).
 type cappedTotal struct {
-	prev  []uint32
-	total uint64
+	prev  [][2]uint32
+	total [2]uint64
 }
 
 // initFair writes fair.h's knobs: a random hash seed, the sketch's mask,
@@ -261,10 +265,10 @@ func (d *Datapath) writeCaps(k olc.PortKey, slot uint16, fresh bool) error {
 	return d.trackCapped(k, slot)
 }
 
-// trackCapped starts folding the capped count of a port with a cap or a
-// ceiling.
+// trackCapped starts folding the capped and ceiled counts of a port with
+// a cap or a ceiling.
 func (d *Datapath) trackCapped(k olc.PortKey, slot uint16) error {
-	if anyCap(d.policies[k].Caps) || len(d.fair.srcCaps[k]) > 0 || d.fair.ceil[k].Max > 0 {
+	if anyCap(d.policies[k].Caps) || len(d.fair.srcCaps[k]) > 0 || hasCeiling(d.fair.ceil[k]) {
 		if d.fair.capped[slot] == nil {
 			n, err := ebpf.PossibleCPU()
 			if err != nil {
@@ -274,10 +278,10 @@ func (d *Datapath) trackCapped(k olc.PortKey, slot uint16) error {
 			if err := d.objs.OlcdFairSlots.Lookup(uint32(slot), &vals); err != nil {
 				return fmt.Errorf("write caps of port %s: %w", k, err)
 			}
-			t := &cappedTotal{prev: make([]uint32, n)}
+			t := &cappedTotal{prev: make([][2]uint32, n)}
 			for i := range vals {
 				if i < n {
-					t.prev[i] = vals[i].Capped
+					t.prev[i] = [2]uint32{vals[i].Capped, vals[i].Ceiled}
 				}
 			}
 			d.fair.capped[slot] = t
@@ -338,7 +342,7 @@ func (d *Datapath) resetFairSlot(slot uint16) error {
 	return nil
 }
 
-// foldCapped brings the 64-bit capped totals up to date (each CPU's 32-bit
+// foldCapped brings the 64-bit capped and ceiled totals up to date (each CPU's 32-bit
 // count is added modulo 2^32, as statsFolder does).
 func (d *Datapath) foldCapped() error {
 	var vals []olcdOlcdFairSlot
@@ -348,18 +352,19 @@ func (d *Datapath) foldCapped() error {
 		}
 		for i := range vals {
 			if i < len(t.prev) {
-				t.total += uint64(vals[i].Capped - t.prev[i])
-				t.prev[i] = vals[i].Capped
+				t.total[0] += uint64(vals[i].Capped - t.prev[i][0])
+				t.total[1] += uint64(vals[i].Ceiled - t.prev[i][1])
+				t.prev[i] = [2]uint32{vals[i].Capped, vals[i].Ceiled}
 			}
 		}
 	}
 	return nil
 }
 
-// withCapped adds a slot's capped total to its counters.
+// withCapped adds a slot's capped and ceiled totals to its counters.
 func (d *Datapath) withCapped(c Counters, slot uint16) Counters {
 	if t := d.fair.capped[slot]; t != nil {
-		c.Capped = t.total
+		c.Capped, c.Ceiled = t.total[0], t.total[1]
 	}
 	return c
 }

@@ -46,10 +46,11 @@ type olcdOlcdCapKey struct {
 
 type olcdOlcdCeiling struct {
 	_        structs.HostLayout
-	Max      uint32
+	Cap      uint32
+	Law      uint32
+	Floor    uint32
 	HistSlot uint16
 	Cpus     uint16
-	Law      uint32
 }
 
 type olcdOlcdClass uint32
@@ -127,6 +128,7 @@ type olcdOlcdFairSlot struct {
 	Total  uint32
 	Capped uint32
 	Debt   int32
+	Ceiled uint32
 }
 
 type olcdOlcdFlowCounters struct {

@@ -503,7 +503,7 @@ func (d *Datapath) writePolicy(k olc.PortKey) error {
 		Action:          cAction(p.Action),
 		Class:           cClass(p.Class),
 	}
-	fairFields(p, d.fair.srcCaps[k], d.fair.ceil[k].Max > 0, &v)
+	fairFields(p, d.fair.srcCaps[k], hasCeiling(d.fair.ceil[k]), &v)
 	if err := d.stats.setKind(slot, policyKind(d.ctl.Mode, v.Mode, p.Action, k.Proto)); err != nil {
 		return fmt.Errorf("write policy of port %s: %w", k, err)
 	}

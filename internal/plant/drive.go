@@ -83,7 +83,7 @@ func DriveRestart(c *adaptive.Controller, sc Scenario, key olc.PortKey, minSampl
 	// The datapath's ceiling on requests in flight: the last decision's,
 	// held while the daemon is down.
 	ceiling := 0
-	sc.Ceiling = func() int { return ceiling }
+	sc.Ceiling, sc.CeilingFloor = func() int { return ceiling }, c.Config().Params.MinPassRate
 	// gone reports whether the daemon is down at t (the datapath holds
 	// its p), and replaces c by the restored controller once the gap is
 	// over.
@@ -127,7 +127,7 @@ func DriveRestart(c *adaptive.Controller, sc Scenario, key olc.PortKey, minSampl
 			}
 			at := at(o.T)
 			d, ok := c.Onset(at, sc.Window, map[olc.PortKey]adaptive.PortStats{key: {
-				New: o.New, Retransmits: o.Retransmits, Dropped: o.Dropped,
+				New: o.New, Retransmits: o.Retransmits, Dropped: o.Dropped, Ceiled: o.Ceiled,
 				Response: adaptive.PortResponse{Samples: uint64(o.Responses), Requests: float64(o.Requests),
 					Responses: float64(o.Responses), Inflight: float64(o.Inflight)}}})
 			if !ok {
@@ -154,7 +154,7 @@ func DriveRestart(c *adaptive.Controller, sc Scenario, key olc.PortKey, minSampl
 			r.Available, r.P95 = true, o.P95
 		}
 		d := c.Step(s, map[olc.PortKey]adaptive.PortStats{key: {
-			New: o.New, Retransmits: o.Retransmits, Dropped: o.Dropped, Response: r}})
+			New: o.New, Retransmits: o.Retransmits, Dropped: o.Dropped, Ceiled: o.Ceiled, Response: r}})
 		pd := d.Ports[idx]
 		rule, ceiling = pd.Retransmits, pd.InFlightCeiling
 		if each != nil {

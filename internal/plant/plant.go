@@ -164,8 +164,10 @@ type Scenario struct {
 	FirstP func(p float64) float64
 	// Ceiling, when set, is the ceiling on requests in flight the
 	// datapath holds (0: none): a SYN that finds that many in flight is
-	// shed, as bpf/fair.h refuses it per arrival.
-	Ceiling func() int
+	// shed, as bpf/fair.h refuses it per arrival, but for a share
+	// CeilingFloor of them.
+	Ceiling      func() int
+	CeilingFloor float64
 	// Noise is the relative standard deviation of cpu_busy's measurement.
 	Noise float64
 	// Window is the period of the check between ticks (RunWindows); 0
@@ -198,6 +200,8 @@ type Observation struct {
 	// every SYN, the retransmitted ones among them, and the ones olcd
 	// dropped.
 	New, Retransmits, Dropped uint64
+	// Ceiled counts the SYNs among Dropped the ceiling refused.
+	Ceiled uint64
 	// Responses is how many requests were answered in the tick.
 	Responses int
 	// P50, P95, P99 are the response times (seconds: from the request
@@ -369,8 +373,10 @@ func RunWindows(sc Scenario, decide func(Observation) float64, between func(Obse
 			}
 			shed := rng.Float64() < dp
 			if !shed && sc.Ceiling != nil {
-				if c := sc.Ceiling(); c > 0 && inflight(queue, workers, abandoned) >= c {
+				if c := sc.Ceiling(); c > 0 && inflight(queue, workers, abandoned) >= c && rng.Float64() >= sc.CeilingFloor {
 					shed = true
+					obs.Ceiled++
+					win.Ceiled++
 				}
 			}
 			if sc.Limit > 0 {
