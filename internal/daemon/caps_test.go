@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"log/slog"
+	"maps"
 	"net/netip"
 	"testing"
 
@@ -12,13 +14,46 @@ import (
 
 // capFake is a datapath that takes caps (the loader's capSetter).
 type capFake struct {
-	datapath
-	src  map[olc.PortKey][]loader.SourceCap
-	ceil map[olc.PortKey]int
+	*fakeDatapath
+	src   map[olc.PortKey][]loader.SourceCap
+	ceil  map[olc.PortKey]int
+	floor float64
 }
 
-func (f *capFake) SetSourceCaps(m map[olc.PortKey][]loader.SourceCap) error   { f.src = m; return nil }
-func (f *capFake) SetInFlightCeilings(m map[olc.PortKey]int, _ float64) error { f.ceil = m; return nil }
+func (f *capFake) SetSourceCaps(m map[olc.PortKey][]loader.SourceCap) error { f.src = m; return nil }
+func (f *capFake) SetInFlightCeilings(m map[olc.PortKey]int, floor float64) error {
+	f.ceil, f.floor = m, floor
+	return nil
+}
+
+// TestWriteCeilings: the law's ceilings on requests in flight reach the
+// datapath with the drop probabilities, with min_pass_rate as the share of
+// their refusals that passes; a port without one is written 0 (none), and
+// in mode off every port is.
+func TestWriteCeilings(t *testing.T) {
+	k80, k81 := olc.PortKey{Proto: olc.ProtoTCP, Port: 80}, olc.PortKey{Proto: olc.ProtoTCP, Port: 81}
+	for _, mode := range []string{"enforce", "off"} {
+		c, _, err := rules.Parse([]byte("mode: "+mode+"\nports: [80, 81]\ncontroller: {min_pass_rate: 0.2}\n"), "x.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctrl, err := adaptive.New(c.ControllerConfig(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := &capFake{fakeDatapath: &fakeDatapath{}}
+		e := &engine{dp: f, cfg: c, ctrl: ctrl, log: slog.New(slog.DiscardHandler)}
+		e.writeProbabilities(adaptive.Decision{Ports: []adaptive.PortDecision{
+			{Key: k80, DropProbability: 0.4, InFlightCeiling: 7}, {Key: k81}}})
+		want := map[olc.PortKey]int{k80: 7, k81: 0}
+		if mode == "off" {
+			want[k80] = 0
+		}
+		if !maps.Equal(f.ceil, want) || f.floor != 0.2 {
+			t.Errorf("mode %s: ceilings %v with floor %v, want %v with 0.2", mode, f.ceil, f.floor, want)
+		}
+	}
+}
 
 // TestPortPolicyFairAndCaps: a port's fairness and caps reach the loader's
 // policy, its source caps the loader's list.
@@ -60,6 +95,8 @@ func TestPortStatsLeaveCappedOut(t *testing.T) {
 			adaptive.PortStats{New: 300}},
 		{"mark", loader.Counters{NewConns: 300, Marked: 200, Capped: 150},
 			adaptive.PortStats{New: 300}},
+		{"the law's ceiling: its shed, counted apart", loader.Counters{NewConns: 300, Dropped: 100, Ceiled: 40},
+			adaptive.PortStats{New: 300, Dropped: 100, Ceiled: 40}},
 		{"no cap", loader.Counters{NewConns: 300, Dropped: 200, Rejected: 20, SYNRetransmits: 10},
 			adaptive.PortStats{New: 300, Dropped: 200, Rejected: 20, Retransmits: 10}},
 	} {
