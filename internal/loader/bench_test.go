@@ -258,12 +258,17 @@ func BenchmarkDatapathReject(b *testing.B) {
 //	observe-p50   the draw without the drop path
 //	drop-p50      syn-p50
 //	drop-p50-even syn-p50 with selection: even (error diffusion, no generator)
+//	drop-p50-timed    syn-p50 on a port timed (response timing on)
+//	drop-p50-ceiling  + the law's ceiling on requests in flight, never reached:
+//	                  its sum over the CPUs (olcd_inflight) for every SYN the
+//	                  draw passes, and the source address fairness and caps read
 func BenchmarkDatapathBreakdown(b *testing.B) {
 	requireRoot(b)
 	random := loadTest(b, Config{StaleAfter: time.Hour})
 	even := loadTest(b, Config{StaleAfter: time.Hour, Selection: SelectEven})
+	timed := loadTest(b, Config{StaleAfter: time.Hour, ResponseSample: 1})
 	floor := emptyXDP(b)
-	for _, d := range []*Datapath{random, even} {
+	for _, d := range []*Datapath{random, even, timed} {
 		must(b, d.SetMode(olc.ModeEnforce))
 		must(b, d.Heartbeat())
 	}
@@ -274,17 +279,23 @@ func BenchmarkDatapathBreakdown(b *testing.B) {
 		mode   olc.Mode
 		action olc.Action
 		p      float64
+		ceil   int
 	}{
-		{"mark-p0", random, olc.ModeEnforce, olc.ActionMark, 0},
-		{"drop-p0", random, olc.ModeEnforce, olc.ActionDrop, 0},
-		{"drop-p1", random, olc.ModeEnforce, olc.ActionDrop, 1},
-		{"observe-p50", random, olc.ModeObserve, olc.ActionDrop, 0.5},
-		{"drop-p50", random, olc.ModeEnforce, olc.ActionDrop, 0.5},
-		{"drop-p50-even", even, olc.ModeEnforce, olc.ActionDrop, 0.5},
+		{"mark-p0", random, olc.ModeEnforce, olc.ActionMark, 0, 0},
+		{"drop-p0", random, olc.ModeEnforce, olc.ActionDrop, 0, 0},
+		{"drop-p1", random, olc.ModeEnforce, olc.ActionDrop, 1, 0},
+		{"observe-p50", random, olc.ModeObserve, olc.ActionDrop, 0.5, 0},
+		{"drop-p50", random, olc.ModeEnforce, olc.ActionDrop, 0.5, 0},
+		{"drop-p50-even", even, olc.ModeEnforce, olc.ActionDrop, 0.5, 0},
+		{"drop-p50-timed", timed, olc.ModeEnforce, olc.ActionDrop, 0.5, 0},
+		{"drop-p50-ceiling", timed, olc.ModeEnforce, olc.ActionDrop, 0.5, 1 << 20},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			d := c.d
 			must(b, d.SetPolicies([]PortPolicy{{Key: tcp8080, Mode: c.mode, Action: c.action, DropProbability: c.p}}))
+			if d == timed {
+				must(b, d.SetInFlightCeilings(map[olc.PortKey]int{tcp8080: c.ceil}, 0.1))
+			}
 			var p pairs
 			p.run(b, floor, d.objs.OlcdXdp, frame, frame)
 			b.ReportMetric(mean(p.prog), "ns/op")
