@@ -33,7 +33,7 @@ type port struct {
 	base       baseline        // the no-load p95 of an auto target
 	pass       float64         // the law's pass rate, MinPassRate..1 (0..1 for retransmits last)
 	ceiled     bool            // the ceiling on requests in flight is in force (docs/controller.md §1)
-	ceil       float64         // the ceiling (requests in flight) while ceiled
+	ceil       int             // the ceiling (requests in flight, ≥ 1) while ceiled
 	retx       olc.Retransmits // what the pass rate applies to while pass < 1
 	target     float64         // the target in force (seconds; 0: none)
 	hist       history         // the recent windows: D and the standing queue
@@ -53,18 +53,22 @@ const (
 )
 
 // active reports whether the port's law sheds: its pass rate, or its
-// ceiling, which stays until a window in which the draw passed everything
-// and the ceiling refused nothing (the queue at it: the arrivals do not
-// fit).
+// ceiling until a window in which it refused nothing.
 func (p *port) active() bool { return p.pass < 1 || p.ceiled }
 
-// settle updates the ceiling after the law ran on counts c: N* (nStar),
-// and above it the standing queue n less what the trim drains of it over
-// the span counted, so that the clients refused during a drain of h
-// seconds come back to a service still busy.
+// settle sets the ceiling after the law ran on counts c: N* (nStar), or
+// above it the standing queue n less what the trim drains of it over h.
 func (p *port) settle(c counts, n, nStar, h float64) {
 	p.ceiled = p.pass < 1 || (p.ceiled && c.ceiled > 0)
-	p.ceil = nStar + math.Max(0, n-nStar)*math.Max(0, 1-c.dt/h)
+	p.ceil = int(math.Min(math.Max(1, math.Ceil(nStar+math.Max(0, n-nStar)*math.Max(0, 1-c.dt/h))), 1<<30))
+}
+
+// ceiling returns the ceiling in force (0: none).
+func (p *port) ceiling() int {
+	if !p.ceiled {
+		return 0
+	}
+	return p.ceil
 }
 
 // retransmits returns the datapath's rule for retransmitted SYNs
@@ -175,14 +179,6 @@ func (p *port) law(mu, a, n, h float64, d rates, prm *Params) {
 	default:
 		p.retx, p.pass = olc.RetransmitsAsFirst, 1
 	}
-}
-
-// ceiling returns the ceiling on requests in flight in force (0: none).
-func (p *port) ceiling() int {
-	if !p.ceiled || p.ceil <= 0 {
-		return 0
-	}
-	return int(math.Min(math.Ceil(p.ceil), 1<<30))
 }
 
 // passName renders the pass rate and what it applies to, for a reason.

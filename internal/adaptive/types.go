@@ -31,9 +31,8 @@ type PortStats struct {
 	// marked and would-drop SYNs pass), Rejected those among them answered
 	// with a reset (the reject action): their clients learn at once.
 	Dropped, Rejected uint64
-	// Ceiled counts the new work the port's ceiling on requests in flight
-	// refused (PortDecision.InFlightCeiling; in observe mode, would
-	// refuse): its SYNs among Dropped, its request starts among Resets.
+	// Ceiled counts the SYNs among Dropped the port's ceiling on requests
+	// in flight refused (PortDecision.InFlightCeiling; observe: would).
 	Ceiled uint64
 	// Response is the port's measured queue over the tick (response
 	// timing); the zero value (unavailable) when the port is not timed.
@@ -128,12 +127,10 @@ type PortDecision struct {
 	// CapacityAge is how long ago (seconds) the port was last saturated:
 	// Capacity is a figure of that moment. Meaningful when Capacity > 0.
 	CapacityAge float64
-	// InFlightCeiling is the requests in flight at which the datapath
-	// refuses new work for the port's law, read per arrival
-	// (docs/controller.md §1, "The ceiling"): N* = μ̂ × the target, and
-	// above N* the standing queue less what the trim drains of it in the
-	// window, rounded up, at least 1; from the law's first cut until a
-	// window in which it refused nothing; 0 (none) otherwise.
+	// InFlightCeiling is the requests in flight (≥ 1; 0: none) at which the
+	// datapath refuses new connections for the port's law while it sheds
+	// (docs/controller.md §1, "The ceiling"): N*, or above it the standing
+	// queue less what the trim drains in the window.
 	InFlightCeiling int
 }
 
