@@ -237,10 +237,11 @@ type PortStatus struct {
 	// for (0..1); DropProbability is the larger of it and the resource
 	// law's class share.
 	QueueDropProbability float64 `json:"queue_drop_probability"`
-	// InFlightCeiling is the most requests in flight at which the law on
-	// the measured queue lets new work in while it sheds (N* = capacity ×
-	// target; the datapath reads it per arrival); absent when it holds
-	// none. A static caps.in_flight below it is what the datapath holds.
+	// InFlightCeiling is the requests in flight at which the law on the
+	// measured queue refuses new connections while it sheds (N* = capacity
+	// × target, or above it a queue draining; the datapath reads the count
+	// per arrival); absent when it holds none. A static caps.in_flight
+	// refuses at its own ceiling beside it.
 	InFlightCeiling *int `json:"in_flight_ceiling,omitempty"`
 	// Capacity is the port's capacity measured while it was saturated
 	// (adaptive.PortDecision.Capacity): requests/s, connections/s and how

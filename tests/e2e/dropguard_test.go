@@ -64,7 +64,8 @@ func dropReasons(mfs map[string]*dto.MetricFamily) map[string]float64 {
 // dropGuard watches one daemon's drop counters while it runs and checks at
 // the end of the test that every drop was for an allowed reason, and that
 // none happened while the controller was not shedding: over three status
-// reads in a row, each a tick apart, with every port's drop probability 0,
+// reads in a row, each a tick apart, with every port's drop probability 0
+// and no ceiling on requests in flight,
 // the counters did not move between the last two (the first pair lets a
 // SYN drawn under the previous p be counted).
 type dropGuard struct {
@@ -113,7 +114,7 @@ func (g *dropGuard) watch(d *olcd) {
 	defer close(g.done)
 	type sample struct {
 		ticks  uint64
-		zero   bool // every port's p is 0
+		zero   bool // every port's p is 0 and none holds a ceiling
 		drops  float64
 		byWhat map[string]float64
 	}
@@ -136,7 +137,9 @@ func (g *dropGuard) watch(d *olcd) {
 		}
 		s := sample{ticks: st.Ticks, zero: true, byWhat: dropReasons(mfs)}
 		for _, p := range st.Ports {
-			if p.DropProbability != 0 {
+			// The law's ceiling on requests in flight refuses at p = 0
+			// too, while the status shows it.
+			if p.DropProbability != 0 || p.InFlightCeiling != nil {
 				s.zero = false
 			}
 		}

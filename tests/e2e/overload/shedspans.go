@@ -16,21 +16,27 @@ type span struct{ from, to time.Duration }
 
 // shedSpans reads olcd's decision logs (paths, in any order; a missing
 // file is none) and returns the spans of the load, since start, in which
-// the port's drop probability was above 0. The status the harness samples
-// every 500 ms shows the tick's p, but the law's onset windows act every
-// 50 ms between ticks: a whole episode of a few windows can start and end
-// between two samples, and only the decision log, which records every
-// change, shows it.
+// the port's drop probability was above 0 or an overload had not ended:
+// the law's ceiling on requests in flight refuses at p = 0 too, until a
+// window in which it refuses nothing, and overload_end comes after it. The
+// status the harness samples every 500 ms shows the tick's p, but the
+// law's onset windows act every 50 ms between ticks: a whole episode of a
+// few windows can start and end between two samples, and only the decision
+// log, which records every change, shows it.
 func shedSpans(paths []string, start time.Time, port string) ([]span, error) {
 	type change struct {
-		at   time.Time
-		to   float64
-		peak float64 // the highest p in the record (folded ticks' range)
+		at    time.Time
+		event string  // "", or overload_start / overload_end
+		to    float64 // the port's p after a probability_change
+		peak  float64 // the highest p in the record (folded ticks' range)
+		order int     // in its file, for changes at the same time
 	}
 	var changes []change
 	for _, path := range paths {
+		n := 0
 		err := ReadJSONLines(path, func(b []byte) error {
 			var rec struct {
+				Msg   string    `json:"msg"`
 				At    time.Time `json:"at"`
 				Ports []struct {
 					To    float64     `json:"to"`
@@ -41,12 +47,16 @@ func shedSpans(paths []string, start time.Time, port string) ([]span, error) {
 			if err := json.Unmarshal(b, &rec); err != nil {
 				return err
 			}
+			n++
+			if rec.Msg == "overload_start" || rec.Msg == "overload_end" {
+				changes = append(changes, change{at: rec.At, event: rec.Msg, order: n})
+			}
 			for _, g := range rec.Ports {
 				for _, p := range g.Ports {
 					if p != port {
 						continue
 					}
-					c := change{at: rec.At, to: g.To, peak: g.To}
+					c := change{at: rec.At, to: g.To, peak: g.To, order: n}
 					if g.Range != nil {
 						c.peak = max(c.peak, g.Range[1])
 					}
@@ -59,21 +69,39 @@ func shedSpans(paths []string, start time.Time, port string) ([]span, error) {
 			return nil, err
 		}
 	}
-	sort.Slice(changes, func(i, j int) bool { return changes[i].at.Before(changes[j].at) })
+	sort.SliceStable(changes, func(i, j int) bool {
+		if !changes[i].at.Equal(changes[j].at) {
+			return changes[i].at.Before(changes[j].at)
+		}
+		return changes[i].order < changes[j].order
+	})
 	var out []span
-	open := false
+	shedding, overloaded := false, false
 	for _, c := range changes {
 		t := c.at.Sub(start)
-		if !open && c.peak > 0 {
-			out = append(out, span{from: t, to: -1})
-			open = true
+		was := shedding || overloaded
+		switch c.event {
+		case "overload_start":
+			overloaded = true
+		case "overload_end":
+			overloaded = false
+		default:
+			if c.peak > 0 && !shedding {
+				if !was {
+					out = append(out, span{from: t, to: -1})
+					was = true
+				}
+			}
+			shedding = c.to > 0
 		}
-		if open && c.to == 0 {
+		switch now := shedding || overloaded; {
+		case !was && now:
+			out = append(out, span{from: t, to: -1})
+		case was && !now:
 			out[len(out)-1].to = t
-			open = false
 		}
 	}
-	if open {
+	if len(out) > 0 && out[len(out)-1].to < 0 {
 		out[len(out)-1].to = time.Duration(1<<63 - 1)
 	}
 	return out, nil

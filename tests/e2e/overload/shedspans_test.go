@@ -10,7 +10,8 @@ import (
 
 // TestShedSpans reads a decision log as olcd writes it: an onset episode
 // of windows between two ticks, a folded record whose range went above 0,
-// another port's change, and a restart's earlier log.
+// another port's change, a restart's earlier log, and an overload whose
+// ceiling sheds past the p of 0 until overload_end.
 func TestShedSpans(t *testing.T) {
 	dir := t.TempDir()
 	start := time.Date(2026, 12, 6, 4, 23, 38, 0, time.UTC)
@@ -61,6 +62,17 @@ func TestShedSpans(t *testing.T) {
 		if g := shedDuring(got, tc.from, tc.to); g != tc.want {
 			t.Errorf("shedDuring(%v, %v) = %v, want %v", tc.from, tc.to, g, tc.want)
 		}
+	}
+	// The law's ceiling sheds at p = 0 until overload_end: the span runs
+	// from the first p above 0 to it, not to the p of 0.
+	ev := func(ms int, msg string) string { return `{"msg":"` + msg + `","at":"` + at(ms) + `"}` + "\n" }
+	ceiled := filepath.Join(dir, "decisions-ceiled.jsonl")
+	if err := os.WriteFile(ceiled, []byte(ev(3000, "overload_start")+rec(3000, "tcp/18080", 0, 0.6, "")+
+		rec(3500, "tcp/18080", 0.6, 0, "")+ev(4200, "overload_end")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := shedSpans([]string{ceiled}, start, "tcp/18080"); err != nil || len(got) != 1 || got[0] != (span{3000 * ms, 4200 * ms}) {
+		t.Errorf("spans with the ceiling past p = 0: %v (%v), want [{3s 4.2s}]", got, err)
 	}
 	if _, err := shedSpans([]string{writeBad(t, dir)}, start, "tcp/18080"); err == nil {
 		t.Error("a malformed line read without an error")
