@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"net/netip"
-	"runtime"
 	"testing"
 	"time"
 
@@ -386,33 +385,23 @@ func runSYNsOnOneCPU(t *testing.T, d *Datapath, h hook) []uint32 {
 	return rets
 }
 
-// onOneCPU runs fn on a thread pinned to the first CPU it may use; the
-// thread is not reused.
+// onOneCPU runs fn on a thread pinned to the first CPU it may use
+// (onCPU); the thread is not reused.
 func onOneCPU(t *testing.T, fn func()) {
 	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread() // never unlocked: the thread exits with its mask
-		var set unix.CPUSet
-		if err := unix.SchedGetaffinity(0, &set); err != nil {
-			t.Errorf("affinity: %v", err)
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		t.Fatalf("affinity: %v", err)
+	}
+	for c := 0; c < 1024; c++ {
+		if set.IsSet(c) {
+			if !onCPU(t, c, fn) {
+				t.Errorf("pin to CPU %d failed", c)
+			}
 			return
 		}
-		for c := 0; c < 1024; c++ {
-			if set.IsSet(c) {
-				var one unix.CPUSet
-				one.Set(c)
-				if err := unix.SchedSetaffinity(0, &one); err != nil {
-					t.Errorf("pin: %v", err)
-					return
-				}
-				break
-			}
-		}
-		fn()
-	}()
-	<-done
+	}
+	t.Error("no CPU in the affinity mask")
 }
 
 // TestRejectedSplit: the datapath counts answered SYNs (enforce) and
