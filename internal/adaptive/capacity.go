@@ -21,7 +21,8 @@ type capSlot struct {
 	answers   float64 // answers (scaled by the sample rate)
 	admitted  float64 // admitted starts: new connections and request starts not shed
 	queued    float64 // the requests in flight gained over the tick (lost, if negative)
-	saturated bool
+	saturated bool    // the shown figure's: full, or the ceiling refusing
+	full      bool    // N* stood through the tick: its rate is μ̂ at once
 }
 
 // resize sets the window's length in ticks of interval, keeping the newest.
@@ -40,9 +41,10 @@ func push[T any](q []T, x T, n int) []T {
 
 // tick adds one tick of dt seconds (> 0) in which queued requests were
 // added to those in flight.
-func (c *capacity) tick(answers, admitted, queued, dt float64, saturated bool) {
+func (c *capacity) tick(answers, admitted, queued, dt float64, full, saturated bool) {
 	saturated = saturated && answers > 0
-	c.slots = push(c.slots, capSlot{rate: answers / dt, answers: answers, admitted: admitted, queued: queued, saturated: saturated}, c.n)
+	c.slots = push(c.slots, capSlot{rate: answers / dt, answers: answers, admitted: admitted, queued: queued,
+		saturated: saturated, full: full && saturated}, c.n)
 	c.satAge += dt
 	if saturated {
 		c.satAge = 0
@@ -64,10 +66,10 @@ func (c *capacity) max(sat bool) float64 {
 	return best
 }
 
-// now returns μ̂ for the law (answers/s): a saturated newest tick's rate,
+// now returns μ̂ for the law (answers/s): a full newest tick's rate,
 // otherwise the window's max.
 func (c *capacity) now() float64 {
-	if n := len(c.slots); n > 0 && c.slots[n-1].saturated {
+	if n := len(c.slots); n > 0 && c.slots[n-1].full {
 		return c.slots[n-1].rate
 	}
 	return c.max(false)

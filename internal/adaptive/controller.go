@@ -112,9 +112,6 @@ func (c *Controller) Reconfigure(cfg Config) error {
 // Config returns the configuration in force.
 func (c *Controller) Config() Config { return c.cfg }
 
-// DropProbability returns the node's resource law's p after the last Step.
-func (c *Controller) DropProbability() float64 { return 1 - c.node.pass }
-
 // Shedding reports whether a law sheds now: the node's resource law or a
 // port's own (most overloads are a port's alone, the node's p 0).
 func (c *Controller) Shedding() bool {
@@ -161,7 +158,7 @@ func (c *Controller) Step(s olc.Snapshot, stats map[olc.PortKey]PortStats) Decis
 			// Nothing measured for a capacity window: the law has
 			// nothing to hold its cut on, and lets go.
 			if ps.unmeasured += dt; ps.unmeasured >= c.cfg.Params.CapacityWindow.Seconds() && ps.active() {
-				ps.pass, ps.ceiled = 1, false
+				ps.pass, ps.ceil = 1, 0
 				reasons = append(reasons, fmt.Sprintf("%s: no counts for %s: pass rate 1", ps.cfg.Key, c.cfg.Params.CapacityWindow))
 			}
 		}

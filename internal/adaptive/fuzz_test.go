@@ -185,8 +185,8 @@ func (k *fuzzChecker) checkDecision(d Decision, c *Controller, onset bool) {
 	if !finite(p) || p < 0 || p > bound+eps {
 		t.Fatalf("%s: p %v outside [0, %v]", where, p, bound)
 	}
-	if p != c.DropProbability() {
-		t.Fatalf("%s: decision p %v, controller p %v", where, p, c.DropProbability())
+	if p != c.Export().DropProbability {
+		t.Fatalf("%s: decision p %v, controller p %v", where, p, c.Export().DropProbability)
 	}
 	if !finite(d.Pressure) || d.Pressure < 0 {
 		t.Fatalf("%s: pressure %v", where, d.Pressure)
@@ -358,8 +358,8 @@ func fuzzRun(t *testing.T, data []byte) []Decision {
 		at = at.Add(cfg.Interval)
 		step(olc.Snapshot{At: at, Interval: cfg.Interval}, nil)
 	}
-	if c.DropProbability() != 0 || k.overloaded {
-		t.Fatalf("signals vanished for %d ticks: p %v, overloaded %v", limit+1, c.DropProbability(), k.overloaded)
+	if c.Export().DropProbability != 0 || k.overloaded {
+		t.Fatalf("signals vanished for %d ticks: p %v, overloaded %v", limit+1, c.Export().DropProbability, k.overloaded)
 	}
 	return out
 }

@@ -102,3 +102,16 @@ func (h *history) growing(by float64) bool {
 	}
 	return true
 }
+
+// refused reports whether the ceiling refused a start in the newest span
+// seconds (at least the newest record).
+func (h *history) refused(span float64) bool {
+	dt := 0.0
+	for i := len(h.spans) - 1; i >= 0 && (dt == 0 || dt+h.spans[i].dt <= span+1e-9); i-- {
+		if h.spans[i].ceiled > 0 {
+			return true
+		}
+		dt += h.spans[i].dt
+	}
+	return false
+}

@@ -60,35 +60,43 @@ func TestLawRanksRetransmits(t *testing.T) {
 // or below it, and above it the standing queue less what the trim drains of
 // it over the span counted (h the trim's horizon: a drop's retransmit
 // timeout, the span itself for the reject action, whose clients come back
-// at once), rounded up. It holds the law on while it refuses work after
-// the pass rate came back to 1, and ends with the first window in which
-// the draw passed everything and the ceiling refused nothing.
+// at once), rounded up. It holds the law on after the pass rate came back
+// to 1 while the clients it refused are due back (it refused a start in
+// the last h), and ends once the draw passes everything and it refused
+// nothing for h.
 func TestInFlightCeiling(t *testing.T) {
 	prm := DefaultParams()
 	for _, tc := range []struct {
 		name        string
 		pass        float64
 		c           counts
+		before      counts // an earlier window's (dt 0: none)
 		n, nStar, h float64
 		wantCeiled  bool
 		wantCeiling int
 	}{
-		{"at N*", 0.4, counts{starts: 30, admitted: 12, dt: 0.05}, 6.5, 6.84, 1, true, 7},
-		{"below N*", 0.4, counts{starts: 30, admitted: 12, dt: 0.05}, 2, 6.84, 1, true, 7},
-		{"an onset's queue drains over h", 0.4, counts{starts: 30, admitted: 12, dt: 0.05}, 60, 4, 1, true, 58},
-		{"reject: at once", 0.4, counts{starts: 30, admitted: 12, dt: 0.05}, 60, 4, 0.05, true, 4},
-		{"a tick", 0.4, counts{starts: 300, admitted: 120, dt: 0.5}, 60, 4, 1, true, 32},
-		{"N* below one request", 0.5, counts{starts: 10, admitted: 5, dt: 0.05}, 0, 0.2, 1, true, 1},
-		{"the ceiling alone refusing", 1, counts{starts: 30, admitted: 20, ceiled: 10, dt: 0.05}, 7, 7, 1, true, 7},
-		{"the node's share refusing, the ceiling nothing", 1, counts{starts: 30, admitted: 20, dt: 0.05}, 7, 7, 1, false, 0},
-		{"nothing refused", 1, counts{starts: 30, admitted: 30, dt: 0.05}, 5, 7, 1, false, 0},
+		{"at N*", 0.4, counts{starts: 30, admitted: 12, dt: 0.05}, counts{}, 6.5, 6.84, 1, true, 7},
+		{"below N*", 0.4, counts{starts: 30, admitted: 12, dt: 0.05}, counts{}, 2, 6.84, 1, true, 7},
+		{"an onset's queue drains over h", 0.4, counts{starts: 30, admitted: 12, dt: 0.05}, counts{}, 60, 4, 1, true, 58},
+		{"reject: at once", 0.4, counts{starts: 30, admitted: 12, dt: 0.05}, counts{}, 60, 4, 0.05, true, 4},
+		{"a tick", 0.4, counts{starts: 300, admitted: 120, dt: 0.5}, counts{}, 60, 4, 1, true, 32},
+		{"N* below one request", 0.5, counts{starts: 10, admitted: 5, dt: 0.05}, counts{}, 0, 0.2, 1, true, 1},
+		{"the ceiling alone refusing", 1, counts{starts: 30, admitted: 20, ceiled: 10, dt: 0.05}, counts{}, 7, 7, 1, true, 7},
+		{"refused within h: its clients are due back", 1, counts{starts: 3, admitted: 3, dt: 0.05}, counts{starts: 30, admitted: 20, ceiled: 10, dt: 0.05}, 0, 7, 1, true, 7},
+		{"refused before h: over", 1, counts{starts: 3, admitted: 3, dt: 0.05}, counts{starts: 30, admitted: 20, ceiled: 10, dt: 0.05}, 0, 7, 0.05, false, 0},
+		{"the node's share refusing, the ceiling nothing", 1, counts{starts: 30, admitted: 20, dt: 0.05}, counts{}, 7, 7, 1, false, 0},
+		{"nothing refused", 1, counts{starts: 30, admitted: 30, dt: 0.05}, counts{}, 5, 7, 1, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := port{cfg: PortConfig{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 80}}, pass: tc.pass, ceiled: true}
+			p := port{cfg: PortConfig{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 80}}, pass: tc.pass, ceil: 1}
+			if tc.before.dt > 0 {
+				p.hist.add(tc.before, tc.n, true)
+			}
+			p.hist.add(tc.c, tc.n, true)
 			p.settle(tc.c, tc.n, tc.nStar, tc.h)
 			d := p.decision(0, &prm)
-			if p.ceiled != tc.wantCeiled || p.active() != (tc.pass < 1 || tc.wantCeiled) || d.InFlightCeiling != tc.wantCeiling {
-				t.Errorf("ceiled %v, active %v, ceiling %d; want %v, %v, %d", p.ceiled, p.active(), d.InFlightCeiling, tc.wantCeiled, tc.pass < 1 || tc.wantCeiled, tc.wantCeiling)
+			if ceiled := p.ceil > 0; ceiled != tc.wantCeiled || p.active() != (tc.pass < 1 || tc.wantCeiled) || d.InFlightCeiling != tc.wantCeiling {
+				t.Errorf("ceiled %v, active %v, ceiling %d; want %v, %v, %d", ceiled, p.active(), d.InFlightCeiling, tc.wantCeiled, tc.pass < 1 || tc.wantCeiled, tc.wantCeiling)
 			}
 		})
 	}

@@ -58,11 +58,10 @@ type cell struct {
 	after float64    // the end of the 0.5 C phase that follows (0: none)
 	want  float64    // goodput over the phase, × C (C' after a halving)
 	capOf float64    // the capacity in force over the phase, × C
-	// floor is the goodput the law holds on every seed, where it is
-	// below want − 0.04 (0: that), and why in docs/measurements.md.
-	floor float64
-	// pStdFloor likewise for the p sd (0: 0.09).
-	pStdFloor float64
+	// afterFloor is the share of the phase after served that the law
+	// holds on every seed, where it is below 0.96 (0: that), and why in
+	// docs/measurements.md. Goodput's floor is want − 0.04, the p sd's 0.09.
+	afterFloor float64
 }
 
 // matrix returns the harness's matrix on the plant for seed.
@@ -79,18 +78,13 @@ func matrix(seed uint64) []cell {
 				want = 0.75
 			}
 			c := cell{name: b.Name + "-" + k.String() + "-3x", sc: base(b, k), phase: [2]float64{10, 40}, after: 50, want: want, capOf: 1}
-			if b == plant.Quota && k == plant.ClosedPool {
-				// One worker, 64 blocking clients, 0.34 s of queued work: each
-				// shed client sits out its 2 s timeout, and the demand comes
-				// in waves of that period; the ceiling refuses the wave's
-				// clients beyond N* (docs/measurements.md §24).
-				c.pStdFloor, c.floor = 0.12, 0.68
-			}
 			if b == plant.PHP && k == plant.ClosedPool {
-				// Four children: the ceiling (N* about 8) refuses the
-				// returning wave's clients beyond it, and the waves show
-				// in p (docs/measurements.md §24).
-				c.pStdFloor = 0.1
+				// Four children and 64 blocking clients: at 0.5 C the pool
+				// still comes in waves past the target (p95 0.07–0.12 s
+				// against 0.076 s), and the ceiling, held while the clients
+				// it refused are due back, refuses their tails (seed 3: 0.90;
+				// the real cell reads 1.00, docs/measurements.md §25).
+				c.afterFloor = 0.9
 			}
 			cells = append(cells, c)
 		}
@@ -107,9 +101,8 @@ func matrix(seed uint64) []cell {
 		return 0.5
 	}
 	// 1.5 C from the start: never quiet, the target stays initial_target
-	// (100 ms), and on one exponential worker the p95 is about 3 × the
-	// mean wait, past the 200 ms SLO.
-	cells = append(cells, cell{name: "capacity-halved", sc: halved, phase: [2]float64{22, 50}, want: 0.9, capOf: 0.5, floor: 0.68})
+	// (100 ms).
+	cells = append(cells, cell{name: "capacity-halved", sc: halved, phase: [2]float64{22, 50}, want: 0.9, capOf: 0.5})
 	return cells
 }
 
@@ -118,6 +111,9 @@ type figures struct {
 	goodput, after, pStd, goodShare, p99, p99All float64
 	// p95 and p99 from +5 s over the port's median target then.
 	p95T, p99T float64
+	// shown is the share of the ticks from +5 s whose decision carries a
+	// measured capacity, capacity its median there over C (C').
+	shown, capacity float64
 }
 
 // slo is the harness's latency limit for goodput (olcd-overload -slo): an
@@ -125,16 +121,24 @@ type figures struct {
 const slo = 0.2
 
 func measureCell(t testing.TB, cl cell) figures {
-	var targets []float64
+	var targets, caps []float64
+	ticks := 0
 	res := drive(t, plantController(t, nil), cl.sc, func(d plant.DriveTick) {
 		if !d.Window && d.T > cl.phase[0]+5 && d.T <= cl.phase[1] {
 			targets = append(targets, d.Port.ResponseTarget)
+			if ticks++; d.Port.Capacity > 0 {
+				caps = append(caps, d.Port.Capacity)
+			}
 		}
 	})
 	c := res.Capacity * cl.capOf
 	st := res.SteadyPart(cl.phase[0]+5, cl.phase[1])
 	all := res.SteadyPart(cl.phase[0], cl.phase[1])
 	f := figures{goodput: res.GoodputWithin(cl.phase[0], cl.phase[1], slo) / c, pStd: st.PStd, goodShare: st.GoodShare, p99: st.P99, p99All: all.P99, after: math.NaN()}
+	if len(caps) > 0 {
+		slices.Sort(caps)
+		f.shown, f.capacity = float64(len(caps))/float64(ticks), caps[len(caps)/2]/c
+	}
 	if len(targets) > 0 {
 		slices.Sort(targets)
 		if tg := targets[len(targets)/2]; tg > 0 {
@@ -161,7 +165,8 @@ func measureCell(t testing.TB, cl cell) figures {
 // closed pools ≥ 0.75 C, the cold start and the halved capacity ≥ 0.9 C
 // (C'), the 0.5 C phase after the overload served ≥ 0.98 from +2 s, and no
 // limit cycle (p sd < 0.05, goodput ≥ 0.8 × its mean in ≥ 95 % of the 1 s
-// windows of the steady part). A line a seed misses is logged as a miss
+// windows of the steady part), and the capacity measured shown in ≥ 90 %
+// of the ticks from +5 s, within 15 % of C. A line a seed misses is logged as a miss
 // (docs/measurements.md records them); the test fails below the floors the
 // law holds on every seed today (floor), so that a change that makes it
 // worse cannot pass. The min / median / max over the seeds are logged.
@@ -181,19 +186,24 @@ func TestPlantMatrix(t *testing.T) {
 		for seed := uint64(1); seed <= seeds; seed++ {
 			fs = append(fs, measureCell(t, matrix(seed)[i]))
 		}
-		t.Logf("%-28s goodput %s  after %s  p sd %s  windows %s  p99 %s  p99 whole %s  p95/T %s  p99/T %s", cl.name,
+		t.Logf("%-28s goodput %s  after %s  p sd %s  windows %s  p99 %s  p99 whole %s  p95/T %s  p99/T %s  μ̂ shown %s  μ̂/C %s", cl.name,
 			mmm(fs, func(f figures) float64 { return f.goodput }), mmm(fs, func(f figures) float64 { return f.after }),
 			mmm(fs, func(f figures) float64 { return f.pStd }), mmm(fs, func(f figures) float64 { return f.goodShare }),
 			mmm(fs, func(f figures) float64 { return f.p99 }), mmm(fs, func(f figures) float64 { return f.p99All }),
-			mmm(fs, func(f figures) float64 { return f.p95T }), mmm(fs, func(f figures) float64 { return f.p99T }))
-		floor, pStdFloor := cmp.Or(cl.floor, cl.want-0.04), cmp.Or(cl.pStdFloor, 0.09)
+			mmm(fs, func(f figures) float64 { return f.p95T }), mmm(fs, func(f figures) float64 { return f.p99T }),
+			mmm(fs, func(f figures) float64 { return f.shown }), mmm(fs, func(f figures) float64 { return f.capacity }))
 		lines := []line{
-			{"goodput", cl.want, floor, func(f figures) float64 { return f.goodput }, false},
-			{"p sd", 0.05, pStdFloor, func(f figures) float64 { return f.pStd }, true},
+			{"goodput", cl.want, cl.want - 0.04, func(f figures) float64 { return f.goodput }, false},
+			{"p sd", 0.05, 0.09, func(f figures) float64 { return f.pStd }, true},
 			{"windows", 0.95, 0.9, func(f figures) float64 { return f.goodShare }, false},
+			// The number to tell (status, /v1/lb): shown while overloaded,
+			// within 15 % of C (C').
+			{"μ̂ shown", 0.9, 0.9, func(f figures) float64 { return f.shown }, false},
+			{"μ̂ ÷ C", 0.85, 0.85, func(f figures) float64 { return f.capacity }, false},
+			{"μ̂ ÷ C", 1.15, 1.15, func(f figures) float64 { return f.capacity }, true},
 		}
 		if cl.after > 0 {
-			lines = append(lines, line{"after", 0.98, 0.96, func(f figures) float64 { return f.after }, false})
+			lines = append(lines, line{"after", 0.98, cmp.Or(cl.afterFloor, 0.96), func(f figures) float64 { return f.after }, false})
 		}
 		if cl.sc.Clients != plant.ClosedPool {
 			// A closed pool's answers include the 1 s retransmit of a

@@ -114,14 +114,14 @@ func TestReconfigureKeepsState(t *testing.T) {
 	cfg.Ports = []PortConfig{{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 80}, Class: olc.ClassNormal}}
 	c := mustNew(t, cfg)
 	ds := run(c, repeat(0.98, 10)...)
-	p := c.DropProbability()
+	p := c.Export().DropProbability
 	next := cfg
 	next.Ports = append([]PortConfig{{Key: olc.PortKey{Proto: olc.ProtoUDP, Port: 53}, Class: olc.ClassCritical}}, cfg.Ports...)
 	if err := c.Reconfigure(next); err != nil {
 		t.Fatal(err)
 	}
-	if c.DropProbability() != p || !ds[9].Overloaded {
-		t.Errorf("p %v → %v across a reload", p, c.DropProbability())
+	if c.Export().DropProbability != p || !ds[9].Overloaded {
+		t.Errorf("p %v → %v across a reload", p, c.Export().DropProbability)
 	}
 	bad := next
 	bad.Interval = 0

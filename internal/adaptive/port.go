@@ -32,8 +32,7 @@ type port struct {
 	cap        capacity        // μ̂ and the answers per start
 	base       baseline        // the no-load p95 of an auto target
 	pass       float64         // the law's pass rate, MinPassRate..1 (0..1 for retransmits last)
-	ceiled     bool            // the ceiling on requests in flight is in force (docs/controller.md §1)
-	ceil       int             // the ceiling (requests in flight, ≥ 1) while ceiled
+	ceil       int             // the ceiling on requests in flight in force (≥ 1; 0: none; docs/controller.md §1)
 	retx       olc.Retransmits // what the pass rate applies to while pass < 1
 	target     float64         // the target in force (seconds; 0: none)
 	hist       history         // the recent windows: D and the standing queue
@@ -53,22 +52,19 @@ const (
 )
 
 // active reports whether the port's law sheds: its pass rate, or its
-// ceiling until a window in which it refused nothing.
-func (p *port) active() bool { return p.pass < 1 || p.ceiled }
+// ceiling (settle).
+func (p *port) active() bool { return p.pass < 1 || p.ceil > 0 }
 
 // settle sets the ceiling after the law ran on counts c: N* (nStar), or
 // above it the standing queue n less what the trim drains of it over h.
+// Once the pass rate is back at 1 it holds while the clients it refused
+// are due back: until it has refused nothing for h.
 func (p *port) settle(c counts, n, nStar, h float64) {
-	p.ceiled = p.pass < 1 || (p.ceiled && c.ceiled > 0)
-	p.ceil = int(math.Min(math.Max(1, math.Ceil(nStar+math.Max(0, n-nStar)*math.Max(0, 1-c.dt/h))), 1<<30))
-}
-
-// ceiling returns the ceiling in force (0: none).
-func (p *port) ceiling() int {
-	if !p.ceiled {
-		return 0
+	if p.pass >= 1 && (p.ceil == 0 || !p.hist.refused(h)) {
+		p.ceil = 0
+		return
 	}
-	return p.ceil
+	p.ceil = int(math.Min(math.Max(1, math.Ceil(nStar+math.Max(0, n-nStar)*math.Max(0, 1-c.dt/h))), 1<<30))
 }
 
 // retransmits returns the datapath's rule for retransmitted SYNs
@@ -107,15 +103,17 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 		p.away = SYNRetransmitTimeout * float64(st.Dropped-min(st.Rejected, st.Dropped)) / shed
 	}
 	// Saturated: requests waited through the tick and N* of them stand at
-	// its end; a pool of 8 workers with 3 busy answers its demand, not μ̂.
+	// its end (full), or the ceiling, at N*, refused arrivals; a pool of 8
+	// workers with 3 busy answers its demand, not μ̂.
 	standing := p.hist.standing(r.Inflight)
-	saturated := r.Responses > 0 && p.prevEnd >= 1 && r.Inflight >= 1 && !p.idle && standing >= p.cap.now()*p.target
+	waited := r.Responses > 0 && p.prevEnd >= 1 && r.Inflight >= 1 && !p.idle
+	full := waited && standing >= p.cap.now()*p.target
 	prevEnd := p.prevEnd
 	p.prevEnd, p.idle = r.Inflight, false
-	p.cap.tick(r.Responses, c.admitted, r.Inflight-math.Max(prevEnd, 0), dt, saturated)
+	p.cap.tick(r.Responses, c.admitted, r.Inflight-math.Max(prevEnd, 0), dt, full, full || (waited && c.ceiled > 0))
 	p.hist.add(c, r.Inflight, false)
 	if !p.cfg.Target.On() {
-		p.pass, p.target, p.ceiled = 1, 0, false
+		p.pass, p.target, p.ceil = 1, 0, 0
 		return ""
 	}
 	p.base.learn(r, prevEnd, p.active() || busy, p.target)
@@ -133,14 +131,14 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	}
 	switch {
 	case d.all <= 0:
-		p.pass, p.ceiled = 1, false
+		p.pass, p.ceil = 1, 0
 		why += ": no new work arriving, pass rate 1"
 	case mu <= 0 || a <= 0:
 		// Nothing measured to size the admission by: a hung service stays cut.
 		why += fmt.Sprintf(": no answers in the capacity window, holding pass rate %.3f", p.pass)
 	default:
 		p.law(mu, a, standing, h, d, prm)
-		p.settle(c, standing, mu*p.target, h)
+		p.settle(c, standing, math.Max(mu, p.cap.lastSat)*p.target, h)
 		why += fmt.Sprintf(": capacity %.0f answers/s, %.0f in flight standing where %.1f keep the target, %.0f starts/s arriving (%.0f retransmits) at %.2f answers each: %s",
 			mu, standing, mu*p.target, d.all, d.retx(), a, p.passName())
 	}
@@ -219,10 +217,10 @@ func (p *port) window(st PortStats, w, tick float64, prm *Params) string {
 	if mu <= 0 || a <= 0 || d.all <= 0 || (!p.active() && !surge) {
 		return ""
 	}
-	pass, retx, ceiling := p.pass, p.retransmits(), p.ceiling()
+	pass, retx, ceiling := p.pass, p.retransmits(), p.ceil
 	p.law(mu, a, r.Inflight, h, d, prm)
-	p.settle(c, p.hist.standing(r.Inflight), mu*p.target, h)
-	if math.Abs(pass-p.pass) < 1e-9 && retx == p.retransmits() && ceiling == p.ceiling() {
+	p.settle(c, p.hist.standing(r.Inflight), math.Max(mu, p.cap.lastSat)*p.target, h)
+	if math.Abs(pass-p.pass) < 1e-9 && retx == p.retransmits() && ceiling == p.ceil {
 		return ""
 	}
 	return fmt.Sprintf("%.0f requests in flight where %.1f keep the target %s, capacity %.0f answers/s, %.0f starts/s (%.0f retransmits): %s between ticks",
@@ -258,7 +256,7 @@ func (p *port) decision(classP float64, prm *Params) PortDecision {
 	if p.cfg.Target.Auto && p.base.ok {
 		pd.Baseline = p.base.value
 	}
-	pd.InFlightCeiling = p.ceiling()
+	pd.InFlightCeiling = p.ceil
 	if mu := p.cap.lastSat; mu > 0 {
 		pd.Capacity, pd.CapacityAge = mu, p.cap.satAge
 		if a := p.cap.perStart(); a > 0 {
