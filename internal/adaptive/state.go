@@ -41,6 +41,10 @@ type PortState struct {
 	PerStart    float64 `json:"answers_per_start"`
 	// Demand is the unique new work per second of the last tick.
 	Demand float64 `json:"demand_per_s"`
+	// InFlightCeiling is the law's ceiling on requests in flight
+	// (PortDecision.InFlightCeiling; 0: none, as in a state of an earlier
+	// build): a restart in an overload keeps it.
+	InFlightCeiling int `json:"in_flight_ceiling,omitzero"`
 }
 
 // Export returns the controller's State.
@@ -49,7 +53,7 @@ func (c *Controller) Export() State {
 	for i := range c.ports {
 		ps := &c.ports[i]
 		st := PortState{Key: ps.cfg.Key, DropProbability: 1 - ps.pass, QueueOverload: ps.active(), Target: ps.target,
-			Demand: ps.demand, PerStart: ps.cap.perStart(), Retransmits: ps.retransmits()}
+			Demand: ps.demand, PerStart: ps.cap.perStart(), Retransmits: ps.retransmits(), InFlightCeiling: ps.ceil}
 		if ps.base.ok {
 			st.Baseline = ps.base.value
 		}
@@ -90,8 +94,8 @@ func (c *Controller) Restore(s State, age time.Duration, at time.Time) {
 		if ps.retx == olc.RetransmitsLast {
 			ps.pass = 1 - min(max(st.DropProbability, 0), 1)
 		}
-		if !st.QueueOverload {
-			ps.pass = 1
+		if ps.ceil = max(st.InFlightCeiling, 0); !st.QueueOverload {
+			ps.pass, ps.ceil = 1, 0
 		}
 		if st.Baseline > 0 {
 			ps.base.value, ps.base.ok = st.Baseline, true

@@ -9,7 +9,8 @@ import (
 )
 
 // TestStateRoundTrip: a controller restored from another's State sheds
-// what it shed, with its capacity and no-load p95, from its first tick.
+// what it shed, with its capacity, no-load p95 and ceiling, from its first
+// tick.
 func TestStateRoundTrip(t *testing.T) {
 	key := olc.PortKey{Proto: olc.ProtoTCP, Port: 80}
 	cfg := cfgWith()
@@ -30,6 +31,7 @@ func TestStateRoundTrip(t *testing.T) {
 	b.Restore(s, time.Second, d.At)
 	got := b.Export()
 	if got.Ports[0].DropProbability != s.Ports[0].DropProbability || got.Ports[0].Baseline != s.Ports[0].Baseline ||
+		got.Ports[0].InFlightCeiling != s.Ports[0].InFlightCeiling || s.Ports[0].InFlightCeiling <= 0 ||
 		math.Abs(got.Ports[0].Capacity-s.Ports[0].Capacity) > 1e-9 || s.Ports[0].Capacity <= 0 || s.Ports[0].DropProbability <= 0 {
 		t.Errorf("restored %+v, exported %+v", got.Ports[0], s.Ports[0])
 	}
