@@ -128,7 +128,8 @@ type PortDecision struct {
 	// Capacity is a figure of that moment. Meaningful when Capacity > 0.
 	CapacityAge float64
 	// InFlightCeiling is the requests in flight (≥ 1; 0: none) at which the
-	// datapath refuses new connections for the port's law while it sheds
+	// datapath refuses new connections for the port's law while it sheds,
+	// and after while the clients it refused are due back
 	// (docs/controller.md §1, "The ceiling"): N*, or above it the standing
 	// queue less what the trim drains in the window.
 	InFlightCeiling int

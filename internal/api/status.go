@@ -238,9 +238,10 @@ type PortStatus struct {
 	// law's class share.
 	QueueDropProbability float64 `json:"queue_drop_probability"`
 	// InFlightCeiling is the requests in flight at which the law on the
-	// measured queue refuses new connections while it sheds (N* = capacity
-	// × target, or above it a queue draining; the datapath reads the count
-	// per arrival); absent when it holds none. A static caps.in_flight
+	// measured queue refuses new connections while it sheds, and after
+	// while the clients it refused are due back (N* = capacity × target, or
+	// above it a queue draining; the datapath reads the count per arrival);
+	// absent when it holds none. A static caps.in_flight
 	// refuses at its own ceiling beside it.
 	InFlightCeiling *int `json:"in_flight_ceiling,omitempty"`
 	// Capacity is the port's capacity measured while it was saturated
