@@ -1,7 +1,9 @@
 package adaptive
 
 import (
+	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/olcd/olcd/internal/olc"
@@ -97,6 +99,10 @@ func TestInFlightCeiling(t *testing.T) {
 			d := p.decision(0, &prm)
 			if ceiled := p.ceil > 0; ceiled != tc.wantCeiled || p.active() != (tc.pass < 1 || tc.wantCeiled) || d.InFlightCeiling != tc.wantCeiling {
 				t.Errorf("ceiled %v, active %v, ceiling %d; want %v, %v, %d", ceiled, p.active(), d.InFlightCeiling, tc.wantCeiled, tc.pass < 1 || tc.wantCeiled, tc.wantCeiling)
+			}
+			// The decision log names a ceiling in force, none otherwise.
+			if named := strings.Contains(p.passName(), fmt.Sprintf(", ceiling %d in flight", tc.wantCeiling)); named != tc.wantCeiled {
+				t.Errorf("reason %q: the ceiling named %v, want %v", p.passName(), named, tc.wantCeiled)
 			}
 		})
 	}

@@ -179,15 +179,20 @@ func (p *port) law(mu, a, n, h float64, d rates, prm *Params) {
 	}
 }
 
-// passName renders the pass rate and what it applies to, for a reason.
+// passName renders the pass rate, what it applies to and the ceiling, for
+// a reason.
 func (p *port) passName() string {
+	s := fmt.Sprintf("pass rate %.3f", p.pass)
 	switch p.retransmits() {
 	case olc.RetransmitsShed:
-		return fmt.Sprintf("pass rate %.3f, retransmits shed", p.pass)
+		s += ", retransmits shed"
 	case olc.RetransmitsLast:
-		return fmt.Sprintf("first attempts pass, retransmits at pass rate %.3f", p.pass)
+		s = fmt.Sprintf("first attempts pass, retransmits at pass rate %.3f", p.pass)
 	}
-	return fmt.Sprintf("pass rate %.3f", p.pass)
+	if p.ceil > 0 {
+		s += fmt.Sprintf(", ceiling %d in flight", p.ceil)
+	}
+	return s
 }
 
 // window takes one onset window of w seconds between ticks of tick
