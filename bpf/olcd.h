@@ -131,7 +131,7 @@ enum olcd_cap_flag {
 struct olcd_ceiling {
 	__u32 cap;       /* the static cap (caps.in_flight); 0: none */
 	__u32 law;       /* the adaptive law's ceiling; 0: none */
-	__u32 floor;     /* of what the law's refuses, the share passed (2^32 = all) */
+	__u32 floor;     /* of what the law's refuses, the share passed, in 2^-32 */
 	__u16 hist_slot; /* the port's olcd_rhist slot (1..) */
 	__u16 cpus;      /* rows of olcd_rhist summed: the possible CPUs */
 };

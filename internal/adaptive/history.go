@@ -1,6 +1,9 @@
 package adaptive
 
-import "math"
+import (
+	"math"
+	"slices"
+)
 
 // history is a port's recent windows (the ticks when no windows run): their
 // counts and the requests in flight at their ends, which D (of) and the
@@ -35,15 +38,22 @@ type rates struct{ all, first float64 }
 // retx returns the retransmits per second.
 func (r rates) retx() float64 { return math.Max(0, r.all-r.first) }
 
-// rate returns the starts per second over the newest span seconds (at
-// least the newest record); zero when nothing was counted.
-func (h *history) rate(span float64) rates {
+// newest returns the newest records that fit in secs seconds, at least
+// the newest one.
+func (h *history) newest(secs float64) []span {
+	i, dt := len(h.spans), 0.0
+	for i > 0 && (dt == 0 || dt+h.spans[i-1].dt <= secs+1e-9) {
+		dt += h.spans[i-1].dt
+		i--
+	}
+	return h.spans[i:]
+}
+
+// rate returns the starts per second over the newest secs seconds; zero
+// when nothing was counted.
+func (h *history) rate(secs float64) rates {
 	var all, first, dt float64
-	for i := len(h.spans) - 1; i >= 0; i-- {
-		c := h.spans[i]
-		if dt > 0 && dt+c.dt > span+1e-9 {
-			break
-		}
+	for _, c := range h.newest(secs) {
 		all, first, dt = all+c.starts, first+c.first, dt+c.dt
 	}
 	if dt <= 0 {
@@ -69,9 +79,8 @@ func (h *history) of(span float64, queued bool) rates {
 // fit in standingSpan (at least one); len(spans) when the newest record is
 // not a window.
 func (h *history) recent() int {
-	i, dt := len(h.spans), 0.0
-	for i > 0 && h.spans[i-1].window && (dt == 0 || dt+h.spans[i-1].dt <= standingSpan.Seconds()+1e-9) {
-		dt += h.spans[i-1].dt
+	i := len(h.spans)
+	for n := len(h.newest(standingSpan.Seconds())); n > 0 && h.spans[i-1].window; n-- {
 		i--
 	}
 	return i
@@ -103,15 +112,8 @@ func (h *history) growing(by float64) bool {
 	return true
 }
 
-// refused reports whether the ceiling refused a start in the newest span
-// seconds (at least the newest record).
-func (h *history) refused(span float64) bool {
-	dt := 0.0
-	for i := len(h.spans) - 1; i >= 0 && (dt == 0 || dt+h.spans[i].dt <= span+1e-9); i-- {
-		if h.spans[i].ceiled > 0 {
-			return true
-		}
-		dt += h.spans[i].dt
-	}
-	return false
+// refused reports whether the ceiling refused a start in the newest secs
+// seconds.
+func (h *history) refused(secs float64) bool {
+	return slices.ContainsFunc(h.newest(secs), func(s span) bool { return s.ceiled > 0 })
 }

@@ -90,12 +90,12 @@ func TestInFlightCeiling(t *testing.T) {
 		{"nothing refused", 1, counts{starts: 30, admitted: 30, dt: 0.05}, counts{}, 5, 7, 1, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := port{cfg: PortConfig{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 80}}, pass: tc.pass, ceil: 1}
+			p := port{cfg: PortConfig{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 80}}, pass: tc.pass, ceil: 1, target: 1}
 			if tc.before.dt > 0 {
 				p.hist.add(tc.before, tc.n, true)
 			}
 			p.hist.add(tc.c, tc.n, true)
-			p.settle(tc.c, tc.n, tc.nStar, tc.h)
+			p.settle(tc.c, tc.n, tc.nStar, tc.h) // a target of 1 s: μ̂ is N*
 			d := p.decision(0, &prm)
 			if ceiled := p.ceil > 0; ceiled != tc.wantCeiled || p.active() != (tc.pass < 1 || tc.wantCeiled) || d.InFlightCeiling != tc.wantCeiling {
 				t.Errorf("ceiled %v, active %v, ceiling %d; want %v, %v, %d", ceiled, p.active(), d.InFlightCeiling, tc.wantCeiled, tc.pass < 1 || tc.wantCeiled, tc.wantCeiling)

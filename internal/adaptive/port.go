@@ -55,15 +55,17 @@ const (
 // ceiling (settle).
 func (p *port) active() bool { return p.pass < 1 || p.ceil > 0 }
 
-// settle sets the ceiling after the law ran on counts c: N* (nStar), or
-// above it the standing queue n less what the trim drains of it over h.
-// Once the pass rate is back at 1 it holds while the clients it refused
-// are due back: until it has refused nothing for h.
-func (p *port) settle(c counts, n, nStar, h float64) {
+// settle sets the ceiling after the law ran on counts c: N* of μ̂ mu, or
+// of the saturated μ̂ if larger (a ceiling held after the load fell keeps
+// the queue of full capacity), and above N* the standing queue n less what
+// the trim drains of it over h. Once the pass rate is back at 1 it holds
+// while the clients it refused are due back: until it refused nothing for h.
+func (p *port) settle(c counts, n, mu, h float64) {
 	if p.pass >= 1 && (p.ceil == 0 || !p.hist.refused(h)) {
 		p.ceil = 0
 		return
 	}
+	nStar := math.Max(mu, p.cap.lastSat) * p.target
 	p.ceil = int(math.Min(math.Max(1, math.Ceil(nStar+math.Max(0, n-nStar)*math.Max(0, 1-c.dt/h))), 1<<30))
 }
 
@@ -138,7 +140,7 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 		why += fmt.Sprintf(": no answers in the capacity window, holding pass rate %.3f", p.pass)
 	default:
 		p.law(mu, a, standing, h, d, prm)
-		p.settle(c, standing, math.Max(mu, p.cap.lastSat)*p.target, h)
+		p.settle(c, standing, mu, h)
 		why += fmt.Sprintf(": capacity %.0f answers/s, %.0f in flight standing where %.1f keep the target, %.0f starts/s arriving (%.0f retransmits) at %.2f answers each: %s",
 			mu, standing, mu*p.target, d.all, d.retx(), a, p.passName())
 	}
@@ -224,7 +226,7 @@ func (p *port) window(st PortStats, w, tick float64, prm *Params) string {
 	}
 	pass, retx, ceiling := p.pass, p.retransmits(), p.ceil
 	p.law(mu, a, r.Inflight, h, d, prm)
-	p.settle(c, p.hist.standing(r.Inflight), math.Max(mu, p.cap.lastSat)*p.target, h)
+	p.settle(c, p.hist.standing(r.Inflight), mu, h)
 	if math.Abs(pass-p.pass) < 1e-9 && retx == p.retransmits() && ceiling == p.ceil {
 		return ""
 	}

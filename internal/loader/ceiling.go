@@ -19,10 +19,10 @@ const maxCeilingCPUs = 1024
 // SetInFlightCeilings sets the adaptive law's ceiling on each port's requests
 // in flight (requests; 0: none), which the datapath compares per arrival
 // with the requests its response timer counts in flight (bpf/fair.h,
-// olcd_inflight): new work (a SYN, a request start the request gate sees)
-// that finds the port at its ceiling is shed with the port's action, but
-// for a share floor (0..1, the law's min_pass_rate) of it, and counted as
-// the law's shed (Counters.Ceiled). Beside it the static cap
+// olcd_inflight): a new connection (the request gate's request starts
+// meet no ceiling) that finds the port at its ceiling is shed with the
+// port's action, but for a share floor (0..1, the law's min_pass_rate) of
+// them, and counted as the law's shed (Counters.Ceiled). Beside it the static cap
 // (PortCaps.InFlight) refuses new connections at its own ceiling, counted
 // capped. With one flow timed in N (Config.ResponseSample) the count is of
 // the sampled flows, and the law's ceiling is divided by N; a port that is

@@ -154,11 +154,14 @@ type fairState struct {
 	tooManyCPUs bool // the warning that no ceiling is set was logged
 }
 
-// cappedTotal folds a slot's capped and ceiled counts ([0], [1]).
+// cappedTotal folds a slot's capped and ceiled counts: prev per CPU.
 type cappedTotal struct {
-	prev  [][2]uint32
-	total [2]uint64
+	prev  []cappedCount
+	total struct{ capped, ceiled uint64 }
 }
+
+// cappedCount is one CPU's 32-bit capped and ceiled counts.
+type cappedCount struct{ capped, ceiled uint32 }
 
 // initFair writes fair.h's knobs: a random hash seed, the sketch's mask,
 // the epoch.
@@ -278,10 +281,10 @@ func (d *Datapath) trackCapped(k olc.PortKey, slot uint16) error {
 			if err := d.objs.OlcdFairSlots.Lookup(uint32(slot), &vals); err != nil {
 				return fmt.Errorf("write caps of port %s: %w", k, err)
 			}
-			t := &cappedTotal{prev: make([][2]uint32, n)}
+			t := &cappedTotal{prev: make([]cappedCount, n)}
 			for i := range vals {
 				if i < n {
-					t.prev[i] = [2]uint32{vals[i].Capped, vals[i].Ceiled}
+					t.prev[i] = cappedCount{vals[i].Capped, vals[i].Ceiled}
 				}
 			}
 			d.fair.capped[slot] = t
@@ -352,9 +355,9 @@ func (d *Datapath) foldCapped() error {
 		}
 		for i := range vals {
 			if i < len(t.prev) {
-				t.total[0] += uint64(vals[i].Capped - t.prev[i][0])
-				t.total[1] += uint64(vals[i].Ceiled - t.prev[i][1])
-				t.prev[i] = [2]uint32{vals[i].Capped, vals[i].Ceiled}
+				t.total.capped += uint64(vals[i].Capped - t.prev[i].capped)
+				t.total.ceiled += uint64(vals[i].Ceiled - t.prev[i].ceiled)
+				t.prev[i] = cappedCount{vals[i].Capped, vals[i].Ceiled}
 			}
 		}
 	}
@@ -364,7 +367,7 @@ func (d *Datapath) foldCapped() error {
 // withCapped adds a slot's capped and ceiled totals to its counters.
 func (d *Datapath) withCapped(c Counters, slot uint16) Counters {
 	if t := d.fair.capped[slot]; t != nil {
-		c.Capped, c.Ceiled = t.total[0], t.total[1]
+		c.Capped, c.Ceiled = t.total.capped, t.total.ceiled
 	}
 	return c
 }

@@ -50,11 +50,10 @@ type Counters struct {
 	// of Dropped in enforce mode and of WouldDrop in observe mode: the
 	// rest of those is what the adaptive law shed.
 	Capped uint64
-	// Ceiled counts the new connections and request starts the adaptive
-	// law's ceiling on requests in flight refused
-	// (Datapath.SetInFlightCeilings): part of what the law shed, of
-	// Dropped (or of the request gate's resets) in enforce mode, and what
-	// it would refuse in observe mode.
+	// Ceiled counts the new connections the adaptive law's ceiling on
+	// requests in flight refused (Datapath.SetInFlightCeilings): part of
+	// what the law shed, of Dropped in enforce mode, and what it would
+	// refuse in observe mode (request starts meet no ceiling).
 	Ceiled uint64
 }
 

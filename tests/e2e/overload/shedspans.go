@@ -17,8 +17,8 @@ type span struct{ from, to time.Duration }
 // shedSpans reads olcd's decision logs (paths, in any order; a missing
 // file is none) and returns the spans of the load, since start, in which
 // the port's drop probability was above 0 or an overload had not ended:
-// the law's ceiling on requests in flight refuses at p = 0 too, until a
-// window in which it refuses nothing, and overload_end comes after it. The
+// the law's ceiling on requests in flight refuses at p = 0 too, until it
+// refused nothing for a retransmit timeout, and overload_end follows. The
 // status the harness samples every 500 ms shows the tick's p, but the
 // law's onset windows act every 50 ms between ticks: a whole episode of a
 // few windows can start and end between two samples, and only the decision
