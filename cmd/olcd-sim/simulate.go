@@ -328,11 +328,6 @@ func (s *simulation) writeEvents(w io.Writer) {
 	fmt.Fprintln(w)
 }
 
-// usable reports whether v is a value the controller would use.
-func usable(sig olc.Signal, v float64) bool {
-	return !math.IsNaN(v) && !math.IsInf(v, 0) && v >= 0 && (!sig.IsFraction() || v <= 1.05)
-}
-
 // segments splits a series into the runs of points where ok holds, so that
 // gaps (unavailable or invalid samples) show as gaps.
 func segments(ts, ys []float64, ok []bool) []plotter.XYs {
@@ -489,7 +484,7 @@ func (s *simulation) writePlot(w io.Writer) error {
 	for j, sig := range s.trace.Columns {
 		ys, ok := make([]float64, len(rows)), make([]bool, len(rows))
 		for i, r := range rows {
-			ys[i], ok[i] = r.Values[j], r.Present[j] && usable(sig, r.Values[j])
+			ys[i], ok[i] = r.Values[j], r.Present[j] && sig.Usable(r.Values[j])
 		}
 		p := fractions
 		if !sig.IsFraction() {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,12 +16,10 @@ import (
 // Step and Onset from its tick loop only.
 type Controller struct {
 	cfg     Config
-	signals []olc.Signal // signals with a threshold, canonical order
 	node    nodeLaw
 	ports   []port
 	index   map[olc.PortKey]int
-	over    overload // the overload as the decision log tells it
-
+	over    overload  // the overload as the decision log tells it
 	lastAt  time.Time // the last snapshot's time; zero before the first
 	classP  [olc.NumClasses]float64
 	weights [olc.NumClasses]float64 // unique new work per class, the split's weights
@@ -30,7 +29,7 @@ type Controller struct {
 
 // New returns a controller for cfg, or an error naming every invalid field.
 func New(cfg Config) (*Controller, error) {
-	c := &Controller{}
+	c := &Controller{node: nodeLaw{pass: 1}}
 	if err := c.Reconfigure(cfg); err != nil {
 		return nil, err
 	}
@@ -52,9 +51,7 @@ func validate(cfg Config) error {
 			errs = append(errs, fmt.Errorf("threshold of %s = %v: must be 0 (unused) or positive", olc.Signal(s), t))
 		}
 	}
-	if err := cfg.Params.Validate(); err != nil {
-		errs = append(errs, err)
-	}
+	errs = append(errs, cfg.Params.Validate()) // errors.Join drops a nil
 	seen := make(map[olc.PortKey]bool, len(cfg.Ports))
 	for _, pc := range cfg.Ports {
 		switch {
@@ -83,12 +80,6 @@ func (c *Controller) Reconfigure(cfg Config) error {
 		return fmt.Errorf("controller config: %w", err)
 	}
 	cfg.Ports = append([]PortConfig(nil), cfg.Ports...)
-	signals := make([]olc.Signal, 0, olc.NumSignals)
-	for s, t := range cfg.Thresholds {
-		if t > 0 {
-			signals = append(signals, olc.Signal(s))
-		}
-	}
 	ports := make([]port, len(cfg.Ports))
 	index := make(map[olc.PortKey]int, len(cfg.Ports))
 	for i, pc := range cfg.Ports {
@@ -101,10 +92,7 @@ func (c *Controller) Reconfigure(cfg Config) error {
 		p.cap.resize(cfg.Params, cfg.Interval)
 		index[pc.Key] = i
 	}
-	c.cfg, c.signals, c.ports, c.index = cfg, signals, ports, index
-	if c.node.pass == 0 && !c.node.on { // a new controller
-		c.node.pass = 1
-	}
+	c.cfg, c.ports, c.index = cfg, ports, index
 	c.node.pass = math.Max(c.node.pass, cfg.Params.MinPassRate)
 	return nil
 }
@@ -115,15 +103,7 @@ func (c *Controller) Config() Config { return c.cfg }
 // Shedding reports whether a law sheds now: the node's resource law or a
 // port's own (most overloads are a port's alone, the node's p 0).
 func (c *Controller) Shedding() bool {
-	if c.node.pass < 1 {
-		return true
-	}
-	for i := range c.ports {
-		if c.ports[i].active() {
-			return true
-		}
-	}
-	return false
+	return c.node.on || slices.ContainsFunc(c.ports, func(p port) bool { return p.active() })
 }
 
 // Step runs one tick on snapshot s and the ports' counts since the previous
@@ -173,8 +153,7 @@ func (c *Controller) Step(s olc.Snapshot, stats map[olc.PortKey]PortStats) Decis
 			c.weights = [olc.NumClasses]float64{1, 1, 1}
 		}
 	}
-	reasons = append(reasons, nodeWhy)
-	d.Reason = strings.Join(reasons, "; ")
+	d.Reason = strings.Join(append(reasons, nodeWhy), "; ")
 	c.finish(&d)
 	c.last = Decision{Signals: d.Signals, Pressure: d.Pressure, PressureAvailable: d.PressureAvailable, Driver: d.Driver}
 	return d
@@ -216,13 +195,10 @@ func (c *Controller) finish(d *Decision) {
 	d.Classes = splitClasses(d.DropProbability, prm.Bound(), c.weights)
 	c.classP = d.Classes
 	d.Ports = make([]PortDecision, len(c.ports))
-	active := c.node.on
 	for i := range c.ports {
-		ps := &c.ports[i]
-		d.Ports[i] = ps.decision(d.Classes[ps.cfg.Class], prm)
-		active = active || ps.active()
+		d.Ports[i] = c.ports[i].decision(d.Classes[c.ports[i].cfg.Class], prm)
 	}
-	c.over.track(d, active, prm.ContinueEvery)
+	c.over.track(d, c.Shedding(), prm.ContinueEvery)
 	for i := range c.ports {
 		ps := &c.ports[i]
 		c.record(d, &ps.recorded, ps.cfg.Key, ps.cfg.Class, d.Ports[i].DropProbability)

@@ -22,12 +22,7 @@ const (
 )
 
 // errorOf is the law's error for pressure P: e = 1 − 1/P, floored at minError.
-func errorOf(pressure float64) float64 {
-	if pressure <= 0.5 {
-		return minError
-	}
-	return 1 - 1/pressure
-}
+func errorOf(pressure float64) float64 { return math.Max(minError, 1-1/pressure) }
 
 // step advances the law by one tick of d's signals and returns its reason:
 // a tick over the target lowers the pass rate, one in the hysteresis band

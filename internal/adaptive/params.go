@@ -68,21 +68,6 @@ func DefaultParams() Params {
 	}
 }
 
-// RetiredKeys maps the controller keys of earlier versions to what replaced
-// them: internal/rules refuses such a key with this hint.
-var RetiredKeys = map[string]string{
-	"smoothing":         "the resource law acts on each tick's pressure; activation_ticks filters spikes",
-	"cooldown_ticks":    "a port's pass rate returns to what its measured capacity admits in one tick; the resource law recovers by ki",
-	"saturation_boost":  "a port's measured capacity sizes its cut; the resource law caps it by ki",
-	"max_step":          "the resource law's step is ki × the share of work above the target",
-	"recovery_step":     "a port's pass rate follows its measured capacity (capacity_window); the resource law recovers by ki",
-	"demand_smoothing":  "demand is each tick's measured arrivals",
-	"onset_ratio":       "onset_interval's windows cut when the queue outgrows what drains in a tick",
-	"latency_kp":        "a port's law admits its measured capacity (capacity_window) less the standing queue beyond target",
-	"latency_ki":        "a port's law admits its measured capacity (capacity_window) less the standing queue beyond target",
-	"response_cooldown": "a port's pass rate returns to what its measured capacity admits in one tick",
-}
-
 // Bound returns the upper bound of every drop probability, 1 − MinPassRate.
 func (p Params) Bound() float64 { return 1 - p.MinPassRate }
 

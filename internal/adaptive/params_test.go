@@ -47,23 +47,9 @@ func TestValidateReportsEveryParam(t *testing.T) {
 }
 
 // TestParamBudget holds the law's size to what a reader takes in one
-// sitting: at most 12 keys, and every retired key's hint names a key that
-// exists (or none).
+// sitting: at most 12 keys.
 func TestParamBudget(t *testing.T) {
-	n := reflect.TypeFor[Params]().NumField()
-	if n > 12 {
+	if n := reflect.TypeFor[Params]().NumField(); n > 12 {
 		t.Errorf("%d controller keys, want ≤ 12", n)
-	}
-	keys := map[string]bool{}
-	for i := range n {
-		keys[strings.Split(reflect.TypeFor[Params]().Field(i).Tag.Get("yaml"), ",")[0]] = true
-	}
-	for k, hint := range RetiredKeys {
-		if keys[k] {
-			t.Errorf("retired key %s is still a key", k)
-		}
-		if hint == "" {
-			t.Errorf("retired key %s has no hint", k)
-		}
 	}
 }

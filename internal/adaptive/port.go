@@ -204,9 +204,7 @@ func (p *port) window(st PortStats, w, tick float64, prm *Params) string {
 	r := sanitize(st.Response)
 	c := countsOf(st, w)
 	p.hist.add(c, r.Inflight, true)
-	if r.Inflight < 1 {
-		p.idle = true
-	}
+	p.idle = p.idle || r.Inflight < 1
 	if !p.cfg.Target.On() || p.target <= 0 {
 		return ""
 	}
@@ -259,11 +257,10 @@ func (p *port) decision(classP float64, prm *Params) PortDecision {
 		drop = q // first attempts all pass: the bound holds
 	}
 	pd := PortDecision{Key: p.cfg.Key, Class: p.cfg.Class, DropProbability: drop,
-		Demand: p.demand, ResponseTarget: p.target, QueueP: q, Retransmits: retx}
+		Demand: p.demand, ResponseTarget: p.target, QueueP: q, Retransmits: retx, InFlightCeiling: p.ceil}
 	if p.cfg.Target.Auto && p.base.ok {
 		pd.Baseline = p.base.value
 	}
-	pd.InFlightCeiling = p.ceil
 	if mu := p.cap.lastSat; mu > 0 {
 		pd.Capacity, pd.CapacityAge = mu, p.cap.satAge
 		if a := p.cap.perStart(); a > 0 {

@@ -6,20 +6,8 @@ import (
 	"github.com/olcd/olcd/internal/olc"
 )
 
-// Signals → pressure: which samples are usable and which signals need
-// corroboration (docs/controller.md §3, docs/signals.md).
-
-// maxValidFraction is the largest fraction a usable sample takes (docs/controller.md §7).
-const maxValidFraction = 1.05
-
-// validSample reports whether v is a usable value of sig: finite, not
-// negative, and for fractions not above maxValidFraction.
-func validSample(sig olc.Signal, v float64) bool {
-	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-		return false
-	}
-	return !sig.IsFraction() || v <= maxValidFraction
-}
+// Signals → pressure: which signals need corroboration, and the node's
+// pressure (docs/controller.md §3, docs/signals.md).
 
 // confirmers lists the signals that confirm one that counts only when
 // confirmed: a CPU signal the load and the run queue, which grow on an idle
@@ -42,7 +30,7 @@ var confirmRef = map[olc.Signal]float64{olc.CPUBusy: 0.8, olc.CgroupCPUUsageOfQu
 func (c *Controller) confirmed(s *olc.Snapshot, sigs []olc.Signal) bool {
 	for _, sig := range sigs {
 		v, ok := s.Get(sig)
-		if !ok || !validSample(sig, v) {
+		if !ok || !sig.Usable(v) {
 			continue
 		}
 		ref := c.cfg.Thresholds[sig]
@@ -60,14 +48,18 @@ func (c *Controller) confirmed(s *olc.Snapshot, sigs []olc.Signal) bool {
 // threshold, its usability, pressure and corroboration, and the driver. A
 // stale snapshot makes every signal unavailable.
 func (c *Controller) evaluate(s *olc.Snapshot, stale bool, d *Decision) {
-	d.Signals = make([]SignalState, len(c.signals))
-	for i, sig := range c.signals {
-		st := SignalState{Signal: sig, Threshold: c.cfg.Thresholds[sig]}
+	d.Signals = make([]SignalState, 0, olc.NumSignals)
+	for i, t := range c.cfg.Thresholds {
+		if t <= 0 {
+			continue
+		}
+		sig := olc.Signal(i)
+		st := SignalState{Signal: sig, Threshold: t}
 		if v, ok := s.Get(sig); ok && !stale {
 			st.Value = v
 			// A value whose pressure overflows (1e308 from a corrupt
 			// source) is as invalid as +Inf.
-			if pr := v / st.Threshold; validSample(sig, v) && !math.IsInf(pr, 0) {
+			if pr := v / t; sig.Usable(v) && !math.IsInf(pr, 0) {
 				st.Available, st.Pressure = true, pr
 			} else {
 				st.Invalid = true
@@ -77,6 +69,6 @@ func (c *Controller) evaluate(s *olc.Snapshot, stale bool, d *Decision) {
 		if st.Corroborated && (!d.PressureAvailable || st.Pressure > d.Pressure) {
 			d.Pressure, d.Driver, d.PressureAvailable = st.Pressure, sig, true
 		}
-		d.Signals[i] = st
+		d.Signals = append(d.Signals, st)
 	}
 }

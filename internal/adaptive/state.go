@@ -76,7 +76,10 @@ func (c *Controller) Export() State {
 func (c *Controller) Restore(s State, age time.Duration, at time.Time) {
 	prm := c.cfg.Params
 	clamp := func(p float64) float64 { return min(max(p, 0), prm.Bound()) }
-	c.node.pass, c.node.on = 1-clamp(s.DropProbability), s.Overloaded && s.DropProbability > 0
+	c.node.pass, c.node.on = 1, s.Overloaded && s.DropProbability > 0
+	if c.node.on {
+		c.node.pass = 1 - clamp(s.DropProbability)
+	}
 	for i, p := range s.ClassP {
 		c.classP[i] = clamp(p)
 	}
@@ -114,11 +117,7 @@ func (c *Controller) Restore(s State, age time.Duration, at time.Time) {
 		ps.recorded = 1 - ps.pass
 	}
 	c.nodeRec = 1 - c.node.pass
-	c.over.on = c.node.on
-	for i := range c.ports {
-		c.over.on = c.over.on || c.ports[i].active()
-	}
-	if c.over.on {
+	if c.over.on = c.Shedding(); c.over.on {
 		c.over.since, c.over.lastEvent = at, at
 	}
 }

@@ -65,3 +65,25 @@ func TestRestoreRetransmitRule(t *testing.T) {
 		}
 	}
 }
+
+// TestRestoreNodeLaw: the node's p comes back with its overload; a p
+// without one (a state no build writes) is not restored, so the law is
+// never left shedding while it believes it is not.
+func TestRestoreNodeLaw(t *testing.T) {
+	for _, tc := range []struct {
+		over       bool
+		p, wantP   float64
+		wantOverOn bool
+	}{
+		{true, 0.4, 0.4, true},
+		{false, 0.4, 0, false},
+		{true, 0, 0, false},
+	} {
+		c := mustNew(t, cfgWith())
+		c.Restore(State{DropProbability: tc.p, Overloaded: tc.over}, time.Second, snap(0).At)
+		if got := c.Export(); math.Abs(got.DropProbability-tc.wantP) > 1e-9 || got.Overloaded != tc.wantOverOn || c.Shedding() != tc.wantOverOn {
+			t.Errorf("restored p %.2f overloaded %v: p %.3f overloaded %v shedding %v, want %.3f %v", tc.p, tc.over,
+				got.DropProbability, got.Overloaded, c.Shedding(), tc.wantP, tc.wantOverOn)
+		}
+	}
+}

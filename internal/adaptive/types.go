@@ -73,7 +73,7 @@ type SignalState struct {
 	// Available.
 	Value float64
 	// Available is false when the sampler had no value or the value was an
-	// invalid sample (NaN, ±Inf, negative, a fraction above 1.05).
+	// invalid sample (not olc.Signal.Usable).
 	Available bool
 	// Invalid is true when a value was delivered but rejected as invalid.
 	Invalid bool

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"go/parser"
 	"go/token"
+	"math"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -219,6 +220,29 @@ func TestLeaf(t *testing.T) {
 			if first, _, _ := strings.Cut(path, "/"); strings.Contains(first, ".") {
 				t.Errorf("%s imports %s: olc imports only the standard library", f, path)
 			}
+		}
+	}
+}
+
+// TestUsable covers which samples the controller uses: finite, not
+// negative, a fraction at most MaxUsableFraction.
+func TestUsable(t *testing.T) {
+	for _, tc := range []struct {
+		sig  Signal
+		v    float64
+		want bool
+	}{
+		{CPUBusy, 0, true},
+		{CPUBusy, 1.05, true},
+		{CPUBusy, 1.06, false},
+		{CPUBusy, -0.01, false},
+		{CPUBusy, math.NaN(), false},
+		{Load1, 40, true},
+		{Load1, math.Inf(1), false},
+		{ResponseTimeP95, 2.5, true},
+	} {
+		if got := tc.sig.Usable(tc.v); got != tc.want {
+			t.Errorf("%s.Usable(%v) = %v, want %v", tc.sig, tc.v, got, tc.want)
 		}
 	}
 }

@@ -1,6 +1,9 @@
 package olc
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Signal identifies one canonical pressure signal. Names and units are fixed by
 // ../shared/cases/README.md and are used unchanged in config keys, metrics
@@ -280,6 +283,17 @@ func (s Signal) Unit() Unit {
 // IsFraction reports whether the signal is a share in 0..1, so that a
 // threshold above 1 is a unit mistake (percent or per-mille).
 func (s Signal) IsFraction() bool { return s.Unit() == UnitFraction }
+
+// MaxUsableFraction is the largest value a usable sample of a fraction
+// takes: accounting jitter pushes an honest fraction a little over 1
+// (docs/controller.md §7).
+const MaxUsableFraction = 1.05
+
+// Usable reports whether v is a sample of s the controller uses: finite,
+// not negative, and for a fraction not above MaxUsableFraction.
+func (s Signal) Usable(v float64) bool {
+	return !math.IsNaN(v) && !math.IsInf(v, 0) && v >= 0 && (!s.IsFraction() || v <= MaxUsableFraction)
+}
 
 // IsCgroup reports whether the signal describes the watched cgroup rather
 // than the whole node.

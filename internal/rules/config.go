@@ -350,13 +350,28 @@ func sourceName(source string) string {
 	return source
 }
 
+// retiredControllerKeys maps the controller keys of earlier versions to
+// what replaced them: a config naming one is refused with this hint.
+var retiredControllerKeys = map[string]string{
+	"smoothing":         "the resource law acts on each tick's pressure; activation_ticks filters spikes",
+	"cooldown_ticks":    "a port's pass rate returns to what its measured capacity admits in one tick; the resource law recovers by ki",
+	"saturation_boost":  "a port's measured capacity sizes its cut; the resource law caps it by ki",
+	"max_step":          "the resource law's step is ki × the share of work above the target",
+	"recovery_step":     "a port's pass rate follows its measured capacity (capacity_window); the resource law recovers by ki",
+	"demand_smoothing":  "demand is each tick's measured arrivals",
+	"onset_ratio":       "onset_interval's windows cut when the queue outgrows what drains in a tick",
+	"latency_kp":        "a port's law admits its measured capacity (capacity_window) less the standing queue beyond target",
+	"latency_ki":        "a port's law admits its measured capacity (capacity_window) less the standing queue beyond target",
+	"response_cooldown": "a port's pass rate returns to what its measured capacity admits in one tick",
+}
+
 // retiredKey returns the hint for a key of an earlier version that olcd
-// refuses now, naming what replaced it (adaptive.RetiredKeys).
+// refuses now, naming what replaced it.
 func retiredKey(field string) (string, bool) {
 	k, ok := strings.CutPrefix(field, "controller.")
 	if !ok {
 		return "", false
 	}
-	h, ok := adaptive.RetiredKeys[k]
+	h, ok := retiredControllerKeys[k]
 	return h, ok
 }

@@ -892,3 +892,21 @@ func TestBillionLaughs(t *testing.T) {
 		}
 	}
 }
+
+// TestRetiredControllerKeys checks that a retired key is no longer a key,
+// and that its hint names what replaced it.
+func TestRetiredControllerKeys(t *testing.T) {
+	keys := map[string]bool{}
+	pt := reflect.TypeFor[adaptive.Params]()
+	for i := range pt.NumField() {
+		keys[strings.Split(pt.Field(i).Tag.Get("yaml"), ",")[0]] = true
+	}
+	for k, hint := range retiredControllerKeys {
+		if keys[k] {
+			t.Errorf("retired key %s is still a key", k)
+		}
+		if hint == "" {
+			t.Errorf("retired key %s has no hint", k)
+		}
+	}
+}
