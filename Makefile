@@ -78,7 +78,7 @@ build:
 # The pure packages (the vocabulary, config, controller, plant model) build
 # on any OS, so `olcd-sim simulate`'s parts and their tests run on a laptop:
 # vet checks them for darwin too.
-PURE := ./internal/olc/... ./internal/rules/... ./internal/strictyaml/... ./internal/adaptive/... ./internal/plant/... ./cmd/olcd-sim/...
+PURE := ./internal/olc/... ./internal/rules/... ./internal/strictyaml/... ./internal/adaptive/... ./internal/pressure/... ./internal/plant/... ./cmd/olcd-sim/...
 
 # golangci-lint at the version tools/lint/go.mod pins, kept out of olcd's own
 # module (its dependencies are not olcd's); .golangci.yaml and docs/lint.md

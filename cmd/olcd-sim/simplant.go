@@ -31,6 +31,7 @@ func simulatePlant(cfg *rules.Config, name string, seed uint64, out, summary io.
 	if err != nil {
 		return err
 	}
+	sc.Random = cfg.Datapath.Selection == "random" // the datapath's draw, as the config picks it
 	ccfg := cfg.ControllerConfig(plantPort(cfg))
 	ccfg.Interval = sc.Tick
 	c, err := adaptive.New(ccfg)

@@ -426,6 +426,20 @@ func TestSimulatePlant(t *testing.T) {
 		}
 		t.Log(strings.TrimSpace(sum[strings.LastIndex(strings.TrimSpace(sum), "\n")+1:]))
 	}
+	// The config's datapath.selection is the plant's draw: random (the
+	// default) and even shed different connections.
+	runs := map[string]string{}
+	for _, sel := range []string{"random", "even"} {
+		var stdout bytes.Buffer
+		path := writeConfig(t, "ports: [{port: 8080}]\ndatapath: {selection: "+sel+"}\n")
+		if err := cmdSimulate([]string{"--config", path, "--plant", "cpu-open-giveup-3x"}, &stdout, io.Discard); err != nil {
+			t.Fatalf("selection %s: %v", sel, err)
+		}
+		runs[sel] = stdout.String()
+	}
+	if runs["random"] == runs["even"] {
+		t.Error("selection random and even simulated alike")
+	}
 	var stderr bytes.Buffer
 	err := cmdSimulate([]string{"--config", cfgPath, "--plant", "disk-open-giveup-3x"}, io.Discard, &stderr)
 	if err == nil || !strings.Contains(err.Error(), `unknown backend "disk"`) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/olc"
+	"github.com/olcd/olcd/internal/pressure"
 )
 
 // Controller turns snapshots and port counts into drop probabilities
@@ -100,10 +101,13 @@ func (c *Controller) Reconfigure(cfg Config) error {
 // Config returns the configuration in force.
 func (c *Controller) Config() Config { return c.cfg }
 
-// Shedding reports whether a law sheds now: the node's resource law or a
-// port's own (most overloads are a port's alone, the node's p 0).
-func (c *Controller) Shedding() bool {
-	return c.node.on || slices.ContainsFunc(c.ports, func(p port) bool { return p.active() })
+// Shedding reports whether a law sheds now: the node's resource law (its
+// pass rate below 1) or a port's own (most overloads are a port's alone).
+func (c *Controller) Shedding() bool { return c.node.pass < 1 || c.portsActive() }
+
+// portsActive reports whether a port's law sheds.
+func (c *Controller) portsActive() bool {
+	return slices.ContainsFunc(c.ports, func(p port) bool { return p.active() })
 }
 
 // Step runs one tick on snapshot s and the ports' counts since the previous
@@ -120,7 +124,8 @@ func (c *Controller) Step(s olc.Snapshot, stats map[olc.PortKey]PortStats) Decis
 	if dt <= 0 {
 		dt = c.cfg.Interval.Seconds()
 	}
-	c.evaluate(&s, stale, &d)
+	n := pressure.Evaluate(&s, &c.cfg.Thresholds, c.cfg.Params.CorroborationRatio, stale)
+	d.Signals, d.Pressure, d.PressureAvailable, d.Driver = n.Signals, n.Pressure, n.Available, n.Driver
 	nodeWhy := c.node.step(&d, &c.cfg.Params)
 
 	var reasons []string
@@ -198,7 +203,7 @@ func (c *Controller) finish(d *Decision) {
 	for i := range c.ports {
 		d.Ports[i] = c.ports[i].decision(d.Classes[c.ports[i].cfg.Class], prm)
 	}
-	c.over.track(d, c.Shedding(), prm.ContinueEvery)
+	c.over.track(d, c.node.on || c.portsActive(), prm.ContinueEvery)
 	for i := range c.ports {
 		ps := &c.ports[i]
 		c.record(d, &ps.recorded, ps.cfg.Key, ps.cfg.Class, d.Ports[i].DropProbability)

@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/olcd/olcd/internal/olc"
 )
@@ -90,7 +91,7 @@ func TestInFlightCeiling(t *testing.T) {
 		{"nothing refused", 1, counts{starts: 30, admitted: 30, dt: 0.05}, counts{}, 5, 7, 1, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := port{cfg: PortConfig{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 80}}, pass: tc.pass, ceil: 1, target: 1}
+			p := port{cfg: PortConfig{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 80}}, pass: tc.pass, ceil: 1, scale: 1, target: 1}
 			if tc.before.dt > 0 {
 				p.hist.add(tc.before, tc.n, true)
 			}
@@ -105,5 +106,61 @@ func TestInFlightCeiling(t *testing.T) {
 				t.Errorf("reason %q: the ceiling named %v, want %v", p.passName(), named, tc.wantCeiled)
 			}
 		})
+	}
+}
+
+// TestCeilingShare: a tick whose p95 is the ceiling's (the ceiling refused
+// arrivals) scales the ceiling's share of N* by target ÷ p95, at most 1 and
+// not below the no-load p95 ÷ target (1 ÷ target_factor before it is
+// learnt); a tick in which the ceiling refused nothing, or only would have
+// (observe), leaves it.
+func TestCeilingShare(t *testing.T) {
+	prm := DefaultParams()
+	const target = 0.05
+	for _, tc := range []struct {
+		name       string
+		share, p95 float64
+		ceiled     uint64
+		base       float64
+		want       float64
+	}{
+		{"p95 twice the target", 1, 2 * target, 5, 0, 0.5},
+		{"p95 at 0.8 of it: back up", 0.5, 0.8 * target, 5, 0, 0.625},
+		{"never above N*", 0.9, 0.5 * target, 5, 0, 1},
+		{"not below the workers' no-load queue", 1, 10 * target, 5, target / 3, 1.0 / 3},
+		{"the ceiling refused nothing: not its p95", 1, 2 * target, 0, 0, 1},
+		{"no-load p95 not learnt: 1 ÷ target_factor", 1, 10 * target, 5, 0, 1 / prm.TargetFactor},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := port{cfg: PortConfig{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 80}, Target: ResponseTarget{Seconds: target}},
+				pass: 0.5, ceil: 5, scale: tc.share, target: target, prevEnd: 5, away: SYNRetransmitTimeout}
+			p.base.value, p.base.ok = tc.base, tc.base > 0
+			p.cap.resize(prm, 500*time.Millisecond)
+			st := PortStats{New: 200, Dropped: 100 + tc.ceiled, Ceiled: tc.ceiled, Response: PortResponse{Available: true,
+				P95: tc.p95, Samples: 100, Requests: 100, Responses: 100, Inflight: 5}}
+			p.step(st, 0.5, false, &prm)
+			if math.Abs(p.scale-tc.want) > 1e-9 {
+				t.Errorf("share %.3f, want %.3f", p.scale, tc.want)
+			}
+			// Observe mode: the ceiling would have refused, nothing held
+			// the queue, so its p95 says nothing of the ceiling.
+			p.scale, p.ceil = tc.share, 5
+			st.Dropped = 0
+			if p.step(st, 0.5, false, &prm); p.scale != tc.share {
+				t.Errorf("observed: share %.3f, want %.3f kept", p.scale, tc.share)
+			}
+		})
+	}
+	// The ceiling holds its share of N* (6.84 at μ̂ 6.84/s and a target of
+	// 1 s); a new one starts at N* whatever share the last one ended at.
+	for _, tc := range []struct {
+		ceil        int
+		share, want float64
+	}{{7, 0.5, 4}, {7, 1, 7}, {0, 0.5, 7}} {
+		p := port{pass: 0.5, ceil: tc.ceil, scale: tc.share, target: 1}
+		p.settle(counts{dt: 0.05}, 0, 6.84, 1)
+		if float64(p.ceil) != tc.want {
+			t.Errorf("ceiling %d at share %.2f: %d, want %.0f", tc.ceil, tc.share, p.ceil, tc.want)
+		}
 	}
 }

@@ -86,6 +86,14 @@ func matrix(seed uint64) []cell {
 				// the real cell reads 1.00, docs/measurements.md §25).
 				c.afterFloor = 0.9
 			}
+			if b == plant.Quota && k == plant.OpenRetry {
+				// The ceiling's share holds the overload's queue below N*, so
+				// more retrying clients are refused late in it and return into
+				// the 0.5 C phase on their 3 s backoff, where the quota's
+				// throttled bursts meet them at the ceiling (seed 2: 0.955;
+				// the real cpu-open-retry cell reads 0.99, docs/measurements.md §26).
+				c.afterFloor = 0.95
+			}
 			cells = append(cells, c)
 		}
 	}
@@ -208,8 +216,8 @@ func TestPlantMatrix(t *testing.T) {
 		if cl.sc.Clients != plant.ClosedPool {
 			// A closed pool's answers include the 1 s retransmit of a
 			// shed SYN (the harness's footnote): no line on them.
-			lines = append(lines, line{"p95 ÷ target", 1, 1.75, func(f figures) float64 { return f.p95T }, true},
-				line{"p99 ÷ target", 2, 2.25, func(f figures) float64 { return f.p99T }, true})
+			lines = append(lines, line{"p95 ÷ target", 1, 1.3, func(f figures) float64 { return f.p95T }, true},
+				line{"p99 ÷ target", 2, 2, func(f figures) float64 { return f.p99T }, true})
 		}
 		for s, f := range fs {
 			for _, l := range lines {

@@ -33,6 +33,7 @@ type port struct {
 	base       baseline        // the no-load p95 of an auto target
 	pass       float64         // the law's pass rate, MinPassRate..1 (0..1 for retransmits last)
 	ceil       int             // the ceiling on requests in flight in force (≥ 1; 0: none; docs/controller.md §1)
+	scale      float64         // the ceiling's share of N* that holds the p95 at the target (0 < x ≤ 1; set when a ceiling starts)
 	retx       olc.Retransmits // what the pass rate applies to while pass < 1
 	target     float64         // the target in force (seconds; 0: none)
 	hist       history         // the recent windows: D and the standing queue
@@ -57,15 +58,19 @@ func (p *port) active() bool { return p.pass < 1 || p.ceil > 0 }
 
 // settle sets the ceiling after the law ran on counts c: N* of μ̂ mu, or
 // of the saturated μ̂ if larger (a ceiling held after the load fell keeps
-// the queue of full capacity), and above N* the standing queue n less what
-// the trim drains of it over h. Once the pass rate is back at 1 it holds
+// the queue of full capacity), times the share that holds the p95 at the
+// target (scale), and above that the standing queue n less what the trim
+// drains of it over h. Once the pass rate is back at 1 it holds
 // while the clients it refused are due back: until it refused nothing for h.
 func (p *port) settle(c counts, n, mu, h float64) {
 	if p.pass >= 1 && (p.ceil == 0 || !p.hist.refused(h)) {
 		p.ceil = 0
 		return
 	}
-	nStar := math.Max(mu, p.cap.lastSat) * p.target
+	if p.ceil == 0 {
+		p.scale = 1 // a new ceiling starts at N*
+	}
+	nStar := math.Max(mu, p.cap.lastSat) * p.target * p.scale
 	p.ceil = int(math.Min(math.Max(1, math.Ceil(nStar+math.Max(0, n-nStar)*math.Max(0, 1-c.dt/h))), 1<<30))
 }
 
@@ -105,7 +110,7 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 		p.away = SYNRetransmitTimeout * float64(st.Dropped-min(st.Rejected, st.Dropped)) / shed
 	}
 	// Saturated: requests waited through the tick and N* of them stand at
-	// its end (full), or the ceiling, at N*, refused arrivals; a pool of 8
+	// its end (full), or the ceiling refused arrivals; a pool of 8
 	// workers with 3 busy answers its demand, not μ̂.
 	standing := p.hist.standing(r.Inflight)
 	waited := r.Responses > 0 && p.prevEnd >= 1 && r.Inflight >= 1 && !p.idle
@@ -121,6 +126,19 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	p.base.learn(r, prevEnd, p.active() || busy, p.target)
 	p.target = p.base.targetFor(p.cfg.Target, prm)
 	over := r.Available && r.P95 > p.target
+	if p.ceil > 0 && st.Ceiled > 0 && st.Dropped > 0 && r.Available {
+		// The ceiling refused arrivals (enforced, not observed): the queue
+		// stood at it and the p95 is its. A sojourn scales with the requests
+		// in flight (Little's law), so the ceiling in force × T ÷ p95 holds
+		// the p95 at T. Its share of N* is at most 1, and not below the
+		// no-load p95 ÷ T (1 ÷ target_factor until learnt): fewer in flight
+		// than μ̂ × the no-load p95 idle workers.
+		floor := 1 / prm.TargetFactor
+		if p.base.ok {
+			floor = p.base.value / p.target
+		}
+		p.scale = math.Min(1, math.Max(floor, p.scale*p.target/r.P95))
+	}
 	if !p.active() && !over {
 		return ""
 	}

@@ -45,6 +45,9 @@ type PortState struct {
 	// (PortDecision.InFlightCeiling; 0: none, as in a state of an earlier
 	// build): a restart in an overload keeps it.
 	InFlightCeiling int `json:"in_flight_ceiling,omitzero"`
+	// CeilingShare is the share of N* the ceiling holds to keep the p95 at
+	// the target (0 < x ≤ 1; 0, as in a state of an earlier build: 1).
+	CeilingShare float64 `json:"ceiling_share,omitzero"`
 }
 
 // Export returns the controller's State.
@@ -53,7 +56,7 @@ func (c *Controller) Export() State {
 	for i := range c.ports {
 		ps := &c.ports[i]
 		st := PortState{Key: ps.cfg.Key, DropProbability: 1 - ps.pass, QueueOverload: ps.active(), Target: ps.target,
-			Demand: ps.demand, PerStart: ps.cap.perStart(), Retransmits: ps.retransmits(), InFlightCeiling: ps.ceil}
+			Demand: ps.demand, PerStart: ps.cap.perStart(), Retransmits: ps.retransmits(), InFlightCeiling: ps.ceil, CeilingShare: ps.scale}
 		if ps.base.ok {
 			st.Baseline = ps.base.value
 		}
@@ -97,6 +100,9 @@ func (c *Controller) Restore(s State, age time.Duration, at time.Time) {
 		if ps.retx == olc.RetransmitsLast {
 			ps.pass = 1 - min(max(st.DropProbability, 0), 1)
 		}
+		if ps.scale = st.CeilingShare; !(ps.scale > 0 && ps.scale <= 1) {
+			ps.scale = 1
+		}
 		if ps.ceil = max(st.InFlightCeiling, 0); !st.QueueOverload {
 			ps.pass, ps.ceil = 1, 0
 		}
@@ -117,7 +123,7 @@ func (c *Controller) Restore(s State, age time.Duration, at time.Time) {
 		ps.recorded = 1 - ps.pass
 	}
 	c.nodeRec = 1 - c.node.pass
-	if c.over.on = c.Shedding(); c.over.on {
+	if c.over.on = c.node.on || c.portsActive(); c.over.on {
 		c.over.since, c.over.lastEvent = at, at
 	}
 }

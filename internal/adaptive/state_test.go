@@ -26,14 +26,24 @@ func TestStateRoundTrip(t *testing.T) {
 		}
 		d = a.Step(snap(float64(i)*0.5), map[olc.PortKey]PortStats{key: st})
 	}
+	a.ports[0].scale = 0.6 // as a tick whose p95 was the ceiling's left it
 	s := a.Export()
 	b := mustNew(t, cfg)
 	b.Restore(s, time.Second, d.At)
 	got := b.Export()
 	if got.Ports[0].DropProbability != s.Ports[0].DropProbability || got.Ports[0].Baseline != s.Ports[0].Baseline ||
-		got.Ports[0].InFlightCeiling != s.Ports[0].InFlightCeiling || s.Ports[0].InFlightCeiling <= 0 ||
+		got.Ports[0].InFlightCeiling != s.Ports[0].InFlightCeiling || s.Ports[0].InFlightCeiling <= 0 || got.Ports[0].CeilingShare != 0.6 ||
 		math.Abs(got.Ports[0].Capacity-s.Ports[0].Capacity) > 1e-9 || s.Ports[0].Capacity <= 0 || s.Ports[0].DropProbability <= 0 {
 		t.Errorf("restored %+v, exported %+v", got.Ports[0], s.Ports[0])
+	}
+	// A state without the share (an earlier build), or with one no build
+	// writes, holds the ceiling at N*.
+	for _, share := range []float64{0, 1.5, -1} {
+		s.Ports[0].CeilingShare = share
+		c := mustNew(t, cfg)
+		if c.Restore(s, time.Second, d.At); c.Export().Ports[0].CeilingShare != 1 {
+			t.Errorf("share %v restored as %v, want 1", share, c.Export().Ports[0].CeilingShare)
+		}
 	}
 	if got.Ports[0].CapacityAge < s.Ports[0].CapacityAge+1 {
 		t.Errorf("capacity age %v after 1 s, exported %v", got.Ports[0].CapacityAge, s.Ports[0].CapacityAge)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/olc"
+	"github.com/olcd/olcd/internal/pressure"
 )
 
 // PortStats are one port's datapath counts since the previous tick.
@@ -65,26 +66,9 @@ type Config struct {
 	Ports []PortConfig
 }
 
-// SignalState is one signal with a threshold, as evaluated in one tick.
-type SignalState struct {
-	// Signal is the canonical signal.
-	Signal olc.Signal
-	// Value is the sample in the signal's unit; meaningful only when
-	// Available.
-	Value float64
-	// Available is false when the sampler had no value or the value was an
-	// invalid sample (not olc.Signal.Usable).
-	Available bool
-	// Invalid is true when a value was delivered but rejected as invalid.
-	Invalid bool
-	// Threshold is the configured threshold (> 0).
-	Threshold float64
-	// Pressure is Value ÷ Threshold; 0 when not Available.
-	Pressure float64
-	// Corroborated is false when a corroboration rule discounted the signal
-	// this tick (docs/controller.md §3): then it does not count.
-	Corroborated bool
-}
+// SignalState is one signal with a threshold, as evaluated in one tick
+// (internal/pressure).
+type SignalState = pressure.Signal
 
 // PortDecision is one protected port's outcome of a tick.
 type PortDecision struct {

@@ -239,8 +239,9 @@ type PortStatus struct {
 	QueueDropProbability float64 `json:"queue_drop_probability"`
 	// InFlightCeiling is the requests in flight at which the law on the
 	// measured queue refuses new connections while it sheds, and after
-	// while the clients it refused are due back (N* = capacity × target, or
-	// above it a queue draining; the datapath reads the count per arrival);
+	// while the clients it refused are due back (the share of N* =
+	// capacity × target that holds the p95 at the target, or above it a
+	// queue draining; the datapath reads the count per arrival);
 	// absent when it holds none. A static caps.in_flight
 	// refuses at its own ceiling beside it.
 	InFlightCeiling *int `json:"in_flight_ceiling,omitempty"`

@@ -168,6 +168,11 @@ type Scenario struct {
 	// CeilingFloor of them.
 	Ceiling      func() int
 	CeilingFloor float64
+	// Random draws each new connection at random, as the datapath's
+	// selection: random does; false sheds an evenly spaced share, as
+	// selection: even (the shipped configs') does, by error diffusion over the
+	// port's new connections.
+	Random bool
 	// Noise is the relative standard deviation of cpu_busy's measurement.
 	Noise float64
 	// Window is the period of the check between ticks (RunWindows); 0
@@ -297,8 +302,12 @@ func RunWindows(sc Scenario, decide func(Observation) float64, between func(Obse
 		slotBase  = make([]float64, sc.Pool)
 		abandoned = map[*request]bool{}
 		tokens    = sc.Limit * 0.02
+		evenAcc   float64     // the error diffusion's accumulator (Even)
 		win       Observation // the counts since the last window
 	)
+	if !sc.Random {
+		evenAcc = rng.Float64() // a random phase, as the loader starts it
+	}
 	winSteps := int(math.Round(sc.Window.Seconds() / step))
 	push := func(a synAttempt) {
 		k := int(math.Ceil(a.at/step - 1e-9))
@@ -372,6 +381,12 @@ func RunWindows(sc Scenario, decide func(Observation) float64, between func(Obse
 				dp = sc.FirstP(p)
 			}
 			shed := rng.Float64() < dp
+			if !sc.Random {
+				evenAcc += dp
+				if shed = evenAcc >= 1; shed {
+					evenAcc--
+				}
+			}
 			if !shed && sc.Ceiling != nil {
 				if c := sc.Ceiling(); c > 0 && inflight(queue, workers, abandoned) >= c && rng.Float64() >= sc.CeilingFloor {
 					shed = true

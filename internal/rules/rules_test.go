@@ -893,8 +893,9 @@ func TestBillionLaughs(t *testing.T) {
 	}
 }
 
-// TestRetiredControllerKeys checks that a retired key is no longer a key,
-// and that its hint names what replaced it.
+// TestRetiredControllerKeys checks that a retired key is no longer a key
+// and has a hint (testdata/invalid-retired-key.yaml checks that a config
+// naming one is refused with it, at its line).
 func TestRetiredControllerKeys(t *testing.T) {
 	keys := map[string]bool{}
 	pt := reflect.TypeFor[adaptive.Params]()
