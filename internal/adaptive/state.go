@@ -46,7 +46,8 @@ type PortState struct {
 	// build): a restart in an overload keeps it.
 	InFlightCeiling int `json:"in_flight_ceiling,omitzero"`
 	// CeilingShare is the share of N* the ceiling holds to keep the p95 at
-	// the target (0 < x ≤ 1; 0, as in a state of an earlier build: 1).
+	// the target (0 < x ≤ 1; 0 without a ceiling, or in a state of an
+	// earlier build: 1).
 	CeilingShare float64 `json:"ceiling_share,omitzero"`
 }
 
@@ -56,7 +57,10 @@ func (c *Controller) Export() State {
 	for i := range c.ports {
 		ps := &c.ports[i]
 		st := PortState{Key: ps.cfg.Key, DropProbability: 1 - ps.pass, QueueOverload: ps.active(), Target: ps.target,
-			Demand: ps.demand, PerStart: ps.cap.perStart(), Retransmits: ps.retransmits(), InFlightCeiling: ps.ceil, CeilingShare: ps.scale}
+			Demand: ps.demand, PerStart: ps.cap.perStart(), Retransmits: ps.retransmits(), InFlightCeiling: ps.ceil}
+		if ps.ceil > 0 {
+			st.CeilingShare = ps.scale
+		}
 		if ps.base.ok {
 			st.Baseline = ps.base.value
 		}

@@ -59,7 +59,7 @@ func TestRenderConfig(t *testing.T) {
 			[]string{"mode", "interfaces", "controller.min_pass_rate", "ports", "exceptions.ports", "metrics.address", "admin.socket", "decision_log"},
 			map[string]string{"mode": "enforce", "interfaces[0]": "olov1h", "ports[0].port": "18080", "exceptions.ports[1].port": "18081", "metrics.address": ""}},
 		{"bare metal, a comparison's signals and reject", olcdConfigData{Base: ConfigBareMetal, Mode: "enforce", Iface: "olov1h", Interval: time.Second,
-			Signals: []string{"cgroup_cpu_usage_of_quota: {threshold: 0.900}"}, Cgroup: "olov-1", Action: "reject", Selection: "even",
+			Signals: []string{"cgroup_cpu_usage_of_quota: {threshold: 0.900}"}, Cgroup: "olov-1", Action: "reject", Selection: "random",
 			Port: WorkPort, HealthPort: HealthPort, Socket: "/tmp/s", DecisionLog: "/tmp/d", RequestGate: true},
 			[]string{"mode", "interfaces", "interval", "signals", "cgroup", "ports", "exceptions.ports", "action.kind", "metrics.address", "admin.socket", "decision_log", "datapath.selection"},
 			map[string]string{"signals.cgroup_cpu_usage_of_quota.threshold": "0.900", "cgroup": "olov-1", "ports[0].request_gate": "true", "interval": "1s"}},
