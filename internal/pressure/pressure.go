@@ -68,19 +68,13 @@ var confirmRef = map[olc.Signal]float64{olc.CPUBusy: 0.8, olc.CgroupCPUUsageOfQu
 // (0 < ratio ≤ 1) × its threshold, or its confirmRef without one. A stale
 // snapshot makes every signal unavailable.
 func Evaluate(s *olc.Snapshot, thresholds *[olc.NumSignals]float64, ratio float64, stale bool) Node {
-	n := Node{Signals: make([]Signal, 0, olc.NumSignals)}
-	confirmed := func(sigs []olc.Signal) bool {
-		for _, sig := range sigs {
-			ref := thresholds[sig]
-			if ref <= 0 {
-				ref = confirmRef[sig]
-			}
-			if v, ok := s.Get(sig); ok && sig.Usable(v) && v >= ratio*ref {
-				return true
-			}
+	n := 0
+	for _, t := range thresholds {
+		if t > 0 {
+			n++
 		}
-		return false
 	}
+	node := Node{Signals: make([]Signal, 0, n)}
 	for i, t := range thresholds {
 		if !(t > 0) { // 0: unused; NaN never counts
 			continue
@@ -97,11 +91,26 @@ func Evaluate(s *olc.Snapshot, thresholds *[olc.NumSignals]float64, ratio float6
 				st.Invalid = true
 			}
 		}
-		st.Corroborated = st.Available && (confirmers[sig] == nil || confirmed(confirmers[sig]))
-		if st.Corroborated && (!n.Available || st.Pressure > n.Pressure) {
-			n.Pressure, n.Driver, n.Available = st.Pressure, sig, true
+		st.Corroborated = st.Available && (confirmers[sig] == nil || confirmed(s, thresholds, ratio, confirmers[sig]))
+		if st.Corroborated && (!node.Available || st.Pressure > node.Pressure) {
+			node.Pressure, node.Driver, node.Available = st.Pressure, sig, true
 		}
-		n.Signals = append(n.Signals, st)
+		node.Signals = append(node.Signals, st)
 	}
-	return n
+	return node
+}
+
+// confirmed reports whether one of sigs shows at least ratio × its
+// threshold (or its confirmRef without one) in s.
+func confirmed(s *olc.Snapshot, thresholds *[olc.NumSignals]float64, ratio float64, sigs []olc.Signal) bool {
+	for _, sig := range sigs {
+		ref := thresholds[sig]
+		if ref <= 0 {
+			ref = confirmRef[sig]
+		}
+		if v, ok := s.Get(sig); ok && sig.Usable(v) && v >= ratio*ref {
+			return true
+		}
+	}
+	return false
 }
