@@ -114,8 +114,9 @@ type PortDecision struct {
 	// InFlightCeiling is the requests in flight (≥ 1; 0: none) at which the
 	// datapath refuses new connections for the port's law while it sheds,
 	// and after while the clients it refused are due back
-	// (docs/controller.md §1, "The ceiling"): N*, or above it the standing
-	// queue less what the trim drains in the window.
+	// (docs/controller.md §1, "The ceiling"): the share of N* that holds the
+	// p95 at the target, or above it the standing queue less what the trim
+	// drains in the window.
 	InFlightCeiling int
 }
 

@@ -302,7 +302,7 @@ func RunWindows(sc Scenario, decide func(Observation) float64, between func(Obse
 		slotBase  = make([]float64, sc.Pool)
 		abandoned = map[*request]bool{}
 		tokens    = sc.Limit * 0.02
-		evenAcc   float64     // the error diffusion's accumulator (Even)
+		evenAcc   float64     // the error diffusion's accumulator (not Random)
 		win       Observation // the counts since the last window
 	)
 	if !sc.Random {
@@ -380,7 +380,7 @@ func RunWindows(sc Scenario, decide func(Observation) float64, between func(Obse
 			case !a.retrans && sc.FirstP != nil:
 				dp = sc.FirstP(p)
 			}
-			shed := rng.Float64() < dp
+			shed := rng.Float64() < dp // drawn either way: a seed's other draws stay the same
 			if !sc.Random {
 				evenAcc += dp
 				if shed = evenAcc >= 1; shed {
