@@ -13,6 +13,10 @@ type capacity struct {
 	// lastSat is the newest saturated figure (answers/s; 0: none) and satAge
 	// its age (seconds), kept for status once the window no longer holds it.
 	lastSat, satAge float64
+	// satAnswers and satDt are the answers and the span (seconds) of the
+	// onset windows since the last tick through which N* stood.
+	satAnswers, satDt float64
+	lastW             float64 // the newest such window's length (seconds)
 }
 
 // capSlot is one tick of the window.
@@ -43,8 +47,13 @@ func push[T any](q []T, x T, n int) []T {
 // added to those in flight.
 func (c *capacity) tick(answers, admitted, queued, dt float64, full, saturated bool) {
 	saturated = saturated && answers > 0
-	c.slots = push(c.slots, capSlot{rate: answers / dt, answers: answers, admitted: admitted, queued: queued,
-		saturated: saturated, full: full && saturated}, c.n)
+	slot := capSlot{rate: answers / dt, answers: answers, admitted: admitted, queued: queued,
+		saturated: saturated, full: full && saturated}
+	if w := c.windowRate(); !slot.full && w > slot.rate {
+		// Windows of it were saturated: the tick's own rate is what a cut left.
+		slot.rate, slot.saturated = w, true
+	}
+	c.slots, c.satAnswers, c.satDt = push(c.slots, slot, c.n), 0, 0
 	c.satAge += dt
 	if saturated {
 		c.satAge = 0
@@ -52,6 +61,26 @@ func (c *capacity) tick(answers, admitted, queued, dt float64, full, saturated b
 	if best := c.max(true); best > 0 {
 		c.lastSat = best
 	}
+}
+
+// window adds an onset window of w seconds through which N* stood, with
+// its answers, and returns μ̂ with the rate of such windows since the last
+// tick once they span standingSpan: an underestimate holds itself (the law
+// admits what it believes), an overestimate stands as a queue and a full
+// tick replaces it.
+func (c *capacity) window(answers, w float64) float64 {
+	c.satAnswers, c.satDt, c.lastW = c.satAnswers+answers, c.satDt+w, w
+	return math.Max(c.now(), c.windowRate())
+}
+
+// windowRate is the answers per second of the saturated windows since the
+// last tick (0: fewer than standingSpan of them, give or take half the last
+// window: a timer's windows run a little short or long).
+func (c *capacity) windowRate() float64 {
+	if c.satDt < standingSpan.Seconds()-c.lastW/2 {
+		return 0
+	}
+	return c.satAnswers / c.satDt
 }
 
 // max returns the largest answer rate in the window (0: none), of

@@ -97,6 +97,14 @@ func (h *history) standing(end float64) float64 {
 	return m
 }
 
+// last returns the requests in flight at the newest record's end (−1: none).
+func (h *history) last() float64 {
+	if len(h.spans) == 0 {
+		return -1
+	}
+	return h.spans[len(h.spans)-1].inflight
+}
+
 // growing reports whether the requests in flight grew by more than by in
 // each onset window of the last standingSpan.
 func (h *history) growing(by float64) bool {

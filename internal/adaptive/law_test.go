@@ -164,3 +164,39 @@ func TestCeilingShare(t *testing.T) {
 		}
 	}
 }
+
+// TestCapacityFromWindows: μ̂ a lower bound (96/s answered at 0.5 C), onset
+// windows through which N* stood answer 190/s: the law between ticks runs
+// on that once they span 100 ms, and the tick after, starved by the cut,
+// keeps it as its saturated figure. Windows where N* did not stand leave μ̂.
+func TestCapacityFromWindows(t *testing.T) {
+	prm := DefaultParams()
+	for _, tc := range []struct {
+		name     string
+		inflight float64
+		want     float64
+		changed  bool // the law between ticks changed its decision
+	}{
+		{"N* stood", 10, 190, true},
+		{"below N*", 1, 96, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := port{cfg: PortConfig{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 80}, Target: ResponseTarget{Seconds: 0.02}},
+				pass: 0.5, scale: 1, target: 0.02, prevEnd: 0}
+			p.cap.resize(prm, 500*time.Millisecond)
+			p.cap.tick(48, 48, 0, 0.5, false, false) // 96/s: N* = 1.92
+			var why string
+			for range 3 {
+				why = p.window(PortStats{New: 30, Response: PortResponse{Requests: 9.5, Responses: 9.5, Inflight: tc.inflight}}, 0.05, 0.5, &prm)
+			}
+			if want := fmt.Sprintf("capacity %.0f answers/s", tc.want); (why != "") != tc.changed || (tc.changed && !strings.Contains(why, want)) {
+				t.Errorf("between ticks: %q, want %s", why, want)
+			}
+			p.step(PortStats{New: 20, Dropped: 10, Response: PortResponse{Available: true, P95: 0.005, Samples: 10,
+				Requests: 10, Responses: 10, Inflight: 0}}, 0.5, false, &prm)
+			if got := p.cap.now(); math.Abs(got-tc.want) > 0.01*tc.want {
+				t.Errorf("μ̂ after the tick %.1f/s, want %.0f", got, tc.want)
+			}
+		})
+	}
+}

@@ -221,6 +221,7 @@ func (p *port) passName() string {
 func (p *port) window(st PortStats, w, tick float64, prm *Params) string {
 	r := sanitize(st.Response)
 	c := countsOf(st, w)
+	prev := p.hist.last()
 	p.hist.add(c, r.Inflight, true)
 	p.idle = p.idle || r.Inflight < 1
 	if !p.cfg.Target.On() || p.target <= 0 {
@@ -229,6 +230,12 @@ func (p *port) window(st PortStats, w, tick float64, prm *Params) string {
 	mu := p.cap.now()
 	if mu <= 0 && p.prevEnd >= 1 && r.Inflight >= 1 {
 		mu = r.Responses / w // a cold start: the window itself, saturated
+	}
+	if mu > 0 && prev >= mu*p.target && r.Inflight >= mu*p.target {
+		// N* stood from the window's start to its end: it answered at
+		// capacity. An underestimate shows only here: a law on it cuts
+		// the queue that would show it at the tick.
+		mu = p.cap.window(r.Responses, w)
 	}
 	a := p.cap.perStart()
 	if a <= 0 && r.Requests > 0 && c.admitted > 0 {
