@@ -180,7 +180,9 @@ func TestInFlightCeilingFloor(t *testing.T) {
 			must(t, d.SetInFlightCeilings(map[olc.PortKey]int{tcp8080: 1}, tt.floor))
 			if tt.stale {
 				d.mu.Lock()
-				d.ctl.HeartbeatNs = 1 // long before now: stale
+				// At boot, stale after 1 µs: stale whatever the uptime (a
+				// heartbeat of 1 ns is fresh for an hour after boot).
+				d.ctl.HeartbeatNs, d.ctl.StaleAfterNs = 1, uint64(time.Microsecond)
 				err := d.writeControl()
 				d.mu.Unlock()
 				must(t, err)
