@@ -153,7 +153,8 @@ func relPath(p string) string {
 // of the matrix.
 func (r *Report) PrintMatrix(w io.Writer) {
 	fmt.Fprintf(w, "\nmatrix: each scenario's overload phase (the highest offered load); goodput/C over the whole phase and from +%.0fs;\n"+
-		"   p sd = std-dev of the drop probability a first attempt meets, over 1 s windows from +%.0fs; steady = share of those windows with goodput ≥ %.1f × their mean;\n"+
+		"   p sd = std-dev of the drop probability a first attempt meets, over 1 s windows from +%.0fs; steady = share of those windows with goodput ≥ %.1f × their mean\n"+
+		"   (a limit cycle, not the level: a run that answers nothing is steady too);\n"+
 		"   p95, p99 = of the successes over the whole phase and from +%.0fs; target = olcd's response target from +%.0fs;\n"+
 		"   after = share of the next phase's requests (the step down) answered within the SLO from +%.0fs;\n"+
 		"   after cut = fewest connections admitted in the second after a cut (p rose by 0.1) over olcd's measured capacity;\n"+
