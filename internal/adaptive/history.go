@@ -125,3 +125,9 @@ func (h *history) growing(by float64) bool {
 func (h *history) refused(secs float64) bool {
 	return slices.ContainsFunc(h.newest(secs), func(s span) bool { return s.ceiled > 0 })
 }
+
+// below reports whether every record of the newest secs seconds ended with
+// at most n requests in flight.
+func (h *history) below(secs, n float64) bool {
+	return !slices.ContainsFunc(h.newest(secs), func(s span) bool { return s.inflight > n })
+}

@@ -109,11 +109,12 @@ func TestInFlightCeiling(t *testing.T) {
 	}
 }
 
-// TestCeilingShare: a tick whose p95 is the ceiling's (the ceiling refused
-// arrivals) scales the ceiling's share of N* by target ÷ p95, at most 1 and
+// TestCeilingShare: a tick whose p95 is the ceiling's (the ceiling stood
+// through it, refused arrivals, and no window ended with over twice it in
+// flight) scales the ceiling's share of N* by target ÷ p95, at most 1 and
 // not below the no-load p95 ÷ target (1 ÷ target_factor before it is
 // learnt); a tick in which the ceiling refused nothing, or only would have
-// (observe), leaves it.
+// (observe), started (the onset's queue), or a burst past it stood, leaves it.
 func TestCeilingShare(t *testing.T) {
 	prm := DefaultParams()
 	const target = 0.05
@@ -122,20 +123,28 @@ func TestCeilingShare(t *testing.T) {
 		share, p95 float64
 		ceiled     uint64
 		base       float64
+		held       int     // the ceiling at the previous tick's end
+		burst      float64 // in flight at an onset window's end in the tick (0: none)
 		want       float64
 	}{
-		{"p95 twice the target", 1, 2 * target, 5, 0, 0.5},
-		{"p95 at 0.8 of it: back up", 0.5, 0.8 * target, 5, 0, 0.625},
-		{"never above N*", 0.9, 0.5 * target, 5, 0, 1},
-		{"not below the workers' no-load queue", 1, 10 * target, 5, target / 3, 1.0 / 3},
-		{"the ceiling refused nothing: not its p95", 1, 2 * target, 0, 0, 1},
-		{"no-load p95 not learnt: 1 ÷ target_factor", 1, 10 * target, 5, 0, 1 / prm.TargetFactor},
+		{"p95 twice the target", 1, 2 * target, 5, 0, 5, 0, 0.5},
+		{"p95 at 0.8 of it: back up", 0.5, 0.8 * target, 5, 0, 5, 0, 0.625},
+		{"never above N*", 0.9, 0.5 * target, 5, 0, 5, 0, 1},
+		{"not below the workers' no-load queue", 1, 10 * target, 5, target / 3, 5, 0, 1.0 / 3},
+		{"the ceiling refused nothing: not its p95", 1, 2 * target, 0, 0, 5, 0, 1},
+		{"no-load p95 not learnt: 1 ÷ target_factor", 1, 10 * target, 5, 0, 5, 0, 1 / prm.TargetFactor},
+		{"the ceiling started in the tick: the onset's queue", 1, 3 * target, 5, 0, 0, 0, 1},
+		{"a burst twice the ceiling stood: not its p95", 1, 3 * target, 5, 0, 5, 11, 1},
+		{"a burst within twice it: its p95", 1, 2 * target, 5, 0, 5, 10, 0.5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := port{cfg: PortConfig{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 80}, Target: ResponseTarget{Seconds: target}},
-				pass: 0.5, ceil: 5, scale: tc.share, target: target, prevEnd: 5, away: SYNRetransmitTimeout}
+				pass: 0.5, ceil: 5, held: tc.held, scale: tc.share, target: target, prevEnd: 5, away: SYNRetransmitTimeout}
 			p.base.value, p.base.ok = tc.base, tc.base > 0
 			p.cap.resize(prm, 500*time.Millisecond)
+			if tc.burst > 0 {
+				p.hist.add(counts{starts: 10, first: 10, admitted: 10, dt: 0.05}, tc.burst, true)
+			}
 			st := PortStats{New: 200, Dropped: 100 + tc.ceiled, Ceiled: tc.ceiled, Response: PortResponse{Available: true,
 				P95: tc.p95, Samples: 100, Requests: 100, Responses: 100, Inflight: 5}}
 			p.step(st, 0.5, false, &prm)
@@ -144,7 +153,7 @@ func TestCeilingShare(t *testing.T) {
 			}
 			// Observe mode: the ceiling would have refused, nothing held
 			// the queue, so its p95 says nothing of the ceiling.
-			p.scale, p.ceil = tc.share, 5
+			p.scale, p.ceil, p.held = tc.share, 5, 5
 			st.Dropped = 0
 			if p.step(st, 0.5, false, &prm); p.scale != tc.share {
 				t.Errorf("observed: share %.3f, want %.3f kept", p.scale, tc.share)

@@ -33,6 +33,7 @@ type port struct {
 	base       baseline        // the no-load p95 of an auto target
 	pass       float64         // the law's pass rate, MinPassRate..1 (0..1 for retransmits last)
 	ceil       int             // the ceiling on requests in flight in force (≥ 1; 0: none; docs/controller.md §1)
+	held       int             // the ceiling in force at the previous tick's end (0: none)
 	scale      float64         // the ceiling's share of N* that holds the p95 at the target (0 < x ≤ 1; set when a ceiling starts)
 	retx       olc.Retransmits // what the pass rate applies to while pass < 1
 	target     float64         // the target in force (seconds; 0: none)
@@ -45,8 +46,8 @@ type port struct {
 	unmeasured float64         // how long (seconds) the port has had no counts
 }
 
-// The standing queue's span, and the standing queue, in N*, past which the
-// demand counts at once (docs/controller.md §7).
+// The standing queue's span, and the queue, in N* or the ceiling, past which
+// the demand counts at once and the share learns nothing (docs/controller.md §7).
 const (
 	standingSpan = 100 * time.Millisecond
 	longQueue    = 2.0
@@ -106,6 +107,8 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	r := sanitize(st.Response)
 	c := countsOf(st, dt)
 	p.demand = c.first / dt
+	stood := p.held > 0
+	defer func() { p.held = p.ceil }()
 	if shed := float64(st.Dropped) + float64(st.Resets); shed > 0 {
 		p.away = SYNRetransmitTimeout * float64(st.Dropped-min(st.Rejected, st.Dropped)) / shed
 	}
@@ -126,9 +129,10 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	p.base.learn(r, prevEnd, p.active() || busy, p.target)
 	p.target = p.base.targetFor(p.cfg.Target, prm)
 	over := r.Available && r.P95 > p.target
-	if p.ceil > 0 && st.Ceiled > 0 && st.Dropped > 0 && r.Available {
-		// The ceiling refused arrivals (enforced, not observed): the queue
-		// stood at it and the p95 is its. A sojourn scales with the requests
+	if stood && p.ceil > 0 && st.Ceiled > 0 && st.Dropped > 0 && r.Available && p.hist.below(dt, longQueue*float64(p.ceil)) {
+		// The ceiling stood through the tick, refused arrivals (enforced,
+		// not observed) and no queue twice it stood: the queue stood at it
+		// and the p95 is its. A sojourn scales with the requests
 		// in flight (Little's law), so the ceiling in force × T ÷ p95 holds
 		// the p95 at T. Its share of N* is at most 1, and not below the
 		// no-load p95 ÷ T (1 ÷ target_factor until learnt): fewer in flight
