@@ -131,8 +131,9 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	over := r.Available && r.P95 > p.target
 	if stood && p.ceil > 0 && st.Ceiled > 0 && st.Dropped > 0 && r.Available && p.hist.below(dt, longQueue*float64(p.ceil)) {
 		// The ceiling stood through the tick, refused arrivals (enforced,
-		// not observed) and no queue twice it stood: the queue stood at it
-		// and the p95 is its. A sojourn scales with the requests
+		// not observed), and no window ended with over twice it in flight
+		// (a burst that passed before the count saw it): the queue stood
+		// at it and the p95 is its. A sojourn scales with the requests
 		// in flight (Little's law), so the ceiling in force × T ÷ p95 holds
 		// the p95 at T. Its share of N* is at most 1, and not below the
 		// no-load p95 ÷ T (1 ÷ target_factor until learnt): fewer in flight
