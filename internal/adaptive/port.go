@@ -107,8 +107,7 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	r := sanitize(st.Response)
 	c := countsOf(st, dt)
 	p.demand = c.first / dt
-	stood := p.held > 0
-	defer func() { p.held = p.ceil }()
+	defer func() { p.held = p.ceil }() // read below as the ceiling that stood through this tick
 	if shed := float64(st.Dropped) + float64(st.Resets); shed > 0 {
 		p.away = SYNRetransmitTimeout * float64(st.Dropped-min(st.Rejected, st.Dropped)) / shed
 	}
@@ -129,7 +128,7 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	p.base.learn(r, prevEnd, p.active() || busy, p.target)
 	p.target = p.base.targetFor(p.cfg.Target, prm)
 	over := r.Available && r.P95 > p.target
-	if stood && p.ceil > 0 && st.Ceiled > 0 && st.Dropped > 0 && r.Available && p.hist.below(dt, longQueue*float64(p.ceil)) {
+	if p.held > 0 && p.ceil > 0 && st.Ceiled > 0 && st.Dropped > 0 && r.Available && p.hist.below(dt, longQueue*float64(p.ceil)) {
 		// The ceiling stood through the tick, refused arrivals (enforced,
 		// not observed), and no window ended with over twice it in flight
 		// (a burst that passed before the count saw it): the queue stood
