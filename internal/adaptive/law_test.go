@@ -60,10 +60,9 @@ func TestLawRanksRetransmits(t *testing.T) {
 
 // TestInFlightCeiling: while the port's law sheds, its decision carries a
 // ceiling on requests in flight: N* = μ̂ × T where the standing queue is at
-// or below it, and above it the standing queue less what the trim drains of
-// it over the span counted (h the trim's horizon: a drop's retransmit
-// timeout, the span itself for the reject action, whose clients come back
-// at once), rounded up. It holds the law on after the pass rate came back
+// or below it, and above it the standing queue, its excess drained over the
+// time a refused client stays out (h here: a drop's retransmit timeout, none
+// for the reject action, whose clients know at once), rounded up. It holds the law on after the pass rate came back
 // to 1 while the clients it refused are due back (it refused a start in
 // the last h), and ends once the draw passes everything and it refused
 // nothing for h.
@@ -81,7 +80,7 @@ func TestInFlightCeiling(t *testing.T) {
 		{"at N*", 0.4, counts{starts: 30, admitted: 12, dt: 0.05}, counts{}, 6.5, 6.84, 1, true, 7},
 		{"below N*", 0.4, counts{starts: 30, admitted: 12, dt: 0.05}, counts{}, 2, 6.84, 1, true, 7},
 		{"an onset's queue drains over h", 0.4, counts{starts: 30, admitted: 12, dt: 0.05}, counts{}, 60, 4, 1, true, 58},
-		{"reject: at once", 0.4, counts{starts: 30, admitted: 12, dt: 0.05}, counts{}, 60, 4, 0.05, true, 4},
+		{"reject: at once", 0.4, counts{starts: 30, admitted: 12, dt: 0.05}, counts{}, 60, 4, 0, true, 4},
 		{"a tick", 0.4, counts{starts: 300, admitted: 120, dt: 0.5}, counts{}, 60, 4, 1, true, 32},
 		{"N* below one request", 0.5, counts{starts: 10, admitted: 5, dt: 0.05}, counts{}, 0, 0.2, 1, true, 1},
 		{"the ceiling alone refusing", 1, counts{starts: 30, admitted: 20, ceiled: 10, dt: 0.05}, counts{}, 7, 7, 1, true, 7},
@@ -91,7 +90,7 @@ func TestInFlightCeiling(t *testing.T) {
 		{"nothing refused", 1, counts{starts: 30, admitted: 30, dt: 0.05}, counts{}, 5, 7, 1, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := port{cfg: PortConfig{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 80}}, pass: tc.pass, ceil: 1, scale: 1, target: 1}
+			p := port{cfg: PortConfig{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 80}}, pass: tc.pass, ceil: 1, scale: 1, target: 1, away: tc.h}
 			if tc.before.dt > 0 {
 				p.hist.add(tc.before, tc.n, true)
 			}
@@ -104,6 +103,36 @@ func TestInFlightCeiling(t *testing.T) {
 			// The decision log names a ceiling in force, none otherwise.
 			if named := strings.Contains(p.passName(), fmt.Sprintf(", ceiling %d in flight", tc.wantCeiling)); named != tc.wantCeiled {
 				t.Errorf("reason %q: the ceiling named %v, want %v", p.passName(), named, tc.wantCeiled)
+			}
+		})
+	}
+}
+
+// TestOnsetDrain: the ceiling drains an onset's queue beyond N* over the
+// time a client it refuses stays out, as the window's shed tells it: a
+// retransmit timeout after silent drops (refused together, they return
+// together), none after rejects or resets of request starts, whose clients
+// know at once: the queue then drains at the service's pace, none joining.
+func TestOnsetDrain(t *testing.T) {
+	prm := DefaultParams()
+	for _, tc := range []struct {
+		name                      string
+		dropped, rejected, resets uint64
+		want                      int
+	}{
+		{"silent drops", 20, 0, 0, 29},
+		{"rejects", 20, 20, 0, 4},
+		{"resets of request starts", 0, 0, 20, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := port{cfg: PortConfig{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 80}, Target: ResponseTarget{Seconds: 0.02}},
+				pass: 0.3, ceil: 30, scale: 1, target: 0.02, prevEnd: 30, away: SYNRetransmitTimeout}
+			p.cap.resize(prm, 500*time.Millisecond)
+			p.cap.tick(100, 100, 0, 0.5, true, true) // μ̂ 200/s: N* = 4
+			p.window(PortStats{New: 60, Dropped: tc.dropped, Rejected: tc.rejected, Resets: tc.resets,
+				Response: PortResponse{Requests: 10, Responses: 10, Inflight: 30}}, 0.05, 0.5, &prm)
+			if p.ceil != tc.want {
+				t.Errorf("ceiling %d with 30 in flight, want %d", p.ceil, tc.want)
 			}
 		})
 	}

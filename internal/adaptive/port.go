@@ -40,7 +40,7 @@ type port struct {
 	hist       history         // the recent windows: D and the standing queue
 	idle       bool            // an onset window of this tick ended empty
 	prevEnd    float64         // requests in flight at the previous tick's end (−1: no tick yet)
-	away       float64         // how long (seconds) a client shed in the last shedding tick stays out: 0 after a reset
+	away       float64         // how long (seconds) a client shed in the last shedding tick or window stays out: 0 after a reject
 	demand     float64         // unique new work per second in the last tick: the class split's weight
 	recorded   float64         // p at the last probability_change record
 	unmeasured float64         // how long (seconds) the port has had no counts
@@ -57,12 +57,10 @@ const (
 // ceiling (settle).
 func (p *port) active() bool { return p.pass < 1 || p.ceil > 0 }
 
-// settle sets the ceiling after the law ran on counts c: N* of μ̂ mu, or
-// of the saturated μ̂ if larger (a ceiling held after the load fell keeps
-// the queue of full capacity), times the share that holds the p95 at the
-// target (scale), and above that the standing queue n less what the trim
-// drains of it over h. Once the pass rate is back at 1 it holds
-// while the clients it refused are due back: until it refused nothing for h.
+// settle sets the ceiling after the law ran on counts c (docs/controller.md
+// §1): s × N* of μ̂ mu, or of the saturated μ̂ if larger (a held ceiling keeps
+// the queue of full capacity), and above it the standing queue n, its excess
+// drained over away; at pass rate 1 it holds until it refused nothing for h.
 func (p *port) settle(c counts, n, mu, h float64) {
 	if p.pass >= 1 && (p.ceil == 0 || !p.hist.refused(h)) {
 		p.ceil = 0
@@ -72,7 +70,15 @@ func (p *port) settle(c counts, n, mu, h float64) {
 		p.scale = 1 // a new ceiling starts at N*
 	}
 	nStar := math.Max(mu, p.cap.lastSat) * p.target * p.scale
-	p.ceil = int(math.Min(math.Max(1, math.Ceil(nStar+math.Max(0, n-nStar)*math.Max(0, 1-c.dt/h))), 1<<30))
+	excess := math.Max(0, n-nStar) * math.Max(0, 1-c.dt/math.Max(p.away, c.dt)) // drained over away
+	p.ceil = int(math.Min(math.Max(1, math.Ceil(nStar+excess)), 1<<30))
+}
+
+// noteShed sets away from st: a retransmit timeout after a drop, none after a reject or reset.
+func (p *port) noteShed(st PortStats) {
+	if shed := float64(st.Dropped) + float64(st.Resets); shed > 0 {
+		p.away = SYNRetransmitTimeout * float64(st.Dropped-min(st.Rejected, st.Dropped)) / shed
+	}
 }
 
 // retransmits returns the datapath's rule for retransmitted SYNs
@@ -108,9 +114,7 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	c := countsOf(st, dt)
 	p.demand = c.first / dt
 	defer func() { p.held = p.ceil }() // read below as the ceiling that stood through this tick
-	if shed := float64(st.Dropped) + float64(st.Resets); shed > 0 {
-		p.away = SYNRetransmitTimeout * float64(st.Dropped-min(st.Rejected, st.Dropped)) / shed
-	}
+	p.noteShed(st)
 	// Saturated: requests waited through the tick and N* of them stand at
 	// its end (full), or the ceiling refused arrivals; a pool of 8
 	// workers with 3 busy answers its demand, not μ̂.
@@ -129,14 +133,11 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	p.target = p.base.targetFor(p.cfg.Target, prm)
 	over := r.Available && r.P95 > p.target
 	if p.held > 0 && p.ceil > 0 && st.Ceiled > 0 && st.Dropped > 0 && r.Available && p.hist.below(dt, longQueue*float64(p.ceil)) {
-		// The ceiling stood through the tick, refused arrivals (enforced,
-		// not observed), and no window ended with over twice it in flight
-		// (a burst that passed before the count saw it): the queue stood
-		// at it and the p95 is its. A sojourn scales with the requests
-		// in flight (Little's law), so the ceiling in force × T ÷ p95 holds
-		// the p95 at T. Its share of N* is at most 1, and not below the
-		// no-load p95 ÷ T (1 ÷ target_factor until learnt): fewer in flight
-		// than μ̂ × the no-load p95 idle workers.
+		// The ceiling stood through the tick, enforced, no window ending
+		// past twice it (a burst the count saw late): the queue stood at it
+		// and the p95 is its. A sojourn scales with the requests in flight,
+		// so s × T ÷ p95 holds the p95 at T; s ≤ 1, and not below the no-load
+		// p95 ÷ T (1 ÷ target_factor until learnt): fewer idle workers.
 		floor := 1 / prm.TargetFactor
 		if p.base.ok {
 			floor = p.base.value / p.target
@@ -227,6 +228,7 @@ func (p *port) window(st PortStats, w, tick float64, prm *Params) string {
 	c := countsOf(st, w)
 	prev := p.hist.last()
 	p.hist.add(c, r.Inflight, true)
+	p.noteShed(st)
 	p.idle = p.idle || r.Inflight < 1
 	if !p.cfg.Target.On() || p.target <= 0 {
 		return ""
