@@ -127,7 +127,6 @@ func (c *Controller) Step(s olc.Snapshot, stats map[olc.PortKey]PortStats) Decis
 	n := pressure.Evaluate(&s, &c.cfg.Thresholds, c.cfg.Params.CorroborationRatio, stale)
 	d.Signals, d.Pressure, d.PressureAvailable, d.Driver = n.Signals, n.Pressure, n.Available, n.Driver
 	nodeWhy := c.node.step(&d, &c.cfg.Params)
-
 	var reasons []string
 	c.weights = [olc.NumClasses]float64{}
 	for i := range c.ports {
@@ -211,9 +210,8 @@ func (c *Controller) finish(d *Decision) {
 	c.record(d, &c.nodeRec, olc.PortKey{}, 0, d.DropProbability)
 }
 
-// record adds to d the probability_change event of a port (the zero key:
-// the node) whose p moved by more than RecordChange since *rec, its last
-// record, or reached 0.
+// record adds to d the probability_change event of a port (the zero key: the
+// node) whose p moved by more than RecordChange since *rec, or reached 0.
 func (c *Controller) record(d *Decision, rec *float64, key olc.PortKey, cl olc.Class, p float64) {
 	if math.Abs(p-*rec) > c.cfg.Params.RecordChange || (p == 0 && *rec != 0) {
 		d.Events = append(d.Events, Event{Kind: EventProbabilityChange, At: d.At, Port: key, Class: cl, From: *rec, To: p,
@@ -243,8 +241,7 @@ func (o *overload) track(d *Decision, active bool, every time.Duration) {
 		ev.Reason = fmt.Sprintf("%s: every law back to pass rate 1 after %s", d.Reason, d.At.Sub(o.since).Round(time.Millisecond))
 		o.on, o.since = false, time.Time{}
 	case active && d.At.Sub(o.lastEvent) >= every:
-		o.lastEvent = d.At
-		ev.Kind = EventOverloadContinue
+		o.lastEvent, ev.Kind = d.At, EventOverloadContinue
 		ev.Reason = fmt.Sprintf("%s: overloaded for %s", d.Reason, d.At.Sub(o.since).Round(time.Millisecond))
 	}
 	d.Overloaded, d.OverloadSince = o.on, o.since

@@ -60,9 +60,10 @@ func TestLawRanksRetransmits(t *testing.T) {
 
 // TestInFlightCeiling: while the port's law sheds, its decision carries a
 // ceiling on requests in flight: N* = μ̂ × T where the standing queue is at
-// or below it, and above it the standing queue, its excess drained over the
-// time a refused client stays out (h here: a drop's retransmit timeout, none
-// for the reject action, whose clients know at once), rounded up. It holds the law on after the pass rate came back
+// or below it, and above it the standing queue, its excess drained over h,
+// and an onset's, past twice N*, over the time a refused client stays out
+// (h here too: a drop's retransmit timeout, none for the reject action,
+// whose clients know at once), rounded up. It holds the law on after the pass rate came back
 // to 1 while the clients it refused are due back (it refused a start in
 // the last h), and ends once the draw passes everything and it refused
 // nothing for h.
@@ -108,8 +109,8 @@ func TestInFlightCeiling(t *testing.T) {
 	}
 }
 
-// TestOnsetDrain: the ceiling drains an onset's queue beyond N* over the
-// time a client it refuses stays out, as the window's shed tells it: a
+// TestOnsetDrain: the ceiling drains an onset's queue, past twice N*, over
+// the time a client it refuses stays out, as the window's shed tells it: a
 // retransmit timeout after silent drops (refused together, they return
 // together), none after rejects or resets of request starts, whose clients
 // know at once: the queue then drains at the service's pace, none joining.
@@ -118,11 +119,13 @@ func TestOnsetDrain(t *testing.T) {
 	for _, tc := range []struct {
 		name                      string
 		dropped, rejected, resets uint64
+		inflight                  float64
 		want                      int
 	}{
-		{"silent drops", 20, 0, 0, 29},
-		{"rejects", 20, 20, 0, 4},
-		{"resets of request starts", 0, 0, 20, 4},
+		{"silent drops", 20, 0, 0, 30, 29},
+		{"rejects", 20, 20, 0, 30, 4},
+		{"resets of request starts", 0, 0, 20, 30, 4},
+		{"rejects, a queue within twice N*: over the tick", 20, 20, 0, 7, 7},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := port{cfg: PortConfig{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 80}, Target: ResponseTarget{Seconds: 0.02}},
@@ -130,9 +133,9 @@ func TestOnsetDrain(t *testing.T) {
 			p.cap.resize(prm, 500*time.Millisecond)
 			p.cap.tick(100, 100, 0, 0.5, true, true) // μ̂ 200/s: N* = 4
 			p.window(PortStats{New: 60, Dropped: tc.dropped, Rejected: tc.rejected, Resets: tc.resets,
-				Response: PortResponse{Requests: 10, Responses: 10, Inflight: 30}}, 0.05, 0.5, &prm)
+				Response: PortResponse{Requests: 10, Responses: 10, Inflight: tc.inflight}}, 0.05, 0.5, &prm)
 			if p.ceil != tc.want {
-				t.Errorf("ceiling %d with 30 in flight, want %d", p.ceil, tc.want)
+				t.Errorf("ceiling %d with %.0f in flight, want %d", p.ceil, tc.inflight, tc.want)
 			}
 		})
 	}

@@ -60,7 +60,8 @@ func (p *port) active() bool { return p.pass < 1 || p.ceil > 0 }
 // settle sets the ceiling after the law ran on counts c (docs/controller.md
 // §1): s × N* of μ̂ mu, or of the saturated μ̂ if larger (a held ceiling keeps
 // the queue of full capacity), and above it the standing queue n, its excess
-// drained over away; at pass rate 1 it holds until it refused nothing for h.
+// drained over h, or over away past longQueue × N* (an onset's queue); at
+// pass rate 1 it holds until it refused nothing for h.
 func (p *port) settle(c counts, n, mu, h float64) {
 	if p.pass >= 1 && (p.ceil == 0 || !p.hist.refused(h)) {
 		p.ceil = 0
@@ -69,8 +70,12 @@ func (p *port) settle(c counts, n, mu, h float64) {
 	if p.ceil == 0 {
 		p.scale = 1 // a new ceiling starts at N*
 	}
-	nStar := math.Max(mu, p.cap.lastSat) * p.target * p.scale
-	excess := math.Max(0, n-nStar) * math.Max(0, 1-c.dt/math.Max(p.away, c.dt)) // drained over away
+	full := math.Max(mu, p.cap.lastSat) * p.target
+	if n > longQueue*full {
+		h = p.away // an onset's queue: refused while it drains unless its clients come back together
+	}
+	nStar := full * p.scale
+	excess := math.Max(0, n-nStar) * math.Max(0, 1-c.dt/math.Max(h, c.dt))
 	p.ceil = int(math.Min(math.Max(1, math.Ceil(nStar+excess)), 1<<30))
 }
 
@@ -133,11 +138,9 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	p.target = p.base.targetFor(p.cfg.Target, prm)
 	over := r.Available && r.P95 > p.target
 	if p.held > 0 && p.ceil > 0 && st.Ceiled > 0 && st.Dropped > 0 && r.Available && p.hist.below(dt, longQueue*float64(p.ceil)) {
-		// The ceiling stood through the tick, enforced, no window ending
-		// past twice it (a burst the count saw late): the queue stood at it
-		// and the p95 is its. A sojourn scales with the requests in flight,
-		// so s × T ÷ p95 holds the p95 at T; s ≤ 1, and not below the no-load
-		// p95 ÷ T (1 ÷ target_factor until learnt): fewer idle workers.
+		// The queue stood at the ceiling, enforced, no burst past it: the p95 is
+		// its and a sojourn scales with it, so s × T ÷ p95 holds the p95 at T
+		// (docs/controller.md §1, "Its share"; the floor: fewer idle workers).
 		floor := 1 / prm.TargetFactor
 		if p.base.ok {
 			floor = p.base.value / p.target
