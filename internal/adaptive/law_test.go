@@ -63,10 +63,10 @@ func TestLawRanksRetransmits(t *testing.T) {
 // or below it, and above it the standing queue, its excess drained over h,
 // and an onset's, past twice N*, over the time a refused client stays out
 // (h here too: a drop's retransmit timeout, none for the reject action,
-// whose clients know at once), rounded up. It holds the law on after the pass rate came back
-// to 1 while the clients it refused are due back (it refused a start in
-// the last h), and ends once the draw passes everything and it refused
-// nothing for h.
+// whose clients know at once), rounded up. It holds the law on after the
+// pass rate came back to 1 while the clients it refused are due back (it
+// refused a start in the last h), and ends once the draw passes everything
+// and it refused nothing for h.
 func TestInFlightCeiling(t *testing.T) {
 	prm := DefaultParams()
 	for _, tc := range []struct {
