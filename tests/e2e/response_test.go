@@ -22,7 +22,10 @@ import (
 // agree within 5 % or 0.5 ms, whichever is larger (a miss is logged); the
 // test fails when the clients' figure lies farther than that outside the
 // histogram bucket olcd read (fresh machine: client p50 10.35 ms against
-// the bucket 9.44–9.96 ms at 0.5 C, 0.65 ms from its middle). The table
+// the bucket 9.44–9.96 ms at 0.5 C, 0.65 ms from its middle), or above it
+// by more than that plus the clients' own noise, their connects' round
+// trip over the fastest at the same quantile (a CI minute read a p95 of
+// 4.97 ms against olcd's 4.33 with its connects 1.48 ms over). The table
 // goes to the log and to response-time.json in the suite's output
 // directory.
 func TestOverloadResponseTime(t *testing.T) {
@@ -50,14 +53,14 @@ func TestOverloadResponseTime(t *testing.T) {
 	for _, rc := range checks {
 		r := responseOnce(t, h, rc)
 		results = append(results, r)
-		t.Logf("%-20s %5.0f/s  ok %5d timeouts %5d  rtt %.3f ms (fastest of %d connects)  client p50 %8.2f p95 %8.2f ms  olcd p50 %8.2f p95 %8.2f ms (%d samples)",
-			r.Name, r.RateRPS, r.Successes, r.Timeouts, r.RTTMs, r.Dials, r.ClientP50Ms, r.ClientP95Ms, r.OlcdP50Ms, r.OlcdP95Ms, r.OlcdSamples)
+		t.Logf("%-20s %5.0f/s  ok %5d timeouts %5d  rtt %.3f ms (fastest of %d connects; p50 %.3f p95 %.3f)  client p50 %8.2f p95 %8.2f ms  olcd p50 %8.2f p95 %8.2f ms (%d samples)",
+			r.Name, r.RateRPS, r.Successes, r.Timeouts, r.RTTMs, r.Dials, r.DialP50Ms, r.DialP95Ms, r.ClientP50Ms, r.ClientP95Ms, r.OlcdP50Ms, r.OlcdP95Ms, r.OlcdSamples)
 		if r.Successes < 50 || r.OlcdSamples < 50 {
 			fail("%s: %d successes, %d timed by olcd: too few to compare", r.Name, r.Successes, r.OlcdSamples)
 		}
 		switch {
 		case !r.AgreeBucket():
-			fail("%s: client p50 %.2f p95 %.2f ms, olcd p50 %.2f p95 %.2f ms: more than 5 %% or 0.5 ms outside olcd's bucket",
+			fail("%s: client p50 %.2f p95 %.2f ms, olcd p50 %.2f p95 %.2f ms: more than 5 %% or 0.5 ms outside olcd's bucket (above it, beyond the connects' noise too)",
 				r.Name, r.ClientP50Ms, r.ClientP95Ms, r.OlcdP50Ms, r.OlcdP95Ms)
 		case !r.Agree():
 			t.Logf("GOAL MISSED: %s: client p50 %.2f p95 %.2f ms, olcd p50 %.2f p95 %.2f ms (bucket middles): more than 5 %% or 0.5 ms apart, within that of the bucket",
