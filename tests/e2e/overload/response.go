@@ -52,10 +52,10 @@ type ResponseResult struct {
 	// the clients' and the veths' own timing noise in this run, which a
 	// request's latency carries and the datapath's timing cannot see.
 	DialP50Ms, DialP95Ms float64
-	ClientP50Ms float64
-	ClientP95Ms float64
-	OlcdP50Ms   float64
-	OlcdP95Ms   float64
+	ClientP50Ms          float64
+	ClientP95Ms          float64
+	OlcdP50Ms            float64
+	OlcdP95Ms            float64
 	// OlcdSamples is the number of responses olcd timed during the run.
 	OlcdSamples uint64
 	// GoodputRPS is the successes within Options.SLO per second of the
