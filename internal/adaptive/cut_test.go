@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/plant"
 )
 
@@ -29,7 +30,7 @@ func TestCutKeepsServiceBusy(t *testing.T) {
 			for i := 1; i+2 < len(ticks); i++ {
 				mu := ticks[i].Port.Capacity
 				// Cuts of the 3 C phase whose next second is in it too.
-				if ticks[i].T < 10 || ticks[i].T > 39 || ticks[i].Port.FirstP()-ticks[i-1].Port.FirstP() < 0.1 || mu <= 0 {
+				if ticks[i].T < 10 || ticks[i].T > 39 || adaptive.FirstP(ticks[i].Port)-adaptive.FirstP(ticks[i-1].Port) < 0.1 || mu <= 0 {
 					continue
 				}
 				cuts++

@@ -81,3 +81,13 @@ func repeat(v float64, n int) []float64 {
 	}
 	return out
 }
+
+// FirstP returns the drop probability a first attempt meets (0..1): d's
+// DropProbability, but 0 under retransmits last, where first attempts all
+// pass. Exported for the adaptive_test package's tests.
+func FirstP(d PortDecision) float64 {
+	if d.Retransmits == olc.RetransmitsLast {
+		return 0
+	}
+	return d.DropProbability
+}

@@ -20,8 +20,8 @@ type span struct {
 	window   bool    // an onset window, not a tick
 }
 
-// maxSpans is a retransmit timeout of the shortest windows (docs/controller.md §7).
-const maxSpans = int(SYNRetransmitTimeout / 0.010)
+// maxSpans is two retransmit timeouts of the shortest windows (docs/controller.md §7).
+const maxSpans = int(2 * SYNRetransmitTimeout / 0.010)
 
 // add records an onset window, or a tick unless windows covered it.
 func (h *history) add(c counts, inflight float64, window bool) {
@@ -49,17 +49,18 @@ func (h *history) newest(secs float64) []span {
 	return h.spans[i:]
 }
 
-// rate returns the starts per second over the newest secs seconds; zero
-// when nothing was counted.
+// sum returns the counts of the newest records that fit in secs seconds.
+func (h *history) sum(secs float64) (c counts) {
+	for _, s := range h.newest(secs) {
+		c.starts, c.first, c.admitted, c.dt = c.starts+s.starts, c.first+s.first, c.admitted+s.admitted, c.dt+s.dt
+	}
+	return c
+}
+
+// rate returns the starts per second over the newest secs seconds.
 func (h *history) rate(secs float64) rates {
-	var all, first, dt float64
-	for _, c := range h.newest(secs) {
-		all, first, dt = all+c.starts, first+c.first, dt+c.dt
-	}
-	if dt <= 0 {
-		return rates{}
-	}
-	return rates{all: all / dt, first: first / dt}
+	c := h.sum(secs)
+	return rates{all: c.starts / math.Max(c.dt, 1e-9), first: c.first / math.Max(c.dt, 1e-9)}
 }
 
 // of returns D (docs/controller.md §1): the starts per second over span
@@ -67,12 +68,11 @@ func (h *history) rate(secs float64) rates {
 // counts once; while a long queue stands (queued), at least the rate over
 // the last standingSpan, so that a step up is taken within a window.
 func (h *history) of(span float64, queued bool) rates {
-	r := h.rate(span)
-	if queued {
-		f := h.rate(standingSpan.Seconds())
-		r = rates{all: math.Max(r.all, f.all), first: math.Max(r.first, f.first)}
+	r, f := h.rate(span), h.rate(standingSpan.Seconds())
+	if !queued {
+		return r
 	}
-	return r
+	return rates{all: math.Max(r.all, f.all), first: math.Max(r.first, f.first)}
 }
 
 // recent returns the index of the oldest of the newest onset windows that
@@ -97,14 +97,6 @@ func (h *history) standing(end float64) float64 {
 	return m
 }
 
-// last returns the requests in flight at the newest record's end (−1: none).
-func (h *history) last() float64 {
-	if len(h.spans) == 0 {
-		return -1
-	}
-	return h.spans[len(h.spans)-1].inflight
-}
-
 // growing reports whether the requests in flight grew by more than by in
 // each onset window of the last standingSpan.
 func (h *history) growing(by float64) bool {
@@ -121,13 +113,19 @@ func (h *history) growing(by float64) bool {
 }
 
 // refused reports whether the ceiling refused a start in the newest secs
-// seconds.
+// seconds; below, whether every record of them ended with at most n in flight.
 func (h *history) refused(secs float64) bool {
 	return slices.ContainsFunc(h.newest(secs), func(s span) bool { return s.ceiled > 0 })
 }
-
-// below reports whether every record of the newest secs seconds ended with
-// at most n requests in flight.
 func (h *history) below(secs, n float64) bool {
 	return !slices.ContainsFunc(h.newest(secs), func(s span) bool { return s.inflight > n })
+}
+
+// returning reports whether at least returnShare of the starts shed
+// between 2 × secs and secs ago came back as SYN retransmits in the newest
+// secs (a retransmit timeout).
+func (h *history) returning(secs float64) bool {
+	now, both := h.sum(secs), h.sum(2*secs)
+	shed := both.starts - both.admitted - (now.starts - now.admitted)
+	return shed > 0 && now.starts-now.first >= returnShare*shed
 }

@@ -50,9 +50,9 @@ func TestLawRanksRetransmits(t *testing.T) {
 				t.Errorf("law: pass rate %.4f (%s), want %.4f", p.pass, p.retransmits(), tc.wantPass)
 			}
 			d := p.decision(tc.classP, &prm)
-			if d.Retransmits != tc.wantRule || math.Abs(d.DropProbability-tc.wantDropP) > 1e-9 || math.Abs(d.FirstP()-tc.wantFirstsP) > 1e-9 {
+			if d.Retransmits != tc.wantRule || math.Abs(d.DropProbability-tc.wantDropP) > 1e-9 || math.Abs(FirstP(d)-tc.wantFirstsP) > 1e-9 {
 				t.Errorf("decision: rule %s p %.4f first attempts' p %.4f, want %s %.4f %.4f",
-					d.Retransmits, d.DropProbability, d.FirstP(), tc.wantRule, tc.wantDropP, tc.wantFirstsP)
+					d.Retransmits, d.DropProbability, FirstP(d), tc.wantRule, tc.wantDropP, tc.wantFirstsP)
 			}
 		})
 	}
@@ -84,14 +84,15 @@ func TestInFlightCeiling(t *testing.T) {
 		{"reject: at once", 0.4, counts{starts: 30, admitted: 12, dt: 0.05}, counts{}, 60, 4, 0, true, 4},
 		{"a tick", 0.4, counts{starts: 300, admitted: 120, dt: 0.5}, counts{}, 60, 4, 1, true, 32},
 		{"N* below one request", 0.5, counts{starts: 10, admitted: 5, dt: 0.05}, counts{}, 0, 0.2, 1, true, 1},
-		{"the ceiling alone refusing", 1, counts{starts: 30, admitted: 20, ceiled: 10, dt: 0.05}, counts{}, 7, 7, 1, true, 7},
-		{"refused within h: its clients are due back", 1, counts{starts: 3, admitted: 3, dt: 0.05}, counts{starts: 30, admitted: 20, ceiled: 10, dt: 0.05}, 0, 7, 1, true, 7},
-		{"refused before h: over", 1, counts{starts: 3, admitted: 3, dt: 0.05}, counts{starts: 30, admitted: 20, ceiled: 10, dt: 0.05}, 0, 7, 0.05, false, 0},
+		{"the ceiling alone refusing", 1, counts{starts: 30, first: 30, admitted: 20, ceiled: 10, dt: 0.05}, counts{}, 7, 7, 1, true, 7},
+		{"refused within h: its clients are due back", 1, counts{starts: 3, first: 3, admitted: 3, dt: 0.05}, counts{starts: 30, first: 30, admitted: 20, ceiled: 10, dt: 0.05}, 0, 7, 1, true, 7},
+		{"refused before h: over", 1, counts{starts: 3, first: 3, admitted: 3, dt: 0.05}, counts{starts: 30, first: 30, admitted: 20, ceiled: 10, dt: 0.05}, 0, 7, 0.05, false, 0},
 		{"the node's share refusing, the ceiling nothing", 1, counts{starts: 30, admitted: 20, dt: 0.05}, counts{}, 7, 7, 1, false, 0},
 		{"nothing refused", 1, counts{starts: 30, admitted: 30, dt: 0.05}, counts{}, 5, 7, 1, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := port{cfg: PortConfig{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 80}}, pass: tc.pass, ceil: 1, scale: 1, target: 1, away: tc.h}
+			// The ceiling in force stood at the queue (a queue past it is the count's lag).
+			p := port{cfg: PortConfig{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 80}}, pass: tc.pass, ceil: max(1, int(math.Ceil(tc.n))), scale: 1, target: 1, away: tc.h}
 			if tc.before.dt > 0 {
 				p.hist.add(tc.before, tc.n, true)
 			}
@@ -237,6 +238,92 @@ func TestCapacityFromWindows(t *testing.T) {
 				Requests: 10, Responses: 10, Inflight: 0}}, 0.5, false, &prm)
 			if got := p.cap.now(); math.Abs(got-tc.want) > 0.01*tc.want {
 				t.Errorf("μ̂ after the tick %.1f/s, want %.0f", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestCapacityStandsAfterACut: windows through which N* stood lifted μ̂
+// from a lower bound (96/s answered at 0.5 C) to 190/s, then the law's cut
+// emptied the queue. A window below N* runs on 190, not the lower bound,
+// and the tick keeps 190: a queue standing at the lower bound's N* (1.92)
+// but below the windows' (3.8) is not a tick through which N* stood, whose
+// rate, its part at 0.5 C included, μ̂ would otherwise be at once.
+func TestCapacityStandsAfterACut(t *testing.T) {
+	prm := DefaultParams()
+	for _, tc := range []struct {
+		name  string
+		after float64 // in flight at the end of the windows after the cut, and of the tick
+		tick  bool
+	}{
+		{"the window after the cut", 1, false},
+		{"the tick after it", 3, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := port{cfg: PortConfig{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 80}, Target: ResponseTarget{Seconds: 0.02}},
+				pass: 0.5, scale: 1, target: 0.02, prevEnd: 2, away: SYNRetransmitTimeout}
+			p.cap.resize(prm, 500*time.Millisecond)
+			p.cap.tick(48, 48, 0, 0.5, false, false) // 96/s at 0.5 C
+			var why string
+			for _, n := range []float64{12, 20, 10, tc.after} { // the onset, N* stood, the cut
+				why = p.window(PortStats{New: 27, Dropped: 14, Response: PortResponse{Requests: 9.5, Responses: 9.5, Inflight: n}}, 0.05, 0.5, &prm)
+			}
+			if !tc.tick {
+				if !strings.Contains(why, "capacity 190 answers/s") {
+					t.Errorf("the window after the cut: %q, want capacity 190 answers/s", why)
+				}
+				return
+			}
+			p.step(PortStats{New: 120, Dropped: 60, Response: PortResponse{Available: true, P95: 0.03, Samples: 60,
+				Requests: 60, Responses: 60, Inflight: tc.after}}, 0.5, false, &prm)
+			if got := p.cap.now(); math.Abs(got-190) > 2 {
+				t.Errorf("μ̂ after the tick %.1f/s, want 190", got)
+			}
+		})
+	}
+}
+
+// TestCeilingDrain: above s × N* the ceiling follows the standing queue
+// down, a share dt ÷ h of its excess a window. Where the clients it
+// refuses do not wait for it (open loop), a queue past the ceiling in
+// force (the count's lag) does not raise it; where they wait (a closed
+// loop: the starts fell to under half their rate at the ceiling's start,
+// or a quarter of the shed came back as retransmits a timeout later), the
+// queue counts whole: refused together, its clients would return together.
+func TestCeilingDrain(t *testing.T) {
+	open := counts{starts: 30, first: 30, admitted: 10, dt: 0.05} // 600 starts/s
+	fell := counts{starts: 10, first: 10, admitted: 4, dt: 0.05}  // 200/s
+	back := counts{starts: 30, first: 20, admitted: 10, dt: 0.05} // 10 retransmits a window
+	for _, tc := range []struct {
+		name string
+		ceil int
+		shed bool // a second of shedding, then a second less a window of c, came before
+		c    counts
+		n    []float64 // the standing queue at each window
+		want []int
+	}{
+		{"a share a window", 60, false, open, []float64{60, 24}, []int{58, 23}},
+		{"open loop: a queue past the ceiling is the count's lag", 10, false, open, []float64{24}, []int{10}},
+		{"closed loop, the starts fell: the queue counts whole", 10, false, fell, []float64{24}, []int{23}},
+		{"closed loop, the shed came back", 10, true, back, []float64{24}, []int{23}},
+		{"a second of shedding, nothing back: open", 10, true, open, []float64{24}, []int{10}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := port{pass: 0.4, ceil: tc.ceil, scale: 1, target: 1, away: 1, onsetRate: 600}
+			for i := range 39 {
+				if c := tc.c; tc.shed {
+					if i < 20 {
+						c = open
+					}
+					p.hist.add(c, 30, true)
+				}
+			}
+			for i, n := range tc.n {
+				p.hist.add(tc.c, n, true)
+				p.settle(tc.c, n, 4, 1) // a target of 1 s: μ̂ is N*
+				if p.ceil != tc.want[i] {
+					t.Errorf("window %d, %.0f standing: ceiling %d, want %d", i+1, n, p.ceil, tc.want[i])
+				}
 			}
 		})
 	}

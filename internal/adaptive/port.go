@@ -35,6 +35,7 @@ type port struct {
 	ceil       int             // the ceiling on requests in flight in force (≥ 1; 0: none; docs/controller.md §1)
 	held       int             // the ceiling in force at the previous tick's end (0: none)
 	scale      float64         // the ceiling's share of N* that holds the p95 at the target (0 < x ≤ 1; set when a ceiling starts)
+	onsetRate  float64         // starts per second over the standingSpan before the ceiling started
 	retx       olc.Retransmits // what the pass rate applies to while pass < 1
 	target     float64         // the target in force (seconds; 0: none)
 	hist       history         // the recent windows: D and the standing queue
@@ -46,11 +47,15 @@ type port struct {
 	unmeasured float64         // how long (seconds) the port has had no counts
 }
 
-// The standing queue's span, and the queue, in N* or the ceiling, past which
-// the demand counts at once and the share learns nothing (docs/controller.md §7).
+// The standing queue's span; the queue, in N* or the ceiling, past which
+// the demand counts at once and the share learns nothing; in a closed loop,
+// the share of their rate at a ceiling's start the starts fall to, or of
+// the shed that comes back (docs/controller.md §7).
 const (
 	standingSpan = 100 * time.Millisecond
 	longQueue    = 2.0
+	closedFall   = 0.5
+	returnShare  = 0.25
 )
 
 // active reports whether the port's law sheds: its pass rate, or its
@@ -58,21 +63,24 @@ const (
 func (p *port) active() bool { return p.pass < 1 || p.ceil > 0 }
 
 // settle sets the ceiling after the law ran on counts c (docs/controller.md
-// §1): s × N* of μ̂ mu, or of the saturated μ̂ if larger (a held ceiling keeps
-// the queue of full capacity), and above it the standing queue n, its excess
-// drained over h, or over away past longQueue × N* (an onset's queue); at
-// pass rate 1 it holds until it refused nothing for h.
+// §1): s × N* of μ̂ mu or the saturated μ̂, and above it the standing queue
+// n, its excess drained over h (away past longQueue × N*), n past the
+// ceiling in force counting only in a closed loop; at pass rate 1 it holds
+// until it refused nothing for h.
 func (p *port) settle(c counts, n, mu, h float64) {
 	if p.pass >= 1 && (p.ceil == 0 || !p.hist.refused(h)) {
 		p.ceil = 0
 		return
 	}
-	if p.ceil == 0 {
-		p.scale = 1 // a new ceiling starts at N*
+	if p.ceil == 0 { // a new ceiling starts at N*, its queue unclamped
+		p.scale, p.onsetRate, p.ceil = 1, p.hist.rate(standingSpan.Seconds()).all, 1<<30
 	}
 	full := math.Max(mu, p.cap.lastSat) * p.target
 	if n > longQueue*full {
 		h = p.away // an onset's queue: refused while it drains unless its clients come back together
+	}
+	if p.hist.rate(standingSpan.Seconds()).all >= closedFall*p.onsetRate && !p.hist.returning(h) {
+		n = math.Min(n, float64(p.ceil)) // open loop: a queue past the ceiling in force is the count's lag
 	}
 	nStar := full * p.scale
 	excess := math.Max(0, n-nStar) * math.Max(0, 1-c.dt/math.Max(h, c.dt))
@@ -125,7 +133,7 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	// workers with 3 busy answers its demand, not μ̂.
 	standing := p.hist.standing(r.Inflight)
 	waited := r.Responses > 0 && p.prevEnd >= 1 && r.Inflight >= 1 && !p.idle
-	full := waited && standing >= p.cap.now()*p.target
+	full := waited && standing >= math.Max(p.cap.now(), p.cap.windowRate())*p.target
 	prevEnd := p.prevEnd
 	p.prevEnd, p.idle = r.Inflight, false
 	p.cap.tick(r.Responses, c.admitted, r.Inflight-math.Max(prevEnd, 0), dt, full, full || (waited && c.ceiled > 0))
@@ -229,21 +237,23 @@ func (p *port) passName() string {
 func (p *port) window(st PortStats, w, tick float64, prm *Params) string {
 	r := sanitize(st.Response)
 	c := countsOf(st, w)
-	prev := p.hist.last()
+	prev := -1.0 // in flight at the newest record's end
+	if n := len(p.hist.spans); n > 0 {
+		prev = p.hist.spans[n-1].inflight
+	}
 	p.hist.add(c, r.Inflight, true)
 	p.noteShed(st)
 	p.idle = p.idle || r.Inflight < 1
 	if !p.cfg.Target.On() || p.target <= 0 {
 		return ""
 	}
-	mu := p.cap.now()
+	mu := math.Max(p.cap.now(), p.cap.windowRate()) // what the tick's saturated windows measured stands
 	if mu <= 0 && p.prevEnd >= 1 && r.Inflight >= 1 {
 		mu = r.Responses / w // a cold start: the window itself, saturated
 	}
 	if mu > 0 && prev >= mu*p.target && r.Inflight >= mu*p.target {
-		// N* stood from the window's start to its end: it answered at
-		// capacity. An underestimate shows only here: a law on it cuts
-		// the queue that would show it at the tick.
+		// N* stood through the window: it answered at capacity. An underestimate shows only
+		// here: a law on it cuts the queue that would show it at the tick.
 		mu = p.cap.window(r.Responses, w)
 	}
 	a := p.cap.perStart()

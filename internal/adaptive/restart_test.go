@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/olcd/olcd/internal/adaptive"
 	"github.com/olcd/olcd/internal/plant"
 )
 
@@ -34,17 +35,17 @@ func TestRestartKeepsLaw(t *testing.T) {
 			tick := func(d plant.DriveTick) bool { return !d.Window }
 			base := drive(t, plantController(t, nil), sc, func(d plant.DriveTick) {
 				if tick(d) {
-					ref[d.T] = d.Port.FirstP()
+					ref[d.T] = adaptive.FirstP(d.Port)
 				}
 			})
 			var log strings.Builder
 			var off, n float64
 			res, err := plant.DriveRestart(plantController(t, nil), sc, plantKey, 5, plant.Restart{At: at, Gap: gap}, func(d plant.DriveTick) {
 				if d.T > at-1 && d.T <= at+gap+3 {
-					fmt.Fprintf(&log, "  t %.2f first attempts' p %.3f (uninterrupted on its own plant %.3f) %s\n", d.T, d.Port.FirstP(), ref[d.T], d.Decision.Reason)
+					fmt.Fprintf(&log, "  t %.2f first attempts' p %.3f (uninterrupted on its own plant %.3f) %s\n", d.T, adaptive.FirstP(d.Port), ref[d.T], d.Decision.Reason)
 				}
 				if r, ok := ref[d.T]; ok && tick(d) && d.T > at+gap+0.5 && d.T <= at+gap+3 {
-					off, n = off+math.Abs(d.Port.FirstP()-r), n+1
+					off, n = off+math.Abs(adaptive.FirstP(d.Port)-r), n+1
 				}
 			})
 			if err != nil {

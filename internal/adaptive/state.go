@@ -110,12 +110,8 @@ func (c *Controller) Restore(s State, age time.Duration, at time.Time) {
 		if ps.ceil = max(st.InFlightCeiling, 0); !st.QueueOverload {
 			ps.pass, ps.ceil = 1, 0
 		}
-		if st.Baseline > 0 {
-			ps.base.value, ps.base.ok = st.Baseline, true
-		}
-		if st.Capacity > 0 {
-			ps.cap.lastSat, ps.cap.satAge = st.Capacity, st.CapacityAge+age.Seconds()
-		}
+		ps.base.value, ps.base.ok = max(st.Baseline, 0), st.Baseline > 0
+		ps.cap.lastSat, ps.cap.satAge = max(st.Capacity, 0), st.CapacityAge+age.Seconds()
 		if st.PerStart > 0 {
 			// One slot carries the answers per start, and a fresh capacity as a saturated tick.
 			slot := capSlot{answers: st.PerStart, admitted: 1}

@@ -120,16 +120,6 @@ type PortDecision struct {
 	InFlightCeiling int
 }
 
-// FirstP returns the drop probability a first attempt meets (0..1): a new
-// client's chance of being shed, DropProbability but under retransmits
-// last, where first attempts all pass.
-func (d PortDecision) FirstP() float64 {
-	if d.Retransmits == olc.RetransmitsLast {
-		return 0
-	}
-	return d.DropProbability
-}
-
 // SYNRetransmitTimeout is the delay of a dropped SYN's first retransmit
 // (seconds; docs/controller.md §7).
 const SYNRetransmitTimeout = 1.0
