@@ -9,7 +9,7 @@ import (
 // counts and the requests in flight at their ends, which D (of) and the
 // standing queue (standing) read.
 type history struct {
-	spans    []span // oldest first, at most maxSpans
+	spans    []span // oldest first; the newest maxSpans are read, up to twice that kept
 	windowed bool   // an onset window came since the last tick, so the windows cover it
 }
 
@@ -25,8 +25,10 @@ const maxSpans = int(2 * SYNRetransmitTimeout / 0.010)
 
 // add records an onset window, or a tick unless windows covered it.
 func (h *history) add(c counts, inflight float64, window bool) {
-	if window || !h.windowed {
-		h.spans = push(h.spans, span{counts: c, inflight: inflight, window: window}, maxSpans)
+	if window || !h.windowed { // trimmed by half when full: no shift every window
+		if h.spans = append(h.spans, span{counts: c, inflight: inflight, window: window}); len(h.spans) >= 2*maxSpans {
+			h.spans = append(h.spans[:0], h.spans[maxSpans:]...)
+		}
 	}
 	h.windowed = window
 }
@@ -42,7 +44,7 @@ func (r rates) retx() float64 { return math.Max(0, r.all-r.first) }
 // the newest one.
 func (h *history) newest(secs float64) []span {
 	i, dt := len(h.spans), 0.0
-	for i > 0 && (dt == 0 || dt+h.spans[i-1].dt <= secs+1e-9) {
+	for i > max(0, len(h.spans)-maxSpans) && (dt == 0 || dt+h.spans[i-1].dt <= secs+1e-9) {
 		dt += h.spans[i-1].dt
 		i--
 	}
@@ -68,10 +70,11 @@ func (h *history) rate(secs float64) rates {
 // counts once; while a long queue stands (queued), at least the rate over
 // the last standingSpan, so that a step up is taken within a window.
 func (h *history) of(span float64, queued bool) rates {
-	r, f := h.rate(span), h.rate(standingSpan.Seconds())
+	r := h.rate(span)
 	if !queued {
 		return r
 	}
+	f := h.rate(standingSpan.Seconds())
 	return rates{all: math.Max(r.all, f.all), first: math.Max(r.first, f.first)}
 }
 
