@@ -70,7 +70,7 @@ func (c *capacity) tick(answers, admitted, queued, dt float64, full, saturated b
 // tick replaces it.
 func (c *capacity) window(answers, w float64) float64 {
 	c.satAnswers, c.satDt, c.lastW = c.satAnswers+answers, c.satDt+w, w
-	return math.Max(c.now(), c.windowRate())
+	return c.now()
 }
 
 // windowRate is the answers per second of the saturated windows since the
@@ -96,12 +96,13 @@ func (c *capacity) max(sat bool) float64 {
 }
 
 // now returns μ̂ for the law (answers/s): a full newest tick's rate,
-// otherwise the window's max.
+// otherwise the window's max; at least what the saturated windows since the
+// tick measured (windowRate), which a cut that empties the queue does not undo.
 func (c *capacity) now() float64 {
 	if n := len(c.slots); n > 0 && c.slots[n-1].full {
-		return c.slots[n-1].rate
+		return math.Max(c.slots[n-1].rate, c.windowRate())
 	}
-	return c.max(false)
+	return math.Max(c.max(false), c.windowRate())
 }
 
 // perStart returns a, the answers per admitted start over the window (0:

@@ -72,14 +72,15 @@ func (p *port) settle(c counts, n, mu, h float64) {
 		p.ceil = 0
 		return
 	}
+	starts := p.hist.rate(standingSpan.Seconds()).all
 	if p.ceil == 0 { // a new ceiling starts at N*, its queue unclamped
-		p.scale, p.onsetRate, p.ceil = 1, p.hist.rate(standingSpan.Seconds()).all, 1<<30
+		p.scale, p.onsetRate, p.ceil = 1, starts, 1<<30
 	}
 	full := math.Max(mu, p.cap.lastSat) * p.target
 	if n > longQueue*full {
 		h = p.away // an onset's queue: refused while it drains unless its clients come back together
 	}
-	if p.hist.rate(standingSpan.Seconds()).all >= closedFall*p.onsetRate && !p.hist.returning(h) {
+	if starts >= closedFall*p.onsetRate && !p.hist.returning(h) {
 		n = math.Min(n, float64(p.ceil)) // open loop: a queue past the ceiling in force is the count's lag
 	}
 	nStar := full * p.scale
@@ -133,7 +134,7 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	// workers with 3 busy answers its demand, not μ̂.
 	standing := p.hist.standing(r.Inflight)
 	waited := r.Responses > 0 && p.prevEnd >= 1 && r.Inflight >= 1 && !p.idle
-	full := waited && standing >= math.Max(p.cap.now(), p.cap.windowRate())*p.target
+	full := waited && standing >= p.cap.now()*p.target
 	prevEnd := p.prevEnd
 	p.prevEnd, p.idle = r.Inflight, false
 	p.cap.tick(r.Responses, c.admitted, r.Inflight-math.Max(prevEnd, 0), dt, full, full || (waited && c.ceiled > 0))
@@ -247,13 +248,14 @@ func (p *port) window(st PortStats, w, tick float64, prm *Params) string {
 	if !p.cfg.Target.On() || p.target <= 0 {
 		return ""
 	}
-	mu := math.Max(p.cap.now(), p.cap.windowRate()) // what the tick's saturated windows measured stands
+	mu := p.cap.now()
 	if mu <= 0 && p.prevEnd >= 1 && r.Inflight >= 1 {
 		mu = r.Responses / w // a cold start: the window itself, saturated
 	}
 	if mu > 0 && prev >= mu*p.target && r.Inflight >= mu*p.target {
-		// N* stood through the window: it answered at capacity. An underestimate shows only
-		// here: a law on it cuts the queue that would show it at the tick.
+		// N* stood from the window's start to its end: it answered at
+		// capacity. An underestimate shows only here: a law on it cuts
+		// the queue that would show it at the tick.
 		mu = p.cap.window(r.Responses, w)
 	}
 	a := p.cap.perStart()
