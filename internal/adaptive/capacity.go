@@ -35,14 +35,6 @@ func (c *capacity) resize(prm Params, interval time.Duration) {
 	c.slots = c.slots[max(0, len(c.slots)-c.n):]
 }
 
-// push appends x to q, dropping the oldest entries beyond n.
-func push[T any](q []T, x T, n int) []T {
-	if len(q) >= n {
-		q = append(q[:0], q[len(q)-n+1:]...)
-	}
-	return append(q, x)
-}
-
 // tick adds one tick of dt seconds (> 0) in which queued requests were
 // added to those in flight.
 func (c *capacity) tick(answers, admitted, queued, dt float64, full, saturated bool) {
@@ -53,9 +45,11 @@ func (c *capacity) tick(answers, admitted, queued, dt float64, full, saturated b
 		// Windows of it were saturated: the tick's own rate is what a cut left.
 		slot.rate, slot.saturated = w, true
 	}
-	c.slots, c.satAnswers, c.satDt = push(c.slots, slot, c.n), 0, 0
-	c.satAge += dt
-	if saturated {
+	if len(c.slots) >= c.n { // the oldest go, in place
+		c.slots = append(c.slots[:0], c.slots[len(c.slots)-c.n+1:]...)
+	}
+	c.slots, c.satAnswers, c.satDt = append(c.slots, slot), 0, 0
+	if c.satAge += dt; saturated {
 		c.satAge = 0
 	}
 	if best := c.max(true); best > 0 {

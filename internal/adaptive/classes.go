@@ -31,9 +31,8 @@ func splitClasses(p, bound float64, weights [olc.NumClasses]float64) [olc.NumCla
 			out[cl] = bound
 			continue
 		}
-		q := math.Min(bound, remaining/w)
-		out[cl] = q
-		remaining -= q * w
+		out[cl] = math.Min(bound, remaining/w)
+		remaining -= out[cl] * w
 	}
 	return out
 }

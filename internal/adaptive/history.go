@@ -9,8 +9,9 @@ import (
 // counts and the requests in flight at their ends, which D (of) and the
 // standing queue (standing) read.
 type history struct {
-	spans    []span // oldest first; the newest maxSpans are read, up to twice that kept
-	windowed bool   // an onset window came since the last tick, so the windows cover it
+	spans    []span  // oldest first; the newest maxSpans are read, up to twice that kept
+	windowed bool    // an onset window came since the last tick, so the windows cover it
+	clock    float64 // the seconds recorded
 }
 
 // span is one window's or tick's record.
@@ -26,6 +27,7 @@ const maxSpans = int(2 * SYNRetransmitTimeout / 0.010)
 // add records an onset window, or a tick unless windows covered it.
 func (h *history) add(c counts, inflight float64, window bool) {
 	if window || !h.windowed { // trimmed by half when full: no shift every window
+		h.clock += c.dt
 		if h.spans = append(h.spans, span{counts: c, inflight: inflight, window: window}); len(h.spans) >= 2*maxSpans {
 			h.spans = append(h.spans[:0], h.spans[maxSpans:]...)
 		}

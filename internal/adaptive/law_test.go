@@ -328,3 +328,35 @@ func TestCeilingDrain(t *testing.T) {
 		})
 	}
 }
+
+// TestDemandSinceOnset: within H of its start the law ends only if the
+// starts since it began fit too. 100 ms into a step from 90 to 540 starts/s
+// the second before read 135/s, under what μ̂ answers (190/s), and the law
+// let go 100 ms after it began (docs/measurements.md §33).
+func TestDemandSinceOnset(t *testing.T) {
+	prm := DefaultParams()
+	quiet := counts{starts: 4.5, first: 4.5, admitted: 4.5, dt: 0.05} // 90/s
+	step := counts{starts: 27, first: 27, admitted: 9, dt: 0.05}      // 540/s
+	for _, tc := range []struct {
+		name  string
+		steps int     // windows of the step since the law began
+		want  float64 // the pass rate
+	}{
+		{"100 ms in: the starts since it began", 2, (190 + 1.9) / 540},
+		{"H in: D over H", 20, (190 + 1.9) / 540},
+		{"no step: it ends", 0, 1},
+	} {
+		p := port{pass: 0.5, target: 0.01}
+		for range 20 {
+			p.hist.add(quiet, 0, true)
+		}
+		p.began = p.hist.clock
+		for range tc.steps {
+			p.hist.add(step, 0, true)
+		}
+		p.law(190, 1, 0, SYNRetransmitTimeout, p.hist.of(SYNRetransmitTimeout, false), &prm)
+		if math.Abs(p.pass-tc.want) > 1e-9 {
+			t.Errorf("%s: pass rate %.3f, want %.3f", tc.name, p.pass, tc.want)
+		}
+	}
+}

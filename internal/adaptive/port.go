@@ -36,6 +36,7 @@ type port struct {
 	held       int             // the ceiling in force at the previous tick's end (0: none)
 	scale      float64         // the ceiling's share of N* that holds the p95 at the target (0 < x ≤ 1; set when a ceiling starts)
 	onsetRate  float64         // starts per second over the standingSpan before the ceiling started
+	began      float64         // the history's clock when the law (its ceiling) began (seconds)
 	retx       olc.Retransmits // what the pass rate applies to while pass < 1
 	target     float64         // the target in force (seconds; 0: none)
 	hist       history         // the recent windows: D and the standing queue
@@ -74,7 +75,7 @@ func (p *port) settle(c counts, n, mu, h float64) {
 	}
 	starts := p.hist.rate(standingSpan.Seconds()).all
 	if p.ceil == 0 { // a new ceiling starts at N*, its queue unclamped
-		p.scale, p.onsetRate, p.ceil = 1, starts, 1<<30
+		p.scale, p.onsetRate, p.began, p.ceil = 1, starts, p.hist.clock, 1<<30
 	}
 	full := math.Max(mu, p.cap.lastSat) * p.target
 	if n > longQueue*full {
@@ -174,7 +175,7 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 		// Nothing measured to size the admission by: a hung service stays cut.
 		why += fmt.Sprintf(": no answers in the capacity window, holding pass rate %.3f", p.pass)
 	default:
-		p.law(mu, a, standing, h, d, prm)
+		d = p.law(mu, a, standing, h, d, prm)
 		p.settle(c, standing, mu, h)
 		why += fmt.Sprintf(": capacity %.0f answers/s, %.0f in flight standing where %.1f keep the target, %.0f starts/s arriving (%.0f retransmits) at %.2f answers each: %s",
 			mu, standing, mu*p.target, d.all, d.retx(), a, p.passName())
@@ -187,8 +188,9 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 
 // law sets the pass rate and the retransmit rule that admit A = μ̂ + (N* −
 // n) ÷ h answers per second of the demand d (starts of a answers each), n
-// the queue; with retransmits ranked, first attempts first.
-func (p *port) law(mu, a, n, h float64, d rates, prm *Params) {
+// the queue; with retransmits ranked, first attempts first. It returns the
+// demand it met: d, or within h of its start the starts since it began.
+func (p *port) law(mu, a, n, h float64, d rates, prm *Params) rates {
 	nStar, base := mu*p.target, mu
 	if n > nStar {
 		// What drains a queue comes off what arrives, when that is less
@@ -196,6 +198,11 @@ func (p *port) law(mu, a, n, h float64, d rates, prm *Params) {
 		base = math.Min(mu, a*d.all)
 	}
 	A := base + (nStar-n)/h
+	if since := p.hist.clock - p.began; since < h && a*d.all <= A {
+		if s := p.hist.rate(math.Max(standingSpan.Seconds(), since)); s.all > d.all {
+			d = s // within h of its start the law ends only if the starts since it began fit too
+		}
+	}
 	share := func(x, y float64) float64 {
 		if y <= 0 || x <= 0 {
 			return prm.MinPassRate
@@ -214,6 +221,7 @@ func (p *port) law(mu, a, n, h float64, d rates, prm *Params) {
 	default:
 		p.retx, p.pass = olc.RetransmitsAsFirst, 1
 	}
+	return d
 }
 
 // passName renders the pass rate, what it applies to and the ceiling, for
@@ -269,7 +277,7 @@ func (p *port) window(st PortStats, w, tick float64, prm *Params) string {
 		return ""
 	}
 	pass, retx, ceiling := p.pass, p.retransmits(), p.ceil
-	p.law(mu, a, r.Inflight, h, d, prm)
+	d = p.law(mu, a, r.Inflight, h, d, prm)
 	p.settle(c, p.hist.standing(r.Inflight), mu, h)
 	if math.Abs(pass-p.pass) < 1e-9 && retx == p.retransmits() && ceiling == p.ceil {
 		return ""

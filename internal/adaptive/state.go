@@ -49,6 +49,9 @@ type PortState struct {
 	// the target (0 < x ≤ 1; 0 without a ceiling, or in a state of an
 	// earlier build: 1).
 	CeilingShare float64 `json:"ceiling_share,omitzero"`
+	// OnsetRate is the starts per second when the ceiling started (0: none),
+	// against which a closed loop's fall is read (docs/controller.md §1).
+	OnsetRate float64 `json:"onset_rate_per_s,omitzero"`
 }
 
 // Export returns the controller's State.
@@ -59,7 +62,7 @@ func (c *Controller) Export() State {
 		st := PortState{Key: ps.cfg.Key, DropProbability: 1 - ps.pass, QueueOverload: ps.active(), Target: ps.target,
 			Demand: ps.demand, PerStart: ps.cap.perStart(), Retransmits: ps.retransmits(), InFlightCeiling: ps.ceil}
 		if ps.ceil > 0 {
-			st.CeilingShare = ps.scale
+			st.CeilingShare, st.OnsetRate = ps.scale, ps.onsetRate
 		}
 		if ps.base.ok {
 			st.Baseline = ps.base.value
@@ -107,7 +110,7 @@ func (c *Controller) Restore(s State, age time.Duration, at time.Time) {
 		if ps.scale = st.CeilingShare; !(ps.scale > 0 && ps.scale <= 1) {
 			ps.scale = 1
 		}
-		if ps.ceil = max(st.InFlightCeiling, 0); !st.QueueOverload {
+		if ps.ceil, ps.onsetRate = max(st.InFlightCeiling, 0), max(st.OnsetRate, 0); !st.QueueOverload {
 			ps.pass, ps.ceil = 1, 0
 		}
 		ps.base.value, ps.base.ok = max(st.Baseline, 0), st.Baseline > 0

@@ -9,7 +9,8 @@ import (
 )
 
 // TestStateRoundTrip: a controller restored from another's State sheds
-// what it shed, with its capacity, no-load p95 and ceiling, from its first
+// what it shed, with its capacity, no-load p95, ceiling and the starts at
+// the ceiling's start (a closed loop told apart), from its first
 // tick.
 func TestStateRoundTrip(t *testing.T) {
 	key := olc.PortKey{Proto: olc.ProtoTCP, Port: 80}
@@ -33,6 +34,7 @@ func TestStateRoundTrip(t *testing.T) {
 	got := b.Export()
 	if got.Ports[0].DropProbability != s.Ports[0].DropProbability || got.Ports[0].Baseline != s.Ports[0].Baseline ||
 		got.Ports[0].InFlightCeiling != s.Ports[0].InFlightCeiling || s.Ports[0].InFlightCeiling <= 0 || got.Ports[0].CeilingShare != 0.6 ||
+		got.Ports[0].OnsetRate != s.Ports[0].OnsetRate || s.Ports[0].OnsetRate <= 0 ||
 		math.Abs(got.Ports[0].Capacity-s.Ports[0].Capacity) > 1e-9 || s.Ports[0].Capacity <= 0 || s.Ports[0].DropProbability <= 0 {
 		t.Errorf("restored %+v, exported %+v", got.Ports[0], s.Ports[0])
 	}

@@ -8,9 +8,8 @@ import (
 // ResponseTarget is a port's response-time target: the p95 beyond which the
 // port's law starts, and the sojourn its standing queue is held within.
 type ResponseTarget struct {
-	// Seconds is a fixed target (> 0, at most MaxResponseTarget). 0 with
-	// Auto false: the port has no law of its own (the node's resource law
-	// alone).
+	// Seconds is a fixed target (> 0, at most MaxResponseTarget); 0 with
+	// Auto false: no law of its own (the node's resource law alone).
 	Seconds float64
 	// Auto learns the target: Params.TargetFactor × the port's no-load
 	// p95, at least MinAutoTarget; Params.InitialTarget until it is learnt.
@@ -81,8 +80,7 @@ func (b *baseline) learn(r PortResponse, prev float64, busy bool, target float64
 	if b.quiet++; ((b.ok || b.shed) && b.quiet < baselineQuiet) || !r.Available || r.P95 <= 0 || !steady(r, prev) {
 		return
 	}
-	m := r.P95
-	switch {
+	switch m := r.P95; {
 	case !b.ok:
 		b.value, b.ok = m, true
 	case m > target:

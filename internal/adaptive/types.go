@@ -66,8 +66,7 @@ type Config struct {
 	Ports []PortConfig
 }
 
-// SignalState is one signal with a threshold, as evaluated in one tick
-// (internal/pressure).
+// SignalState is one signal with a threshold as a tick evaluated it (internal/pressure).
 type SignalState = pressure.Signal
 
 // PortDecision is one protected port's outcome of a tick.
@@ -115,8 +114,8 @@ type PortDecision struct {
 	// datapath refuses new connections for the port's law while it sheds,
 	// and after while the clients it refused are due back
 	// (docs/controller.md §1, "The ceiling"): the share of N* that holds the
-	// p95 at the target, or above it the standing queue less what the trim
-	// drains in the window.
+	// p95 at the target, or above it the standing queue's excess as it drains
+	// over a retransmit timeout, rounded up.
 	InFlightCeiling int
 }
 
@@ -136,14 +135,12 @@ type Decision struct {
 	// PressureAvailable is false when no signal with a threshold had a
 	// usable, corroborated value this tick; the node's p then decays.
 	PressureAvailable bool
-	// Driver is the signal that set Pressure; meaningful only when
-	// PressureAvailable.
+	// Driver is the signal that set Pressure (when PressureAvailable).
 	Driver olc.Signal
 	// Overloaded is true from overload_start to overload_end: while the
 	// node's resource law or any port's law sheds.
 	Overloaded bool
-	// OverloadSince is when the current overload started; zero when not
-	// Overloaded.
+	// OverloadSince is when the current overload started (zero: not Overloaded).
 	OverloadSince time.Time
 	// DropProbability is the node's resource law's share of new work to
 	// shed, 0..1 − MinPassRate, split over the classes into Classes.
@@ -178,8 +175,7 @@ const (
 var eventNames = [...]string{EventOverloadStart: "overload_start", EventOverloadContinue: "overload_continue",
 	EventOverloadEnd: "overload_end", EventProbabilityChange: "probability_change"}
 
-// String returns the stable name used in the decision log, e.g.
-// "overload_start".
+// String returns the decision log's stable name, e.g. "overload_start".
 func (k EventKind) String() string {
 	if k > 0 && int(k) < len(eventNames) {
 		return eventNames[k]
@@ -210,7 +206,6 @@ type Event struct {
 	Port olc.PortKey
 	// Class is the port's class (probability_change of a port only).
 	Class olc.Class
-	// From and To are the previously recorded and the new probability
-	// (probability_change only).
+	// From and To are the recorded and the new probability (probability_change only).
 	From, To float64
 }
