@@ -75,6 +75,12 @@ type PhaseResult struct {
 	LightConnected int `json:"light_connected,omitempty"`
 	Connects       int `json:"connects"`
 	Connected      int `json:"connected"`
+	// ConnectIdleS and HeavyConnectIdleS are the seconds of the phase in
+	// which every client, and the work clients alone, started no connect
+	// for longer than CapBurstTime: the refill a static cap's default
+	// bucket lost while the load generator stalled (connectIdle).
+	ConnectIdleS      float64 `json:"connect_idle_s,omitempty"`
+	HeavyConnectIdleS float64 `json:"heavy_connect_idle_s,omitempty"`
 	// Settled is the same phase without its first SettleTime, when the
 	// phase is at least twice as long: what holds once a protection has
 	// reacted to the change that started the phase.
@@ -505,6 +511,25 @@ func phaseResults(rec *records, slo time.Duration, v Variant, settled string) []
 	return out
 }
 
+// CapBurstTime is the time a static cap's bucket of the default burst (a
+// tenth of a second's worth, rules.PortCaps.Burst) takes to fill.
+const CapBurstTime = 100 * time.Millisecond
+
+// connectIdle returns the seconds of [from, to) more than CapBurstTime
+// after the last of starts (or from): a client that offers more than a
+// cap's rate keeps its bucket empty, so a gap g in its connects (the load
+// generator not scheduled) loses g − CapBurstTime of the cap's admissions.
+func connectIdle(starts []time.Duration, from, to time.Duration) float64 {
+	slices.Sort(starts)
+	var idle time.Duration
+	prev := from
+	for _, s := range append(starts, to) {
+		idle += max(0, s-prev-CapBurstTime)
+		prev = s
+	}
+	return idle.Seconds()
+}
+
 // phaseResult computes one phase over requests started in [from, to).
 func phaseResult(rec *records, name string, from, to, slo time.Duration, v Variant) PhaseResult {
 	pr := PhaseResult{Name: name}
@@ -545,14 +570,18 @@ func phaseResult(rec *records, name string, from, to, slo time.Duration, v Varia
 		}
 	}
 	var connSum time.Duration
+	var starts, heavy []time.Duration
 	for _, d := range rec.dials {
 		if d.start < from || d.start >= to {
 			continue
 		}
 		connSum += d.dur
 		pr.Connects++
+		starts = append(starts, d.start)
 		if d.light {
 			pr.LightConnects++
+		} else {
+			heavy = append(heavy, d.start)
 		}
 		switch d.outcome {
 		case outcomeOK:
@@ -566,6 +595,7 @@ func phaseResult(rec *records, name string, from, to, slo time.Duration, v Varia
 			pr.ConnectRefused++
 		}
 	}
+	pr.ConnectIdleS, pr.HeavyConnectIdleS = connectIdle(starts, from, to), connectIdle(heavy, from, to)
 	if pr.Connects > 0 {
 		pr.MeanConnectMs = connSum.Seconds() * 1e3 / float64(pr.Connects)
 	}

@@ -290,3 +290,36 @@ func TestPhaseFromAndClientInflight(t *testing.T) {
 		t.Errorf("a missing phase: %v in flight", mean)
 	}
 }
+
+// TestConnectIdle: the time a stalled client left a cap's bucket idle is
+// each gap in its connects (and from the phase's start, to its end) past
+// CapBurstTime; the light clients' connects do not fill the heavy one's.
+func TestConnectIdle(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	for _, tc := range []struct {
+		name        string
+		heavy       []int // the work client's connect starts (ms)
+		light       []int
+		all, onlyHv float64 // the idle seconds wanted
+	}{
+		{"steady, no gap past the burst", []int{0, 50, 100, 150, 200, 250, 300, 350, 400, 450, 500, 550, 600, 650, 700, 750, 800, 850, 900, 950}, nil, 0, 0},
+		{"a 0.5 s stall", []int{0, 50, 100, 600, 650, 700, 750, 800, 850, 900, 950}, nil, 0.4, 0.4},
+		{"a late start and an early end", []int{300, 350, 400}, nil, 0.2 + 0.5, 0.2 + 0.5},
+		{"the light clients do not fill it", []int{0, 50, 100, 600, 650, 700, 750, 800, 850, 900, 950}, []int{200, 300, 400, 500}, 0, 0.4},
+		{"none", nil, nil, 0.9, 0.9},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &records{phases: []Phase{{Name: "a", Duration: time.Second}}}
+			for _, s := range tc.heavy {
+				rec.dials = append(rec.dials, dial{start: ms(s), outcome: outcomeOK})
+			}
+			for _, s := range tc.light {
+				rec.dials = append(rec.dials, dial{start: ms(s), outcome: outcomeOK, light: true})
+			}
+			p := phaseResult(rec, "a", 0, time.Second, time.Second, VariantEnforce)
+			if math.Abs(p.ConnectIdleS-tc.all) > 1e-9 || math.Abs(p.HeavyConnectIdleS-tc.onlyHv) > 1e-9 {
+				t.Errorf("idle %.3f s, the work client's %.3f s; want %.3f and %.3f", p.ConnectIdleS, p.HeavyConnectIdleS, tc.all, tc.onlyHv)
+			}
+		})
+	}
+}
