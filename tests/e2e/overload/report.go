@@ -157,7 +157,7 @@ func (r *Report) PrintMatrix(w io.Writer) {
 		"   (a limit cycle, not the level: a run that answers nothing is steady too);\n"+
 		"   p95, p99 = of the successes over the whole phase and from +%.0fs; target = olcd's response target from +%.0fs;\n"+
 		"   after = share of the next phase's requests (the step down) answered within the SLO from +%.0fs;\n"+
-		"   after cut = fewest connections admitted in the second after a cut (p rose by 0.1) over olcd's measured capacity;\n"+
+		"   after cut = fewest connections admitted in the second after a cut (p rose by 0.1) over olcd's measured capacity, (n) the cuts;\n"+
 		"   C = the capacity in force (capacity-halved: C' after the halving); connect = mean ms in connect(); health = health checks answered over the run\n",
 		SettleTime.Seconds(), SettleTime.Seconds(), windowOKShare, SettleTime.Seconds(), SettleTime.Seconds(), AfterSettle.Seconds())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
