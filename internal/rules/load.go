@@ -91,6 +91,9 @@ func (c *Config) Patch(doc []byte, source string) (*Config, []Warning, error) {
 		source = "patch"
 	}
 	root, probs := sy.Parse(doc, source, example)
+	if len(probs) == 0 {
+		probs = sy.Duplicates(root, "")
+	}
 	if len(probs) > 0 {
 		return nil, nil, &ValidationError{Problems: probs}
 	}

@@ -372,6 +372,13 @@ func TestPatch(t *testing.T) {
 		{"alias cycle", base, "signals: &s {cpu_busy: {threshold: 0.7}, psi_cpu_some: *s}", nil, "patch:1: alias *s refers to a node that contains it"},
 		{"alias cycle in a new key", base, "exceptions: &e {ports: *e}", nil, "patch:1: alias *e refers to a node that contains it"},
 		{"syntax", base, "signals: {cpu_busy: {threshold: 0.7}", nil, "patch:1: yaml syntax"},
+		// A merge keeps a duplicate's first value: refused as in a file,
+		// or `mode: observe\nmode: off` would keep shedding.
+		{"duplicate key", base, "mode: observe\nmode: off\n", nil, "patch:2: mode: duplicate key (first at line 1)"},
+		{"duplicate key (JSON)", base, `{"mode": "off", "mode": "enforce"}`, nil, "patch:1: mode: duplicate key (first at line 1)"},
+		{"duplicate section", base, "controller: {ki: 0.2}\ncontroller: {kp: 0.3}\n", nil, "patch:2: controller: duplicate key (first at line 1)"},
+		{"duplicate nested key", base, "mode: off\ncontroller:\n  ki: 0.25\n  ki: 0.3\n", nil, "patch:4: controller.ki: duplicate key (first at line 3)"},
+		{"duplicate key in a list's item", base, "ports: [{port: 9000, port: 9001}]", nil, "patch:1: ports[0].port: duplicate key (first at line 1)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -261,6 +261,34 @@ func Merge(base, patch *Node) *Node {
 	return out
 }
 
+// Duplicates reports every key written twice in one mapping of n, at any
+// depth, as Decoder.Mapping does for a whole document: Merge keeps the
+// first, so a merge patch would drop the other without a word.
+func Duplicates(n *Node, path string) []Problem {
+	if n == nil {
+		return nil
+	}
+	var out []Problem
+	if n.Kind == yaml.SequenceNode {
+		for i, v := range n.Vals {
+			out = append(out, Duplicates(v, fmt.Sprintf("%s[%d]", path, i))...)
+		}
+		return out
+	}
+	seen := map[string]int{}
+	for i, k := range n.Keys {
+		field := Join(path, k.Value)
+		if line, dup := seen[k.Value]; dup && k.Kind == yaml.ScalarNode {
+			out = append(out, Problem{File: k.File, Line: k.Line, Field: field,
+				Msg: fmt.Sprintf("duplicate key (first at line %d)", line), Hint: "remove one of them"})
+			continue
+		}
+		seen[k.Value] = k.Line
+		out = append(out, Duplicates(n.Vals[i], field)...)
+	}
+	return out
+}
+
 // dropNulls returns n without the null-valued keys of its mappings (a merge
 // patch's deletions have nothing to delete in new subtrees).
 func dropNulls(n *Node) *Node {
