@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -31,9 +30,11 @@ type configState struct {
 	overrides []liveOverride     // one per field path, oldest first (overrides.go)
 	refused   *api.ReloadFailure // the last refused reload of the file, until one succeeds
 	// fileData is the content of the config file in force (nil for the
-	// embedded default): a file change that writes it again changes
-	// nothing, and must not drop the live overrides (the kill switch).
-	fileData []byte
+	// embedded default), and fileDigest what it sets (rules.Config.Digest):
+	// a file change that sets the same again, comments or layout aside,
+	// changes nothing, and must not drop the live overrides (the kill switch).
+	fileData   []byte
+	fileDigest string
 }
 
 // readConfigFile reads the config file; tests replace it to make a read
@@ -113,13 +114,13 @@ func (d *Daemon) override(kind, value string, doc []byte) error {
 // overrides are dropped.
 func (d *Daemon) applyLoad(l configLoad) error {
 	src := d.configSource()
-	if l.err == nil && l.trigger == fileChange && d.conf.fileData != nil && bytes.Equal(l.data, d.conf.fileData) {
+	if l.err == nil && l.trigger == fileChange && d.conf.fileData != nil && l.cfg.Digest() == d.conf.fileDigest {
 		// Written again as it is in force (config management, an editor's
-		// save without a change, a refused edit undone): nothing to apply,
-		// and a kill switch set with `olcd set mode off` stays. SIGHUP and
-		// `olcd reload` still drop the overrides.
+		// save without a change or with a new comment, a refused edit
+		// undone): nothing to apply, and a kill switch set with `olcd set
+		// mode off` stays. SIGHUP and `olcd reload` still drop the overrides.
 		d.metrics.reloads.Inc() // read and valid: a successful reload that changes nothing
-		d.conf.refused = nil
+		d.conf.refused, d.conf.fileData = nil, l.data
 		d.log.Info("config file written without a change: nothing to apply, live overrides kept", "source", src, "overrides_kept", len(d.conf.overrides))
 		return nil
 	}
@@ -140,7 +141,7 @@ func (d *Daemon) applyLoad(l configLoad) error {
 	}
 	d.metrics.reloads.Inc()
 	d.conf.refused = nil
-	d.conf.fileData = l.data
+	d.conf.fileData, d.conf.fileDigest = l.data, l.cfg.Digest()
 	dropped := len(d.conf.overrides)
 	d.conf.overrides = nil
 	d.log.Info("config reloaded", "trigger", l.trigger, "source", src, "overrides_dropped", dropped)

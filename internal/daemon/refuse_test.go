@@ -224,8 +224,8 @@ func TestRestartOnlyReportsRunningValues(t *testing.T) {
 }
 
 // TestFileRewrittenUnchangedKeepsOverrides: the file watch seeing the file
-// written again with the content in force (config management, a save
-// without an edit) reloads nothing: a kill switch set with `olcd set mode
+// written again with the settings in force (config management, a save
+// without an edit, a comment added) reloads nothing: a kill switch set with `olcd set mode
 // off` stays (it was dropped with every other override), and a refusal
 // shown for an edit that was then undone is cleared. A changed file, and
 // SIGHUP with the same content, still reload and drop the overrides.
@@ -252,6 +252,11 @@ func TestFileRewrittenUnchangedKeepsOverrides(t *testing.T) {
 		t.Errorf("the file written unchanged: overrides %+v, mode %s, %g reloads; want the kill switch kept, one (successful) reload", d.conf.overrides, d.eng.cfg.Mode, reloads()-r0)
 	}
 
+	d.write(t, "# managed by config management, 2026-12-07\n"+cfg)
+	if err := d.reload(fileChange); err != nil || len(d.conf.overrides) != 1 || d.eng.cfg.Mode.String() != "off" || reloads() != r0+2 {
+		t.Errorf("the file written with a comment added: %v, overrides %+v, mode %s; want the kill switch kept", err, d.conf.overrides, d.eng.cfg.Mode)
+	}
+
 	d.write(t, cfg+"bogus: 1\n")
 	if err := d.reload(fileChange); err == nil || d.conf.refused == nil {
 		t.Fatalf("an invalid edit was not refused: %v", err)
@@ -261,14 +266,14 @@ func TestFileRewrittenUnchangedKeepsOverrides(t *testing.T) {
 		t.Errorf("the edit undone: %v, refusal %+v, overrides %d; want the refusal cleared, the override kept", err, d.conf.refused, len(d.conf.overrides))
 	}
 
-	if err := d.reload("SIGHUP"); err != nil || len(d.conf.overrides) != 0 || d.eng.cfg.Mode.String() != "enforce" || reloads() != r0+3 {
+	if err := d.reload("SIGHUP"); err != nil || len(d.conf.overrides) != 0 || d.eng.cfg.Mode.String() != "enforce" || reloads() != r0+4 {
 		t.Errorf("SIGHUP with the same file: %v, overrides %+v, mode %s; want a reload dropping them", err, d.conf.overrides, d.eng.cfg.Mode)
 	}
 	if err := d.SetMode(context.Background(), "off"); err != nil {
 		t.Fatal(err)
 	}
 	d.write(t, strings.Replace(cfg, "interval: 500ms", "interval: 400ms", 1))
-	if err := d.reload(fileChange); err != nil || len(d.conf.overrides) != 0 || reloads() != r0+4 {
+	if err := d.reload(fileChange); err != nil || len(d.conf.overrides) != 0 || reloads() != r0+5 {
 		t.Errorf("a changed file: %v, overrides %+v; want a reload dropping them", err, d.conf.overrides)
 	}
 }

@@ -48,12 +48,19 @@ func (d *Daemon) stateDir() string {
 // network namespace: PinRoot/<netns inode>.
 func DefaultPinDir() string { return loader.DefaultPinDir() }
 
-// configHash identifies the config file in force (the embedded default:
-// "default"): a state learnt under another config is foreign.
+// configHash identifies the config file in force by what it sets (the
+// embedded default: "default"): a state learnt under another config is
+// foreign, one learnt under the same file with another comment is not.
 func (d *Daemon) configHash() string {
 	if d.conf.fileData == nil {
 		return "default"
 	}
+	return d.conf.fileDigest
+}
+
+// bytesHash is how states written before configHash (until 7 December
+// 2026) named the same file: its bytes' hash.
+func (d *Daemon) bytesHash() string {
 	h := sha256.Sum256(d.conf.fileData)
 	return hex.EncodeToString(h[:8])
 }
@@ -93,6 +100,9 @@ func (d *Daemon) restoreState(adopted []loader.PortPolicy) ([]statefile.Override
 	if dir := d.stateDir(); dir != "" {
 		f, err := statefile.Read(dir, nodeName(), d.configHash(), now)
 		var ig *statefile.Ignored
+		if errors.As(err, &ig) && d.conf.fileData != nil && f.ConfigHash == d.bytesHash() {
+			f, err = statefile.Read(dir, nodeName(), f.ConfigHash, now) // an earlier olcd's state, this file
+		}
 		switch {
 		case err == nil:
 			age = now.Sub(f.WrittenAt)

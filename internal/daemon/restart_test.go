@@ -16,8 +16,9 @@ import (
 )
 
 // TestStateRestore: what one daemon's controller learnt and the live
-// overrides in force come back in the next daemon from the state file; a
-// file written under another config is ignored.
+// overrides in force come back in the next daemon from the state file,
+// also for the same file with a comment added or a state an earlier olcd
+// wrote; a file written under another config is ignored.
 func TestStateRestore(t *testing.T) {
 	dir := t.TempDir()
 	d, _ := goldenDaemon(t)
@@ -60,10 +61,19 @@ func TestStateRestore(t *testing.T) {
 		t.Errorf("interval %v after the restore, want %v", d2.eng.cfg.Interval, d.eng.cfg.Interval)
 	}
 
+	// The same file with a comment added: the same config, its state.
+	dc, _ := goldenDaemon(t)
+	dc.opts.StateDir = dir
+	dc.conf.fileData = append(dc.conf.fileData, "# a comment\n"...)
+	dc.eng.ctrl, _ = adaptive.New(dc.eng.cfg.ControllerConfig(controllerPorts(dc.eng.ports)))
+	if ov, restored := dc.restoreState(nil); len(ov) != 1 || !restored {
+		t.Errorf("the file with a comment added: overrides %+v, restored %v; want its state", ov, restored)
+	}
+
 	// Another config: foreign, ignored.
 	d3, _ := goldenDaemon(t)
 	d3.opts.StateDir = dir
-	d3.conf.fileData = append(d3.conf.fileData, '\n')
+	d3.conf.fileDigest = "another"
 	d3.eng.ctrl, _ = adaptive.New(d3.eng.cfg.ControllerConfig(controllerPorts(d3.eng.ports)))
 	before := d3.eng.ctrl.Export()
 	if ov, restored := d3.restoreState(nil); len(ov) != 0 || restored {
@@ -74,6 +84,22 @@ func TestStateRestore(t *testing.T) {
 	}
 	if _, err := statefile.Read(dir, nodeName(), d.configHash(), d.savedAt); err != nil {
 		t.Errorf("state file: %v", err)
+	}
+
+	// A state an earlier olcd wrote names the file by its bytes' hash: read.
+	f, err := statefile.Read(dir, nodeName(), d.configHash(), d.savedAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ConfigHash = d.bytesHash()
+	if err := statefile.Write(dir, f); err != nil {
+		t.Fatal(err)
+	}
+	d4, _ := goldenDaemon(t)
+	d4.opts.StateDir = dir
+	d4.eng.ctrl, _ = adaptive.New(d4.eng.cfg.ControllerConfig(controllerPorts(d4.eng.ports)))
+	if ov, restored := d4.restoreState(nil); len(ov) != 1 || !restored {
+		t.Errorf("a state under the bytes' hash: overrides %+v, restored %v; want it read", ov, restored)
 	}
 	if left, _ := filepath.Glob(filepath.Join(dir, ".*")); len(left) != 0 {
 		t.Errorf("temporary files left: %v", left)

@@ -918,3 +918,44 @@ func TestRetiredControllerKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestDigest: a config's digest names what it sets: comments, key order,
+// flow or block style and its path leave it; any value changes it, deep
+// ones too (a source cap's rate, a port's fair prefix).
+func TestDigest(t *testing.T) {
+	const doc = "mode: enforce\ninterval: 400ms\nports:\n  - {port: 443, caps: {rate: 5, sources: [{prefix: 198.51.100.0/24, rate: 50}]}}\n"
+	parse := func(s, path string) string {
+		t.Helper()
+		c, _, err := Parse([]byte(s), path)
+		if err != nil {
+			t.Fatalf("%q: %v", s, err)
+		}
+		return c.Digest()
+	}
+	base := parse(doc, "/etc/olcd/olcd.yaml")
+	if len(base) != 16 {
+		t.Fatalf("digest %q, want 16 hex digits", base)
+	}
+	for name, s := range map[string]string{
+		"a comment":             "# managed\n" + doc + "# end\n",
+		"key order":             "interval: 400ms\nmode: enforce\nports:\n  - {port: 443, caps: {rate: 5, sources: [{prefix: 198.51.100.0/24, rate: 50}]}}\n",
+		"block style":           "mode: enforce\ninterval: 400ms\nports:\n  - port: 443\n    caps:\n      rate: 5\n      sources:\n        - prefix: 198.51.100.0/24\n          rate: 50\n",
+		"a default written out": doc + "heartbeat: {stale_after: 5s}\n",
+	} {
+		if got := parse(s, "/etc/olcd/olcd.yaml"); got != base {
+			t.Errorf("%s: digest %s, want %s", name, got, base)
+		}
+	}
+	if got := parse(doc, "/srv/olcd.yaml"); got != base {
+		t.Errorf("another path: digest %s, want %s", got, base)
+	}
+	for name, s := range map[string]string{
+		"the mode":          strings.Replace(doc, "enforce", "observe", 1),
+		"a source cap rate": strings.Replace(doc, "rate: 50", "rate: 60", 1),
+		"a fair prefix":     strings.Replace(doc, "{port: 443,", "{port: 443, fair: true, fair_prefix4: 24,", 1),
+	} {
+		if got := parse(s, "/etc/olcd/olcd.yaml"); got == base {
+			t.Errorf("%s changed: the same digest %s", name, got)
+		}
+	}
+}

@@ -1,6 +1,9 @@
 package rules
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"strings"
@@ -59,6 +62,21 @@ func (c *Config) Settings() []Setting {
 	}
 	walk(codec.Schema(reflect.TypeFor[Config]()), "")
 	return out
+}
+
+// Digest identifies what c sets, whatever its file's comments, key order
+// and layout: a hash of its decoded values, the Source path left out (16
+// hex digits; "" if they cannot be encoded, which a validated config can).
+// Two configs with one Digest run the same.
+func (c *Config) Digest() string {
+	v := *c
+	v.Source, v.doc = "", nil
+	b, err := json.Marshal(v)
+	if err != nil {
+		return ""
+	}
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:8])
 }
 
 // showValue renders one value in the config's words.
