@@ -35,7 +35,7 @@ const (
 	DefaultFairEpoch = time.Duration(1 << 28)
 	// DefaultMaxCapSources is how many source prefix caps all ports have
 	// at most together.
-	DefaultMaxCapSources = 1024
+	DefaultMaxCapSources = dpconfig.MaxCapSources
 	// DefaultFairPrefix4 and DefaultFairPrefix6 are the prefix lengths a
 	// source is counted by: one IPv4 address, one IPv6 /64 (what one host
 	// or one customer gets: SLAAC hands a /64 to a link).

@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/netip"
 
+	"github.com/olcd/olcd/internal/loader/dpconfig"
 	sy "github.com/olcd/olcd/internal/strictyaml"
 )
 
@@ -38,9 +39,17 @@ type SourceCap struct {
 }
 
 // validateCaps checks each port's caps beyond their keys' own shape: a rate
-// is a rate, every source cap has a prefix and a rate above 0, and the
-// in-flight ceiling has response timing of every flow to count by.
+// is a rate, every source cap has a prefix of its own and a rate above 0,
+// the ports' source caps fit the datapath's map, and the in-flight ceiling
+// has response timing of every flow to count by.
 func (d *checker) validateCaps(c *Config) {
+	sources := 0
+	for _, p := range c.Ports {
+		sources += len(p.StaticCaps.Sources)
+	}
+	if sources > dpconfig.MaxCapSources {
+		d.AddAt("ports", fmt.Sprintf("%d source caps across the ports, the datapath holds %d", sources, dpconfig.MaxCapSources), "cap a wider prefix instead of its parts")
+	}
 	for i, p := range c.Ports {
 		at := sy.Join(d.EntryPath("ports", i), "caps")
 		caps := p.StaticCaps
@@ -51,10 +60,16 @@ func (d *checker) validateCaps(c *Config) {
 			d.AddAt(sy.Join(at, "in_flight"), "requests in flight are response timing's count of every flow, and datapath.response_sample is not 1",
 				"set datapath.response_sample: 1 (the default)")
 		}
+		first := map[netip.Prefix]int{}
 		for j, sc := range caps.Sources {
 			sp := d.EntryPath(sy.Join(at, "sources"), j)
 			if !sc.Prefix.IsValid() {
 				d.AddAt(sy.Join(sp, "prefix"), "missing", "every source cap needs a prefix, e.g. 198.51.100.0/24")
+			} else if k, dup := first[sc.Prefix.Masked()]; dup {
+				// The datapath keeps one cap per prefix: one of them would be dropped.
+				d.AddAt(sy.Join(sp, "prefix"), fmt.Sprintf("%s is listed twice (also %s)", sc.Prefix, d.EntryPath(sy.Join(at, "sources"), k)), "keep one cap per prefix")
+			} else {
+				first[sc.Prefix.Masked()] = j
 			}
 			if !(sc.Rate > 0) || math.IsInf(sc.Rate, 0) {
 				d.AddAt(sy.Join(sp, "rate"), fmt.Sprintf("must be a rate above 0 per second, got %v", sc.Rate), "e.g. rate: 50")

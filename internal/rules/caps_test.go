@@ -1,9 +1,12 @@
 package rules
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/olcd/olcd/internal/loader/dpconfig"
 )
 
 // TestFairAndCapsKeys: ports[].fair, fair_prefix4/6 and caps decode onto the
@@ -42,10 +45,27 @@ func TestFairAndCapsKeys(t *testing.T) {
 		{"ports: [{port: 80, caps: {sources: [{prefix: 10.0.0.0/8, rate: 0}]}}]\n", "ports[0].caps.sources[0].rate: must be a rate above 0"},
 		{"ports: [{port: 80, caps: {sources: [{prefix: 10.0.0.1/8, rate: 1}]}}]\n", "has bits set beyond the prefix length"},
 		{"datapath: {response_sample: 0}\nports: [{port: 80, caps: {in_flight: 10}}]\n", "ports[0].caps.in_flight: requests in flight are response timing's count"},
+		// The datapath keeps one cap per prefix: the second would win silently.
+		{"ports: [{port: 80, caps: {sources: [{prefix: 198.51.100.0/24, rate: 50}, {prefix: 198.51.100.0/24, rate: 60}]}}]\n",
+			"x.yaml:1: ports[0].caps.sources[1].prefix: 198.51.100.0/24 is listed twice (also ports[0].caps.sources[0])"},
+		{manySources(dpconfig.MaxCapSources + 1), "1025 source caps across the ports, the datapath holds 1024"},
 	} {
 		_, _, err := Parse([]byte(tt.doc), "x.yaml")
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%q: %v, want %q", tt.doc, err, tt.want)
 		}
 	}
+}
+
+// manySources returns a config whose two ports have n source caps between
+// them, each of its own /32.
+func manySources(n int) string {
+	var b strings.Builder
+	for i, port := range []int{80, 443} {
+		fmt.Fprintf(&b, "  - port: %d\n    caps:\n      sources:\n", port)
+		for j := i; j < n; j += 2 {
+			fmt.Fprintf(&b, "        - {prefix: 10.%d.%d.%d/32, rate: 1}\n", j>>16&255, j>>8&255, j&255)
+		}
+	}
+	return "ports:\n" + b.String()
 }

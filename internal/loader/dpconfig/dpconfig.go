@@ -14,6 +14,10 @@ import (
 	"github.com/olcd/olcd/internal/ranges"
 )
 
+// MaxCapSources is how many source prefix caps (ports[].caps.sources) all
+// ports may have together: the size of the datapath's cap map.
+const MaxCapSources = 1024
+
 // Datapath sizes the BPF maps and sets how the draw selects
 // (docs/config.md, "datapath"). A zero field takes its default.
 type Datapath struct {
