@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/olcd/olcd/internal/api"
@@ -68,6 +69,9 @@ func effectiveConfig(path, socket string, stderr io.Writer) (*rules.Config, erro
 	}
 	if st.ReloadRefused != nil {
 		fmt.Fprintf(stderr, "warning: the daemon refused to reload %s: it runs an earlier version than the file shown\n", st.ConfigSource)
+	}
+	if len(st.RestartPending) > 0 {
+		fmt.Fprintf(stderr, "warning: %s as shown take effect at the next start; the daemon runs them as it started\n", strings.Join(st.RestartPending, ", "))
 	}
 	for _, o := range st.Overrides {
 		doc := o.Value

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -66,19 +67,7 @@ func printStatus(w io.Writer, st *api.Status, all bool, now time.Time) {
 	fmt.Fprintf(w, "olcd %s   mode %s   config %s\n", st.Version, strings.ToUpper(st.Mode), src)
 	fmt.Fprintf(w, "tick %d every %gs, last %s ago, up %s\n", st.Ticks, st.IntervalS,
 		ago(now, st.UpdatedAt), now.Sub(st.StartedAt).Round(time.Second))
-	if rf := st.ReloadRefused; rf != nil {
-		// The error of an invalid file renders its problems too: print them
-		// once, as the list.
-		why := rf.Error
-		if len(rf.Problems) > 0 {
-			why = fmt.Sprintf("%d problem(s):", len(rf.Problems))
-		}
-		fmt.Fprintf(w, "CONFIG FILE REFUSED at %s (%s): the running config stays — %s\n",
-			rf.At.Local().Format("15:04:05"), rf.Trigger, why)
-		for _, p := range rf.Problems {
-			fmt.Fprintf(w, "  %s\n", p)
-		}
-	}
+	printConfigNotices(w, st)
 	fmt.Fprintln(w)
 
 	ov := st.Overload
@@ -428,11 +417,46 @@ func cmdReload(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
 	defer cancel()
-	if err := api.NewClient(*socket, clientTimeout).Reload(ctx); err != nil {
+	st, err := api.NewClient(*socket, clientTimeout).Reload(ctx)
+	if err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, "ok: config reloaded; live overrides dropped")
+	if len(st.RestartPending) > 0 {
+		fmt.Fprintln(stdout, restartPendingLine(st.RestartPending))
+	}
 	return nil
+}
+
+// printConfigNotices prints what the operator must know of the config in
+// force: a refused reload of the file, settings waiting for a start.
+func printConfigNotices(w io.Writer, st *api.Status) {
+	if rf := st.ReloadRefused; rf != nil {
+		// The error of an invalid file renders its problems too: print them
+		// once, as the list.
+		why := rf.Error
+		if len(rf.Problems) > 0 {
+			why = fmt.Sprintf("%d problem(s):", len(rf.Problems))
+		}
+		fmt.Fprintf(w, "CONFIG FILE REFUSED at %s (%s): the running config stays — %s\n",
+			rf.At.Local().Format("15:04:05"), rf.Trigger, why)
+		for _, p := range rf.Problems {
+			fmt.Fprintf(w, "  %s\n", p)
+		}
+	}
+	if len(st.RestartPending) > 0 {
+		fmt.Fprintln(w, restartPendingLine(st.RestartPending))
+	}
+}
+
+// restartPendingLine says which settings the config changed that only a
+// start applies (api.Status.RestartPending), and what that start needs.
+func restartPendingLine(fields []string) string {
+	s := fmt.Sprintf("RESTART PENDING: %s changed, still as at the start; the next start applies them", strings.Join(fields, ", "))
+	if slices.Contains(fields, "datapath") {
+		s += " (a changed datapath section needs `olcd detach` first: the node is unprotected until olcd starts again)"
+	}
+	return s
 }
 
 // portsByMode names the protected ports ("tcp/443") whose effective mode is

@@ -38,7 +38,8 @@ func TestPrintStatus(t *testing.T) {
 		ReloadRefused: &api.ReloadFailure{At: now, Trigger: "SIGHUP",
 			Error:    "invalid config, 2 problems:\n  /etc/olcd/olcd.yaml:3: mode: unknown mode \"on\"\n  /etc/olcd/olcd.yaml:4: interval: 5ms is below the minimum 100ms",
 			Problems: []string{"/etc/olcd/olcd.yaml:3: mode: unknown mode \"on\"", "/etc/olcd/olcd.yaml:4: interval: 5ms is below the minimum 100ms"}},
-		LB: &api.LBStatus{AgentAddress: "10.0.0.5:9478", Weight: 0.6, State: "ready", AgentReply: "up ready 60%"},
+		RestartPending: []string{"datapath", "metrics.address"},
+		LB:             &api.LBStatus{AgentAddress: "10.0.0.5:9478", Weight: 0.6, State: "ready", AgentReply: "up ready 60%"},
 	}
 	tests := []struct {
 		mode string
@@ -50,6 +51,7 @@ func TestPrintStatus(t *testing.T) {
 			"listening, not protected: tcp/22: a management port (exceptions.management)", "list it under ports: to protect it",
 			"eth0", "tcx", "eth1", "not attached: does not exist", "live overrides (dropped on reload)",
 			"CONFIG FILE REFUSED", "(SIGHUP)", "olcd.yaml:3: mode",
+			"RESTART PENDING: datapath, metrics.address changed", "needs `olcd detach` first",
 			`HAProxy agent on 10.0.0.5:9478 answers "up ready 60%"`}, []string{"runnable"}},
 		{"observe", []string{"would shed 40.0%", "observe mode: counted, not dropped"}, nil},
 		// Global observe with one port enforcing (the README's step 4):

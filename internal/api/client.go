@@ -67,8 +67,12 @@ func (c *Client) SetMode(ctx context.Context, mode string) error {
 }
 
 // Reload asks the daemon to re-read its config file.
-func (c *Client) Reload(ctx context.Context) error {
-	return c.do(ctx, http.MethodPost, "/v1/reload", "", nil, nil)
+func (c *Client) Reload(ctx context.Context) (*Status, error) {
+	var st Status
+	if err := c.do(ctx, http.MethodPost, "/v1/reload", "", nil, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
 }
 
 // Patch sends a partial config document (YAML or JSON) as a live override.

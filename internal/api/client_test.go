@@ -65,7 +65,7 @@ func TestClient(t *testing.T) {
 		t.Errorf("patch: %v (sent %q as %q)", err, gotPatch, gotType)
 	}
 	// A non-2xx answer without the error body names the request and status.
-	if err := c.Reload(ctx); err == nil || errors.As(err, &pe) || !strings.Contains(err.Error(), "POST /v1/reload: 500") {
+	if _, err := c.Reload(ctx); err == nil || errors.As(err, &pe) || !strings.Contains(err.Error(), "POST /v1/reload: 500") {
 		t.Errorf("reload: %v", err)
 	}
 }

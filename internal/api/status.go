@@ -20,6 +20,11 @@ type Status struct {
 	// ReloadRefused describes the last reload of the config file that was
 	// refused (the running config stayed); absent once a reload succeeds.
 	ReloadRefused *ReloadFailure `json:"reload_refused,omitempty"`
+	// RestartPending lists the settings the config in force changed since
+	// the start that only a start applies ("datapath", "metrics.address",
+	// …): the daemon runs them as it started, and the next start takes the
+	// new values (a changed datapath section needs `olcd detach` first).
+	RestartPending []string `json:"restart_pending,omitempty"`
 	// IntervalS is the tick interval in seconds.
 	IntervalS float64 `json:"interval_s"`
 	// StaleAfterS is heartbeat.stale_after in seconds: a tick older than

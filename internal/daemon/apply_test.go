@@ -157,6 +157,35 @@ func TestReloadBeyondRunningLimits(t *testing.T) {
 	}
 }
 
+// TestRestartPending: a reload that changes a setting only a start applies
+// (datapath.max_ports, metrics.address) is applied with the rest, and the
+// status names those settings until a reload takes them back to what runs.
+func TestRestartPending(t *testing.T) {
+	base := testConfig(2, "500ms", "5s", 2)
+	d := startTestDaemon(t, base)
+	pending := func() []string {
+		d.publish()
+		return d.Status().RestartPending
+	}
+	if got := pending(); len(got) != 0 {
+		t.Fatalf("pending at the start: %q", got)
+	}
+	d.write(t, testConfig(2, "500ms", "5s", 4))
+	if err := d.reload("test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := pending(); !slices.Equal(got, []string{"datapath"}) {
+		t.Errorf("after max_ports 2 → 4: pending %q, want [datapath]", got)
+	}
+	d.write(t, base)
+	if err := d.reload("test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := pending(); len(got) != 0 {
+		t.Errorf("after max_ports back to 2: pending %q, want none", got)
+	}
+}
+
 // TestApplyRestoresOnDatapathError: when writing the datapath fails after
 // the checks passed (here: the daemon is made to believe in more room than
 // the maps have), the previous config is written back and stays in force.

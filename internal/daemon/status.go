@@ -102,6 +102,9 @@ func (d *Daemon) publish() {
 	st.Signals, st.Classes, st.Ports = []api.SignalStatus{}, []api.ClassStatus{}, []api.PortStatus{}
 	st.Exceptions, st.Interfaces = []string{}, []api.InterfaceStatus{}
 	st.ReloadRefused = d.conf.refused
+	if s := d.eng.limits.started; s != nil {
+		st.RestartPending = restartOnly(s, d.eng.cfg)
+	}
 	st.LB = d.lb.status()
 	if dec.Overloaded && !dec.OverloadSince.IsZero() {
 		since := dec.OverloadSince
