@@ -86,6 +86,25 @@ func (fw fileWatch) run(ctx context.Context, w *fsnotify.Watcher, out chan<- con
 	dir := filepath.Dir(path)
 	sw := newConfigWatch(path)
 	cw := completeWrite{read: fw.read, path: path}
+	// A symlink to a file in another directory: that directory is watched
+	// too, so that its file saved in place or by rename is seen.
+	var targetDir string
+	followTarget := func() {
+		td := filepath.Dir(sw.target)
+		if sw.target == "" || td == dir || td == targetDir {
+			return
+		}
+		if targetDir != "" {
+			_ = w.Remove(targetDir)
+		}
+		targetDir = ""
+		if err := w.Add(td); err != nil {
+			fw.log.Warn("config file's symlink target not watched; reload with SIGHUP after editing it", "dir", td, "err", err)
+			return
+		}
+		targetDir = td
+	}
+	followTarget()
 	// Armed by events only; Reset needs no drain since Go 1.23.
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -114,6 +133,7 @@ func (fw fileWatch) run(ctx context.Context, w *fsnotify.Watcher, out chan<- con
 			if sw.changed(ev) {
 				cw.event(ev.Op.Has(fsnotify.Write))
 				timer.Reset(settleAfter)
+				followTarget()
 			}
 		case err, ok := <-w.Errors:
 			if !ok {
@@ -209,8 +229,8 @@ func sameFile(a, b string) bool { return filepath.Clean(a) == filepath.Clean(b) 
 // updates by creating a new timestamped directory and renaming a "..data"
 // symlink onto it, so /etc/olcd/olcd.yaml (a symlink to ..data/olcd.yaml)
 // gets no event of its own while the file it reads changes (the same
-// check as spf13/viper's WatchConfig). A target in another directory that
-// is rewritten in place makes no event here: SIGHUP reloads it.
+// check as spf13/viper's WatchConfig). A write or create of the target
+// itself counts too: run watches its directory when it is another.
 type configWatch struct {
 	path   string
 	target string // what path resolved to at the last change; "" if it did not
@@ -222,7 +242,7 @@ func newConfigWatch(path string) *configWatch {
 
 // changed reports whether ev changes the config.
 func (c *configWatch) changed(ev fsnotify.Event) bool {
-	if sameFile(ev.Name, c.path) && ev.Op&(fsnotify.Write|fsnotify.Create) != 0 {
+	if (sameFile(ev.Name, c.path) || (c.target != "" && sameFile(ev.Name, c.target))) && ev.Op&(fsnotify.Write|fsnotify.Create) != 0 {
 		c.target = resolveConfig(c.path)
 		return true
 	}

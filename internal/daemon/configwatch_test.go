@@ -91,3 +91,42 @@ func TestWatchConfigMapUpdate(t *testing.T) {
 	must(t, os.Rename(path+".tmp", path))
 	expect("rename over the config path", true)
 }
+
+// TestWatchSymlinkElsewhere: a config path that is a symlink to a file in
+// another directory sees that file saved, in place or by rename; a file
+// beside it is not a change.
+func TestWatchSymlinkElsewhere(t *testing.T) {
+	linkDir, realDir := t.TempDir(), t.TempDir()
+	real := filepath.Join(realDir, "real.yaml")
+	must(t, os.WriteFile(real, []byte("mode: observe\n"), 0o644))
+	path := filepath.Join(linkDir, "olcd.yaml")
+	must(t, os.Symlink(real, path))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	changed := make(chan configLoad, 4)
+	newFileWatch(path, slog.New(slog.DiscardHandler)).start(ctx, changed)
+
+	expect := func(what, mode string) {
+		t.Helper()
+		select {
+		case l := <-changed:
+			if mode == "" {
+				t.Fatalf("%s: reported as a config change", what)
+			}
+			if l.err != nil || l.cfg.Mode.String() != mode {
+				t.Fatalf("%s: %v, mode %v; want mode %s", what, l.err, l.cfg, mode)
+			}
+		case <-time.After(3 * time.Second): // a write in place is read once quiet for 1 s
+			if mode != "" {
+				t.Fatalf("%s: no config change reported within 3 s", what)
+			}
+		}
+	}
+	must(t, os.WriteFile(filepath.Join(realDir, "other.yaml"), []byte("mode: off\n"), 0o644))
+	expect("a file beside the target", "")
+	must(t, os.WriteFile(real, []byte("mode: enforce\n"), 0o644))
+	expect("the target written in place", "enforce")
+	must(t, os.WriteFile(real+".tmp", []byte("mode: off\n"), 0o644))
+	must(t, os.Rename(real+".tmp", real))
+	expect("the target replaced by rename", "off")
+}
