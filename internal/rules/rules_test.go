@@ -725,7 +725,8 @@ func TestLoadNonRegular(t *testing.T) {
 }
 
 // TestStaleAfterBounded: heartbeat.stale_after is at most MaxStaleAfter,
-// above which a dead daemon would keep shedding for minutes or years.
+// above which a dead daemon would keep shedding for minutes or years, and
+// longer than the interval, the problem named at the setting written.
 func TestStaleAfterBounded(t *testing.T) {
 	tests := []struct{ doc, want string }{
 		{"heartbeat: {stale_after: 100000h}\n", "x.yaml:1: heartbeat.stale_after: 100000h0m0s is above the maximum 1m0s"},
@@ -733,6 +734,10 @@ func TestStaleAfterBounded(t *testing.T) {
 		{"heartbeat: {stale_after: 60s}\n", ""},
 		{"interval: 30s\nheartbeat: {stale_after: 25s}\n", "use an interval of at most 20s"},
 		{"interval: 10s\nheartbeat: {stale_after: 50s}\n", ""},
+		// stale_after not written: the interval is the setting to blame,
+		// and a hint to follow stays within the maximum.
+		{"interval: 10s\n", "x.yaml:1: interval: 10s is not shorter than heartbeat.stale_after 5s (the default): the datapath would go stale between two ticks (use an interval below 5s, or set heartbeat.stale_after to at least 3 × interval, e.g. 1m0s)"},
+		{"mode: observe\ninterval: 25s\n", "x.yaml:2: interval: 25s is not shorter than heartbeat.stale_after 5s (the default): the datapath would go stale between two ticks (stale_after is at most 1m0s: use an interval of at most 20s)"},
 	}
 	for _, tt := range tests {
 		_, _, err := Parse([]byte(tt.doc), "x.yaml")

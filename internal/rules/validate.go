@@ -292,9 +292,18 @@ func (d *checker) validateStaleAfter(c *Config) {
 		d.AddAt("heartbeat.stale_after", fmt.Sprintf("%v is above the maximum %v: a hung or stopped daemon would keep shedding that long, fail-open would be as good as off", c.StaleAfter, MaxStaleAfter),
 			fmt.Sprintf("use 3 to 10 × interval, e.g. %v (the default is %v)", min(10*c.Interval, MaxStaleAfter), olc.DefaultStaleAfter))
 	case c.StaleAfter <= c.Interval && !d.Failed("interval"):
-		hint := fmt.Sprintf("use at least 3 × interval, e.g. %v", 10*c.Interval)
+		longer := fmt.Sprintf("at least 3 × interval, e.g. %v", min(10*c.Interval, MaxStaleAfter))
+		hint := "use " + longer
 		if 3*c.Interval > MaxStaleAfter {
 			hint = fmt.Sprintf("stale_after is at most %v: use an interval of at most %v", MaxStaleAfter, MaxStaleAfter/3)
+		}
+		if !d.Given("heartbeat.stale_after") {
+			// The default stale_after: the interval the document sets is the cause.
+			if 3*c.Interval <= MaxStaleAfter {
+				hint = fmt.Sprintf("use an interval below %v, or set heartbeat.stale_after to %s", c.StaleAfter, longer)
+			}
+			d.AddAt("interval", fmt.Sprintf("%v is not shorter than heartbeat.stale_after %v (the default): the datapath would go stale between two ticks", c.Interval, c.StaleAfter), hint)
+			return
 		}
 		d.AddAt("heartbeat.stale_after", fmt.Sprintf("%v is not longer than the interval %v: the datapath would go stale between two ticks", c.StaleAfter, c.Interval), hint)
 	}
