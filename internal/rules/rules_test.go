@@ -342,6 +342,10 @@ func TestPatch(t *testing.T) {
 		}, ""},
 		{"per-mille threshold", base, "signals:\n  cpu_busy:\n    threshold: 950\n", nil, "patch:3: signals.cpu_busy.threshold: threshold 950 is outside (0, 1]"},
 		{"unknown key", base, "controler: {ki: 1}", nil, `patch:1: controler: unknown key (did you mean "controller"?)`},
+		// A key that looks right but holds an em space or a zero-width space
+		// is shown quoted, with the key it looks like.
+		{"an invisible character in a key", base, "\u2003interval: 1s", nil, `patch:1: "\u2003interval": unknown key: it holds an invisible or unusual white-space character (did you mean "interval"?)`},
+		{"a zero-width space in a nested key", base, "controller: {\u200bki: 1}", nil, `patch:1: controller."\u200bki": unknown key: it holds an invisible or unusual white-space character (did you mean "ki"?)`},
 		// A port's keys in declaration order: dpconfig.PortPolicy's
 		// (inlined), then rules.Port's own.
 		{"unknown port key lists the keys", base, "ports: [{port: 9000, xyz: 1}]", nil,

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"go.yaml.in/yaml/v3"
 
@@ -185,7 +186,21 @@ func (d *Decoder) Mapping(n *Node, path string, keys []string, fn func(key strin
 			if s := Closest(k.Value, keys); s != "" {
 				hint = fmt.Sprintf("did you mean %q?", s)
 			}
-			d.Add(k, field, "unknown key", hint)
+			shown, msg := field, "unknown key"
+			invisible := func(r rune) bool { return !unicode.IsGraphic(r) || (unicode.IsSpace(r) && r != ' ') || r == '\u200b' }
+			if strings.IndexFunc(k.Value, invisible) >= 0 {
+				// A character that prints as nothing or as a space: show it.
+				shown, msg = Join(path, fmt.Sprintf("%q", k.Value)), "unknown key: it holds an invisible or unusual white-space character"
+				if s := strings.TrimSpace(strings.Map(func(r rune) rune {
+					if invisible(r) {
+						return -1
+					}
+					return r
+				}, k.Value)); slices.Contains(keys, s) {
+					hint = fmt.Sprintf("did you mean %q?", s)
+				}
+			}
+			d.Add(k, shown, msg, hint)
 			continue
 		}
 		d.pos[field] = n.Vals[i]
