@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -965,6 +966,32 @@ func TestDigest(t *testing.T) {
 	} {
 		if got := parse(s, "/etc/olcd/olcd.yaml"); got == base {
 			t.Errorf("%s changed: the same digest %s", name, got)
+		}
+	}
+}
+
+// TestManagementEmptyWarns: `management:` with no value (null) or [] in
+// the file exempts no port: loaded, with a warning that SSH can be shed;
+// the default and a list holding a port say nothing.
+func TestManagementEmptyWarns(t *testing.T) {
+	for _, tt := range []struct {
+		doc  string
+		warn bool
+	}{
+		{"exceptions: {management: }\n", true},
+		{"exceptions:\n  management: []\n", true},
+		{"exceptions: {management: [2222]}\n", false},
+		{"mode: observe\n", false},
+	} {
+		c, warns, err := Parse([]byte(tt.doc), "t.yaml")
+		if err != nil {
+			t.Fatalf("%q: %v", tt.doc, err)
+		}
+		got := slices.ContainsFunc(warns, func(w Warning) bool {
+			return w.Field == "exceptions.management" && strings.Contains(w.Msg, "SSH can be shed")
+		})
+		if got != tt.warn {
+			t.Errorf("%q: management %v, warnings %v; want the SSH warning %v", tt.doc, c.Exceptions.Management, warns, tt.warn)
 		}
 	}
 }

@@ -219,6 +219,10 @@ func (d *checker) warn(c *Config) []Warning {
 		d.WarnAt("interval", fmt.Sprintf("%v: overload is acted on only after %v", c.Interval, time.Duration(c.Controller.ActivationTicks)*c.Interval))
 	}
 	d.warnActions(c)
+	if d.Given("exceptions.management") && len(c.Exceptions.Management) == 0 {
+		// `management:` with no value reads as null: the list is empty.
+		d.WarnAt("exceptions.management", "empty: no management port is exempt, so under overload SSH can be shed with the rest (the default is [22])")
+	}
 	for i, p := range c.Exceptions.Sources {
 		if p.Bits() == 0 {
 			d.WarnAt(d.EntryPath("exceptions.sources", i), fmt.Sprintf("%s exempts every %s source: nothing is shed for that family", p, map[bool]string{true: "IPv4", false: "IPv6"}[p.Addr().Is4()]))
