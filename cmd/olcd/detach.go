@@ -33,7 +33,7 @@ func cmdDetach(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, line)
 	}
 	if err != nil {
-		return fmt.Errorf("detach: %w", err)
+		return err // named "detach: …" where it arose
 	}
 	if len(done) == 0 {
 		fmt.Fprintln(stdout, "ok: nothing of olcd is attached or pinned here")

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"strings"
@@ -101,6 +102,9 @@ func (c *Client) do(ctx context.Context, method, path, ctype string, body []byte
 			}
 			return fmt.Errorf("%s %s on %s: %s (olcd stopped or hung? its datapath fails open after heartbeat.stale_after): %w",
 				method, path, c.socket, what, err)
+		}
+		if errors.Is(err, fs.ErrPermission) {
+			return fmt.Errorf("%s %s on %s: permission denied: the admin socket is root's (run as root): %w", method, path, c.socket, err)
 		}
 		return fmt.Errorf("%s %s on %s (is olcd running?): %w", method, path, c.socket, err)
 	}

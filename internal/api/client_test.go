@@ -7,8 +7,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -98,5 +100,18 @@ func TestClientNoAnswer(t *testing.T) {
 	_, err = c.Status(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "no answer (olcd stopped or hung?") {
 		t.Errorf("status of a silent daemon: %v", err)
+	}
+}
+
+// TestClientPermissionDenied: a socket the user may not open (olcd status
+// run without root) says so, not "is olcd running?".
+func TestClientPermissionDenied(t *testing.T) {
+	c := NewClient("/run/olcd/olcd.sock", time.Second)
+	c.hc.Transport = &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) {
+		return nil, &net.OpError{Op: "dial", Net: "unix", Err: os.NewSyscallError("connect", syscall.EACCES)}
+	}}
+	_, err := c.Status(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "permission denied: the admin socket is root's (run as root)") || strings.Contains(err.Error(), "is olcd running?") {
+		t.Errorf("status on a socket refusing the user: %v", err)
 	}
 }
