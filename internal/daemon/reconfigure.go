@@ -114,7 +114,7 @@ func (d *Daemon) override(kind, value string, doc []byte) error {
 // overrides are dropped.
 func (d *Daemon) applyLoad(l configLoad) error {
 	src := d.configSource()
-	if l.err == nil && l.trigger == fileChange && d.conf.fileData != nil && l.cfg.Digest() == d.conf.fileDigest {
+	if l.err == nil && l.trigger == fileChange && d.conf.fileData != nil && d.conf.fileDigest != "" && l.cfg.Digest() == d.conf.fileDigest {
 		// Written again as it is in force (config management, an editor's
 		// save without a change or with a new comment, a refused edit
 		// undone): nothing to apply, and a kill switch set with `olcd set

@@ -55,6 +55,9 @@ func (d *Daemon) configHash() string {
 	if d.conf.fileData == nil {
 		return "default"
 	}
+	if d.conf.fileDigest == "" { // not encodable: the bytes, as before
+		return d.bytesHash()
+	}
 	return d.conf.fileDigest
 }
 
