@@ -72,3 +72,44 @@ func TestSetThresholdProblems(t *testing.T) {
 		t.Errorf("an unknown flag: exit %d, stderr %q; want 2", code, stderr.String())
 	}
 }
+
+// TestReloadSays: `olcd reload` says how many live overrides the reload
+// dropped (none: nothing about them) and names the settings waiting for a
+// start, from the status the daemon answers.
+func TestReloadSays(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		overrides int
+		pending   []string
+		want, not []string
+	}{
+		{"nothing dropped", 0, nil, []string{"ok: config reloaded\n"}, []string{"dropped", "RESTART PENDING"}},
+		{"two dropped", 2, nil, []string{"ok: config reloaded; 2 live override(s) dropped"}, []string{"RESTART PENDING"}},
+		{"a restart pending", 0, []string{"datapath"}, []string{"RESTART PENDING: datapath changed", "olcd detach"}, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			mux := http.NewServeMux()
+			mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+				_ = json.NewEncoder(w).Encode(api.Status{Overrides: make([]api.Override, tt.overrides)})
+			})
+			mux.HandleFunc("POST /v1/reload", func(w http.ResponseWriter, r *http.Request) {
+				_ = json.NewEncoder(w).Encode(api.Status{RestartPending: tt.pending})
+			})
+			sock := testutil.ServeUnixHTTP(t, mux)
+			var stdout, stderr bytes.Buffer
+			if code := run([]string{"reload", "--socket", sock}, &stdout, &stderr); code != 0 {
+				t.Fatalf("exit %d, stderr %q", code, stderr.String())
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(stdout.String(), w) {
+					t.Errorf("stdout %q, want %q", stdout.String(), w)
+				}
+			}
+			for _, n := range tt.not {
+				if strings.Contains(stdout.String(), n) {
+					t.Errorf("stdout %q, want no %q", stdout.String(), n)
+				}
+			}
+		})
+	}
+}

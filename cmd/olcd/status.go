@@ -417,11 +417,23 @@ func cmdReload(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
 	defer cancel()
-	st, err := api.NewClient(*socket, clientTimeout).Reload(ctx)
+	c := api.NewClient(*socket, clientTimeout)
+	overrides := -1 // unknown: the status before could not be read
+	if before, err := c.Status(ctx); err == nil {
+		overrides = len(before.Overrides)
+	}
+	st, err := c.Reload(ctx)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, "ok: config reloaded; live overrides dropped")
+	switch {
+	case overrides == 0:
+		fmt.Fprintln(stdout, "ok: config reloaded")
+	case overrides > 0:
+		fmt.Fprintf(stdout, "ok: config reloaded; %d live override(s) dropped\n", overrides)
+	default:
+		fmt.Fprintln(stdout, "ok: config reloaded; live overrides dropped")
+	}
 	if len(st.RestartPending) > 0 {
 		fmt.Fprintln(stdout, restartPendingLine(st.RestartPending))
 	}
