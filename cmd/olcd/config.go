@@ -21,6 +21,10 @@ Without --config it asks the running daemon for its file and overrides.
 
 // cmdConfig runs `olcd config show`.
 func cmdConfig(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help") {
+		fmt.Fprint(stderr, configUsage) // as every command's -h: the usage, exit 0
+		return nil
+	}
 	if len(args) == 0 || args[0] != "show" {
 		fmt.Fprint(stderr, configUsage)
 		return cli.ErrUsage

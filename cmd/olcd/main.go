@@ -86,6 +86,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "record":
 		err = cmdRecord(rest, stdout, stderr)
 	case "version", "--version", "-version":
+		if len(rest) == 1 && (rest[0] == "-h" || rest[0] == "--help") {
+			fmt.Fprintln(stdout, "Usage: olcd version\n\nPrints olcd's version, its commit and the Go version it was built with.")
+			return 0
+		}
 		if len(rest) > 0 {
 			fmt.Fprintf(stderr, "olcd %s: unexpected argument %q (it takes none)\n", cmd, rest[0])
 			return 2

@@ -86,6 +86,17 @@ func TestStrayArgumentsRefused(t *testing.T) {
 	}
 }
 
+// TestHelpExitsZero: every command's -h prints its usage and exits 0
+// (`version -h` was an unexpected argument, `config -h` a usage error).
+func TestHelpExitsZero(t *testing.T) {
+	for _, cmd := range []string{"run", "status", "set", "reload", "check-config", "record", "version", "config", "detach"} {
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{cmd, "-h"}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String()+stderr.String(), "sage") {
+			t.Errorf("olcd %s -h: exit %d, output %q; want 0 and its usage", cmd, code, stdout.String()+stderr.String())
+		}
+	}
+}
+
 // TestCheckConfigStdin: `olcd check-config -` validates the document on
 // stdin (a rendered ConfigMap piped in), naming it "stdin" in its
 // problems, with the rules of a file: empty is refused. It used to stat a
