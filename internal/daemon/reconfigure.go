@@ -114,7 +114,11 @@ func (d *Daemon) override(kind, value string, doc []byte) error {
 // overrides are dropped.
 func (d *Daemon) applyLoad(l configLoad) error {
 	src := d.configSource()
-	if l.err == nil && l.trigger == fileChange && d.conf.fileData != nil && d.conf.fileDigest != "" && l.cfg.Digest() == d.conf.fileDigest {
+	digest := ""
+	if l.err == nil {
+		digest = l.cfg.Digest()
+	}
+	if digest != "" && l.trigger == fileChange && d.conf.fileData != nil && digest == d.conf.fileDigest {
 		// Written again as it is in force (config management, an editor's
 		// save without a change or with a new comment, a refused edit
 		// undone): nothing to apply, and a kill switch set with `olcd set
@@ -141,7 +145,7 @@ func (d *Daemon) applyLoad(l configLoad) error {
 	}
 	d.metrics.reloads.Inc()
 	d.conf.refused = nil
-	d.conf.fileData, d.conf.fileDigest = l.data, l.cfg.Digest()
+	d.conf.fileData, d.conf.fileDigest = l.data, digest
 	dropped := len(d.conf.overrides)
 	d.conf.overrides = nil
 	d.log.Info("config reloaded", "trigger", l.trigger, "source", src, "overrides_dropped", dropped)

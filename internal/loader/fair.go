@@ -33,9 +33,6 @@ const (
 	// source's demand: a few controller ticks, and short enough that a
 	// source that stops is forgotten within a second or two.
 	DefaultFairEpoch = time.Duration(1 << 28)
-	// DefaultMaxCapSources is how many source prefix caps all ports have
-	// at most together.
-	DefaultMaxCapSources = dpconfig.MaxCapSources
 	// DefaultFairPrefix4 and DefaultFairPrefix6 are the prefix lengths a
 	// source is counted by: one IPv4 address, one IPv6 /64 (what one host
 	// or one customer gets: SLAAC hands a /64 to a link).
@@ -118,7 +115,7 @@ func checkFairConfig(cfg Config) error {
 
 func maxCapSources(cfg Config) int {
 	if cfg.MaxCapSources == 0 {
-		return DefaultMaxCapSources
+		return dpconfig.MaxCapSources
 	}
 	return cfg.MaxCapSources
 }

@@ -146,7 +146,7 @@ type Config struct {
 	// power of two ns), 1 ms..10 s; 0 takes DefaultFairEpoch (268 ms).
 	FairEpoch time.Duration
 	// MaxCapSources is how many source prefix caps all ports may have
-	// together, 0..65536; 0 takes DefaultMaxCapSources (1024).
+	// together, 0..65536; 0 takes dpconfig.MaxCapSources (1024).
 	MaxCapSources int
 }
 
