@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -27,8 +28,9 @@ func patchServer(t *testing.T) (string, *[]string) {
 		if _, _, err := rules.Default().Patch(b, "admin patch"); err != nil {
 			var ve *rules.ValidationError
 			body := api.Error{Error: err.Error()}
-			if errors.As(err, &ve) {
+			if errors.As(err, &ve) { // as the daemon's writeError
 				body.Problems = ve.ProblemLines()
+				body.Error = fmt.Sprintf("%d config problem(s)", len(body.Problems))
 			}
 			w.WriteHeader(http.StatusUnprocessableEntity)
 			_ = json.NewEncoder(w).Encode(body) // the client reports a short answer
@@ -70,6 +72,44 @@ func TestSetThresholdProblems(t *testing.T) {
 	stderr.Reset()
 	if code := run([]string{"set", "threshold", "cpu_busy", "0.5", "--nosuch", "--socket", sock}, &stdout, &stderr); code != 2 {
 		t.Errorf("an unknown flag: exit %d, stderr %q; want 2", code, stderr.String())
+	}
+}
+
+// TestSetThresholdNotFinite: a threshold that is not a finite number is
+// one kind of bad value however it is written: 1e309 (which strconv reads
+// as +Inf with ErrRange) exited 2 as "not a number" while NaN and Inf
+// reached the validator and exited 1 as "got the string". Each now exits 1
+// with one line naming the value and the threshold's range, as 80 does;
+// only a value that is no number at all is a usage error (2).
+func TestSetThresholdNotFinite(t *testing.T) {
+	sock, _ := patchServer(t)
+	for _, tt := range []struct {
+		signal, value string
+		code          int
+		want          string
+	}{
+		{"cpu_busy", "1e309", 1, "1e309 is not a finite number: must be in (0, 1]"},
+		{"cpu_busy", "-1e309", 1, "-1e309 is not a finite number: must be in (0, 1]"},
+		{"cpu_busy", "NaN", 1, "NaN is not a finite number: must be in (0, 1]"},
+		{"cpu_busy", "nan", 1, "nan is not a finite number: must be in (0, 1]"},
+		{"cpu_busy", "Inf", 1, "Inf is not a finite number: must be in (0, 1]"},
+		{"cpu_busy", "+Inf", 1, "+Inf is not a finite number: must be in (0, 1]"},
+		{"cpu_busy", "-Inf", 1, "-Inf is not a finite number: must be in (0, 1]"},
+		{"cpu_busy", "Infinity", 1, "Infinity is not a finite number: must be in (0, 1]"},
+		{"load1", "1e400", 1, "1e400 is not a finite number: must be in (0, ∞)"},
+		{"response_time_p95", "NaN", 1, "NaN is not a finite number: must be in (0, 30s]"},
+		{"cpu_busy", "80", 1, "threshold 80 is outside (0, 1]"},
+		{"cpu_busy", "-0", 1, "threshold 0 must be positive"},
+		{"load1", "99999999999999999999999", 0, ""}, // huge but finite: a valid load
+		{"cpu_busy", "abc", 2, `"abc" is not a number`},
+		{"cpu_busy", "0.5}, mode: off, x: {", 2, "is not a number"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run([]string{"set", "threshold", tt.signal, tt.value, "--socket", sock}, &stdout, &stderr)
+		lines := strings.Count(strings.TrimSpace(stderr.String()), "\n") + 1
+		if code != tt.code || tt.code != 0 && (!strings.Contains(stderr.String(), tt.want) || lines != 1) {
+			t.Errorf("olcd set threshold %s %s: exit %d, stderr %q; want %d and one line with %q", tt.signal, tt.value, code, stderr.String(), tt.code, tt.want)
+		}
 	}
 }
 

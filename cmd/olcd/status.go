@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -364,7 +365,12 @@ Live overrides show in 'olcd status' and are dropped on reload.
 			return cli.ErrUsage
 		}
 		sig, _ := olc.ParseSignal(rest[1])
-		if _, perr := strconv.ParseFloat(rest[2], 64); perr != nil {
+		// A number strconv reads is sent as written, 1e309 (ErrRange), NaN
+		// and Inf included: the validator refuses each as it would in the
+		// file, naming the value and the threshold's range (exit 1, as for
+		// 80 or -1). Only what is no number at all is a usage error, and
+		// nothing else reaches the document (no YAML is injected).
+		if _, perr := strconv.ParseFloat(rest[2], 64); perr != nil && !errors.Is(perr, strconv.ErrRange) {
 			d, derr := time.ParseDuration(rest[2])
 			if derr != nil || sig.Unit() != olc.UnitSeconds {
 				fmt.Fprintf(stderr, "olcd set threshold: %q is not a number\n", rest[2])

@@ -41,10 +41,14 @@ type ProblemsError struct {
 	Problems []string
 }
 
-// Error returns the message followed by every problem on its own line.
+// Error returns the message followed by every problem on its own line; one
+// problem is on the message's line.
 func (e *ProblemsError) Error() string {
-	if len(e.Problems) == 0 {
+	switch len(e.Problems) {
+	case 0:
 		return e.Msg
+	case 1:
+		return e.Msg + ": " + e.Problems[0]
 	}
 	return e.Msg + ":\n  " + strings.Join(e.Problems, "\n  ")
 }

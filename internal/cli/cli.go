@@ -47,10 +47,10 @@ func NoArgs(fs *flag.FlagSet, stderr io.Writer) error {
 func ParseFlags(fs *flag.FlagSet, args []string) error {
 	var positional []string
 	for {
-		// A negative number is a value (`olcd set threshold X -1`, for the
-		// validator to refuse), not an unknown flag.
+		// A negative number is a value (`olcd set threshold X -1`, -Inf,
+		// -1e309, for the validator to refuse), not an unknown flag.
 		if len(args) > 0 && len(args[0]) > 1 && args[0][0] == '-' && fs.Lookup(strings.TrimLeft(args[0], "-")) == nil {
-			if _, err := strconv.ParseFloat(args[0], 64); err == nil {
+			if _, err := strconv.ParseFloat(args[0], 64); err == nil || errors.Is(err, strconv.ErrRange) {
 				positional = append(positional, args[0])
 				args = args[1:]
 				continue

@@ -24,6 +24,8 @@ func TestParseFlags(t *testing.T) {
 		{args: []string{"mode", "off", "--socket", "x"}, socket: "x", pos: []string{"mode", "off"}},
 		{args: []string{"--socket", "x", "mode"}, socket: "x", pos: []string{"mode"}},
 		{args: []string{"threshold", "cpu_busy", "-1"}, pos: []string{"threshold", "cpu_busy", "-1"}},
+		{args: []string{"threshold", "cpu_busy", "-Inf"}, pos: []string{"threshold", "cpu_busy", "-Inf"}},
+		{args: []string{"threshold", "cpu_busy", "-1e309"}, pos: []string{"threshold", "cpu_busy", "-1e309"}},
 		{args: []string{"a", "--", "--socket", "y"}, pos: []string{"a", "--socket", "y"}},
 		{args: []string{"--sockt", "x"}, err: ErrUsage},
 		{args: []string{"-h"}, err: flag.ErrHelp},

@@ -192,18 +192,33 @@ func decodeSignals(d *sy.Decoder, n *sy.Node, v reflect.Value, path string, _ re
 // threshold beyond any response time olcd acts on is most likely ms.
 func threshold(d *sy.Decoder, sig olc.Signal, n *sy.Node, f string) (float64, bool) {
 	switch {
-	case sig.Unit() == olc.UnitSeconds && n.Kind == yaml.ScalarNode && n.Tag == "!!str":
+	case sig.Unit() == olc.UnitSeconds && n.Kind == yaml.ScalarNode && n.Tag == "!!str" && !sy.NonFinite(n):
 		dur, ok := d.Duration(n, f)
 		return dur.Seconds(), ok
 	case sig == olc.ResponseTimeP50 || sig == olc.ResponseTimeP95 || sig == olc.ResponseTimeP99:
-		x, ok := d.Number(n, f)
+		x, ok := d.Number(n, f, ThresholdRange(sig))
 		if ok && x > adaptive.MaxResponseTarget {
 			d.Add(n, f, fmt.Sprintf("threshold %g s is above %g s: a bare number is seconds", x, adaptive.MaxResponseTarget), fmt.Sprintf("did you mean %gms?", x))
 			return 0, false
 		}
 		return x, ok
 	}
-	return d.Number(n, f)
+	return d.Number(n, f, ThresholdRange(sig))
+}
+
+// ThresholdRange renders the values a threshold of sig may take, in its
+// unit: "(0, 1]" for a fraction, "(0, 30s]" for a response time, "(0, ∞)"
+// otherwise.
+func ThresholdRange(sig olc.Signal) string {
+	switch {
+	case sig.IsFraction():
+		return "(0, 1]"
+	case sig == olc.ResponseTimeP50 || sig == olc.ResponseTimeP95 || sig == olc.ResponseTimeP99:
+		return fmt.Sprintf("(0, %gs]", adaptive.MaxResponseTarget)
+	case sig.Unit() == olc.UnitSeconds:
+		return "(0s, ∞)"
+	}
+	return "(0, ∞)"
 }
 
 // responseTarget decodes a response-time target: auto, off, a duration
@@ -211,7 +226,7 @@ func threshold(d *sy.Decoder, sig olc.Signal, n *sy.Node, f string) (float64, bo
 func responseTarget(d *sy.Decoder, n *sy.Node, field string) (adaptive.ResponseTarget, bool) {
 	const hint = "write auto, off, or a duration such as 50ms"
 	var x float64
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" && !sy.NonFinite(n) {
 		switch n.Value {
 		case "auto":
 			return adaptive.ResponseTarget{Auto: true}, true
@@ -224,7 +239,7 @@ func responseTarget(d *sy.Decoder, n *sy.Node, field string) (adaptive.ResponseT
 			return adaptive.ResponseTarget{}, false
 		}
 		x = dur.Seconds()
-	} else if v, ok := d.Number(n, field); ok {
+	} else if v, ok := d.Number(n, field, "(0, 30s]"); ok {
 		x = v
 	} else {
 		return adaptive.ResponseTarget{}, false

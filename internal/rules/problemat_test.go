@@ -1,6 +1,9 @@
 package rules
 
 import (
+	"errors"
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 )
@@ -78,11 +81,11 @@ func TestTabIndentHint(t *testing.T) {
 
 // TestNumberOutOfRange: a number too large for a float64 is
 // said to be one (go-yaml reads it as text, and the problem said "got the
-// string"), in YAML and in a JSON patch.
+// string"), in YAML and in a JSON patch, with the field's range.
 func TestNumberOutOfRange(t *testing.T) {
 	for _, doc := range []string{"controller: {ki: 1e400}\n", `{"controller": {"ki": -1e400}}`} {
 		_, _, err := Parse([]byte(doc), "x.yaml")
-		if err == nil || !strings.Contains(err.Error(), "x.yaml:1: controller.ki:") || !strings.Contains(err.Error(), "is beyond the range of a number") {
+		if err == nil || !strings.Contains(err.Error(), "x.yaml:1: controller.ki:") || !strings.Contains(err.Error(), "e400 is not a finite number: must be in (0, 2]") {
 			t.Errorf("%q: %v, want the number named out of range", doc, err)
 		}
 	}
@@ -183,6 +186,55 @@ func TestRequestGateKey(t *testing.T) {
 		_, _, err := Parse([]byte(tt.doc), "x.yaml")
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%q: %v, want %q", tt.doc, err, tt.want)
+		}
+	}
+}
+
+// TestNonFiniteNumbers: every spelling of a number that is not finite —
+// YAML's .nan and .inf, Go's NaN and Inf (what `olcd set threshold X NaN`
+// sends), a number beyond float64 (1e309) — is one problem, naming the
+// value as written and the field's range, in a file and in a live patch
+// alike (NaN was "got the string", 1e309 "beyond the range of a number"
+// without the range, .inf for a response time "did you mean +Infms?"); -0
+// is 0.
+func TestNonFiniteNumbers(t *testing.T) {
+	fields := []struct {
+		doc, field, allowed string
+	}{
+		{"signals: {cpu_busy: {threshold: %s}}", "signals.cpu_busy.threshold", "(0, 1]"},
+		{"signals: {response_time_p95: {threshold: %s}}", "signals.response_time_p95.threshold", "(0, 30s]"},
+		{"signals: {load1: {threshold: %s}}", "signals.load1.threshold", "(0, ∞)"},
+		{"controller: {ki: %s}", "controller.ki", "(0, 2]"},
+		{"controller: {response_target: %s}", "controller.response_target", "(0, 30s]"},
+		{"ports: [{port: 443, caps: {rate: %s}}]", "ports[0].caps.rate", "[0, 1000000000]"},
+		{"controller: {activation_ticks: %s}", "controller.activation_ticks", "whole number in 1..10"},
+		{"interval: %s", "interval", "must be a duration"},
+	}
+	for _, f := range fields {
+		for _, v := range []string{".nan", ".inf", "-.inf", "NaN", "Inf", "-Infinity", "nan", "1e309", "-1e309", "1_0e309"} {
+			doc := fmt.Sprintf(f.doc, v) + "\n"
+			_, _, ferr := Parse([]byte(doc), "f.yaml")
+			_, _, perr := Default().Patch([]byte(doc), "admin patch")
+			for _, c := range []struct {
+				err  error
+				file string
+			}{{ferr, "f.yaml"}, {perr, "admin patch"}} {
+				var ve *ValidationError
+				if !errors.As(c.err, &ve) || len(ve.Problems) != 1 {
+					t.Errorf("%s %q: %v, want one problem", c.file, doc, c.err)
+					continue
+				}
+				got := ve.Problems[0].String()
+				if !strings.HasPrefix(got, c.file+":1: "+f.field+": ") || !strings.Contains(got, v) || !strings.Contains(got, f.allowed) || !strings.Contains(got, "not a finite number") {
+					t.Errorf("%s %q: %q, want %s:1: %s: naming %s as not a finite number and %s", c.file, doc, got, c.file, f.field, v, f.allowed)
+				}
+			}
+		}
+	}
+	for _, doc := range []string{"controller: {min_pass_rate: -0}\n", "controller: {min_pass_rate: -0.0}\n"} {
+		cfg, _, err := Parse([]byte(doc), "f.yaml")
+		if err != nil || math.Signbit(cfg.Controller.MinPassRate) {
+			t.Errorf("%q: %v, min_pass_rate %v; want 0", doc, err, cfg.Controller.MinPassRate)
 		}
 	}
 }

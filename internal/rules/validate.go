@@ -32,7 +32,7 @@ const MaxStaleAfter = 60 * time.Second
 func thresholdCheck(sig olc.Signal, x float64) (msg, hint string) {
 	switch {
 	case math.IsNaN(x) || math.IsInf(x, 0):
-		return fmt.Sprintf("threshold %v is not a finite number", x), ""
+		return fmt.Sprintf("threshold %v is not a finite number: must be in %s", x, ThresholdRange(sig)), ""
 	case x <= 0:
 		return fmt.Sprintf("threshold %g must be positive", x), "remove the signal to stop using it"
 	case sig.IsFraction() && x > 1:

@@ -3,6 +3,7 @@ package strictyaml
 import (
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"regexp"
 	"slices"
@@ -277,12 +278,25 @@ func (d *Decoder) suggest(s string, values []string) string {
 	return Closest(s, values)
 }
 
-// Number returns a numeric scalar (YAML's own resolution: 1_000, 0x10,
-// .inf and .nan are numbers).
-func (d *Decoder) Number(n *Node, field string) (float64, bool) {
+// Number returns a numeric scalar (YAML's own resolution: 1_000, 0x10 and
+// -0, read as 0, are numbers); allowed is the field's range as the user
+// should read it ("(0, 2]"; "" when none is known). A number that is not
+// finite is refused naming the value as written and allowed, however it is
+// spelled: YAML's .nan and .inf, Go's NaN, Inf and Infinity in any case,
+// and a number beyond float64 (1e309, which go-yaml reads as text); each is
+// the same mistake, so each gets the same problem.
+func (d *Decoder) Number(n *Node, field, allowed string) (float64, bool) {
 	var v float64
-	if n.Kind == yaml.ScalarNode && (n.Tag == "!!int" || n.Tag == "!!float") && n.Decode(&v) == nil {
-		return v, true
+	if n.Kind == yaml.ScalarNode && (n.Tag == "!!int" || n.Tag == "!!float") && n.Decode(&v) == nil && !math.IsNaN(v) && !math.IsInf(v, 0) {
+		return v + 0, true // + 0: -0 is 0, in the config and in its messages
+	}
+	if NonFinite(n) {
+		msg := fmt.Sprintf("%s is not a finite number", n.Value)
+		if allowed != "" {
+			msg += ": must be in " + allowed
+		}
+		d.Add(n, field, msg, "")
+		return 0, false
 	}
 	hint := QuotedNumberHint(n)
 	if pct, ok := strings.CutSuffix(strings.TrimSpace(n.Value), "%"); ok && n.Kind == yaml.ScalarNode {
@@ -290,15 +304,27 @@ func (d *Decoder) Number(n *Node, field string) (float64, bool) {
 			hint = fmt.Sprintf("fractions are written 0..1: did you mean %g?", v/100)
 		}
 	}
-	if n.Kind == yaml.ScalarNode && n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) == 0 {
-		// go-yaml reads 1e400 as text: it is a number, too large for one.
-		if _, err := strconv.ParseFloat(strings.ReplaceAll(n.Value, "_", ""), 64); errors.Is(err, strconv.ErrRange) {
-			d.Add(n, field, fmt.Sprintf("%s is beyond the range of a number (about ±1.8e308)", n.Value), "")
-			return 0, false
-		}
-	}
 	d.Add(n, field, "must be a number, got "+KindName(n), hint)
 	return 0, false
+}
+
+// NonFinite reports whether n is an unquoted number that is not finite:
+// .nan, .inf and -.inf (YAML), NaN, Inf, +Infinity, … (Go's spellings, any
+// case), or a number beyond the range of float64 such as 1e309 or
+// 99999…9e999.
+func NonFinite(n *Node) bool {
+	if n == nil || n.Kind != yaml.ScalarNode || n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0 {
+		return false
+	}
+	var v float64
+	if (n.Tag == "!!int" || n.Tag == "!!float") && n.Decode(&v) == nil {
+		return math.IsNaN(v) || math.IsInf(v, 0)
+	}
+	if n.Tag != "!!str" {
+		return false
+	}
+	v, err := strconv.ParseFloat(strings.ReplaceAll(n.Value, "_", ""), 64)
+	return errors.Is(err, strconv.ErrRange) && math.IsInf(v, 0) || err == nil && (math.IsNaN(v) || math.IsInf(v, 0))
 }
 
 // QuotedNumberHint explains a number written as a string ("0.5", '80'):
@@ -322,7 +348,14 @@ func (d *Decoder) Integer(n *Node, field string, r ranges.Range, noun string) (i
 		return 0, false
 	}
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
-		d.Add(n, field, "must be a whole number, got "+KindName(n), QuotedNumberHint(n))
+		got := KindName(n)
+		switch {
+		case NonFinite(n):
+			got = n.Value + ", which is not a finite number" // not "the string"
+		case n.Kind == yaml.ScalarNode && n.Tag == "!!float":
+			got = n.Value
+		}
+		d.Add(n, field, fmt.Sprintf("must be a whole number in %s, got %s", r.IntText(), got), QuotedNumberHint(n))
 		return 0, false
 	}
 	v, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64)
@@ -351,6 +384,9 @@ func (d *Decoder) Duration(n *Node, field string) (time.Duration, bool) {
 	switch {
 	case n.Kind == yaml.ScalarNode && n.Tag == "!!int" && n.Value == "0":
 		return 0, true
+	case NonFinite(n):
+		d.Add(n, field, fmt.Sprintf("must be a duration such as 500ms or 2s, got %s, which is not a finite number", n.Value), "")
+		return 0, false
 	case n.Kind == yaml.ScalarNode && (n.Tag == "!!int" || n.Tag == "!!float"):
 		d.Add(n, field, fmt.Sprintf("duration %s has no unit", n.Value), fmt.Sprintf("write e.g. %sms or %ss", n.Value, n.Value))
 		return 0, false
@@ -395,7 +431,8 @@ func (d *Decoder) Value(n *Node, v reflect.Value, field string, sf reflect.Struc
 		}
 		x = b
 	case reflect.Float64:
-		x, ok = d.Number(n, field)
+		r, _ := ranges.Of(sf)
+		x, ok = d.Number(n, field, r.Text)
 	default:
 		r, has := ranges.Of(sf)
 		switch {
