@@ -23,6 +23,8 @@ type liveOverride struct {
 	api.Override
 	paths []string
 	doc   []byte // the document applied, kept by the state file
+	// resetsOnly marks a patch of nulls (rules.PatchResetsOnly).
+	resetsOnly bool
 }
 
 // withOverride returns list with o appended and every earlier override whose
@@ -39,6 +41,24 @@ func withOverride(list []liveOverride, o liveOverride) ([]liveOverride, error) {
 		return nil, fmt.Errorf("%d live overrides are in force, the most olcd keeps: write these settings into the config file and reload (a reload drops the overrides)", len(out))
 	}
 	return append(out, o), nil
+}
+
+// withoutSpentReset drops o, the last of list, when it only puts keys back
+// to the file's values (a patch of nulls) and no earlier override in list
+// sets any of them: those keys run as the file says, and a live override
+// that changes nothing would be listed, kept and replayed for nothing.
+func withoutSpentReset(list []liveOverride, o liveOverride) []liveOverride {
+	if !o.resetsOnly {
+		return list
+	}
+	for _, old := range list[:len(list)-1] {
+		for _, p := range old.paths {
+			if slices.ContainsFunc(o.paths, func(q string) bool { return rules.Covers(q, p) || rules.Covers(p, q) }) {
+				return list
+			}
+		}
+	}
+	return list[:len(list)-1]
 }
 
 // coveredBy reports whether every path of old is set again by one of paths.
@@ -67,7 +87,8 @@ func newOverride(kind, value string, doc []byte) (liveOverride, error) {
 	if err != nil {
 		return liveOverride{}, err
 	}
-	return liveOverride{Override: api.Override{At: time.Now(), Kind: kind, Value: value}, paths: paths, doc: doc}, nil
+	return liveOverride{Override: api.Override{At: time.Now(), Kind: kind, Value: value}, paths: paths, doc: doc,
+		resetsOnly: rules.PatchResetsOnly(doc)}, nil
 }
 
 // loggedValue shortens v for the decision log.

@@ -27,7 +27,14 @@ func TestWithOverride(t *testing.T) {
 			[]string{"mode: off\n", "controller: {ki: 2, kp: 1}\n"}},
 		{"a narrower patch does not", []string{"controller: {ki: 2, kp: 1}\n", "controller: {ki: 1}\n"},
 			[]string{"controller: {ki: 2, kp: 1}\n", "controller: {ki: 1}\n"}},
-		{"a subtree replaces its fields", []string{"controller: {ki: 1}\n", "controller: null\n"}, []string{"controller: null\n"}},
+		// A null puts the file's value back (rules.Config.Patch): once no
+		// earlier override sets its keys, nothing of it is live.
+		{"a null undoes its field", []string{"controller: {ki: 1}\n", "controller: null\n"}, nil},
+		{"a null undoes one field", []string{"mode: off\n", "controller: {ki: 1}\n", "controller: {ki: null}\n"}, []string{"mode: off\n"}},
+		{"a null with nothing to undo", []string{"controller: {ki: null}\n"}, nil},
+		{"a null under a wider override stays", []string{"controller: {ki: 2, kp: 1}\n", "controller: {ki: null}\n"},
+			[]string{"controller: {ki: 2, kp: 1}\n", "controller: {ki: null}\n"}},
+		{"a null beside a value stays", []string{"controller: {ki: 1}\n", "controller: {ki: null, kp: 1}\n"}, []string{"controller: {ki: null, kp: 1}\n"}},
 		{"a list is one field", []string{"ports: [{port: 80}]\n", "ports: [{port: 81}, {port: 82}]\n"}, []string{"ports: [{port: 81}, {port: 82}]\n"}},
 		{"a prefix of a name is another field", []string{"signals: {psi_cpu_some: {threshold: 0.5}}\n", "signals: {psi_cpu: {threshold: 0.5}}\n"},
 			[]string{"signals: {psi_cpu_some: {threshold: 0.5}}\n", "signals: {psi_cpu: {threshold: 0.5}}\n"}},
@@ -37,9 +44,11 @@ func TestWithOverride(t *testing.T) {
 			var list []liveOverride
 			for _, doc := range tt.docs {
 				var err error
-				if list, err = withOverride(list, ov("patch", doc)); err != nil {
+				o := ov("patch", doc)
+				if list, err = withOverride(list, o); err != nil {
 					t.Fatal(err)
 				}
+				list = withoutSpentReset(list, o)
 			}
 			var got []string
 			for _, o := range list {

@@ -87,7 +87,9 @@ func (d *Daemon) override(kind, value string, doc []byte) error {
 	if err == nil {
 		var o liveOverride
 		if o, err = newOverride(kind, value, doc); err == nil {
-			list, err = withOverride(d.conf.overrides, o)
+			if list, err = withOverride(d.conf.overrides, o); err == nil {
+				list = withoutSpentReset(list, o)
+			}
 		}
 	}
 	if err != nil {

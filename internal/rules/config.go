@@ -74,6 +74,9 @@ type Config struct {
 	// doc is the effective document (defaults not included) the config was
 	// decoded from, each node with its file; Patch merges onto it.
 	doc *sy.Node
+	// file is the config file's document, beneath every live patch: a null
+	// in a patch puts its value back (nil for the embedded default).
+	file *sy.Node
 }
 
 // Thresholds holds a threshold per signal, in its canonical unit; 0 is

@@ -3,7 +3,9 @@ package rules
 import (
 	"bytes"
 	"fmt"
+	"reflect"
 	"slices"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 
@@ -63,7 +65,42 @@ func Parse(data []byte, source string) (*Config, []Warning, error) {
 	if root == nil && source != "" {
 		return nil, nil, &ValidationError{Problems: []Problem{emptyProblem(source, data)}}
 	}
-	return decodeDocument(root, source)
+	root, nulls := sy.DropNulls(root, "")
+	cfg, warns, err := decodeDocument(root, source)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.file = root
+	return cfg, append(nullWarnings(nulls), warns...), nil
+}
+
+// nullWarnings warns of each key a file writes without a value (`key:`,
+// `~`, `null`) that is not a section: it means the key's default, as if it
+// were left out, which is not an empty list or string (a patch's null
+// likewise puts back the file's value). A section without keys (every key
+// commented out) is the common way to say "defaults" and is not warned of.
+func nullWarnings(nulls []sy.Null) []Warning {
+	var out []Warning
+	for _, n := range nulls {
+		if isSection(n.Field) {
+			continue
+		}
+		out = append(out, Warning{File: n.Key.File, Line: n.Key.Line, Field: n.Field,
+			Msg: "no value (null): its default applies, as if the key were left out (write [] for an empty list, \"\" for an empty string, or remove the key)"})
+	}
+	return out
+}
+
+// isSection reports whether field is a mapping of keys of the schema
+// (controller, lb.agent), not a value.
+func isSection(field string) bool {
+	s := codec.Schema(reflect.TypeFor[Config]())
+	for _, key := range strings.Split(field, ".") {
+		if s = s.Subs[key]; s == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // emptyProblem describes a document that holds no setting.
@@ -81,8 +118,10 @@ func emptyProblem(source string, data []byte) Problem {
 
 // Patch applies a partial document (YAML or JSON, e.g. just
 // `signals: {cpu_busy: {threshold: 0.7}}`) onto c and validates the result
-// exactly like a File: mappings merge key by key, a null deletes a key (back
-// to its default), lists and scalars replace. A patch's `signals` change the
+// exactly like a File: mappings merge key by key, lists and scalars
+// replace, and a null undoes the live patches of its key: the key is back
+// to the config file's value, or to its default where the file does not
+// set it (as a null in the file means the default). A patch's `signals` change the
 // running list (a signal is removed with `off`). A patch without any
 // setting (empty, comments only, null or {}) is refused. Problems in the
 // patch name source and the patch's lines. c is not modified.
@@ -102,7 +141,7 @@ func (c *Config) Patch(doc []byte, source string) (*Config, []Warning, error) {
 		// empty stdin to `olcd set patch -`, a client sending no body).
 		return nil, nil, &ValidationError{Problems: []Problem{{File: source,
 			Msg:  "the patch holds no setting: it would change nothing",
-			Hint: "write the settings to change, e.g. {mode: off}; a null resets one: {controller: {ki: null}}"}}}
+			Hint: "write the settings to change, e.g. {mode: off}; a null puts back the file's value: {controller: {ki: null}}"}}}
 	}
 	base := c.doc
 	if root.Get("signals") != nil && base.Get("signals") == nil {
@@ -111,7 +150,12 @@ func (c *Config) Patch(doc []byte, source string) (*Config, []Warning, error) {
 		// replacing the list.
 		base = withSignals(base, c.Thresholds)
 	}
-	return decodeDocument(sy.Merge(base, root), c.Source)
+	cfg, warns, err := decodeDocument(sy.Merge(base, root, c.file), c.Source)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.file = c.file
+	return cfg, warns, nil
 }
 
 // withSignals returns base with a `signals` mapping holding thresholds.
@@ -163,6 +207,20 @@ func PatchPaths(doc []byte) ([]string, error) {
 	}
 	slices.Sort(out)
 	return slices.Compact(out), nil
+}
+
+// PatchResetsOnly reports whether every value a patch document writes is a
+// null: it only puts keys back to the file's values (Patch), and once no
+// other live override sets them, nothing of it is live any more. False for
+// a document PatchPaths cannot read, or one that sets nothing.
+func PatchResetsOnly(doc []byte) bool {
+	root, probs := sy.Parse(doc, "patch", example)
+	if len(probs) > 0 || root == nil || len(root.Keys) == 0 {
+		return false
+	}
+	_, nulls := sy.DropNulls(root, "")
+	paths, _ := PatchPaths(doc)
+	return len(nulls) == len(paths)
 }
 
 // Covers reports whether setting the field path outer also sets inner:

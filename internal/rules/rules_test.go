@@ -188,7 +188,7 @@ func TestValidFull(t *testing.T) {
 			ResponseSample: 4, ResponsePorts: 16, FlowTableSize: 4096}, ResponseMinSamples: 10},
 		LB: LBConfig{Agent: LBAgentConfig{Address: "10.0.0.5:9478", SendWait: 20 * time.Millisecond}, Weight: lb.Params{Smoothing: 0.3, MinWeight: 0.2}},
 	}
-	c.doc = nil
+	c.doc, c.file = nil, nil
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("decoded\n%+v\nwant\n%+v", c, want)
 	}
@@ -230,7 +230,7 @@ func TestDeployConfig(t *testing.T) {
 		t.Errorf("warnings: %v", w)
 	}
 	d := Default()
-	c.Source, c.doc, d.doc = "", nil, nil
+	c.Source, c.doc, c.file, d.doc = "", nil, nil, nil
 	if !reflect.DeepEqual(c, d) {
 		t.Errorf("deploy/olcd.yaml differs from the embedded default:\n%+v\n%+v", c, d)
 	}
@@ -316,12 +316,17 @@ func TestPatch(t *testing.T) {
 				t.Errorf("thresholds %v, want the defaults plus psi_io_some", c.Thresholds)
 			}
 		}, ""},
-		{"null removes a signal", base, "signals: {psi_cpu_some: null}", func(t *testing.T, c *Config) {
-			if c.Thresholds[olc.PSICPUSome] != 0 || c.Thresholds[olc.CPUBusy] != 0.8 {
+		{"null puts back the file's signal", base, "signals: {psi_cpu_some: null}", func(t *testing.T, c *Config) {
+			if c.Thresholds[olc.PSICPUSome] != 0.4 || c.Thresholds[olc.CPUBusy] != 0.8 {
 				t.Errorf("thresholds %v", c.Thresholds)
 			}
 		}, ""},
-		{"null restores a default", base, "interval: null", func(t *testing.T, c *Config) {
+		{"null puts back the file's value", base, "interval: null", func(t *testing.T, c *Config) {
+			if c.Interval != 250*time.Millisecond {
+				t.Errorf("interval %v, want the file's 250ms", c.Interval)
+			}
+		}, ""},
+		{"null restores a default the file does not set", Default(), "interval: null", func(t *testing.T, c *Config) {
 			if c.Interval != DefaultInterval {
 				t.Errorf("interval %v", c.Interval)
 			}
@@ -355,9 +360,9 @@ func TestPatch(t *testing.T) {
 		// alone read as line 29 of the patch.
 		{"conflict with the file", base, "exceptions: {ports: [{port: 443, proto: tcp}]}", nil, "patch:1: exceptions.ports[0]: tcp/443 is both protected (ports[0], testdata/valid-full.yaml:41)"},
 		{"patch protects a port the file exempts", base, "ports: [{port: 22}]", nil, "testdata/valid-full.yaml:47: exceptions.ports[0]: tcp/22 is both protected (ports[0], patch:1) and exempt"},
-		{"null resets the port list to auto", base, "ports: null", func(t *testing.T, c *Config) {
-			if !c.PortsAuto || c.Ports != nil {
-				t.Errorf("ports auto %v, %v", c.PortsAuto, c.Ports)
+		{"null puts back the file's port list", base, "ports: null", func(t *testing.T, c *Config) {
+			if c.PortsAuto || len(c.Ports) != 4 {
+				t.Errorf("ports auto %v, %v; want the file's four", c.PortsAuto, c.Ports)
 			}
 		}, ""},
 		{"merge key in a patch", base, "signals: {cpu_busy: &t {threshold: 0.6}, psi_cpu_some: {<<: *t}}", func(t *testing.T, c *Config) {
@@ -970,15 +975,16 @@ func TestDigest(t *testing.T) {
 	}
 }
 
-// TestManagementEmptyWarns: `management:` with no value (null) or [] in
-// the file exempts no port: loaded, with a warning that SSH can be shed;
-// the default and a list holding a port say nothing.
+// TestManagementEmptyWarns: `management: []` in the file exempts no port:
+// loaded, with a warning that SSH can be shed; the default, `management:`
+// with no value (which is the default, [22]) and a list holding a port say
+// nothing of SSH.
 func TestManagementEmptyWarns(t *testing.T) {
 	for _, tt := range []struct {
 		doc  string
 		warn bool
 	}{
-		{"exceptions: {management: }\n", true},
+		{"exceptions: {management: }\n", false}, // no value: the default, [22]
 		{"exceptions:\n  management: []\n", true},
 		{"exceptions: {management: [2222]}\n", false},
 		{"mode: observe\n", false},

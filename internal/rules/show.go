@@ -70,7 +70,7 @@ func (c *Config) Settings() []Setting {
 // Two configs with one Digest run the same.
 func (c *Config) Digest() string {
 	v := *c
-	v.Source, v.doc = "", nil
+	v.Source, v.doc, v.file = "", nil, nil
 	b, err := json.Marshal(v)
 	if err != nil {
 		return ""

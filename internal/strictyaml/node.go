@@ -229,36 +229,93 @@ func KindName(n *Node) string {
 	return fmt.Sprintf("%q", n.Value)
 }
 
-// Merge applies patch onto base as a merge patch (RFC 7386 semantics on
-// YAML): two mappings merge key by key; a null deletes the key; any other
-// value replaces the base's. Neither input is modified; the result shares
-// nodes with them, so that files and lines still apply.
-func Merge(base, patch *Node) *Node {
-	if patch == nil {
+// Merge applies patch onto base as a merge patch (RFC 7386 on YAML, with
+// one difference): two mappings merge key by key, and any other value
+// replaces the base's; a null puts back under's value at its place, and
+// deletes the key where under has none. under is the layer beneath the
+// patches (the config file's document), so a null undoes what earlier
+// patches set there instead of deleting the file's setting too; RFC 7386's
+// deletion is Merge with a nil under. No input is modified; the result
+// shares nodes with them, so that files and lines still apply.
+func Merge(base, patch, under *Node) *Node {
+	switch {
+	case patch == nil:
 		return base
+	case IsNull(patch):
+		return under
+	case patch.Kind != yaml.MappingNode:
+		return patch
 	}
-	if patch.Kind != yaml.MappingNode || base == nil || base.Kind != yaml.MappingNode {
-		return dropNulls(patch)
+	if base == nil || base.Kind != yaml.MappingNode {
+		base = &Node{Node: patch.Node, File: patch.File, Keys: []*Node{}}
+	}
+	if under != nil && under.Kind != yaml.MappingNode {
+		under = nil
 	}
 	out := &Node{Node: base.Node, File: base.File, Keys: []*Node{}}
 	seen := map[string]bool{}
 	for i, k := range base.Keys {
-		pv := patch.Get(k.Value)
-		seen[k.Value] = pv != nil
-		switch {
-		case pv == nil:
-			out.Add(k, base.Vals[i])
-		case !IsNull(pv):
-			out.Add(k, Merge(base.Vals[i], pv))
+		seen[k.Value] = true
+		v := base.Vals[i]
+		if pv := patch.Get(k.Value); pv != nil {
+			v = Merge(v, pv, under.Get(k.Value))
+		}
+		if v != nil {
+			out.Add(k, v)
 		}
 	}
 	for i, k := range patch.Keys {
-		if !seen[k.Value] && !IsNull(patch.Vals[i]) {
-			seen[k.Value] = true
-			out.Add(k, dropNulls(patch.Vals[i]))
+		if seen[k.Value] {
+			continue
+		}
+		seen[k.Value] = true
+		if v := Merge(nil, patch.Vals[i], under.Get(k.Value)); v != nil {
+			out.Add(k, v)
 		}
 	}
 	return out
+}
+
+// Null is a key whose value is null (`key:`, `~`, `null`): its field path
+// and the key's node.
+type Null struct {
+	Field string
+	Key   *Node
+}
+
+// DropNulls returns n without the null-valued keys of its mappings, at any
+// depth (list entries included; a null entry of a list stays, for the
+// decoder to refuse), and the keys it dropped: a document that writes a key
+// without a value says no more than one that leaves it out.
+func DropNulls(n *Node, path string) (*Node, []Null) {
+	if n == nil {
+		return nil, nil
+	}
+	var nulls []Null
+	switch n.Kind {
+	case yaml.MappingNode:
+		out := &Node{Node: n.Node, File: n.File, Keys: []*Node{}}
+		for i, k := range n.Keys {
+			field := Join(path, k.Value)
+			if IsNull(n.Vals[i]) {
+				nulls = append(nulls, Null{Field: field, Key: k})
+				continue
+			}
+			v, sub := DropNulls(n.Vals[i], field)
+			out.Add(k, v)
+			nulls = append(nulls, sub...)
+		}
+		return out, nulls
+	case yaml.SequenceNode:
+		out := &Node{Node: n.Node, File: n.File, Vals: make([]*Node, len(n.Vals))}
+		for i, v := range n.Vals {
+			var sub []Null
+			out.Vals[i], sub = DropNulls(v, fmt.Sprintf("%s[%d]", path, i))
+			nulls = append(nulls, sub...)
+		}
+		return out, nulls
+	}
+	return n, nil
 }
 
 // Duplicates reports every key written twice in one mapping of n, at any
@@ -285,21 +342,6 @@ func Duplicates(n *Node, path string) []Problem {
 		}
 		seen[k.Value] = k.Line
 		out = append(out, Duplicates(n.Vals[i], field)...)
-	}
-	return out
-}
-
-// dropNulls returns n without the null-valued keys of its mappings (a merge
-// patch's deletions have nothing to delete in new subtrees).
-func dropNulls(n *Node) *Node {
-	if n.Kind != yaml.MappingNode {
-		return n
-	}
-	out := &Node{Node: n.Node, File: n.File, Keys: []*Node{}}
-	for i, k := range n.Keys {
-		if !IsNull(n.Vals[i]) {
-			out.Add(k, dropNulls(n.Vals[i]))
-		}
 	}
 	return out
 }

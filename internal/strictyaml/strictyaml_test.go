@@ -1,6 +1,7 @@
 package strictyaml
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -74,29 +75,73 @@ func TestDecode(t *testing.T) {
 	}
 }
 
-// TestMerge: a merge patch merges mappings key by key, a null deletes,
-// anything else replaces, and each node keeps its file.
+// TestMerge: a merge patch merges mappings key by key, anything else
+// replaces, and a null puts back the layer beneath (the file's value) or
+// deletes where that has none, for mappings, lists and scalars alike; each
+// node keeps its file.
 func TestMerge(t *testing.T) {
-	base, _ := Parse([]byte("a: {x: 1, y: 2}\nl: [1, 2]\nk: v\n"), "base", "")
-	patch, _ := Parse([]byte("a: {y: 3, z: null}\nl: [3]\nk: null\nn: {m: null, o: 1}\n"), "patch", "")
-	got := Merge(base, patch)
-	var b strings.Builder
-	var walk func(n *Node, path string)
-	walk = func(n *Node, path string) {
-		if n.Keys == nil {
-			b.WriteString(path + "=" + n.Value + "@" + n.File + " ")
-			for _, v := range n.Vals {
-				walk(v, path+"[]")
-			}
-			return
+	parse := func(src, file string) *Node {
+		n, probs := Parse([]byte(src), file, "")
+		if len(probs) > 0 {
+			t.Fatalf("%s: %v", src, probs)
 		}
-		for i, k := range n.Keys {
-			walk(n.Vals[i], Join(path, k.Value))
+		return n
+	}
+	render := func(n *Node) string {
+		var b strings.Builder
+		var walk func(n *Node, path string)
+		walk = func(n *Node, path string) {
+			if n.Keys == nil {
+				b.WriteString(path + "=" + n.Value + "@" + n.File + " ")
+				for _, v := range n.Vals {
+					walk(v, path+"[]")
+				}
+				return
+			}
+			for i, k := range n.Keys {
+				walk(n.Vals[i], Join(path, k.Value))
+			}
+		}
+		walk(n, "")
+		return b.String()
+	}
+	const file = "a: {x: 1, y: 2}\nl: [1, 2]\nk: v\n"
+	for _, tt := range []struct {
+		name, base, patch string
+		under             bool // the file beneath the patches
+		want              string
+	}{
+		{"merge and replace", file, "a: {y: 3}\nl: [3]\nk: w\n", true, "a.x=1@base a.y=3@patch l=@patch l[]=3@patch k=w@patch "},
+		{"null scalar: the file's", "a: {x: 1, y: 9}\nl: [1, 2]\nk: v\n", "a: {y: null}\n", true, "a.x=1@base a.y=2@file l=@base l[]=1@base l[]=2@base k=v@base "},
+		{"null list: the file's", "a: {x: 1, y: 2}\nl: [7]\nk: v\n", "l: null\n", true, "a.x=1@base a.y=2@base l=@file l[]=1@file l[]=2@file k=v@base "},
+		{"null mapping: the file's", "a: {x: 5}\nl: [1, 2]\nk: v\n", "a: ~\n", true, "a.x=1@file a.y=2@file l=@base l[]=1@base l[]=2@base k=v@base "},
+		{"null where the file has none: deleted", file + "n: {m: 1}\n", "n: {m: null}\nz: null\n", true, "a.x=1@base a.y=2@base l=@base l[]=1@base l[]=2@base k=v@base "},
+		{"null in a new subtree: nothing", file, "n: {m: null, o: 1}\n", true, "a.x=1@base a.y=2@base l=@base l[]=1@base l[]=2@base k=v@base n.o=1@patch "},
+		{"no layer beneath: deleted", file, "a: {y: null}\nl: null\nk: null\n", false, "a.x=1@base "},
+	} {
+		var under *Node
+		if tt.under {
+			under = parse(file, "file")
+		}
+		if got := render(Merge(parse(tt.base, "base"), parse(tt.patch, "patch"), under)); got != tt.want {
+			t.Errorf("%s: merged %s, want %s", tt.name, got, tt.want)
 		}
 	}
-	walk(got, "")
-	want := "a.x=1@base a.y=3@patch l=@patch l[]=3@patch n.o=1@patch "
-	if b.String() != want {
-		t.Errorf("merged %s, want %s", b.String(), want)
+}
+
+// TestDropNulls: a key without a value is as if left out, in mappings at
+// any depth and in list entries; a null entry of a list stays.
+func TestDropNulls(t *testing.T) {
+	n, _ := Parse([]byte("a:\nb: {c: ~, d: 1}\nl: [{p: 1, q: null}, null]\n"), "f", "")
+	out, nulls := DropNulls(n, "")
+	var fields []string
+	for _, x := range nulls {
+		fields = append(fields, fmt.Sprintf("%s@%d", x.Field, x.Key.Line))
+	}
+	if got := strings.Join(fields, " "); got != "a@1 b.c@2 l[0].q@3" {
+		t.Errorf("nulls %s", got)
+	}
+	if out.Get("a") != nil || out.Get("b").Get("c") != nil || out.Get("b").Get("d") == nil || len(out.Get("l").Vals) != 2 || out.Get("l").Vals[0].Get("q") != nil {
+		t.Errorf("DropNulls kept a null key, or dropped more")
 	}
 }
