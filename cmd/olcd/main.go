@@ -11,7 +11,7 @@
 //	olcd reload                      re-read the config file
 //	olcd detach                      remove the datapath a stopped olcd left pinned
 //	olcd check-config FILE           validate a config; exit 1 listing every problem
-//	olcd config show [--config FILE] the effective config, each value with its origin
+//	olcd config show [--file | --config FILE]  the config in force, each value with its origin
 //	olcd record --out FILE.csv [--duration 5m]   record the node's signals as a trace
 //	olcd version
 //
@@ -44,7 +44,7 @@ Usage:
   olcd reload                         re-read the config file (like SIGHUP)
   olcd detach                         remove the datapath a stopped olcd left attached and pinned
   olcd check-config FILE              validate a config; exit 1 listing every problem
-  olcd config show [--config FILE]    print the effective config, each value with its origin
+  olcd config show [--file|--config FILE]  print the config in force, each value with its origin
   olcd record --out FILE.csv [--duration 5m]   record this node's signals as a trace
   olcd version                        print the version, commit and Go version
 

@@ -65,6 +65,16 @@ func (c *Client) Status(ctx context.Context) (*Status, error) {
 	return &st, nil
 }
 
+// Config fetches GET /v1/config: the config in force, as loaded and
+// overridden.
+func (c *Client) Config(ctx context.Context) (*RunningConfig, error) {
+	var rc RunningConfig
+	if err := c.do(ctx, http.MethodGet, "/v1/config", "", nil, &rc); err != nil {
+		return nil, err
+	}
+	return &rc, nil
+}
+
 // SetMode posts the global mode ("off", "observe" or "enforce").
 func (c *Client) SetMode(ctx context.Context, mode string) error {
 	body, _ := json.Marshal(map[string]string{"mode": mode})

@@ -404,3 +404,32 @@ func (p PortStatus) FirstP() float64 {
 	}
 	return p.DropProbability
 }
+
+// RunningConfig is the JSON document of GET /v1/config: what the config in
+// force is made of, for `olcd config show` to render it rather than the file
+// on disk, which a refused reload or an edit not yet reloaded leaves
+// different. It holds no more than the file and the overrides the operator
+// wrote (olcd's config has no secrets), on the root-only admin socket.
+type RunningConfig struct {
+	// Source is the config file's path, or "embedded default".
+	Source string `json:"source"`
+	// File is the config file's content as the daemon loaded it at the
+	// start or the last successful reload; "" for the embedded default.
+	File string `json:"file"`
+	// FileDigest is what File sets (rules.Config.Digest): a file on disk
+	// with another digest is not the one in force.
+	FileDigest string `json:"file_digest"`
+	// Overrides lists the live overrides in force, oldest first, each with
+	// the document applied (Doc: "mode: off" for a mode override).
+	Overrides []ConfigOverride `json:"overrides"`
+	// Digest is what the config in force sets: File with every override
+	// applied in order.
+	Digest string `json:"digest"`
+}
+
+// ConfigOverride is one live override of a RunningConfig.
+type ConfigOverride struct {
+	Override
+	// Doc is the partial config document applied.
+	Doc string `json:"doc"`
+}

@@ -34,6 +34,8 @@ type adminBackend interface {
 	Reload(ctx context.Context) error
 	// Patch applies a partial config document as a live override.
 	Patch(ctx context.Context, doc []byte) error
+	// RunningConfig returns the document of GET /v1/config.
+	RunningConfig(ctx context.Context) (*api.RunningConfig, error)
 }
 
 // problemLister is implemented by errors that carry a list of config
@@ -46,6 +48,14 @@ func newAdminHandler(b adminBackend, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, b.Status())
+	})
+	mux.HandleFunc("GET /v1/config", func(w http.ResponseWriter, r *http.Request) {
+		rc, err := b.RunningConfig(r.Context())
+		if err != nil {
+			writeError(w, http.StatusServiceUnavailable, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, rc)
 	})
 	mux.HandleFunc("POST /v1/mode", func(w http.ResponseWriter, r *http.Request) {
 		var req struct {

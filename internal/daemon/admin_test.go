@@ -77,6 +77,9 @@ func (b *modeBackend) SetMode(_ context.Context, m string) error {
 }
 func (b *modeBackend) Reload(context.Context) error        { return errors.New("unexpected reload") }
 func (b *modeBackend) Patch(context.Context, []byte) error { return errors.New("unexpected patch") }
+func (b *modeBackend) RunningConfig(context.Context) (*api.RunningConfig, error) {
+	return nil, errors.New("unexpected config")
+}
 
 // TestAdminModeRequestStrict: POST /v1/mode takes exactly one JSON object
 // with the one field "mode": an unknown field beside it (a client's

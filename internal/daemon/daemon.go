@@ -569,6 +569,25 @@ func (d *Daemon) Patch(ctx context.Context, doc []byte) error {
 	})
 }
 
+// RunningConfig returns what the config in force is made of: the file as
+// loaded at the start or the last successful reload, and the live
+// overrides, read on the tick loop that owns them.
+func (d *Daemon) RunningConfig(ctx context.Context) (*api.RunningConfig, error) {
+	var rc *api.RunningConfig
+	err := d.do(ctx, func() error { rc = d.runningConfig(); return nil })
+	return rc, err
+}
+
+// runningConfig builds the document of GET /v1/config; the tick loop's.
+func (d *Daemon) runningConfig() *api.RunningConfig {
+	rc := &api.RunningConfig{Source: d.configSource(), File: string(d.conf.fileData), FileDigest: d.conf.fileDigest,
+		Overrides: make([]api.ConfigOverride, len(d.conf.overrides)), Digest: d.eng.cfg.Digest()}
+	for i, o := range d.conf.overrides {
+		rc.Overrides[i] = api.ConfigOverride{Override: o.Override, Doc: string(o.doc)}
+	}
+	return rc
+}
+
 // Reload re-reads the config file (on the caller's goroutine) and applies
 // it; live overrides are dropped. Errors: the file is unreadable, not a
 // regular file, empty or invalid (the running config stays).

@@ -3,9 +3,13 @@ package daemon
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/olcd/olcd/internal/rules"
 )
 
 func TestWithOverride(t *testing.T) {
@@ -108,4 +112,40 @@ func TestOverridesBounded(t *testing.T) {
 		t.Errorf("status JSON is %d bytes, want < 16 KiB", len(b))
 	}
 	d.noErrorsLogged(t)
+}
+
+// TestRunningConfig: GET /v1/config gives the file as the daemon loaded it,
+// not as it is on disk after a refused reload, and the live overrides with
+// their documents; the file and the overrides rebuild the config in force
+// (its Digest), which `olcd config show` renders.
+func TestRunningConfig(t *testing.T) {
+	d, _ := goldenDaemon(t)
+	loaded, err := os.ReadFile(d.opts.ConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.opts.ConfigPath = filepath.Join(t.TempDir(), "olcd.yaml")
+	if err := os.WriteFile(d.opts.ConfigPath, loaded, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.override("patch", "controller: {ki: 0.3}\n", []byte("controller: {ki: 0.3}\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(d.opts.ConfigPath, []byte("controller: {ki: 9}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.applyLoad(d.readConfig("SIGHUP")); err == nil {
+		t.Fatal("an invalid file was applied")
+	}
+	rc := d.runningConfig()
+	if rc.Source != d.opts.ConfigPath || rc.File != string(loaded) || len(rc.Overrides) != 1 || rc.Overrides[0].Doc != "controller: {ki: 0.3}\n" {
+		t.Fatalf("running config %+v", rc)
+	}
+	cfg, _, err := rules.Parse([]byte(rc.File), rc.Source)
+	if err != nil || cfg.Digest() != rc.FileDigest {
+		t.Fatalf("file as loaded: %v, digest %s, want %s", err, cfg.Digest(), rc.FileDigest)
+	}
+	if cfg, _, err = cfg.Patch([]byte(rc.Overrides[0].Doc), "live patch"); err != nil || cfg.Digest() != rc.Digest || cfg.Controller.Ki != 0.3 {
+		t.Errorf("file and overrides: %v, digest %s, want %s", err, cfg.Digest(), rc.Digest)
+	}
 }
