@@ -32,6 +32,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 
 	"github.com/olcd/olcd/internal/loader/dpconfig"
+	"github.com/olcd/olcd/internal/lock"
 	"github.com/olcd/olcd/internal/olc"
 )
 
@@ -281,6 +282,9 @@ type Datapath struct {
 	slotBuf []uint16
 
 	attachments []*attachment
+	// pinLock is the pin directory's lock (lockPins), held from Load to
+	// Close or Release; nil without Config.PinDir.
+	pinLock *lock.File
 	// adopted says that Load took over a pinned datapath (Config.PinDir),
 	// adoptedFresh that its heartbeat was still fresh then.
 	adopted, adoptedFresh bool
@@ -301,8 +305,8 @@ func (d *Datapath) exemptIndex() uint32 { return uint32(d.cfg.MaxPorts) + 1 }
 // (*PrivilegeError, before anything is created), the memlock limit (naming
 // CAP_SYS_RESOURCE and LimitMEMLOCK), or the kernel refusing a map or
 // program (a verifier log is in the error chain as *ebpf.VerifierError).
-func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
-	cfg, err := cfg.withDefaults()
+func Load(cfg Config, log *slog.Logger) (_ *Datapath, err error) {
+	cfg, err = cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
@@ -343,6 +347,15 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 	var opts *ebpf.CollectionOptions
 	var pinned *pins
 	if cfg.PinDir != "" {
+		// Nothing in the directory is opened before this process owns it.
+		if d.pinLock, err = lockPins(LockDir, cfg.PinDir, pinLockWait, log); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				_ = d.pinLock.Release()
+			}
+		}()
 		if pinned, err = openPins(cfg.PinDir, spec, log); err != nil {
 			return nil, err
 		}
@@ -518,6 +531,8 @@ func (d *Datapath) Close() error {
 		// The programs are detached: the pinned maps go too.
 		errs = append(errs, removePinDir(d.cfg.PinDir, d.log))
 	}
+	// Last: the next olcd may take the directory once it is gone.
+	errs = append(errs, d.pinLock.Release())
 	return errors.Join(errs...)
 }
 

@@ -906,6 +906,8 @@ func (d *Datapath) Release() error {
 	d.mu.Unlock()
 	<-d.done
 	errs = append(errs, d.objs.close())
+	// Last: from here the next olcd may take the pinned datapath over.
+	errs = append(errs, d.pinLock.Release())
 	d.log.Info("datapath released: it stays attached and pinned", "pin_dir", d.cfg.PinDir)
 	return errors.Join(errs...)
 }
@@ -943,8 +945,8 @@ func (a *attachment) release() error {
 // when no namespace's pins are left in it. Locks of other network
 // namespaces are never touched: their olcds may be running.
 //
-// Errors: an olcd still runs on one of the interfaces (it holds the
-// interface's lock: stop it first), or an unpin or filter deletion failed
+// Errors: an olcd still runs here (it holds the pin directory's lock, or
+// an interface's: stop it first), or an unpin or filter deletion failed
 // (the others are still done).
 func RemovePinned(dir string, log *slog.Logger) ([]string, error) {
 	return removePinned(dir, LockDir, log)
@@ -979,6 +981,13 @@ func removePinned(dir, lockDir string, log *slog.Logger) (done []string, err err
 			_ = os.Remove(PinRoot) // empty: no namespace's pins left
 		}
 	}()
+	// An olcd that is still loading holds the pin directory's lock and
+	// none of the interfaces' yet.
+	pl, err := lockTry(pinLockPath(lockDir, dir))
+	if err != nil {
+		return nil, fmt.Errorf("detach: %w", err)
+	}
+	locks = append(locks, pl)
 	held := map[string]bool{}
 	for _, l := range links {
 		path := lockPathIn(lockDir, ns, l.Attrs().Index)
@@ -1062,6 +1071,9 @@ func (l *lockRelease) release() { _ = l.f.Release() }
 func lockTry(path string) (*lockRelease, error) {
 	f, err := lock.TryExclusive(path)
 	if errors.Is(err, lock.ErrLocked) {
+		if pid := lock.Holder(path); pid != 0 {
+			return nil, fmt.Errorf("an olcd is running here (pid %d holds %s): stop it first", pid, path)
+		}
 		return nil, fmt.Errorf("an olcd is running here (it holds %s): stop it first", path)
 	}
 	if err != nil {
