@@ -344,7 +344,6 @@ func Load(cfg Config, log *slog.Logger) (_ *Datapath, err error) {
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
-	var opts *ebpf.CollectionOptions
 	var pinned *pins
 	if cfg.PinDir != "" {
 		// Nothing in the directory is opened before this process owns it.
@@ -360,21 +359,10 @@ func Load(cfg Config, log *slog.Logger) (_ *Datapath, err error) {
 			return nil, err
 		}
 		defer pinned.close() // the collection holds clones
-		opts = &ebpf.CollectionOptions{MapReplacements: pinned.adopted}
 	}
-	stopBridge := func() {}
-	load := func() error { return spec.LoadAndAssign(&d.objs, opts) }
-	if pinned != nil && pinned.adopted != nil {
-		stopBridge = pinned.bridge(spec, log)
-		// The pinned datapath protects meanwhile: the verifier need
-		// not take the CPU of the service it protects.
-		err = atTakeOverPriority(log, load)
-	} else {
-		err = load()
-	}
-	stopBridge()
+	carried, err := d.loadObjects(spec, pinned)
 	if err != nil {
-		return nil, loadError(err)
+		return nil, err
 	}
 	for i := cfg.MaxPorts; i >= 1; i-- {
 		d.free = append(d.free, uint16(i))
@@ -443,15 +431,49 @@ func Load(cfg Config, log *slog.Logger) (_ *Datapath, err error) {
 			return nil, errors.Join(err, removePinDir(cfg.PinDir, log), d.objs.close())
 		}
 	}
-	if pinned != nil && d.adopted && len(pinned.renewed) > 0 {
-		if err := d.pinRenewed(spec, pinned.renewed); err != nil {
+	if pinned != nil && d.adopted && len(pinned.replaced()) > 0 {
+		if err := d.pinRenewed(spec, pinned.replaced()); err != nil {
 			return nil, errors.Join(fmt.Errorf("take over pinned datapath in %s: %w", cfg.PinDir, err), d.objs.close())
+		}
+		if len(pinned.carried) > 0 {
+			carried.log(log, pinned.replaced())
 		}
 	}
 	go d.foldLoop()
 	log.Debug("datapath loaded", "max_ports", cfg.MaxPorts, "syn_table", cfg.SYNTableSize,
 		"max_prefixes", cfg.MaxPrefixes, "stale_after", cfg.StaleAfter)
 	return d, nil
+}
+
+// loadObjects loads spec into d.objs, with the maps pinned adopts in place
+// of its own, and fills those it carries (carry). While a take-over loads
+// and carries, the pinned heartbeat is renewed (bridge) and the verifier
+// runs at takeOverNice: the pinned datapath protects meanwhile, and
+// the verifier need not take the CPU of the service it protects.
+func (d *Datapath) loadObjects(spec *ebpf.CollectionSpec, pinned *pins) (carryReport, error) {
+	if pinned == nil || pinned.adopted == nil {
+		var opts *ebpf.CollectionOptions
+		if pinned != nil {
+			opts = &ebpf.CollectionOptions{MapReplacements: pinned.adopted}
+		}
+		if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
+			return carryReport{}, loadError(err)
+		}
+		return carryReport{}, nil
+	}
+	defer pinned.bridge(spec, d.log)()
+	opts := &ebpf.CollectionOptions{MapReplacements: pinned.adopted}
+	if err := atTakeOverPriority(d.log, func() error { return spec.LoadAndAssign(&d.objs, opts) }); err != nil {
+		return carryReport{}, loadError(err)
+	}
+	if len(pinned.carried) == 0 {
+		return carryReport{}, nil
+	}
+	r, err := d.carry(pinned)
+	if err != nil {
+		return r, errors.Join(fmt.Errorf("take over pinned datapath in %s: %w", d.cfg.PinDir, err), d.objs.close())
+	}
+	return r, nil
 }
 
 // sizeMaps sets the map sizes from cfg and the number of possible CPUs;
