@@ -125,7 +125,7 @@ func TestReloadSays(t *testing.T) {
 	}{
 		{"nothing dropped", 0, nil, []string{"ok: config reloaded\n"}, []string{"dropped", "RESTART PENDING"}},
 		{"two dropped", 2, nil, []string{"ok: config reloaded; 2 live override(s) dropped"}, []string{"RESTART PENDING"}},
-		{"a restart pending", 0, []string{"datapath"}, []string{"RESTART PENDING: datapath changed", "olcd detach"}, nil},
+		{"a restart pending", 0, []string{"datapath"}, []string{"RESTART PENDING: datapath changed", "recreates the maps it resizes"}, []string{"olcd detach"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			mux := http.NewServeMux()

@@ -472,7 +472,7 @@ func printConfigNotices(w io.Writer, st *api.Status) {
 func restartPendingLine(fields []string) string {
 	s := fmt.Sprintf("RESTART PENDING: %s changed, still as at the start; the next start applies them", strings.Join(fields, ", "))
 	if slices.Contains(fields, "datapath") {
-		s += " (a changed datapath section needs `olcd detach` first: the node is unprotected until olcd starts again)"
+		s += " (a changed datapath section: that start recreates the maps it resizes, carrying the policies over, and keeps shedding)"
 	}
 	return s
 }

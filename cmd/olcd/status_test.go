@@ -51,8 +51,8 @@ func TestPrintStatus(t *testing.T) {
 			"listening, not protected: tcp/22: a management port (exceptions.management)", "list it under ports: to protect it",
 			"eth0", "tcx", "eth1", "not attached: does not exist", "live overrides (dropped on reload)",
 			"CONFIG FILE REFUSED", "(SIGHUP)", "olcd.yaml:3: mode",
-			"RESTART PENDING: datapath, metrics.address changed", "needs `olcd detach` first",
-			`HAProxy agent on 10.0.0.5:9478 answers "up ready 60%"`}, []string{"runnable"}},
+			"RESTART PENDING: datapath, metrics.address changed", "that start recreates the maps it resizes",
+			`HAProxy agent on 10.0.0.5:9478 answers "up ready 60%"`}, []string{"runnable", "olcd detach"}},
 		{"observe", []string{"would shed 40.0%", "observe mode: counted, not dropped"}, nil},
 		// Global observe with one port enforcing (the README's step 4):
 		// the headline says which port sheds, not "observe: not dropped".

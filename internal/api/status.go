@@ -23,7 +23,8 @@ type Status struct {
 	// RestartPending lists the settings the config in force changed since
 	// the start that only a start applies ("datapath", "metrics.address",
 	// …): the daemon runs them as it started, and the next start takes the
-	// new values (a changed datapath section needs `olcd detach` first).
+	// new values (a changed datapath section: that start recreates the
+	// pinned maps it resizes and takes the datapath over).
 	RestartPending []string `json:"restart_pending,omitempty"`
 	// IntervalS is the tick interval in seconds.
 	IntervalS float64 `json:"interval_s"`

@@ -483,7 +483,11 @@ func (d *Datapath) lockInterface(nl *netlink.Handle, l netlink.Link, netns uint6
 		if err := d.checkOtherInstance(nl, l); err != nil {
 			return nil, err
 		}
-		return nil, fmt.Errorf("another olcd is attached (it holds %s); two would shed the same connections twice: stop it first", path)
+		who := "it"
+		if pid := lock.Holder(path); pid != 0 {
+			who = fmt.Sprintf("pid %d", pid)
+		}
+		return nil, fmt.Errorf("another olcd is attached (%s holds %s); two would shed the same connections twice: stop it first", who, path)
 	}
 	return lk, err
 }

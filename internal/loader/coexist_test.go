@@ -256,7 +256,7 @@ func TestAnotherInstance(t *testing.T) {
 		d := loadTest(t, Config{})
 		var err error
 		_ = n.InNode(func() error { err = d.Attach(n.NodeIf, olc.AttachTC); return nil })
-		if err == nil || !strings.Contains(err.Error(), "another olcd is attached (it holds "+path+")") {
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("another olcd is attached (pid %d holds %s)", os.Getpid(), path)) {
 			t.Errorf("attach beside a locked interface: %v", err)
 		}
 	})

@@ -32,6 +32,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 
 	"github.com/olcd/olcd/internal/loader/dpconfig"
+	"github.com/olcd/olcd/internal/lock"
 	"github.com/olcd/olcd/internal/olc"
 )
 
@@ -281,6 +282,9 @@ type Datapath struct {
 	slotBuf []uint16
 
 	attachments []*attachment
+	// pinLock is the pin directory's lock (lockPins), held from Load to
+	// Close or Release; nil without Config.PinDir.
+	pinLock *lock.File
 	// adopted says that Load took over a pinned datapath (Config.PinDir),
 	// adoptedFresh that its heartbeat was still fresh then.
 	adopted, adoptedFresh bool
@@ -301,8 +305,8 @@ func (d *Datapath) exemptIndex() uint32 { return uint32(d.cfg.MaxPorts) + 1 }
 // (*PrivilegeError, before anything is created), the memlock limit (naming
 // CAP_SYS_RESOURCE and LimitMEMLOCK), or the kernel refusing a map or
 // program (a verifier log is in the error chain as *ebpf.VerifierError).
-func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
-	cfg, err := cfg.withDefaults()
+func Load(cfg Config, log *slog.Logger) (_ *Datapath, err error) {
+	cfg, err = cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
@@ -340,28 +344,25 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
-	var opts *ebpf.CollectionOptions
 	var pinned *pins
 	if cfg.PinDir != "" {
+		// Nothing in the directory is opened before this process owns it.
+		if d.pinLock, err = lockPins(LockDir, cfg.PinDir, pinLockWait, log); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				_ = d.pinLock.Release()
+			}
+		}()
 		if pinned, err = openPins(cfg.PinDir, spec, log); err != nil {
 			return nil, err
 		}
 		defer pinned.close() // the collection holds clones
-		opts = &ebpf.CollectionOptions{MapReplacements: pinned.adopted}
 	}
-	stopBridge := func() {}
-	load := func() error { return spec.LoadAndAssign(&d.objs, opts) }
-	if pinned != nil && pinned.adopted != nil {
-		stopBridge = pinned.bridge(spec, log)
-		// The pinned datapath protects meanwhile: the verifier need
-		// not take the CPU of the service it protects.
-		err = atTakeOverPriority(log, load)
-	} else {
-		err = load()
-	}
-	stopBridge()
+	carried, err := d.loadObjects(spec, pinned)
 	if err != nil {
-		return nil, loadError(err)
+		return nil, err
 	}
 	for i := cfg.MaxPorts; i >= 1; i-- {
 		d.free = append(d.free, uint16(i))
@@ -430,15 +431,49 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 			return nil, errors.Join(err, removePinDir(cfg.PinDir, log), d.objs.close())
 		}
 	}
-	if pinned != nil && d.adopted && len(pinned.renewed) > 0 {
-		if err := d.pinRenewed(spec, pinned.renewed); err != nil {
+	if pinned != nil && d.adopted && len(pinned.replaced()) > 0 {
+		if err := d.pinRenewed(spec, pinned.replaced()); err != nil {
 			return nil, errors.Join(fmt.Errorf("take over pinned datapath in %s: %w", cfg.PinDir, err), d.objs.close())
+		}
+		if len(pinned.carried) > 0 {
+			carried.log(log, pinned.replaced())
 		}
 	}
 	go d.foldLoop()
 	log.Debug("datapath loaded", "max_ports", cfg.MaxPorts, "syn_table", cfg.SYNTableSize,
 		"max_prefixes", cfg.MaxPrefixes, "stale_after", cfg.StaleAfter)
 	return d, nil
+}
+
+// loadObjects loads spec into d.objs, with the maps pinned adopts in place
+// of its own, and fills those it carries (carry). While a take-over loads
+// and carries, the pinned heartbeat is renewed (bridge) and the verifier
+// runs at takeOverNice: the pinned datapath protects meanwhile, and
+// the verifier need not take the CPU of the service it protects.
+func (d *Datapath) loadObjects(spec *ebpf.CollectionSpec, pinned *pins) (carryReport, error) {
+	if pinned == nil || pinned.adopted == nil {
+		var opts *ebpf.CollectionOptions
+		if pinned != nil {
+			opts = &ebpf.CollectionOptions{MapReplacements: pinned.adopted}
+		}
+		if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
+			return carryReport{}, loadError(err)
+		}
+		return carryReport{}, nil
+	}
+	defer pinned.bridge(spec, d.log)()
+	opts := &ebpf.CollectionOptions{MapReplacements: pinned.adopted}
+	if err := atTakeOverPriority(d.log, func() error { return spec.LoadAndAssign(&d.objs, opts) }); err != nil {
+		return carryReport{}, loadError(err)
+	}
+	if len(pinned.carried) == 0 {
+		return carryReport{}, nil
+	}
+	r, err := d.carry(pinned)
+	if err != nil {
+		return r, errors.Join(fmt.Errorf("take over pinned datapath in %s: %w", d.cfg.PinDir, err), d.objs.close())
+	}
+	return r, nil
 }
 
 // sizeMaps sets the map sizes from cfg and the number of possible CPUs;
@@ -518,6 +553,8 @@ func (d *Datapath) Close() error {
 		// The programs are detached: the pinned maps go too.
 		errs = append(errs, removePinDir(d.cfg.PinDir, d.log))
 	}
+	// Last: the next olcd may take the directory once it is gone.
+	errs = append(errs, d.pinLock.Release())
 	return errors.Join(errs...)
 }
 

@@ -111,7 +111,8 @@ func DefaultPinDir() string {
 }
 
 // IncompatibleError says that a pinned datapath cannot be taken over: a map
-// it pinned differs from what this build loads. Nothing was changed; the
+// it pinned differs from what this build loads in more than its size (its
+// type, key, value or layout). Nothing was changed; the
 // pinned programs keep running (and fail open once their heartbeat is
 // older than stale_after). `olcd detach` removes them.
 type IncompatibleError struct {
@@ -223,12 +224,41 @@ type pins struct {
 	// groups that differ): loaded new, then pinned over the old ones
 	// (pinRenewed).
 	renewed []string
+	// carried are the pinned maps of another size (a changed datapath
+	// section) and, with them, the pinned .bss: loaded new at this
+	// build's size, filled with what still fits (carry) and pinned over
+	// the old ones like the renewed. The old programs keep the old maps,
+	// .bss included, until Attach replaces them: neither sees the other's
+	// sizes.
+	carried map[string]*ebpf.Map
 }
 
 func (p *pins) close() {
 	for _, m := range p.adopted {
 		m.Close()
 	}
+	for _, m := range p.carried {
+		m.Close()
+	}
+}
+
+// bss is the pinned .bss (adopted or carried), nil when there is none.
+func (p *pins) bss() *ebpf.Map {
+	if m := p.carried[".bss"]; m != nil {
+		return m
+	}
+	return p.adopted[".bss"]
+}
+
+// replaced are the maps a take-over loads new and pins over the old ones:
+// the renewed and the carried, sorted.
+func (p *pins) replaced() []string {
+	out := slices.Clone(p.renewed)
+	for name := range p.carried {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // bpffsMagic is BPF_FS_MAGIC.
@@ -267,8 +297,10 @@ func ensureBPFFS(dir string) error {
 
 // openPins looks in dir for a pinned datapath. A complete one (its layout
 // map present) whose layout matches spec's is returned with its maps, to
-// be taken over; one that differs is refused (*IncompatibleError). A
-// partial one (a start that died before pinning its layout) is removed.
+// be taken over: those of another size alone to be carried (pins.carried),
+// the renewable groups that differ to start afresh (pins.renewed); any
+// other difference is refused (*IncompatibleError). A partial one (a start
+// that died before pinning its layout) is removed.
 func openPins(dir string, spec *ebpf.CollectionSpec, log *slog.Logger) (*pins, error) {
 	if err := ensureBPFFS(dir); err != nil {
 		return nil, fmt.Errorf("pin directory %s: %w", dir, err)
@@ -311,18 +343,23 @@ func openPins(dir string, spec *ebpf.CollectionSpec, log *slog.Logger) (*pins, e
 			"pinned", hash, "this_build", FlowHashVersion, "maps", strings.Join(flowGroup, ","))
 	}
 	p.adopted = make(map[string]*ebpf.Map)
+	p.carried = make(map[string]*ebpf.Map)
+	resized := false
 	for _, name := range pinnedMaps(spec) {
 		if slices.Contains(p.renewed, name) {
 			continue
 		}
-		m, resized, err := openPinned(dir, layout, spec, name)
+		m, other, err := openPinned(dir, layout, spec, name)
 		var inc *IncompatibleError
-		// A group's size is set in the shared .bss too (hist_slots, the
-		// sketch's width), which the old programs read until Attach
-		// replaces them: a resized group stays a refusal, but for the
-		// flow table, whose set index past the old map only fails the
-		// old program's lookup (a flow untimed).
-		if g := groupOf(name); g != nil && errors.As(err, &inc) && (!resized || name == olcdMapOlcdFlows) {
+		if g := groupOf(name); g != nil && (err == nil && other || errors.As(err, &inc)) {
+			what := "max entries differ"
+			if err != nil {
+				what = inc.What
+			}
+			if m != nil {
+				m.Close()
+			}
+			resized = resized || other
 			for _, n := range g {
 				if a := p.adopted[n]; a != nil {
 					a.Close()
@@ -331,22 +368,37 @@ func openPins(dir string, spec *ebpf.CollectionSpec, log *slog.Logger) (*pins, e
 			}
 			p.renewed = append(p.renewed, g...)
 			log.Info("a pinned map differs from this build's and holds only recent traffic: its group starts afresh",
-				"map", name, "difference", inc.What, "maps", strings.Join(g, ","))
+				"map", name, "difference", what, "maps", strings.Join(g, ","))
 			continue
 		}
 		if err != nil {
 			p.close()
 			return nil, err
 		}
+		if other {
+			p.carried[name] = m
+			resized = true
+			continue
+		}
 		p.adopted[name] = m
+	}
+	// A size sits in the .bss too (the SYN table's mask, the histogram
+	// slots, the sketch's width, the exception ports' shared policy): the
+	// old programs keep reading theirs until Attach replaces them.
+	if bss := p.adopted[".bss"]; resized && bss != nil {
+		delete(p.adopted, ".bss")
+		p.carried[".bss"] = bss
 	}
 	return p, nil
 }
 
 // openPinned opens the pinned map name in dir and checks it against spec
 // and the fingerprint the layout map holds for it (*IncompatibleError
-// when it differs or is not pinned; resized when its max entries differ).
-func openPinned(dir string, layout *ebpf.Map, spec *ebpf.CollectionSpec, name string) (m *ebpf.Map, resized bool, err error) {
+// when it differs otherwise or is not pinned). other says that its max
+// entries differ (a datapath section sized it otherwise); without an error
+// that is all (the same type, key, value, flags and layout), and m is the
+// pinned map, to be carried.
+func openPinned(dir string, layout *ebpf.Map, spec *ebpf.CollectionSpec, name string) (m *ebpf.Map, other bool, err error) {
 	ms := loadSpec(spec.Maps[name])
 	m, err = ebpf.LoadPinnedMap(filepath.Join(dir, pinName(name)), nil)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -355,21 +407,25 @@ func openPinned(dir string, layout *ebpf.Map, spec *ebpf.CollectionSpec, name st
 	if err != nil {
 		return nil, false, fmt.Errorf("open pinned map %s in %s: %w", name, dir, err)
 	}
-	if err := ms.Compatible(m); err != nil {
-		resized = m.MaxEntries() != ms.MaxEntries
+	at := ms
+	if other = m.MaxEntries() != ms.MaxEntries; other {
+		at = ms.Copy()
+		at.MaxEntries = m.MaxEntries()
+	}
+	if err := at.Compatible(m); err != nil {
 		m.Close()
-		return nil, resized, &IncompatibleError{Dir: dir, Map: name, What: strings.TrimSuffix(err.Error(), ": "+ebpf.ErrMapIncompatible.Error())}
+		return nil, other, &IncompatibleError{Dir: dir, Map: name, What: strings.TrimSuffix(err.Error(), ": "+ebpf.ErrMapIncompatible.Error())}
 	}
 	var fp uint64
 	if err := layout.Lookup(keyOf(name), &fp); err != nil {
 		m.Close()
-		return nil, false, &IncompatibleError{Dir: dir, Map: name, What: "no fingerprint in the layout"}
+		return nil, other, &IncompatibleError{Dir: dir, Map: name, What: "no fingerprint in the layout"}
 	}
-	if want := fingerprint(ms); fp != want {
+	if want := fingerprint(at); fp != want {
 		m.Close()
-		return nil, false, &IncompatibleError{Dir: dir, Map: name, What: fmt.Sprintf("key or value layout differs (fingerprint %#x pinned, %#x in this build)", fp, want)}
+		return nil, other, &IncompatibleError{Dir: dir, Map: name, What: fmt.Sprintf("key or value layout differs (fingerprint %#x pinned, %#x in this build)", fp, want)}
 	}
-	return m, false, nil
+	return m, other, nil
 }
 
 // pinFresh pins every map of a freshly loaded datapath, then the layout map
@@ -906,6 +962,8 @@ func (d *Datapath) Release() error {
 	d.mu.Unlock()
 	<-d.done
 	errs = append(errs, d.objs.close())
+	// Last: from here the next olcd may take the pinned datapath over.
+	errs = append(errs, d.pinLock.Release())
 	d.log.Info("datapath released: it stays attached and pinned", "pin_dir", d.cfg.PinDir)
 	return errors.Join(errs...)
 }
@@ -943,8 +1001,8 @@ func (a *attachment) release() error {
 // when no namespace's pins are left in it. Locks of other network
 // namespaces are never touched: their olcds may be running.
 //
-// Errors: an olcd still runs on one of the interfaces (it holds the
-// interface's lock: stop it first), or an unpin or filter deletion failed
+// Errors: an olcd still runs here (it holds the pin directory's lock, or
+// an interface's: stop it first), or an unpin or filter deletion failed
 // (the others are still done).
 func RemovePinned(dir string, log *slog.Logger) ([]string, error) {
 	return removePinned(dir, LockDir, log)
@@ -979,6 +1037,13 @@ func removePinned(dir, lockDir string, log *slog.Logger) (done []string, err err
 			_ = os.Remove(PinRoot) // empty: no namespace's pins left
 		}
 	}()
+	// An olcd that is still loading holds the pin directory's lock and
+	// none of the interfaces' yet.
+	pl, err := lockTry(pinLockPath(lockDir, dir))
+	if err != nil {
+		return nil, fmt.Errorf("detach: %w", err)
+	}
+	locks = append(locks, pl)
 	held := map[string]bool{}
 	for _, l := range links {
 		path := lockPathIn(lockDir, ns, l.Attrs().Index)
@@ -1062,6 +1127,9 @@ func (l *lockRelease) release() { _ = l.f.Release() }
 func lockTry(path string) (*lockRelease, error) {
 	f, err := lock.TryExclusive(path)
 	if errors.Is(err, lock.ErrLocked) {
+		if pid := lock.Holder(path); pid != 0 {
+			return nil, fmt.Errorf("an olcd is running here (pid %d holds %s): stop it first", pid, path)
+		}
 		return nil, fmt.Errorf("an olcd is running here (it holds %s): stop it first", path)
 	}
 	if err != nil {
@@ -1078,7 +1146,7 @@ func lockTry(path string) (*lockRelease, error) {
 // stale_after, as it would have. A heartbeat already stale is left stale:
 // a datapath that failed open stays open. stop ends the renewals and waits.
 func (p *pins) bridge(spec *ebpf.CollectionSpec, log *slog.Logger) (stop func()) {
-	m := p.adopted[".bss"]
+	m := p.bss()
 	v := spec.Variables["olcd_ctl"]
 	if m == nil || v == nil || v.SectionName != ".bss" {
 		return func() {}

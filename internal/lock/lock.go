@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -30,7 +32,9 @@ type File struct {
 // ErrLocked (wrapped, with the path) when the lock is held elsewhere; the
 // directory or file cannot be created or opened.
 //
-// The holder unlinks the file when it releases the lock. A process that
+// The holder writes its process ID into the file (Holder reads it), so that
+// a refusal can say which process to stop. The holder unlinks the file
+// when it releases the lock. A process that
 // opened the file just before that unlink would lock a name nobody else
 // sees, so after locking TryExclusive checks that path still names the file
 // it locked and starts again when it does not.
@@ -58,6 +62,10 @@ func TryExclusive(path string) (*File, error) {
 		held, err1 := f.Stat()
 		named, err2 := os.Stat(path)
 		if err1 == nil && err2 == nil && os.SameFile(held, named) {
+			// Best effort: a lock without its PID still locks.
+			if f.Truncate(0) == nil {
+				_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+			}
 			return &File{f: f, path: path}, nil
 		}
 		f.Close()
@@ -68,6 +76,21 @@ func TryExclusive(path string) (*File, error) {
 			return nil, fmt.Errorf("lock %s: %w", path, err1)
 		}
 	}
+}
+
+// Holder returns the process ID the holder of the lock at path wrote into
+// it (as its own PID namespace numbers it), 0 when the file is gone, empty
+// (a holder between its lock and its write) or unreadable.
+func Holder(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	return pid
 }
 
 // Path returns the lock file's path.

@@ -99,3 +99,23 @@ func TestRemovedUnderHolder(t *testing.T) {
 	}
 	_ = cur.Release()
 }
+
+// The holder's PID is in the lock file, for a refusal to name; a refused
+// TryExclusive does not overwrite it.
+func TestHolder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.lock")
+	if got := Holder(path); got != 0 {
+		t.Fatalf("Holder of a missing lock: %d, want 0", got)
+	}
+	l, err := TryExclusive(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Release() }()
+	if _, err := TryExclusive(path); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second lock: %v, want ErrLocked", err)
+	}
+	if got := Holder(path); got != os.Getpid() {
+		t.Fatalf("Holder: %d, want this process's %d", got, os.Getpid())
+	}
+}

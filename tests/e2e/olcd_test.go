@@ -54,6 +54,9 @@ type daemonConfig struct {
 	AutoInterfaces bool
 	// MinSamples is datapath.response_min_samples (0: the default).
 	MinSamples int
+	// MaxPorts and SYNTableSize are datapath.max_ports and
+	// syn_table_size (0: the defaults), which size pinned maps.
+	MaxPorts, SYNTableSize int
 	// ResponseP95 is a response_time_p95 threshold ("" for none), e.g. "1ms".
 	ResponseP95 string
 	// ResponseTarget is controller.response_target ("": the default,

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -62,12 +64,19 @@ const (
 	// its KeepsProtection row counts the probing SYNs that pass and
 	// logs them, without failing on them.
 	reattach
+	// resize: a restart whose config sizes the pinned maps otherwise
+	// (datapath.max_ports and syn_table_size doubled, back to the
+	// defaults, doubled again): the new daemon recreates the maps of
+	// another size, carries the policies over and replaces the program in
+	// place (docs/datapath.md, "Resized maps"); it was refused until
+	// `olcd detach`.
+	resize
 )
 
 // TestRestart runs the conn-disrupt cases, each through restarts, an
 // upgrade and downgrade with an earlier build (Upgrade…), config reloads
-// that attach and detach (Reload…) and restarts that move the attach mode
-// (Reattach…):
+// that attach and detach (Reload…), restarts that move the attach mode
+// (Reattach…) and restarts that resize the pinned maps (Resize…):
 //   - KeepsProtection: a node sheds every new connection (p = 1) while the
 //     flows send: every probing SYN is dropped (protection has no gap; but
 //     in Reattach, which has one of one attach and counts the SYNs), the
@@ -92,7 +101,7 @@ func TestRestart(t *testing.T) {
 	for _, how := range []struct {
 		prefix string
 		kind   stepKind
-	}{{"", restart}, {"Upgrade", upgrade}, {"Reload", reload}, {"Reattach", reattach}} {
+	}{{"", restart}, {"Upgrade", upgrade}, {"Reload", reload}, {"Reattach", reattach}, {"Resize", resize}} {
 		for _, rc := range []restartCase{
 			{name: "KeepsProtection", threshold: thresholdAlways, shed: true, beside: probeShedding(how.kind == reattach), restarted: keeps},
 			{name: "NoFailedConnections", threshold: thresholdNever, beside: connectEvery20ms, restarted: ticks},
@@ -195,6 +204,13 @@ func (rc restartCase) run(t *testing.T) {
 			}
 			writeFileAtomic(t, d.realCfg, renderConfig(t, startedConfig(d, c)))
 		}
+		if rc.how == resize {
+			c := cfg
+			if round%2 == 1 {
+				c.MaxPorts, c.SYNTableSize = 2048, 131072
+			}
+			writeFileAtomic(t, d.realCfg, renderConfig(t, startedConfig(d, c)))
+		}
 		if rc.how == upgrade {
 			d.bin = "" // rounds 1 and 3: this build
 			if round == 2 {
@@ -203,6 +219,17 @@ func (rc restartCase) run(t *testing.T) {
 		}
 		d.start(t)
 		gaps = append(gaps, time.Since(t0))
+		if rc.how == resize {
+			log, err := os.ReadFile(d.logPath)
+			i := strings.Index(string(log), "pinned maps of another size recreated")
+			if err != nil || i < 0 {
+				t.Fatalf("round %d: the restart's log does not say it recreated the resized maps (%v):\n%s", round, err, log)
+			}
+			if round == 1 {
+				line, _, _ := strings.Cut(string(log[i:]), "\n")
+				t.Logf("round 1 logged: %s", line)
+			}
+		}
 		rc.restarted(t, env, d, round, before)
 		if after := env.attachedProgs(t); len(after) != 1 || after[0].Hook != wantHook {
 			t.Fatalf("round %d: programs %+v after the restart, want one on %s", round, after, wantHook)
@@ -213,6 +240,7 @@ func (rc restartCase) run(t *testing.T) {
 	wg.Wait()
 	what := map[stepKind]string{restart: "3 restarts, SIGTERM to ready", reload: "3 reloads, SIGHUP to applied",
 		reattach: "3 restarts attached by xdp, tc, xdp, SIGTERM to ready",
+		resize:   "3 restarts with datapath.max_ports 2048, 1024, 2048, SIGTERM to ready",
 		upgrade:  fmt.Sprintf("old %.7s → new → old → new, SIGTERM to ready", oldRev)}[rc.how]
 	t.Logf("%s: %v; %d flow messages (%d failed); %s", what, gaps, flowMsgs.Load(), flowErrs.Load(), summary())
 	if n := flowErrs.Load(); n != 0 {
