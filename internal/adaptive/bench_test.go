@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/olc"
+	"github.com/olcd/olcd/internal/resptime"
 	"github.com/olcd/olcd/internal/trace"
 )
 
@@ -17,11 +18,15 @@ func benchController(b *testing.B, n int) (*Controller, map[olc.PortKey]PortStat
 	cfg.Thresholds[olc.CPUBusy] = 0.8
 	cfg.Thresholds[olc.PSICPUSome] = 0.4
 	stats := make(map[olc.PortKey]PortStats, n)
+	hist := make([]uint64, resptime.Buckets) // 100 answers, 20 to 60 ms: the tail budget reads it
+	for i := range 100 {
+		hist[resptime.Bucket(time.Duration(20+i*40/100)*time.Millisecond)]++
+	}
 	for i := range n {
 		k := olc.PortKey{Proto: olc.ProtoTCP, Port: uint16(1000 + i)}
 		cfg.Ports = append(cfg.Ports, PortConfig{Key: k, Class: olc.Class(i % int(olc.NumClasses)), Target: ResponseTarget{Auto: true}})
 		stats[k] = PortStats{New: 300, Retransmits: 20, Dropped: 150,
-			Response: PortResponse{Available: true, P95: 0.05, Samples: 100, Requests: 150, Responses: 100, Inflight: 30}}
+			Response: PortResponse{Available: true, P95: 0.05, Samples: 100, Requests: 150, Responses: 100, Inflight: 30, Hist: hist}}
 	}
 	c, err := New(cfg)
 	if err != nil {

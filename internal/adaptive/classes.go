@@ -7,11 +7,8 @@ import (
 )
 
 // splitClasses splits the node's drop probability p (a share of all new
-// work) over the classes by their demand weights, least protected first: a
-// class takes up to the bound before the next one sheds anything, so
-// best_effort is cut before normal and normal before critical. A class
-// without demand gets the bound when the split reaches it, so that new work
-// arriving there is not favoured over the classes that carried the load.
+// work) over the classes by demand weight, least protected first, each up to
+// the bound; a class without demand gets the bound when the split reaches it.
 func splitClasses(p, bound float64, weights [olc.NumClasses]float64) [olc.NumClasses]float64 {
 	var out [olc.NumClasses]float64
 	var total float64

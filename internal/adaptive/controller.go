@@ -37,8 +37,7 @@ func New(cfg Config) (*Controller, error) {
 	return c, nil
 }
 
-// minInterval is the shortest tick (docs/controller.md §7); the daemon's
-// config asks for 100 ms at least (rules.MinInterval).
+// minInterval is the shortest tick (docs/controller.md §7; the daemon's: rules.MinInterval).
 const minInterval = 10 * time.Millisecond
 
 // validate checks cfg and reports every problem at once.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/olc"
+	"github.com/olcd/olcd/internal/resptime"
 )
 
 // TestLawRanksRetransmits: with a target below the SYN retransmit timeout
@@ -204,6 +205,53 @@ func TestCeilingShare(t *testing.T) {
 		if float64(p.ceil) != tc.want {
 			t.Errorf("ceiling %d at share %.2f: %d, want %.0f", tc.ceil, tc.share, p.ceil, tc.want)
 		}
+	}
+}
+
+// TestTailBudget: the ceiling's share aims at the p95 while at most
+// tailShare of the answers since the ceiling began were late; past that, at
+// the tick's quantile that repays the excess in a tick, at least half the
+// budget late (docs/controller.md §1, "Its share"). Every tick the ceiling
+// stood through counts its answers and the late among them; a new ceiling
+// starts the count.
+func TestTailBudget(t *testing.T) {
+	prm := DefaultParams()
+	const target = 0.05
+	hist := make([]uint64, resptime.Buckets) // 100 answers at i × T ÷ 95: the p95 at T, 5 late
+	for i := 1; i <= 100; i++ {
+		hist[resptime.Bucket(time.Duration(float64(i)*target/95*1e9))]++
+	}
+	p95, _ := resptime.Quantile(hist, 0.95)
+	at := func(rank float64) float64 { q, _ := resptime.Quantile(hist, rank); return q }
+	for _, tc := range []struct {
+		name           string
+		late, answered float64 // the budget's count before the tick
+		want           float64 // the share after it, from 1
+	}{
+		{"none late yet: the p95", 0, 0, target / p95},
+		{"within the budget: the p95", 5, 200, target / p95},
+		{"1 over: the quantile that leaves 4 late", 11, 200, target / at(0.96)},
+		{"far over: at most half the budget a tick", 60, 200, target / at(0.975)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := port{cfg: PortConfig{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 80}, Target: ResponseTarget{Seconds: target}},
+				pass: 0.5, ceil: 5, held: 5, scale: 1, target: target, prevEnd: 5, away: SYNRetransmitTimeout,
+				late: tc.late, answered: tc.answered}
+			p.cap.resize(prm, 500*time.Millisecond)
+			st := PortStats{New: 200, Dropped: 105, Ceiled: 5, Response: PortResponse{Available: true,
+				P95: p95, Samples: 100, Requests: 100, Responses: 100, Inflight: 5, Hist: hist}}
+			p.step(st, 0.5, false, &prm)
+			if math.Abs(p.scale-math.Min(1, tc.want)) > 1e-9 {
+				t.Errorf("share %.4f, want %.4f", p.scale, math.Min(1, tc.want))
+			}
+			if late := tc.late + 100*resptime.Above(hist, target); p.ceil == 0 || math.Abs(p.late-late) > 1e-9 || p.answered != tc.answered+100 {
+				t.Errorf("counted %.2f late of %.0f, want %.2f of %.0f (ceiling %d)", p.late, p.answered, late, tc.answered+100, p.ceil)
+			}
+		})
+	}
+	p := port{pass: 0.5, target: 1, late: 30, answered: 100}
+	if p.settle(counts{dt: 0.05}, 0, 6.84, 1); p.late != 0 || p.answered != 0 {
+		t.Errorf("a new ceiling kept the count: %.0f late of %.0f", p.late, p.answered)
 	}
 }
 

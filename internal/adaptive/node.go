@@ -14,8 +14,7 @@ type nodeLaw struct {
 	prevErr float64 // the error of the previous tick while on
 }
 
-// The law's floors (docs/controller.md §7): pressure 0, an idle PSI
-// resource, would give e = −Inf, and a pass rate of 0 would never recover.
+// The law's floors (docs/controller.md §7): e of pressure 0 is −Inf; a pass rate of 0 never recovers.
 const (
 	minError    = -1
 	recoverFrom = 0.01

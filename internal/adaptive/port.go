@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/olcd/olcd/internal/olc"
+	"github.com/olcd/olcd/internal/resptime"
 )
 
 // PortResponse is a port's measured queue over one tick or onset window,
@@ -23,6 +24,8 @@ type PortResponse struct {
 	Requests, Responses float64
 	// Inflight is the requests waiting or in service at the end, scaled by the sample rate.
 	Inflight float64
+	// Hist is the tick's histogram of response times (internal/resptime's; nil: only P95 known).
+	Hist []uint64
 }
 
 // port is one protected port: its law on its measured capacity and queue
@@ -46,17 +49,17 @@ type port struct {
 	demand     float64         // unique new work per second in the last tick: the class split's weight
 	recorded   float64         // p at the last probability_change record
 	unmeasured float64         // how long (seconds) the port has had no counts
+	late       float64         // since the ceiling started: answers past the target (the tail budget's spend),
+	answered   float64         // and all answers
 }
 
-// The standing queue's span; the queue, in N* or the ceiling, past which
-// the demand counts at once and the share learns nothing; in a closed loop,
-// the share of their rate at a ceiling's start the starts fall to, or of
-// the shed that comes back (docs/controller.md §7).
+// The law's constants: docs/controller.md §7 gives each one's meaning.
 const (
 	standingSpan = 100 * time.Millisecond
 	longQueue    = 2.0
 	closedFall   = 0.5
 	returnShare  = 0.25
+	tailShare    = 0.05 // the answers a p95 at the target leaves past it
 )
 
 // active reports whether the port's law sheds: its pass rate, or its
@@ -64,10 +67,8 @@ const (
 func (p *port) active() bool { return p.pass < 1 || p.ceil > 0 }
 
 // settle sets the ceiling after the law ran on counts c (docs/controller.md
-// §1): s × N* of μ̂ mu or the saturated μ̂, and above it the standing queue
-// n, its excess drained over h (away past longQueue × N*), n past the
-// ceiling in force counting only in a closed loop; at pass rate 1 it holds
-// until it refused nothing for h.
+// §1): s × N* of μ mu, above it the standing queue n's excess drained over h
+// (n past the ceiling in force only in a closed loop); held while it refuses.
 func (p *port) settle(c counts, n, mu, h float64) {
 	if p.pass >= 1 && (p.ceil == 0 || !p.hist.refused(h)) {
 		p.ceil = 0
@@ -75,7 +76,7 @@ func (p *port) settle(c counts, n, mu, h float64) {
 	}
 	starts := p.hist.rate(standingSpan.Seconds()).all
 	if p.ceil == 0 { // a new ceiling starts at N*, its queue unclamped
-		p.scale, p.onsetRate, p.began, p.ceil = 1, starts, p.hist.clock, 1<<30
+		p.scale, p.onsetRate, p.began, p.ceil, p.late, p.answered = 1, starts, p.hist.clock, 1<<30, 0, 0
 	}
 	full := math.Max(mu, p.cap.lastSat) * p.target
 	if n > longQueue*full {
@@ -121,14 +122,17 @@ func countsOf(st PortStats, dt float64) counts {
 		ceiled: float64(st.Ceiled), dt: dt}
 }
 
-// step advances the port's law (docs/controller.md §1) by one tick of dt
-// seconds; busy is true while the node's resource law sheds (no baseline is
-// learnt then). It returns the reason for the decision log ("": quiet).
+// step advances the port's law (docs/controller.md §1) by a tick of dt seconds; busy: the node's
+// law sheds (no baseline is learnt). It returns the reason for the decision log ("": quiet).
 func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	r := sanitize(st.Response)
 	c := countsOf(st, dt)
 	p.demand = c.first / dt
-	defer func() { p.held = p.ceil }() // read below as the ceiling that stood through this tick
+	defer func() { // the ceiling that stood through this tick, read below; the tail budget's count
+		if p.held = p.ceil; p.ceil > 0 {
+			p.late, p.answered = p.late+r.Responses*resptime.Above(r.Hist, p.target), p.answered+r.Responses
+		}
+	}()
 	p.noteShed(st)
 	// Saturated: requests waited through the tick and N* of them stand at
 	// its end (full), or the ceiling refused arrivals; a pool of 8
@@ -148,14 +152,17 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	p.target = p.base.targetFor(p.cfg.Target, prm)
 	over := r.Available && r.P95 > p.target
 	if p.held > 0 && p.ceil > 0 && st.Ceiled > 0 && st.Dropped > 0 && r.Available && p.hist.below(dt, longQueue*float64(p.ceil)) {
-		// The queue stood at the ceiling, enforced, no burst past it: the p95 is
-		// its and a sojourn scales with it, so s × T ÷ p95 holds the p95 at T
-		// (docs/controller.md §1, "Its share"; the floor: fewer idle workers).
-		floor := 1 / prm.TargetFactor
+		// The queue stood at the ceiling, enforced, no burst past it: q is its,
+		// the p95 or past the tail budget the quantile that repays it, and a
+		// sojourn scales with it (docs/controller.md §1, "Its share").
+		floor, q := 1/prm.TargetFactor, r.P95
 		if p.base.ok {
 			floor = p.base.value / p.target
 		}
-		p.scale = math.Min(1, math.Max(floor, p.scale*p.target/r.P95))
+		if debt := p.late - tailShare*p.answered; debt > 0 && len(r.Hist) > 0 && r.Responses > 0 {
+			q, _ = resptime.Quantile(r.Hist, 1-math.Max(tailShare/2, tailShare-debt/r.Responses))
+		}
+		p.scale = math.Min(1, math.Max(floor, p.scale*p.target/q))
 	}
 	if !p.active() && !over {
 		return ""
@@ -240,9 +247,8 @@ func (p *port) passName() string {
 	return s
 }
 
-// window takes one onset window of w seconds between ticks of tick
-// seconds (docs/controller.md §1, "Between ticks"): it feeds the history,
-// and runs the law on the window's in flight while the port sheds or surges.
+// window takes an onset window of w seconds between ticks of tick seconds (docs/controller.md
+// §1, "Between ticks"): it feeds the history; while the port sheds or surges, the law runs.
 func (p *port) window(st PortStats, w, tick float64, prm *Params) string {
 	r := sanitize(st.Response)
 	c := countsOf(st, w)

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/netip"
+	"reflect"
 	"testing"
 
 	"github.com/olcd/olcd/internal/adaptive"
@@ -100,7 +101,7 @@ func TestPortStatsLeaveCappedOut(t *testing.T) {
 		{"no cap", loader.Counters{NewConns: 300, Dropped: 200, Rejected: 20, SYNRetransmits: 10},
 			adaptive.PortStats{New: 300, Dropped: 200, Rejected: 20, Retransmits: 10}},
 	} {
-		if got := portStats(tt.dl); got != tt.want {
+		if got := portStats(tt.dl); !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("%s: %+v, want %+v", tt.name, got, tt.want)
 		}
 	}

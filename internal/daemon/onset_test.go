@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/olcd/olcd/internal/adaptive"
@@ -44,7 +45,7 @@ func TestWindowResponse(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := windowResponse(tc.cur, tc.prev, k, tc.sample); got != tc.want {
+			if got := windowResponse(tc.cur, tc.prev, k, tc.sample); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}
 		})

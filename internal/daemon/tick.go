@@ -176,7 +176,7 @@ func portResponse(pr resptime.Port, sample uint32, interval time.Duration) adapt
 	r := adaptive.PortResponse{Available: pr.Available, Samples: pr.Samples, Requests: pr.RequestsPerS * interval.Seconds(),
 		Responses: float64(pr.Samples) * float64(max(sample, 1)), Inflight: pr.Inflight}
 	if pr.Available {
-		r.P95 = pr.P95
+		r.P95, r.Hist = pr.P95, pr.Hist
 	}
 	return r
 }

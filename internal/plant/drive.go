@@ -151,7 +151,7 @@ func DriveRestart(c *adaptive.Controller, sc Scenario, key olc.PortKey, minSampl
 		r := adaptive.PortResponse{Samples: uint64(o.Responses), Requests: float64(o.Requests),
 			Responses: float64(o.Responses), Inflight: float64(o.Inflight)}
 		if o.Responses >= minSamples && o.Responses > 0 {
-			r.Available, r.P95 = true, o.P95
+			r.Available, r.P95, r.Hist = true, o.P95, o.Hist
 		}
 		d := c.Step(s, map[olc.PortKey]adaptive.PortStats{key: {
 			New: o.New, Retransmits: o.Retransmits, Dropped: o.Dropped, Ceiled: o.Ceiled, Response: r}})

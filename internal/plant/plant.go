@@ -15,6 +15,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/olcd/olcd/internal/resptime"
 )
 
 // step is the simulation step (seconds).
@@ -213,6 +215,9 @@ type Observation struct {
 	// reaching the server to its answer) of the requests answered in the
 	// tick; meaningful when Responses > 0.
 	P50, P95, P99 float64
+	// Hist is the same response times in the datapath's histogram
+	// (internal/resptime's buckets).
+	Hist []uint64
 	// Requests is how many requests reached the server in the tick.
 	Requests int
 	// Inflight is the requests waiting or in service at the tick's end.
@@ -507,6 +512,10 @@ func RunWindows(sc Scenario, decide func(Observation) float64, between func(Obse
 		if len(latencies) > 0 {
 			slices.Sort(latencies)
 			obs.P50, obs.P95, obs.P99 = quantile(latencies, 0.5), quantile(latencies, 0.95), quantile(latencies, 0.99)
+			obs.Hist = make([]uint64, resptime.Buckets)
+			for _, l := range latencies {
+				obs.Hist[resptime.Bucket(time.Duration(l*float64(time.Second)))]++
+			}
 		}
 		obs.Inflight = inflight(queue, workers, abandoned)
 		cpu := busySum / float64(tickSteps)

@@ -11,6 +11,7 @@ package resptime
 
 import (
 	"math"
+	"slices"
 	"time"
 )
 
@@ -107,6 +108,30 @@ func Quantile(counts []uint64, q float64) (float64, bool) {
 	return Value(len(counts) - 1), true
 }
 
+// Above returns the share (0..1) of the histogram counts slower than t
+// seconds, the bucket holding t counted in proportion to its part above t
+// (0 when counts is empty): the share of answers past a target, which a p95
+// at the target puts at 0.05.
+func Above(counts []uint64, t float64) float64 {
+	var n, above float64
+	for b, c := range counts {
+		if c == 0 {
+			continue
+		}
+		n += float64(c)
+		switch lo, hi := Bounds(b); {
+		case lo >= t:
+			above += float64(c)
+		case hi > t && !math.IsInf(hi, 1):
+			above += float64(c) * (hi - t) / (hi - lo)
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return above / n
+}
+
 // Sum returns the estimated sum of the values in counts (seconds), each
 // bucket counted at Value.
 func Sum(counts []uint64) float64 {
@@ -167,6 +192,9 @@ type Port struct {
 	// Inflight is the number of requests outstanding at the end of the
 	// tick, scaled by the sample rate (requests).
 	Inflight float64
+	// Hist is the tick's histogram (Buckets counts, sampled flows only;
+	// nil when not Available).
+	Hist []uint64
 }
 
 // Compute returns a port's signals from the tick's histogram delta, its
@@ -185,7 +213,7 @@ func Compute(delta []uint64, requests uint64, outstanding int64, sample uint32, 
 	if p.Samples == 0 || p.Samples < minSamples {
 		return p
 	}
-	p.Available = true
+	p.Available, p.Hist = true, slices.Clone(delta)
 	p.P50, _ = Quantile(delta, 0.50)
 	p.P95, _ = Quantile(delta, 0.95)
 	p.P99, _ = Quantile(delta, 0.99)

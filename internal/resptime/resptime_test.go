@@ -108,3 +108,35 @@ func TestQuantileTightCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestAbove: the share of a histogram slower than t, against the exact
+// share of the samples it was built from (within the bucket t falls in).
+func TestAbove(t *testing.T) {
+	if got := Above(make([]uint64, Buckets), 0.01); got != 0 {
+		t.Errorf("empty: %g, want 0", got)
+	}
+	counts := make([]uint64, Buckets)
+	var ds []time.Duration
+	for i := 1; i <= 1000; i++ {
+		d := time.Duration(i) * 50 * time.Microsecond // 50 µs .. 50 ms, evenly
+		ds = append(ds, d)
+		counts[Bucket(d)]++
+	}
+	for _, tc := range []struct {
+		t    float64
+		want float64
+	}{{0, 1}, {0.001, 0.98}, {0.0125, 0.75}, {0.025, 0.5}, {0.0475, 0.05}, {0.05, 0}, {1, 0}} {
+		got := Above(counts, tc.t)
+		_, hi := Bounds(Bucket(time.Duration(tc.t * 1e9)))
+		lo, _ := Bounds(Bucket(time.Duration(tc.t * 1e9)))
+		var inBucket int
+		for _, d := range ds {
+			if s := d.Seconds(); s >= lo && s < hi {
+				inBucket++
+			}
+		}
+		if tol := float64(inBucket)/float64(len(ds)) + 1e-9; math.Abs(got-tc.want) > tol {
+			t.Errorf("Above(%g) = %.4f, want %.4f ± %.4f", tc.t, got, tc.want, tol)
+		}
+	}
+}
