@@ -65,8 +65,9 @@ func Parse(data []byte, source string) (*Config, []Warning, error) {
 	if root == nil && source != "" {
 		return nil, nil, &ValidationError{Problems: []Problem{emptyProblem(source, data)}}
 	}
+	pre := nullKeyProblems(root, true)
 	root, nulls := sy.DropNulls(root, "")
-	cfg, warns, err := decodeDocument(root, source)
+	cfg, warns, err := decodeDocument(root, source, pre)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -150,7 +151,7 @@ func (c *Config) Patch(doc []byte, source string) (*Config, []Warning, error) {
 		// replacing the list.
 		base = withSignals(base, c.Thresholds)
 	}
-	cfg, warns, err := decodeDocument(sy.Merge(base, root, c.file), c.Source)
+	cfg, warns, err := decodeDocument(sy.Merge(base, root, c.file), c.Source, nullKeyProblems(root, false))
 	if err != nil {
 		return nil, nil, err
 	}
