@@ -134,7 +134,7 @@ func New(opts Options) (*Daemon, error) {
 		return nil, l.err
 	}
 	d.logWarnings(l.warns)
-	d.conf.fileData, d.conf.fileDigest = l.data, l.cfg.Digest()
+	d.conf.fileData, d.conf.fileDigest, d.conf.file = l.data, l.cfg.Digest(), l.cfg
 	d.metrics = newMetrics(opts.Version)
 	d.eng = &engine{log: log, metrics: d.metrics, cfg: l.cfg}
 	d.links.log, d.links.changes = log, d.metrics.interfaceChanges

@@ -211,9 +211,12 @@ func PatchPaths(doc []byte) ([]string, error) {
 }
 
 // PatchResetsOnly reports whether every value a patch document writes is a
-// null: it only puts keys back to the file's values (Patch), and once no
-// other live override sets them, nothing of it is live any more. False for
-// a document PatchPaths cannot read, or one that sets nothing.
+// null: it only puts keys back to the file's values (Patch). That is not
+// always what runs without it: where the file leaves the signals out, the
+// running signals are the defaults, and a null deletes one. A caller drops
+// such a patch from its live overrides only when the file and the other
+// overrides give the same config (Digest). False for a document PatchPaths
+// cannot read, or one that sets nothing.
 func PatchResetsOnly(doc []byte) bool {
 	root, probs := sy.Parse(doc, "patch", example)
 	if len(probs) > 0 || root == nil || len(root.Keys) == 0 {
