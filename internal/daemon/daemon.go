@@ -367,8 +367,7 @@ func (ls *listeners) close(d *Daemon, started bool) {
 		d.eng.dlog.Close()
 	}
 	if ls.admin != nil {
-		ls.admin.Close()
-		os.Remove(d.adminSocket())
+		ls.admin.Close() // removes the socket file, unless a successor's replaced it
 		ls.sockDirs.remove()
 	}
 	if !started {
