@@ -154,12 +154,47 @@ func listenAdmin(path string) (net.Listener, error) {
 	// The umask makes the socket 0600 from its creation: a chmod after
 	// bind would leave a window in which any local user could connect.
 	old := syscall.Umask(0o177)
-	ln, err := net.Listen("unix", path)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	syscall.Umask(old)
 	if err != nil {
 		return nil, fmt.Errorf("listen on admin socket %s: %w", path, err)
 	}
-	return ln, nil
+	// Removed by adminListener.Close, and only while it is this socket.
+	ln.SetUnlinkOnClose(false)
+	made, _ := os.Lstat(path) // nil (removed already): never removed
+	return &adminListener{UnixListener: ln, path: path, made: made}, nil
+}
+
+// adminListener is the admin socket's listener. Closing it removes the
+// socket file only while the path still names the socket it made (same
+// device and inode): a successor olcd started by hand while this one stops
+// (`kill; olcd run`: its pin lock waits for this one) may have made its own
+// there already, and removing that left its admin API, the kill switch,
+// unreachable until it noticed (adminCheckEvery). Closing it twice (the
+// admin server, then the stop) is harmless.
+type adminListener struct {
+	*net.UnixListener
+	path string
+	made os.FileInfo // the socket file as made; nil if it was gone at once
+}
+
+// Close stops listening and removes the socket file if it is still this
+// listener's.
+func (l *adminListener) Close() error {
+	err := l.UnixListener.Close()
+	removeIfSame(l.path, l.made)
+	return err
+}
+
+// removeIfSame removes the file at path when it is still made (os.SameFile:
+// device and inode), and leaves whatever replaced it.
+func removeIfSame(path string, made os.FileInfo) {
+	if made == nil {
+		return
+	}
+	if cur, err := os.Lstat(path); err == nil && os.SameFile(made, cur) {
+		_ = os.Remove(path)
+	}
 }
 
 // socketFound is what removeStaleSocket found at an admin socket's path.

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -216,5 +217,66 @@ func TestAdminSocketMadeAgain(t *testing.T) {
 	}
 	if n := strings.Count(log.String(), "admin socket path taken by another file"); n != 1 {
 		t.Errorf("the taken path was reported %d times, want once:\n%s", n, log)
+	}
+}
+
+// TestAdminSocketSuccessorKept: a stopping olcd removes its admin socket
+// file only while the path is still its socket. A successor started by
+// hand (`kill; olcd run`: its pin lock waits for this one) may have made
+// its own there before the old one's listeners close: that one survives
+// the old one's stop, its admin server's close and its listener's close
+// alike (they removed it, and the kill switch was unreachable until the
+// successor's check made it again).
+func TestAdminSocketSuccessorKept(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		replaced  bool // a successor made its socket at the path
+		viaServer bool // closed by the admin server first, as a stop does
+	}{
+		{name: "own socket removed", replaced: false},
+		{name: "own socket removed, server closed first", replaced: false, viaServer: true},
+		{name: "successor's socket kept", replaced: true},
+		{name: "successor's socket kept, server closed first", replaced: true, viaServer: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "run")
+			path := filepath.Join(dir, "olcd.sock")
+			d := &Daemon{opts: Options{AdminSocket: path}, eng: &engine{}}
+			ls := &listeners{}
+			var err error
+			if ls.admin, err = listenAdmin(path); err != nil {
+				t.Fatal(err)
+			}
+			srv := newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) }))
+			go serveHTTP(srv, ls.admin, func(error) {})
+			var succ os.FileInfo
+			if tt.replaced {
+				// The old socket no longer answers (its server stopped):
+				// the successor finds it stale and makes its own.
+				if err := os.Remove(path); err != nil {
+					t.Fatal(err)
+				}
+				next, err := listenAdmin(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { next.Close() })
+				if succ, err = os.Lstat(path); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tt.viaServer {
+				srv.Close()
+			}
+			ls.close(d, true)
+			srv.Close()
+			cur, err := os.Lstat(path)
+			switch {
+			case tt.replaced && (err != nil || !os.SameFile(cur, succ)):
+				t.Errorf("the successor's socket at %s: %v, want it kept", path, err)
+			case !tt.replaced && !errors.Is(err, fs.ErrNotExist):
+				t.Errorf("own socket at %s after the stop: %v, want it removed", path, err)
+			}
+		})
 	}
 }

@@ -134,7 +134,7 @@ func New(opts Options) (*Daemon, error) {
 		return nil, l.err
 	}
 	d.logWarnings(l.warns)
-	d.conf.fileData, d.conf.fileDigest = l.data, l.cfg.Digest()
+	d.conf.fileData, d.conf.fileDigest, d.conf.file = l.data, l.cfg.Digest(), l.cfg
 	d.metrics = newMetrics(opts.Version)
 	d.eng = &engine{log: log, metrics: d.metrics, cfg: l.cfg}
 	d.links.log, d.links.changes = log, d.metrics.interfaceChanges
@@ -367,8 +367,7 @@ func (ls *listeners) close(d *Daemon, started bool) {
 		d.eng.dlog.Close()
 	}
 	if ls.admin != nil {
-		ls.admin.Close()
-		os.Remove(d.adminSocket())
+		ls.admin.Close() // removes the socket file, unless a successor's replaced it
 		ls.sockDirs.remove()
 	}
 	if !started {

@@ -44,21 +44,38 @@ func withOverride(list []liveOverride, o liveOverride) ([]liveOverride, error) {
 }
 
 // withoutSpentReset drops o, the last of list, when it only puts keys back
-// to the file's values (a patch of nulls) and no earlier override in list
-// sets any of them: those keys run as the file says, and a live override
-// that changes nothing would be listed, kept and replayed for nothing.
-func withoutSpentReset(list []liveOverride, o liveOverride) []liveOverride {
-	if !o.resetsOnly {
+// (a patch of nulls, rules.PatchResetsOnly) and the file's config with the
+// other overrides of list replayed is exactly running, the config o made:
+// then nothing of o is live, and an override that changes nothing would be
+// listed, kept and replayed for nothing. Any other reset stays: one under a
+// wider override that still sets other keys, and one that is not a reset of
+// the running config at all, such as `{signals: {accept_queue_fill: null}}`
+// on a file without a signals section, which deletes a default signal (the
+// file, beneath, lists none): dropped, the status would list no override,
+// and a restart would turn the signal back on.
+func withoutSpentReset(list []liveOverride, o liveOverride, file, running *rules.Config) []liveOverride {
+	if !o.resetsOnly || file == nil || running == nil {
 		return list
 	}
-	for _, old := range list[:len(list)-1] {
-		for _, p := range old.paths {
-			if slices.ContainsFunc(o.paths, func(q string) bool { return rules.Covers(q, p) || rules.Covers(p, q) }) {
-				return list
-			}
+	rest := list[:len(list)-1]
+	if cfg, err := replay(file, rest); err != nil || cfg.Digest() != running.Digest() {
+		return list
+	}
+	return rest
+}
+
+// replay returns file, the config file's config, with the overrides of list
+// applied oldest first, as a restart applies them again (reapplyOverrides)
+// and `olcd config show` renders them.
+func replay(file *rules.Config, list []liveOverride) (*rules.Config, error) {
+	cfg := file
+	for _, o := range list {
+		var err error
+		if cfg, _, err = cfg.Patch(o.doc, "admin "+o.Kind); err != nil {
+			return nil, err
 		}
 	}
-	return list[:len(list)-1]
+	return cfg, nil
 }
 
 // coveredBy reports whether every path of old is set again by one of paths.

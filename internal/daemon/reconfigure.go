@@ -35,6 +35,9 @@ type configState struct {
 	// changes nothing, and must not drop the live overrides (the kill switch).
 	fileData   []byte
 	fileDigest string
+	// file is fileData's config (the embedded default's when nil): the
+	// live overrides replayed onto it give the config in force.
+	file *rules.Config
 }
 
 // readConfigFile reads the config file; tests replace it to make a read
@@ -88,7 +91,7 @@ func (d *Daemon) override(kind, value string, doc []byte) error {
 		var o liveOverride
 		if o, err = newOverride(kind, value, doc); err == nil {
 			if list, err = withOverride(d.conf.overrides, o); err == nil {
-				list = withoutSpentReset(list, o)
+				list = withoutSpentReset(list, o, d.conf.file, cfg)
 			}
 		}
 	}
@@ -126,7 +129,7 @@ func (d *Daemon) applyLoad(l configLoad) error {
 		// undone): nothing to apply, and a kill switch set with `olcd set
 		// mode off` stays. SIGHUP and `olcd reload` still drop the overrides.
 		d.metrics.reloads.Inc() // read and valid: a successful reload that changes nothing
-		d.conf.refused, d.conf.fileData = nil, l.data
+		d.conf.refused, d.conf.fileData, d.conf.file = nil, l.data, l.cfg
 		d.log.Info("config file written without a change: nothing to apply, live overrides kept", "source", src, "overrides_kept", len(d.conf.overrides))
 		return nil
 	}
@@ -147,7 +150,7 @@ func (d *Daemon) applyLoad(l configLoad) error {
 	}
 	d.metrics.reloads.Inc()
 	d.conf.refused = nil
-	d.conf.fileData, d.conf.fileDigest = l.data, digest
+	d.conf.fileData, d.conf.fileDigest, d.conf.file = l.data, digest, l.cfg
 	dropped := len(d.conf.overrides)
 	d.conf.overrides = nil
 	d.log.Info("config reloaded", "trigger", l.trigger, "source", src, "overrides_dropped", dropped)

@@ -432,7 +432,7 @@ func Load(cfg Config, log *slog.Logger) (_ *Datapath, err error) {
 		}
 	}
 	if pinned != nil && d.adopted && len(pinned.replaced()) > 0 {
-		if err := d.pinRenewed(spec, pinned.replaced()); err != nil {
+		if err := d.pinRenewed(spec, pinned.replaced(), pinned.renewed); err != nil {
 			return nil, errors.Join(fmt.Errorf("take over pinned datapath in %s: %w", cfg.PinDir, err), d.objs.close())
 		}
 		if len(pinned.carried) > 0 {

@@ -421,7 +421,10 @@ func openPinned(dir string, layout *ebpf.Map, spec *ebpf.CollectionSpec, name st
 		m.Close()
 		return nil, other, &IncompatibleError{Dir: dir, Map: name, What: "no fingerprint in the layout"}
 	}
-	if want := fingerprint(at); fp != want {
+	// Of another size under this build's own fingerprint: a take-over
+	// killed before it replaced the map (pinRenewed) wrote it; the map is
+	// one it was carrying, of the same layout.
+	if want := fingerprint(at); fp != want && !(other && fp == fingerprint(ms)) {
 		m.Close()
 		return nil, other, &IncompatibleError{Dir: dir, Map: name, What: fmt.Sprintf("key or value layout differs (fingerprint %#x pinned, %#x in this build)", fp, want)}
 	}
@@ -439,25 +442,41 @@ func (d *Datapath) pinFresh(spec *ebpf.CollectionSpec) error {
 	return pinLayout(d.cfg.PinDir, spec, false, nil)
 }
 
-// pinRenewed pins the maps a take-over started afresh over the old ones.
-// Each replacement is a rename, so the directory is complete at every
-// moment, and the layout map is replaced twice around them: first without
-// the renewed maps' fingerprints, last with this build's. A start that
-// dies in between leaves maps the next one finds no fingerprint for, so it
-// renews them again rather than adopt a map of another layout under the
-// old fingerprint. (The old programs use the old maps until Attach
-// replaces them; either group holds only recent traffic.)
-func (d *Datapath) pinRenewed(spec *ebpf.CollectionSpec, names []string) error {
-	if err := pinLayout(d.cfg.PinDir, spec, true, names); err != nil {
+// pinRenewed pins the maps a take-over loads new over the old ones (names:
+// the renewed groups, renewed, and the maps of another size it carries,
+// with the .bss). Each replacement is a rename, so the directory is
+// complete at every moment, and the layout map is replaced twice around
+// them: first without the renewed maps' fingerprints and with this build's
+// for the carried ones, last with this build's for all. A start that dies
+// in between leaves renewed maps the next one finds no fingerprint for, so
+// it renews them again rather than adopt a map of another layout under the
+// old fingerprint; and carried maps it takes at either size (openPinned: a
+// map not yet replaced is of the old size under the new size's
+// fingerprint), where without their fingerprints every later start refused
+// the directory. (The old programs use the old maps until Attach replaces
+// them; either group holds only recent traffic.)
+func (d *Datapath) pinRenewed(spec *ebpf.CollectionSpec, names, renewed []string) error {
+	if err := pinLayout(d.cfg.PinDir, spec, true, renewed); err != nil {
 		return err
 	}
-	for _, name := range names {
+	if err := interruptRenew(0); err != nil {
+		return err
+	}
+	for i, name := range names {
 		if err := d.pinMap(name, true); err != nil {
+			return err
+		}
+		if err := interruptRenew(i + 1); err != nil {
 			return err
 		}
 	}
 	return pinLayout(d.cfg.PinDir, spec, true, nil)
 }
+
+// interruptRenew is called after each step of pinRenewed (0: the first
+// layout, i: the i-th map pinned); tests make it fail to stop a take-over
+// there, as a start killed partway would.
+var interruptRenew = func(int) error { return nil }
 
 // pinMap pins the map name of d; replace pins it beside the existing pin
 // and renames it over that one (bpffs refuses to pin over a name).

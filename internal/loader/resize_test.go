@@ -1,6 +1,8 @@
 package loader
 
 import (
+	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"testing"
@@ -168,5 +170,82 @@ func TestTakeOverResizedGroupOtherLayout(t *testing.T) {
 	checkAdopted(t, dir, []string{olcdMapOlcdPolicies}, before)
 	if p := d.Policies(); len(p) != 1 || p[0].DropProbability != 1 {
 		t.Errorf("policies carried %+v, want tcp/8080 at p 1", p)
+	}
+}
+
+// TestTakeOverResizedInterrupted: a resizing take-over that stops partway
+// through pinning its new maps (a start killed there) leaves a directory
+// the next start takes over: the layout it wrote first holds this build's
+// fingerprints of the maps it carries (it left them out, and every later
+// start refused the .bss for want of one until `olcd detach`), and a
+// carried map not yet replaced, of the old size under the new size's
+// fingerprint, is carried again. The policies survive both starts, the new
+// program sheds before any write, and the start after that adopts all.
+func TestTakeOverResizedInterrupted(t *testing.T) {
+	spec, err := loadOlcd()
+	must(t, err)
+	all := pinnedMaps(spec)
+	for _, step := range []int{0, 1, 3} { // after the first layout, the .bss, three maps
+		t.Run(fmt.Sprintf("after step %d", step), func(t *testing.T) {
+			dir := pinTestDir(t)
+			n := newTestNet(t)
+			cfg := Config{PinDir: dir, MaxPorts: 16, StaleAfter: time.Hour, FlowTableSize: 64}
+			d := loadPinned(t, cfg)
+			n.inServer(t, func() error { return d.Attach(n.NodeIf, olc.AttachTC) })
+			var pol []PortPolicy
+			for i := range 3 {
+				pol = append(pol, PortPolicy{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: uint16(8080 + i)},
+					Mode: olc.ModeEnforce, Action: olc.ActionDrop, DropProbability: 1})
+			}
+			must(t, d.SetPolicies(pol))
+			must(t, d.SetMode(olc.ModeEnforce))
+			must(t, d.Heartbeat())
+			must(t, d.Release())
+
+			next := cfg
+			next.MaxPorts = 32
+			interrupted := errors.New("interrupted")
+			interruptRenew = func(i int) error {
+				if i == step {
+					return interrupted
+				}
+				return nil
+			}
+			t.Cleanup(func() { interruptRenew = func(int) error { return nil } })
+			if d, err := Load(next, nil); !errors.Is(err, interrupted) {
+				if d != nil {
+					_ = d.Release()
+				}
+				t.Fatalf("take-over: %v, want it interrupted at step %d", err, step)
+			}
+			interruptRenew = func(int) error { return nil }
+
+			d = takeOver(t, next)
+			var got []olc.PortKey
+			for _, p := range d.Policies() {
+				got = append(got, p.Key)
+				if p.DropProbability != 1 || p.Mode != olc.ModeEnforce {
+					t.Errorf("policy of %s carried as %+v, want enforce at p 1", p.Key, p)
+				}
+			}
+			if len(got) != len(pol) {
+				t.Errorf("ports carried %v, want the %d written", got, len(pol))
+			}
+			if v, _ := run(t, d, hookTC, syn4(8080, 1)); v != verdictDrop {
+				t.Errorf("SYN to 8080 on the new program before any write: %s, want drop", v)
+			}
+			for _, name := range all {
+				if id, mine := pinnedMapID(t, dir, name), mapID(t, d.objs.byName(name)); id != mine {
+					t.Errorf("%s: pinned map %d is not this datapath's %d", name, id, mine)
+				}
+			}
+			n.inServer(t, func() error { return d.Attach(n.NodeIf, olc.AttachTC) })
+			must(t, d.Heartbeat())
+			after := pinnedMapIDs(t, dir, all)
+			must(t, d.Release())
+			d = takeOver(t, next)
+			checkAdopted(t, dir, all, after)
+			must(t, d.Close())
+		})
 	}
 }

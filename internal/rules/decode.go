@@ -17,9 +17,12 @@ import (
 	sy "github.com/olcd/olcd/internal/strictyaml"
 )
 
-// decodeDocument decodes root onto the defaults and validates the result.
-func decodeDocument(root *sy.Node, source string) (*Config, []Warning, error) {
+// decodeDocument decodes root onto the defaults and validates the result;
+// pre are problems found beforehand (nullKeyProblems), reported with the
+// decoder's, in line order.
+func decodeDocument(root *sy.Node, source string, pre []Problem) (*Config, []Warning, error) {
 	d := newChecker(source)
+	d.Problems = slices.Clone(pre)
 	cfg := defaults()
 	cfg.Source = source
 	if root != nil {
@@ -159,11 +162,7 @@ func decodeSignals(d *sy.Decoder, n *sy.Node, v reflect.Value, path string, _ re
 	return d.Mapping(n, path, nil, func(name string, v *sy.Node, field string) {
 		sig, err := olc.ParseSignal(name)
 		if err != nil {
-			hint := "see docs/config.md for the canonical names"
-			if s := spell.Closest(name, spell.Names(olc.Signals())); s != "" {
-				hint = fmt.Sprintf("did you mean %q?", s)
-			}
-			d.Add(v, field, fmt.Sprintf("unknown signal %q", name), hint)
+			unknownSignal(d, v, field, name)
 			return
 		}
 		if v.Kind == yaml.ScalarNode && v.Value == "off" {
@@ -185,6 +184,89 @@ func decodeSignals(d *sy.Decoder, n *sy.Node, v reflect.Value, path string, _ re
 			d.Add(v, sy.Join(field, "threshold"), "missing", fmt.Sprintf("write %s: {threshold: …}, or remove the signal", name))
 		}
 	})
+}
+
+// unknownSignal records that name, the key at n of the signals mapping, is
+// not a signal, with the closest one.
+func unknownSignal(d *sy.Decoder, n *sy.Node, field, name string) {
+	hint := "see docs/config.md for the canonical names"
+	if s := spell.Closest(name, spell.Names(olc.Signals())); s != "" {
+		hint = fmt.Sprintf("did you mean %q?", s)
+	}
+	d.Add(n, field, fmt.Sprintf("unknown signal %q", name), hint)
+}
+
+// nullKeyProblems checks the keys of doc, a file as written or a patch,
+// that have no value (`key:`, `~`, null) against the schema, as the
+// decoder checks every other key: DropNulls (a file) and Merge (a patch)
+// take them out of the document decoded, where a mistyped `mdoe:` or
+// `signals: {cpu_bsy: }` would load as if it were left out. The keys of
+// list entries are checked when lists is set (a file's; a patch's lists
+// reach their decoders as written, nulls included).
+func nullKeyProblems(doc *sy.Node, lists bool) []Problem {
+	c := newChecker("")
+	c.nullKeys(doc, "", codec.Schema(reflect.TypeFor[Config]()), lists)
+	return c.Problems
+}
+
+// nullKeys checks the null-valued keys of mapping n, at path, against s,
+// and those of its values.
+func (c *checker) nullKeys(n *sy.Node, path string, s *sy.Schema, lists bool) {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return
+	}
+	for i, k := range n.Keys {
+		v, field := n.Vals[i], sy.Join(path, k.Value)
+		switch {
+		case k.Kind != yaml.ScalarNode: // refused by the decoder
+		case sy.IsNull(v):
+			c.Known(k, path, s.Keys)
+		case s.Subs[k.Value] != nil:
+			c.nullKeys(v, field, s.Subs[k.Value], lists)
+		default:
+			if f, ok := s.Fields[k.Value]; ok {
+				c.nullValueKeys(v, field, f.Type, lists)
+			}
+		}
+	}
+}
+
+// nullValueKeys checks the null-valued keys inside n, the value of field,
+// of type t: the signals (keyed by signal name, each a mapping of
+// threshold), a list's entries, a mapping of a struct's keys.
+func (c *checker) nullValueKeys(n *sy.Node, field string, t reflect.Type, lists bool) {
+	switch {
+	case t == reflect.TypeFor[Thresholds]():
+		if n.Kind != yaml.MappingNode {
+			return
+		}
+		for i, k := range n.Keys {
+			v, f := n.Vals[i], sy.Join(field, k.Value)
+			switch {
+			case k.Kind != yaml.ScalarNode:
+			case sy.IsNull(v):
+				if _, err := olc.ParseSignal(k.Value); err != nil {
+					unknownSignal(c.Decoder, k, f, k.Value)
+				}
+			case v.Kind == yaml.MappingNode:
+				for j, tk := range v.Keys {
+					if tk.Kind == yaml.ScalarNode && sy.IsNull(v.Vals[j]) {
+						c.Known(tk, f, []string{"threshold"})
+					}
+				}
+			}
+		}
+	case t.Kind() == reflect.Slice:
+		if lists && n.Kind == yaml.SequenceNode {
+			for i, item := range n.Vals {
+				c.nullValueKeys(item, fmt.Sprintf("%s[%d]", field, i), t.Elem(), lists)
+			}
+		}
+	case t.Kind() == reflect.Struct:
+		if s := codec.Schema(t); len(s.Keys) > 0 {
+			c.nullKeys(n, field, s, lists)
+		}
+	}
 }
 
 // threshold decodes sig's threshold: a number in the signal's unit; seconds

@@ -65,8 +65,9 @@ func Parse(data []byte, source string) (*Config, []Warning, error) {
 	if root == nil && source != "" {
 		return nil, nil, &ValidationError{Problems: []Problem{emptyProblem(source, data)}}
 	}
+	pre := nullKeyProblems(root, true)
 	root, nulls := sy.DropNulls(root, "")
-	cfg, warns, err := decodeDocument(root, source)
+	cfg, warns, err := decodeDocument(root, source, pre)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -150,7 +151,7 @@ func (c *Config) Patch(doc []byte, source string) (*Config, []Warning, error) {
 		// replacing the list.
 		base = withSignals(base, c.Thresholds)
 	}
-	cfg, warns, err := decodeDocument(sy.Merge(base, root, c.file), c.Source)
+	cfg, warns, err := decodeDocument(sy.Merge(base, root, c.file), c.Source, nullKeyProblems(root, false))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -210,9 +211,12 @@ func PatchPaths(doc []byte) ([]string, error) {
 }
 
 // PatchResetsOnly reports whether every value a patch document writes is a
-// null: it only puts keys back to the file's values (Patch), and once no
-// other live override sets them, nothing of it is live any more. False for
-// a document PatchPaths cannot read, or one that sets nothing.
+// null: it only puts keys back to the file's values (Patch). That is not
+// always what runs without it: where the file leaves the signals out, the
+// running signals are the defaults, and a null deletes one. A caller drops
+// such a patch from its live overrides only when the file and the other
+// overrides give the same config (Digest). False for a document PatchPaths
+// cannot read, or one that sets nothing.
 func PatchResetsOnly(doc []byte) bool {
 	root, probs := sy.Parse(doc, "patch", example)
 	if len(probs) > 0 || root == nil || len(root.Keys) == 0 {

@@ -176,38 +176,52 @@ func (d *Decoder) Mapping(n *Node, path string, keys []string, fn func(key strin
 			continue
 		}
 		seen[k.Value] = k.Line
-		if d.Retired != nil {
-			if hint, ok := d.Retired(field); ok {
-				d.Add(k, field, "this key was retired", hint)
-				continue
-			}
-		}
-		if keys != nil && !slices.Contains(keys, k.Value) {
-			hint := "known keys: " + strings.Join(keys, ", ")
-			if s := Closest(k.Value, keys); s != "" {
-				hint = fmt.Sprintf("did you mean %q?", s)
-			}
-			shown, msg := field, "unknown key"
-			invisible := func(r rune) bool { return !unicode.IsGraphic(r) || (unicode.IsSpace(r) && r != ' ') || r == '\u200b' }
-			if strings.IndexFunc(k.Value, invisible) >= 0 {
-				// A character that prints as nothing or as a space: show it.
-				shown, msg = Join(path, fmt.Sprintf("%q", k.Value)), "unknown key: it holds an invisible or unusual white-space character"
-				if s := strings.TrimSpace(strings.Map(func(r rune) rune {
-					if invisible(r) {
-						return -1
-					}
-					return r
-				}, k.Value)); slices.Contains(keys, s) {
-					hint = fmt.Sprintf("did you mean %q?", s)
-				}
-			}
-			d.Add(k, shown, msg, hint)
+		if !d.Known(k, path, keys) {
 			continue
 		}
 		d.pos[field] = n.Vals[i]
 		fn(k.Value, n.Vals[i], field)
 	}
 	return true
+}
+
+// Known reports whether the scalar key k of the mapping at path is one of
+// keys (nil accepts any), and records the problem when it is not: a key an
+// earlier schema retired (with what replaced it), or an unknown key with the
+// closest known one (an invisible character in it is shown). Mapping checks
+// each key so; a caller checks here the keys of a document that does not
+// reach Mapping (the null-valued keys a file or a patch drops before it).
+func (d *Decoder) Known(k *Node, path string, keys []string) bool {
+	field := Join(path, k.Value)
+	if d.Retired != nil {
+		if hint, ok := d.Retired(field); ok {
+			d.Add(k, field, "this key was retired", hint)
+			return false
+		}
+	}
+	if keys == nil || slices.Contains(keys, k.Value) {
+		return true
+	}
+	hint := "known keys: " + strings.Join(keys, ", ")
+	if s := Closest(k.Value, keys); s != "" {
+		hint = fmt.Sprintf("did you mean %q?", s)
+	}
+	shown, msg := field, "unknown key"
+	invisible := func(r rune) bool { return !unicode.IsGraphic(r) || (unicode.IsSpace(r) && r != ' ') || r == '\u200b' }
+	if strings.IndexFunc(k.Value, invisible) >= 0 {
+		// A character that prints as nothing or as a space: show it.
+		shown, msg = Join(path, fmt.Sprintf("%q", k.Value)), "unknown key: it holds an invisible or unusual white-space character"
+		if s := strings.TrimSpace(strings.Map(func(r rune) rune {
+			if invisible(r) {
+				return -1
+			}
+			return r
+		}, k.Value)); slices.Contains(keys, s) {
+			hint = fmt.Sprintf("did you mean %q?", s)
+		}
+	}
+	d.Add(k, shown, msg, hint)
+	return false
 }
 
 // List decodes a list node (null is an empty list) into the slice v, each
