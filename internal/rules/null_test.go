@@ -121,6 +121,7 @@ func TestNullKeyTypoRefused(t *testing.T) {
 		{name: "signal name, flow", doc: "signals: {cpu_busy: {threshold: 0.7}, cpu_bsy: }\n", line: 1, field: "signals.cpu_bsy", msg: `unknown signal "cpu_bsy"`, hint: `did you mean "cpu_busy"?`},
 		{name: "signal key", doc: "signals:\n  cpu_busy:\n    threshold: 0.7\n    treshold:\n", line: 4, field: "signals.cpu_busy.treshold", msg: "unknown key", hint: `did you mean "threshold"?`},
 		{name: "list entry", doc: "ports:\n  - port: 443\n    prto:\n", line: 3, field: "ports[0].prto", msg: "unknown key", hint: `did you mean "proto"?`},
+		{name: "written twice, once without a value", doc: "mode: enforce\nmode:\n", line: 2, field: "mode", msg: "duplicate key (first at line 1)"},
 	} {
 		for _, kind := range []string{"file", "patch"} {
 			t.Run(tt.name+"/"+kind, func(t *testing.T) {
@@ -146,6 +147,11 @@ func TestNullKeyTypoRefused(t *testing.T) {
 				}
 			})
 		}
+	}
+	// Both copies without a value: refused as written twice (the decoder
+	// also reads the first as a value, which a file never reaches).
+	if _, _, err := Parse([]byte("controller:\n  kp:\n  kp: ~\n"), "f.yaml"); err == nil || !strings.Contains(err.Error(), "f.yaml:3: controller.kp: duplicate key (first at line 2)") {
+		t.Errorf("a key written twice without a value: %v, want the duplicate refused at line 3", err)
 	}
 	// A known key without a value still loads (its default), and a null
 	// for a known signal still removes it in a patch.

@@ -295,9 +295,13 @@ func DropNulls(n *Node, path string) (*Node, []Null) {
 	switch n.Kind {
 	case yaml.MappingNode:
 		out := &Node{Node: n.Node, File: n.File, Keys: []*Node{}}
+		written := map[string]int{}
+		for _, k := range n.Keys {
+			written[k.Value]++
+		}
 		for i, k := range n.Keys {
 			field := Join(path, k.Value)
-			if IsNull(n.Vals[i]) {
+			if IsNull(n.Vals[i]) && written[k.Value] == 1 { // a key written twice stays, for the decoder to refuse
 				nulls = append(nulls, Null{Field: field, Key: k})
 				continue
 			}
