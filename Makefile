@@ -105,11 +105,19 @@ fmt:
 	gofmt -l -w $$(git ls-files '*.go')
 	$(CLANG_FORMAT) -i $(BPF_SRC)
 
+# Each step's output also goes to out/make-test.log, which the run's last
+# lines sum up (scripts/test-log.sh): every step passed, and the GOAL MISSED
+# lines of the whole run, or none. A failing step stops make there as
+# before, with its own output last.
+TEST_LOG := out/make-test.log
+
 test: deps-test build vet
-	$(GO) test -count=1 -timeout 20m ./...
-	scripts/check-unit.sh
-	scripts/test-install.sh
-	$(MAKE) test-overload
+	@mkdir -p $(dir $(TEST_LOG)) && : >$(TEST_LOG)
+	scripts/test-log.sh run $(TEST_LOG) $(GO) test -count=1 -timeout 20m ./...
+	scripts/test-log.sh run $(TEST_LOG) scripts/check-unit.sh
+	scripts/test-log.sh run $(TEST_LOG) scripts/test-install.sh
+	scripts/test-log.sh run $(TEST_LOG) $(MAKE) test-overload
+	@scripts/test-log.sh summary $(TEST_LOG)
 
 # The overload suite measures goodput and latency with real traffic, so it
 # runs on its own, never beside other packages' tests. Without root its tests
