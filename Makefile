@@ -16,7 +16,8 @@ help:
 	@echo "make build           build bin/olcd (the daemon and its CLI) and bin/olcd-sim (simulate,"
 	@echo "                     plots; no root, any OS); no clang needed: BPF objects are committed"
 	@echo "make test            vet + every test (root runs the BPF, netns and cgroup tests, then"
-	@echo "                     the overload suite alone: make test-overload, ~12 min)"
+	@echo "                     the overload suite alone: make test-overload, ~12 min; ~21-25 min"
+	@echo "                     in all on 2 cores), ending with a summary (out/make-test.log)"
 	@echo "make test-lb         the load-balancer test alone: two nodes behind Debian's HAProxy, with and"
 	@echo "                     without olcd's agent and HAProxy alone, connection per request and server"
 	@echo "                     keep-alive (root, ~5 min; test-overload runs its agent line; out/test-lb)"
@@ -24,11 +25,11 @@ help:
 	@echo "make test-overload   the overload suite alone (root, ~12 min; results in out/test-overload)"
 	@echo "make demo            overload demo, the headline of the matrix: a CPU-bound backend under vegeta"
 	@echo "                     and under 64 blocking clients, nginx + php-fpm under vegeta, the cold"
-	@echo "                     start; each with no olcd, olcd enforce, nftables limit (root, ~11 min)"
+	@echo "                     start; each with no olcd, olcd enforce, nftables limit (root, ~8 min)"
 	@echo "make demo-full       the whole matrix: backends cpu, pool, php x clients open-giveup, open-retry,"
 	@echo "                     closed-pool, cpu and php x 600 keep-alive clients, MariaDB x"
 	@echo "                     connect-per-query clients, cold start,"
-	@echo "                     capacity-halved (root, ~50 min; out/demo-full); REPEAT=3 runs it three"
+	@echo "                     capacity-halved (root, ~45 min; out/demo-full); REPEAT=3 runs it three"
 	@echo "                     times and prints each cell's min / median / max"
 	@echo "make demo-default    olcd on its embedded default config against a netns+veth node (~1 min)"
 	@echo "make deps-test       install the system packages make test needs (deps-run: make demo,"
@@ -105,11 +106,19 @@ fmt:
 	gofmt -l -w $$(git ls-files '*.go')
 	$(CLANG_FORMAT) -i $(BPF_SRC)
 
+# Each step's output also goes to out/make-test.log, which the run's last
+# lines sum up (scripts/test-log.sh): every step passed, and the GOAL MISSED
+# lines of the whole run, or none. A failing step stops make there as
+# before, with its own output last.
+TEST_LOG := out/make-test.log
+
 test: deps-test build vet
-	$(GO) test -count=1 -timeout 20m ./...
-	scripts/check-unit.sh
-	scripts/test-install.sh
-	$(MAKE) test-overload
+	@mkdir -p $(dir $(TEST_LOG)) && : >$(TEST_LOG)
+	scripts/test-log.sh run $(TEST_LOG) $(GO) test -count=1 -timeout 20m ./...
+	scripts/test-log.sh run $(TEST_LOG) scripts/check-unit.sh
+	scripts/test-log.sh run $(TEST_LOG) scripts/test-install.sh
+	scripts/test-log.sh run $(TEST_LOG) $(MAKE) test-overload
+	@scripts/test-log.sh summary $(TEST_LOG)
 
 # The overload suite measures goodput and latency with real traffic, so it
 # runs on its own, never beside other packages' tests. Without root its tests

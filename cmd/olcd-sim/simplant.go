@@ -45,7 +45,7 @@ func simulatePlant(cfg *rules.Config, name string, seed uint64, out, summary io.
 	res, err := plant.Drive(c, sc, key, cfg.Datapath.ResponseMinSamples, func(t plant.DriveTick) {
 		for _, ev := range t.Decision.Events {
 			if ev.Kind != adaptive.EventProbabilityChange {
-				events = append(events, fmt.Sprintf("t=%gs %s: %s", t.T, ev.Kind, ev.Reason))
+				events = append(events, fmt.Sprintf("t=%s %s: %s", seconds(t.T), ev.Kind, ev.Reason))
 			}
 		}
 		if t.Window {
@@ -68,8 +68,8 @@ func simulatePlant(cfg *rules.Config, name string, seed uint64, out, summary io.
 		fmt.Fprintln(summary, e)
 	}
 	st := res.SteadyPart(phase[0]+5, phase[1])
-	fmt.Fprintf(summary, "%s (seed %d, %s, C = %.0f/s): goodput %.3f C over the phase [%gs, %gs] (%.3f C within %.0f ms of the first SYN, the overload harness's SLO); steady part from +5 s: std(p) over 1 s windows %.4f, windows with goodput ≥ 0.8 × mean %.0f%%, client p99 %.0f ms\n",
-		name, seed, key, res.Capacity, res.Goodput(phase[0], phase[1])/res.Capacity, phase[0], phase[1],
+	fmt.Fprintf(summary, "%s (seed %d, %s, C = %.0f/s): goodput %.3f C over the phase [%s, %s] (%.3f C within %.0f ms of the first SYN, the overload harness's SLO); steady part from +5 s: std(p) over 1 s windows %.4f, windows with goodput ≥ 0.8 × mean %.0f%%, client p99 %.0f ms\n",
+		name, seed, key, res.Capacity, res.Goodput(phase[0], phase[1])/res.Capacity, seconds(phase[0]), seconds(phase[1]),
 		res.GoodputWithin(phase[0], phase[1], harnessSLO)/res.Capacity, harnessSLO*1000, st.PStd, 100*st.GoodShare, st.P99*1000)
 	return nil
 }

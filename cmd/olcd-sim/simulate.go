@@ -91,7 +91,7 @@ func simulate(cfg *rules.Config, tr *trace.Trace) (*simulation, error) {
 			overloaded: d.Overloaded, p: d.DropProbability, classes: d.Classes}
 		for _, ev := range d.Events {
 			if ev.Kind != adaptive.EventProbabilityChange {
-				sim.events = append(sim.events, fmt.Sprintf("t=%gs %s: %s", tr.Rows[i].T, ev.Kind, ev.Reason))
+				sim.events = append(sim.events, fmt.Sprintf("t=%s %s: %s", seconds(tr.Rows[i].T), ev.Kind, ev.Reason))
 			}
 		}
 	}
@@ -114,7 +114,13 @@ func cmdSimulate(args []string, stdout, stderr io.Writer) error {
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
-	if *configPath == "" || (*tracePath == "") == (*plantName == "") || (*plantName != "" && *plotPath != "") || fs.NArg() > 0 {
+	if *plantName != "" && *plotPath != "" {
+		// The plot draws a trace's signals and pressure, which a plant run
+		// has not: its picture is two runs' CSVs side by side.
+		fmt.Fprintln(stderr, "olcd-sim simulate: --plot only with --trace: with --plant, write the CSV with --out and draw it with tools/demoplot, as make docs-img does")
+		return cli.ErrUsage
+	}
+	if *configPath == "" || (*tracePath == "") == (*plantName == "") || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "olcd-sim simulate: --config and one of --trace or --plant are required (--plot only with --trace), and nothing else")
 		fs.Usage()
 		return cli.ErrUsage
@@ -219,6 +225,13 @@ func cmdSimulate(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// seconds formats a time of the simulation (seconds) rounded to the
+// millisecond: times that are sums of float steps print as 26.65s, not
+// 26.650000000000002s.
+func seconds(t float64) string {
+	return strconv.FormatFloat(math.Round(t*1e3)/1e3, 'f', -1, 64) + "s"
+}
+
 // closeFile closes f (nil is a no-op) and names it in the error: a write
 // error can surface only at close.
 func closeFile(f *os.File) error {
@@ -320,9 +333,9 @@ func (s *simulation) writeEvents(w io.Writer) {
 	}
 	fmt.Fprintf(w, "%d ticks; max drop probability %.3f", len(s.ticks), maxP)
 	if first >= 0 {
-		fmt.Fprintf(w, "; first shed at t=%gs", first)
+		fmt.Fprintf(w, "; first shed at t=%s", seconds(first))
 		if zeroFrom >= 0 {
-			fmt.Fprintf(w, "; 0 again from t=%gs", zeroFrom)
+			fmt.Fprintf(w, "; 0 again from t=%s", seconds(zeroFrom))
 		}
 	}
 	fmt.Fprintln(w)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -217,6 +218,7 @@ func TestSimulateErrors(t *testing.T) {
 		{"unwritable plot", []string{"--config", good, "--trace", trace, "--plot", "/nonexistent/dir/p.png"}, os.ErrNotExist, "create output"},
 		{"unwritable plot with --out", []string{"--config", good, "--trace", trace, "--out", filepath.Join(outDir, "out.csv"), "--plot", "/nonexistent/dir/p.png"}, os.ErrNotExist, "create output"},
 		{"plot into a directory", []string{"--config", good, "--trace", trace, "--plot", outDir}, nil, "create output"},
+		{"plot with plant", []string{"--config", good, "--plant", "cpu-open-giveup-3x", "--plot", filepath.Join(outDir, "p.png")}, cli.ErrUsage, "draw it with tools/demoplot"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -424,6 +426,9 @@ func TestSimulatePlant(t *testing.T) {
 		if !strings.Contains(sum, name+" (seed 1, tcp/8080") || !strings.Contains(sum, "goodput") {
 			t.Errorf("%s: summary %q", name, sum)
 		}
+		if m := longTime.FindString(sum); m != "" {
+			t.Errorf("%s: time %q printed with a float's every digit", name, m)
+		}
 		t.Log(strings.TrimSpace(sum[strings.LastIndex(strings.TrimSpace(sum), "\n")+1:]))
 	}
 	// The config's datapath.selection is the plant's draw: random (the
@@ -447,6 +452,28 @@ func TestSimulatePlant(t *testing.T) {
 	}
 	if err := cmdSimulate([]string{"--config", cfgPath, "--plant", "cpu-open-giveup-3x", "--trace", "x.csv"}, io.Discard, &stderr); !errors.Is(err, cli.ErrUsage) {
 		t.Errorf("--plant with --trace: %v", err)
+	}
+}
+
+// longTime is an event time printed unrounded (t=41.050000000000004s).
+var longTime = regexp.MustCompile(`t=[0-9]+\.[0-9]{4,}s`)
+
+// TestSeconds: simulation times print rounded to the millisecond.
+func TestSeconds(t *testing.T) {
+	for _, tt := range []struct {
+		in   float64
+		want string
+	}{
+		{26.650000000000002, "26.65s"},
+		{41.050000000000004, "41.05s"},
+		{10, "10s"},
+		{10.1, "10.1s"},
+		{0.0004, "0s"},
+		{1.2346, "1.235s"},
+	} {
+		if got := seconds(tt.in); got != tt.want {
+			t.Errorf("seconds(%v) = %q, want %q", tt.in, got, tt.want)
+		}
 	}
 }
 

@@ -117,7 +117,9 @@ func cmdCheckConfig(args []string, stdout, stderr io.Writer) error {
 func checkConfigs(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlagSet("check-config", stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: olcd check-config FILE...\n\nValidates config files and lists every problem with file:line; - reads one from stdin\n(e.g. kubectl get configmap olcd -o jsonpath='{.data.olcd\\.yaml}' | olcd check-config -).\n")
+		fmt.Fprintf(stderr, "Usage: olcd check-config FILE...\n\nValidates config files and lists every problem with file:line; - reads one from stdin.\n"+
+			"A Kubernetes ConfigMap (deploy/kubernetes/configmap.yaml, or kubectl get configmap olcd -n kube-system -o yaml)\n"+
+			"is checked for the config in its data's %s, at the ConfigMap's own lines.\n", rules.ConfigMapKey)
 	}
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
@@ -129,12 +131,16 @@ func checkConfigs(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 	failed := false
 	for _, path := range fs.Args() {
 		var warns []rules.Warning
+		var what string
 		var err error
 		if path == "-" {
 			path = "stdin"
-			warns, err = checkStdin(stdin)
+			what, warns, err = checkStdin(stdin)
 		} else {
-			_, warns, err = rules.Load(path)
+			var data []byte
+			if data, err = rules.ReadFile(path); err == nil {
+				what, warns, err = checkDocument(data, path)
+			}
 		}
 		if err != nil {
 			failed = true
@@ -151,7 +157,7 @@ func checkConfigs(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 		for _, w := range warns {
 			fmt.Fprintf(stderr, "warning: %s\n", w)
 		}
-		fmt.Fprintf(stdout, "%s: ok\n", path)
+		fmt.Fprintf(stdout, "%s: ok%s\n", path, what)
 	}
 	if failed {
 		return cli.ErrProblems
@@ -159,18 +165,29 @@ func checkConfigs(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 	return nil
 }
 
-// checkStdin validates the config document on stdin, named "stdin" in its
-// problems, with the file's size bound.
-func checkStdin(stdin io.Reader) ([]rules.Warning, error) {
+// checkStdin validates the config document (or ConfigMap) on stdin, named
+// "stdin" in its problems, with the file's size bound.
+func checkStdin(stdin io.Reader) (string, []rules.Warning, error) {
 	data, err := io.ReadAll(io.LimitReader(stdin, rules.MaxConfigBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("read config from stdin: %w", err)
+		return "", nil, fmt.Errorf("read config from stdin: %w", err)
 	}
 	if len(data) > rules.MaxConfigBytes {
-		return nil, fmt.Errorf("read config from stdin: larger than %d bytes: not a config file", rules.MaxConfigBytes)
+		return "", nil, fmt.Errorf("read config from stdin: larger than %d bytes: not a config file", rules.MaxConfigBytes)
 	}
-	_, warns, err := rules.Parse(data, "stdin")
-	return warns, err
+	return checkDocument(data, "stdin")
+}
+
+// checkDocument validates a config document, or the config inside a
+// Kubernetes ConfigMap (rules.ParseConfigMap), which what then names for
+// the "ok" line. check-config alone reads ConfigMaps: olcd run is given
+// the file the ConfigMap becomes in the pod.
+func checkDocument(data []byte, source string) (what string, warns []rules.Warning, err error) {
+	if _, warns, ok, err := rules.ParseConfigMap(data, source); ok {
+		return " (the ConfigMap's data." + rules.ConfigMapKey + ")", warns, err
+	}
+	_, warns, err = rules.Parse(data, source)
+	return "", warns, err
 }
 
 // socketFlag adds the --socket flag shared by the client commands.

@@ -109,11 +109,28 @@ func TestCheckConfigStdin(t *testing.T) {
 		{"mode: enforce\n", "stdin: ok", false},
 		{"mode: enforc\n", `stdin:1: mode: unknown value "enforc"`, true},
 		{"", "stdin: the file is empty", true},
+		// kubectl get configmap olcd -o yaml | olcd check-config -
+		{"apiVersion: v1\nkind: ConfigMap\ndata:\n  olcd.yaml: |\n    mode: enforc\n", `stdin:5: mode: unknown value "enforc"`, true},
 	} {
 		var stdout, stderr bytes.Buffer
 		err := checkConfigs([]string{"-"}, strings.NewReader(tt.in), &stdout, &stderr)
 		if (err != nil) != tt.err || !strings.Contains(stdout.String()+stderr.String(), tt.want) {
 			t.Errorf("check-config - < %q: %v, output %q; want %q", tt.in, err, stdout.String()+stderr.String(), tt.want)
+		}
+	}
+}
+
+// TestCheckConfigConfigMap: check-config takes the Kubernetes ConfigMap
+// the README recommends starting from, checking the config in its data
+// (it refused the ConfigMap's own keys: "apiVersion: unknown key").
+func TestCheckConfigConfigMap(t *testing.T) {
+	for _, path := range []string{"../../deploy/kubernetes/configmap.yaml", "../../deploy/kubernetes/configmap-enforce.yaml"} {
+		var stdout, stderr bytes.Buffer
+		if err := checkConfigs([]string{path}, strings.NewReader(""), &stdout, &stderr); err != nil {
+			t.Errorf("check-config %s: %v\n%s", path, err, stderr.String())
+		}
+		if want := path + ": ok (the ConfigMap's data.olcd.yaml)\n"; stdout.String() != want {
+			t.Errorf("check-config %s: %q, want %q", path, stdout.String(), want)
 		}
 	}
 }

@@ -111,6 +111,8 @@ func printStatus(w io.Writer, st *api.Status, all bool, now time.Time) {
 		}
 		state := "ok"
 		switch {
+		case !s.Available && s.Reason != "":
+			state = "unavailable: " + s.Reason
 		case !s.Available:
 			state = "unavailable"
 		case s.Pressure != nil && *s.Pressure > 1 && !s.Corroborated:

@@ -25,6 +25,7 @@ func TestPrintStatus(t *testing.T) {
 			{Name: "cpu_busy", Unit: "fraction", Available: true, Value: f64(1), Threshold: f64(0.8), Pressure: f64(1.25), Corroborated: true},
 			{Name: "load1_per_core", Unit: "tasks", Available: true, Value: f64(3), Threshold: f64(2), Pressure: f64(1.5)},
 			{Name: "psi_cpu_some", Unit: "fraction", Threshold: f64(0.5)},
+			{Name: "accept_queue_fill", Unit: "fraction", Threshold: f64(0.9), Reason: "no listener on tcp/8080"},
 			{Name: "runnable", Unit: "tasks", Available: true, Value: f64(4)},
 		},
 		Classes: []api.ClassStatus{{Class: "critical"}, {Class: "normal", DropProbability: 0.4}, {Class: "best-effort", DropProbability: 0.7}},
@@ -47,7 +48,7 @@ func TestPrintStatus(t *testing.T) {
 		not  []string
 	}{
 		{"enforce", []string{"mode ENFORCE", "+ 1 live override(s)", "shedding 40.0% of new connections", "(42s)",
-			"over, not corroborated", "unavailable", "OVER", "tcp/8080", "41.0", "exempt: tcp/9100, tcp/22 (management), from 10.0.0.0/8",
+			"over, not corroborated", "unavailable", "unavailable: no listener on tcp/8080", "OVER", "tcp/8080", "41.0", "exempt: tcp/9100, tcp/22 (management), from 10.0.0.0/8",
 			"listening, not protected: tcp/22: a management port (exceptions.management)", "list it under ports: to protect it",
 			"eth0", "tcx", "eth1", "not attached: does not exist", "live overrides (dropped on reload)",
 			"CONFIG FILE REFUSED", "(SIGHUP)", "olcd.yaml:3: mode",

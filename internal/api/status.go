@@ -149,6 +149,10 @@ type SignalStatus struct {
 	// Corroborated is false when the signal is over its threshold but the
 	// corroboration rule discounted it (e.g. load without CPU pressure).
 	Corroborated bool `json:"corroborated"`
+	// Reason says why an unavailable signal is unavailable where olcd
+	// knows, e.g. "no listener on tcp/8080" for accept_queue_fill; empty
+	// otherwise.
+	Reason string `json:"reason,omitempty"`
 }
 
 // ClassStatus is the drop probability of one priority class.

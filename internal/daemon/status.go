@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/olcd/olcd/internal/api"
 	"github.com/olcd/olcd/internal/loader"
 	"github.com/olcd/olcd/internal/olc"
+	"github.com/olcd/olcd/internal/sampler"
 )
 
 // statusBoard holds the status the tick loop last built, for the admin API,
@@ -110,7 +112,7 @@ func (d *Daemon) publish() {
 		since := dec.OverloadSince
 		st.Overload.Since = &since
 	}
-	st.Signals = signalStatuses(dec.Signals, &r.snap)
+	st.Signals = signalStatuses(dec.Signals, &r.snap, e.ports)
 	for c := range olc.NumClasses {
 		st.Classes = append(st.Classes, api.ClassStatus{Class: c.String(), DropProbability: dec.Classes[c]})
 	}
@@ -155,9 +157,10 @@ func nonNil[T any](s []T) []T {
 }
 
 // signalStatuses is the status's signal list: the controller's signals
-// (with threshold and pressure) first, then every other signal the
-// snapshot has a value for.
-func signalStatuses(states []adaptive.SignalState, snap *olc.Snapshot) []api.SignalStatus {
+// (with threshold and pressure, and why one is unavailable where the
+// snapshot tells: unavailableReason) first, then every other signal the
+// snapshot has a value for. ports are the protected ports.
+func signalStatuses(states []adaptive.SignalState, snap *olc.Snapshot, ports []loader.PortPolicy) []api.SignalStatus {
 	out := []api.SignalStatus{}
 	withThreshold := map[olc.Signal]bool{}
 	for _, s := range states {
@@ -168,6 +171,8 @@ func signalStatuses(states []adaptive.SignalState, snap *olc.Snapshot) []api.Sig
 		if s.Available {
 			v, p := s.Value, s.Pressure
 			ss.Value, ss.Pressure = &v, &p
+		} else {
+			ss.Reason = unavailableReason(s.Signal, snap, ports)
 		}
 		out = append(out, ss)
 	}
@@ -180,6 +185,42 @@ func signalStatuses(states []adaptive.SignalState, snap *olc.Snapshot) []api.Sig
 		}
 	}
 	return out
+}
+
+// unavailableReason says why sig has no value in snap where the snapshot
+// tells, else "". accept_queue_fill has none while sock_diag fails, and
+// while no protected TCP port has a listener: a service not started yet, or
+// a port this node does not serve, which is no fault (no accept queue can
+// fill), so OlcdSignalUnavailable leaves it out (docs/alerts.md).
+func unavailableReason(sig olc.Signal, snap *olc.Snapshot, ports []loader.PortPolicy) string {
+	if sig != olc.AcceptQueueFill {
+		return ""
+	}
+	for _, e := range snap.Errors {
+		if e.Source == sampler.SourceSockDiag {
+			return "sock_diag unreadable (sources unreadable, below)"
+		}
+	}
+	const most = 3 // ports named; the rest counted
+	var none []string
+	n := 0
+	for _, p := range ports {
+		if _, ok := snap.AcceptQueueFill[p.Key.Port]; p.Key.Proto != olc.ProtoTCP || ok {
+			continue
+		}
+		if n++; n <= most {
+			none = append(none, p.Key.String())
+		}
+	}
+	switch {
+	case n == 0 && len(snap.AcceptQueueFill) == 0:
+		return "no protected TCP port"
+	case n == 0:
+		return ""
+	case n > most:
+		none = append(none, fmt.Sprintf("%d more", n-most))
+	}
+	return "no listener on " + strings.Join(none, ", ")
 }
 
 // portStatus is one protected port's entry in the status: its policy p

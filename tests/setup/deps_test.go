@@ -2,7 +2,8 @@
 // demo`, `make test` and .ci/run share, against mocked machines: PATH holds
 // only fake id, dpkg-query and apt-get (plus the few coreutils the script
 // calls), and OLCD_DEPS_ROOT points every file check at a fake root, so each
-// case is a machine with exactly the packages it names.
+// case is a machine with exactly the packages it names. It also tests
+// scripts/test-log.sh, make test's log and closing summary.
 package setup
 
 import (

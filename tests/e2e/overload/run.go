@@ -1021,7 +1021,12 @@ func (a *attacker) progress(el, slo time.Duration) (string, bool) {
 }
 
 // progressLine summarises the 5 s that ended a second before el (answers
-// arrive up to the timeout after the request started).
+// arrive up to the timeout after the request started). Every figure is the
+// window's: the rates, the backend's CPU between its first and last sample
+// and p, olcd's mean over its samples. A window that spans a phase change
+// is labelled with both phases (0.5x→3x), since its figures mix them; the
+// health column is left out when no health check ran in it (the load
+// balancer's runs have none).
 func progressLine(rec *records, el, slo time.Duration) string {
 	from, to := el-6*time.Second, el-time.Second
 	if from < 0 {
@@ -1055,26 +1060,61 @@ func progressLine(rec *records, el, slo time.Duration) string {
 			admitted++
 		}
 	}
-	phase := ""
+	s := fmt.Sprintf("%-10s offered %4.0f/s  connected %4.0f/s  goodput %4.0f/s",
+		phaseSpan(rec.phases, from, to), float64(offered)/span, float64(admitted)/span, float64(good)/span)
+	if hAll > 0 {
+		s += fmt.Sprintf("  health %d/%d", hOK, hAll)
+	}
+	var first, last *sample
+	var pSum float64
+	var pN int
+	for i := range rec.samples {
+		x := &rec.samples[i]
+		if x.t < from || x.t >= to {
+			continue
+		}
+		if first == nil {
+			first = x
+		}
+		last = x
+		if x.olcd {
+			pSum += x.p
+			pN++
+		}
+	}
+	if first != nil {
+		if busy, ok := busyBetween(*first, *last); ok {
+			s += fmt.Sprintf("  cpu %.2f", busy)
+		}
+	}
+	if pN > 0 {
+		s += fmt.Sprintf("  p %.2f", pSum/float64(pN))
+	}
+	return s
+}
+
+// phaseSpan names the phases the window [from, to) of the load falls in:
+// one name, or the first and the last joined by an arrow. A window past
+// the last phase is in the last one.
+func phaseSpan(phases []Phase, from, to time.Duration) string {
+	first, last := -1, -1
 	var at time.Duration
-	for _, p := range rec.phases {
-		if to > at {
-			phase = p.Name
+	for i, p := range phases {
+		if at <= from {
+			first = i
+		}
+		if at < to {
+			last = i
 		}
 		at += p.Duration
 	}
-	s := fmt.Sprintf("%-10s offered %4.0f/s  connected %4.0f/s  goodput %4.0f/s  health %d/%d",
-		phase, float64(offered)/span, float64(admitted)/span, float64(good)/span, hOK, hAll)
-	if n := len(rec.samples); n >= 2 {
-		a, b := rec.samples[n-2], rec.samples[n-1]
-		if busy, ok := busyBetween(a, b); ok {
-			s += fmt.Sprintf("  cpu %.2f", busy)
-		}
-		if b.olcd {
-			s += fmt.Sprintf("  p %.2f", b.p)
-		}
+	switch {
+	case last < 0:
+		return ""
+	case first < 0 || first == last:
+		return phases[last].Name
 	}
-	return s
+	return phases[first].Name + "→" + phases[last].Name
 }
 
 // readAttack reads the attacker's event lines (RunAttack's format) from out

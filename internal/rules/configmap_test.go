@@ -1,0 +1,88 @@
+package rules
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/olcd/olcd/internal/olc"
+)
+
+// TestParseConfigMap: the olcd config inside a Kubernetes ConfigMap is
+// checked with its problems at the ConfigMap file's own lines (a literal
+// block's content starts on the line after its key); a ConfigMap without
+// the key names the key expected; a document that is not a ConfigMap is
+// left to Parse.
+func TestParseConfigMap(t *testing.T) {
+	shipped, err := os.ReadFile("../../deploy/kubernetes/configmap.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const head = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: olcd, namespace: kube-system}\n"
+	tests := []struct {
+		name  string
+		doc   string
+		notCM bool     // not a ConfigMap: nothing parsed
+		mode  olc.Mode // the config's mode, when it is valid
+		// problems are the rendered problems, in order; none: valid.
+		problems []string
+	}{
+		{name: "the shipped ConfigMap", doc: string(shipped), mode: olc.ModeObserve},
+		{name: "a typo inside, at the file's line", doc: head + "data:\n  olcd.yaml: |\n    # a comment\n    mode: enforce\n    controler: {ki: 1}\n",
+			problems: []string{`cm.yaml:8: controler: unknown key (did you mean "controller"?)`}},
+		{name: "a blank line first, a duplicate key", doc: head + "data:\n  olcd.yaml: |\n\n    mode: enforce\n    mode: observe\n",
+			problems: []string{"cm.yaml:8: mode: duplicate key (first at line 7) (remove one of them)"}},
+		{name: "a quoted value: the value's lines", doc: head + "data:\n  olcd.yaml: \"mode: enforce\\nports: sometimes\\n\"\n",
+			problems: []string{`cm.yaml[data.olcd.yaml]:2: ports: `}},
+		{name: "without the key", doc: head + "data:\n  config.yaml: |\n    mode: enforce\n",
+			problems: []string{"cm.yaml:4: data: no key olcd.yaml: the DaemonSet mounts this ConfigMap as /etc/olcd and runs olcd on /etc/olcd/olcd.yaml (the data's keys: config.yaml)"}},
+		{name: "without data", doc: head,
+			problems: []string{"cm.yaml:2: data: no key olcd.yaml"}},
+		{name: "an empty value", doc: head + "data:\n  olcd.yaml: |\n\n",
+			problems: []string{"cm.yaml:5: data.olcd.yaml: empty"}},
+		{name: "another apiVersion", doc: "apiVersion: v2\nkind: ConfigMap\ndata: {olcd.yaml: '{}'}\n",
+			problems: []string{`cm.yaml:1: apiVersion: a ConfigMap is apiVersion v1, this one "v2"`}},
+		{name: "a second document", doc: head + "data: {olcd.yaml: '{}'}\n---\nkind: DaemonSet\n",
+			problems: []string{"cm.yaml:6: a second YAML document after the ConfigMap"}},
+		{name: "an olcd config", doc: "mode: enforce\n", notCM: true},
+		{name: "another kind", doc: "apiVersion: v1\nkind: Secret\n", notCM: true},
+		{name: "not YAML", doc: "mode: [\n", notCM: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, _, isCM, err := ParseConfigMap([]byte(tt.doc), "cm.yaml")
+			if isCM == tt.notCM {
+				t.Fatalf("isConfigMap %v, want %v", isCM, !tt.notCM)
+			}
+			if tt.notCM {
+				if cfg != nil || err != nil {
+					t.Errorf("not a ConfigMap, yet config %v, error %v", cfg, err)
+				}
+				return
+			}
+			if len(tt.problems) == 0 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if cfg.Mode != tt.mode {
+					t.Errorf("mode %v, want %v", cfg.Mode, tt.mode)
+				}
+				return
+			}
+			var ve *ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("error %v, want a *ValidationError", err)
+			}
+			got := ve.ProblemLines()
+			if len(got) != len(tt.problems) {
+				t.Fatalf("problems %q, want %d", got, len(tt.problems))
+			}
+			for i, want := range tt.problems {
+				if !strings.HasPrefix(got[i], want) {
+					t.Errorf("problem %q, want it to start %q", got[i], want)
+				}
+			}
+		})
+	}
+}
