@@ -10,11 +10,9 @@ import (
 type capacity struct {
 	n     int       // the window's length in ticks
 	slots []capSlot // the window's ticks, oldest first, at most n
-	// lastSat is the newest saturated figure (answers/s; 0: none) and satAge
-	// its age (seconds), kept for status once the window no longer holds it.
+	// lastSat is the newest saturated figure (answers/s; 0: none), satAge its age (seconds): status keeps them.
 	lastSat, satAge float64
-	// satAnswers and satDt are the answers and the span (seconds) of the
-	// onset windows since the last tick through which N* stood.
+	// satAnswers and satDt are the answers and span (seconds) of the onset windows since the tick through which N* stood.
 	satAnswers, satDt float64
 	lastW             float64 // the newest such window's length (seconds)
 }
@@ -57,11 +55,9 @@ func (c *capacity) tick(answers, admitted, queued, dt float64, full, saturated b
 	}
 }
 
-// window adds an onset window of w seconds through which N* stood, with
-// its answers, and returns μ̂ with the rate of such windows since the last
-// tick once they span standingSpan: an underestimate holds itself (the law
-// admits what it believes), an overestimate stands as a queue and a full
-// tick replaces it.
+// window adds an onset window of w seconds through which N* stood, with its answers, and returns μ̂ with
+// the rate of such windows since the tick once they span standingSpan: an underestimate holds itself (the
+// law admits what it believes), an overestimate stands as a queue and a full tick replaces it.
 func (c *capacity) window(answers, w float64) float64 {
 	c.satAnswers, c.satDt, c.lastW = c.satAnswers+answers, c.satDt+w, w
 	return c.now()
@@ -99,9 +95,8 @@ func (c *capacity) now() float64 {
 	return math.Max(c.max(false), c.windowRate())
 }
 
-// perStart returns a, the answers per admitted start over the window (0:
-// unknown), the requests left in flight counted as the answers they will be
-// (docs/controller.md §1, "Units").
+// perStart returns a, the answers per admitted start over the window (0: unknown), the requests left
+// in flight counted as the answers they will be (docs/controller.md §1, "Units").
 func (c *capacity) perStart() float64 {
 	var answers, admitted float64
 	for _, s := range c.slots {

@@ -67,10 +67,9 @@ func (h *history) rate(secs float64) rates {
 	return rates{all: c.starts / math.Max(c.dt, 1e-9), first: c.first / math.Max(c.dt, 1e-9)}
 }
 
-// of returns D (docs/controller.md §1): the starts per second over span
-// seconds, the time a shed client stays out, so that each waiting client
-// counts once; while a long queue stands (queued), at least the rate over
-// the last standingSpan, so that a step up is taken within a window.
+// of returns D (docs/controller.md §1): the starts per second over span seconds, the time a shed client
+// stays out, so that each waiting client counts once; while a long queue stands (queued), at least the
+// rate over the last standingSpan, so that a step up is taken within a window.
 func (h *history) of(span float64, queued bool) rates {
 	r := h.rate(span)
 	if !queued {

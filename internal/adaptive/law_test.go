@@ -67,7 +67,9 @@ func TestLawRanksRetransmits(t *testing.T) {
 // whose clients know at once), rounded up. It holds the law on after the
 // pass rate came back to 1 while the clients it refused are due back (it
 // refused a start in the last h), and ends once the draw passes everything
-// and it refused nothing for h.
+// and it refused nothing for h. These clients do not wait (an open loop):
+// with no fraction carried yet, the ceiling is the whole part
+// (TestCeilingFraction).
 func TestInFlightCeiling(t *testing.T) {
 	prm := DefaultParams()
 	for _, tc := range []struct {
@@ -79,9 +81,9 @@ func TestInFlightCeiling(t *testing.T) {
 		wantCeiled  bool
 		wantCeiling int
 	}{
-		{"at N*", 0.4, counts{starts: 30, admitted: 12, dt: 0.05}, counts{}, 6.5, 6.84, 1, true, 7},
-		{"below N*", 0.4, counts{starts: 30, admitted: 12, dt: 0.05}, counts{}, 2, 6.84, 1, true, 7},
-		{"an onset's queue drains over h", 0.4, counts{starts: 30, admitted: 12, dt: 0.05}, counts{}, 60, 4, 1, true, 58},
+		{"at N*", 0.4, counts{starts: 30, admitted: 12, dt: 0.05}, counts{}, 6.5, 6.84, 1, true, 6},
+		{"below N*", 0.4, counts{starts: 30, admitted: 12, dt: 0.05}, counts{}, 2, 6.84, 1, true, 6},
+		{"an onset's queue drains over h", 0.4, counts{starts: 30, admitted: 12, dt: 0.05}, counts{}, 60, 4, 1, true, 57},
 		{"reject: at once", 0.4, counts{starts: 30, admitted: 12, dt: 0.05}, counts{}, 60, 4, 0, true, 4},
 		{"a tick", 0.4, counts{starts: 300, admitted: 120, dt: 0.5}, counts{}, 60, 4, 1, true, 32},
 		{"N* below one request", 0.5, counts{starts: 10, admitted: 5, dt: 0.05}, counts{}, 0, 0.2, 1, true, 1},
@@ -124,10 +126,10 @@ func TestOnsetDrain(t *testing.T) {
 		inflight                  float64
 		want                      int
 	}{
-		{"silent drops", 20, 0, 0, 30, 29},
+		{"silent drops", 20, 0, 0, 30, 28}, // 4 + 26 × 0.95, an open loop's whole part
 		{"rejects", 20, 20, 0, 30, 4},
 		{"resets of request starts", 0, 0, 20, 30, 4},
-		{"rejects, a queue within twice N*: over the tick", 20, 20, 0, 7, 7},
+		{"rejects, a queue within twice N*: over the tick", 20, 20, 0, 7, 6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := port{cfg: PortConfig{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: 80}, Target: ResponseTarget{Seconds: 0.02}},
@@ -195,11 +197,12 @@ func TestCeilingShare(t *testing.T) {
 		})
 	}
 	// The ceiling holds its share of N* (6.84 at μ̂ 6.84/s and a target of
-	// 1 s); a new one starts at N* whatever share the last one ended at.
+	// 1 s), an open loop's its whole part with no fraction carried; a new
+	// one starts at N* rounded whatever share the last one ended at.
 	for _, tc := range []struct {
 		ceil        int
 		share, want float64
-	}{{7, 0.5, 4}, {7, 1, 7}, {0, 0.5, 7}} {
+	}{{7, 0.5, 3}, {7, 1, 6}, {0, 0.5, 7}} {
 		p := port{pass: 0.5, ceil: tc.ceil, scale: tc.share, target: 1}
 		p.settle(counts{dt: 0.05}, 0, 6.84, 1)
 		if float64(p.ceil) != tc.want {
@@ -350,11 +353,11 @@ func TestCeilingDrain(t *testing.T) {
 		n    []float64 // the standing queue at each window
 		want []int
 	}{
-		{"a share a window", 60, false, open, []float64{60, 24}, []int{58, 23}},
-		{"open loop: a queue past the ceiling is the count's lag", 10, false, open, []float64{24}, []int{10}},
+		{"a share a window", 60, false, open, []float64{60, 24}, []int{57, 23}}, // 57.2, then 23 and the 0.2 carried
+		{"open loop: a queue past the ceiling is the count's lag", 10, false, open, []float64{24}, []int{9}},
 		{"closed loop, the starts fell: the queue counts whole", 10, false, fell, []float64{24}, []int{23}},
 		{"closed loop, the shed came back", 10, true, back, []float64{24}, []int{23}},
-		{"a second of shedding, nothing back: open", 10, true, open, []float64{24}, []int{10}},
+		{"a second of shedding, nothing back: open", 10, true, open, []float64{24}, []int{9}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := port{pass: 0.4, ceil: tc.ceil, scale: 1, target: 1, away: 1, onsetRate: 600}
@@ -372,6 +375,42 @@ func TestCeilingDrain(t *testing.T) {
 				if p.ceil != tc.want[i] {
 					t.Errorf("window %d, %.0f standing: ceiling %d, want %d", i+1, n, p.ceil, tc.want[i])
 				}
+			}
+		})
+	}
+}
+
+// TestCeilingFraction: an open loop's ceilings in force average s × N*,
+// the fraction carried from one to the next (error diffusion), so that the
+// share the tail budget sets is what the datapath holds; a closed loop's
+// (its starts fell under half their rate at the ceiling's start) round up,
+// so that its service is not idled while the clients it refused wait out a
+// retransmit (docs/controller.md §1, "The ceiling").
+func TestCeilingFraction(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		c      counts
+		x      float64 // s × N*
+		mean   float64 // the ceilings' mean over the windows
+		lo, hi int     // the ceilings seen
+	}{
+		{"open loop: 6.3", counts{starts: 30, first: 30, admitted: 10, dt: 0.05}, 6.3, 6.3, 6, 7},
+		{"open loop: 0.4, at least 1", counts{starts: 30, first: 30, admitted: 10, dt: 0.05}, 0.4, 1, 1, 1},
+		{"closed loop: rounded up", counts{starts: 10, first: 10, admitted: 4, dt: 0.05}, 6.3, 7, 7, 7},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := port{pass: 0.4, scale: 1, target: 1, away: 1}
+			p.hist.add(counts{starts: 30, first: 30, admitted: 10, dt: 0.05}, 0, true) // 600 starts/s at its start
+			p.settle(tc.c, 0, tc.x, 1)
+			sum, lo, hi := 0, 1<<30, 0
+			const windows = 100
+			for range windows {
+				p.hist.add(tc.c, 0, true)
+				p.settle(tc.c, 0, tc.x, 1) // a target of 1 s: μ̂ is N*
+				sum, lo, hi = sum+p.ceil, min(lo, p.ceil), max(hi, p.ceil)
+			}
+			if mean := float64(sum) / windows; math.Abs(mean-tc.mean) > 0.011 || lo != tc.lo || hi != tc.hi {
+				t.Errorf("ceilings %d..%d, mean %.3f; want %d..%d, mean %.2f", lo, hi, mean, tc.lo, tc.hi, tc.mean)
 			}
 		})
 	}

@@ -51,6 +51,7 @@ type port struct {
 	unmeasured float64         // how long (seconds) the port has had no counts
 	late       float64         // since the ceiling started: answers past the target (the tail budget's spend),
 	answered   float64         // and all answers
+	carry      float64         // an open loop's ceiling's fraction carried to the next (0 ≤ x < 1)
 }
 
 // The law's constants: docs/controller.md §7 gives each one's meaning.
@@ -76,18 +77,23 @@ func (p *port) settle(c counts, n, mu, h float64) {
 	}
 	starts := p.hist.rate(standingSpan.Seconds()).all
 	if p.ceil == 0 { // a new ceiling starts at N*, its queue unclamped
-		p.scale, p.onsetRate, p.began, p.ceil, p.late, p.answered = 1, starts, p.hist.clock, 1<<30, 0, 0
+		p.scale, p.onsetRate, p.began, p.ceil, p.late, p.answered, p.carry = 1, starts, p.hist.clock, 1<<30, 0, 0, 0.5
 	}
 	full := math.Max(mu, p.cap.lastSat) * p.target
 	if n > longQueue*full {
 		h = p.away // an onset's queue: refused while it drains unless its clients come back together
 	}
-	if starts >= closedFall*p.onsetRate && !p.hist.returning(h) {
+	open := starts >= closedFall*p.onsetRate && !p.hist.returning(h)
+	if open {
 		n = math.Min(n, float64(p.ceil)) // open loop: a queue past the ceiling in force is the count's lag
 	}
 	nStar := full * p.scale
-	excess := math.Max(0, n-nStar) * math.Max(0, 1-c.dt/math.Max(h, c.dt))
-	p.ceil = int(math.Min(math.Max(1, math.Ceil(nStar+excess)), 1<<30))
+	x := math.Min(nStar+math.Max(0, n-nStar)*math.Max(0, 1-c.dt/math.Max(h, c.dt)), 1<<30)
+	k := math.Ceil(x) // a closed loop's clients wait outside: the round-up keeps its service busy
+	if open {         // an open loop's ceilings in force average x: the fraction is carried
+		k, p.carry = math.Floor(x+p.carry), math.Mod(x+p.carry, 1)
+	}
+	p.ceil = int(math.Max(1, k))
 }
 
 // noteShed sets away from st: a retransmit timeout after a drop, none after a reject or reset.
