@@ -28,8 +28,9 @@ const ConfigMapKey = "olcd.yaml"
 // keeps its lines, its content starting on the line after the key. A value
 // written another way (quoted, folded) does not, and its problems name
 // "source[data.olcd.yaml]" with the lines of the value. A ConfigMap without
-// the key, of another apiVersion, or followed by a second document is one
-// problem, which names the key expected. The error is a *ValidationError.
+// the key, of another apiVersion, or followed by a second document (empty
+// ones, a "---" last, are skipped as kubectl skips them) is one problem,
+// which names the key expected. The error is a *ValidationError.
 func ParseConfigMap(data []byte, source string) (cfg *Config, warns []Warning, isConfigMap bool, err error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
@@ -51,8 +52,17 @@ func ParseConfigMap(data []byte, source string) (cfg *Config, warns []Warning, i
 		}
 		return refuse(line, "apiVersion", "a ConfigMap is apiVersion v1, this one "+got, "write apiVersion: v1")
 	}
-	var next yaml.Node
-	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
+	for {
+		var next yaml.Node
+		err := dec.Decode(&next)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err == nil && emptyDocument(&next) {
+			// A separator last, or between comments: kubectl skips such
+			// a document, and so a manifest often ends with "---".
+			continue
+		}
 		line := 0
 		if len(next.Content) > 0 {
 			line = next.Content[0].Line
@@ -98,6 +108,16 @@ func ParseConfigMap(data []byte, source string) (cfg *Config, warns []Warning, i
 	}
 	cfg, warns, err = Parse([]byte(text), name)
 	return cfg, warns, true, err
+}
+
+// emptyDocument reports whether doc holds nothing: no node, or the null a
+// bare "---" (with comments at most) decodes to, not a written null.
+func emptyDocument(doc *yaml.Node) bool {
+	if len(doc.Content) == 0 {
+		return true
+	}
+	n := doc.Content[0]
+	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" && n.Value == "" && n.Style == 0
 }
 
 // mapEntry returns the key node and the value of key in the mapping n, or

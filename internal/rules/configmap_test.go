@@ -45,6 +45,11 @@ func TestParseConfigMap(t *testing.T) {
 			problems: []string{`cm.yaml:1: apiVersion: a ConfigMap is apiVersion v1, this one "v2"`}},
 		{name: "a second document", doc: head + "data: {olcd.yaml: '{}'}\n---\nkind: DaemonSet\n",
 			problems: []string{"cm.yaml:6: a second YAML document after the ConfigMap"}},
+		// kubectl skips empty documents: a manifest may end with its separator.
+		{name: "a separator last", doc: head + "data:\n  olcd.yaml: |\n    mode: enforce\n---\n", mode: olc.ModeEnforce},
+		{name: "empty documents after it", doc: head + "data: {olcd.yaml: 'mode: enforce'}\n---\n# end\n---\n", mode: olc.ModeEnforce},
+		{name: "a second document after an empty one", doc: head + "data: {olcd.yaml: '{}'}\n---\n---\nkind: DaemonSet\n",
+			problems: []string{"cm.yaml:7: a second YAML document after the ConfigMap"}},
 		{name: "an olcd config", doc: "mode: enforce\n", notCM: true},
 		{name: "another kind", doc: "apiVersion: v1\nkind: Secret\n", notCM: true},
 		{name: "not YAML", doc: "mode: [\n", notCM: true},
