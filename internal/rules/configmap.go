@@ -2,6 +2,7 @@ package rules
 
 import (
 	"bytes"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -27,10 +28,12 @@ const ConfigMapKey = "olcd.yaml"
 // the lines of the ConfigMap itself: a literal block scalar (`olcd.yaml: |`)
 // keeps its lines, its content starting on the line after the key. A value
 // written another way (quoted, folded) does not, and its problems name
-// "source[data.olcd.yaml]" with the lines of the value. A ConfigMap without
-// the key, of another apiVersion, or followed by a second document (empty
-// ones, a "---" last, are skipped as kubectl skips them) is one problem,
-// which names the key expected. The error is a *ValidationError.
+// "source[data.olcd.yaml]" with the lines of the value. A config under
+// binaryData (base64), which the kubelet writes as the file too, names
+// "source[binaryData.olcd.yaml]" and the decoded text's lines. A ConfigMap
+// without the key, of another apiVersion, or followed by a second document
+// (empty ones, a "---" last, are skipped as kubectl skips them) is one
+// problem, which names the key expected. The error is a *ValidationError.
 func ParseConfigMap(data []byte, source string) (cfg *Config, warns []Warning, isConfigMap bool, err error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
@@ -72,35 +75,58 @@ func ParseConfigMap(data []byte, source string) (cfg *Config, warns []Warning, i
 	}
 	want := fmt.Sprintf("no key %s: the DaemonSet mounts this ConfigMap as /etc/olcd and runs olcd on /etc/olcd/%s", ConfigMapKey, ConfigMapKey)
 	dk, d := mapEntry(root, "data")
-	if d == nil || d.Kind != yaml.MappingNode {
+	_, b := mapEntry(root, "binaryData")
+	_, v := mapEntry(d, ConfigMapKey)
+	_, bv := mapEntry(b, ConfigMapKey)
+	field := "data." + ConfigMapKey
+	switch {
+	case v != nil && bv != nil:
+		return refuse(bv.Line, "binaryData."+ConfigMapKey, "under data too: Kubernetes refuses a key in both", "keep the one under data")
+	case bv != nil:
+		// The kubelet writes binaryData's keys as files too: the
+		// config is the decoded value, with its own lines.
+		v, field = bv, "binaryData."+ConfigMapKey
+	case v == nil:
 		line := kind.Line
 		if dk != nil {
 			line = dk.Line
 		}
-		return refuse(line, "data", want, "put olcd's config under data: "+ConfigMapKey+": |")
-	}
-	_, v := mapEntry(d, ConfigMapKey)
-	if v == nil {
-		var keys []string
-		for i := 0; i+1 < len(d.Content); i += 2 {
-			keys = append(keys, d.Content[i].Value)
+		var hints []string
+		if d != nil && d.Kind == yaml.MappingNode {
+			hint := "the data has no key"
+			if keys := mapKeys(d); len(keys) > 0 {
+				hint = "the data's keys: " + strings.Join(keys, ", ")
+			}
+			hints = append(hints, hint)
 		}
-		slices.Sort(keys)
-		hint := "the data has no key"
-		if len(keys) > 0 {
-			hint = "the data's keys: " + strings.Join(keys, ", ")
+		if keys := mapKeys(b); len(keys) > 0 {
+			words := "binaryData's keys: "
+			if len(hints) > 0 {
+				words = "binaryData's: "
+			}
+			hints = append(hints, words+strings.Join(keys, ", "))
 		}
-		return refuse(dk.Line, "data", want, hint)
+		if len(hints) == 0 {
+			hints = append(hints, "put olcd's config under data: "+ConfigMapKey+": |")
+		}
+		return refuse(line, "data", want, strings.Join(hints, "; "))
 	}
 	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
-		return refuse(v.Line, "data."+ConfigMapKey, "not a string: a ConfigMap's data holds each file's text", "write "+ConfigMapKey+": | and the config below it, indented")
+		return refuse(v.Line, field, "not a string: a ConfigMap's data holds each file's text", "write "+ConfigMapKey+": | and the config below it, indented")
 	}
-	if strings.TrimSpace(v.Value) == "" {
+	name, text := source+"["+field+"]", v.Value
+	if bv != nil {
+		raw, err := base64.StdEncoding.DecodeString(v.Value)
+		if err != nil {
+			return refuse(v.Line, field, "not base64: binaryData holds each file's bytes in base64", "put the config under data: "+ConfigMapKey+": | instead")
+		}
+		text = string(raw)
+	}
+	if strings.TrimSpace(text) == "" {
 		// Parse's own words would speak of a file of white space.
-		return refuse(v.Line, "data."+ConfigMapKey, "empty: refused, as an empty config file is", "write the settings to change, or {} for every default")
+		return refuse(v.Line, field, "empty: refused, as an empty config file is", "write the settings to change, or {} for every default")
 	}
-	name, text := source+"[data."+ConfigMapKey+"]", v.Value
-	if v.Style&yaml.LiteralStyle != 0 {
+	if bv == nil && v.Style&yaml.LiteralStyle != 0 {
 		// Blank lines in front put the config's first line where the
 		// block's is, the line after the key: every problem's line is
 		// then the file's.
@@ -118,6 +144,19 @@ func emptyDocument(doc *yaml.Node) bool {
 	}
 	n := doc.Content[0]
 	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" && n.Value == "" && n.Style == 0
+}
+
+// mapKeys returns the keys of the mapping n, sorted; none when n is not a
+// mapping.
+func mapKeys(n *yaml.Node) []string {
+	var keys []string
+	if n != nil && n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			keys = append(keys, n.Content[i].Value)
+		}
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // mapEntry returns the key node and the value of key in the mapping n, or

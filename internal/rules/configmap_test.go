@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"encoding/base64"
 	"errors"
 	"os"
 	"strings"
@@ -39,6 +40,18 @@ func TestParseConfigMap(t *testing.T) {
 			problems: []string{"cm.yaml:4: data: no key olcd.yaml: the DaemonSet mounts this ConfigMap as /etc/olcd and runs olcd on /etc/olcd/olcd.yaml (the data's keys: config.yaml)"}},
 		{name: "without data", doc: head,
 			problems: []string{"cm.yaml:2: data: no key olcd.yaml"}},
+		// The kubelet writes binaryData's keys as files too.
+		{name: "under binaryData", doc: head + "binaryData:\n  olcd.yaml: " + b64("mode: enforce\n") + "\n", mode: olc.ModeEnforce},
+		{name: "under binaryData, invalid: the value's lines", doc: head + "binaryData:\n  olcd.yaml: " + b64("mode: enforce\ncontroler: {}\n") + "\n",
+			problems: []string{`cm.yaml[binaryData.olcd.yaml]:2: controler: unknown key`}},
+		{name: "under binaryData, not base64", doc: head + "binaryData:\n  olcd.yaml: 'mode: enforce'\n",
+			problems: []string{"cm.yaml:5: binaryData.olcd.yaml: not base64"}},
+		{name: "under binaryData, empty", doc: head + "binaryData:\n  olcd.yaml: ''\n",
+			problems: []string{"cm.yaml:5: binaryData.olcd.yaml: empty"}},
+		{name: "under data and binaryData", doc: head + "data:\n  olcd.yaml: '{}'\nbinaryData:\n  olcd.yaml: " + b64("{}") + "\n",
+			problems: []string{"cm.yaml:7: binaryData.olcd.yaml: under data too"}},
+		{name: "other keys in both", doc: head + "data: {b: x, a: y}\nbinaryData: {c: " + b64("z") + "}\n",
+			problems: []string{"cm.yaml:4: data: no key olcd.yaml: the DaemonSet mounts this ConfigMap as /etc/olcd and runs olcd on /etc/olcd/olcd.yaml (the data's keys: a, b; binaryData's: c)"}},
 		{name: "an empty value", doc: head + "data:\n  olcd.yaml: |\n\n",
 			problems: []string{"cm.yaml:5: data.olcd.yaml: empty"}},
 		{name: "another apiVersion", doc: "apiVersion: v2\nkind: ConfigMap\ndata: {olcd.yaml: '{}'}\n",
@@ -91,3 +104,6 @@ func TestParseConfigMap(t *testing.T) {
 		})
 	}
 }
+
+// b64 is s as a ConfigMap's binaryData holds it.
+func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
