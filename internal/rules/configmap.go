@@ -79,6 +79,16 @@ func ParseConfigMap(data []byte, source string) (cfg *Config, warns []Warning, i
 	_, v := mapEntry(d, ConfigMapKey)
 	_, bv := mapEntry(b, ConfigMapKey)
 	field := "data." + ConfigMapKey
+	// kubectl applies the last of two keys, or refuses them: checking the
+	// first could pass a config that never runs.
+	for _, e := range []struct {
+		n          *yaml.Node
+		key, field string
+	}{{root, "data", "data"}, {root, "binaryData", "binaryData"}, {d, ConfigMapKey, field}, {b, ConfigMapKey, "binaryData." + ConfigMapKey}} {
+		if first, again := duplicate(e.n, e.key); again != nil {
+			return refuse(again.Line, e.field, fmt.Sprintf("duplicate key (first at line %d)", first.Line), "remove one of them")
+		}
+	}
 	switch {
 	case v != nil && bv != nil:
 		return refuse(bv.Line, "binaryData."+ConfigMapKey, "under data too: Kubernetes refuses a key in both", "keep the one under data")
@@ -144,6 +154,24 @@ func emptyDocument(doc *yaml.Node) bool {
 	}
 	n := doc.Content[0]
 	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" && n.Value == "" && n.Style == 0
+}
+
+// duplicate returns the first two keys named key in the mapping n, again
+// nil when there is one at most.
+func duplicate(n *yaml.Node, key string) (first, again *yaml.Node) {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil, nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		switch k := n.Content[i]; {
+		case k.Value != key:
+		case first == nil:
+			first = k
+		default:
+			return first, k
+		}
+	}
+	return nil, nil
 }
 
 // mapKeys returns the keys of the mapping n, sorted; none when n is not a

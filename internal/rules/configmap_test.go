@@ -52,6 +52,12 @@ func TestParseConfigMap(t *testing.T) {
 			problems: []string{"cm.yaml:7: binaryData.olcd.yaml: under data too"}},
 		{name: "other keys in both", doc: head + "data: {b: x, a: y}\nbinaryData: {c: " + b64("z") + "}\n",
 			problems: []string{"cm.yaml:4: data: no key olcd.yaml: the DaemonSet mounts this ConfigMap as /etc/olcd and runs olcd on /etc/olcd/olcd.yaml (the data's keys: a, b; binaryData's: c)"}},
+		// kubectl would apply one of the two (or refuse both): never check
+		// another one than what runs.
+		{name: "the key twice", doc: head + "data:\n  olcd.yaml: |\n    mode: enforce\n  olcd.yaml: |\n    mode: enforc\n",
+			problems: []string{"cm.yaml:7: data.olcd.yaml: duplicate key (first at line 5) (remove one of them)"}},
+		{name: "data twice", doc: head + "data: {olcd.yaml: 'mode: enforce'}\ndata: {olcd.yaml: 'mode: enforc'}\n",
+			problems: []string{"cm.yaml:5: data: duplicate key (first at line 4) (remove one of them)"}},
 		{name: "an empty value", doc: head + "data:\n  olcd.yaml: |\n\n",
 			problems: []string{"cm.yaml:5: data.olcd.yaml: empty"}},
 		{name: "another apiVersion", doc: "apiVersion: v2\nkind: ConfigMap\ndata: {olcd.yaml: '{}'}\n",
