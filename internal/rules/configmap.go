@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -26,7 +27,7 @@ const ConfigMapKey = "olcd.yaml"
 // kind is ConfigMap): the caller then parses it as a config (Parse), which
 // also reports a document that does not parse. Problems name source with
 // the lines of the ConfigMap itself: a literal block scalar (`olcd.yaml: |`)
-// keeps its lines, its content starting on the line after the key. A value
+// keeps its lines, its content starting on the line after its `|`. A value
 // written another way (quoted, folded) does not, and its problems name
 // "source[data.olcd.yaml]" with the lines of the value. A config under
 // binaryData (base64), which the kubelet writes as the file too, names
@@ -121,6 +122,9 @@ func ParseConfigMap(data []byte, source string) (cfg *Config, warns []Warning, i
 		}
 		return refuse(line, "data", want, strings.Join(hints, "; "))
 	}
+	if v.Kind == yaml.AliasNode && v.Alias != nil {
+		v = v.Alias // its lines are the anchor's, in the same file
+	}
 	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
 		return refuse(v.Line, field, "not a string: a ConfigMap's data holds each file's text", "write "+ConfigMapKey+": | and the config below it, indented")
 	}
@@ -138,12 +142,75 @@ func ParseConfigMap(data []byte, source string) (cfg *Config, warns []Warning, i
 	}
 	if bv == nil && v.Style&yaml.LiteralStyle != 0 {
 		// Blank lines in front put the config's first line where the
-		// block's is, the line after the key: every problem's line is
-		// then the file's.
-		name, text = source, strings.Repeat("\n", v.Line)+v.Value
+		// block's is, the line after its indicator: every problem's line
+		// is then the file's.
+		name, text = source, strings.Repeat("\n", blockLine(data, v))+v.Value
 	}
 	cfg, warns, err = Parse([]byte(text), name)
 	return cfg, warns, true, err
+}
+
+// blockLine returns the line of the indicator (| or >) of the block scalar
+// v, parsed from data: go-yaml's v.Line is where the node starts, its
+// anchor or tag when one is written first, and these may end the key's
+// line with the indicator on a line below (`olcd.yaml: &cfg`, then `|`).
+// Lines end as go-yaml ends them; v.Line where the text between is not
+// properties, comments and white space.
+func blockLine(data []byte, v *yaml.Node) int {
+	lines := yamlLines(data)
+	if v.Line < 1 || v.Line > len(lines) {
+		return v.Line
+	}
+	s := lines[v.Line-1]
+	for range v.Column - 1 {
+		if len(s) == 0 {
+			return v.Line
+		}
+		_, w := utf8.DecodeRune(s)
+		s = s[w:]
+	}
+	for line := v.Line; ; {
+		for len(s) > 0 {
+			switch s[0] {
+			case ' ', '\t':
+				s = s[1:]
+			case '|', '>':
+				return line
+			case '#':
+				s = nil
+			case '&', '!': // an anchor or a tag: up to the next blank
+				if i := bytes.IndexAny(s, " \t"); i >= 0 {
+					s = s[i:]
+				} else {
+					s = nil
+				}
+			default:
+				return v.Line
+			}
+		}
+		if line++; line > len(lines) {
+			return v.Line
+		}
+		s = lines[line-1]
+	}
+}
+
+// yamlLines splits data into lines where go-yaml counts a line break: CR
+// LF, CR, LF, NEL, LS and PS.
+func yamlLines(data []byte) [][]byte {
+	var lines [][]byte
+	for {
+		i := bytes.IndexAny(data, "\r\n\u0085\u2028\u2029")
+		if i < 0 {
+			return append(lines, data)
+		}
+		lines = append(lines, data[:i])
+		_, w := utf8.DecodeRune(data[i:])
+		if data[i] == '\r' && i+1 < len(data) && data[i+1] == '\n' {
+			w = 2
+		}
+		data = data[i+w:]
+	}
 }
 
 // emptyDocument reports whether doc holds nothing: no node, or the null a

@@ -34,6 +34,16 @@ func TestParseConfigMap(t *testing.T) {
 			problems: []string{`cm.yaml:8: controler: unknown key (did you mean "controller"?)`}},
 		{name: "a blank line first, a duplicate key", doc: head + "data:\n  olcd.yaml: |\n\n    mode: enforce\n    mode: observe\n",
 			problems: []string{"cm.yaml:8: mode: duplicate key (first at line 7) (remove one of them)"}},
+		// go-yaml gives a node's line as its anchor's or tag's, which may
+		// stand on the key's line with the block's indicator below.
+		{name: "an anchor, the block below", doc: head + "data:\n  olcd.yaml: &cfg\n    |\n    mode: enforce\n    controler: {}\n",
+			problems: []string{`cm.yaml:8: controler: unknown key`}},
+		{name: "an anchor, the block below, CRLF", doc: strings.ReplaceAll(head+"data:\n  olcd.yaml: &cfg\n    |\n    mode: enforce\n    controler: {}\n", "\n", "\r\n"),
+			problems: []string{`cm.yaml:8: controler: unknown key`}},
+		{name: "a tag and a comment, the block below", doc: head + "data:\n  olcd.yaml: !!str # the config\n\n    |-\n    mode: enforce\n    controler: {}\n",
+			problems: []string{`cm.yaml:9: controler: unknown key`}},
+		{name: "an alias of a block", doc: "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  annotations:\n    config: &cfg |\n      mode: enforce\n      controler: {}\ndata:\n  olcd.yaml: *cfg\n",
+			problems: []string{`cm.yaml:7: controler: unknown key`}},
 		{name: "a quoted value: the value's lines", doc: head + "data:\n  olcd.yaml: \"mode: enforce\\nports: sometimes\\n\"\n",
 			problems: []string{`cm.yaml[data.olcd.yaml]:2: ports: `}},
 		{name: "without the key", doc: head + "data:\n  config.yaml: |\n    mode: enforce\n",
