@@ -34,7 +34,9 @@ const ConfigMapKey = "olcd.yaml"
 // "source[binaryData.olcd.yaml]" and the decoded text's lines. A ConfigMap
 // without the key, of another apiVersion, or followed by a second document
 // (empty ones, a "---" last, are skipped as kubectl skips them) is one
-// problem, which names the key expected. The error is a *ValidationError.
+// problem, which names the key expected, and so is a List holding
+// ConfigMaps (kubectl's `get configmap` without a name). The error is a
+// *ValidationError.
 func ParseConfigMap(data []byte, source string) (cfg *Config, warns []Warning, isConfigMap bool, err error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
@@ -43,11 +45,15 @@ func ParseConfigMap(data []byte, source string) (cfg *Config, warns []Warning, i
 	}
 	root := doc.Content[0]
 	_, kind := mapEntry(root, "kind")
-	if kind == nil || kind.Kind != yaml.ScalarNode || kind.Value != "ConfigMap" {
-		return nil, nil, false, nil
-	}
 	refuse := func(line int, field, msg, hint string) (*Config, []Warning, bool, error) {
 		return nil, nil, true, &ValidationError{Problems: []Problem{{File: source, Line: line, Field: field, Msg: msg, Hint: hint}}}
+	}
+	if n := listedConfigMaps(root, kind); n > 0 {
+		return refuse(kind.Line, "kind", fmt.Sprintf("a %s holding %d ConfigMap(s): check-config reads one ConfigMap a file", kind.Value, n),
+			"kubectl get configmap olcd -n kube-system -o yaml")
+	}
+	if kind == nil || kind.Kind != yaml.ScalarNode || kind.Value != "ConfigMap" {
+		return nil, nil, false, nil
 	}
 	if _, v := mapEntry(root, "apiVersion"); v == nil || v.Value != "v1" {
 		line, got := kind.Line, "none"
@@ -148,6 +154,26 @@ func ParseConfigMap(data []byte, source string) (cfg *Config, warns []Warning, i
 	}
 	cfg, warns, err = Parse([]byte(text), name)
 	return cfg, warns, true, err
+}
+
+// listedConfigMaps counts the ConfigMaps among the items of root when it
+// is a List (kind, root's) as kubectl prints one for `get configmap`
+// without a name: 0 otherwise.
+func listedConfigMaps(root, kind *yaml.Node) int {
+	if kind == nil || kind.Kind != yaml.ScalarNode || (kind.Value != "List" && kind.Value != "ConfigMapList") {
+		return 0
+	}
+	_, items := mapEntry(root, "items")
+	if items == nil || items.Kind != yaml.SequenceNode {
+		return 0
+	}
+	n := 0
+	for _, it := range items.Content {
+		if _, k := mapEntry(it, "kind"); k != nil && k.Value == "ConfigMap" {
+			n++
+		}
+	}
+	return n
 }
 
 // blockLine returns the line of the indicator (| or >) of the block scalar

@@ -79,6 +79,12 @@ func TestParseConfigMap(t *testing.T) {
 		{name: "empty documents after it", doc: head + "data: {olcd.yaml: 'mode: enforce'}\n---\n# end\n---\n", mode: olc.ModeEnforce},
 		{name: "a second document after an empty one", doc: head + "data: {olcd.yaml: '{}'}\n---\n---\nkind: DaemonSet\n",
 			problems: []string{"cm.yaml:7: a second YAML document after the ConfigMap"}},
+		// kubectl get configmap -o yaml without a name: the ConfigMap is
+		// an item of a List, which Parse refused for its keys
+		// (apiVersion, items, kind, metadata: unknown key).
+		{name: "a List of ConfigMaps", doc: "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  data:\n    olcd.yaml: |\n      mode: enforce\nmetadata: {resourceVersion: \"\"}\n",
+			problems: []string{"cm.yaml:2: kind: a List holding 1 ConfigMap(s): check-config reads one ConfigMap a file (kubectl get configmap olcd -n kube-system -o yaml)"}},
+		{name: "a List of something else", doc: "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Secret}\n", notCM: true},
 		{name: "an olcd config", doc: "mode: enforce\n", notCM: true},
 		{name: "another kind", doc: "apiVersion: v1\nkind: Secret\n", notCM: true},
 		{name: "not YAML", doc: "mode: [\n", notCM: true},
