@@ -111,6 +111,9 @@ func TestCheckConfigStdin(t *testing.T) {
 		{"", "stdin: the file is empty", true},
 		// kubectl get configmap olcd -o yaml | olcd check-config -
 		{"apiVersion: v1\nkind: ConfigMap\ndata:\n  olcd.yaml: |\n    mode: enforc\n", `stdin:5: mode: unknown value "enforc"`, true},
+		{"apiVersion: v1\nkind: ConfigMap\ndata:\n  olcd.yaml: |\n    mode: enforce\n", "stdin: ok (the ConfigMap's data.olcd.yaml)\n", false},
+		// The "ok" names where the config was: binaryData (base64) too.
+		{"apiVersion: v1\nkind: ConfigMap\nbinaryData:\n  olcd.yaml: bW9kZTogZW5mb3JjZQo=\n", "stdin: ok (the ConfigMap's binaryData.olcd.yaml)\n", false},
 	} {
 		var stdout, stderr bytes.Buffer
 		err := checkConfigs([]string{"-"}, strings.NewReader(tt.in), &stdout, &stderr)

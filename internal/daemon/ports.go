@@ -18,6 +18,7 @@ import (
 type discovery struct {
 	listening []uint16 // TCP ports listening on a non-loopback address, as last discovered
 	leftOut   int      // discovered ports the last discovery had no room for
+	err       error    // the last discovery's error (sock_diag unreadable); nil when it listed the listeners
 }
 
 // portSource is the status's word for where cfg's ports come from.
@@ -72,6 +73,7 @@ func (e *engine) resolvePorts(cfg *rules.Config) []loader.PortPolicy {
 		return out
 	}
 	listeners, err := sampler.Listeners()
+	e.found.err = err
 	if err != nil {
 		e.log.Error("discover listening ports", "err", err)
 		e.metrics.sampleErrors.WithLabelValues(sampler.SourceSockDiag).Inc()

@@ -112,7 +112,11 @@ func (d *Daemon) publish() {
 		since := dec.OverloadSince
 		st.Overload.Since = &since
 	}
-	st.Signals = signalStatuses(dec.Signals, &r.snap, e.ports)
+	var discoverErr error
+	if cfg.PortsAuto {
+		discoverErr = e.found.err
+	}
+	st.Signals = signalStatuses(dec.Signals, &r.snap, e.ports, discoverErr)
 	for c := range olc.NumClasses {
 		st.Classes = append(st.Classes, api.ClassStatus{Class: c.String(), DropProbability: dec.Classes[c]})
 	}
@@ -159,8 +163,10 @@ func nonNil[T any](s []T) []T {
 // signalStatuses is the status's signal list: the controller's signals
 // (with threshold and pressure, and why one is unavailable where the
 // snapshot tells: unavailableReason) first, then every other signal the
-// snapshot has a value for. ports are the protected ports.
-func signalStatuses(states []adaptive.SignalState, snap *olc.Snapshot, ports []loader.PortPolicy) []api.SignalStatus {
+// snapshot has a value for. ports are the protected ports, discoverErr the
+// error of ports: auto's last discovery of them (nil: it read them, or the
+// ports are configured).
+func signalStatuses(states []adaptive.SignalState, snap *olc.Snapshot, ports []loader.PortPolicy, discoverErr error) []api.SignalStatus {
 	out := []api.SignalStatus{}
 	withThreshold := map[olc.Signal]bool{}
 	for _, s := range states {
@@ -172,7 +178,7 @@ func signalStatuses(states []adaptive.SignalState, snap *olc.Snapshot, ports []l
 			v, p := s.Value, s.Pressure
 			ss.Value, ss.Pressure = &v, &p
 		} else {
-			ss.Reason = unavailableReason(s.Signal, snap, ports)
+			ss.Reason = unavailableReason(s.Signal, snap, ports, discoverErr)
 		}
 		out = append(out, ss)
 	}
@@ -188,11 +194,14 @@ func signalStatuses(states []adaptive.SignalState, snap *olc.Snapshot, ports []l
 }
 
 // unavailableReason says why sig has no value in snap where the snapshot
-// tells, else "". accept_queue_fill has none while sock_diag fails, and
-// while no protected TCP port has a listener: a service not started yet, or
-// a port this node does not serve, which is no fault (no accept queue can
-// fill), so OlcdSignalUnavailable leaves it out (docs/alerts.md).
-func unavailableReason(sig olc.Signal, snap *olc.Snapshot, ports []loader.PortPolicy) string {
+// (or discoverErr, ports: auto's last discovery) tells, else "".
+// accept_queue_fill has none while sock_diag fails, and while no protected
+// TCP port has a listener: a service not started yet, or a port this node
+// does not serve, which is no fault (no accept queue can fill), so
+// OlcdSignalUnavailable leaves it out (docs/alerts.md). Under ports: auto
+// a sock_diag that fails leaves no port to sample, so that only the
+// discovery's error tells it from a node without listeners.
+func unavailableReason(sig olc.Signal, snap *olc.Snapshot, ports []loader.PortPolicy, discoverErr error) string {
 	if sig != olc.AcceptQueueFill {
 		return ""
 	}
@@ -200,6 +209,9 @@ func unavailableReason(sig olc.Signal, snap *olc.Snapshot, ports []loader.PortPo
 		if e.Source == sampler.SourceSockDiag {
 			return "sock_diag unreadable (sources unreadable, below)"
 		}
+	}
+	if discoverErr != nil {
+		return fmt.Sprintf("sock_diag unreadable (ports: auto cannot list the listeners: %v)", discoverErr)
 	}
 	const most = 3 // ports named; the rest counted
 	var none []string

@@ -33,6 +33,20 @@ func TestProgressLine(t *testing.T) {
 		}
 		return rec
 	}
+	// halved is the backend busy on its whole quota throughout, the quota
+	// halved after the sample at 4 s (capacity-halved's QuotaChange): the
+	// CPU is 1.00 of the quota in force, before and after.
+	halved := func() *records {
+		rec := recs(false, false)
+		for at := time.Duration(0); at < 12*time.Second; at += 500 * time.Millisecond {
+			quota, usage := 1.0, at
+			if at > 4*time.Second {
+				quota, usage = 0.5, 4*time.Second+(at-4*time.Second)/2
+			}
+			rec.samples = append(rec.samples, sample{t: at, usage: usage, quota: quota})
+		}
+		return rec
+	}
 	tests := []struct {
 		name    string
 		rec     *records
@@ -50,6 +64,9 @@ func TestProgressLine(t *testing.T) {
 			[]string{"0.5x ", "p 0.00"}, []string{"→"}},
 		{"no health checks", recs(false, true), 11 * time.Second,
 			[]string{"3x ", "p 0.60"}, []string{"health"}},
+		// First to last sample over the last's quota read 1.89.
+		{"the quota halved within the window", halved(), 6 * time.Second,
+			[]string{"cpu 1.00"}, nil},
 		{"no samples (the load balancer's runs)", recs(false, false), 11 * time.Second,
 			[]string{"goodput  100/s"}, []string{"health", "cpu", " p "}},
 	}

@@ -1022,8 +1022,9 @@ func (a *attacker) progress(el, slo time.Duration) (string, bool) {
 
 // progressLine summarises the 5 s that ended a second before el (answers
 // arrive up to the timeout after the request started). Every figure is the
-// window's: the rates, the backend's CPU between its first and last sample
-// and p, olcd's mean over its samples. A window that spans a phase change
+// window's: the rates, the backend's CPU (the mean over the intervals
+// between its samples, each a share of the quota then in force) and p,
+// olcd's mean over its samples. A window that spans a phase change
 // is labelled with both phases (0.5x→3x), since its figures mix them; the
 // health column is left out when no health check ran in it (the load
 // balancer's runs have none).
@@ -1065,27 +1066,30 @@ func progressLine(rec *records, el, slo time.Duration) string {
 	if hAll > 0 {
 		s += fmt.Sprintf("  health %d/%d", hOK, hAll)
 	}
-	var first, last *sample
-	var pSum float64
-	var pN int
-	for i := range rec.samples {
-		x := &rec.samples[i]
-		if x.t < from || x.t >= to {
-			continue
-		}
-		if first == nil {
-			first = x
-		}
-		last = x
-		if x.olcd {
+	// As phaseResult reads a phase: each interval between two samples
+	// over the quota then in force, a quota change (capacity-halved)
+	// included, and p at each sample.
+	var busy, pSum float64
+	var nBusy, pN int
+	for i, x := range rec.samples {
+		if x.olcd && x.t >= from && x.t < to {
 			pSum += x.p
 			pN++
 		}
-	}
-	if first != nil {
-		if busy, ok := busyBetween(*first, *last); ok {
-			s += fmt.Sprintf("  cpu %.2f", busy)
+		if i == 0 {
+			continue
 		}
+		s0 := rec.samples[i-1]
+		if mid := (s0.t + x.t) / 2; mid < from || mid >= to {
+			continue
+		}
+		if b, ok := busyBetween(s0, x); ok {
+			busy += b
+			nBusy++
+		}
+	}
+	if nBusy > 0 {
+		s += fmt.Sprintf("  cpu %.2f", busy/float64(nBusy))
 	}
 	if pN > 0 {
 		s += fmt.Sprintf("  p %.2f", pSum/float64(pN))
