@@ -267,14 +267,17 @@ func TestAutoPortsBeyondMaxPorts(t *testing.T) {
 	d.noErrorsLogged(t)
 }
 
-func TestCapPorts(t *testing.T) {
-	entries := func(ports ...uint16) []loader.PortPolicy {
-		var out []loader.PortPolicy
-		for _, p := range ports {
-			out = append(out, loader.PortPolicy{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: p}})
-		}
-		return out
+// tcpPolicies returns a policy for each of the TCP ports, in order.
+func tcpPolicies(ports ...uint16) []loader.PortPolicy {
+	var out []loader.PortPolicy
+	for _, p := range ports {
+		out = append(out, loader.PortPolicy{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: p}})
 	}
+	return out
+}
+
+func TestCapPorts(t *testing.T) {
+	entries := tcpPolicies
 	tests := []struct {
 		name           string
 		found, current []loader.PortPolicy

@@ -13,13 +13,7 @@ import (
 // (it said "unavailable" alone while a protected port had no listener, as
 // at boot before the service listens).
 func TestUnavailableReason(t *testing.T) {
-	tcp := func(ports ...uint16) []loader.PortPolicy {
-		var out []loader.PortPolicy
-		for _, p := range ports {
-			out = append(out, loader.PortPolicy{Key: olc.PortKey{Proto: olc.ProtoTCP, Port: p}})
-		}
-		return out
-	}
+	tcp := tcpPolicies
 	udp := []loader.PortPolicy{{Key: olc.PortKey{Proto: olc.ProtoUDP, Port: 53}}}
 	diagErr := []olc.SourceError{{Source: sampler.SourceSockDiag, Err: errors.New("netlink: protocol not supported")}}
 	discoverErr := errors.New("netlink: protocol not supported")
