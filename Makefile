@@ -109,12 +109,13 @@ fmt:
 # Each step's output also goes to out/make-test.log, which the run's last
 # lines sum up (scripts/test-log.sh): every step passed, and the GOAL MISSED
 # lines of the whole run, or none. A failing step stops make there as
-# before, with its own output last.
+# before, with its own output last. Steps run through env, so that GO may
+# carry variables (make test GO='GOFLAGS=-race go').
 TEST_LOG := out/make-test.log
 
 test: deps-test build vet
 	@mkdir -p $(dir $(TEST_LOG)) && : >$(TEST_LOG)
-	scripts/test-log.sh run $(TEST_LOG) $(GO) test -count=1 -timeout 20m ./...
+	scripts/test-log.sh run $(TEST_LOG) env $(GO) test -count=1 -timeout 20m ./...
 	scripts/test-log.sh run $(TEST_LOG) scripts/check-unit.sh
 	scripts/test-log.sh run $(TEST_LOG) scripts/test-install.sh
 	scripts/test-log.sh run $(TEST_LOG) $(MAKE) test-overload

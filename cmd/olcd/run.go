@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
-	"strings"
 	"syscall"
 
 	"github.com/olcd/olcd/internal/api"
@@ -184,13 +183,8 @@ func checkStdin(stdin io.Reader) (string, []rules.Warning, error) {
 // the "ok" line. check-config alone reads ConfigMaps: olcd run is given
 // the file the ConfigMap becomes in the pod.
 func checkDocument(data []byte, source string) (what string, warns []rules.Warning, err error) {
-	if cfg, warns, ok, err := rules.ParseConfigMap(data, source); ok {
-		// A config under binaryData is named source[binaryData.olcd.yaml].
-		under := "data."
-		if cfg != nil && strings.HasSuffix(cfg.Source, "[binaryData."+rules.ConfigMapKey+"]") {
-			under = "binaryData."
-		}
-		return " (the ConfigMap's " + under + rules.ConfigMapKey + ")", warns, err
+	if _, warns, key, err := rules.ParseConfigMap(data, source); key != "" {
+		return " (the ConfigMap's " + key + ")", warns, err
 	}
 	_, warns, err = rules.Parse(data, source)
 	return "", warns, err

@@ -22,8 +22,9 @@ const ConfigMapKey = "olcd.yaml"
 // ParseConfigMap parses and validates the olcd config inside a Kubernetes
 // ConfigMap (apiVersion v1, kind ConfigMap: deploy/kubernetes/configmap.yaml),
 // its data[ConfigMapKey], so that `olcd check-config` takes the file the
-// README recommends starting from. isConfigMap is false, and nothing is
-// parsed, when data is not a ConfigMap (a YAML document whose top-level
+// README recommends starting from. key names the ConfigMap's field the
+// config is read from, "data.olcd.yaml" or "binaryData.olcd.yaml"; it is
+// empty, and nothing is parsed, when data is not a ConfigMap (a YAML document whose top-level
 // kind is ConfigMap): the caller then parses it as a config (Parse), which
 // also reports a document that does not parse. Problems name source with
 // the lines of the ConfigMap itself: a literal block scalar (`olcd.yaml: |`)
@@ -37,23 +38,24 @@ const ConfigMapKey = "olcd.yaml"
 // problem, which names the key expected, and so is a List holding
 // ConfigMaps (kubectl's `get configmap` without a name). The error is a
 // *ValidationError.
-func ParseConfigMap(data []byte, source string) (cfg *Config, warns []Warning, isConfigMap bool, err error) {
+func ParseConfigMap(data []byte, source string) (cfg *Config, warns []Warning, key string, err error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if dec.Decode(&doc) != nil || len(doc.Content) != 1 {
-		return nil, nil, false, nil
+		return nil, nil, "", nil
 	}
 	root := doc.Content[0]
 	_, kind := mapEntry(root, "kind")
-	refuse := func(line int, field, msg, hint string) (*Config, []Warning, bool, error) {
-		return nil, nil, true, &ValidationError{Problems: []Problem{{File: source, Line: line, Field: field, Msg: msg, Hint: hint}}}
+	key = "data." + ConfigMapKey
+	refuse := func(line int, field, msg, hint string) (*Config, []Warning, string, error) {
+		return nil, nil, key, &ValidationError{Problems: []Problem{{File: source, Line: line, Field: field, Msg: msg, Hint: hint}}}
 	}
 	if n := listedConfigMaps(root, kind); n > 0 {
 		return refuse(kind.Line, "kind", fmt.Sprintf("a %s holding %d ConfigMap(s): check-config reads one ConfigMap a file", kind.Value, n),
 			"kubectl get configmap olcd -n kube-system -o yaml")
 	}
 	if kind == nil || kind.Kind != yaml.ScalarNode || kind.Value != "ConfigMap" {
-		return nil, nil, false, nil
+		return nil, nil, "", nil
 	}
 	if _, v := mapEntry(root, "apiVersion"); v == nil || v.Value != "v1" {
 		line, got := kind.Line, "none"
@@ -85,7 +87,7 @@ func ParseConfigMap(data []byte, source string) (cfg *Config, warns []Warning, i
 	_, b := mapEntry(root, "binaryData")
 	_, v := mapEntry(d, ConfigMapKey)
 	_, bv := mapEntry(b, ConfigMapKey)
-	field := "data." + ConfigMapKey
+	field := key
 	// kubectl applies the last of two keys, or refuses them: checking the
 	// first could pass a config that never runs.
 	for _, e := range []struct {
@@ -103,6 +105,7 @@ func ParseConfigMap(data []byte, source string) (cfg *Config, warns []Warning, i
 		// The kubelet writes binaryData's keys as files too: the
 		// config is the decoded value, with its own lines.
 		v, field = bv, "binaryData."+ConfigMapKey
+		key = field
 	case v == nil:
 		line := kind.Line
 		if dk != nil {
@@ -153,7 +156,7 @@ func ParseConfigMap(data []byte, source string) (cfg *Config, warns []Warning, i
 		name, text = source, strings.Repeat("\n", blockLine(data, v))+v.Value
 	}
 	cfg, warns, err = Parse([]byte(text), name)
-	return cfg, warns, true, err
+	return cfg, warns, key, err
 }
 
 // listedConfigMaps counts the ConfigMaps among the items of root when it

@@ -24,8 +24,10 @@ func TestParseConfigMap(t *testing.T) {
 	tests := []struct {
 		name  string
 		doc   string
-		notCM bool     // not a ConfigMap: nothing parsed
-		mode  olc.Mode // the config's mode, when it is valid
+		notCM bool // not a ConfigMap: nothing parsed
+		// binary: the config is read from binaryData.olcd.yaml, not data.
+		binary bool
+		mode   olc.Mode // the config's mode, when it is valid
 		// problems are the rendered problems, in order; none: valid.
 		problems []string
 	}{
@@ -51,12 +53,12 @@ func TestParseConfigMap(t *testing.T) {
 		{name: "without data", doc: head,
 			problems: []string{"cm.yaml:2: data: no key olcd.yaml"}},
 		// The kubelet writes binaryData's keys as files too.
-		{name: "under binaryData", doc: head + "binaryData:\n  olcd.yaml: " + b64("mode: enforce\n") + "\n", mode: olc.ModeEnforce},
-		{name: "under binaryData, invalid: the value's lines", doc: head + "binaryData:\n  olcd.yaml: " + b64("mode: enforce\ncontroler: {}\n") + "\n",
+		{binary: true, name: "under binaryData", doc: head + "binaryData:\n  olcd.yaml: " + b64("mode: enforce\n") + "\n", mode: olc.ModeEnforce},
+		{binary: true, name: "under binaryData, invalid: the value's lines", doc: head + "binaryData:\n  olcd.yaml: " + b64("mode: enforce\ncontroler: {}\n") + "\n",
 			problems: []string{`cm.yaml[binaryData.olcd.yaml]:2: controler: unknown key`}},
-		{name: "under binaryData, not base64", doc: head + "binaryData:\n  olcd.yaml: 'mode: enforce'\n",
+		{binary: true, name: "under binaryData, not base64", doc: head + "binaryData:\n  olcd.yaml: 'mode: enforce'\n",
 			problems: []string{"cm.yaml:5: binaryData.olcd.yaml: not base64"}},
-		{name: "under binaryData, empty", doc: head + "binaryData:\n  olcd.yaml: ''\n",
+		{binary: true, name: "under binaryData, empty", doc: head + "binaryData:\n  olcd.yaml: ''\n",
 			problems: []string{"cm.yaml:5: binaryData.olcd.yaml: empty"}},
 		{name: "under data and binaryData", doc: head + "data:\n  olcd.yaml: '{}'\nbinaryData:\n  olcd.yaml: " + b64("{}") + "\n",
 			problems: []string{"cm.yaml:7: binaryData.olcd.yaml: under data too"}},
@@ -91,9 +93,16 @@ func TestParseConfigMap(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, _, isCM, err := ParseConfigMap([]byte(tt.doc), "cm.yaml")
-			if isCM == tt.notCM {
-				t.Fatalf("isConfigMap %v, want %v", isCM, !tt.notCM)
+			cfg, _, key, err := ParseConfigMap([]byte(tt.doc), "cm.yaml")
+			want := "data.olcd.yaml"
+			switch {
+			case tt.notCM:
+				want = ""
+			case tt.binary:
+				want = "binaryData.olcd.yaml"
+			}
+			if key != want {
+				t.Fatalf("key %q, want %q", key, want)
 			}
 			if tt.notCM {
 				if cfg != nil || err != nil {
