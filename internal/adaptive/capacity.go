@@ -33,8 +33,7 @@ func (c *capacity) resize(prm Params, interval time.Duration) {
 	c.slots = c.slots[max(0, len(c.slots)-c.n):]
 }
 
-// tick adds one tick of dt seconds (> 0) in which queued requests were
-// added to those in flight.
+// tick adds one tick of dt seconds (> 0) in which queued requests were added to those in flight.
 func (c *capacity) tick(answers, admitted, queued, dt float64, full, saturated bool) {
 	saturated = saturated && answers > 0
 	slot := capSlot{rate: answers / dt, answers: answers, admitted: admitted, queued: queued,
@@ -47,7 +46,7 @@ func (c *capacity) tick(answers, admitted, queued, dt float64, full, saturated b
 		c.slots = append(c.slots[:0], c.slots[len(c.slots)-c.n+1:]...)
 	}
 	c.slots, c.satAnswers, c.satDt = append(c.slots, slot), 0, 0
-	if c.satAge += dt; saturated {
+	if c.satAge += dt; slot.saturated {
 		c.satAge = 0
 	}
 	if best := c.max(true); best > 0 {
@@ -63,9 +62,8 @@ func (c *capacity) window(answers, w float64) float64 {
 	return c.now()
 }
 
-// windowRate is the answers per second of the saturated windows since the
-// last tick (0: fewer than standingSpan of them, give or take half the last
-// window: a timer's windows run a little short or long).
+// windowRate is the answers per second of the saturated windows since the last tick (0: fewer than standingSpan of
+// them, give or take half the last window: a timer's windows run a little short or long).
 func (c *capacity) windowRate() float64 {
 	if c.satDt < standingSpan.Seconds()-c.lastW/2 {
 		return 0
@@ -73,8 +71,7 @@ func (c *capacity) windowRate() float64 {
 	return c.satAnswers / c.satDt
 }
 
-// max returns the largest answer rate in the window (0: none), of
-// saturated ticks only when sat.
+// max returns the largest answer rate in the window (0: none), of saturated ticks only when sat.
 func (c *capacity) max(sat bool) float64 {
 	best := 0.0
 	for _, s := range c.slots {
@@ -85,9 +82,8 @@ func (c *capacity) max(sat bool) float64 {
 	return best
 }
 
-// now returns μ̂ for the law (answers/s): a full newest tick's rate,
-// otherwise the window's max; at least what the saturated windows since the
-// tick measured (windowRate), which a cut that empties the queue does not undo.
+// now returns μ̂ for the law (answers/s): a full newest tick's rate, otherwise the window's max; at least what the
+// saturated windows since the tick measured (windowRate), which a cut that empties the queue does not undo.
 func (c *capacity) now() float64 {
 	if n := len(c.slots); n > 0 && c.slots[n-1].full {
 		return math.Max(c.slots[n-1].rate, c.windowRate())

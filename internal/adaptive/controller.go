@@ -23,7 +23,7 @@ type Controller struct {
 	over    overload  // the overload as the decision log tells it
 	lastAt  time.Time // the last snapshot's time; zero before the first
 	classP  [olc.NumClasses]float64
-	weights [olc.NumClasses]float64 // unique new work per class, the split's weights
+	weights [olc.NumClasses]float64 // first attempts per second per class, the split's weights
 	last    Decision                // the last tick's signals, for Onset's decisions
 	nodeRec float64                 // the node's p at its last probability_change record
 }
@@ -88,7 +88,9 @@ func (c *Controller) Reconfigure(cfg Config) error {
 		if j, ok := c.index[pc.Key]; ok {
 			*p = c.ports[j]
 		}
-		p.cfg, p.pass = pc, math.Min(1, math.Max(p.pass, cfg.Params.MinPassRate))
+		if p.cfg = pc; p.retx != olc.RetransmitsLast { // under last, the retransmits' pass rate has no floor
+			p.pass = math.Min(1, math.Max(p.pass, cfg.Params.MinPassRate))
+		}
 		p.cap.resize(cfg.Params, cfg.Interval)
 		index[pc.Key] = i
 	}

@@ -22,7 +22,7 @@ type span struct {
 }
 
 // maxSpans is two retransmit timeouts of the shortest windows (docs/controller.md §7).
-const maxSpans = int(2 * SYNRetransmitTimeout / 0.010)
+const maxSpans = int(2 * SYNRetransmitTimeout * 1e9 / float64(minInterval)) // minInterval in ns
 
 // add records an onset window, or a tick unless windows covered it.
 func (h *history) add(c counts, inflight float64, window bool) {
@@ -35,15 +35,13 @@ func (h *history) add(c counts, inflight float64, window bool) {
 	h.windowed = window
 }
 
-// rates are a demand in starts per second: all of them, and the first
-// attempts among them (the rest are retransmits of SYNs the port dropped).
+// rates are a demand in starts per second: all, and the first attempts (the rest retransmit SYNs the port dropped).
 type rates struct{ all, first float64 }
 
 // retx returns the retransmits per second.
 func (r rates) retx() float64 { return math.Max(0, r.all-r.first) }
 
-// newest returns the newest records that fit in secs seconds, at least
-// the newest one.
+// newest returns the newest records that fit in secs seconds, at least the newest one.
 func (h *history) newest(secs float64) []span {
 	i, dt := len(h.spans), 0.0
 	for i > max(0, len(h.spans)-maxSpans) && (dt == 0 || dt+h.spans[i-1].dt <= secs+1e-9) {
@@ -79,9 +77,8 @@ func (h *history) of(span float64, queued bool) rates {
 	return rates{all: math.Max(r.all, f.all), first: math.Max(r.first, f.first)}
 }
 
-// recent returns the index of the oldest of the newest onset windows that
-// fit in standingSpan (at least one); len(spans) when the newest record is
-// not a window.
+// recent returns the index of the oldest of the newest onset windows that fit in standingSpan (at least one);
+// len(spans) when the newest record is not a window.
 func (h *history) recent() int {
 	i := len(h.spans)
 	for n := len(h.newest(standingSpan.Seconds())); n > 0 && h.spans[i-1].window; n-- {
@@ -90,9 +87,8 @@ func (h *history) recent() int {
 	return i
 }
 
-// standing returns the standing queue: the fewest requests in flight at
-// the end of the onset windows of the last standingSpan and at end (end
-// alone without onset windows).
+// standing returns the standing queue: the fewest requests in flight at the end of the onset windows of the last
+// standingSpan and at end (end alone without onset windows).
 func (h *history) standing(end float64) float64 {
 	m := end
 	for _, s := range h.spans[h.recent():] {
@@ -101,8 +97,7 @@ func (h *history) standing(end float64) float64 {
 	return m
 }
 
-// growing reports whether the requests in flight grew by more than by in
-// each onset window of the last standingSpan.
+// growing reports whether the requests in flight grew by more than by in each onset window of the last standingSpan.
 func (h *history) growing(by float64) bool {
 	i := h.recent()
 	if i == len(h.spans) || i == 0 || !h.spans[i-1].window {

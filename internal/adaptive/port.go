@@ -1,6 +1,7 @@
 package adaptive
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"time"
@@ -46,7 +47,7 @@ type port struct {
 	idle       bool            // an onset window of this tick ended empty
 	prevEnd    float64         // requests in flight at the previous tick's end (−1: no tick yet)
 	away       float64         // how long (seconds) a client shed in the last shedding tick or window stays out: 0 after a reject
-	demand     float64         // unique new work per second in the last tick: the class split's weight
+	demand     float64         // first attempts per second in the last tick: the class split's weight
 	recorded   float64         // p at the last probability_change record
 	unmeasured float64         // how long (seconds) the port has had no counts
 	late       float64         // since the ceiling started: answers past the target (the tail budget's spend),
@@ -67,10 +68,10 @@ const (
 // ceiling (settle).
 func (p *port) active() bool { return p.pass < 1 || p.ceil > 0 }
 
-// settle sets the ceiling after the law ran on counts c (docs/controller.md
-// §1): s × N* of μ mu, above it the standing queue n's excess drained over h
-// (n past the ceiling in force only in a closed loop); held while it refuses.
-func (p *port) settle(c counts, n, mu, h float64) {
+// settle sets the ceiling that stands span seconds (docs/controller.md §1): s × N* of μ mu, above it
+// the standing queue n's excess drained over h (n past the ceiling in force only in a closed loop);
+// held while it refuses.
+func (p *port) settle(span, n, mu, h float64) {
 	if p.pass >= 1 && (p.ceil == 0 || !p.hist.refused(h)) {
 		p.ceil = 0
 		return
@@ -79,21 +80,27 @@ func (p *port) settle(c counts, n, mu, h float64) {
 	if p.ceil == 0 { // a new ceiling starts at N*, its queue unclamped
 		p.scale, p.onsetRate, p.began, p.ceil, p.late, p.answered, p.carry = 1, starts, p.hist.clock, 1<<30, 0, 0, 0.5
 	}
-	full := math.Max(mu, p.cap.lastSat) * p.target
-	if n > longQueue*full {
+	nSat := math.Max(mu, p.cap.lastSat) * p.target // N* on the larger of μ̂ and the shown figure
+	if n > longQueue*nSat {
 		h = p.away // an onset's queue: refused while it drains unless its clients come back together
 	}
-	open := starts >= closedFall*p.onsetRate && !p.hist.returning(h)
+	open := p.open(h)
 	if open {
 		n = math.Min(n, float64(p.ceil)) // open loop: a queue past the ceiling in force is the count's lag
 	}
-	nStar := full * p.scale
-	x := math.Min(nStar+math.Max(0, n-nStar)*math.Max(0, 1-c.dt/math.Max(h, c.dt)), 1<<30)
+	nStar := nSat * p.scale
+	x := math.Min(nStar+math.Max(0, n-nStar)*math.Max(0, 1-span/math.Max(h, span)), 1<<30)
 	k := math.Ceil(x) // a closed loop's clients wait outside: the round-up keeps its service busy
 	if open {         // an open loop's ceilings in force average x: the fraction is carried
 		k, p.carry = math.Floor(x+p.carry), math.Mod(x+p.carry, 1)
 	}
 	p.ceil = int(math.Max(1, k))
+}
+
+// open reports whether the clients the ceiling refuses do not wait for it: the starts stayed at
+// closedFall of their rate when it started, and under returnShare of the shed came back a timeout later.
+func (p *port) open(h float64) bool {
+	return p.hist.rate(standingSpan.Seconds()).all >= closedFall*p.onsetRate && !p.hist.returning(h)
 }
 
 // noteShed sets away from st: a retransmit timeout after a drop, none after a reject or reset.
@@ -124,8 +131,7 @@ type counts struct {
 func countsOf(st PortStats, dt float64) counts {
 	starts := float64(st.New) + float64(st.Reused)
 	shed := math.Min(float64(st.Dropped)+float64(st.Resets), starts)
-	return counts{starts: starts, first: starts - float64(min(st.Retransmits, st.New)), admitted: starts - shed,
-		ceiled: float64(st.Ceiled), dt: dt}
+	return counts{starts: starts, first: starts - float64(min(st.Retransmits, st.New)), admitted: starts - shed, ceiled: float64(st.Ceiled), dt: dt}
 }
 
 // step advances the port's law (docs/controller.md §1) by a tick of dt seconds; busy: the node's
@@ -135,17 +141,16 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 	c := countsOf(st, dt)
 	p.demand = c.first / dt
 	defer func() { // the ceiling that stood through this tick, read below; the tail budget's count
-		if p.held = p.ceil; p.ceil > 0 {
+		if p.held = p.ceil; p.ceil > 0 && len(r.Hist) > 0 {
 			p.late, p.answered = p.late+r.Responses*resptime.Above(r.Hist, p.target), p.answered+r.Responses
 		}
 	}()
 	p.noteShed(st)
-	// Saturated: requests waited through the tick and N* of them stand at
-	// its end (full), or the ceiling refused arrivals; a pool of 8
-	// workers with 3 busy answers its demand, not μ̂.
+	// Saturated: requests waited through the tick and N* of them stand at its end (full), or the
+	// ceiling refused arrivals; a pool of 8 workers with 3 busy answers its demand, not μ̂.
 	standing := p.hist.standing(r.Inflight)
 	waited := r.Responses > 0 && p.prevEnd >= 1 && r.Inflight >= 1 && !p.idle
-	full := waited && standing >= p.cap.now()*p.target
+	full := waited && p.target > 0 && standing >= p.cap.now()*p.target
 	prevEnd := p.prevEnd
 	p.prevEnd, p.idle = r.Inflight, false
 	p.cap.tick(r.Responses, c.admitted, r.Inflight-math.Max(prevEnd, 0), dt, full, full || (waited && c.ceiled > 0))
@@ -189,7 +194,7 @@ func (p *port) step(st PortStats, dt float64, busy bool, prm *Params) string {
 		why += fmt.Sprintf(": no answers in the capacity window, holding pass rate %.3f", p.pass)
 	default:
 		d = p.law(mu, a, standing, h, d, prm)
-		p.settle(c, standing, mu, h)
+		p.settle(math.Min(dt, cmp.Or(prm.OnsetInterval.Seconds(), dt)), standing, mu, h) // until the next window, or tick
 		why += fmt.Sprintf(": capacity %.0f answers/s, %.0f in flight standing where %.1f keep the target, %.0f starts/s arriving (%.0f retransmits) at %.2f answers each: %s",
 			mu, standing, mu*p.target, d.all, d.retx(), a, p.passName())
 	}
@@ -211,7 +216,7 @@ func (p *port) law(mu, a, n, h float64, d rates, prm *Params) rates {
 		base = math.Min(mu, a*d.all)
 	}
 	A := base + (nStar-n)/h
-	if since := p.hist.clock - p.began; since < h && a*d.all <= A {
+	if since := p.hist.clock - p.began; p.ceil > 0 && since < h && a*d.all <= A && p.open(h) {
 		if s := p.hist.rate(math.Max(standingSpan.Seconds(), since)); s.all > d.all {
 			d = s // within h of its start the law ends only if the starts since it began fit too
 		}
@@ -276,7 +281,7 @@ func (p *port) window(st PortStats, w, tick float64, prm *Params) string {
 		// N* stood from the window's start to its end: it answered at
 		// capacity. An underestimate shows only here: a law on it cuts
 		// the queue that would show it at the tick.
-		mu = p.cap.window(r.Responses, w)
+		mu = math.Max(mu, p.cap.window(r.Responses, w))
 	}
 	a := p.cap.perStart()
 	if a <= 0 && r.Requests > 0 && c.admitted > 0 {
@@ -290,7 +295,7 @@ func (p *port) window(st PortStats, w, tick float64, prm *Params) string {
 	}
 	pass, retx, ceiling := p.pass, p.retransmits(), p.ceil
 	d = p.law(mu, a, r.Inflight, h, d, prm)
-	p.settle(c, p.hist.standing(r.Inflight), mu, h)
+	p.settle(w, p.hist.standing(r.Inflight), mu, h)
 	if math.Abs(pass-p.pass) < 1e-9 && retx == p.retransmits() && ceiling == p.ceil {
 		return ""
 	}

@@ -39,7 +39,7 @@ type PortState struct {
 	Capacity    float64 `json:"capacity_rps"`
 	CapacityAge float64 `json:"capacity_age_s"`
 	PerStart    float64 `json:"answers_per_start"`
-	// Demand is the unique new work per second of the last tick.
+	// Demand is the first attempts per second of the last tick (starts less SYN retransmits).
 	Demand float64 `json:"demand_per_s"`
 	// InFlightCeiling is the law's ceiling on requests in flight
 	// (PortDecision.InFlightCeiling; 0: none, as in a state of an earlier

@@ -53,9 +53,9 @@ func TestStateRoundTrip(t *testing.T) {
 }
 
 // TestRestoreRetransmitRule: a port restored under retransmits last keeps
-// its p past the bound (it applies to retransmits alone) and its rule; one
-// under shed is clamped to the bound; a rule no build writes reads as
-// as-first.
+// its p past the bound (it applies to retransmits alone) and its rule, and
+// so does a reload after it; one under shed is clamped to the bound; a rule
+// no build writes reads as as-first.
 func TestRestoreRetransmitRule(t *testing.T) {
 	key := olc.PortKey{Proto: olc.ProtoTCP, Port: 80}
 	cfg := cfgWith()
@@ -74,6 +74,12 @@ func TestRestoreRetransmitRule(t *testing.T) {
 		got := c.Export().Ports[0]
 		if math.Abs(got.DropProbability-tc.wantP) > 1e-9 || got.Retransmits != tc.wantRule {
 			t.Errorf("restored %s at %.2f: %s at %.3f, want %s at %.3f", tc.rule, tc.p, got.Retransmits, got.DropProbability, tc.wantRule, tc.wantP)
+		}
+		if err := c.Reconfigure(cfg); err != nil {
+			t.Fatal(err)
+		}
+		if again := c.Export().Ports[0]; again.DropProbability != got.DropProbability || again.Retransmits != got.Retransmits {
+			t.Errorf("reloaded %s at %.3f: %s at %.3f", got.Retransmits, got.DropProbability, again.Retransmits, again.DropProbability)
 		}
 	}
 }

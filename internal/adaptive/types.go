@@ -81,7 +81,7 @@ type PortDecision struct {
 	// RetransmitsLast it is QueueP, 0..1, and applies to retransmits alone:
 	// every first attempt passes, so MinPassRate holds.
 	DropProbability float64
-	// Demand is the port's unique new work per second (new connections
+	// Demand is the port's first attempts per second (new connections
 	// without SYN retransmits, plus request starts on open connections):
 	// the weight the class split of the node's p used.
 	Demand float64
