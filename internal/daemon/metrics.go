@@ -162,7 +162,7 @@ var (
 	descWouldRst  = prometheus.NewDesc("olcd_port_request_would_reset_total", "Request starts on open connections the request gate would shed in observe mode (sampled flows).", portLabels, nil)
 	descRTInfl    = prometheus.NewDesc("olcd_port_inflight_requests", "Requests waiting for their first answer byte at the end of the last tick, scaled by the sample rate.", portLabels, nil)
 	descSampleR   = prometheus.NewDesc("olcd_response_timing_sample_ratio", "Share of flows the response timer times (1/N for datapath.response_sample N): divide rate(olcd_port_requests_timed_total) by it to estimate every flow's requests per second.", nil, nil)
-	descCapacity  = prometheus.NewDesc("olcd_port_capacity_requests_per_second", "The port's capacity measured while it was saturated: the most requests per second it answered over the saturated ticks of the last 3 s, or the last such figure; absent until saturated once.", portLabels, nil)
+	descCapacity  = prometheus.NewDesc("olcd_port_capacity_requests_per_second", "The port's capacity measured while it was saturated: the most requests per second it answered over the saturated ticks of the last 3 s, or the last such figure; absent until saturated once, and for a port with response_target: off.", portLabels, nil)
 	descCapAge    = prometheus.NewDesc("olcd_port_capacity_age_seconds", "How long ago the port was last saturated, the moment of olcd_port_capacity_requests_per_second.", portLabels, nil)
 	descFlowCap   = prometheus.NewDesc("olcd_flow_table_capacity", "Flows the response timer's table holds.", nil, nil)
 	descFlowUsed  = prometheus.NewDesc("olcd_flow_table_flows", "Flows in the response timer's table not idle (last scan, at most 10 s old).", nil, nil)
