@@ -76,9 +76,9 @@ func (p *port) settle(span, n, mu, h float64) {
 		p.ceil = 0
 		return
 	}
-	starts := p.hist.rate(standingSpan.Seconds()).all
-	if p.ceil == 0 { // a new ceiling starts at N*, its queue unclamped
-		p.scale, p.onsetRate, p.began, p.ceil, p.late, p.answered, p.carry = 1, starts, p.hist.clock, 1<<30, 0, 0, 0.5
+	if p.ceil == 0 { // a new ceiling starts at N*, its queue unclamped; open reads the starts from here
+		p.scale, p.began, p.ceil, p.late, p.answered, p.carry = 1, p.hist.clock, 1<<30, 0, 0, 0.5
+		p.onsetRate = p.hist.rate(standingSpan.Seconds()).all
 	}
 	nSat := math.Max(mu, p.cap.lastSat) * p.target // N* on the larger of μ̂ and the shown figure
 	if n > longQueue*nSat {
